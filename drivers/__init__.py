@@ -1,0 +1,22 @@
+"""Substrates. Installed as `rtax_tui.drivers`; no Textual or Rich here."""
+
+from __future__ import annotations
+
+from rtax_tui.drivers.base import Driver, Environment, Problem
+
+DRIVER_NAMES = ("local", "stage")
+
+
+def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
+    if name == "local":
+        from rtax_tui.drivers.local import LocalDriver
+
+        return LocalDriver(host, options or {})
+    if name == "stage":
+        from rtax_tui.drivers.stage import StageDriver
+
+        return StageDriver(host, options or {})
+    raise KeyError(name)
+
+
+__all__ = ["DRIVER_NAMES", "Driver", "Environment", "Problem", "get_driver"]

@@ -1,0 +1,89 @@
+"""The driver contract: an environment goes create -> ready -> actions -> teardown.
+
+The engine times every call; drivers only do the work. A driver that can see
+finer steps wraps them in `self.sub("name")`, which the engine times too.
+"""
+
+from __future__ import annotations
+
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from rtax_tui.core.model import ActionResult, EnvSpec, Step
+
+SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
+
+
+@asynccontextmanager
+async def _no_timer(name: str) -> AsyncIterator[None]:
+    yield
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a driver cannot run here, and what would fix it."""
+
+    reason: str
+    fix: str
+
+
+PROBE = Step(argv=("true",))
+
+
+class Environment(ABC):
+    """One trial's environment. `teardown` must undo whatever was done, even partly."""
+
+    def __init__(self, driver: Driver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+        self.driver = driver
+        self.spec = spec
+        self.sub: SubTimer = sub or _no_timer
+        self.channel = spec.cell.channel
+
+    @abstractmethod
+    async def create(self) -> None: ...
+
+    async def ready(self) -> None:
+        """Default readiness: the probe command returns through the cell's channel."""
+        res = await self.action(PROBE, None)
+        if res.rc != 0:
+            from rtax_tui.core.model import PhaseFailure
+
+            raise PhaseFailure("probe_failed", f"probe `true` returned {res.rc}")
+
+    @abstractmethod
+    async def action(self, step: Step, timeout: float | None) -> ActionResult: ...
+
+    @abstractmethod
+    async def teardown(self) -> None: ...
+
+
+class Driver(ABC):
+    name: str = ""
+    channels: tuple[str, ...] = ("exec", "shell")
+
+    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+        self.host = host
+        self.options = options
+
+    @abstractmethod
+    async def check(self) -> list[Problem]:
+        """Empty when the driver can run on its host."""
+
+    async def facts(self) -> dict[str, Any]:
+        """Versions of the substrate software, for the recording header."""
+        return {}
+
+    @abstractmethod
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment: ...
+
+    async def cleanup(self, label: str | None = None) -> int:
+        """Remove leftovers of earlier runs (all rtax's, or one run's); return how many."""
+        return 0
+
+
+def which(cmd: str) -> str | None:
+    return shutil.which(cmd)

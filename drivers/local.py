@@ -1,0 +1,153 @@
+"""`local`: no isolation, a fresh temporary workspace per trial. The baseline."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.shellframe import FramedShell
+
+from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
+from rtax_tui.hosts.local import kill_group
+
+WORKSPACE_PREFIX = "rtax-ws-"
+
+
+def base_env(workspace: str, extra: dict[str, str]) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": workspace,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": workspace,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def populate(workspace: str, src: str | None) -> None:
+    if src:
+        shutil.copytree(src, workspace, symlinks=True, dirs_exist_ok=True)
+
+
+async def run_exec(
+    host: Any,
+    argv: list[str],
+    *,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    timeout: float | None,
+    cgroup_procs: list[str] | tuple[str, ...] = (),
+) -> ActionResult:
+    """One process per action; stdout and stderr merged; killed whole at the timeout."""
+    proc = await host.spawn(argv, cwd=cwd, env=env, cgroup_procs=cgroup_procs)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except BaseException:
+        kill_group(proc)
+        await proc.wait()
+        raise
+    return ActionResult(rc=proc.returncode if proc.returncode is not None else -1, output=out)
+
+
+class LocalEnvironment(Environment):
+    def __init__(self, driver: Driver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+        super().__init__(driver, spec, sub)
+        self.workspace: str | None = None
+        self.env: dict[str, str] = {}
+        self.shell_proc: asyncio.subprocess.Process | None = None
+        self.shell: FramedShell | None = None
+        self.procs = self._cgroup_procs()
+
+    def _cgroup_procs(self) -> list[str]:
+        if not self.spec.cgroup_parent:
+            return []
+        from rtax_tui.core.cgroups import Cgroup
+
+        return Cgroup.at(self.spec.cgroup_parent).procs_files()
+
+    async def create(self) -> None:
+        async with self.sub("workspace"):
+            self.workspace = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{self.spec.label}-")
+            populate(self.workspace, self.spec.workspace_src)
+            self.env = base_env(self.workspace, self.spec.env)
+        if self.channel == "shell":
+            async with self.sub("spawn"):
+                self.shell_proc = await self.driver.host.spawn(
+                    ["sh"],
+                    cwd=self.workspace,
+                    env=self.env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cgroup_procs=self.procs,
+                )
+                assert self.shell_proc.stdin and self.shell_proc.stdout
+                self.shell = FramedShell(self.shell_proc.stdin, self.shell_proc.stdout)
+
+    async def action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self.channel == "shell":
+            if self.shell is None:
+                raise PhaseFailure("not_created", "the shell was never started")
+            return await asyncio.wait_for(self.shell.run(step.argv), timeout)
+        return await run_exec(
+            self.driver.host,
+            list(step.argv),
+            cwd=self.workspace,
+            env=self.env,
+            timeout=timeout,
+            cgroup_procs=self.procs,
+        )
+
+    async def teardown(self) -> None:
+        if self.shell_proc is not None:
+            await close_shell(self.shell_proc)
+            self.shell_proc = None
+        if self.workspace is not None:
+            await asyncio.to_thread(shutil.rmtree, self.workspace, True)
+            self.workspace = None
+
+
+async def close_shell(proc: asyncio.subprocess.Process, grace: float = 1.0) -> None:
+    """Ask the shell to exit; kill its whole session if it does not."""
+    if proc.stdin is not None and not proc.stdin.is_closing():
+        try:
+            proc.stdin.write(b"exit 0\n")
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        pass
+    kill_group(proc)  # also ends anything the shell left in the background
+    await proc.wait()
+
+
+class LocalDriver(Driver):
+    name = "local"
+
+    async def check(self) -> list[Problem]:
+        if shutil.which("sh") is None:
+            return [Problem("no `sh` on PATH", "install dash or bash")]
+        return []
+
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        return LocalEnvironment(self, spec, sub)
+
+    async def cleanup(self, label: str | None = None) -> int:
+        prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")
+        tmp = tempfile.gettempdir()
+        n = 0
+        for name in os.listdir(tmp):
+            if name.startswith(prefix):
+                shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+                n += 1
+        return n

@@ -1,0 +1,3 @@
+from rtax_tui.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,238 @@
+"""Command line: `rtax run|report|compare|project|doctor|assets|cleanup`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from rtax_tui import __version__
+from rtax_tui.core.model import RtaxError
+
+EXAMPLES = """\
+examples:
+  rtax                                   run the built-in default profile (T0, T1 on local, stage)
+  rtax run profiles/t0.toml --trials 50  run a profile
+  rtax run t2 --driver local,stage -o r.jsonl
+  rtax run t0 -o - | jq .                stream events to another program
+  rtax report r.jsonl --format markdown
+  rtax compare before.jsonl after.jsonl
+  rtax project r.jsonl --trajectories 1000000 --steps 150
+  rtax doctor
+"""
+
+
+def _csv(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
+def _nonneg(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rtax",
+        description="Measure the rollout infrastructure tax of execution substrates, "
+        "phase by phase (create, ready, actions, teardown, orchestration).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"rtax {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a profile and record every trial")
+    r.add_argument("profile", help="a profile file, or a built-in name (default, t0, t1, t2, ...)")
+    r.add_argument("--headless", action="store_true", help="terminal mode (the only mode so far)")
+    r.add_argument(
+        "-o",
+        "--output",
+        help="recording path, or - to stream events to stdout "
+        "(default: recordings/<UTC time>-<profile>.jsonl)",
+    )
+    r.add_argument("--seed", type=int, help="seed of the trial order")
+    r.add_argument("--trials", type=_positive, help="measured trials per cell")
+    r.add_argument("--warmup", type=_nonneg, help="warm-up trials per cell (recorded, not counted)")
+    r.add_argument("--driver", type=_csv, help="drivers, comma-separated (local,stage)")
+    r.add_argument("--workload", type=_csv, help="workloads, comma-separated (t0,t1,t2,...)")
+    r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
+    r.add_argument("--concurrency", type=_positive, help="trials in flight at once")
+
+    rep = sub.add_parser("report", help="statistics of a recording")
+    rep.add_argument("file")
+    rep.add_argument("--format", choices=("table", "json", "markdown", "csv"), default="table")
+
+    c = sub.add_parser("compare", help="median differences between two recordings, per cell")
+    c.add_argument("a")
+    c.add_argument("b")
+    c.add_argument("--format", choices=("table", "json"), default="table")
+
+    pr = sub.add_parser("project", help="worker-hours for N trajectories of S steps, per cell")
+    pr.add_argument("file")
+    pr.add_argument("--trajectories", type=_positive, default=1_000_000)
+    pr.add_argument("--steps", type=_positive, default=150)
+    pr.add_argument("--format", choices=("table", "json"), default="table")
+
+    sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
+
+    a = sub.add_parser("assets", help="workload assets (the attrs repository)")
+    a.add_argument("action", choices=("prepare", "status"))
+    a.add_argument("--force", action="store_true")
+
+    cl = sub.add_parser("cleanup", help="remove leftovers of earlier runs")
+    cl.add_argument("--run", help="only this run id")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    try:
+        return _dispatch(args, args_list)
+    except RtaxError as exc:
+        print(f"rtax: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rtax: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
+    cmd = args.command
+    if cmd is None:
+        return _run_profile("default", argparse.Namespace(), ["rtax", *argv])
+    if cmd == "run":
+        return _run_profile(args.profile, args, ["rtax", *argv])
+    if cmd == "report":
+        return _report(args)
+    if cmd == "compare":
+        return _compare(args)
+    if cmd == "project":
+        return _project(args)
+    if cmd == "doctor":
+        from rtax_tui.doctor import run_doctor
+
+        return run_doctor()
+    if cmd == "assets":
+        return _assets(args)
+    if cmd == "cleanup":
+        return _cleanup(args)
+    raise RtaxError(f"unknown command {cmd!r}")
+
+
+def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
+    from rtax_tui.core.profile import load_profile, resolve_profile_path
+    from rtax_tui.headless import run_headless
+
+    profile = load_profile(resolve_profile_path(name))
+    profile = profile.with_overrides(
+        seed=getattr(args, "seed", None),
+        trials=getattr(args, "trials", None),
+        warmup=getattr(args, "warmup", None),
+        drivers=getattr(args, "driver", None),
+        workloads=getattr(args, "workload", None),
+        channels=getattr(args, "channel", None),
+        concurrency=getattr(args, "concurrency", None),
+    )
+    return run_headless(profile, getattr(args, "output", None), argv)
+
+
+def _print_json(obj: object) -> None:
+    import orjson
+
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def _report(args: argparse.Namespace) -> int:
+
+    from rtax_tui.core.recording import read_recording
+    from rtax_tui.core.report import build_report
+    from rtax_tui.reporting import out_console, print_report, render_csv, render_markdown
+
+    rec = read_recording(args.file)
+    report = build_report(rec)
+    if args.format == "json":
+        _print_json(report)
+    elif args.format == "markdown":
+        sys.stdout.write(render_markdown(report))
+    elif args.format == "csv":
+        sys.stdout.write(render_csv(report))
+    else:
+        print_report(report, out_console())
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+
+    from rtax_tui.core.recording import read_recording
+    from rtax_tui.core.report import compare_reports
+    from rtax_tui.reporting import out_console, render_compare
+
+    cmp = compare_reports(read_recording(args.a), read_recording(args.b))
+    if args.format == "json":
+        _print_json(cmp)
+    else:
+        out_console().print(render_compare(cmp))
+    return 0
+
+
+def _project(args: argparse.Namespace) -> int:
+
+    from rtax_tui.core.recording import read_recording
+    from rtax_tui.core.report import project_report
+    from rtax_tui.reporting import out_console, render_project
+
+    proj = project_report(read_recording(args.file), args.trajectories, args.steps)
+    if args.format == "json":
+        _print_json(proj)
+    else:
+        out_console().print(render_project(proj))
+    return 0
+
+
+def _assets(args: argparse.Namespace) -> int:
+    from rtax_tui.core import assets
+
+    if args.action == "prepare":
+        paths = assets.prepare(force=args.force, log=lambda m: print(m, file=sys.stderr))
+        print(paths.root)
+    else:
+        _print_json(assets.status())
+    return 0
+
+
+def _cleanup(args: argparse.Namespace) -> int:
+    from rtax_tui.core import cgroups
+    from rtax_tui.drivers import DRIVER_NAMES, get_driver
+    from rtax_tui.hosts import LocalHost
+
+    async def go() -> int:
+        total = 0
+        for name in DRIVER_NAMES:
+            n = await get_driver(name, LocalHost()).cleanup(args.run)
+            if n:
+                print(f"{name}: removed {n}")
+            total += n
+        return total
+
+    total = asyncio.run(go())
+    n = cgroups.cleanup()
+    if n:
+        print(f"cgroups: removed {n}")
+    print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
+    return 0

@@ -1,0 +1,111 @@
+"""Names and small value types shared by the engine, the drivers and the readers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FORMAT = "rtax/1"
+REPORT_FORMAT = "rtax-report/1"
+
+PHASES = ("create", "ready", "action", "teardown", "orchestration", "total")
+# Phases recorded as `phase` events; `action` and `total` are derived.
+TIMED_PHASES = ("create", "ready", "teardown", "orchestration")
+CHANNELS = ("exec", "shell")
+
+
+class RtaxError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+class PhaseFailure(Exception):
+    """A phase could not complete; `kind` is the machine-readable reason."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class SubstrateLost(PhaseFailure):
+    """The substrate (daemon, host) went away; later trials of it may fail fast."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("substrate_lost", message)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of a workload: argv run in the environment's workspace."""
+
+    argv: tuple[str, ...]
+    expect_rc: int | str = 0  # an int, or "nonzero"
+    expect_out: str | None = None  # substring the output must contain
+    timeout_s: float | None = None
+
+    def matches(self, rc: int, output: bytes) -> bool:
+        if self.expect_rc == "nonzero":
+            rc_ok = rc != 0
+        else:
+            rc_ok = rc == self.expect_rc
+        if not rc_ok:
+            return False
+        if self.expect_out is not None:
+            return self.expect_out.encode() in output
+        return True
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    steps: tuple[Step, ...]
+    files: str | None = None  # asset name copied into each fresh workspace
+    needs_assets: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpus: float | None = None
+    memory_mib: int | None = None
+    pids: int | None = None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    create: float = 60.0
+    ready: float = 60.0
+    action: float = 120.0
+    teardown: float = 60.0
+    barrier: float = 120.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    host: str
+    driver: str
+    workload: str
+    channel: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.host}/{self.driver}/{self.workload}/{self.channel}"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a driver needs to build one environment."""
+
+    cell: Cell
+    workload: Workload
+    limits: Limits
+    workspace_src: str | None = None  # a directory copied into the workspace
+    env: dict[str, str] = field(default_factory=dict)
+    cgroup_parent: str | None = None  # a budget cgroup to nest under (capacity)
+    label: str = ""  # run id, carried by everything the driver creates
+
+
+@dataclass
+class ActionResult:
+    rc: int
+    output: bytes
+    remote_ns: int | None = None

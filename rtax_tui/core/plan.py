@@ -1,0 +1,63 @@
+"""The run plan: warm-ups first, then every cell's measured trials in a seeded random order.
+
+Interleaving spreads slow drifts of the machine (caches, other load) over all
+cells instead of letting them land on whichever cell ran last.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from rtax_tui.core.model import Cell
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    id: int
+    cell: Cell
+    warmup: bool
+    batch: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    id: str
+    cell: Cell
+    warmup: bool
+    trials: tuple[PlannedTrial, ...]
+
+
+def make_cells(
+    hosts: tuple[str, ...],
+    drivers: tuple[str, ...],
+    workloads: tuple[str, ...],
+    channels: tuple[str, ...],
+) -> list[Cell]:
+    return [Cell(h, d, w, c) for h in hosts for d in drivers for w in workloads for c in channels]
+
+
+def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[PlannedTrial]:
+    order: list[tuple[Cell, bool]] = [(c, True) for c in cells for _ in range(warmup)]
+    measured = [(c, False) for c in cells for _ in range(trials)]
+    random.Random(seed).shuffle(measured)
+    order.extend(measured)
+    return [PlannedTrial(i + 1, cell, warm) for i, (cell, warm) in enumerate(order)]
+
+
+def build_capacity_plan(
+    cells: list[Cell], batches: int, size: int, warmup: int, seed: int
+) -> list[PlannedBatch]:
+    """Warm-up batches (one per cell when warmup > 0) then the measured batches, interleaved."""
+    order: list[tuple[Cell, bool]] = [(c, True) for c in cells if warmup > 0]
+    measured = [(c, False) for c in cells for _ in range(batches)]
+    random.Random(seed).shuffle(measured)
+    order.extend(measured)
+    plan: list[PlannedBatch] = []
+    next_id = 1
+    for b, (cell, warm) in enumerate(order, 1):
+        bid = f"b{b}"
+        trials = tuple(PlannedTrial(next_id + k, cell, warm, bid) for k in range(size))
+        next_id += size
+        plan.append(PlannedBatch(bid, cell, warm, trials))
+    return plan

@@ -1,0 +1,346 @@
+"""Profiles: TOML files that say which cells to run, how often, with which limits.
+
+Every key is checked before any trial runs; a mistake is reported as
+`FILE:LINE: key: what is wrong (allowed: ...)` and the command exits 2.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rtax_tui.core.model import CHANNELS, Limits, RtaxError, Step, Timeouts, Workload
+
+
+class ProfileError(RtaxError):
+    pass
+
+
+KNOWN_DRIVERS = ("local", "stage", "docker", "podman", "libvirt", "microvm")
+IMPLEMENTED_DRIVERS = ("local", "stage")
+BUILTIN_WORKLOADS = (
+    "t0",
+    "t1",
+    "t2",
+    "trajectory-10",
+    "trajectory-50",
+    "trajectory-150",
+    "capacity",
+)
+
+_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
+    "": {"name": (str,), "description": (str,)},
+    "run": {
+        "seed": (int,),
+        "trials": (int,),
+        "warmup": (int,),
+        "concurrency": (int,),
+        "hosts": (list,),
+        "drivers": (list,),
+        "workloads": (list,),
+        "channels": (list,),
+    },
+    "timeouts": {k: (int, float) for k in ("create", "ready", "action", "teardown", "barrier")},
+    "limits": {"cpus": (int, float), "memory_mib": (int,), "pids": (int,)},
+    "capacity": {
+        "size": (int,),
+        "batches": (int,),
+        "deadline_s": (int, float),
+        "cpus": (int, float),
+        "memory_mib": (int,),
+        "swap_mib": (int,),
+    },
+}
+_STEP_KEYS = {
+    "argv": (list,),
+    "expect_rc": (int, str),
+    "expect_out": (str,),
+    "timeout_s": (int, float),
+}
+_WORKLOAD_KEYS = {"steps": (list,), "description": (str,), "files": (str,)}
+
+
+@dataclass(frozen=True)
+class Capacity:
+    size: int = 8
+    batches: int = 3
+    deadline_s: float = 120.0
+    cpus: float | None = None
+    memory_mib: int | None = None
+    swap_mib: int | None = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: str
+    description: str = ""
+    seed: int = 1
+    trials: int = 30
+    warmup: int = 3
+    concurrency: int = 1
+    hosts: tuple[str, ...] = ("local",)
+    drivers: tuple[str, ...] = ("local", "stage")
+    workloads: tuple[str, ...] = ("t0",)
+    channels: tuple[str, ...] = ("exec",)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    limits: Limits = field(default_factory=Limits)
+    capacity: Capacity | None = None
+    custom_workloads: dict[str, Workload] = field(default_factory=dict)
+    driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved profile, as written into the recording's header."""
+        d: dict[str, Any] = {
+            "name": self.name,
+            "path": self.path,
+            "description": self.description,
+            "seed": self.seed,
+            "trials": self.trials,
+            "warmup": self.warmup,
+            "concurrency": self.concurrency,
+            "hosts": list(self.hosts),
+            "drivers": list(self.drivers),
+            "workloads": list(self.workloads),
+            "channels": list(self.channels),
+            "timeouts": vars(self.timeouts).copy(),
+            "limits": vars(self.limits).copy(),
+            "capacity": vars(self.capacity).copy() if self.capacity else None,
+            "driver_options": self.driver_options,
+        }
+        if self.custom_workloads:
+            d["custom_workloads"] = {
+                name: [
+                    {"argv": list(s.argv), "expect_rc": s.expect_rc, "expect_out": s.expect_out}
+                    for s in w.steps
+                ]
+                for name, w in self.custom_workloads.items()
+            }
+        return d
+
+    def with_overrides(self, **kw: Any) -> Profile:
+        kw = {k: v for k, v in kw.items() if v is not None}
+        for key in ("drivers", "workloads", "channels", "hosts"):
+            if key in kw:
+                kw[key] = tuple(kw[key])
+        prof = replace(self, **kw)
+        prof._check_names(f"{self.path} (command line)")
+        return prof
+
+    def _check_names(self, where: str) -> None:
+        def bad(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+            raise ProfileError(f"{where}: {key}: unknown {value!r} (allowed: {', '.join(allowed)})")
+
+        for d in self.drivers:
+            if d not in KNOWN_DRIVERS:
+                bad("drivers", d, KNOWN_DRIVERS)
+            if d not in IMPLEMENTED_DRIVERS:
+                raise ProfileError(
+                    f"{where}: drivers: {d!r} is not available in this version of rtax "
+                    f"(available: {', '.join(IMPLEMENTED_DRIVERS)})"
+                )
+        allowed_w = BUILTIN_WORKLOADS + tuple(self.custom_workloads)
+        for w in self.workloads:
+            if w not in allowed_w:
+                bad("workloads", w, allowed_w)
+        for c in self.channels:
+            if c not in CHANNELS:
+                bad("channels", c, CHANNELS)
+        for h in self.hosts:
+            if h != "local":
+                raise ProfileError(f"{where}: hosts: {h!r}: only `local` is supported so far")
+        for key in ("drivers", "workloads", "channels", "hosts"):
+            if not getattr(self, key):
+                raise ProfileError(f"{where}: {key}: must name at least one")
+        if self.trials < 1:
+            raise ProfileError(f"{where}: trials: must be at least 1")
+        if self.warmup < 0:
+            raise ProfileError(f"{where}: warmup: must be 0 or more")
+        if self.concurrency < 1:
+            raise ProfileError(f"{where}: concurrency: must be at least 1")
+
+    @property
+    def needs_assets(self) -> bool:
+        return any(w in ("t1", "t2") or w.startswith("trajectory") for w in self.workloads)
+
+
+def _line_of(text: str, table: str, key: str | None) -> int:
+    """Best-effort line number of `key` inside `[table]` (or of the table header)."""
+    current = ""
+    header_line = 1
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"\s*\[+\s*([^\]]+?)\s*\]+", line)
+        if m:
+            current = m.group(1).replace('"', "").replace(" ", "")
+            if current == table:
+                header_line = n
+                if key is None:
+                    return n
+            continue
+        if (
+            key is not None
+            and current == table
+            and re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line)
+        ):
+            return n
+    return header_line
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    names = {int: "integer", float: "number", str: "string", list: "array", dict: "table"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def _check_type(where: str, key: str, value: Any, types: tuple[type, ...]) -> None:
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise ProfileError(f"{where}: {key}: expected {_type_name(types)}, got {value!r}")
+
+
+def load_profile(path: str | Path) -> Profile:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ProfileError(f"{p}: cannot read profile ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{p}: not valid TOML: {exc}") from None
+    return parse_profile(data, text, str(p), default_name=p.stem)
+
+
+def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str) -> Profile:
+    def where(table: str, key: str | None) -> str:
+        return f"{path}:{_line_of(text, table, key)}"
+
+    known_tables = set(_SCHEMA) - {""} | {"workloads", "drivers_options"}
+    kw: dict[str, Any] = {"name": default_name, "path": path}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key not in known_tables:
+                raise ProfileError(
+                    f"{where(key, None)}: [{key}]: unknown table "
+                    f"(allowed: {', '.join(sorted(known_tables))})"
+                )
+            continue
+        if key not in _SCHEMA[""]:
+            raise ProfileError(
+                f"{where('', key)}: {key}: unknown key (allowed: {', '.join(_SCHEMA[''])}, "
+                f"and tables {', '.join(sorted(known_tables))})"
+            )
+        _check_type(where("", key), key, value, _SCHEMA[""][key])
+        kw[key] = value
+
+    for table in ("run", "timeouts", "limits", "capacity"):
+        if table not in data:
+            continue
+        body = data[table]
+        for key, value in body.items():
+            if key not in _SCHEMA[table]:
+                raise ProfileError(
+                    f"{where(table, key)}: {table}.{key}: unknown key "
+                    f"(allowed: {', '.join(_SCHEMA[table])})"
+                )
+            _check_type(where(table, key), f"{table}.{key}", value, _SCHEMA[table][key])
+            if isinstance(value, list):
+                for item in value:
+                    _check_type(where(table, key), f"{table}.{key}", item, (str,))
+            if isinstance(value, (int, float)) and value < 0:
+                raise ProfileError(f"{where(table, key)}: {table}.{key}: must not be negative")
+
+    run = data.get("run", {})
+    for key in ("seed", "trials", "warmup", "concurrency"):
+        if key in run:
+            kw[key] = run[key]
+    for key in ("hosts", "drivers", "workloads", "channels"):
+        if key in run:
+            kw[key] = tuple(run[key])
+    if "timeouts" in data:
+        kw["timeouts"] = Timeouts(**{k: float(v) for k, v in data["timeouts"].items()})
+    if "limits" in data:
+        kw["limits"] = Limits(**data["limits"])
+    if "capacity" in data:
+        kw["capacity"] = Capacity(**data["capacity"])
+    if "drivers_options" in data:
+        opts = data["drivers_options"]
+        for name, body in opts.items():
+            if name not in KNOWN_DRIVERS or not isinstance(body, dict):
+                raise ProfileError(
+                    f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
+                    f"expected a table for one of {', '.join(KNOWN_DRIVERS)}"
+                )
+        kw["driver_options"] = opts
+
+    custom: dict[str, Workload] = {}
+    for name, body in data.get("workloads", {}).items():
+        table = f"workloads.{name}"
+        if name in BUILTIN_WORKLOADS:
+            raise ProfileError(f"{where(table, None)}: [{table}]: {name!r} is a built-in workload")
+        if not isinstance(body, dict):
+            raise ProfileError(f"{where('workloads', name)}: workloads.{name}: expected a table")
+        for key, value in body.items():
+            if key not in _WORKLOAD_KEYS:
+                raise ProfileError(
+                    f"{where(table, key)}: {table}.{key}: unknown key "
+                    f"(allowed: {', '.join(_WORKLOAD_KEYS)})"
+                )
+            _check_type(where(table, key), f"{table}.{key}", value, _WORKLOAD_KEYS[key])
+        steps = []
+        for i, raw in enumerate(body.get("steps", [])):
+            loc = where(table, "steps")
+            if not isinstance(raw, dict):
+                raise ProfileError(f"{loc}: {table}.steps[{i}]: expected a table with argv")
+            for key, value in raw.items():
+                if key not in _STEP_KEYS:
+                    raise ProfileError(
+                        f"{loc}: {table}.steps[{i}].{key}: unknown key "
+                        f"(allowed: {', '.join(_STEP_KEYS)})"
+                    )
+                _check_type(loc, f"{table}.steps[{i}].{key}", value, _STEP_KEYS[key])
+            argv = raw.get("argv")
+            if not argv or not all(isinstance(a, str) for a in argv):
+                raise ProfileError(f"{loc}: {table}.steps[{i}].argv: a non-empty list of strings")
+            rc = raw.get("expect_rc", 0)
+            if isinstance(rc, str) and rc != "nonzero":
+                raise ProfileError(f'{loc}: {table}.steps[{i}].expect_rc: an integer or "nonzero"')
+            steps.append(
+                Step(
+                    argv=tuple(argv),
+                    expect_rc=rc,
+                    expect_out=raw.get("expect_out"),
+                    timeout_s=raw.get("timeout_s"),
+                )
+            )
+        if not steps:
+            raise ProfileError(f"{where(table, None)}: {table}.steps: at least one step")
+        custom[name] = Workload(
+            name=name,
+            steps=tuple(steps),
+            files=body.get("files"),
+            description=body.get("description", ""),
+        )
+    kw["custom_workloads"] = custom
+
+    prof = Profile(**kw)
+    prof._check_names(path)
+    return prof
+
+
+def profiles_dir() -> Path:
+    """The built-in profiles: `profiles/` beside the package (installed or in a checkout)."""
+    here = Path(__file__).resolve().parent.parent
+    for cand in (here / "profiles", here.parent / "profiles"):
+        if (cand / "default.toml").exists():
+            return cand
+    raise RtaxError("the built-in profiles are missing (reinstall rtax)")
+
+
+def resolve_profile_path(arg: str) -> Path:
+    """A path, or the name of a built-in profile (`t0`, `default`, ...)."""
+    p = Path(arg)
+    if p.exists() or p.suffix == ".toml" or "/" in arg:
+        return p
+    return profiles_dir() / f"{arg}.toml"

@@ -1,0 +1,471 @@
+"""The engine: executes a plan through drivers and emits `rtax/1` events as they happen.
+
+All durations come from `time.monotonic_ns()` taken here, around each awaited
+phase. Sinks (the recording, a live stream, progress counters) are called for
+every event, in order, from the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rtax_tui.core.hostfacts import local_facts
+from rtax_tui.core.model import (
+    FORMAT,
+    Cell,
+    EnvSpec,
+    PhaseFailure,
+    RtaxError,
+    Workload,
+)
+from rtax_tui.core.plan import (
+    PlannedBatch,
+    PlannedTrial,
+    build_capacity_plan,
+    build_plan,
+    make_cells,
+)
+from rtax_tui.core.profile import Profile
+
+Sink = Callable[[dict[str, Any]], None]
+Error = tuple[str, str, str]  # phase, kind, message
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+@dataclass
+class Progress:
+    """Plain counters the engine updates and any UI may read at its own pace."""
+
+    planned: int = 0
+    started: int = 0
+    done: int = 0
+    failed: int = 0
+    invalid: int = 0
+    in_flight: int = 0
+    last_error: str | None = None
+    started_ns: int = 0
+    per_cell_done: dict[str, int] = field(default_factory=dict)
+
+
+class Barrier:
+    """Releases when every environment has arrived or failed, or at the deadline."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.arrived = 0
+        self.failed = 0
+        self.released = asyncio.Event()
+        self.how: str | None = None
+        self.expired = False
+        self.settled: set[int] = set()  # trials that arrived or failed
+
+    def arrive(self, trial: int) -> None:
+        self.arrived += 1
+        self.settled.add(trial)
+        self._check()
+
+    def fail(self, trial: int) -> None:
+        self.failed += 1
+        self.settled.add(trial)
+        self._check()
+
+    def _check(self) -> None:
+        if self.how is None and self.arrived + self.failed >= self.size:
+            self.how = "all_arrived" if self.arrived == self.size else "settled"
+            self.released.set()
+
+    def expire(self) -> None:
+        if self.how is None:
+            self.how = "deadline"
+            self.expired = True
+            self.released.set()
+
+
+class Session:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        sinks: list[Sink],
+        argv: list[str],
+        drivers: dict[tuple[str, str], Any],
+        workloads: dict[str, Workload],
+        run_id: str | None = None,
+        host_facts: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.sinks = sinks
+        self.argv = argv
+        self.drivers = drivers
+        self.workloads = workloads
+        self.run_id = run_id or new_run_id()
+        self.host_facts = host_facts
+        self.cells = make_cells(profile.hosts, profile.drivers, profile.workloads, profile.channels)
+        self.progress = Progress()
+        self._t0 = 0
+        self._stopping = False
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # Trials that may be interrupted: a trial leaves this map before its teardown,
+        # so that stopping a run never cuts a teardown short.
+        self._interruptible: dict[int, asyncio.Task[Any]] = {}
+        self.status = "completed"
+        self._trials_ended = 0
+
+    # -- control -------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop scheduling, interrupt what runs; teardown still happens."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.status = "interrupted"
+        self._gate.set()
+        for task in list(self._interruptible.values()):
+            task.cancel()
+
+    def pause(self) -> None:
+        self._gate.clear()
+
+    def resume(self) -> None:
+        self._gate.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # -- events --------------------------------------------------------------
+    def now(self) -> int:
+        return time.monotonic_ns() - self._t0
+
+    def emit(self, etype: str, **fields: Any) -> None:
+        ev = {"type": etype, "t_ns": time.monotonic_ns() - self._t0, **fields}
+        for sink in self.sinks:
+            sink(ev)
+
+    # -- the run -------------------------------------------------------------
+    async def run(self) -> str:
+        self._t0 = time.monotonic_ns()
+        self.progress.started_ns = self._t0
+        facts = self.host_facts
+        if facts is None:
+            facts = await self._gather_facts()
+        self.emit(
+            "run",
+            format=FORMAT,
+            run_id=self.run_id,
+            started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            seed=self.profile.seed,
+            argv=self.argv,
+            profile=self.profile.to_dict(),
+            hosts=facts,
+        )
+        try:
+            if self.profile.capacity is not None:
+                await self._run_capacity()
+            else:
+                await self._run_trials()
+        except Exception as exc:  # an engine bug must still end the recording
+            self.status = "failed"
+            self.emit("run_end", status="failed", trials=self._trials_ended, error=repr(exc))
+            raise
+        self.emit("run_end", status=self.status, trials=self._trials_ended)
+        return self.status
+
+    async def _gather_facts(self) -> dict[str, dict[str, Any]]:
+        facts: dict[str, dict[str, Any]] = {}
+        for host in self.profile.hosts:
+            f = dict(local_facts()) if host == "local" else {}
+            drivers: dict[str, Any] = {}
+            for (h, d), drv in self.drivers.items():
+                if h == host:
+                    try:
+                        drivers[d] = await drv.facts()
+                    except Exception as exc:  # facts are informative only
+                        drivers[d] = {"error": str(exc)}
+            f["drivers"] = drivers
+            facts[host] = f
+        return facts
+
+    async def _run_trials(self) -> None:
+        p = self.profile
+        plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
+        self.progress.planned = len(plan)
+        sem = asyncio.Semaphore(p.concurrency)
+        for pt in plan:
+            await self._gate.wait()
+            if self._stopping:
+                break
+            await sem.acquire()
+            if self._stopping:
+                sem.release()
+                break
+            task = asyncio.create_task(self._run_trial(pt, time.monotonic_ns()))
+            self._tasks.add(task)
+            task.add_done_callback(lambda t: (self._tasks.discard(t), sem.release()))
+        await self._drain()
+
+    async def _drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _run_capacity(self) -> None:
+        p = self.profile
+        cap = p.capacity
+        assert cap is not None
+        plan = build_capacity_plan(self.cells, cap.batches, cap.size, p.warmup, p.seed)
+        self.progress.planned = sum(len(b.trials) for b in plan)
+        for batch in plan:
+            await self._gate.wait()
+            if self._stopping:
+                break
+            budget = None
+            if cap.cpus or cap.memory_mib:
+                from rtax_tui.core.cgroups import Cgroup
+
+                budget = Cgroup.create(
+                    f"batch-{self.run_id}-{batch.id}",
+                    cpus=cap.cpus,
+                    memory_mib=cap.memory_mib,
+                    swap_mib=cap.swap_mib,
+                    pids=None,
+                )
+            try:
+                await self._run_batch(batch, cap.deadline_s, budget.relpath if budget else None)
+            finally:
+                if budget is not None:
+                    await asyncio.to_thread(budget.remove)
+
+    async def _run_batch(self, batch: PlannedBatch, deadline_s: float, cg: str | None) -> None:
+        barrier = Barrier(len(batch.trials))
+        start = time.monotonic_ns()
+        tasks = []
+        for pt in batch.trials:
+            task = asyncio.create_task(self._run_trial(pt, start, barrier, cg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            tasks.append(task)
+        try:
+            await asyncio.wait_for(asyncio.shield(barrier.released.wait()), deadline_s)
+        except TimeoutError:
+            barrier.expire()
+            for pt in batch.trials:
+                if pt.id not in barrier.settled:
+                    task = self._interruptible.get(pt.id)
+                    if task is not None:
+                        task.cancel()
+        except asyncio.CancelledError:
+            pass
+        if barrier.how is None:  # stopped before release
+            barrier.expire()
+        self.emit(
+            "barrier",
+            batch=batch.id,
+            cell=batch.cell.id,
+            size=barrier.size,
+            arrived=barrier.arrived,
+            released=barrier.how,
+            ok=barrier.arrived == barrier.size,
+            deadline_s=deadline_s,
+            warmup=batch.warmup,
+            release_ns=time.monotonic_ns() - start,
+        )
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- one trial -----------------------------------------------------------
+    async def _timed(
+        self,
+        phase: str,
+        fn: Callable[[], Awaitable[Any]],
+        timeout: float | None,
+        barrier: Barrier | None = None,
+    ) -> tuple[int, Any, Error | None]:
+        t = time.monotonic_ns()
+        result = None
+        err: Error | None = None
+        try:
+            async with asyncio.timeout(timeout):  # no extra task: less overhead than wait_for
+                result = await fn()
+        except TimeoutError:
+            err = (phase, f"{phase}_timeout", f"{phase} did not finish within {timeout:g} s")
+        except PhaseFailure as exc:
+            err = (phase, exc.kind, exc.message)
+        except asyncio.CancelledError:
+            if barrier is not None and barrier.expired:
+                err = (phase, "barrier_deadline", "the batch's deadline passed first")
+            else:
+                err = (phase, "interrupted", "the run was stopped")
+        except Exception as exc:
+            err = (phase, "error", f"{type(exc).__name__}: {exc}")
+        return time.monotonic_ns() - t, result, err
+
+    async def _run_trial(
+        self,
+        pt: PlannedTrial,
+        scheduled_ns: int,
+        barrier: Barrier | None = None,
+        cgroup_parent: str | None = None,
+    ) -> None:
+        cell: Cell = pt.cell
+        workload = self.workloads[cell.workload]
+        to = self.profile.timeouts
+        spec = EnvSpec(
+            cell=cell,
+            workload=workload,
+            limits=self.profile.limits,
+            workspace_src=workload.files,
+            cgroup_parent=cgroup_parent,
+            label=self.run_id,
+        )
+        prog = self.progress
+        prog.started += 1
+        prog.in_flight += 1
+        self.emit(
+            "trial_start",
+            trial=pt.id,
+            cell=cell.id,
+            host=cell.host,
+            driver=cell.driver,
+            workload=cell.workload,
+            channel=cell.channel,
+            warmup=pt.warmup,
+            batch=pt.batch,
+        )
+        current = ["create"]
+
+        @asynccontextmanager
+        async def sub(name: str) -> AsyncIterator[None]:
+            t = time.monotonic_ns()
+            ok = False
+            try:
+                yield
+                ok = True
+            finally:
+                dur = time.monotonic_ns() - t
+                self.emit("phase", trial=pt.id, name=f"{current[0]}.{name}", dur_ns=dur, ok=ok)
+
+        task = asyncio.current_task()
+        if task is not None:
+            self._interruptible[pt.id] = task
+        covered = 0
+        waited = 0
+        error: Error | None = None
+        actions_ok = True
+        env = None
+        arrived = False
+        try:
+            try:
+                env = self.drivers[(cell.host, cell.driver)].environment(spec, sub)
+            except Exception as exc:
+                error = ("create", "error", f"{type(exc).__name__}: {exc}")
+            if env is not None:
+                for phase, fn, timeout in (
+                    ("create", env.create, to.create),
+                    ("ready", env.ready, to.ready),
+                ):
+                    current[0] = phase
+                    dur, _, error = await self._timed(phase, fn, timeout, barrier)
+                    covered += dur
+                    self.emit("phase", trial=pt.id, name=phase, dur_ns=dur, ok=error is None)
+                    if error is not None:
+                        break
+            if error is None and env is not None:
+                current[0] = "action"
+                for i, step in enumerate(workload.steps):
+                    timeout = step.timeout_s or to.action
+                    dur, res, err = await self._timed(
+                        "action", lambda s=step, tmo=timeout: env.action(s, tmo), timeout, barrier
+                    )
+                    covered += dur
+                    if err is not None:
+                        self.emit(
+                            "action", trial=pt.id, i=i, dur_ns=dur, rc=None, ok=False, out_bytes=0
+                        )
+                        error = ("action", err[1], f"step {i} ({step.argv[0]}): {err[2]}")
+                        break
+                    ok = step.matches(res.rc, res.output)
+                    actions_ok = actions_ok and ok
+                    extra = {"remote_ns": res.remote_ns} if res.remote_ns is not None else {}
+                    self.emit(
+                        "action",
+                        trial=pt.id,
+                        i=i,
+                        dur_ns=dur,
+                        rc=res.rc,
+                        ok=ok,
+                        out_bytes=len(res.output),
+                        **extra,
+                    )
+                    if self._stopping:
+                        error = ("action", "interrupted", "the run was stopped")
+                        break
+            if barrier is not None and error is None:
+                barrier.arrive(pt.id)
+                arrived = True
+                t = time.monotonic_ns()
+                try:
+                    await barrier.released.wait()
+                except asyncio.CancelledError:
+                    pass
+                waited = time.monotonic_ns() - t
+                self.emit(
+                    "phase",
+                    trial=pt.id,
+                    name="barrier.wait",
+                    dur_ns=waited,
+                    ok=not barrier.expired,
+                )
+        finally:
+            self._interruptible.pop(pt.id, None)
+            if barrier is not None and not arrived:
+                barrier.fail(pt.id)
+            if env is not None:
+                current[0] = "teardown"
+                dur, _, terr = await self._timed("teardown", env.teardown, to.teardown)
+                covered += dur
+                self.emit("phase", trial=pt.id, name="teardown", dur_ns=dur, ok=terr is None)
+                if terr is not None and error is None:
+                    error = terr
+            total = time.monotonic_ns() - scheduled_ns
+            orch = max(0, total - covered - waited)
+            self.emit("phase", trial=pt.id, name="orchestration", dur_ns=orch, ok=True)
+            ok = error is None
+            valid = ok and actions_ok
+            self.emit(
+                "trial_end",
+                trial=pt.id,
+                ok=ok,
+                valid=valid,
+                error=None
+                if error is None
+                else {"phase": error[0], "kind": error[1], "message": error[2]},
+            )
+            self._trials_ended += 1
+            prog.in_flight -= 1
+            prog.done += 1
+            prog.per_cell_done[cell.id] = prog.per_cell_done.get(cell.id, 0) + 1
+            if not ok:
+                prog.failed += 1
+                prog.last_error = f"trial {pt.id} {cell.id}: {error[1]}: {error[2]}"  # type: ignore[index]
+            elif not valid:
+                prog.invalid += 1
+
+
+def check_drivers_ready(problems: dict[str, list[Any]]) -> None:
+    """Raise before any trial when a needed driver cannot run here."""
+    bad = {k: v for k, v in problems.items() if v}
+    if bad:
+        parts = []
+        for name, probs in bad.items():
+            parts.append(f"{name}: " + "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs))
+        raise RtaxError("cannot run: " + " | ".join(parts))

@@ -1,0 +1,109 @@
+"""The local host: asyncio subprocesses with a `subprocess`-shaped API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class CompletedProcess:
+    argv: list[str]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+def _preexec(procs_files: Sequence[str]) -> Callable[[], None] | None:
+    """Join cgroups in the child before exec, so no descendant escapes the limits."""
+    if not procs_files:
+        return None
+    files = list(procs_files)
+
+    def join() -> None:
+        pid = str(os.getpid()).encode()
+        for f in files:
+            fd = os.open(f, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+
+    return join
+
+
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """Kill a process started with its own session, and whatever is left in its group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        if proc.returncode is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+
+
+class LocalHost:
+    name = "local"
+
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: int | None = subprocess.DEVNULL,
+        stdout: int | None = subprocess.PIPE,
+        stderr: int | None = subprocess.STDOUT,
+        cgroup_procs: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
+    ) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            preexec_fn=_preexec(cgroup_procs),
+            pass_fds=tuple(pass_fds),
+            limit=1 << 24,
+        )
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        merge_stderr: bool = False,
+        cgroup_procs: Sequence[str] = (),
+    ) -> CompletedProcess:
+        proc = await self.spawn(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            cgroup_procs=cgroup_procs,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+        except BaseException:
+            kill_group(proc)
+            await proc.wait()
+            raise
+        rc = proc.returncode if proc.returncode is not None else -1
+        result = CompletedProcess(list(argv), rc, out or b"", err or b"")
+        if check and rc != 0:
+            raise subprocess.CalledProcessError(rc, list(argv), out, err)
+        return result
