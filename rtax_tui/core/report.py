@@ -1,0 +1,292 @@
+"""Reports over a recording: per-cell statistics, driver differences, projections.
+
+One pass over the events groups them with plain dict lookups; numpy arrays are
+built per cell at the end. Output is plain JSON-ready data (no rendering here).
+
+Counting rules (DESIGN.md, "Statistics"):
+- trials are grouped by `trial_start.cell`; `warmup` counts warm-up trials;
+- n counts measured (non-warm-up) trials; failed = measured trials that ended
+  not `ok`, or never ended (no `trial_end`: the run was killed); invalid =
+  measured trials that ended `ok` but not `valid`;
+- statistics use only measured trials that are `ok` and `valid`;
+- `errors` counts `trial_end.error.kind` over measured trials, plus
+  "incomplete" for measured trials without `trial_end`.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+
+from rtax_tui.core.model import PHASES, REPORT_FORMAT, TIMED_PHASES
+from rtax_tui.core.recording import Recording
+from rtax_tui.core.stats import clusters, median_diff, project, summarize
+
+COMPARE_FORMAT = "rtax-compare/1"
+PROJECT_FORMAT = "rtax-project/1"
+DIFF_PHASES = ("total", "action")
+
+_TIMED = frozenset(TIMED_PHASES)
+
+
+class _Trial:
+    __slots__ = ("cell", "warmup", "phases", "subphases", "actions", "ended", "ok", "valid", "err")
+
+    def __init__(self, cell: str, warmup: bool) -> None:
+        self.cell = cell
+        self.warmup = warmup
+        self.phases: dict[str, int] = {}
+        self.subphases: dict[str, int] = {}
+        self.actions: list[int] = []
+        self.ended = False
+        self.ok = False
+        self.valid = False
+        self.err: str | None = None
+
+
+class _CellData:
+    """Everything gathered for one cell, samples as numpy arrays (ns)."""
+
+    def __init__(self, cell: str, meta: dict[str, Any]) -> None:
+        self.cell = cell
+        self.meta = meta
+        self.trials: list[_Trial] = []
+        self.barriers: list[dict[str, Any]] = []
+        self.n = 0
+        self.failed = 0
+        self.invalid = 0
+        self.warmup = 0
+        self.errors: dict[str, int] = {}
+        self.samples: dict[str, np.ndarray] = {}
+        self.subsamples: dict[str, np.ndarray] = {}
+
+
+def _meta_from_id(cell: str) -> dict[str, Any]:
+    # host may contain "/" (ssh://...), the last three parts never do.
+    parts = cell.rsplit("/", 3)
+    if len(parts) != 4:
+        return {"host": None, "driver": None, "workload": None, "channel": None}
+    return dict(zip(("host", "driver", "workload", "channel"), parts, strict=True))
+
+
+def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
+    """Group the events of `rec` by cell; returns (cells in order, trial_start count).
+
+    The pass allocates many small acyclic objects; the cyclic garbage collector
+    is paused meanwhile (it would rescan the recording's million dicts for nothing).
+    """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _collect_events(rec)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
+    cells: dict[str, _CellData] = {}
+    trials: dict[Any, _Trial] = {}
+    actions: dict[Any, list[int]] = {}  # trial id -> that trial's action durations
+    n_starts = 0
+    for ev in rec.events:
+        etype = ev["type"]
+        if etype == "action":
+            acts = actions.get(ev["trial"])
+            if acts is not None:
+                acts.append(ev["dur_ns"])
+        elif etype == "phase":
+            t = trials.get(ev["trial"])
+            if t is not None:
+                name = ev["name"]
+                target = t.phases if name in _TIMED else t.subphases
+                target[name] = target.get(name, 0) + ev["dur_ns"]
+        elif etype == "trial_start":
+            n_starts += 1
+            cell = ev["cell"]
+            cd = cells.get(cell)
+            if cd is None:
+                meta = {k: ev[k] for k in ("host", "driver", "workload", "channel")}
+                cd = cells[cell] = _CellData(cell, meta)
+            t = _Trial(cell, bool(ev["warmup"]))
+            trials[ev["trial"]] = t
+            actions[ev["trial"]] = t.actions
+            cd.trials.append(t)
+        elif etype == "trial_end":
+            t = trials.get(ev["trial"])
+            if t is not None:
+                t.ended = True
+                t.ok = bool(ev["ok"])
+                t.valid = bool(ev["valid"])
+                err = ev["error"]
+                if isinstance(err, dict):
+                    t.err = str(err.get("kind") or "unknown")
+        elif etype == "barrier":
+            cell = ev["cell"]
+            cd = cells.get(cell)
+            if cd is None:
+                cd = cells[cell] = _CellData(cell, _meta_from_id(cell))
+            cd.barriers.append(ev)
+    for cd in cells.values():
+        _finish(cd)
+    return cells, n_starts
+
+
+def _finish(cd: _CellData) -> None:
+    phase_lists: dict[str, list[int]] = {p: [] for p in TIMED_PHASES}
+    actions: list[int] = []
+    totals: list[int] = []
+    sub_lists: dict[str, list[int]] = {}
+    for t in cd.trials:
+        if t.warmup:
+            cd.warmup += 1
+            continue
+        cd.n += 1
+        if not t.ended:
+            cd.failed += 1
+            cd.errors["incomplete"] = cd.errors.get("incomplete", 0) + 1
+            continue
+        if t.err is not None:
+            cd.errors[t.err] = cd.errors.get(t.err, 0) + 1
+        if not t.ok:
+            cd.failed += 1
+            continue
+        if not t.valid:
+            cd.invalid += 1
+            continue
+        total = 0
+        for name, dur in t.phases.items():
+            phase_lists[name].append(dur)
+            total += dur
+        for name, dur in t.subphases.items():
+            lst = sub_lists.get(name)
+            if lst is None:
+                lst = sub_lists[name] = []
+            lst.append(dur)
+        actions.extend(t.actions)
+        totals.append(total + sum(t.actions))
+    samples = {p: np.asarray(v, dtype=np.int64) for p, v in phase_lists.items()}
+    samples["action"] = np.asarray(actions, dtype=np.int64)
+    samples["total"] = np.asarray(totals, dtype=np.int64)
+    cd.samples = {p: samples[p] for p in PHASES}
+    cd.subsamples = {k: np.asarray(v, dtype=np.int64) for k, v in sub_lists.items()}
+
+
+def _capacity(cd: _CellData) -> dict[str, int] | None:
+    if not cd.barriers:
+        return None
+    return {
+        "batches": len(cd.barriers),
+        "passed_batches": sum(1 for b in cd.barriers if b.get("ok")),
+        "tasks": sum(int(b.get("size") or 0) for b in cd.barriers),
+        "arrived_tasks": sum(int(b.get("arrived") or 0) for b in cd.barriers),
+    }
+
+
+def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
+    h = rec.header
+    profile = h.get("profile")
+    end = rec.end
+    return {
+        "run_id": h.get("run_id"),
+        "started_at": h.get("started_at"),
+        "seed": h.get("seed"),
+        "argv": h.get("argv"),
+        "profile": profile.get("name") if isinstance(profile, dict) else None,
+        "status": end.get("status") if end is not None else "incomplete",
+        "torn_tail": rec.torn_tail,
+        "trials": n_starts,
+    }
+
+
+def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
+    """The `rtax-report/1` document of a recording (see the module docstring)."""
+    cells, n_starts = _collect(rec)
+    out_cells = []
+    for cd in cells.values():
+        clus = {}
+        for p in PHASES:
+            c = clusters(cd.samples[p])
+            if c is not None:
+                clus[p] = c
+        out_cells.append(
+            {
+                "cell": cd.cell,
+                **cd.meta,
+                "n": cd.n,
+                "failed": cd.failed,
+                "invalid": cd.invalid,
+                "warmup": cd.warmup,
+                "phases": {p: summarize(cd.samples[p], seed=seed) for p in PHASES},
+                "subphases": {k: summarize(v, seed=seed) for k, v in cd.subsamples.items()},
+                "errors": dict(cd.errors),
+                "clusters": clus,
+                "capacity": _capacity(cd),
+            }
+        )
+    return {
+        "format": REPORT_FORMAT,
+        "run": _run_info(rec, n_starts),
+        "cells": out_cells,
+        "diffs": _diffs(cells, seed),
+    }
+
+
+def _diffs(cells: dict[str, _CellData], seed: int) -> list[dict[str, Any]]:
+    """Each driver against the first driver of its host+workload+channel group."""
+    groups: dict[tuple[Any, Any, Any], list[_CellData]] = {}
+    for cd in cells.values():
+        key = (cd.meta["workload"], cd.meta["channel"], cd.meta["host"])
+        groups.setdefault(key, []).append(cd)
+    out = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        base = members[0]
+        for other in members[1:]:
+            for p in DIFF_PHASES:
+                a, b = base.samples[p], other.samples[p]
+                if a.size == 0 or b.size == 0:
+                    continue
+                out.append(
+                    {"a": base.cell, "b": other.cell, "phase": p, **median_diff(a, b, seed=seed)}
+                )
+    return out
+
+
+def compare_reports(rec_a: Recording, rec_b: Recording, seed: int = 0) -> dict[str, Any]:
+    """Median differences (b - a) per cell present in both recordings, per phase."""
+    cells_a, _ = _collect(rec_a)
+    cells_b, _ = _collect(rec_b)
+    rows = []
+    for cell, ca in cells_a.items():
+        cb = cells_b.get(cell)
+        if cb is None:
+            continue
+        for p in PHASES:
+            a, b = ca.samples[p], cb.samples[p]
+            if a.size == 0 or b.size == 0:
+                continue
+            rows.append({"cell": cell, "phase": p, **median_diff(a, b, seed=seed)})
+    return {
+        "format": COMPARE_FORMAT,
+        "a": rec_a.header.get("run_id"),
+        "b": rec_b.header.get("run_id"),
+        "rows": rows,
+    }
+
+
+def project_report(rec: Recording, trajectories: int, steps: int, seed: int = 0) -> dict[str, Any]:
+    """Worker-hours for `trajectories` rollouts of `steps` steps, per cell."""
+    cells, _ = _collect(rec)
+    return {
+        "format": PROJECT_FORMAT,
+        "trajectories": trajectories,
+        "steps": steps,
+        "cells": [
+            {"cell": cd.cell, **project(cd.samples, trajectories, steps, seed=seed)}
+            for cd in cells.values()
+        ],
+    }

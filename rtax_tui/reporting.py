@@ -1,0 +1,278 @@
+"""Rendering of reports (`rtax_tui.core.report`) as Rich tables, Markdown and CSV.
+
+The figures are computed in `rtax_tui.core`; this module only formats them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
+SUMMARY_FIELDS = (
+    "n",
+    "min_ms",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "mean_ms",
+    "p50_ci95_lo_ms",
+    "p50_ci95_hi_ms",
+)
+
+LEGEND = """\
+n         measured trials of the cell (warm-up trials excluded); a trial killed
+          before it ended counts as failed
+failed    measured trials that did not complete (a phase failed or the run stopped)
+invalid   trials that completed but failed the workload's own check
+P50/P95   median and 95th percentile in milliseconds, over trials that are not
+          warm-up, completed and valid; `action` pools every action of those
+          trials, `total` is create + ready + all actions + teardown + orchestration
+          of one trial
+[lo, hi]  95% bootstrap interval of the median (fixed seed, reproducible)
+capacity  passed/batches: batches in which all N environments reached the barrier;
+          arrived/tasks: environments that arrived over all that were started
+diff      median(b) - median(a) with its 95% bootstrap interval; `faster` names
+          the cell with the smaller median when the interval excludes 0
+worker-h  N * (create + ready + teardown + S * action) / 3600 from the medians,
+          with a 95% bootstrap interval
+"""
+
+
+def fmt_ms(v: float | None) -> str:
+    """About 3 significant digits, never in exponent notation; "-" for None."""
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    if a == 0:
+        return "0"
+    if a >= 0.001:
+        return f"{v:.3g}"
+    return f"{v:.1e}"
+
+
+def _fmt_ci(ci: list[float | None]) -> str:
+    return f"[{fmt_ms(ci[0])}, {fmt_ms(ci[1])}]"
+
+
+def _fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def _capacity_text(cap: dict[str, int] | None) -> str:
+    if not cap:
+        return "-"
+    return f"{cap['passed_batches']}/{cap['batches']}, {cap['arrived_tasks']}/{cap['tasks']}"
+
+
+def _has_capacity(report: dict[str, Any]) -> bool:
+    return any(c.get("capacity") for c in report["cells"])
+
+
+def _cell_row(c: dict[str, Any], capacity: bool) -> list[str]:
+    row = [
+        str(c["cell"]),
+        str(c["n"]),
+        str(c["failed"]),
+        str(c["invalid"]),
+    ]
+    for p in TABLE_PHASES:
+        s = c["phases"][p]
+        row.append(f"{fmt_ms(s['p50_ms'])} / {fmt_ms(s['p95_ms'])}")
+    if capacity:
+        row.append(_capacity_text(c.get("capacity")))
+    return row
+
+
+def _headers(capacity: bool) -> list[str]:
+    heads = ["cell (host/driver/workload/channel)", "n", "failed", "invalid"]
+    heads += [f"{p} P50/P95" for p in TABLE_PHASES]
+    if capacity:
+        heads.append("capacity")
+    return heads
+
+
+def render_table(report: dict[str, Any]) -> Table:
+    """One row per cell: counts, then P50/P95 (ms) of the main phases."""
+    run = report.get("run", {})
+    capacity = _has_capacity(report)
+    title = f"rtax {run.get('run_id') or ''} ({run.get('status', '?')})".strip()
+    table = Table(title=title, caption="times in ms; see the legend")
+    for i, h in enumerate(_headers(capacity)):
+        table.add_column(h, justify="left" if i < 1 else "right", no_wrap=True)
+    for c in report["cells"]:
+        table.add_row(*_cell_row(c, capacity))
+    return table
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(h) for h in headers) + " |"]
+    lines.append("|" + "|".join("---" for _ in headers) + "|")
+    lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: the cell table, driver differences, the legend."""
+    run = report.get("run", {})
+    capacity = _has_capacity(report)
+    out = [f"# rtax report {run.get('run_id') or ''}".rstrip(), ""]
+    meta = [
+        f"- started: {run.get('started_at')}",
+        f"- profile: {run.get('profile')}",
+        f"- status: {run.get('status')}" + (" (torn last line)" if run.get("torn_tail") else ""),
+        f"- trials: {run.get('trials')}",
+        f"- seed: {run.get('seed')}",
+    ]
+    out += meta + ["", "## Cells (times in ms)", ""]
+    rows = [_cell_row(c, capacity) for c in report["cells"]]
+    out += [_md_table(_headers(capacity), rows), ""]
+    out += ["## Cell ids", ""]
+    for c in report["cells"]:
+        errs = ", ".join(f"{k}: {v}" for k, v in c.get("errors", {}).items())
+        line = f"- `{c['cell']}`: total P50 {fmt_ms(c['phases']['total']['p50_ms'])} ms"
+        line += f" {_fmt_ci(c['phases']['total']['p50_ci95_ms'])}"
+        if errs:
+            line += f"; errors: {errs}"
+        for phase, cl in c.get("clusters", {}).items():
+            parts = "; ".join(f"{k['n']} around {fmt_ms(k['p50_ms'])}" for k in cl)
+            line += f"; {phase} clusters: {parts}"
+        out.append(line)
+    out.append("")
+    if report.get("diffs"):
+        out += ["## Differences between drivers (b - a, ms)", ""]
+        heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
+        rows = [_diff_row(d) for d in report["diffs"]]
+        out += [_md_table(heads, rows), ""]
+    out += ["## Legend", "", "```", LEGEND.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def _diff_row(d: dict[str, Any]) -> list[str]:
+    return [
+        d["a"],
+        d["b"],
+        d["phase"],
+        fmt_ms(d["a_p50_ms"]),
+        fmt_ms(d["b_p50_ms"]),
+        fmt_ms(d["diff_ms"]),
+        _fmt_ci(d["ci95_ms"]),
+        _fmt_ratio(d["ratio"]),
+        d["faster"],
+    ]
+
+
+def render_csv(report: dict[str, Any]) -> str:
+    """One row per cell x phase (the six phases, then sub-phases) with all summary fields."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(
+        ["cell", "host", "driver", "workload", "channel", "trials", "failed", "invalid", "phase"]
+        + list(SUMMARY_FIELDS)
+    )
+    for c in report["cells"]:
+        head = [
+            c["cell"],
+            c["host"],
+            c["driver"],
+            c["workload"],
+            c["channel"],
+            c["n"],
+            c["failed"],
+            c["invalid"],
+        ]
+        for phase, s in list(c["phases"].items()) + list(c.get("subphases", {}).items()):
+            lo, hi = s["p50_ci95_ms"]
+            vals = [s[k] for k in SUMMARY_FIELDS[:7]] + [lo, hi]
+            w.writerow(head + [phase] + ["" if v is None else v for v in vals])
+    return buf.getvalue()
+
+
+def render_compare(cmp: dict[str, Any]) -> Table:
+    """Per cell and phase: median in run a, in run b, b - a with its interval."""
+    table = Table(title=f"rtax compare: a = {cmp.get('a')}, b = {cmp.get('b')}")
+    for h in ("cell", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"):
+        table.add_column(h, justify="left" if h in ("cell", "phase", "faster") else "right")
+    for r in cmp["rows"]:
+        table.add_row(
+            r["cell"],
+            r["phase"],
+            fmt_ms(r["a_p50_ms"]),
+            fmt_ms(r["b_p50_ms"]),
+            fmt_ms(r["diff_ms"]),
+            _fmt_ci(r["ci95_ms"]),
+            _fmt_ratio(r["ratio"]),
+            r["faster"],
+        )
+    return table
+
+
+def _fmt_num(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def render_project(proj: dict[str, Any]) -> Table:
+    """Worker-hours per cell for N trajectories of S steps."""
+    n, s = proj["trajectories"], proj["steps"]
+    table = Table(title=f"rtax project: {n:,} trajectories x {s} steps")
+    for h in ("cell", "create s", "ready s", "action s", "teardown s", "per traj s", "worker-h"):
+        table.add_column(h, justify="left" if h == "cell" else "right")
+    table.add_column("95% CI", justify="right")
+    for c in proj["cells"]:
+        inp = c["inputs"]
+        lo, hi = c["ci95"]
+        table.add_row(
+            c["cell"],
+            _fmt_num(inp["create"]["p50_s"]),
+            _fmt_num(inp["ready"]["p50_s"]),
+            _fmt_num(inp["action"]["p50_s"]),
+            _fmt_num(inp["teardown"]["p50_s"]),
+            _fmt_num(c["per_trajectory_s"]),
+            _fmt_num(c["worker_hours"]),
+            "-" if lo is None else f"[{_fmt_num(lo)}, {_fmt_num(hi)}]",
+        )
+    return table
+
+
+def out_console(stderr: bool = False) -> Console:
+    """A console that does not squeeze tables to 80 columns when writing to a pipe or file."""
+    c = Console(stderr=stderr)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, width=180)
+    return c
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    """The table, the reasons of failed trials, and the driver differences, for a terminal."""
+    console.print(render_table(report))
+    for c in report["cells"]:
+        errors = c.get("errors") or {}
+        if errors:
+            kinds = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
+            console.print(f"[red]{c['cell']}[/red]: failures: {kinds}")
+    if report.get("diffs"):
+        table = Table(title="differences between drivers (b - a, ms, P50)")
+        heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
+        for h in heads:
+            table.add_column(h, justify="left" if h in ("a", "b", "phase", "faster") else "right")
+        for d in report["diffs"]:
+            table.add_row(*_diff_row(d))
+        console.print(table)
