@@ -321,7 +321,7 @@ def test_render_markdown(report):
     for cell in (LOCAL, DOCKER, CAP, REMOTE_CAP):
         assert cell in md
     assert "timeout: 1" in md
-    assert "| local | docker | T0 | exec | 3 | 0 | 0 |" in md
+    assert "| local/docker/T0/exec | 3 | 0 | 0 |" in md
     assert "157" in md  # the docker - local difference of total
     assert LEGEND.splitlines()[0] in md
 

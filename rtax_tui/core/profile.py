@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -127,19 +128,21 @@ class Profile:
             if key in kw:
                 kw[key] = tuple(kw[key])
         prof = replace(self, **kw)
-        prof._check_names(f"{self.path} (command line)")
+        prof._check_names(lambda key: "command line" if key in kw else self.path)
         return prof
 
-    def _check_names(self, where: str) -> None:
+    def _check_names(self, locate: Callable[[str], str]) -> None:
         def bad(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-            raise ProfileError(f"{where}: {key}: unknown {value!r} (allowed: {', '.join(allowed)})")
+            raise ProfileError(
+                f"{locate(key)}: {key}: unknown {value!r} (allowed: {', '.join(allowed)})"
+            )
 
         for d in self.drivers:
             if d not in KNOWN_DRIVERS:
                 bad("drivers", d, KNOWN_DRIVERS)
             if d not in IMPLEMENTED_DRIVERS:
                 raise ProfileError(
-                    f"{where}: drivers: {d!r} is not available in this version of rtax "
+                    f"{locate('drivers')}: drivers: {d!r} is not available in this version of rtax "
                     f"(available: {', '.join(IMPLEMENTED_DRIVERS)})"
                 )
         allowed_w = BUILTIN_WORKLOADS + tuple(self.custom_workloads)
@@ -151,16 +154,18 @@ class Profile:
                 bad("channels", c, CHANNELS)
         for h in self.hosts:
             if h != "local":
-                raise ProfileError(f"{where}: hosts: {h!r}: only `local` is supported so far")
+                raise ProfileError(
+                    f"{locate('hosts')}: hosts: {h!r}: only `local` is supported so far"
+                )
         for key in ("drivers", "workloads", "channels", "hosts"):
             if not getattr(self, key):
-                raise ProfileError(f"{where}: {key}: must name at least one")
+                raise ProfileError(f"{locate(key)}: {key}: must name at least one")
         if self.trials < 1:
-            raise ProfileError(f"{where}: trials: must be at least 1")
-        if self.warmup < 0:
-            raise ProfileError(f"{where}: warmup: must be 0 or more")
+            raise ProfileError(f"{locate('trials')}: trials: must be at least 1")
         if self.concurrency < 1:
-            raise ProfileError(f"{where}: concurrency: must be at least 1")
+            raise ProfileError(f"{locate('concurrency')}: concurrency: must be at least 1")
+        if self.capacity is not None and self.capacity.size < 1:
+            raise ProfileError(f"{locate('capacity')}: capacity.size: must be at least 1")
 
     @property
     def needs_assets(self) -> bool:
@@ -325,7 +330,7 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
     kw["custom_workloads"] = custom
 
     prof = Profile(**kw)
-    prof._check_names(path)
+    prof._check_names(lambda key: where("run", key))
     return prof
 
 

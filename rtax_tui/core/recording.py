@@ -5,8 +5,9 @@ Writer and reader live side by side so the format has one definition.
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -93,26 +94,6 @@ def _check_event(path: str, lineno: int, ev: Any) -> dict[str, Any]:
     return ev
 
 
-def iter_lines(path: str, lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Parse lines; a bad last line without a newline is a torn write and is skipped."""
-    pending: tuple[int, bytes] | None = None
-    for lineno, raw in enumerate(lines, 1):
-        if pending is not None:
-            yield pending[0], _parse(path, *pending)
-            pending = None
-        if not raw.strip():
-            continue
-        if raw.endswith(b"\n"):
-            yield lineno, _parse(path, lineno, raw)
-        else:
-            pending = (lineno, raw)
-    if pending is not None:
-        try:
-            yield pending[0], _parse(path, *pending)
-        except RecordingError:
-            yield pending[0], {"type": "_torn"}
-
-
 def _parse(path: str, lineno: int, raw: bytes) -> dict[str, Any]:
     try:
         ev = orjson.loads(raw)
@@ -124,33 +105,68 @@ def _parse(path: str, lineno: int, raw: bytes) -> dict[str, Any]:
 def read_recording(path: str | Path) -> Recording:
     p = str(path)
     try:
-        fh = open(p, "rb")  # noqa: SIM115
+        data = Path(p).read_bytes()
     except OSError as exc:
         raise RecordingError(f"{p}: cannot open ({exc.strerror})") from None
-    with fh:
-        return read_stream(p, fh)
+    return read_bytes(p, data)
 
 
 def read_stream(name: str, lines: Iterable[bytes]) -> Recording:
+    return read_bytes(name, b"".join(lines))
+
+
+def read_bytes(name: str, data: bytes) -> Recording:
+    """Parse a whole recording. A last line with no newline that does not parse is a torn
+    write (the run was killed mid-line) and is skipped; any other bad line is an error."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a million small dicts would trigger many useless collections
+    try:
+        return _read_lines(name, data)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _read_lines(name: str, data: bytes) -> Recording:
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the data ends with a newline
+    loads = orjson.loads
+    fields_of = EVENT_FIELDS
     header: dict[str, Any] | None = None
-    rec: Recording | None = None
-    for lineno, ev in iter_lines(name, lines):
-        if ev["type"] == "_torn":
-            if rec is not None:
-                rec.torn_tail = True
-            continue
+    events: list[dict[str, Any]] = []
+    append = events.append
+    for lineno, raw in enumerate(lines, 1):
+        try:
+            ev = loads(raw)
+            fields = fields_of[ev["type"]]
+            for f in fields:
+                ev[f]  # noqa: B018 - a missing field raises KeyError
+        except Exception:
+            if not raw.strip():
+                continue
+            ev = _parse(name, lineno, raw)  # raises with the precise reason
         if header is None:
-            if ev["type"] != "run":
-                raise RecordingError(f"{name}:{lineno}: the first event must be `run`")
-            if ev.get("format") != FORMAT:
-                raise RecordingError(
-                    f"{name}:{lineno}: format {ev.get('format')!r} is not {FORMAT!r}"
-                )
-            header = ev
-            rec = Recording(name, header)
+            header = _check_header(name, lineno, ev)
             continue
-        assert rec is not None
-        rec.events.append(ev)
-    if rec is None:
+        append(ev)
+    torn = False
+    if tail.strip():
+        try:
+            ev = _parse(name, len(lines) + 1, tail)
+            if header is None:
+                header = _check_header(name, len(lines) + 1, ev)
+            else:
+                append(ev)
+        except RecordingError:
+            torn = True
+    if header is None:
         raise RecordingError(f"{name}: empty recording (no `run` header)")
-    return rec
+    return Recording(name, header, events, torn_tail=torn)
+
+
+def _check_header(name: str, lineno: int, ev: dict[str, Any]) -> dict[str, Any]:
+    if ev.get("type") != "run":
+        raise RecordingError(f"{name}:{lineno}: the first event must be `run`")
+    if ev.get("format") != FORMAT:
+        raise RecordingError(f"{name}:{lineno}: format {ev.get('format')!r} is not {FORMAT!r}")
+    return ev

@@ -1,0 +1,65 @@
+"""Profiles: the built-ins load; every mistake is one line naming file, line and key."""
+
+from __future__ import annotations
+
+import pytest
+
+from rtax_tui.core.profile import ProfileError, load_profile, profiles_dir
+
+
+@pytest.mark.parametrize("name", ["default", "t0", "t1", "t2", "trajectory", "capacity"])
+def test_builtin_profiles_load(name):
+    prof = load_profile(profiles_dir() / f"{name}.toml")
+    assert prof.name == name and prof.trials >= 1 and prof.drivers
+
+
+def test_default_profile_is_t0_t1_on_local_and_stage_30_trials():
+    prof = load_profile(profiles_dir() / "default.toml")
+    assert set(prof.workloads) == {"t0", "t1"} and set(prof.drivers) == {"local", "stage"}
+    assert prof.trials == 30 and prof.warmup >= 1
+
+
+def err(tmp_path, text: str) -> str:
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as exc:
+        load_profile(path)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_unknown_key_names_line_and_allowed(tmp_path):
+    msg = err(tmp_path, "[run]\ntrials = 3\n\n[timeouts]\ncreate = 1\nreddy = 2\n")
+    assert msg.startswith(f"{tmp_path}/p.toml:6: timeouts.reddy: unknown key (allowed: create")
+
+
+def test_unknown_driver_and_workload(tmp_path):
+    msg = err(tmp_path, '[run]\ndrivers = ["local", "dockr"]\n')
+    assert "p.toml:2: drivers: unknown 'dockr' (allowed: local, stage, docker" in msg
+    msg = err(tmp_path, '[run]\nseed = 1\nworkloads = ["t9"]\n')
+    assert "p.toml:3: workloads: unknown 't9' (allowed: t0, t1, t2" in msg
+
+
+def test_wrong_type(tmp_path):
+    msg = err(tmp_path, '[run]\ntrials = "many"\n')
+    assert msg.endswith("p.toml:2: run.trials: expected integer, got 'many'")
+    msg = err(tmp_path, "[limits]\ncpus = true\n")
+    assert "p.toml:2: limits.cpus: expected integer or number, got True" in msg
+
+
+def test_unknown_table_and_bad_toml(tmp_path):
+    assert "p.toml:1: [rum]: unknown table" in err(tmp_path, "[rum]\nx = 1\n")
+    assert "p.toml: not valid TOML" in err(tmp_path, "[run\n")
+
+
+def test_custom_workload(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[run]\nworkloads = ["mine"]\ndrivers = ["local"]\n'
+        '[workloads.mine]\nsteps = [{argv = ["echo", "hi"], expect_out = "hi"}]\n'
+    )
+    prof = load_profile(path)
+    assert prof.custom_workloads["mine"].steps[0].argv == ("echo", "hi")
+    msg = err(tmp_path, '[workloads.mine]\nsteps = [{argv = ["x"], expect = 1}]\n')
+    assert "p.toml:2: workloads.mine.steps[0].expect: unknown key" in msg
