@@ -12,6 +12,7 @@ from typing import Any
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.shellframe import FramedShell
 
+from rtax_tui.core import reaper
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.hosts.local import kill_group
 
@@ -30,6 +31,17 @@ def base_env(workspace: str, extra: dict[str, str]) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def make_workspace(label: str) -> str:
+    path = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{label}-")
+    reaper.current().add_path(path)
+    return path
+
+
+async def remove_workspace(path: str) -> None:
+    await asyncio.to_thread(shutil.rmtree, path, True)
+    reaper.current().drop_path(path)
 
 
 def populate(workspace: str, src: str | None) -> None:
@@ -54,6 +66,8 @@ async def run_exec(
         kill_group(proc)
         await proc.wait()
         raise
+    finally:
+        host.release(proc)
     return ActionResult(rc=proc.returncode if proc.returncode is not None else -1, output=out)
 
 
@@ -75,7 +89,7 @@ class LocalEnvironment(Environment):
 
     async def create(self) -> None:
         async with self.sub("workspace"):
-            self.workspace = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{self.spec.label}-")
+            self.workspace = make_workspace(self.spec.label)
             populate(self.workspace, self.spec.workspace_src)
             self.env = base_env(self.workspace, self.spec.env)
         if self.channel == "shell":
@@ -111,7 +125,7 @@ class LocalEnvironment(Environment):
             await close_shell(self.shell_proc)
             self.shell_proc = None
         if self.workspace is not None:
-            await asyncio.to_thread(shutil.rmtree, self.workspace, True)
+            await remove_workspace(self.workspace)
             self.workspace = None
 
 
@@ -129,6 +143,7 @@ async def close_shell(proc: asyncio.subprocess.Process, grace: float = 1.0) -> N
         pass
     kill_group(proc)  # also ends anything the shell left in the background
     await proc.wait()
+    reaper.current().drop_pgid(proc.pid)
 
 
 class LocalDriver(Driver):

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from rtax_tui.core import reaper
 from rtax_tui.core.profile import Profile
 from rtax_tui.core.recording import Recording, RecordingWriter
 from rtax_tui.core.runner import build_session
@@ -66,6 +67,7 @@ async def _run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, session.stop)
+    reaper.start()  # cleans up after us even if we are killed with SIGKILL
     status_task = None
     if err.is_terminal:
         status = err.status(_progress_line(session))
@@ -85,6 +87,7 @@ async def _run(
             status.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        reaper.stop()
 
 
 def run_headless(profile: Profile, output: str | None, argv: list[str]) -> int:

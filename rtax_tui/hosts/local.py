@@ -9,6 +9,8 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rtax_tui.core import reaper
+
 
 @dataclass
 class CompletedProcess:
@@ -63,7 +65,7 @@ class LocalHost:
         cgroup_procs: Sequence[str] = (),
         pass_fds: Sequence[int] = (),
     ) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
             env=env,
@@ -75,6 +77,13 @@ class LocalHost:
             pass_fds=tuple(pass_fds),
             limit=1 << 24,
         )
+        reaper.current().add_pgid(proc.pid)
+        return proc
+
+    @staticmethod
+    def release(proc: asyncio.subprocess.Process) -> None:
+        """The process and its group are gone: the reaper may forget them."""
+        reaper.current().drop_pgid(proc.pid)
 
     async def run(
         self,
@@ -102,6 +111,8 @@ class LocalHost:
             kill_group(proc)
             await proc.wait()
             raise
+        finally:
+            self.release(proc)
         rc = proc.returncode if proc.returncode is not None else -1
         result = CompletedProcess(list(argv), rc, out or b"", err or b"")
         if check and rc != 0:

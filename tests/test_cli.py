@@ -1,0 +1,206 @@
+"""The command line for real: runs, streams, reports, errors, Ctrl-C and kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rtax_tui.core.recording import read_recording
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rtax(
+    *args: str, cwd: Path | None = None, timeout: float = 300, **kw
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *args],
+        capture_output=True,
+        cwd=cwd,
+        timeout=timeout,
+        **kw,
+    )
+
+
+def custom_profile(tmp_path: Path, steps: str, trials: int = 5, extra: str = "") -> Path:
+    p = tmp_path / "p.toml"
+    p.write_text(
+        f'[run]\ntrials = {trials}\nwarmup = 1\ndrivers = ["local"]\nworkloads = ["w"]\n'
+        f'channels = ["exec", "shell"]\n{extra}\n[workloads.w]\nsteps = [{steps}]\n'
+    )
+    return p
+
+
+def test_run_writes_recording_and_report(tmp_path):
+    prof = custom_profile(tmp_path, '{argv = ["echo", "hi"], expect_out = "hi"}')
+    out = tmp_path / "r.jsonl"
+    res = rtax("run", str(prof), "--headless", "-o", str(out), "--seed", "5")
+    assert res.returncode == 0, res.stderr
+    assert f"recording: {out}" in res.stderr.decode()
+    assert "local/local/w/exec" in res.stdout.decode()
+    rec = read_recording(out)
+    assert rec.header["seed"] == 5 and rec.header["profile"]["trials"] == 5
+    assert rec.header["hosts"]["local"]["cpus"] == os.cpu_count()
+    assert rec.end == {**rec.end, "status": "completed", "trials": 12}
+    rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
+    assert rep["format"] == "rtax-report/1"
+    cells = {c["cell"]: c for c in rep["cells"]}
+    assert set(cells) == {"local/local/w/exec", "local/local/w/shell"}
+    for c in cells.values():
+        assert c["n"] == 5 and c["failed"] == 0 and c["invalid"] == 0
+        for ph in ("create", "ready", "action", "teardown", "orchestration", "total"):
+            assert c["phases"][ph]["n"] == 5 and c["phases"][ph]["p50_ms"] > 0
+    # the report's P50 is recomputed from the raw recording, a second way
+    import numpy as np
+
+    exec_trials = {
+        e["trial"]
+        for e in rec.events
+        if e["type"] == "trial_start" and e["channel"] == "exec" and not e["warmup"]
+    }
+    creates = [
+        e["dur_ns"]
+        for e in rec.events
+        if e["type"] == "phase" and e["name"] == "create" and e["trial"] in exec_trials
+    ]
+    assert cells["local/local/w/exec"]["phases"]["create"]["p50_ms"] == pytest.approx(
+        float(np.median(creates)) / 1e6
+    )
+    for fmt, needle in (("markdown", "| local/local/w/shell |"), ("csv", "local/local/w/exec,")):
+        res = rtax("report", str(out), "--format", fmt)
+        assert res.returncode == 0 and needle in res.stdout.decode()
+
+
+def test_stream_to_stdout_is_line_by_line_events(tmp_path):
+    prof = custom_profile(tmp_path, '{argv = ["true"]}', trials=3)
+    res = rtax("run", str(prof), "-o", "-")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    events = [orjson.loads(x) for x in lines]
+    assert events[0]["type"] == "run" and events[-1]["type"] == "run_end"
+    assert sum(e["type"] == "trial_end" for e in events) == 8
+    assert "local/local/w/exec" in res.stderr.decode()  # the report goes to stderr
+
+
+def test_compare_and_project(tmp_path):
+    prof = custom_profile(tmp_path, '{argv = ["true"]}', trials=5)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert rtax("run", str(prof), "-o", str(a)).returncode == 0
+    assert rtax("run", str(prof), "-o", str(b), "--seed", "2").returncode == 0
+    cmp = json.loads(rtax("compare", str(a), str(b), "--format", "json").stdout)
+    assert {r["cell"] for r in cmp["rows"]} == {"local/local/w/exec", "local/local/w/shell"}
+    proj = json.loads(
+        rtax(
+            "project", str(a), "--trajectories", "1000000", "--steps", "150", "--format", "json"
+        ).stdout
+    )
+    cell = proj["cells"][0]
+    inp = cell["inputs"]
+    expect = (
+        1e6
+        * (
+            inp["create"]["p50_s"]
+            + inp["ready"]["p50_s"]
+            + inp["teardown"]["p50_s"]
+            + 150 * inp["action"]["p50_s"]
+        )
+        / 3600
+    )
+    assert cell["worker_hours"] == pytest.approx(expect, rel=1e-6)
+    assert "worker-h" in rtax("project", str(a)).stdout.decode()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "PROFILE", "--driver", "nope"], "command line: drivers: unknown 'nope'"),
+        (["run", "PROFILE", "--workload", "t7"], "command line: workloads: unknown 't7'"),
+        (["run", "PROFILE", "--channel", "pipe"], "command line: channels: unknown 'pipe'"),
+        (["run", "missing.toml"], "missing.toml: cannot read profile"),
+        (["report", "BADREC"], "bad.jsonl:2: not JSON"),
+    ],
+)
+def test_errors_are_one_line_exit_2(tmp_path, args, needle):
+    prof = custom_profile(tmp_path, '{argv = ["true"]}')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"type":"run","t_ns":0,"format":"rtax/1","run_id":"r","started_at":"x",'
+        '"seed":1,"argv":[],"profile":{},"hosts":{}}\nnope\n{}\n'
+    )
+    args = [str(prof) if a == "PROFILE" else str(bad) if a == "BADREC" else a for a in args]
+    res = rtax(*args, cwd=tmp_path)
+    err = res.stderr.decode().strip()
+    assert res.returncode == 2, err
+    assert needle in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.glob("recordings/*.jsonl"))  # nothing half-made
+
+
+def _wait_for_trials(path: Path, n: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b'"trial_end"') >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} trials in {path}")
+
+
+def _leftovers(marker: str) -> str:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupt_keeps_finished_trials_and_leaves_nothing(tmp_path, sig, channel):
+    # Trials are quick until FLAG exists; then the next action hangs in `sleep`, and the
+    # signal arrives while that process runs.
+    flag = tmp_path / "FLAG"
+    marker = f"sleep 60.{os.getpid()}{sig.value}{len(channel)}"
+    step = f"[ -e {flag} ] && exec {marker}; true"
+    prof = custom_profile(tmp_path, f'{{argv = ["sh", "-c", "{step}"]}}', trials=500)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(out), "--channel", channel],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    _wait_for_trials(out, 5)
+    flag.touch()
+    deadline = time.monotonic() + 30
+    while not _leftovers(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _leftovers(marker), "the hanging action never started"
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    rec = read_recording(out)
+    ends = [e for e in rec.events if e["type"] == "trial_end"]
+    starts = [e for e in rec.events if e["type"] == "trial_start"]
+    assert len(ends) >= 5 and all(e["ok"] for e in ends[:5])
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        assert rec.end["status"] == "interrupted" and rec.end["trials"] == len(ends)
+        assert len(starts) == len(ends)
+        assert ends[-1]["error"]["kind"] == "interrupted"
+    else:
+        assert proc.returncode == -signal.SIGKILL
+        assert rec.end is None and len(starts) == len(ends) + 1
+        rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
+        measured = len([s for s in starts if not s["warmup"]])
+        assert sum(c["n"] for c in rep["cells"]) == measured
+        assert sum(c["failed"] for c in rep["cells"]) == 1  # the trial cut short
+    deadline = time.monotonic() + 10
+    while _leftovers(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _leftovers(marker) == ""
+    while (
+        list(Path("/tmp").glob(f"rtax-ws-{rec.header['run_id']}-*")) and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    assert list(Path("/tmp").glob(f"rtax-ws-{rec.header['run_id']}-*")) == []
