@@ -1,0 +1,255 @@
+"""The built-in workloads (see DESIGN.md, "Workloads").
+
+Every step is an argv list run with cwd = the environment's workspace; whatever a
+shell must see goes through `sh -c` with shlex quoting. Each step carries an
+`expect_out` that really occurs in its output, so `Step.matches` is a real check.
+When a workload has `files`, the driver copies the *contents* of that directory
+(the attrs repository, `.git` included) into the workspace.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from rtax_tui.core import assets as A
+from rtax_tui.core.model import Step, Workload
+
+WORKLOAD_NAMES: tuple[str, ...] = (
+    "t0",
+    "t1",
+    "t2",
+    "trajectory-10",
+    "trajectory-50",
+    "trajectory-150",
+    "capacity",
+)
+TRAJECTORY_LENGTHS: tuple[int, ...] = (10, 50, 150)
+TEST_EVERY = 25  # the trajectories run one fast pinned test every TEST_EVERY steps
+TEST_OFFSET = 9  # ... at steps 10, 35, 60, ... (1-based), so trajectory-10 runs one
+
+# Python AST search over src/attr: prints `path:line:function` for every function
+# that calls sys.argv[1] (a plain name or an attribute).
+AST_SEARCH = """\
+import ast, pathlib, sys
+target = sys.argv[1]
+for p in sorted(pathlib.Path("src/attr").rglob("*.py")):
+    tree = ast.parse(p.read_text(encoding="utf-8"), filename=str(p))
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call):
+                    name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                    if name == target:
+                        print(f"{p}:{fn.lineno}:{fn.name}")
+                        break
+"""
+
+CAPACITY_PY = "b=bytearray(32<<20); b[::4096]=b'x'*len(b[::4096]); print(len(b))"
+CAPACITY_GIT = (
+    "git init -q g && "
+    "git -C g -c user.name=r -c user.email=r@r -c commit.gpgsign=false "
+    "commit -q --allow-empty -m rtax-capacity && "
+    "git -C g log --oneline"
+)
+
+# (pattern, where, a substring of the output)
+_GREPS: tuple[tuple[str, str, str], ...] = (
+    ("def max_len", "src/", "src/attr/validators.py:554:def max_len(length):"),
+    ("class _MaxLengthValidator", "src/attr", "validators.py"),
+    ("raise ValueError", "src/attr", "raise ValueError"),
+    ("_compile_and_eval", "src/attr", "def _compile_and_eval("),
+    ("max_length", "src/attr/validators.py", "self.max_length"),
+    ("class TestMaxLen", "tests", "tests/test_validators.py"),
+    ("def evolve", "src/attr", "src/attr/_make.py"),
+    ("def optional", "src/attr/converters.py", "def optional(converter):"),
+)
+# (argv, a substring of the output)
+_READS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("cat", "src/attr/validators.py"), "def max_len(length):"),
+    (("head", "-n", "40", "src/attr/__init__.py"), "Classes Without Boilerplate"),
+    (("wc", "-l", "src/attr/_make.py", "src/attr/validators.py"), "total"),
+    (("sed", "-n", "536,552p", "src/attr/validators.py"), "class _MaxLengthValidator"),
+    (("cat", "tests/test_validators.py"), "class TestMaxLen"),
+    (("head", "-n", "60", "src/attr/converters.py"), "def optional(converter):"),
+    (("cat", "src/attr/_funcs.py"), "def astuple("),
+    (("wc", "-l", "tests/test_validators.py", "tests/test_converters.py"), "total"),
+)
+# (called name, a function that calls it)
+_AST_TARGETS: tuple[tuple[str, str], ...] = (
+    ("_compile_and_eval", ":_add_repr"),
+    ("_linecache_and_compile", ":_eval_snippets"),
+    ("TypeError", ":evolve"),
+    ("getattr", ":astuple"),
+    ("setattr", ":_patch_original_class"),
+)
+_GITS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("git", "log", "--oneline", "-n", "5"), "introduce bug"),
+    (("git", "status", "--porcelain=v1", "--branch"), f"## {A.BRANCH}"),
+    (("git", "show", "--stat", "--format=%s", "HEAD"), "src/attr/validators.py"),
+    (("git", "diff", "HEAD~1", "HEAD", "--", "src/"), "self.max_length"),
+)
+
+
+def _grep(k: int) -> Step:
+    pattern, where, expect = _GREPS[k % len(_GREPS)]
+    return Step(("grep", "-rn", pattern, where), expect_out=expect)
+
+
+def _read(k: int) -> Step:
+    argv, expect = _READS[k % len(_READS)]
+    return Step(argv, expect_out=expect)
+
+
+def _ast(k: int) -> Step:
+    target, expect = _AST_TARGETS[k % len(_AST_TARGETS)]
+    return Step(("python3", "-c", AST_SEARCH, target), expect_out=expect)
+
+
+def _git(k: int) -> Step:
+    argv, expect = _GITS[k % len(_GITS)]
+    return Step(argv, expect_out=expect)
+
+
+def _note(k: int) -> str:
+    return f"rtax note {k}"
+
+
+def _edit(k: int) -> Step:
+    script = f"printf '%s\\n' {shlex.quote(_note(k))} >> README.md"
+    return Step(("sh", "-c", script))
+
+
+def _diff(k: int) -> Step:
+    return Step(("git", "diff", "--", "README.md"), expect_out="+" + _note(k))
+
+
+def _pytest_step(test: str, fail: bool) -> Step:
+    if fail:
+        return Step(
+            tuple(A.pinned_test_argv([test])),
+            expect_rc="nonzero",
+            expect_out=A.FAST_FAILING_SUMMARY,
+        )
+    return Step(tuple(A.pinned_test_argv([test])), expect_out=A.FAST_PASSING_SUMMARY)
+
+
+# The rotation of the T1-style steps in a trajectory; "edit" is always followed
+# (possibly after a test step) by the "diff" that shows it.
+_ROTATION = ("grep", "read", "ast", "git", "grep", "read", "edit", "diff", "ast", "git", "read")
+
+
+def trajectory_steps(n: int) -> tuple[Step, ...]:
+    """n deterministic T1-style steps; every TEST_EVERY steps a fast pinned test,
+    alternately one that reproduces the bug and one that passes."""
+    steps: list[Step] = []
+    counts: dict[str, int] = {}
+    tests = 0
+    r = 0
+    last_note = 0
+    for i in range(n):
+        if i % TEST_EVERY == TEST_OFFSET:
+            fail = tests % 2 == 0
+            test = A.FAST_FAILING_TEST if fail else A.FAST_PASSING_TEST
+            steps.append(_pytest_step(test, fail))
+            tests += 1
+            continue
+        kind = _ROTATION[r % len(_ROTATION)]
+        r += 1
+        k = counts.get(kind, 0)
+        counts[kind] = k + 1
+        if kind == "grep":
+            steps.append(_grep(k))
+        elif kind == "read":
+            steps.append(_read(k))
+        elif kind == "ast":
+            steps.append(_ast(k))
+        elif kind == "git":
+            steps.append(_git(k))
+        elif kind == "edit":
+            last_note = k + 1
+            steps.append(_edit(last_note))
+        else:  # diff
+            steps.append(_diff(last_note))
+    return tuple(steps)
+
+
+def _t0() -> Workload:
+    return Workload(
+        name="t0",
+        steps=(Step(("true",)),),
+        description="the minimal command (`true`), isolating start-up",
+    )
+
+
+def _capacity() -> Workload:
+    return Workload(
+        name="capacity",
+        steps=(
+            Step(("python3", "-c", CAPACITY_PY), expect_out=str(32 << 20)),
+            Step(("sh", "-c", CAPACITY_GIT), expect_out="rtax-capacity"),
+        ),
+        description="touch 32 MiB of private memory in Python, then a git step",
+    )
+
+
+def _t1(assets: A.AssetPaths) -> Workload:
+    return Workload(
+        name="t1",
+        steps=(
+            Step(("grep", "-rn", "def max_len", "src/"), expect_out="src/attr/validators.py"),
+            Step(("python3", "-c", AST_SEARCH, "_compile_and_eval"), expect_out=":_add_repr"),
+            Step(("cat", "src/attr/validators.py"), expect_out="class _MaxLengthValidator"),
+            Step(("head", "-n", "40", "src/attr/__init__.py"), expect_out="Classes Without"),
+            Step(("wc", "-l", "src/attr/_make.py", "src/attr/validators.py"), expect_out="total"),
+        ),
+        files=str(assets.repo),
+        needs_assets=True,
+        description="code inspection in the preloaded attrs repository: grep, AST search, reads",
+    )
+
+
+def _t2(assets: A.AssetPaths) -> Workload:
+    run_tests = "cd repo && exec " + shlex.join(A.pinned_test_argv(assets.tests))
+    return Workload(
+        name="t2",
+        steps=(
+            Step(("git", "clone", "-q", str(assets.bare), "repo")),
+            Step(
+                ("grep", "-rn", "max_length", "repo/src/attr/validators.py"),
+                expect_out="self.max_length",
+            ),
+            Step(("git", "-C", "repo", "log", "--oneline", "-n", "3"), expect_out="introduce bug"),
+            Step(("sh", "-c", run_tests), expect_rc="nonzero", expect_out=A.PINNED_FAIL_SUMMARY),
+            Step(("git", "-C", "repo", "apply", str(assets.patch))),
+            Step(("sh", "-c", run_tests), expect_rc=0, expect_out=A.PINNED_PASS_SUMMARY),
+        ),
+        files=None,
+        needs_assets=True,
+        description=(
+            "clone attrs at a buggy commit, inspect, run the pinned tests (must fail), "
+            "apply the fix patch, run them again (must pass)"
+        ),
+    )
+
+
+def _trajectory(n: int, assets: A.AssetPaths) -> Workload:
+    return Workload(
+        name=f"trajectory-{n}",
+        steps=trajectory_steps(n),
+        files=str(assets.repo),
+        needs_assets=True,
+        description=f"{n} steps of a realistic mix of inspection, edits, git and tests",
+    )
+
+
+def builtin_workloads(assets: A.AssetPaths | None) -> dict[str, Workload]:
+    """The built-in workloads by name, in WORKLOAD_NAMES order; without assets only
+    those that need none (t0, capacity)."""
+    out: dict[str, Workload] = {"t0": _t0()}
+    if assets is not None:
+        out["t1"] = _t1(assets)
+        out["t2"] = _t2(assets)
+        for n in TRAJECTORY_LENGTHS:
+            out[f"trajectory-{n}"] = _trajectory(n, assets)
+    out["capacity"] = _capacity()
+    return {name: out[name] for name in WORKLOAD_NAMES if name in out}
