@@ -90,7 +90,8 @@ class LocalEnvironment(Environment):
     async def create(self) -> None:
         async with self.sub("workspace"):
             self.workspace = make_workspace(self.spec.label)
-            populate(self.workspace, self.spec.workspace_src)
+            if self.spec.workspace_src:  # off the event loop: other trials may be in flight
+                await asyncio.to_thread(populate, self.workspace, self.spec.workspace_src)
             self.env = base_env(self.workspace, self.spec.env)
         if self.channel == "shell":
             async with self.sub("spawn"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax_tui.core import reaper
 from rtax_tui.core.hostfacts import local_facts
 from rtax_tui.core.model import (
     FORMAT,
@@ -240,11 +241,13 @@ class Session:
                     swap_mib=cap.swap_mib,
                     pids=None,
                 )
+                reaper.current().add_cgroup(budget.relpath)
             try:
                 await self._run_batch(batch, cap.deadline_s, budget.relpath if budget else None)
             finally:
                 if budget is not None:
                     await asyncio.to_thread(budget.remove)
+                    reaper.current().drop_cgroup(budget.relpath)
 
     async def _run_batch(self, batch: PlannedBatch, deadline_s: float, cg: str | None) -> None:
         barrier = Barrier(len(batch.trials))
@@ -409,7 +412,9 @@ class Session:
                     if self._stopping:
                         error = ("action", "interrupted", "the run was stopped")
                         break
-            if barrier is not None and error is None:
+            if barrier is not None and error is None and actions_ok:
+                # arriving means the work was done: an environment whose steps failed
+                # (an OOM kill under the budget, say) stays out, in the denominator
                 barrier.arrive(pt.id)
                 arrived = True
                 t = time.monotonic_ns()
