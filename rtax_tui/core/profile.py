@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rtax_tui.core.model import CHANNELS, Limits, RtaxError, Step, Timeouts, Workload
+from rtax_tui.core.workloads import WORKLOAD_NAMES
 
 
 class ProfileError(RtaxError):
@@ -22,15 +23,7 @@ class ProfileError(RtaxError):
 
 KNOWN_DRIVERS = ("local", "stage", "docker", "podman", "libvirt", "microvm")
 IMPLEMENTED_DRIVERS = ("local", "stage")
-BUILTIN_WORKLOADS = (
-    "t0",
-    "t1",
-    "t2",
-    "trajectory-10",
-    "trajectory-50",
-    "trajectory-150",
-    "capacity",
-)
+BUILTIN_WORKLOADS = WORKLOAD_NAMES
 
 _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "": {"name": (str,), "description": (str,)},
@@ -169,7 +162,10 @@ class Profile:
 
     @property
     def needs_assets(self) -> bool:
-        return any(w in ("t1", "t2") or w.startswith("trajectory") for w in self.workloads)
+        from rtax_tui.core.workloads import builtin_workloads
+
+        without_assets = builtin_workloads(None)
+        return any(w in WORKLOAD_NAMES and w not in without_assets for w in self.workloads)
 
 
 def _line_of(text: str, table: str, key: str | None) -> int:
