@@ -59,16 +59,10 @@ async def run_exec(
     cgroup_procs: list[str] | tuple[str, ...] = (),
 ) -> ActionResult:
     """One process per action; stdout and stderr merged; killed whole at the timeout."""
-    proc = await host.spawn(argv, cwd=cwd, env=env, cgroup_procs=cgroup_procs)
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except BaseException:
-        kill_group(proc)
-        await proc.wait()
-        raise
-    finally:
-        host.release(proc)
-    return ActionResult(rc=proc.returncode if proc.returncode is not None else -1, output=out)
+    res = await host.run(
+        argv, cwd=cwd, env=env, timeout=timeout, merge_stderr=True, cgroup_procs=cgroup_procs
+    )
+    return ActionResult(rc=res.returncode, output=res.stdout)
 
 
 class LocalEnvironment(Environment):

@@ -176,7 +176,9 @@ class Session:
                 await self._run_capacity()
             else:
                 await self._run_trials()
-        except Exception as exc:  # an engine bug must still end the recording
+        except Exception as exc:  # an engine bug must still tear down and end the recording
+            self.stop()
+            await self._drain()
             self.status = "failed"
             self.emit("run_end", status="failed", trials=self._trials_ended, error=repr(exc))
             raise

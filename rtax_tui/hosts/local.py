@@ -97,24 +97,58 @@ class LocalHost:
         merge_stderr: bool = False,
         cgroup_procs: Sequence[str] = (),
     ) -> CompletedProcess:
-        proc = await self.spawn(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            cgroup_procs=cgroup_procs,
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
-        except BaseException:
-            kill_group(proc)
-            await proc.wait()
-            raise
-        finally:
-            self.release(proc)
+        """Run to completion; at the timeout the whole process group is killed.
+
+        The spawn itself is never cancelled half-way: on Python 3.11 a cancelled
+        `create_subprocess_exec` whose grandchild still holds the pipe can hang its
+        canceller forever. If the caller gives up during the spawn, the spawn finishes
+        in the background, where the process group is killed and reaped.
+        """
+        async with asyncio.timeout(timeout):
+            spawn = asyncio.ensure_future(
+                self.spawn(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                    cgroup_procs=cgroup_procs,
+                )
+            )
+            try:
+                proc = await asyncio.shield(spawn)
+            except asyncio.CancelledError:
+                spawn.add_done_callback(self._reap_spawned)
+                raise
+            try:
+                out, err = await proc.communicate(input)
+            except BaseException:
+                kill_group(proc)
+                await proc.wait()
+                raise
+            finally:
+                self.release(proc)
         rc = proc.returncode if proc.returncode is not None else -1
         result = CompletedProcess(list(argv), rc, out or b"", err or b"")
         if check and rc != 0:
             raise subprocess.CalledProcessError(rc, list(argv), out, err)
         return result
+
+    def _reap_spawned(self, spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        if spawn.cancelled() or spawn.exception() is not None:
+            return
+        proc = spawn.result()
+        kill_group(proc)
+
+        async def reap() -> None:
+            try:
+                await proc.communicate()
+            finally:
+                self.release(proc)
+
+        task = asyncio.ensure_future(reap())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()

@@ -1,0 +1,323 @@
+"""cgroups: the v2 file protocol on a fake root, and the real kernel (v1 here) as root."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rtax_tui.core import cgroups
+from rtax_tui.core.cgroups import Cgroup, CgroupError
+from rtax_tui.hosts.local import LocalHost
+
+REAL = os.geteuid() == 0 and Cgroup.version() is not None
+real = pytest.mark.skipif(not REAL, reason="needs root and a cgroup filesystem")
+TAG = f"pytest-cg-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def _ours() -> list[str]:
+    """Directories this module made that are still there."""
+    out = []
+    bases = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+    for base in (*bases, *(f"/sys/fs/cgroup/{c}" for c in cgroups.V1_CONTROLLERS)):
+        top = os.path.join(base, "rtax")
+        if os.path.isdir(top):
+            out += [os.path.join(top, n) for n in os.listdir(top) if n.startswith(TAG)]
+    return out
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _nothing_left():
+    yield
+    if REAL:
+        left = _ours()
+        cgroups.cleanup(f"rtax/{TAG}")
+        assert left == []
+
+
+# -- fake roots --------------------------------------------------------------
+
+
+def _fake_v2(tmp_path, controllers="cpuset cpu io memory hugetlb pids"):
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text(controllers + "\n")
+    (root / "cgroup.subtree_control").write_text("")
+    return root
+
+
+def test_version_detection(tmp_path):
+    assert Cgroup.version(str(_fake_v2(tmp_path))) == "v2"
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert Cgroup.version(str(v1)) == "v1"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert Cgroup.version(str(empty)) is None
+    with pytest.raises(CgroupError):
+        Cgroup("rtax/x", root=str(empty))
+
+
+def test_v2_protocol_on_fake_root(tmp_path):
+    root = _fake_v2(tmp_path)
+    cg = Cgroup.create("env-a", cpus=0.5, memory_mib=64, swap_mib=16, pids=32, root=str(root))
+    assert cg.ver == "v2"
+    assert cg.relpath == "rtax/env-a"
+    d = root / "rtax" / "env-a"
+    assert d.is_dir()
+    # Controllers enabled top-down in every ancestor, not in the leaf.
+    for anc in (root, root / "rtax"):
+        enabled = (anc / "cgroup.subtree_control").read_text().split()
+        assert enabled == ["+cpu", "+memory", "+pids"]
+    assert not (d / "cgroup.subtree_control").exists()
+    assert (d / "cpu.max").read_text() == "50000 100000"
+    assert (d / "memory.max").read_text() == str(64 << 20)
+    assert (d / "memory.swap.max").read_text() == str(16 << 20)
+    assert (d / "pids.max").read_text() == "32"
+    assert cg.applied == {
+        "cpu.max": "50000 100000",
+        "memory.max": str(64 << 20),
+        "memory.swap.max": str(16 << 20),
+        "pids.max": "32",
+    }
+    assert cg.skipped == {}
+    # The kernel would make these; imitate it.
+    (d / "cgroup.procs").write_text("")
+    (d / "cgroup.kill").write_text("")
+    (d / "memory.peak").write_text("12345\n")
+    assert cg.procs_files() == [str(d / "cgroup.procs")]
+    assert cg.pids() == set()
+    assert cg.kill_all(timeout=0.1) is True
+    assert (d / "cgroup.kill").read_text() == "1"
+    assert cg.memory_peak_bytes() == 12345
+    again = Cgroup.at("rtax/env-a", root=str(root))
+    assert again.dirs() == [str(d)]
+    with pytest.raises(FileNotFoundError):
+        Cgroup.at("rtax/nope", root=str(root))
+    with pytest.raises(FileExistsError):
+        Cgroup.create("env-a", cpus=None, memory_mib=None, pids=None, root=str(root))
+
+
+def test_v2_nested_parent_and_missing_controller(tmp_path):
+    root = _fake_v2(tmp_path, controllers="cpu memory")
+    (root / "cgroup.subtree_control").write_text("+cpu\n")
+    cg = Cgroup.create(
+        "env-b", cpus=2, memory_mib=None, pids=10, parent="rtax/batch-1", root=str(root)
+    )
+    assert cg.relpath == "rtax/batch-1/env-b"
+    # Only what is missing is enabled; pids is not available at all.
+    assert (root / "cgroup.subtree_control").read_text() == "+memory"
+    assert (root / "rtax" / "batch-1" / "cgroup.subtree_control").exists()
+    d = root / "rtax" / "batch-1" / "env-b"
+    assert (d / "cpu.max").read_text() == "200000 100000"
+    assert not (d / "memory.max").exists()
+    assert "pids" in cg.skipped
+    with pytest.raises(ValueError):
+        Cgroup.create("a/b", cpus=None, memory_mib=None, pids=None, root=str(root))
+    with pytest.raises(ValueError):
+        Cgroup.create("x", cpus=None, memory_mib=None, pids=None, parent="../up", root=str(root))
+
+
+# -- the real kernel ---------------------------------------------------------
+
+
+def _joiner(files: list[str]):
+    def join() -> None:
+        for f in files:
+            fd = os.open(f, os.O_WRONLY)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
+
+    return join
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for its (foreign) parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _read(d: str, f: str) -> str:
+    with open(os.path.join(d, f)) as fh:
+        return fh.read().strip()
+
+
+@real
+def test_create_limits_join_kill_remove():
+    cg = Cgroup.create(f"{TAG}-a", cpus=0.5, memory_mib=64, pids=50)
+    try:
+        assert cg.exists()
+        if cg.ver == "v1":
+            cpu = cg._dir("cpu")
+            mem = cg._dir("memory")
+            pids = cg._dir("pids")
+            assert cpu and mem and pids
+            assert _read(cpu, "cpu.cfs_period_us") == "100000"
+            assert _read(cpu, "cpu.cfs_quota_us") == "50000"
+            assert _read(mem, "memory.limit_in_bytes") == str(64 << 20)
+            if os.path.exists(os.path.join(mem, "memory.memsw.limit_in_bytes")):
+                assert _read(mem, "memory.memsw.limit_in_bytes") == str(64 << 20)
+                assert "swap" not in cg.skipped
+            else:
+                assert "swap" in cg.skipped
+            assert _read(pids, "pids.max") == "50"
+            assert len(cg.procs_files()) >= 3
+        else:
+            d = cg.dirs()[0]
+            assert _read(d, "cpu.max") == "50000 100000"
+            assert _read(d, "memory.max") == str(64 << 20)
+            assert _read(d, "pids.max") == "50"
+
+        async def run() -> None:
+            host = LocalHost()
+            proc = await host.spawn(
+                ["sh", "-c", "sleep 60 & sleep 60 & wait"], cgroup_procs=cg.procs_files()
+            )
+            deadline = time.monotonic() + 5
+            while len(cg.pids()) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            inside = cg.pids()
+            assert proc.pid in inside and len(inside) == 3
+            with open(f"/proc/{proc.pid}/cgroup") as f:
+                lines = f.read()
+            assert f"/{cg.relpath}\n" in lines
+            assert cg.kill_all(timeout=5)
+            assert await asyncio.wait_for(proc.wait(), 5) == -9
+            assert cg.pids() == set()
+
+        asyncio.run(run())
+        assert cg.memory_peak_bytes() is not None
+        assert Cgroup.at(cg.relpath).relpath == cg.relpath
+    finally:
+        cg.remove()
+    assert not cg.exists()
+    cg.remove()  # already gone is fine
+
+
+@real
+def test_memory_limit_is_enforced():
+    cg = Cgroup.create(f"{TAG}-mem", cpus=None, memory_mib=64, pids=None)
+    try:
+        host = LocalHost()
+        code = "import sys; b = b'x' * (int(sys.argv[1]) << 20); print(len(b) >> 20)"
+
+        async def run(mib: int):
+            return await host.run(
+                [sys.executable, "-c", code, str(mib)], timeout=60, cgroup_procs=cg.procs_files()
+            )
+
+        small = asyncio.run(run(16))
+        assert small.returncode == 0 and small.stdout.strip() == b"16"
+        big = asyncio.run(run(256))
+        assert big.returncode == -9  # the OOM killer's SIGKILL
+        peak = cg.memory_peak_bytes()
+        assert peak is not None and peak <= (64 << 20) + (1 << 20)
+    finally:
+        cg.remove()
+
+
+@real
+def test_pids_limit_is_enforced():
+    cg = Cgroup.create(f"{TAG}-pids", cpus=None, memory_mib=None, pids=4)
+    try:
+        res = asyncio.run(
+            LocalHost().run(
+                ["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 5 & done; wait"],
+                timeout=30,
+                merge_stderr=True,
+                cgroup_procs=cg.procs_files(),
+            )
+        )
+        assert res.returncode != 0 or b"fork" in res.stdout.lower()
+    finally:
+        cg.remove()
+
+
+@real
+def test_remove_kills_escaped_sessions_and_nested_children():
+    parent = Cgroup.create(f"{TAG}-batch", cpus=1, memory_mib=128, pids=64)
+    child = Cgroup.create("env-1", cpus=None, memory_mib=None, pids=None, parent=parent.relpath)
+    assert child.relpath == f"rtax/{TAG}-batch/env-1"
+    # A daemon that double-forks into its own session: only the cgroup still holds it.
+    subprocess.run(
+        ["sh", "-c", "setsid sh -c 'sleep 60 & sleep 60' >/dev/null 2>&1 &"],
+        preexec_fn=_joiner(child.procs_files()),
+        check=True,
+    )
+    deadline = time.monotonic() + 5
+    while len(parent.pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    victims = parent.pids()
+    assert len(victims) >= 2
+    parent.remove()
+    assert not parent.exists() and not child.exists()
+    for pid in victims:
+        assert _dead(pid)
+
+
+@real
+def test_cleanup_removes_leftovers():
+    a = Cgroup.create(f"{TAG}-left-1", cpus=None, memory_mib=32, pids=None)
+    b = Cgroup.create(f"{TAG}-left-2", cpus=None, memory_mib=None, pids=8)
+    Cgroup.create("inner", cpus=None, memory_mib=None, pids=None, parent=b.relpath)
+    proc = subprocess.Popen(
+        ["sleep", "60"],
+        preexec_fn=_joiner(a.procs_files()),
+    )
+    try:
+        assert cgroups.cleanup(f"rtax/{TAG}-left-") == 2
+        assert proc.wait(timeout=5) == -9
+        assert not a.exists() and not b.exists()
+        assert cgroups.cleanup(f"rtax/{TAG}-left-") == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    with pytest.raises(ValueError):
+        cgroups.cleanup("/")
+
+
+UNIFIED = "/sys/fs/cgroup/unified"
+
+
+@pytest.mark.skipif(
+    not (REAL and os.path.exists(os.path.join(UNIFIED, "cgroup.controllers"))),
+    reason="needs root and a cgroup2 mount at /sys/fs/cgroup/unified",
+)
+def test_v2_protocol_on_the_real_unified_mount():
+    """The hybrid layout's v2 mount has no controllers, but join/kill/remove are real."""
+    cg = Cgroup.create(
+        f"{TAG}-v2", cpus=1, memory_mib=64, pids=10, parent=f"rtax/{TAG}-v2p", root=UNIFIED
+    )
+    top = Cgroup(f"rtax/{TAG}-v2p", root=UNIFIED)
+    try:
+        assert cg.ver == "v2"
+        available = set(open(os.path.join(UNIFIED, "cgroup.controllers")).read().split())
+        for c in ("cpu", "memory", "pids"):
+            assert (c in cg.skipped) == (c not in available)
+        assert cg.procs_files() == [os.path.join(UNIFIED, cg.relpath, "cgroup.procs")]
+        proc = subprocess.Popen(
+            ["sh", "-c", "sleep 60 & sleep 60"], preexec_fn=_joiner(cg.procs_files())
+        )
+        deadline = time.monotonic() + 5
+        while len(cg.pids()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.pid in cg.pids() and proc.pid in top.pids()
+        assert cg.kill_all(timeout=5)
+        assert proc.wait(timeout=5) == -9
+    finally:
+        top.remove()
+        try:
+            os.rmdir(os.path.join(UNIFIED, "rtax"))  # nobody else uses this hierarchy
+        except OSError:
+            pass
+    assert not cg.exists() and not top.exists()

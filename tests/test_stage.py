@@ -1,0 +1,387 @@
+"""The `stage` driver: both sandboxes (bwrap, unshare) x both channels, on the real kernel."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import pytest
+from rtax_tui.drivers import get_driver
+from rtax_tui.drivers.stage import StageDriver
+
+from rtax_tui.core import cgroups
+from rtax_tui.core.cgroups import Cgroup
+from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
+from rtax_tui.hosts.local import LocalHost
+
+ROOT = os.geteuid() == 0 and Cgroup.version() is not None
+pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
+SANDBOXES = [s for s in ("bwrap", "unshare") if shutil.which(s)]
+CHANNELS = ("exec", "shell")
+LABEL = f"pyst{os.getpid()}{os.urandom(2).hex()}"
+WS_GLOB = os.path.join(tempfile.gettempdir(), f"rtax-ws-{LABEL}-*")
+
+
+def _cgroups_left() -> list[str]:
+    out = []
+    for base in ("/sys/fs/cgroup", *(f"/sys/fs/cgroup/{c}" for c in cgroups.V1_CONTROLLERS)):
+        out += glob.glob(os.path.join(base, "rtax", "**", f"env-{LABEL}-*"), recursive=True)
+    return out
+
+
+def _procs_left() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f"rtax-ws-{LABEL}-".encode() in f.read():
+                    found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def assert_nothing_left() -> None:
+    assert glob.glob(WS_GLOB) == []
+    assert _cgroups_left() == []
+    assert _procs_left() == []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_leaves_nothing():
+    yield
+    left = (glob.glob(WS_GLOB), _cgroups_left(), _procs_left())
+    asyncio.run(StageDriver(LocalHost(), {}).cleanup(LABEL))
+    assert left == ([], [], [])
+
+
+def spec(channel: str, *, limits: Limits | None = None, steps=(), parent=None) -> EnvSpec:
+    return EnvSpec(
+        cell=Cell("local", "stage", "t", channel),
+        workload=Workload("t", tuple(steps)),
+        limits=limits or Limits(cpus=1, memory_mib=256, pids=128),
+        label=LABEL,
+        cgroup_parent=parent,
+    )
+
+
+def driver(sandbox: str) -> StageDriver:
+    d = get_driver("stage", LocalHost(), {"sandbox": sandbox})
+    assert isinstance(d, StageDriver) and d.sandbox == sandbox
+    return d
+
+
+async def act(env, *argv: str, timeout: float = 30):
+    return await env.action(Step(tuple(argv)), timeout)
+
+
+@pytest.fixture(params=SANDBOXES)
+def sandbox(request):
+    return request.param
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_lifecycle_output_and_isolation(sandbox, channel):
+    async def run():
+        env = driver(sandbox).environment(spec(channel))
+        pids: set[int] = set()
+        cg = None
+        try:
+            await env.create()
+            cg = env.cg
+            await env.ready()
+            ws = env.workspace
+            assert ws and os.path.isdir(ws)
+
+            r = await act(env, "sh", "-c", "echo hi; exit 3")
+            assert (r.rc, r.output) == (3, b"hi\n")
+            r = await act(env, "printf", "no newline")
+            assert (r.rc, r.output) == (0, b"no newline")
+            assert (await act(env, "hostname")).output == b"rtax\n"
+            assert (await act(env, "pwd")).output == b"/workspace\n"
+            r = await act(env, "sh", "-c", "echo $HOME $TMPDIR")
+            assert r.output == b"/workspace /tmp\n"
+
+            # Writable: the workspace (seen by the host) and a private /tmp.
+            r = await act(env, "sh", "-c", "echo data > /workspace/f && cat f")
+            assert (r.rc, r.output) == (0, b"data\n")
+            with open(os.path.join(ws, "f")) as f:
+                assert f.read() == "data\n"
+            private = f"/tmp/rtax-private-{LABEL}"
+            r = await act(env, "sh", "-c", f"echo t > {private} && cat {private}")
+            assert (r.rc, r.output) == (0, b"t\n")
+            assert not os.path.exists(private)
+            # Read-only: everything else.
+            for path in ("/rtax-probe", "/usr/rtax-probe", "/etc/rtax-probe", "/root/rtax-probe"):
+                r = await act(env, "touch", path)
+                assert r.rc != 0 and b"Read-only" in r.output, (path, r)
+                assert not os.path.exists(path)
+            r = await act(env, "mkdir", "/sys/fs/cgroup/pids/rtax-escape")
+            assert r.rc != 0
+
+            # Network: only lo.
+            r = await act(env, "cat", "/proc/net/dev")
+            ifaces = {ln.split(":")[0].strip() for ln in r.output.decode().splitlines()[2:]}
+            assert ifaces == {"lo"}
+            # PID namespace: its own pid 1, a handful of processes.
+            r = await act(env, "readlink", "/proc/self/ns/pid")
+            assert r.output.strip().decode() != os.readlink("/proc/self/ns/pid")
+            r = await act(env, "cat", "/proc/1/cmdline")
+            with open("/proc/1/cmdline", "rb") as f:
+                assert r.output != f.read()
+            r = await act(env, "sh", "-c", "ls -d /proc/[0-9]* | wc -l")
+            assert int(r.output) < 10
+            # The cgroup: commands run inside it, and so does the init.
+            r = await act(env, "cat", "/proc/self/cgroup")
+            assert f"/{env.cg.relpath}\n" in r.output.decode()
+            pids = env.cg.pids()
+            assert env.proc.pid in pids
+            # Background processes die with the environment.
+            r = await act(env, "sh", "-c", "sleep 300 >/dev/null 2>&1 &")
+            assert r.rc == 0
+            await asyncio.sleep(0.05)
+            pids = env.cg.pids()
+            assert len(pids) >= 2
+        finally:
+            await env.teardown()
+        for pid in pids:
+            assert _dead(pid)
+        assert not os.path.exists(ws)
+        assert cg is not None and not cg.exists()
+
+    asyncio.run(run())
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_hanging_action_times_out_and_teardown_cleans(sandbox, channel):
+    async def run():
+        env = driver(sandbox).environment(spec(channel))
+        try:
+            await env.create()
+            await env.ready()
+            cg = env.cg
+            t = time.monotonic()
+            with pytest.raises(asyncio.TimeoutError):
+                await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=0.5)
+            assert time.monotonic() - t < 5
+            if channel == "shell":
+                with pytest.raises(PhaseFailure):
+                    await act(env, "true")
+            else:
+                assert (await act(env, "sh", "-c", "echo ok")).output == b"ok\n"
+            pids = cg.pids()
+        finally:
+            t = time.monotonic()
+            await env.teardown()
+            assert time.monotonic() - t < 5
+        assert not cg.exists()
+        for pid in pids:
+            assert _dead(pid)
+
+    asyncio.run(run())
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_teardown_after_cancelled_create_ready_or_action(sandbox, channel):
+    # Delays chosen to land in every await of create (workspace, cgroup, the spawn
+    # and its pipe set-up), of ready and of an action's spawn.
+    delays = [0, 0.0003, 0.0007, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.01, 0.02, 0.05]
+
+    async def run():
+        d = driver(sandbox)
+        for delay in delays:
+            for phase in ("create", "ready", "action"):
+                env = d.environment(spec(channel))
+                try:
+                    if phase == "create":
+                        await asyncio.wait_for(env.create(), delay)
+                    elif phase == "ready":
+                        await env.create()
+                        await asyncio.wait_for(env.ready(), delay)
+                    else:
+                        await env.create()
+                        await env.ready()
+                        await act(env, "sleep", "5", timeout=delay)
+                except TimeoutError:
+                    pass
+                await asyncio.wait_for(env.teardown(), 30)
+                assert_nothing_left()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_memory_limit_kills_inside_the_sandbox(sandbox, channel):
+    code = "import sys; b = b'x' * (int(sys.argv[1]) << 20); print(len(b) >> 20)"
+
+    async def run():
+        env = driver(sandbox).environment(spec(channel, limits=Limits(memory_mib=64, pids=64)))
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, sys.executable, "-c", code, "8", timeout=60)
+            assert (r.rc, r.output) == (0, b"8\n")
+            r = await act(env, sys.executable, "-c", code, "256", timeout=60)
+            assert r.rc in (-9, 137), r  # exec: killed by SIGKILL; shell: sh reports 128+9
+            assert env.cg.memory_peak_bytes() <= (64 << 20) + (1 << 20)
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
+    assert_nothing_left()
+
+
+def test_nested_under_a_budget_cgroup(sandbox):
+    budget = Cgroup.create(f"env-{LABEL}-budget", cpus=1, memory_mib=512, pids=256)
+
+    async def run():
+        env = driver(sandbox).environment(spec("exec", parent=budget.relpath))
+        try:
+            await env.create()
+            await env.ready()
+            assert env.cg.relpath.startswith(budget.relpath + "/env-")
+            r = await act(env, "cat", "/proc/self/cgroup")
+            assert f"/{env.cg.relpath}\n" in r.output.decode()
+        finally:
+            await env.teardown()
+
+    try:
+        asyncio.run(run())
+        assert budget.exists()
+    finally:
+        budget.remove()
+    assert_nothing_left()
+
+
+def test_tmp_assets_are_visible_read_only(sandbox, tmp_path):
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "a.txt").write_text("asset\n")
+    steps = [Step(("cat", str(assets / "a.txt")))]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "seed.txt").write_text("seed\n")
+
+    async def run():
+        s = spec("exec", steps=steps)
+        s = EnvSpec(**{**s.__dict__, "workspace_src": str(src)})
+        env = driver(sandbox).environment(s)
+        try:
+            await env.create()
+            await env.ready()
+            assert (await act(env, "cat", str(assets / "a.txt"))).output == b"asset\n"
+            r = await act(env, "touch", str(assets / "b.txt"))
+            assert r.rc != 0
+            assert (await act(env, "cat", "seed.txt")).output == b"seed\n"
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
+    assert not (assets / "b.txt").exists()
+    assert_nothing_left()
+
+
+def test_check_facts_and_cleanup(sandbox):
+    async def run():
+        d = driver(sandbox)
+        assert await d.check() == []
+        facts = await d.facts()
+        assert facts["sandbox"].startswith(sandbox)
+        assert facts["cgroup"] in ("v1", "v2")
+        # Leave an environment behind, as a crashed run would, then clean it up.
+        env = d.environment(spec("exec"))
+        await env.create()
+        await env.ready()
+        proc, ws, cg = env.proc, env.workspace, env.cg
+        assert _procs_left()
+        n = await d.cleanup(LABEL)
+        assert n >= 3  # a process, a cgroup, a workspace (+ the unshare sandbox dir)
+        await asyncio.wait_for(proc.wait(), 5)
+        if env.info_r is not None:
+            os.close(env.info_r)
+        assert not os.path.exists(ws) and not cg.exists()
+        assert await d.cleanup(LABEL) == 0
+        await env.teardown()  # still safe afterwards; releases the pipes
+
+    asyncio.run(run())
+    assert_nothing_left()
+
+
+def test_bad_option():
+    with pytest.raises(ValueError):
+        StageDriver(LocalHost(), {"sandbox": "docker"})
+
+
+def _median_ms(xs: list[int]) -> float:
+    return round(statistics.median(xs) / 1e6, 2)
+
+
+def test_latency_report(sandbox, capsys):
+    """Print (not assert) create+ready and per-action `true` latency, median of 30."""
+    n = 30
+
+    async def run() -> list[str]:
+        d = driver(sandbox)
+        lines = []
+        for channel in CHANNELS:
+            cr: list[int] = []
+            act_ns: list[int] = []
+            for i in range(n):
+                env = d.environment(spec(channel))
+                t0 = time.monotonic_ns()
+                try:
+                    await env.create()
+                    await env.ready()
+                    cr.append(time.monotonic_ns() - t0)
+                    if i == 0:
+                        for _ in range(n):
+                            t = time.monotonic_ns()
+                            await act(env, "true")
+                            act_ns.append(time.monotonic_ns() - t)
+                finally:
+                    await env.teardown()
+            # Actions spaced like an agent's (model time in between): on cgroup v1 the
+            # first migration into a cgroup after a quiet spell waits for RCU.
+            spaced: list[int] = []
+            env = d.environment(spec(channel))
+            try:
+                await env.create()
+                await env.ready()
+                for _ in range(10):
+                    await asyncio.sleep(0.1)
+                    t = time.monotonic_ns()
+                    await act(env, "true")
+                    spaced.append(time.monotonic_ns() - t)
+            finally:
+                await env.teardown()
+            lines.append(
+                f"stage/{sandbox}/{channel}: create+ready {_median_ms(cr)} ms, "
+                f"action `true` {_median_ms(act_ns)} ms back to back, "
+                f"{_median_ms(spaced)} ms 100 ms apart (medians of {n}, {n}, 10)"
+            )
+        return lines
+
+    lines = asyncio.run(run())
+    with capsys.disabled():
+        print()
+        for line in lines:
+            print("  " + line)
+    assert_nothing_left()
