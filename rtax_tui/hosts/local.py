@@ -104,6 +104,12 @@ class LocalHost:
         canceller forever. If the caller gives up during the spawn, the spawn finishes
         in the background, where the process group is killed and reaped.
         """
+        if input is None and merge_stderr and _HAS_PIDFD:
+            async with asyncio.timeout(timeout):
+                rc, out = await self._run_merged(argv, cwd=cwd, env=env, cgroup_procs=cgroup_procs)
+            if check and rc != 0:
+                raise subprocess.CalledProcessError(rc, list(argv), out, b"")
+            return CompletedProcess(list(argv), rc, out, b"")
         async with asyncio.timeout(timeout):
             spawn = asyncio.ensure_future(
                 self.spawn(
@@ -134,6 +140,76 @@ class LocalHost:
             raise subprocess.CalledProcessError(rc, list(argv), out, err)
         return result
 
+    async def _run_merged(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str] | None,
+        cgroup_procs: Sequence[str],
+    ) -> tuple[int, bytes]:
+        """The exec channel's path: stdout+stderr in one pipe, the exit seen through a pidfd.
+
+        asyncio's subprocess transport costs about 0.3 ms a process more than this on
+        Python 3.11 (measured against hyperfine in bench/); the spawn is the same
+        synchronous fork+exec that asyncio itself does in the loop's thread.
+        """
+        loop = asyncio.get_running_loop()
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_preexec(cgroup_procs),
+        )
+        reaper.current().add_pgid(proc.pid)
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        pidfd = os.pidfd_open(proc.pid)
+        chunks: list[bytes] = []
+        eof: asyncio.Future[None] = loop.create_future()
+        exited: asyncio.Future[None] = loop.create_future()
+
+        def on_output() -> None:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if data:
+                chunks.append(data)
+                return
+            loop.remove_reader(fd)
+            if not eof.done():
+                eof.set_result(None)
+
+        def on_exit() -> None:
+            loop.remove_reader(pidfd)
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(fd, on_output)
+        loop.add_reader(pidfd, on_exit)
+        try:
+            await eof
+            await exited
+        except BaseException:
+            kill_group(proc)  # type: ignore[arg-type]
+            raise
+        finally:
+            loop.remove_reader(fd)
+            loop.remove_reader(pidfd)
+            proc.stdout.close()
+            os.close(pidfd)
+            proc.wait()  # exited, or killed just now: does not block for long
+            reaper.current().drop_pgid(proc.pid)
+        return proc.returncode, b"".join(chunks)
+
     def _reap_spawned(self, spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
         if spawn.cancelled() or spawn.exception() is not None:
             return
@@ -152,3 +228,4 @@ class LocalHost:
 
 
 _background: set[asyncio.Task[None]] = set()
+_HAS_PIDFD = hasattr(os, "pidfd_open")
