@@ -12,7 +12,8 @@ import pytest
 
 from rtax_tui.core import cgroups
 from rtax_tui.core.cgroups import Cgroup, CgroupError
-from rtax_tui.hosts.local import LocalHost
+from rtax_tui.hosts.local import LocalHost, join_cgroups_before_exec
+from tests.procs import dead
 
 REAL = os.geteuid() == 0 and Cgroup.version() is not None
 real = pytest.mark.skipif(not REAL, reason="needs root and a cgroup filesystem")
@@ -126,27 +127,6 @@ def test_v2_nested_parent_and_missing_controller(tmp_path):
 # -- the real kernel ---------------------------------------------------------
 
 
-def _joiner(files: list[str]):
-    def join() -> None:
-        for f in files:
-            fd = os.open(f, os.O_WRONLY)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
-
-    return join
-
-
-def _dead(pid: int) -> bool:
-    """Gone, or a zombie waiting for its (foreign) parent to reap it."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
 def _read(d: str, f: str) -> str:
     with open(os.path.join(d, f)) as fh:
         return fh.read().strip()
@@ -251,7 +231,7 @@ def test_remove_kills_escaped_sessions_and_nested_children():
     # A daemon that double-forks into its own session: only the cgroup still holds it.
     subprocess.run(
         ["sh", "-c", "setsid sh -c 'sleep 60 & sleep 60' >/dev/null 2>&1 &"],
-        preexec_fn=_joiner(child.procs_files()),
+        preexec_fn=join_cgroups_before_exec(child.procs_files()),
         check=True,
     )
     deadline = time.monotonic() + 5
@@ -262,7 +242,7 @@ def test_remove_kills_escaped_sessions_and_nested_children():
     parent.remove()
     assert not parent.exists() and not child.exists()
     for pid in victims:
-        assert _dead(pid)
+        assert dead(pid)
 
 
 @real
@@ -272,7 +252,7 @@ def test_cleanup_removes_leftovers():
     Cgroup.create("inner", cpus=None, memory_mib=None, pids=None, parent=b.relpath)
     proc = subprocess.Popen(
         ["sleep", "60"],
-        preexec_fn=_joiner(a.procs_files()),
+        preexec_fn=join_cgroups_before_exec(a.procs_files()),
     )
     try:
         assert cgroups.cleanup(f"rtax/{TAG}-left-") == 2
@@ -306,7 +286,8 @@ def test_v2_protocol_on_the_real_unified_mount():
             assert (c in cg.skipped) == (c not in available)
         assert cg.procs_files() == [os.path.join(UNIFIED, cg.relpath, "cgroup.procs")]
         proc = subprocess.Popen(
-            ["sh", "-c", "sleep 60 & sleep 60"], preexec_fn=_joiner(cg.procs_files())
+            ["sh", "-c", "sleep 60 & sleep 60"],
+            preexec_fn=join_cgroups_before_exec(cg.procs_files()),
         )
         deadline = time.monotonic() + 5
         while len(cg.pids()) < 3 and time.monotonic() < deadline:

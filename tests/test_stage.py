@@ -19,6 +19,7 @@ from rtax_tui.core import cgroups
 from rtax_tui.core.cgroups import Cgroup
 from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from rtax_tui.hosts.local import LocalHost
+from tests.procs import dead
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
@@ -47,14 +48,6 @@ def _procs_left() -> list[int]:
         except OSError:
             pass
     return found
-
-
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def assert_nothing_left() -> None:
@@ -161,7 +154,7 @@ def test_lifecycle_output_and_isolation(sandbox, channel):
         finally:
             await env.teardown()
         for pid in pids:
-            assert _dead(pid)
+            assert dead(pid)
         assert not os.path.exists(ws)
         assert cg is not None and not cg.exists()
 
@@ -193,7 +186,7 @@ def test_hanging_action_times_out_and_teardown_cleans(sandbox, channel):
             assert time.monotonic() - t < 5
         assert not cg.exists()
         for pid in pids:
-            assert _dead(pid)
+            assert dead(pid)
 
     asyncio.run(run())
     assert_nothing_left()

@@ -20,7 +20,7 @@ class CompletedProcess:
     stderr: bytes
 
 
-def _preexec(procs_files: Sequence[str]) -> Callable[[], None] | None:
+def join_cgroups_before_exec(procs_files: Sequence[str]) -> Callable[[], None] | None:
     """Join cgroups in the child before exec, so no descendant escapes the limits."""
     if not procs_files:
         return None
@@ -73,7 +73,7 @@ class LocalHost:
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
-            preexec_fn=_preexec(cgroup_procs),
+            preexec_fn=join_cgroups_before_exec(cgroup_procs),
             pass_fds=tuple(pass_fds),
             limit=1 << 24,
         )
@@ -163,7 +163,7 @@ class LocalHost:
             cwd=cwd,
             env=env,
             start_new_session=True,
-            preexec_fn=_preexec(cgroup_procs),
+            preexec_fn=join_cgroups_before_exec(cgroup_procs),
         )
         reaper.current().add_pgid(proc.pid)
         assert proc.stdout is not None
