@@ -170,3 +170,18 @@ def test_capacity_barrier_passes_and_fails():
     assert sorted(e["ok"] for e in ends) == [False, True, True, True]
     assert [e["error"]["kind"] for e in ends if not e["ok"]] == ["barrier_deadline"]
     assert drv.live == 0
+
+
+def test_stop_during_a_capacity_batch_ends_quickly_and_tears_down():
+    drv = FakeDriver()
+    drv.delays = {"action": 0.2}
+    p = prof(warmup=0, capacity=Capacity(size=6, batches=5, deadline_s=60))
+    s, ev = run(p, drv, {"w": W_OK}, stop_after=0.1)
+    assert by_type(ev, "run_end")[0]["status"] == "interrupted"
+    bars = by_type(ev, "barrier")
+    assert len(bars) == 1 and bars[0]["ok"] is False
+    assert ev[-1]["t_ns"] < 5e9  # not held until the 60 s deadline
+    assert drv.live == 0
+    ends = by_type(ev, "trial_end")
+    assert len(ends) == len(by_type(ev, "trial_start")) == 6
+    assert all(e["error"]["kind"] == "interrupted" for e in ends)

@@ -321,6 +321,10 @@ class Session:
         barrier: Barrier | None = None,
         cgroup_parent: str | None = None,
     ) -> None:
+        if self._stopping:  # scheduled, but the run stopped before it began
+            if barrier is not None:
+                barrier.fail(pt.id)
+            return
         cell: Cell = pt.cell
         workload = self.workloads[cell.workload]
         to = self.profile.timeouts
