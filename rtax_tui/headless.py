@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from rtax_tui.core import reaper
+from rtax_tui.core.model import RtaxError
 from rtax_tui.core.profile import Profile
 from rtax_tui.core.recording import Recording, RecordingWriter
 from rtax_tui.core.runner import build_session
@@ -98,7 +99,12 @@ def run_headless(profile: Profile, output: str | None, argv: list[str]) -> int:
         writer = RecordingWriter(sys.stdout.buffer)
     else:
         path = Path(output) if output else default_output(profile)
-        writer = RecordingWriter.open(path)
+        try:
+            writer = RecordingWriter.open(path)
+        except FileExistsError:
+            raise RtaxError(f"{path}: already exists; rtax never overwrites a recording") from None
+        except OSError as exc:
+            raise RtaxError(f"{path}: cannot write the recording ({exc.strerror})") from None
     collector = _Collector()
     try:
         status = asyncio.run(_run(profile, writer, collector, argv, err))

@@ -126,6 +126,8 @@ def test_compare_and_project(tmp_path):
         (["run", "PROFILE", "--channel", "pipe"], "command line: channels: unknown 'pipe'"),
         (["run", "missing.toml"], "missing.toml: cannot read profile"),
         (["report", "BADREC"], "bad.jsonl:2: not JSON"),
+        (["run", "PROFILE", "-o", "BADREC"], "bad.jsonl: already exists; rtax never overwrites"),
+        (["run", "PROFILE", "-o", "/proc/x.jsonl"], "/proc/x.jsonl: cannot write the recording"),
     ],
 )
 def test_errors_are_one_line_exit_2(tmp_path, args, needle):
