@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rtax_tui.drivers.base import Driver, Environment, Problem
 
-DRIVER_NAMES = ("local", "stage")
+DRIVER_NAMES = ("local", "stage", "docker")
 
 
 def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
@@ -16,6 +16,10 @@ def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
         from rtax_tui.drivers.stage import StageDriver
 
         return StageDriver(host, options or {})
+    if name == "docker":
+        from rtax_tui.drivers.docker import DockerDriver
+
+        return DockerDriver(host, options or {})
     raise KeyError(name)
 
 

@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("action", choices=("prepare", "status"))
     a.add_argument("--force", action="store_true")
 
+    im = sub.add_parser("images", help="build the substrates' images locally (no registry)")
+    im.add_argument("action", choices=("build",))
+    im.add_argument("--driver", choices=("docker",), default="docker")
+    im.add_argument("--force", action="store_true", help="rebuild even when cached")
+
     cl = sub.add_parser("cleanup", help="remove leftovers of earlier runs")
     cl.add_argument("--run", help="only this run id")
     return p
@@ -132,6 +137,12 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return _assets(args)
     if cmd == "cleanup":
         return _cleanup(args)
+    if cmd == "images":
+        from rtax_tui.core import images
+
+        tags = images.build(args.driver, force=args.force, log=lambda m: print(m, file=sys.stderr))
+        print("\n".join(tags))
+        return 0
     raise RtaxError(f"unknown command {cmd!r}")
 
 

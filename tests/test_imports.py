@@ -19,6 +19,8 @@ CORE_MODULES = [
     "rtax_tui.drivers",
     "rtax_tui.drivers.local",
     "rtax_tui.drivers.stage",
+    "rtax_tui.drivers.docker",
+    "rtax_tui.core.images",
     "rtax_tui.drivers.shellframe",
     "rtax_tui.hosts",
 ]

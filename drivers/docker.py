@@ -1,0 +1,622 @@
+"""`docker`: one container per environment, through the Docker Engine API (`docker` SDK).
+
+The SDK is blocking, so every API call runs in a worker thread (`asyncio.to_thread`);
+the low-level `APIClient` is used (the high-level `containers.create` adds an
+inspect round trip). Streams (an exec's output, the shell's attach) are read on the
+event loop from the hijacked socket, so a timed-out or cancelled action never
+leaves a thread blocked.
+
+- create: `create.image_lookup` (inspect the image), `create.container_create`
+  (network none, label `rtax.run=<label>`, CPU/memory/pid limits, working directory
+  `/workspace`), then `create.workspace` when the workload has files (put_archive)
+  and, channel `shell`, `create.attach` (the container's stdin/stdout/stderr).
+- ready: `ready.start`, then `ready.first_command` (the probe `true` through the channel).
+- action: channel `exec` makes an exec instance per action (create, start, inspect:
+  three API calls, the same as `exec_run`); channel `shell` frames the command
+  over the attached stream to the container's own `sh` (drivers/shellframe).
+  Without a TTY the attach/exec streams are multiplexed: 8-byte headers (stream
+  type, 0, 0, 0, big-endian length); stdout and stderr are merged.
+- teardown: remove the container with force (kill + remove, with its volumes).
+
+The daemon going away (connection refused or reset, the container vanishing) is
+`SubstrateLost` in every phase; other API errors are `PhaseFailure("docker_error")`.
+Nothing is registered with the reaper; `cleanup()` removes containers by label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import re
+import socket
+import struct
+import tarfile
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.shellframe import FramedShell
+
+from rtax_tui.core.model import (
+    ActionResult,
+    Cell,
+    EnvSpec,
+    Limits,
+    PhaseFailure,
+    Step,
+    SubstrateLost,
+    Workload,
+)
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+LABEL_KEY = "rtax.run"
+WORKDIR = "/workspace"
+ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The exec channel's PID 1: a shell that waits, so it also reaps orphans (a bare
+# `sleep` as PID 1 would leave every killed background process a zombie).
+SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
+API_TIMEOUT_S = 60
+POOL_SIZE = 64  # concurrent API connections (capacity batches); the SDK's default is 10
+KILL_GRACE_S = 5.0
+HEADER = struct.Struct(">BxxxL")
+
+T = TypeVar("T")
+
+
+def _default_image() -> str:
+    from rtax_tui.core.images import image_tag
+
+    return image_tag("busybox")
+
+
+def _safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40] or "x"
+
+
+def _socket_path(url: str) -> str | None:
+    for prefix in ("unix://", "unix:"):
+        if url.startswith(prefix):
+            return url[len(prefix) :] or None
+    return None
+
+
+# -- errors ----------------------------------------------------------------
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import docker.errors
+
+    if isinstance(exc, docker.errors.APIError):  # an answer (APIError is an HTTPError)
+        return False
+    try:
+        import requests
+    except ImportError:  # pragma: no cover - the SDK depends on it
+        requests = None  # type: ignore[assignment]
+    if requests is not None and isinstance(exc, requests.exceptions.RequestException):
+        return True
+    if isinstance(exc, (ConnectionError, FileNotFoundError, socket.timeout, TimeoutError)):
+        return True
+    # DockerException but not APIError: "Error while fetching server API version", ...
+    return isinstance(exc, docker.errors.DockerException)
+
+
+def _map_error(exc: BaseException, what: str, *, container: bool = False) -> PhaseFailure:
+    import docker.errors
+
+    if isinstance(exc, PhaseFailure):
+        return exc
+    if _is_connection_error(exc):
+        return SubstrateLost(f"dockerd went away during {what}: {exc}")
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return PhaseFailure("image_missing", f"{what}: {exc.explanation or exc}")
+    if container and isinstance(exc, docker.errors.NotFound):
+        return SubstrateLost(f"the container vanished during {what}: {exc.explanation or exc}")
+    if isinstance(exc, docker.errors.APIError):
+        return PhaseFailure("docker_error", f"{what}: {exc.explanation or exc}")
+    return PhaseFailure("docker_error", f"{what}: {type(exc).__name__}: {exc}")
+
+
+async def _call(
+    what: str, fn: Callable[..., T], *args: Any, container: bool = False, **kw: Any
+) -> T:
+    try:
+        return await asyncio.to_thread(fn, *args, **kw)
+    except Exception as exc:
+        raise _map_error(exc, what, container=container) from exc
+
+
+# -- multiplexed streams -----------------------------------------------------
+
+
+class Demuxer:
+    """Turns a multiplexed attach/exec stream into its payload (stdout and stderr merged)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> bytes:
+        self._buf += data
+        out = bytearray()
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= HEADER.size:
+            _, n = HEADER.unpack_from(buf, pos)
+            if len(buf) - pos - HEADER.size < n:
+                break
+            out += buf[pos + HEADER.size : pos + HEADER.size + n]
+            pos += HEADER.size + n
+        del buf[:pos]
+        return bytes(out)
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+
+def _take_socket(raw: Any) -> tuple[socket.socket, bytes]:
+    """Our own non-blocking socket for a hijacked API stream, plus bytes already buffered.
+
+    The SDK returns a `SocketIO` (unix socket) whose HTTP response may have read past
+    the headers into its buffer; those bytes come back as the prefix. The SDK's
+    objects are closed, so ours is the only descriptor of the connection.
+    """
+    sock = raw if isinstance(raw, socket.socket) else getattr(raw, "_sock", None)
+    if not isinstance(sock, socket.socket):
+        raise PhaseFailure("docker_error", f"unsupported stream object {type(raw).__name__}")
+    sock.setblocking(False)  # shared with the dup: the file status flags are per description
+    mine = sock.dup()
+    prefix = b""
+    try:
+        fp = raw._response.raw._fp.fp  # the BufferedReader the HTTP headers were read with
+    except AttributeError:
+        fp = None
+    if fp is not None:
+        try:  # what is buffered; a non-blocking raw read adds nothing or what has arrived
+            prefix = fp.read1(1 << 20) or b""
+        except (BlockingIOError, ValueError, OSError):
+            prefix = b""
+    for obj in (raw, sock):
+        try:
+            obj.close()
+        except Exception:
+            pass
+    return mine, prefix
+
+
+class _DemuxProtocol(asyncio.StreamReaderProtocol):
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        super().__init__(reader)
+        self._demux = Demuxer()
+
+    def data_received(self, data: bytes) -> None:
+        payload = self._demux.feed(data)
+        if payload:
+            super().data_received(payload)
+
+
+async def _read_all(sock: socket.socket, prefix: bytes) -> bytes:
+    loop = asyncio.get_running_loop()
+    demux = Demuxer()
+    out = bytearray(demux.feed(prefix))
+    while True:
+        data = await loop.sock_recv(sock, 1 << 16)
+        if not data:
+            return bytes(out)
+        out += demux.feed(data)
+
+
+# -- the environment -----------------------------------------------------------
+
+
+class DockerEnvironment(Environment):
+    def __init__(self, driver: DockerDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+        super().__init__(driver, spec, sub)
+        self.d = driver
+        self.name = f"rtax-{_safe(spec.label)}-{os.urandom(4).hex()}"
+        self.cid: str | None = None
+        self._create: asyncio.Future[Any] | None = None
+        self._attach: asyncio.Future[Any] | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.shell: FramedShell | None = None
+        self.broken = False
+        self._socks: set[socket.socket] = set()
+        self._bg: set[asyncio.Task[Any]] = set()
+
+    # -- create ------------------------------------------------------------
+
+    def _container_kwargs(self, api: Any) -> dict[str, Any]:
+        lim = self.spec.limits
+        hc: dict[str, Any] = {"network_mode": "none"}
+        if lim.cpus:
+            hc["nano_cpus"] = int(lim.cpus * 1e9)
+        if lim.memory_mib:
+            hc["mem_limit"] = lim.memory_mib << 20
+        if lim.pids:
+            hc["pids_limit"] = lim.pids
+        if self.spec.cgroup_parent:
+            hc["cgroup_parent"] = "/" + self.spec.cgroup_parent.strip("/")
+        env = {
+            "PATH": ENV_PATH,
+            "HOME": WORKDIR,
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        env.update(self.spec.env)
+        shell = self.channel == "shell"
+        return dict(
+            image=self.d.image,
+            command=["sh"] if shell else SLEEPER,
+            name=self.name,
+            labels={LABEL_KEY: self.spec.label, "rtax.cell": self.spec.cell.id},
+            working_dir=WORKDIR,
+            environment=env,
+            stdin_open=shell,
+            tty=False,
+            host_config=api.create_host_config(**hc),
+            use_config_proxy=False,
+        )
+
+    def _do_create(self, api: Any) -> str:
+        cid = api.create_container(**self._container_kwargs(api))["Id"]
+        self.cid = cid  # set in the thread: a cancelled create is still torn down
+        return cid
+
+    async def create(self) -> None:
+        async with self.sub("image_lookup"):
+            api = await self.d.api()
+            await _call(f"looking up image {self.d.image}", api.inspect_image, self.d.image)
+        async with self.sub("container_create"):
+            self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
+            try:
+                await asyncio.shield(self._create)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                raise _map_error(exc, "container create") from exc
+        if self.spec.workspace_src:
+            async with self.sub("workspace"):
+                data = await asyncio.to_thread(_tar_dir, self.spec.workspace_src)
+                await _call(
+                    "copying the workspace",
+                    api.put_archive,
+                    self.cid,
+                    WORKDIR,
+                    data,
+                    container=True,
+                )
+        if self.channel == "shell":
+            async with self.sub("attach"):
+                await self._attach_shell(api)
+
+    async def _attach_shell(self, api: Any) -> None:
+        params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+
+        def attach() -> tuple[socket.socket, bytes]:
+            raw = api.attach_socket(self.cid, params=params)
+            sock, prefix = _take_socket(raw)
+            self._socks.add(sock)
+            return sock, prefix
+
+        self._attach = asyncio.ensure_future(asyncio.to_thread(attach))
+        try:
+            sock, prefix = await asyncio.shield(self._attach)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise _map_error(exc, "attaching to the container", container=True) from exc
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 24)
+        proto = _DemuxProtocol(reader)
+        transport, _ = await loop.create_connection(lambda: proto, sock=sock)
+        self._socks.discard(sock)  # the transport owns it now
+        if prefix:
+            proto.data_received(prefix)
+        self._writer = asyncio.StreamWriter(transport, proto, reader, loop)
+        self.shell = FramedShell(self._writer, reader)
+
+    # -- ready -------------------------------------------------------------
+
+    async def ready(self) -> None:
+        if self.cid is None:
+            raise PhaseFailure("not_created", "the container was never created")
+        async with self.sub("start"):
+            api = await self.d.api()
+            await _call("container start", api.start, self.cid, container=True)
+        async with self.sub("first_command"):
+            await super().ready()
+
+    # -- actions -------------------------------------------------------------
+
+    async def action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self.cid is None:
+            raise PhaseFailure("not_created", "the container was never created")
+        if self.channel == "shell":
+            return await self._shell_action(step, timeout)
+        return await self._exec_action(step, timeout)
+
+    async def _shell_action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self.shell is None or self.broken:
+            raise PhaseFailure(
+                "shell_lost", "the container's shell is unusable (an earlier action timed out)"
+            )
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.shell.run(step.argv)
+        except (TimeoutError, asyncio.CancelledError):
+            self.broken = True  # the stream is out of step with the frames now
+            raise
+        except PhaseFailure as exc:
+            self.broken = True
+            if not await self.d.alive():
+                raise SubstrateLost(f"dockerd went away during an action: {exc.message}") from exc
+            raise
+
+    async def _exec_action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self._bg:  # an earlier timeout's kill must not hit this action
+            await asyncio.wait(set(self._bg), timeout=2 * KILL_GRACE_S)
+        api = await self.d.api()
+        holder: dict[str, Any] = {}
+
+        def start() -> tuple[socket.socket, bytes]:
+            eid = api.exec_create(self.cid, list(step.argv), stdout=True, stderr=True)["Id"]
+            holder["eid"] = eid
+            raw = api.exec_start(eid, socket=True)
+            sock, prefix = _take_socket(raw)
+            self._socks.add(sock)
+            holder["sock"] = sock
+            return sock, prefix
+
+        fut = asyncio.ensure_future(asyncio.to_thread(start))
+        try:
+            async with asyncio.timeout(timeout):
+                try:
+                    sock, prefix = await asyncio.shield(fut)
+                except (asyncio.CancelledError, TimeoutError):
+                    raise
+                except Exception as exc:
+                    raise _map_error(exc, "exec", container=True) from exc
+                output = await _read_all(sock, prefix)
+        except (TimeoutError, asyncio.CancelledError):
+            self._kill_later(fut, holder)
+            raise
+        except OSError as exc:
+            raise _map_error(exc, "exec output") from exc
+        finally:
+            s = holder.get("sock")
+            if s is not None and fut.done():
+                self._socks.discard(s)
+                s.close()
+        rc = await self._exit_code(api, holder["eid"])
+        return ActionResult(rc=rc, output=output)
+
+    async def _exit_code(self, api: Any, eid: str) -> int:
+        for _ in range(200):
+            info = await _call("exec inspect", api.exec_inspect, eid, container=True)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            await asyncio.sleep(0.005)
+        raise PhaseFailure("docker_error", "the exec's output ended but it never exited")
+
+    def _kill_later(self, fut: asyncio.Future[Any], holder: dict[str, Any]) -> None:
+        """After a timeout: close the stream and kill every process the actions left.
+
+        `kill -9 -1` in the container ends all its processes but PID 1 (the sleeper
+        loop, which reaps them), so the environment can be used again. It runs in
+        the background, so that the timeout is not stretched; teardown waits for it.
+        """
+
+        async def kill() -> None:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), KILL_GRACE_S)
+            except BaseException:
+                pass
+            s = holder.get("sock")
+            if s is not None:
+                self._socks.discard(s)
+                s.close()
+            api = await self.d.api()
+
+            def run() -> None:
+                eid = api.exec_create(self.cid, ["kill", "-9", "-1"])["Id"]
+                api.exec_start(eid)
+
+            try:
+                await asyncio.wait_for(asyncio.to_thread(run), KILL_GRACE_S)
+            except BaseException:
+                pass
+
+        task = asyncio.get_running_loop().create_task(kill())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    # -- teardown ------------------------------------------------------------
+
+    async def teardown(self) -> None:
+        if self._writer is not None:
+            self._writer.transport.abort()
+            self._writer = None
+            self.shell = None
+        for fut in (self._create, self._attach):
+            if fut is not None and not fut.done():
+                try:  # a create cancelled mid-call: let it finish, then remove it
+                    await asyncio.wait_for(asyncio.shield(fut), API_TIMEOUT_S)
+                except BaseException:
+                    pass
+        if self._bg:
+            await asyncio.wait(set(self._bg), timeout=2 * KILL_GRACE_S)
+        for s in list(self._socks):
+            s.close()
+        self._socks.clear()
+        if self.cid is None and self._create is None:
+            return
+        api = await self.d.api()
+        target = self.cid or self.name
+        try:
+            await asyncio.to_thread(api.remove_container, target, v=True, force=True)
+        except Exception as exc:
+            import docker.errors
+
+            if not isinstance(exc, docker.errors.NotFound):
+                raise _map_error(exc, "container remove") from exc
+        self.cid = None
+        self._create = None
+
+
+def _tar_dir(src: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name in sorted(os.listdir(src)):
+            tf.add(os.path.join(src, name), arcname=name)
+    return buf.getvalue()
+
+
+# -- the driver ----------------------------------------------------------------
+
+
+class DockerDriver(Driver):
+    name = "docker"
+    channels = ("exec", "shell")
+
+    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+        super().__init__(host, options)
+        self.socket = str(options.get("socket", DEFAULT_SOCKET))
+        self.image = str(options.get("image") or _default_image())
+        self._client: Any = None
+
+    def _connect(self) -> Any:
+        import docker
+
+        return docker.DockerClient(
+            base_url=self.socket, version="auto", timeout=API_TIMEOUT_S, max_pool_size=POOL_SIZE
+        )
+
+    async def client(self) -> Any:
+        """The SDK client, made on first use (its construction asks for the API version)."""
+        if self._client is None:
+            c = await _call(f"connecting to {self.socket}", self._connect)
+            if self._client is None:
+                self._client = c
+            elif c is not self._client:
+                c.close()
+        return self._client
+
+    async def api(self) -> Any:
+        return (await self.client()).api
+
+    async def alive(self) -> bool:
+        try:
+            api = await self.api()
+            return bool(await asyncio.wait_for(asyncio.to_thread(api.ping), 5))
+        except BaseException:
+            return False
+
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        return DockerEnvironment(self, spec, sub)
+
+    # -- checks ------------------------------------------------------------
+
+    async def check(self) -> list[Problem]:
+        try:
+            import docker  # noqa: F401
+        except ImportError:
+            return [Problem("the docker Python SDK is not installed", "pip install docker")]
+        path = _socket_path(self.socket)
+        start = "bash scripts/start-dockerd"
+        if path is not None and not os.path.exists(path):
+            return [Problem(f"dockerd is not running (no {path})", start)]
+        try:
+            api = await self.api()
+            await _call("ping", api.ping)
+        except PhaseFailure as exc:
+            self._client = None
+            return [Problem(f"dockerd does not answer on {self.socket}: {exc.message}", start)]
+        try:
+            await _call("image lookup", api.inspect_image, self.image)
+        except PhaseFailure as exc:
+            fix = (
+                "rtax images build --driver docker"
+                if self.image == _default_image()
+                else f"docker pull {self.image} (or docker import it)"
+            )
+            return [Problem(f"the image {self.image} is missing: {exc.message}", fix)]
+        for channel in self.channels:
+            err = await self._try(channel)
+            if err:
+                return [
+                    Problem(
+                        f"a container could not run a command ({channel}): {err}",
+                        f"see the dockerd log (/tmp/rtax-dockerd.log), then {start}",
+                    )
+                ]
+        return []
+
+    async def _try(self, channel: str) -> str | None:
+        spec = EnvSpec(
+            cell=Cell("local", self.name, "check", channel),
+            workload=Workload("check", ()),
+            limits=Limits(),
+            label="check",
+        )
+        env = self.environment(spec)
+        try:
+            await asyncio.wait_for(env.create(), 30)
+            await asyncio.wait_for(env.ready(), 30)
+            res = await env.action(Step(("sh", "-c", "test -w /workspace && echo ok")), 30)
+            if res.rc != 0 or res.output != b"ok\n":
+                return f"rc {res.rc}: {res.output[-300:]!r}"
+            return None
+        except PhaseFailure as exc:
+            return exc.message
+        except (OSError, TimeoutError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            try:
+                await env.teardown()
+            except Exception:
+                pass
+
+    async def facts(self) -> dict[str, Any]:
+        import docker
+
+        facts: dict[str, Any] = {
+            "sdk": docker.__version__,
+            "socket": self.socket,
+            "image": self.image,
+        }
+        try:
+            api = await self.api()
+            v = await _call("version", api.version)
+            facts["server"] = v.get("Version")
+            facts["api"] = v.get("ApiVersion")
+            info = await _call("info", api.info)
+            facts["storage"] = info.get("Driver")
+            facts["cgroup"] = info.get("CgroupVersion")
+            img = await _call("image lookup", api.inspect_image, self.image)
+            facts["image_id"] = img.get("Id")
+        except PhaseFailure as exc:
+            facts["error"] = exc.message
+        return facts
+
+    # -- cleanup -----------------------------------------------------------
+
+    async def cleanup(self, label: str | None = None) -> int:
+        sel = f"{LABEL_KEY}={label}" if label else LABEL_KEY
+        try:
+            api = await self.api()
+            found = await _call(
+                "listing containers", api.containers, all=True, filters={"label": sel}
+            )
+        except PhaseFailure:
+            return 0  # no daemon, nothing of ours can be running
+        n = 0
+        for c in found:
+            try:
+                await asyncio.to_thread(api.remove_container, c["Id"], v=True, force=True)
+                n += 1
+            except Exception:
+                pass
+        return n

@@ -1,0 +1,211 @@
+"""Container images built here, with no registry.
+
+`build_busybox_image()` makes a 2 MB root filesystem from the host's static busybox
+(Debian package `busybox-static`): `bin/busybox` plus a link to it for every applet,
+`etc/passwd` and `etc/group` with root, and empty `tmp`, `root`, `workspace`, then
+imports it with `docker import` (or `podman import`) as `rtax/busybox:<recipe hash>`.
+The tag carries a hash of the recipe below (not of the busybox binary), so changing
+the recipe rebuilds, and an image that already has the tag is not built again.
+No terminal code here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+
+from rtax_tui.core.model import RtaxError
+
+# Bump when the way the image is built changes (the tag changes too).
+RECIPE_VERSION = 1
+BUSYBOX_REPO = "rtax/busybox"
+BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
+PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+GROUP = "root:x:0:\nnobody:x:65534:\n"
+# (path, mode) of the directories of the root filesystem.
+DIRS = (
+    ("bin", 0o755),
+    ("dev", 0o755),
+    ("etc", 0o755),
+    ("proc", 0o755),
+    ("root", 0o700),
+    ("sys", 0o755),
+    ("tmp", 0o1777),
+    ("usr", 0o755),
+    ("usr/bin", 0o755),
+    ("workspace", 0o755),
+)
+# Extra links (path -> target) so `#!/usr/bin/env python`-style lines resolve.
+EXTRA_LINKS = {"usr/bin/env": "/bin/env"}
+CMD = ["/bin/sh"]
+KINDS = ("docker", "podman")
+
+Log = Callable[[str], None]
+
+
+def _recipe() -> dict:
+    return {
+        "version": RECIPE_VERSION,
+        "passwd": PASSWD,
+        "group": GROUP,
+        "dirs": [list(d) for d in DIRS],
+        "links": EXTRA_LINKS,
+        "cmd": CMD,
+        "path": PATH_ENV,
+    }
+
+
+def image_tag(name: str = "busybox") -> str:
+    """The tag the current recipe builds, e.g. `rtax/busybox:1a2b3c4d5e6f`."""
+    if name != "busybox":
+        raise KeyError(name)
+    digest = hashlib.sha256(json.dumps(_recipe(), sort_keys=True).encode()).hexdigest()
+    return f"{BUSYBOX_REPO}:{digest[:12]}"
+
+
+def _changes(client_kind: str) -> list[str]:
+    sep = " " if client_kind == "docker" else "="  # podman wants CMD=[...]
+    return [f"CMD{sep}{json.dumps(CMD)}", f"ENV{sep}PATH={PATH_ENV}"]
+
+
+def is_static_elf(path: str) -> bool:
+    """True for an ELF executable with no program interpreter (statically linked)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF":
+                return False
+            is64 = head[4] == 2
+            end = "<" if head[5] == 1 else ">"
+            if is64:
+                phoff = struct.unpack_from(end + "Q", head, 0x20)[0]
+                phentsize, phnum = struct.unpack_from(end + "HH", head, 0x36)
+            else:
+                phoff = struct.unpack_from(end + "I", head, 0x1C)[0]
+                phentsize, phnum = struct.unpack_from(end + "HH", head, 0x2A)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    for i in range(phnum):
+        (p_type,) = struct.unpack_from(end + "I", table, i * phentsize)
+        if p_type == 3:  # PT_INTERP
+            return False
+    return True
+
+
+def find_static_busybox() -> str | None:
+    seen = [p for p in BUSYBOX_CANDIDATES if os.path.isfile(p)]
+    w = shutil.which("busybox")
+    if w:
+        seen.append(w)
+    for p in seen:
+        if is_static_elf(p):
+            return p
+    return None
+
+
+def _client(client_kind: str) -> str:
+    if client_kind not in KINDS:
+        raise RtaxError(f"images: unknown client {client_kind!r} (known: {', '.join(KINDS)})")
+    exe = shutil.which(client_kind)
+    if exe is None:
+        pkg = "docker.io" if client_kind == "docker" else "podman"
+        raise RtaxError(f"images: `{client_kind}` is not on PATH (apt-get install {pkg})")
+    return exe
+
+
+def image_exists(tag: str, client_kind: str = "docker") -> bool:
+    exe = _client(client_kind)
+    res = subprocess.run(
+        [exe, "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        timeout=60,
+    )
+    return res.returncode == 0
+
+
+def _rootfs_tar(busybox: str, dest: str) -> int:
+    """Write the root filesystem tarball to `dest`; return how many applets it links."""
+    res = subprocess.run([busybox, "--list"], capture_output=True, timeout=30, check=False)
+    if res.returncode != 0:
+        raise RtaxError(f"images: `{busybox} --list` failed: {res.stderr.decode(errors='replace')}")
+    applets = sorted(
+        {a for a in res.stdout.decode().split() if a and a != "busybox" and "/" not in a}
+    )
+
+    def add(tf: tarfile.TarFile, info: tarfile.TarInfo, data: bytes | None = None) -> None:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        info.mtime = 0
+        tf.addfile(info, io.BytesIO(data) if data is not None else None)
+
+    with tarfile.open(dest, "w", format=tarfile.GNU_FORMAT) as tf:
+        for path, mode in DIRS:
+            ti = tarfile.TarInfo(path)
+            ti.type, ti.mode = tarfile.DIRTYPE, mode
+            add(tf, ti)
+        with open(busybox, "rb") as f:
+            blob = f.read()
+        ti = tarfile.TarInfo("bin/busybox")
+        ti.mode, ti.size = 0o755, len(blob)
+        add(tf, ti, blob)
+        links = {f"bin/{a}": "busybox" for a in applets}
+        links.update(EXTRA_LINKS)
+        for path, target in sorted(links.items()):
+            ti = tarfile.TarInfo(path)
+            ti.type, ti.linkname, ti.mode = tarfile.SYMTYPE, target, 0o777
+            add(tf, ti)
+        for path, text in (("etc/passwd", PASSWD), ("etc/group", GROUP)):
+            data = text.encode()
+            ti = tarfile.TarInfo(path)
+            ti.mode, ti.size = 0o644, len(data)
+            add(tf, ti, data)
+    return len(applets)
+
+
+def build_busybox_image(
+    client_kind: str = "docker", *, force: bool = False, log: Log | None = None
+) -> str:
+    """Build (or find cached) the busybox image; return its tag."""
+    say = log or (lambda _msg: None)
+    tag = image_tag()
+    exe = _client(client_kind)
+    if not force and image_exists(tag, client_kind):
+        say(f"{tag}: already built")
+        return tag
+    busybox = find_static_busybox()
+    if busybox is None:
+        raise RtaxError(
+            "images: no statically linked busybox found (looked at "
+            f"{', '.join(BUSYBOX_CANDIDATES)} and PATH); apt-get install busybox-static"
+        )
+    with tempfile.TemporaryDirectory(prefix="rtax-image-") as tmp:
+        tar = os.path.join(tmp, "rootfs.tar")
+        n = _rootfs_tar(busybox, tar)
+        argv = [exe, "import"]
+        for ch in _changes(client_kind):
+            argv += ["--change", ch]
+        argv += [tar, tag]
+        res = subprocess.run(argv, capture_output=True, timeout=300)
+        if res.returncode != 0:
+            err = (res.stderr or res.stdout).decode(errors="replace").strip()
+            raise RtaxError(f"images: `{client_kind} import` failed: {err[-500:]}")
+    say(f"{tag}: built from {busybox} ({n} applets, {os.path.getsize(busybox) >> 10} KiB)")
+    return tag
+
+
+def build(driver: str, *, force: bool = False, log: Log | None = None) -> list[str]:
+    """What `rtax images build --driver DRIVER` builds; returns the tags."""
+    if driver in KINDS:
+        return [build_busybox_image(driver, force=force, log=log)]
+    raise RtaxError(f"images: driver {driver!r} has no images to build (known: {', '.join(KINDS)})")
