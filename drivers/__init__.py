@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rtax_tui.drivers.base import Driver, Environment, Problem
 
-DRIVER_NAMES = ("local", "stage", "docker")
+DRIVER_NAMES = ("local", "stage", "docker", "podman")
 
 
 def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
@@ -20,6 +20,10 @@ def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
         from rtax_tui.drivers.docker import DockerDriver
 
         return DockerDriver(host, options or {})
+    if name == "podman":  # the docker driver's code, on Podman's Docker-compatible API
+        from rtax_tui.drivers.podman import PodmanDriver
+
+        return PodmanDriver(host, options or {})
     raise KeyError(name)
 
 

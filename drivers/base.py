@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.core.model import ActionResult, EnvSpec, Step
+from rtax_tui.core.model import ActionResult, EnvSpec, Step, Workload
 
 SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
 
@@ -72,6 +72,11 @@ class Driver(ABC):
     @abstractmethod
     async def check(self) -> list[Problem]:
         """Empty when the driver can run on its host."""
+
+    async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
+        """Empty when the driver can run these workloads (after `check()` passed);
+        e.g. the images they need exist."""
+        return []
 
     async def facts(self) -> dict[str, Any]:
         """Versions of the substrate software, for the recording header."""

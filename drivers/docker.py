@@ -70,6 +70,45 @@ def _default_image() -> str:
     return image_tag("busybox")
 
 
+def _workload_image() -> str:
+    from rtax_tui.core.images import image_tag
+
+    return image_tag("workload")
+
+
+# Programs the busybox image lacks: a workload that runs one gets the Debian image.
+FULL_IMAGE_PROGRAMS = frozenset({"python", "python3", "git", "pytest", "pip", "pip3"})
+
+
+def needs_full_image(workload: Workload) -> bool:
+    """True for workloads that need the Debian image (python3, git, pytest): those with
+    assets (t1, t2, trajectories) and any whose steps run one of FULL_IMAGE_PROGRAMS."""
+    if workload.needs_assets:
+        return True
+    import shlex
+
+    for step in workload.steps:
+        words = list(step.argv)
+        if len(words) >= 3 and os.path.basename(words[0]) in ("sh", "bash") and "-c" in words:
+            try:
+                words += shlex.split(words[words.index("-c") + 1])
+            except (ValueError, IndexError):
+                pass
+        if any(os.path.basename(w) in FULL_IMAGE_PROGRAMS for w in words):
+            return True
+    return False
+
+
+def _assets_mount(workload: Workload) -> str | None:
+    """The host directory bound read-only at the same path for workloads with assets
+    (T2 clones from, and applies a patch at, absolute paths under it)."""
+    if not workload.needs_assets:
+        return None
+    from rtax_tui.core.assets import cache_dir
+
+    return os.path.abspath(cache_dir())
+
+
 def _safe(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40] or "x"
 
@@ -213,6 +252,7 @@ class DockerEnvironment(Environment):
     def __init__(self, driver: DockerDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
         self.d = driver
+        self.image = driver.image_for(spec.workload)
         self.name = f"rtax-{_safe(spec.label)}-{os.urandom(4).hex()}"
         self.cid: str | None = None
         self._create: asyncio.Future[Any] | None = None
@@ -236,6 +276,9 @@ class DockerEnvironment(Environment):
             hc["pids_limit"] = lim.pids
         if self.spec.cgroup_parent:
             hc["cgroup_parent"] = "/" + self.spec.cgroup_parent.strip("/")
+        mount = _assets_mount(self.spec.workload)
+        if mount is not None:
+            hc["binds"] = {mount: {"bind": mount, "mode": "ro"}}
         env = {
             "PATH": ENV_PATH,
             "HOME": WORKDIR,
@@ -244,11 +287,17 @@ class DockerEnvironment(Environment):
             "LC_ALL": "C.UTF-8",
             "GIT_CONFIG_NOSYSTEM": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            # The workspace and the bound assets belong to host uids: no "dubious
+            # ownership" refusals from git.
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "safe.directory",
+            "GIT_CONFIG_VALUE_0": "*",
         }
+        hc.update(self.d.host_config_extra())
         env.update(self.spec.env)
         shell = self.channel == "shell"
         return dict(
-            image=self.d.image,
+            image=self.image,
             command=["sh"] if shell else SLEEPER,
             name=self.name,
             labels={LABEL_KEY: self.spec.label, "rtax.cell": self.spec.cell.id},
@@ -268,7 +317,7 @@ class DockerEnvironment(Environment):
     async def create(self) -> None:
         async with self.sub("image_lookup"):
             api = await self.d.api()
-            await _call(f"looking up image {self.d.image}", api.inspect_image, self.d.image)
+            await _call(f"looking up image {self.image}", api.inspect_image, self.image)
         async with self.sub("container_create"):
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
@@ -456,7 +505,7 @@ class DockerEnvironment(Environment):
         api = await self.d.api()
         target = self.cid or self.name
         try:
-            await asyncio.to_thread(api.remove_container, target, v=True, force=True)
+            await asyncio.to_thread(self._remove, api, target)
         except Exception as exc:
             import docker.errors
 
@@ -464,6 +513,10 @@ class DockerEnvironment(Environment):
                 raise _map_error(exc, "container remove") from exc
         self.cid = None
         self._create = None
+
+    def _remove(self, api: Any, target: str) -> None:
+        """The forced remove (kill + remove, with volumes), in a worker thread."""
+        api.remove_container(target, v=True, force=True)
 
 
 def _tar_dir(src: str) -> bytes:
@@ -480,12 +533,35 @@ def _tar_dir(src: str) -> bytes:
 class DockerDriver(Driver):
     name = "docker"
     channels = ("exec", "shell")
+    # Hooks for a server that speaks the same API through the same SDK code
+    # (drivers/podman.py): where it listens, what the messages call it, how to start it.
+    default_socket = DEFAULT_SOCKET
+    service = "dockerd"
+    start_fix = "bash scripts/start-dockerd"
+    log_hint = "the dockerd log (/tmp/rtax-dockerd.log)"
+    cli = "docker"
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.socket = str(options.get("socket", DEFAULT_SOCKET))
-        self.image = str(options.get("image") or _default_image())
+        self.socket = str(options.get("socket", self.default_socket))
+        # The option `image` names the one image of every environment; without it,
+        # busybox for what runs with busybox (t0) and the Debian image for the rest.
+        self.image = str(options.get("image") or self.default_image())
+        self.workload_image = str(options.get("image") or self.default_workload_image())
         self._client: Any = None
+
+    def default_image(self) -> str:
+        return _default_image()
+
+    def default_workload_image(self) -> str:
+        return _workload_image()
+
+    def host_config_extra(self) -> dict[str, Any]:
+        """More `create_host_config` arguments for every container (none for docker)."""
+        return {}
+
+    def image_for(self, workload: Workload) -> str:
+        return self.workload_image if needs_full_image(workload) else self.image
 
     def _connect(self) -> Any:
         import docker
@@ -525,22 +601,24 @@ class DockerDriver(Driver):
         except ImportError:
             return [Problem("the docker Python SDK is not installed", "pip install docker")]
         path = _socket_path(self.socket)
-        start = "bash scripts/start-dockerd"
+        start = self.start_fix
         if path is not None and not os.path.exists(path):
-            return [Problem(f"dockerd is not running (no {path})", start)]
+            return [Problem(f"{self.service} is not running (no {path})", start)]
         try:
             api = await self.api()
             await _call("ping", api.ping)
         except PhaseFailure as exc:
             self._client = None
-            return [Problem(f"dockerd does not answer on {self.socket}: {exc.message}", start)]
+            return [
+                Problem(f"{self.service} does not answer on {self.socket}: {exc.message}", start)
+            ]
         try:
             await _call("image lookup", api.inspect_image, self.image)
         except PhaseFailure as exc:
             fix = (
-                "rtax images build --driver docker"
-                if self.image == _default_image()
-                else f"docker pull {self.image} (or docker import it)"
+                f"rtax images build --driver {self.name}"
+                if self.image == self.default_image()
+                else f"{self.cli} pull {self.image} (or {self.cli} import it)"
             )
             return [Problem(f"the image {self.image} is missing: {exc.message}", fix)]
         for channel in self.channels:
@@ -549,10 +627,27 @@ class DockerDriver(Driver):
                 return [
                     Problem(
                         f"a container could not run a command ({channel}): {err}",
-                        f"see the dockerd log (/tmp/rtax-dockerd.log), then {start}",
+                        f"see {self.log_hint}, then {start}",
                     )
                 ]
         return []
+
+    async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
+        """The images these workloads need (beyond the one `check()` saw) exist."""
+        needed = sorted({self.image_for(w) for w in workloads} - {self.image})
+        problems = []
+        for image in needed:
+            try:
+                api = await self.api()
+                await _call("image lookup", api.inspect_image, image)
+            except PhaseFailure as exc:
+                fix = (
+                    f"rtax images build --driver {self.name}"
+                    if image == self.default_workload_image()
+                    else f"{self.cli} pull {image} (or {self.cli} import it)"
+                )
+                problems.append(Problem(f"the image {image} is missing: {exc.message}", fix))
+        return problems
 
     async def _try(self, channel: str) -> str | None:
         spec = EnvSpec(
@@ -586,6 +681,7 @@ class DockerDriver(Driver):
             "sdk": docker.__version__,
             "socket": self.socket,
             "image": self.image,
+            "workload_image": self.workload_image,
         }
         try:
             api = await self.api()
@@ -597,6 +693,12 @@ class DockerDriver(Driver):
             facts["cgroup"] = info.get("CgroupVersion")
             img = await _call("image lookup", api.inspect_image, self.image)
             facts["image_id"] = img.get("Id")
+            if self.workload_image != self.image:
+                try:
+                    img = await _call("image lookup", api.inspect_image, self.workload_image)
+                    facts["workload_image_id"] = img.get("Id")
+                except PhaseFailure:
+                    facts["workload_image_id"] = None
         except PhaseFailure as exc:
             facts["error"] = exc.message
         return facts

@@ -185,3 +185,66 @@ def test_stop_during_a_capacity_batch_ends_quickly_and_tears_down():
     ends = by_type(ev, "trial_end")
     assert len(ends) == len(by_type(ev, "trial_start")) == 6
     assert all(e["error"]["kind"] == "interrupted" for e in ends)
+
+
+class LosingDriver(FakeDriver):
+    """Its substrate goes away at the third environment; `check()` fails until `back`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+        self.back = False
+
+    async def check(self):
+        from rtax_tui.drivers.base import Problem
+
+        self.checks += 1
+        return [] if self.back else [Problem("the daemon is gone", "start it")]
+
+    def environment(self, spec, sub=None):
+        env = super().environment(spec, sub)
+        if self.created_count >= 2 and not self.back:
+            from rtax_tui.core.model import SubstrateLost
+
+            async def create():
+                self.created_count += 1
+                raise SubstrateLost("the daemon went away")
+
+            env.create = create
+        return env
+
+
+def test_after_substrate_lost_later_trials_fail_fast_until_the_check_passes(monkeypatch):
+    from rtax_tui.core import session as sess
+
+    drv = LosingDriver()
+    s, ev = run(prof(trials=8, warmup=0), drv, {"w": W_OK})
+    ends = by_type(ev, "trial_end")
+    assert [e["ok"] for e in ends] == [True, True] + [False] * 6
+    assert all(e["error"]["kind"] == "substrate_lost" for e in ends[2:])
+    assert "not attempted" in ends[3]["error"]["message"]
+    assert drv.created_count == 3  # only the trial that met the loss tried to create
+    assert drv.checks == 1  # every later trial came within LOST_RECHECK_S of that check
+    for e in ends[3:]:
+        phases = [p for p in by_type(ev, "phase") if p["trial"] == e["trial"]]
+        assert [(p["name"], p["ok"]) for p in phases] == [
+            ("create", False),
+            ("orchestration", True),
+        ]
+    assert ev[-1]["type"] == "run_end" and ev[-1]["status"] == "completed"
+
+    # Checked again each time (no wait), and once it passes trials run normally again.
+    monkeypatch.setattr(sess, "LOST_RECHECK_S", 0.0)
+    drv = LosingDriver()
+    orig = drv.check
+
+    async def check():
+        if drv.checks >= 2:
+            drv.back = True
+        return await orig()
+
+    drv.check = check
+    s, ev = run(prof(trials=8, warmup=0), drv, {"w": W_OK})
+    ends = by_type(ev, "trial_end")
+    assert [e["ok"] for e in ends] == [True, True, False, False, False, True, True, True]
+    assert drv.checks == 3

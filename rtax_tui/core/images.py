@@ -6,6 +6,13 @@
 imports it with `docker import` (or `podman import`) as `rtax/busybox:<recipe hash>`.
 The tag carries a hash of the recipe below (not of the busybox binary), so changing
 the recipe rebuilds, and an image that already has the tag is not built again.
+
+`build_debian_image()` makes the workload image (T1, T2, trajectories, capacity:
+python3, git, pytest, hypothesis): `debootstrap --variant=minbase` of Debian bookworm
+from the mirror apt already uses, packed as a tarball cached under the rtax cache
+directory (`<cache>/images/workload-<hash>.tar`, so podman can import the same file),
+then imported as `rtax/workload:<recipe hash>`. About a minute cold; needs root and
+the `debootstrap` package (installed with apt when missing).
 No terminal code here.
 """
 
@@ -23,6 +30,15 @@ import tempfile
 from collections.abc import Callable
 
 from rtax_tui.core.model import RtaxError
+
+# Bump when the way the Debian workload image is built changes.
+DEBIAN_RECIPE_VERSION = 1
+DEBIAN_REPO = "rtax/workload"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_VARIANT = "minbase"
+DEBIAN_INCLUDE = ("python3", "git", "python3-pytest", "python3-hypothesis")
+DEBIAN_FALLBACK_MIRROR = "http://deb.debian.org/debian"
+DEBOOTSTRAP_TIMEOUT_S = 1800
 
 # Bump when the way the image is built changes (the tag changes too).
 RECIPE_VERSION = 1
@@ -64,12 +80,33 @@ def _recipe() -> dict:
     }
 
 
+def _debian_recipe() -> dict:
+    return {
+        "version": DEBIAN_RECIPE_VERSION,
+        "suite": DEBIAN_SUITE,
+        "variant": DEBIAN_VARIANT,
+        "include": list(DEBIAN_INCLUDE),
+        "cmd": CMD,
+        "path": PATH_ENV,
+    }
+
+
+def _digest(recipe: dict) -> str:
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def image_tag(name: str = "busybox") -> str:
-    """The tag the current recipe builds, e.g. `rtax/busybox:1a2b3c4d5e6f`."""
-    if name != "busybox":
-        raise KeyError(name)
-    digest = hashlib.sha256(json.dumps(_recipe(), sort_keys=True).encode()).hexdigest()
-    return f"{BUSYBOX_REPO}:{digest[:12]}"
+    """The tag the current recipe builds, e.g. `rtax/busybox:1a2b3c4d5e6f`;
+    `name` is "busybox" or "workload" (the Debian image)."""
+    if name == "busybox":
+        return f"{BUSYBOX_REPO}:{_digest(_recipe())}"
+    if name in ("workload", "debian"):
+        return f"{DEBIAN_REPO}:{_digest(_debian_recipe())}"
+    raise KeyError(name)
+
+
+def debian_image_tag() -> str:
+    return image_tag("workload")
 
 
 def _changes(client_kind: str) -> list[str]:
@@ -204,8 +241,167 @@ def build_busybox_image(
     return tag
 
 
+# -- the Debian workload image -------------------------------------------------------
+
+
+def apt_mirror(
+    sources: str = "/etc/apt/sources.list.d/debian.sources",
+    legacy: str = "/etc/apt/sources.list",
+) -> str:
+    """The Debian mirror apt already uses (the first non-security `URIs:` of a deb822
+    file, else the first `deb URI ...` line), else deb.debian.org."""
+    try:
+        with open(sources, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    for stanza in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if ":" in line and not line.lstrip().startswith("#"):
+                k, _, v = line.partition(":")
+                fields[k.strip().lower()] = v.strip()
+        types = fields.get("types", "deb").split()
+        suites = fields.get("suites", "").split()
+        if "deb" not in types or any("security" in x for x in suites):
+            continue
+        for uri in fields.get("uris", "").split():
+            if uri.startswith(("http://", "https://", "file:")):
+                return uri
+    try:
+        with open(legacy, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        if len(words) < 3 or words[0] != "deb" or "security" in line:
+            continue
+        uri = next((w for w in words[1:] if "://" in w or w.startswith("file:")), "")
+        if uri:
+            return uri
+    return DEBIAN_FALLBACK_MIRROR
+
+
+def _ensure_debootstrap(say: Log) -> str:
+    exe = shutil.which("debootstrap") or (
+        "/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None
+    )
+    if exe:
+        return exe
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        raise RtaxError("images: debootstrap is not installed (apt-get install debootstrap)")
+    say("installing debootstrap with apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    argv = [apt, "install", "-y", "-q", "--no-install-recommends", "debootstrap"]
+    res = subprocess.run(argv, capture_output=True, env=env, timeout=600)
+    if res.returncode != 0:  # stale or missing package lists: update once, then retry
+        subprocess.run([apt, "update", "-q"], capture_output=True, env=env, timeout=600)
+        res = subprocess.run(argv, capture_output=True, env=env, timeout=600)
+    exe = shutil.which("debootstrap") or (
+        "/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None
+    )
+    if res.returncode != 0 or exe is None:
+        err = (res.stderr or res.stdout).decode(errors="replace").strip()
+        raise RtaxError(f"images: apt-get install debootstrap failed: {err[-500:]}")
+    return exe
+
+
+def debian_rootfs_path() -> str:
+    """Where the Debian root filesystem tarball of the current recipe is cached."""
+    from rtax_tui.core.assets import cache_dir
+
+    digest = _digest(_debian_recipe())
+    return str(cache_dir() / "images" / f"workload-{DEBIAN_SUITE}-{digest}.tar")
+
+
+def build_debian_rootfs(*, force: bool = False, log: Log | None = None) -> str:
+    """debootstrap the Debian root filesystem and tar it into the cache (or find it
+    there); return the tarball's path. Needs root."""
+    say = log or (lambda _msg: None)
+    dest = debian_rootfs_path()
+    if not force and os.path.isfile(dest):
+        say(f"{dest}: already built")
+        return dest
+    if os.geteuid() != 0:
+        raise RtaxError("images: building the Debian image needs root (debootstrap)")
+    exe = _ensure_debootstrap(say)
+    mirror = apt_mirror()
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".rtax-rootfs-", dir=os.path.dirname(dest)) as tmp:
+        root = os.path.join(tmp, "root")
+        say(f"debootstrap {DEBIAN_SUITE} from {mirror} (about a minute)")
+        argv = [
+            exe,
+            f"--variant={DEBIAN_VARIANT}",
+            f"--include={','.join(DEBIAN_INCLUDE)}",
+            DEBIAN_SUITE,
+            root,
+            mirror,
+        ]
+        res = subprocess.run(argv, capture_output=True, timeout=DEBOOTSTRAP_TIMEOUT_S)
+        if res.returncode != 0:
+            err = (res.stdout + res.stderr).decode(errors="replace").strip()
+            hint = ""
+            log_path = os.path.join(root, "debootstrap", "debootstrap.log")
+            if os.path.isfile(log_path):
+                with open(log_path, errors="replace") as f:
+                    hint = " | log: " + f.read()[-500:]
+            raise RtaxError(f"images: debootstrap failed: {err[-800:]}{hint}")
+        # Smaller image, nothing host-specific: no downloaded .debs, no apt lists.
+        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            d = os.path.join(root, sub)
+            if os.path.isdir(d):
+                for name in os.listdir(d):
+                    p = os.path.join(d, name)
+                    if os.path.isfile(p) and name != "lock":
+                        os.unlink(p)
+        for path, mode in (("workspace", 0o755), ("tmp", 0o1777)):
+            os.makedirs(os.path.join(root, path), exist_ok=True)
+            os.chmod(os.path.join(root, path), mode)
+        tar = os.path.join(tmp, "rootfs.tar")
+        say("packing the root filesystem")
+        res = subprocess.run(
+            ["tar", "--numeric-owner", "--xattrs", "-C", root, "-cf", tar, "."],
+            capture_output=True,
+            timeout=600,
+        )
+        if res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip()
+            raise RtaxError(f"images: packing the root filesystem failed: {err[-500:]}")
+        os.replace(tar, dest)  # atomic: a concurrent build gives the same content
+    return dest
+
+
+def build_debian_image(
+    client_kind: str = "docker", force: bool = False, log: Log | None = None
+) -> str:
+    """Build (or find cached) the Debian workload image; return its tag."""
+    say = log or (lambda _msg: None)
+    tag = debian_image_tag()
+    exe = _client(client_kind)
+    if not force and image_exists(tag, client_kind):
+        say(f"{tag}: already built")
+        return tag
+    tar = build_debian_rootfs(force=force, log=log)
+    argv = [exe, "import"]
+    for ch in _changes(client_kind):
+        argv += ["--change", ch]
+    argv += [tar, tag]
+    res = subprocess.run(argv, capture_output=True, timeout=900)
+    if res.returncode != 0:
+        err = (res.stderr or res.stdout).decode(errors="replace").strip()
+        raise RtaxError(f"images: `{client_kind} import` failed: {err[-500:]}")
+    say(f"{tag}: imported from {tar} ({os.path.getsize(tar) >> 20} MiB)")
+    return tag
+
+
 def build(driver: str, *, force: bool = False, log: Log | None = None) -> list[str]:
     """What `rtax images build --driver DRIVER` builds; returns the tags."""
     if driver in KINDS:
-        return [build_busybox_image(driver, force=force, log=log)]
+        return [
+            build_busybox_image(driver, force=force, log=log),
+            build_debian_image(driver, force=force, log=log),
+        ]
     raise RtaxError(f"images: driver {driver!r} has no images to build (known: {', '.join(KINDS)})")

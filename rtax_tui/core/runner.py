@@ -62,4 +62,7 @@ async def build_session(
                 "capacity: a CPU or memory budget needs cgroups, and none is mounted here"
             )
     workloads = await asyncio.to_thread(resolve_workloads, profile, log)
+    wl = list(workloads.values())
+    checks = await asyncio.gather(*(drv.check_workloads(wl) for drv in drivers.values()))
+    check_drivers_ready({f"{h}/{d}": probs for (h, d), probs in zip(drivers, checks, strict=True)})
     return Session(profile, sinks=sinks, argv=argv, drivers=drivers, workloads=workloads)

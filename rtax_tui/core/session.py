@@ -38,6 +38,20 @@ from rtax_tui.core.profile import Profile
 Sink = Callable[[dict[str, Any]], None]
 Error = tuple[str, str, str]  # phase, kind, message
 
+# After a trial of a (host, driver) fails with `substrate_lost`, later trials of it
+# re-run the driver's check at most this often, and fail at once while it fails.
+LOST_RECHECK_S = 5.0
+LOST_CHECK_TIMEOUT_S = 30.0
+
+
+@dataclass
+class _Lost:
+    """A (host, driver) whose substrate went away during this run."""
+
+    reason: str
+    checked: float | None = None  # time.monotonic() of the last check, None: never
+    checking: asyncio.Future[str | None] | None = None
+
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
@@ -123,6 +137,7 @@ class Session:
         self._interruptible: dict[int, asyncio.Task[Any]] = {}
         self.status = "completed"
         self._trials_ended = 0
+        self._lost: dict[tuple[str, str], _Lost] = {}
 
     # -- control -------------------------------------------------------------
     def stop(self) -> None:
@@ -287,6 +302,50 @@ class Session:
         )
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    # -- lost substrates -----------------------------------------------------
+    def _mark_lost(self, key: tuple[str, str], message: str) -> None:
+        if key not in self._lost:
+            self._lost[key] = _Lost(reason=message)
+
+    async def _still_lost(self, key: tuple[str, str]) -> str | None:
+        """None when `key` is not (or no longer) lost; else why its trials fail fast.
+
+        The driver's check runs at most every LOST_RECHECK_S, shared by the trials
+        that wait for it; once it passes, trials of the driver run normally again.
+        """
+        st = self._lost.get(key)
+        if st is None:
+            return None
+        if st.checking is None:
+            if st.checked is not None and time.monotonic() - st.checked < LOST_RECHECK_S:
+                return self._lost_message(key, st)
+            st.checking = asyncio.ensure_future(self._recheck(key, st))
+        return await asyncio.shield(st.checking)
+
+    async def _recheck(self, key: tuple[str, str], st: _Lost) -> str | None:
+        try:
+            try:
+                problems = await asyncio.wait_for(self.drivers[key].check(), LOST_CHECK_TIMEOUT_S)
+            except Exception as exc:  # a check that cannot even run: still lost
+                problems = None
+                st.reason = f"its check failed: {type(exc).__name__}: {exc}"
+            if problems == []:
+                self._lost.pop(key, None)
+                return None
+            if problems:
+                st.reason = "; ".join(p.reason for p in problems)
+            st.checked = time.monotonic()
+            return self._lost_message(key, st)
+        finally:
+            st.checking = None
+
+    @staticmethod
+    def _lost_message(key: tuple[str, str], st: _Lost) -> str:
+        return (
+            f"{key[0]}/{key[1]} was lost earlier in this run and its check still fails "
+            f"({st.reason}); the trial was not attempted"
+        )
+
     # -- one trial -----------------------------------------------------------
     async def _timed(
         self,
@@ -372,11 +431,28 @@ class Session:
         actions_ok = True
         env = None
         arrived = False
+        key = (cell.host, cell.driver)
         try:
-            try:
-                env = self.drivers[(cell.host, cell.driver)].environment(spec, sub)
-            except Exception as exc:
-                error = ("create", "error", f"{type(exc).__name__}: {exc}")
+            if key in self._lost:
+                t = time.monotonic_ns()
+                try:
+                    lost = await self._still_lost(key)
+                    if lost is not None:
+                        error = ("create", "substrate_lost", lost)
+                except asyncio.CancelledError:
+                    if barrier is not None and barrier.expired:
+                        error = ("create", "barrier_deadline", "the batch's deadline passed first")
+                    else:
+                        error = ("create", "interrupted", "the run was stopped")
+                if error is not None:
+                    dur = time.monotonic_ns() - t
+                    covered += dur
+                    self.emit("phase", trial=pt.id, name="create", dur_ns=dur, ok=False)
+            if error is None:
+                try:
+                    env = self.drivers[key].environment(spec, sub)
+                except Exception as exc:
+                    error = ("create", "error", f"{type(exc).__name__}: {exc}")
             if env is not None:
                 for phase, fn, timeout in (
                     ("create", env.create, to.create),
@@ -450,6 +526,8 @@ class Session:
             total = time.monotonic_ns() - scheduled_ns
             orch = max(0, total - covered - waited)
             self.emit("phase", trial=pt.id, name="orchestration", dur_ns=orch, ok=True)
+            if error is not None and error[1] == "substrate_lost":
+                self._mark_lost(key, error[2])
             ok = error is None
             valid = ok and actions_ok
             self.emit(

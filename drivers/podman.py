@@ -1,0 +1,194 @@
+"""`podman`: one container per environment, through Podman's Docker-compatible API.
+
+This is the docker driver's code path, unchanged: the same `docker` SDK calls
+(create, put_archive, attach, start, exec create/start/inspect, forced remove), the
+same channels and sub-phases, the same error mapping, against the socket of
+`podman system service --time=0 unix:///run/rtax-podman/podman.sock` (started by
+`bash scripts/start-podman`). What differs:
+
+- images are named `localhost/NAME:TAG` (`podman import rtax/busybox:T` stores
+  `localhost/rtax/busybox:T`; the bare name would be looked up in registries);
+- every container gets ulimits no higher than the caller's (`nofile` 20000, `nproc`
+  32768): Podman's defaults are higher, and without CAP_SYS_RESOURCE the runtime
+  cannot raise them, so the container would not start;
+- conmon leaks: Podman 4.x leaves two `conmon` processes for every exec session
+  started through the API (podman issue #15377; they otherwise linger for
+  `exit_command_delay`, 5 minutes, even after the container is removed). Teardown
+  therefore ends, after the container is removed, every conmon process whose
+  command line names the container (`-c ID` or `-n NAME`), and so does `cleanup()`
+  for the containers it removes. That sub-step is timed as `teardown.conmon_reap`.
+  It only works when the service runs on this machine (a unix socket here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+from rtax_tui.drivers.base import Environment, SubTimer
+from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver, DockerEnvironment, _socket_path
+
+from rtax_tui.core.model import EnvSpec
+
+DEFAULT_SOCKET = "unix:///run/rtax-podman/podman.sock"
+LOCAL_PREFIX = "localhost/"
+NOFILE = 20000
+NPROC = 32768
+REMOVE_RETRY_S = 10.0
+REAP_WAIT_S = 2.0
+
+
+def _localhost(tag: str) -> str:
+    return tag if tag.startswith(LOCAL_PREFIX) else LOCAL_PREFIX + tag
+
+
+def conmon_processes(ids: set[str] | None = None) -> list[int]:
+    """PIDs of the live `conmon` processes (zombies have no command line), or only of
+    those whose command line names one of `ids` (container ids or names) after
+    `-c` (container id) or `-n` (container name)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if not argv or os.path.basename(argv[0]) != b"conmon":
+            continue
+        if ids is not None:
+            named = {
+                argv[i + 1].decode(errors="replace")
+                for i in range(len(argv) - 1)
+                if argv[i] in (b"-c", b"-n", b"--cid", b"--name")
+            }
+            if not named & ids:
+                continue
+        pids.append(int(entry))
+    return pids
+
+
+def reap_conmon(ids: set[str]) -> int:
+    """SIGKILL the conmon processes of these containers; return how many were signalled.
+
+    Run only after the containers are removed: conmon of a running container is its
+    monitor. The processes' parent (PID 1, as conmon daemonizes) reaps them."""
+    ids = {i for i in ids if i}
+    if not ids:
+        return 0
+    n = 0
+    killed = []
+    for pid in conmon_processes(ids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            n += 1
+            killed.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    # Wait until they have exited (a dying process still shows its command line).
+    deadline = time.monotonic() + REAP_WAIT_S
+    while killed and time.monotonic() < deadline:
+        killed = [p for p in killed if _alive(p)]
+        if killed:
+            time.sleep(0.002)
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return bool(f.read(1))  # a zombie's is empty
+    except OSError:
+        return False
+
+
+class PodmanEnvironment(DockerEnvironment):
+    def _remove(self, api: Any, target: str) -> None:
+        """The forced remove, retried while Podman reports the container between states.
+
+        Closing the shell channel's attach stream ends the container's `sh`, and a
+        forced remove racing with that stop fails with "container state improper"
+        (Podman 4.3 sends SIGKILL to a container that has just stopped)."""
+        import docker.errors
+
+        deadline = time.monotonic() + REMOVE_RETRY_S
+        while True:
+            try:
+                api.remove_container(target, v=True, force=True)
+                return
+            except docker.errors.NotFound:
+                raise
+            except docker.errors.APIError as exc:
+                text = str(exc.explanation or exc)
+                if "state improper" not in text or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.02)
+
+    async def teardown(self) -> None:
+        made = self.cid is not None or self._create is not None
+        cid = self.cid
+        await super().teardown()  # raises when the container could not be removed
+        if made and self.d.local:
+            async with self.sub("conmon_reap"):
+                await asyncio.to_thread(reap_conmon, {self.name, cid or ""})
+
+
+class PodmanDriver(DockerDriver):
+    name = "podman"
+    default_socket = DEFAULT_SOCKET
+    service = "the podman API socket"
+    start_fix = "bash scripts/start-podman"
+    log_hint = "the podman service log (/tmp/rtax-podman.log)"
+    cli = "podman"
+
+    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+        super().__init__(host, options)
+        self.nofile = int(options.get("nofile", NOFILE))
+        self.nproc = int(options.get("nproc", NPROC))
+        # conmon runs where the service runs: reap it only when that is here.
+        self.local = _socket_path(self.socket) is not None
+
+    def default_image(self) -> str:
+        return _localhost(super().default_image())
+
+    def default_workload_image(self) -> str:
+        return _localhost(super().default_workload_image())
+
+    def host_config_extra(self) -> dict[str, Any]:
+        from docker.types import Ulimit
+
+        return {
+            "ulimits": [
+                Ulimit(name="nofile", soft=self.nofile, hard=self.nofile),
+                Ulimit(name="nproc", soft=self.nproc, hard=self.nproc),
+            ]
+        }
+
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        return PodmanEnvironment(self, spec, sub)
+
+    async def cleanup(self, label: str | None = None) -> int:
+        sel = f"{LABEL_KEY}={label}" if label else LABEL_KEY
+
+        async def ours() -> dict[str, set[str]] | None:
+            try:
+                api = await self.api()
+                found = await asyncio.to_thread(api.containers, all=True, filters={"label": sel})
+            except Exception:
+                return None
+            return {
+                c["Id"]: {c["Id"], *(x.lstrip("/") for x in c.get("Names") or ())} for c in found
+            }
+
+        before = await ours()
+        n = await super().cleanup(label)
+        if before and self.local:
+            after = await ours()
+            if after is not None:  # the conmon of only those that are gone
+                gone = set().union(*(v for k, v in before.items() if k not in after))
+                await asyncio.to_thread(reap_conmon, gone)
+        return n

@@ -1,0 +1,396 @@
+"""The `podman` driver against Podman's Docker-compatible API socket.
+
+Start the service with `bash scripts/start-podman`. Podman 4.x leaves two `conmon`
+processes per API exec session; these tests count them, and require that teardown
+(and cleanup) leaves none of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from contextlib import asynccontextmanager
+
+import pytest
+
+docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
+
+from rtax_tui.drivers import get_driver  # noqa: E402
+from rtax_tui.drivers.docker import LABEL_KEY  # noqa: E402
+from rtax_tui.drivers.podman import (  # noqa: E402
+    DEFAULT_SOCKET,
+    NOFILE,
+    NPROC,
+    PodmanDriver,
+    conmon_processes,
+)
+
+from rtax_tui.core import images  # noqa: E402
+from rtax_tui.core.model import (  # noqa: E402
+    Cell,
+    EnvSpec,
+    Limits,
+    PhaseFailure,
+    Step,
+    SubstrateLost,
+    Workload,
+)
+from rtax_tui.hosts.local import LocalHost  # noqa: E402
+
+SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
+
+
+def _service_answers() -> str | None:
+    if not os.path.exists(SOCK_PATH):
+        return (
+            f"the podman API socket is not running (no {SOCK_PATH}; "
+            "start it with bash scripts/start-podman)"
+        )
+    try:
+        c = docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=5)
+        c.ping()
+        c.close()
+    except Exception as exc:
+        return f"the podman API socket does not answer on {DEFAULT_SOCKET}: {exc}"
+    return None
+
+
+_WHY = _service_answers()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+CHANNELS = ("exec", "shell")
+LABEL = f"pytpm{os.getpid()}{os.urandom(2).hex()}"
+OUR_PREFIX = f"rtax-{LABEL}".encode()  # every container name of this module starts so
+
+
+def _client():
+    return docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=30)
+
+
+def _ours() -> list[str]:
+    c = _client()
+    try:
+        return [x.name for x in c.containers.list(all=True, filters={"label": LABEL_KEY})]
+    finally:
+        c.close()
+
+
+def _our_conmon() -> list[int]:
+    """Live conmon processes of this module's containers (named after LABEL)."""
+    out = []
+    for pid in conmon_processes():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if OUR_PREFIX in f.read():
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def _settled_conmon_count(want: int, wait_s: float = 3.0) -> int:
+    deadline = time.monotonic() + wait_s
+    while True:
+        n = len(conmon_processes())
+        if n <= want or time.monotonic() > deadline:
+            return n
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def image() -> str:
+    if images.find_static_busybox() is None:
+        pytest.skip("no static busybox (apt-get install busybox-static)")
+    return "localhost/" + images.build_busybox_image("podman")
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left():
+    yield
+    left = _ours()
+    conmon = _our_conmon()
+    if left:
+        asyncio.run(PodmanDriver(LocalHost(), {}).cleanup())
+    assert left == []
+    assert conmon == []
+
+
+def spec(channel: str, *, limits: Limits | None = None, src: str | None = None) -> EnvSpec:
+    return EnvSpec(
+        cell=Cell("local", "podman", "t", channel),
+        workload=Workload("t", ()),
+        limits=limits or Limits(cpus=1, memory_mib=256, pids=128),
+        workspace_src=src,
+        label=LABEL,
+    )
+
+
+def driver(**options) -> PodmanDriver:
+    d = get_driver("podman", LocalHost(), options)
+    assert isinstance(d, PodmanDriver)
+    return d
+
+
+async def act(env, *argv: str, timeout: float = 30):
+    return await env.action(Step(tuple(argv)), timeout)
+
+
+def test_driver_defaults(image):
+    d = driver()
+    assert d.name == "podman" and d.channels == CHANNELS
+    assert d.socket == DEFAULT_SOCKET == "unix:///run/rtax-podman/podman.sock"
+    assert d.image == image == "localhost/" + images.image_tag()
+    assert d.workload_image.startswith("localhost/")
+    ul = d.host_config_extra()["ulimits"]
+    assert [(u.name, u.soft, u.hard) for u in ul] == [
+        ("nofile", NOFILE, NOFILE),
+        ("nproc", NPROC, NPROC),
+    ]
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_lifecycle_output_isolation_labels_limits(channel, tmp_path, image):
+    (tmp_path / "seed.txt").write_text("seed\n")
+    sub_names: list[str] = []
+
+    @asynccontextmanager
+    async def sub(name):
+        sub_names.append(name)
+        yield
+
+    async def run():
+        env = driver().environment(spec(channel, src=str(tmp_path)), sub)
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, "sh", "-c", "echo hi; exit 3")
+            assert (r.rc, r.output) == (3, b"hi\n")
+            r = await act(env, "printf", "no newline")
+            assert (r.rc, r.output) == (0, b"no newline")
+            r = await act(env, "sh", "-c", "echo out; echo err >&2; echo out2")
+            if channel == "shell":
+                assert (r.rc, r.output) == (0, b"out\nerr\nout2\n")
+            else:
+                assert r.rc == 0 and r.output.replace(b"err\n", b"", 1) == b"out\nout2\n"
+                assert b"err\n" in r.output
+            r = await act(env, "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x")
+            assert r.output == b"x" * 300000
+            assert (await act(env, "pwd")).output == b"/workspace\n"
+            assert (await act(env, "cat", "seed.txt")).output == b"seed\n"
+            r = await act(env, "sh", "-c", "echo $HOME $TMPDIR")
+            assert r.output == b"/workspace /tmp\n"
+            r = await act(env, "sh", "-c", "echo d > /workspace/f && cat f")
+            assert (r.rc, r.output) == (0, b"d\n")
+            r = await act(env, "sh", "-c", "ulimit -n; ulimit -u")
+            assert r.output == f"{NOFILE}\n{NPROC}\n".encode()
+            r = await act(env, "cat", "/proc/net/dev")
+            ifaces = {ln.split(":")[0].strip() for ln in r.output.decode().splitlines()[2:]}
+            assert ifaces == {"lo"}
+            c = _client()
+            try:
+                info = c.api.inspect_container(env.cid)
+            finally:
+                c.close()
+            assert info["Config"]["Labels"][LABEL_KEY] == LABEL
+            assert info["Config"]["Labels"]["rtax.cell"] == f"local/podman/t/{channel}"
+            assert info["Config"]["Image"] == image
+            hc = info["HostConfig"]
+            assert hc["NetworkMode"] == "none"
+            assert hc["NanoCpus"] == 1_000_000_000
+            assert hc["Memory"] == 256 << 20
+            assert hc["PidsLimit"] == 128
+            assert info["State"]["Running"]
+            assert _our_conmon()  # the container's monitor, at least
+        finally:
+            await env.teardown()
+            await env.teardown()  # twice is harmless
+        assert _our_conmon() == []
+
+    asyncio.run(run())
+    want = ["image_lookup", "container_create", "workspace"]
+    want += ["attach"] if channel == "shell" else []
+    assert sub_names == want + ["start", "first_command", "conmon_reap"]
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_hanging_action_times_out_and_teardown_cleans(channel):
+    async def run():
+        env = driver().environment(spec(channel))
+        try:
+            await env.create()
+            await env.ready()
+            t = time.monotonic()
+            with pytest.raises(asyncio.TimeoutError):
+                await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=0.5)
+            assert time.monotonic() - t < 3
+            if channel == "shell":
+                with pytest.raises(PhaseFailure):
+                    await act(env, "true")
+            else:
+                assert (await act(env, "sh", "-c", "echo ok")).output == b"ok\n"
+                if env._bg:
+                    await asyncio.wait(set(env._bg), timeout=10)
+                r = await act(env, "ps", "-o", "stat,args")
+                assert b"sleep 300" not in r.output and b"Z" not in r.output, r
+        finally:
+            t = time.monotonic()
+            await env.teardown()
+            assert time.monotonic() - t < 10
+
+    asyncio.run(run())
+    assert _ours() == []
+    assert _our_conmon() == []
+
+
+def test_exec_conmon_leak_is_reaped_at_teardown():
+    """25 API execs leave about 50 conmon processes; teardown ends all of them."""
+    before = len(conmon_processes())
+
+    async def run() -> int:
+        env = driver().environment(spec("exec"))
+        try:
+            await env.create()
+            await env.ready()
+            for i in range(25):
+                r = await act(env, "sh", "-c", f"echo {i}")
+                assert (r.rc, r.output) == (0, f"{i}\n".encode())
+            return len(_our_conmon())
+        finally:
+            await env.teardown()
+
+    during = asyncio.run(run())
+    assert during >= 1  # Podman 4.3: 1 + 2 * 26 (the probe and 25 actions)
+    assert _our_conmon() == []
+    assert _settled_conmon_count(before) == before, (before, during)
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_teardown_after_cancelled_create_ready_or_action(channel):
+    delays = [0, 0.01, 0.05]
+
+    async def run():
+        d = driver()
+        for delay in delays:
+            for phase in ("create", "ready", "action"):
+                env = d.environment(spec(channel))
+                try:
+                    if phase == "create":
+                        await asyncio.wait_for(env.create(), delay)
+                    elif phase == "ready":
+                        await env.create()
+                        await asyncio.wait_for(env.ready(), delay)
+                    else:
+                        await env.create()
+                        await env.ready()
+                        await act(env, "sleep", "5", timeout=delay)
+                except TimeoutError:
+                    pass
+                await asyncio.wait_for(env.teardown(), 30)
+                assert _ours() == [], (phase, delay)
+                assert _our_conmon() == [], (phase, delay)
+
+    asyncio.run(run())
+
+
+def test_check_facts_and_cleanup_reaps_conmon():
+    async def run():
+        d = driver()
+        assert await d.check() == []
+        facts = await d.facts()
+        assert facts["server"] and facts["api"] and facts["image"] == d.image
+        # Leave containers behind, as a crashed run would (with exec conmons), then clean up.
+        env = d.environment(spec("exec"))
+        await env.create()
+        await env.ready()
+        for _ in range(3):
+            await act(env, "true")
+        other = d.environment(EnvSpec(**{**spec("exec").__dict__, "label": LABEL + "x"}))
+        await other.create()
+        assert len(_ours()) == 2
+        assert len(_our_conmon()) >= 1
+        assert await d.cleanup(LABEL) == 1  # only that run's
+        assert len(_ours()) == 1
+        assert await d.cleanup() >= 1  # every rtax run's
+        assert _ours() == []
+        assert _our_conmon() == []
+        assert await d.cleanup(LABEL) == 0
+        await env.teardown()  # still safe: the container is already gone
+        await other.teardown()
+
+    asyncio.run(run())
+
+
+def test_missing_image_and_missing_socket(tmp_path):
+    async def run():
+        d = driver(image="localhost/rtax/no-such-image:none")
+        probs = await d.check()
+        assert len(probs) == 1 and "missing" in probs[0].reason
+        assert probs[0].fix.startswith("podman pull")
+        env = d.environment(spec("exec"))
+        with pytest.raises(PhaseFailure) as ei:
+            await env.create()
+        assert ei.value.kind == "image_missing"
+        await env.teardown()
+
+        d = driver()
+        d.image = "localhost/rtax/busybox:none"
+        d.default_image = lambda: "localhost/rtax/busybox:none"  # as if never built
+        probs = await d.check()
+        assert len(probs) == 1 and probs[0].fix == "rtax images build --driver podman"
+
+        gone = f"unix://{tmp_path}/podman.sock"
+        d = driver(socket=gone)
+        probs = await d.check()
+        assert len(probs) == 1
+        assert "podman API socket is not running" in probs[0].reason
+        assert probs[0].fix == "bash scripts/start-podman"
+        env = d.environment(spec("shell"))
+        with pytest.raises(SubstrateLost):
+            await env.create()
+        await env.teardown()
+        assert await d.cleanup() == 0
+
+    asyncio.run(run())
+
+
+def _ms(xs: list[int]) -> float:
+    return round(statistics.median(xs) / 1e6, 1)
+
+
+def test_latency_report(capsys):
+    """Print (not assert) per-phase medians of 10 trials, and of 10 `true` actions."""
+    n = 10
+
+    async def run() -> list[str]:
+        d = driver()
+        lines = []
+        for channel in CHANNELS:
+            ph: dict[str, list[int]] = {"create": [], "ready": [], "teardown": [], "true": []}
+            for _ in range(n):
+                env = d.environment(spec(channel))
+                try:
+                    t0 = time.monotonic_ns()
+                    await env.create()
+                    t1 = time.monotonic_ns()
+                    await env.ready()
+                    t2 = time.monotonic_ns()
+                    await act(env, "true")
+                    t3 = time.monotonic_ns()
+                finally:
+                    await env.teardown()
+                t4 = time.monotonic_ns()
+                for k, v in zip(ph, (t1 - t0, t2 - t1, t4 - t3, t3 - t2), strict=True):
+                    ph[k].append(v)
+            lines.append(
+                f"podman/{channel}: create {_ms(ph['create'])} ms, ready {_ms(ph['ready'])} ms, "
+                f"action `true` {_ms(ph['true'])} ms, teardown {_ms(ph['teardown'])} ms "
+                f"(medians of {n})"
+            )
+        return lines
+
+    lines = asyncio.run(run())
+    with capsys.disabled():
+        print()
+        for line in lines:
+            print("  " + line)
