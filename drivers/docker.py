@@ -32,6 +32,7 @@ import re
 import socket
 import struct
 import tarfile
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -59,6 +60,7 @@ SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
 API_TIMEOUT_S = 60
 POOL_SIZE = 64  # concurrent API connections (capacity batches); the SDK's default is 10
 KILL_GRACE_S = 5.0
+CGROUP_RELEASE_WAIT_S = 5.0  # podman's conmon cgroups, busy until conmon is reaped
 HEADER = struct.Struct(">BxxxL")
 
 T = TypeVar("T")
@@ -262,6 +264,7 @@ class DockerEnvironment(Environment):
         self.broken = False
         self._socks: set[socket.socket] = set()
         self._bg: set[asyncio.Task[Any]] = set()
+        self._cg_parent: str | None = None  # held on the driver until teardown
 
     # -- create ------------------------------------------------------------
 
@@ -318,6 +321,9 @@ class DockerEnvironment(Environment):
         async with self.sub("image_lookup"):
             api = await self.d.api()
             await _call(f"looking up image {self.image}", api.inspect_image, self.image)
+        if self.spec.cgroup_parent and self._cg_parent is None and self.d.local:
+            self._cg_parent = self.spec.cgroup_parent
+            self.d.hold_cgroup_parent(self._cg_parent)
         async with self.sub("container_create"):
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
@@ -485,6 +491,15 @@ class DockerEnvironment(Environment):
     # -- teardown ------------------------------------------------------------
 
     async def teardown(self) -> None:
+        try:
+            await self._teardown()
+        finally:
+            parent, self._cg_parent = self._cg_parent, None
+            if parent is not None and self.d.drop_cgroup_parent(parent):  # the last one
+                async with self.sub("cgroup_release"):
+                    await asyncio.to_thread(_remove_engine_cgroups, parent)
+
+    async def _teardown(self) -> None:
         if self._writer is not None:
             self._writer.transport.abort()
             self._writer = None
@@ -519,6 +534,50 @@ class DockerEnvironment(Environment):
         api.remove_container(target, v=True, force=True)
 
 
+def _remove_engine_cgroups(
+    parent: str, root: str = "/sys/fs/cgroup", wait_s: float = CGROUP_RELEASE_WAIT_S
+) -> None:
+    """rmdir, deepest first, the empty cgroups under `parent` in the v1 hierarchies rtax
+    does not manage (blkio, cpuset, devices, freezer, systemd, unified, ...).
+
+    With cgroup v1 and the cgroupfs driver, dockerd and podman make the parent in every
+    hierarchy (podman also a `conmon` cgroup under it) and leave it behind when the
+    container is removed; the engine's budget cgroup (rtax's own hierarchies) is
+    removed by the engine. A cgroup still busy (podman's conmon processes exit, and
+    are reaped, just after the container is removed) is retried for `wait_s`, then
+    left."""
+    from rtax_tui.core.cgroups import Cgroup
+
+    rel = parent.strip("/")
+    try:
+        managed = {os.path.realpath(d) for d in Cgroup(rel, root=root).dirs()}
+        entries = os.listdir(root)
+    except Exception:
+        return
+    tops = []
+    for entry in entries:
+        base = os.path.join(root, entry)
+        if os.path.islink(base) or not os.path.isdir(base):
+            continue
+        top = os.path.join(base, rel)
+        if os.path.realpath(top) not in managed and os.path.isdir(top):
+            tops.append(top)
+    deadline = time.monotonic() + wait_s
+    while True:
+        busy = False
+        for top in tops:
+            for cur, _, _ in os.walk(top, topdown=False):
+                try:
+                    os.rmdir(cur)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    busy = True
+        if not busy or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
 def _tar_dir(src: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
@@ -549,6 +608,9 @@ class DockerDriver(Driver):
         self.image = str(options.get("image") or self.default_image())
         self.workload_image = str(options.get("image") or self.default_workload_image())
         self._client: Any = None
+        # The engine runs on this machine (a unix socket): its cgroups are ours to see.
+        self.local = _socket_path(self.socket) is not None
+        self._cg_users: dict[str, int] = {}
 
     def default_image(self) -> str:
         return _default_image()
@@ -593,6 +655,21 @@ class DockerDriver(Driver):
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return DockerEnvironment(self, spec, sub)
 
+    # -- the cgroup parent -----------------------------------------------------
+
+    def hold_cgroup_parent(self, parent: str) -> None:
+        self._cg_users[parent] = self._cg_users.get(parent, 0) + 1
+
+    def drop_cgroup_parent(self, parent: str) -> bool:
+        """True when the last of this driver's containers under `parent` is gone: the
+        caller then removes what the engine made for it (`_remove_engine_cgroups`)."""
+        n = self._cg_users.get(parent, 0) - 1
+        if n > 0:
+            self._cg_users[parent] = n
+            return False
+        self._cg_users.pop(parent, None)
+        return True
+
     # -- checks ------------------------------------------------------------
 
     async def check(self) -> list[Problem]:
@@ -615,11 +692,7 @@ class DockerDriver(Driver):
         try:
             await _call("image lookup", api.inspect_image, self.image)
         except PhaseFailure as exc:
-            fix = (
-                f"rtax images build --driver {self.name}"
-                if self.image == self.default_image()
-                else f"{self.cli} pull {self.image} (or {self.cli} import it)"
-            )
+            fix = self._image_fix(self.image, self.default_image())
             return [Problem(f"the image {self.image} is missing: {exc.message}", fix)]
         for channel in self.channels:
             err = await self._try(channel)
@@ -641,13 +714,20 @@ class DockerDriver(Driver):
                 api = await self.api()
                 await _call("image lookup", api.inspect_image, image)
             except PhaseFailure as exc:
-                fix = (
-                    f"rtax images build --driver {self.name}"
-                    if image == self.default_workload_image()
-                    else f"{self.cli} pull {image} (or {self.cli} import it)"
-                )
+                fix = self._image_fix(image, self.default_workload_image())
                 problems.append(Problem(f"the image {image} is missing: {exc.message}", fix))
         return problems
+
+    def _image_fix(self, image: str, default: str) -> str:
+        """How to get a missing image: rtax builds its own (`rtax/...`, which no registry
+        has); any other is pulled or imported."""
+        build = f"rtax images build --driver {self.name}"
+        if image == default:
+            return build
+        pull = f"{self.cli} pull {image} (or {self.cli} import it)"
+        if image.removeprefix("localhost/").startswith("rtax/"):
+            return f"{pull}; rtax's own images: {build}"
+        return pull
 
     async def _try(self, channel: str) -> str | None:
         spec = EnvSpec(

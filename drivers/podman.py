@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Environment, SubTimer
-from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver, DockerEnvironment, _socket_path
+from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver, DockerEnvironment
 
 from rtax_tui.core.model import EnvSpec
 
@@ -128,10 +128,10 @@ class PodmanEnvironment(DockerEnvironment):
                     raise
             time.sleep(0.02)
 
-    async def teardown(self) -> None:
+    async def _teardown(self) -> None:
         made = self.cid is not None or self._create is not None
         cid = self.cid
-        await super().teardown()  # raises when the container could not be removed
+        await super()._teardown()  # raises when the container could not be removed
         if made and self.d.local:
             async with self.sub("conmon_reap"):
                 await asyncio.to_thread(reap_conmon, {self.name, cid or ""})
@@ -149,8 +149,7 @@ class PodmanDriver(DockerDriver):
         super().__init__(host, options)
         self.nofile = int(options.get("nofile", NOFILE))
         self.nproc = int(options.get("nproc", NPROC))
-        # conmon runs where the service runs: reap it only when that is here.
-        self.local = _socket_path(self.socket) is not None
+        # conmon runs where the service runs: reap it only when that is here (self.local).
 
     def default_image(self) -> str:
         return _localhost(super().default_image())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from collections.abc import Sequence
 
@@ -242,7 +243,11 @@ def _cleanup(args: argparse.Namespace) -> int:
         return total
 
     total = asyncio.run(go())
-    n = cgroups.cleanup()
+    if args.run:  # only this run's: its budget cgroups and its environments' cgroups
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", args.run)[:40]
+        n = cgroups.cleanup(f"rtax/batch-{args.run}-") + cgroups.cleanup(f"rtax/env-{safe}-")
+    else:
+        n = cgroups.cleanup()
     if n:
         print(f"cgroups: removed {n}")
     print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")

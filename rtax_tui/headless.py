@@ -122,7 +122,7 @@ def run_headless(profile: Profile, output: str | None, argv: list[str]) -> int:
         out = err if to_stdout else out_console()
         print_report(build_report(rec), out)
     if path is not None:
-        err.print(f"recording: {path}")
+        print(f"recording: {path}", file=sys.stderr)  # unwrapped: scripts read this line
     if status == "interrupted":
         err.print("run interrupted: finished trials are kept in the recording")
         return 130

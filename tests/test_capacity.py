@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -32,13 +36,124 @@ def leftover_cgroups(run_id: str) -> list[str]:
     return [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/rtax/*{run_id}*")]
 
 
-@pytest.mark.parametrize("driver", ["local"])
-def test_capacity_batches_pass_with_the_builtin_workload(tmp_path, driver):
-    _, out = run(
-        tmp_path,
-        f'[run]\nwarmup = 0\ndrivers = ["{driver}"]\nworkloads = ["capacity"]\n'
-        "[capacity]\nsize = 8\nbatches = 2\ndeadline_s = 120\ncpus = 2.0\nmemory_mib = 2048\n",
+ENGINES = ("docker", "podman")
+
+
+def _engine_problem(name: str) -> str | None:
+    """Why the container engine cannot be used here (its driver's own check), or None."""
+    try:
+        from rtax_tui.drivers import get_driver
+
+        from rtax_tui.hosts.local import LocalHost
+
+        probs = asyncio.run(get_driver(name, LocalHost(), {}).check())
+    except Exception as exc:  # no SDK, ...
+        return f"{name}: {type(exc).__name__}: {exc}"
+    return "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs) or None
+
+
+def _engine_client(name: str):
+    import docker
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.hosts.local import LocalHost
+
+    return docker.DockerClient(
+        base_url=get_driver(name, LocalHost(), {}).socket, version="auto", timeout=30
     )
+
+
+def _labelled(client, run_id: str) -> list[str]:
+    found = client.containers.list(all=True, filters={"label": f"rtax.run={run_id}"})
+    return [c.name for c in found]
+
+
+class Watcher:
+    """Polls, during a run, the engine and the cgroup tree for the containers of its
+    capacity batches: `seen` maps each container the engine listed to its
+    HostConfig.CgroupParent; `placed` maps each container id whose cgroup (a directory
+    named after the id) held processes under a budget cgroup (in the memory hierarchy
+    on v1) to that budget's name."""
+
+    def __init__(self, client, out: Path) -> None:
+        self.client, self.out = client, out
+        self.seen: dict[str, str] = {}
+        self.placed: dict[str, str] = {}
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._engine, daemon=True),
+            threading.Thread(target=self._cgroups, daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _run_id(self) -> str | None:
+        try:
+            with open(self.out) as f:
+                return json.loads(f.readline())["run_id"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _engine(self) -> None:
+        while not self.stop.is_set():
+            run_id = self._run_id()
+            try:
+                found = self.client.api.containers(filters={"label": f"rtax.run={run_id}"})
+            except Exception:
+                found = []
+            for c in found if run_id else ():
+                if c["Id"] not in self.seen:
+                    try:
+                        info = self.client.api.inspect_container(c["Id"])
+                    except Exception:
+                        continue
+                    self.seen[c["Id"]] = info["HostConfig"].get("CgroupParent") or ""
+            time.sleep(0.02)
+
+    def _cgroups(self) -> None:
+        base = Path("/sys/fs/cgroup/memory" if Cgroup.version() == "v1" else "/sys/fs/cgroup")
+        while not self.stop.is_set():
+            run_id = self._run_id()
+            for budget in base.glob(f"rtax/batch-{run_id}-*") if run_id else ():
+                try:
+                    subs = list(budget.iterdir())
+                except OSError:
+                    continue
+                for d in subs:
+                    m = re.search(r"[0-9a-f]{64}", d.name)
+                    if not m or m[0] in self.placed:
+                        continue
+                    try:
+                        if (d / "cgroup.procs").read_text().split():
+                            self.placed[m[0]] = budget.name
+                    except OSError:
+                        pass
+            time.sleep(0.005)
+
+    def finish(self) -> tuple[dict[str, str], dict[str, str]]:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+        return self.seen, self.placed
+
+
+@pytest.mark.parametrize("driver", ["local", "stage", *ENGINES])
+def test_capacity_batches_pass_with_the_builtin_workload(tmp_path, driver):
+    client = watcher = None
+    if driver in ENGINES:
+        why = _engine_problem(driver)
+        if why:
+            pytest.skip(f"{driver} is not usable here: {why}")
+        client = _engine_client(driver)
+        watcher = Watcher(client, tmp_path / "r.jsonl")
+    try:
+        _, out = run(
+            tmp_path,
+            f'[run]\nwarmup = 0\ndrivers = ["{driver}"]\nworkloads = ["capacity"]\n'
+            "[capacity]\nsize = 8\nbatches = 2\ndeadline_s = 120\ncpus = 2.0\nmemory_mib = 2048\n",
+        )
+    finally:
+        seen, placed = watcher.finish() if watcher else ({}, {})
     rec = read_recording(out)
     bars = [e for e in rec.events if e["type"] == "barrier"]
     assert len(bars) == 2 and all(b["ok"] and b["arrived"] == 8 for b in bars)
@@ -53,7 +168,19 @@ def test_capacity_batches_pass_with_the_builtin_workload(tmp_path, driver):
     )
     cap = rep["cells"][0]["capacity"]
     assert cap == {"batches": 2, "passed_batches": 2, "tasks": 16, "arrived_tasks": 16}
-    assert leftover_cgroups(rec.header["run_id"]) == []
+    run_id = rec.header["run_id"]
+    assert leftover_cgroups(run_id) == []
+    if client is not None:
+        try:
+            assert _labelled(client, run_id) == []
+        finally:
+            client.close()
+        # The engine was given each batch's budget cgroup as the parent, and every one of
+        # the 16 containers ran (had processes) in a cgroup under its batch's budget.
+        budgets = {f"batch-{run_id}-{b['batch']}" for b in bars}
+        assert seen and {p for p in seen.values()} == {f"/rtax/{b}" for b in budgets}, seen
+        assert len(placed) == 16 and set(placed.values()) == budgets, placed
+        assert all(placed.get(cid) == parent.rsplit("/", 1)[1] for cid, parent in seen.items())
 
 
 def test_a_batch_over_its_memory_budget_fails_and_keeps_its_denominator(tmp_path):

@@ -206,3 +206,20 @@ def test_interrupt_keeps_finished_trials_and_leaves_nothing(tmp_path, sig, chann
     ):
         time.sleep(0.05)
     assert list(Path("/tmp").glob(f"rtax-ws-{rec.header['run_id']}-*")) == []
+
+
+def test_cleanup_of_one_run_leaves_other_runs_alone():
+    from rtax_tui.core.cgroups import Cgroup
+
+    if Cgroup.version() is None:
+        pytest.skip("no cgroups mounted")
+    mine = Cgroup.create(f"batch-clean{os.getpid()}a-b1", cpus=1, memory_mib=64)
+    other = Cgroup.create(f"batch-clean{os.getpid()}b-b1", cpus=1, memory_mib=64)
+    try:
+        res = rtax("cleanup", "--run", f"clean{os.getpid()}a")
+        assert res.returncode == 0, res.stderr
+        assert not mine.exists() and other.exists()
+    finally:
+        other.remove()
+        if mine.exists():
+            mine.remove()
