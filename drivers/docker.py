@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.local import make_workspace, populate, remove_workspace
 from rtax_tui.drivers.shellframe import FramedShell
 
 from rtax_tui.core.model import (
@@ -45,6 +46,7 @@ from rtax_tui.core.model import (
     EnvSpec,
     Limits,
     PhaseFailure,
+    RtaxError,
     Step,
     SubstrateLost,
     Workload,
@@ -53,6 +55,7 @@ from rtax_tui.core.model import (
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 LABEL_KEY = "rtax.run"
 WORKDIR = "/workspace"
+WORKSPACE_MODES = ("copy", "bind", "none")
 ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The exec channel's PID 1: a shell that waits, so it also reaps orphans (a bare
 # `sleep` as PID 1 would leave every killed background process a zombie).
@@ -265,12 +268,13 @@ class DockerEnvironment(Environment):
         self._socks: set[socket.socket] = set()
         self._bg: set[asyncio.Task[Any]] = set()
         self._cg_parent: str | None = None  # held on the driver until teardown
+        self.host_workspace: str | None = None  # workspace = "bind": the host's side
 
     # -- create ------------------------------------------------------------
 
     def _container_kwargs(self, api: Any) -> dict[str, Any]:
         lim = self.spec.limits
-        hc: dict[str, Any] = {"network_mode": "none"}
+        hc: dict[str, Any] = {"network_mode": self.d.network}
         if lim.cpus:
             hc["nano_cpus"] = int(lim.cpus * 1e9)
         if lim.memory_mib:
@@ -279,9 +283,14 @@ class DockerEnvironment(Environment):
             hc["pids_limit"] = lim.pids
         if self.spec.cgroup_parent:
             hc["cgroup_parent"] = "/" + self.spec.cgroup_parent.strip("/")
+        binds: dict[str, dict[str, str]] = {}
         mount = _assets_mount(self.spec.workload)
         if mount is not None:
-            hc["binds"] = {mount: {"bind": mount, "mode": "ro"}}
+            binds[mount] = {"bind": mount, "mode": "ro"}
+        if self.host_workspace is not None:
+            binds[self.host_workspace] = {"bind": WORKDIR, "mode": "rw"}
+        if binds:
+            hc["binds"] = binds
         env = {
             "PATH": ENV_PATH,
             "HOME": WORKDIR,
@@ -324,6 +333,10 @@ class DockerEnvironment(Environment):
         if self.spec.cgroup_parent and self._cg_parent is None and self.d.local:
             self._cg_parent = self.spec.cgroup_parent
             self.d.hold_cgroup_parent(self._cg_parent)
+        if self.d.workspace == "bind" and self.spec.workspace_src:
+            async with self.sub("workspace"):
+                self.host_workspace = make_workspace(self.spec.label)
+                await asyncio.to_thread(populate, self.host_workspace, self.spec.workspace_src)
         async with self.sub("container_create"):
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
@@ -332,7 +345,7 @@ class DockerEnvironment(Environment):
                 raise
             except Exception as exc:
                 raise _map_error(exc, "container create") from exc
-        if self.spec.workspace_src:
+        if self.spec.workspace_src and self.d.workspace == "copy":
             async with self.sub("workspace"):
                 data = await asyncio.to_thread(_tar_dir, self.spec.workspace_src)
                 await _call(
@@ -493,6 +506,9 @@ class DockerEnvironment(Environment):
     async def teardown(self) -> None:
         try:
             await self._teardown()
+            if self.host_workspace is not None:  # after the container that used it
+                await remove_workspace(self.host_workspace)
+                self.host_workspace = None
         finally:
             parent, self._cg_parent = self._cg_parent, None
             if parent is not None and self.d.drop_cgroup_parent(parent):  # the last one
@@ -599,6 +615,7 @@ class DockerDriver(Driver):
     start_fix = "bash scripts/start-dockerd"
     log_hint = "the dockerd log (/tmp/rtax-dockerd.log)"
     cli = "docker"
+    option_names: tuple[str, ...] = ("socket", "image", "network", "workspace")
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
@@ -607,6 +624,22 @@ class DockerDriver(Driver):
         # busybox for what runs with busybox (t0) and the Debian image for the rest.
         self.image = str(options.get("image") or self.default_image())
         self.workload_image = str(options.get("image") or self.default_workload_image())
+        # `network`: the container's network mode ("none" by default: no bridge here).
+        self.network = str(options.get("network", "none"))
+        # `workspace`: "copy" the workload's files into the container (put_archive),
+        # "bind" a host directory holding them at /workspace, or "none" (no files).
+        self.workspace = str(options.get("workspace", "copy"))
+        if self.workspace not in WORKSPACE_MODES:
+            raise RtaxError(
+                f"drivers_options.{self.name}.workspace: {self.workspace!r} "
+                f"(allowed: {', '.join(WORKSPACE_MODES)})"
+            )
+        unknown = set(options) - set(self.option_names)
+        if unknown:
+            raise RtaxError(
+                f"drivers_options.{self.name}: unknown {', '.join(sorted(unknown))} "
+                f"(allowed: {', '.join(self.option_names)})"
+            )
         self._client: Any = None
         # The engine runs on this machine (a unix socket): its cgroups are ours to see.
         self.local = _socket_path(self.socket) is not None
@@ -716,6 +749,22 @@ class DockerDriver(Driver):
             except PhaseFailure as exc:
                 fix = self._image_fix(image, self.default_workload_image())
                 problems.append(Problem(f"the image {image} is missing: {exc.message}", fix))
+        if self.workspace == "none":
+            for w in workloads:
+                if w.files:
+                    problems.append(
+                        Problem(
+                            f'workload {w.name} brings files, and workspace = "none"',
+                            f'set drivers_options.{self.name}.workspace to "copy" or "bind"',
+                        )
+                    )
+        if self.workspace == "bind" and not self.local:
+            problems.append(
+                Problem(
+                    'workspace = "bind" needs the engine on this machine',
+                    f'use workspace = "copy" with {self.socket}',
+                )
+            )
         return problems
 
     def _image_fix(self, image: str, default: str) -> str:

@@ -144,6 +144,7 @@ class PodmanDriver(DockerDriver):
     start_fix = "bash scripts/start-podman"
     log_hint = "the podman service log (/tmp/rtax-podman.log)"
     cli = "podman"
+    option_names = (*DockerDriver.option_names, "nofile", "nproc")
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)

@@ -402,3 +402,4 @@ def test_latency_report(capsys):
 def test_module_constants():
     assert dd.DEFAULT_SOCKET == "unix:///var/run/docker.sock"
     assert DockerDriver.name == "docker" and DockerDriver.channels == CHANNELS
+
