@@ -91,10 +91,21 @@ def _start_hanging_run(tmp_path: Path, channel: str) -> tuple[subprocess.Popen, 
     try:
         _wait_for_trials(out, 5)
         (files / "FLAG").touch()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while not _hanging(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _hanging(marker), "the hanging action never started"
+        if not _hanging(marker):
+            errors = [
+                e["error"]
+                for e in read_recording(out).events
+                if e["type"] == "trial_end" and e["error"]
+            ]
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(
+                f"the hanging action never started; trial errors {errors[-3:]}; "
+                f"rtax said: {err.decode()[-2000:]}"
+            )
     except BaseException:
         proc.kill()
         proc.communicate()
