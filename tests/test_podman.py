@@ -400,3 +400,53 @@ def test_latency_report(capsys):
         print()
         for line in lines:
             print("  " + line)
+
+
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+def test_t1_t2_valid_on_podman(tmp_path, channel):
+    # The Debian workload image, imported into podman from the same cached root filesystem.
+    import json
+    import subprocess
+    import sys
+
+    from rtax_tui.core.recording import read_recording
+
+    images.build_debian_image("podman")
+    out = tmp_path / "r.jsonl"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtax_tui",
+            "run",
+            "t2",
+            "--driver",
+            "podman",
+            "--workload",
+            "t1,t2",
+            "--channel",
+            channel,
+            "--trials",
+            "1",
+            "--warmup",
+            "0",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr.decode()
+    rep = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "rtax_tui", "report", str(out), "--format", "json"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    )
+    for c in rep["cells"]:
+        assert (c["n"], c["failed"], c["invalid"]) == (1, 0, 0), (c["workload"], c["errors"])
+    events = read_recording(out).events
+    t2 = {e["trial"] for e in events if e["type"] == "trial_start" and e["workload"] == "t2"}
+    rcs = [e["rc"] for e in events if e["type"] == "action" and e["trial"] in t2]
+    assert rcs[3] != 0 and rcs[5] == 0  # the pinned tests: fail before the patch, pass after
