@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tests.engines import SOCK_PATH, dockerd_answers
+
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers import docker as dd  # noqa: E402
@@ -28,22 +30,7 @@ from rtax_tui.core.model import (  # noqa: E402
 )
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
 
-SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
-
-
-def _daemon_answers() -> str | None:
-    if not os.path.exists(SOCK_PATH):
-        return f"dockerd is not running (no {SOCK_PATH}; start it with bash scripts/start-dockerd)"
-    try:
-        c = docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=5)
-        c.ping()
-        c.close()
-    except Exception as exc:
-        return f"dockerd does not answer on {DEFAULT_SOCKET}: {exc}"
-    return None
-
-
-_WHY = _daemon_answers()
+_WHY = dockerd_answers()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 CHANNELS = ("exec", "shell")
 LABEL = f"pytdk{os.getpid()}{os.urandom(2).hex()}"
@@ -402,4 +389,3 @@ def test_latency_report(capsys):
 def test_module_constants():
     assert dd.DEFAULT_SOCKET == "unix:///var/run/docker.sock"
     assert DockerDriver.name == "docker" and DockerDriver.channels == CHANNELS
-

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.engines import dockerd_answers
+
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
@@ -27,7 +29,6 @@ from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
 from rtax_tui.core import images  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
 PIDFILE = os.environ.get("RTAX_DOCKERD_PIDFILE", "/run/rtax-dockerd.pid")
 KILL_AFTER = 6  # docker trials finished before the kill
 TRIALS = 40
@@ -52,18 +53,6 @@ teardown = 30
 """
 
 
-def _daemon_answers() -> str | None:
-    if not os.path.exists(SOCK_PATH):
-        return f"dockerd is not running (no {SOCK_PATH}; start it with bash scripts/start-dockerd)"
-    try:
-        c = docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=5)
-        c.ping()
-        c.close()
-    except Exception as exc:
-        return f"dockerd does not answer on {DEFAULT_SOCKET}: {exc}"
-    return None
-
-
 def _dockerd_pid() -> int | None:
     try:
         pid = int(Path(PIDFILE).read_text().strip())
@@ -75,7 +64,7 @@ def _dockerd_pid() -> int | None:
     return int(res.stdout.split()[0]) if res.returncode == 0 and res.stdout.strip() else None
 
 
-_WHY = _daemon_answers()
+_WHY = dockerd_answers()
 if _WHY is None and os.geteuid() != 0:
     _WHY = "killing and restarting dockerd needs root"
 if _WHY is None and _dockerd_pid() is None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.engines import dockerd_answers
+
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
@@ -23,22 +25,7 @@ from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
 from rtax_tui.core import images  # noqa: E402
 from rtax_tui.core.recording import read_recording  # noqa: E402
 
-SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
-
-
-def _daemon_answers() -> str | None:
-    if not os.path.exists(SOCK_PATH):
-        return f"dockerd is not running (no {SOCK_PATH}; start it with bash scripts/start-dockerd)"
-    try:
-        c = docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=5)
-        c.ping()
-        c.close()
-    except Exception as exc:
-        return f"dockerd does not answer on {DEFAULT_SOCKET}: {exc}"
-    return None
-
-
-_WHY = _daemon_answers()
+_WHY = dockerd_answers()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 
