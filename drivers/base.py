@@ -6,6 +6,7 @@ finer steps wraps them in `self.sub("name")`, which the engine times too.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
@@ -13,7 +14,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.core.model import ActionResult, EnvSpec, Step, Workload
+from rtax_tui.core.model import (
+    ActionResult,
+    Cell,
+    EnvSpec,
+    Limits,
+    PhaseFailure,
+    Step,
+    Workload,
+)
 
 SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
 
@@ -50,8 +59,6 @@ class Environment(ABC):
         """Default readiness: the probe command returns through the cell's channel."""
         res = await self.action(PROBE, None)
         if res.rc != 0:
-            from rtax_tui.core.model import PhaseFailure
-
             raise PhaseFailure("probe_failed", f"probe `true` returned {res.rc}")
 
     @abstractmethod
@@ -84,6 +91,35 @@ class Driver(ABC):
 
     @abstractmethod
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment: ...
+
+    async def try_environment(
+        self, channel: str, step: Step, ok: Callable[[ActionResult], bool]
+    ) -> str | None:
+        """One throw-away environment through create, ready and `step`, for `check()`:
+        None when `ok` accepts the step's result, else what went wrong."""
+        spec = EnvSpec(
+            cell=Cell("local", self.name, "check", channel),
+            workload=Workload("check", ()),
+            limits=Limits(),
+            label="check",
+        )
+        env = self.environment(spec)
+        try:
+            await asyncio.wait_for(env.create(), 30)
+            await asyncio.wait_for(env.ready(), 30)
+            res = await env.action(step, 30)
+            if not ok(res):
+                return f"a command in the environment gave rc {res.rc}: {res.output[-300:]!r}"
+            return None
+        except PhaseFailure as exc:
+            return exc.message
+        except (OSError, TimeoutError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            try:
+                await env.teardown()
+            except Exception:
+                pass
 
     async def cleanup(self, label: str | None = None) -> int:
         """Remove leftovers of earlier runs (all rtax's, or one run's); return how many."""

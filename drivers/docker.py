@@ -42,9 +42,7 @@ from rtax_tui.drivers.shellframe import FramedShell
 
 from rtax_tui.core.model import (
     ActionResult,
-    Cell,
     EnvSpec,
-    Limits,
     PhaseFailure,
     RtaxError,
     Step,
@@ -728,7 +726,11 @@ class DockerDriver(Driver):
             fix = self._image_fix(self.image, self.default_image())
             return [Problem(f"the image {self.image} is missing: {exc.message}", fix)]
         for channel in self.channels:
-            err = await self._try(channel)
+            err = await self.try_environment(
+                channel,
+                Step(("sh", "-c", "test -w /workspace && echo ok")),
+                lambda r: r.rc == 0 and r.output == b"ok\n",
+            )
             if err:
                 return [
                     Problem(
@@ -777,31 +779,6 @@ class DockerDriver(Driver):
         if image.removeprefix("localhost/").startswith("rtax/"):
             return f"{pull}; rtax's own images: {build}"
         return pull
-
-    async def _try(self, channel: str) -> str | None:
-        spec = EnvSpec(
-            cell=Cell("local", self.name, "check", channel),
-            workload=Workload("check", ()),
-            limits=Limits(),
-            label="check",
-        )
-        env = self.environment(spec)
-        try:
-            await asyncio.wait_for(env.create(), 30)
-            await asyncio.wait_for(env.ready(), 30)
-            res = await env.action(Step(("sh", "-c", "test -w /workspace && echo ok")), 30)
-            if res.rc != 0 or res.output != b"ok\n":
-                return f"rc {res.rc}: {res.output[-300:]!r}"
-            return None
-        except PhaseFailure as exc:
-            return exc.message
-        except (OSError, TimeoutError) as exc:
-            return f"{type(exc).__name__}: {exc}"
-        finally:
-            try:
-                await env.teardown()
-            except Exception:
-                pass
 
     async def facts(self) -> dict[str, Any]:
         import docker

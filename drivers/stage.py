@@ -51,12 +51,9 @@ from rtax_tui.core.cgroups import Cgroup, CgroupError
 from rtax_tui.core.cgroups import cleanup as cgroup_cleanup
 from rtax_tui.core.model import (
     ActionResult,
-    Cell,
     EnvSpec,
-    Limits,
     PhaseFailure,
     Step,
-    Workload,
 )
 from rtax_tui.hosts.local import kill_group
 
@@ -629,7 +626,11 @@ class StageDriver(Driver):
             return problems
         # Everything is there: make a real sandbox in each channel and run `true`.
         for channel in ("exec", "shell"):
-            err = await self._try_sandbox(channel)
+            err = await self.try_environment(
+                channel,
+                Step(("sh", "-c", "test -w /workspace && hostname")),
+                lambda r: r.rc == 0 and r.output.strip() == HOSTNAME.encode(),
+            )
             if err:
                 fix = (
                     "check that bubblewrap works as root here "
@@ -663,31 +664,6 @@ class StageDriver(Driver):
                 "(in a container: --privileged, or --cgroupns=host with a rw /sys/fs/cgroup)",
             )
         return None
-
-    async def _try_sandbox(self, channel: str) -> str | None:
-        spec = EnvSpec(
-            cell=Cell("local", self.name, "check", channel),
-            workload=Workload("check", ()),
-            limits=Limits(),
-            label="check",
-        )
-        env = self.environment(spec)
-        try:
-            await asyncio.wait_for(env.create(), 30)
-            await asyncio.wait_for(env.ready(), 30)
-            res = await env.action(Step(("sh", "-c", "test -w /workspace && hostname")), 30)
-            if res.rc != 0 or res.output.strip() != HOSTNAME.encode():
-                return f"a command in the sandbox gave rc {res.rc}: {res.output[-300:]!r}"
-            return None
-        except PhaseFailure as exc:
-            return exc.message
-        except (OSError, TimeoutError) as exc:
-            return f"{type(exc).__name__}: {exc}"
-        finally:
-            try:
-                await env.teardown()
-            except Exception:
-                pass
 
     async def facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"sandbox": self.sandbox, "cgroup": Cgroup.version()}

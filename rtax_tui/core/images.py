@@ -229,16 +229,21 @@ def build_busybox_image(
     with tempfile.TemporaryDirectory(prefix="rtax-image-") as tmp:
         tar = os.path.join(tmp, "rootfs.tar")
         n = _rootfs_tar(busybox, tar)
-        argv = [exe, "import"]
-        for ch in _changes(client_kind):
-            argv += ["--change", ch]
-        argv += [tar, tag]
-        res = subprocess.run(argv, capture_output=True, timeout=300)
-        if res.returncode != 0:
-            err = (res.stderr or res.stdout).decode(errors="replace").strip()
-            raise RtaxError(f"images: `{client_kind} import` failed: {err[-500:]}")
+        _import(exe, client_kind, tar, tag, timeout=300)
     say(f"{tag}: built from {busybox} ({n} applets, {os.path.getsize(busybox) >> 10} KiB)")
     return tag
+
+
+def _import(exe: str, client_kind: str, tar: str, tag: str, *, timeout: float) -> None:
+    """`docker|podman import` a root filesystem tarball as `tag`, with rtax's changes."""
+    argv = [exe, "import"]
+    for ch in _changes(client_kind):
+        argv += ["--change", ch]
+    argv += [tar, tag]
+    res = subprocess.run(argv, capture_output=True, timeout=timeout)
+    if res.returncode != 0:
+        err = (res.stderr or res.stdout).decode(errors="replace").strip()
+        raise RtaxError(f"images: `{client_kind} import` failed: {err[-500:]}")
 
 
 # -- the Debian workload image -------------------------------------------------------
@@ -385,14 +390,7 @@ def build_debian_image(
         say(f"{tag}: already built")
         return tag
     tar = build_debian_rootfs(force=force, log=log)
-    argv = [exe, "import"]
-    for ch in _changes(client_kind):
-        argv += ["--change", ch]
-    argv += [tar, tag]
-    res = subprocess.run(argv, capture_output=True, timeout=900)
-    if res.returncode != 0:
-        err = (res.stderr or res.stdout).decode(errors="replace").strip()
-        raise RtaxError(f"images: `{client_kind} import` failed: {err[-500:]}")
+    _import(exe, client_kind, tar, tag, timeout=900)
     say(f"{tag}: imported from {tar} ({os.path.getsize(tar) >> 20} MiB)")
     return tag
 
