@@ -13,8 +13,9 @@ from rtax_tui.core.model import RtaxError
 
 EXAMPLES = """\
 examples:
-  rtax                                   run the built-in default profile (T0, T1 on local, stage)
-  rtax run profiles/t0.toml --trials 50  run a profile
+  rtax                                   the console on the default profile (T0, T1; local, stage)
+  rtax run profiles/t0.toml --trials 50  run a profile in the console (--headless: no console)
+  rtax replay recordings/examples/t0-local-stage.jsonl   play a recording back in the console
   rtax run t2 --driver local,stage -o r.jsonl
   rtax run t0 -o - | jq .                stream events to another program
   rtax report r.jsonl --format markdown
@@ -58,7 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a profile and record every trial")
     r.add_argument("profile", help="a profile file, or a built-in name (default, t0, t1, t2, ...)")
-    r.add_argument("--headless", action="store_true", help="terminal mode (the only mode so far)")
+    r.add_argument(
+        "--headless",
+        action="store_true",
+        help="no console: progress on stderr, a report at the end (the default when "
+        "stdout is not a terminal)",
+    )
     r.add_argument(
         "-o",
         "--output",
@@ -72,6 +78,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workload", type=_csv, help="workloads, comma-separated (t0,t1,t2,...)")
     r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
     r.add_argument("--concurrency", type=_positive, help="trials in flight at once")
+    r.add_argument(
+        "--record",
+        metavar="FILE",
+        help="with -o -: also keep the recording in FILE (what the console uses)",
+    )
+    r.add_argument(
+        "--control",
+        action="store_true",
+        help="read `pause`, `resume`, `stop` lines on stdin; end of input stops the run",
+    )
+    r.add_argument("--quiet", action="store_true", help="no report at the end")
+
+    rp = sub.add_parser("replay", help="open a recording in the console and play it back")
+    rp.add_argument("file")
+    rp.add_argument(
+        "--speed",
+        choices=("1", "2", "10", "max"),
+        default="1",
+        help="playback speed: recorded pace (1), 2x, 10x or as fast as possible",
+    )
 
     rep = sub.add_parser("report", help="statistics of a recording")
     rep.add_argument("file")
@@ -124,6 +150,15 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return _run_profile("default", argparse.Namespace(), ["rtax", *argv])
     if cmd == "run":
         return _run_profile(args.profile, args, ["rtax", *argv])
+    if cmd == "replay":
+        from rtax_tui.core.recording import read_recording
+
+        read_recording(args.file)  # a bad file: one-line error before the terminal is taken
+        if not _interactive():
+            raise RtaxError("replay needs a terminal; for figures use `rtax report FILE`")
+        from rtax_tui.ui.app import run_console_replay
+
+        return run_console_replay(args.file, args.speed)
     if cmd == "report":
         return _report(args)
     if cmd == "compare":
@@ -161,7 +196,50 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
         channels=getattr(args, "channel", None),
         concurrency=getattr(args, "concurrency", None),
     )
-    return run_headless(profile, getattr(args, "output", None), argv)
+    output = getattr(args, "output", None)
+    headless = getattr(args, "headless", False) or output == "-" or getattr(args, "control", False)
+    if headless or not _interactive():
+        return run_headless(
+            profile,
+            output,
+            argv,
+            record=getattr(args, "record", None),
+            control=getattr(args, "control", False),
+            quiet=getattr(args, "quiet", False),
+        )
+    return _run_console(name, profile, args, output)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _run_console(name: str, profile: object, args: argparse.Namespace, output: str | None) -> int:
+    """The console starts the engine as its own process on the same profile and flags."""
+    from pathlib import Path
+
+    from rtax_tui.core.profile import resolve_profile_path
+    from rtax_tui.headless import default_output
+    from rtax_tui.ui.app import run_console_live
+    from rtax_tui.ui.feeds import engine_argv
+
+    record = Path(output) if output else default_output(profile)  # type: ignore[arg-type]
+    if record.exists():
+        raise RtaxError(f"{record}: already exists; rtax never overwrites a recording")
+    overrides: list[str] = []
+    for flag, key in (("--seed", "seed"), ("--trials", "trials"), ("--warmup", "warmup"),
+                      ("--concurrency", "concurrency")):  # fmt: skip
+        v = getattr(args, key, None)
+        if v is not None:
+            overrides += [flag, str(v)]
+    for flag, key in (("--driver", "driver"), ("--workload", "workload"), ("--channel", "channel")):
+        v = getattr(args, key, None)
+        if v:
+            overrides += [flag, ",".join(v)]
+    path = str(resolve_profile_path(name))
+    return run_console_live(
+        getattr(profile, "name", name), engine_argv(path, overrides, str(record)), str(record)
+    )
 
 
 def _print_json(obj: object) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -52,25 +53,59 @@ def _progress_line(session: Session) -> str:
     )
 
 
+def _listen_for_commands(session: Session, loop: asyncio.AbstractEventLoop) -> None:
+    """The console's control channel: `pause`, `resume`, `stop` lines on stdin.
+
+    End of input (the console went away) stops the run: nothing keeps running alone.
+    """
+    fd = sys.stdin.fileno()
+    buf = bytearray()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            loop.remove_reader(fd)
+            session.stop()
+            return
+        buf.extend(chunk)
+        while b"\n" in buf:
+            line, _, rest = bytes(buf).partition(b"\n")
+            buf[:] = rest
+            cmd = line.decode(errors="replace").strip()
+            if cmd == "pause":
+                session.pause()
+            elif cmd == "resume":
+                session.resume()
+            elif cmd == "stop":
+                session.stop()
+
+    loop.add_reader(fd, readable)
+
+
 async def _run(
     profile: Profile,
-    writer: RecordingWriter,
-    collector: _Collector,
+    sinks: list[Any],
     argv: list[str],
     err: Console,
+    control: bool = False,
 ) -> str:
     session = await build_session(
         profile,
-        sinks=[writer.write, collector],
+        sinks=sinks,
         argv=argv,
         log=lambda msg: err.print(f"[dim]{msg}[/dim]"),
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, session.stop)
+    if control:
+        _listen_for_commands(session, loop)
     reaper.start()  # cleans up after us even if we are killed with SIGKILL
     status_task = None
-    if err.is_terminal:
+    if err.is_terminal and not control:
         status = err.status(_progress_line(session))
         status.start()
 
@@ -91,30 +126,70 @@ async def _run(
         reaper.stop()
 
 
-def run_headless(profile: Profile, output: str | None, argv: list[str]) -> int:
+def _tolerant(writer: RecordingWriter) -> Any:
+    """A stream sink that goes quiet when its reader goes away."""
+    dead = [False]
+
+    def write(ev: dict[str, Any]) -> None:
+        if not dead[0]:
+            try:
+                writer.write(ev)
+            except OSError:
+                dead[0] = True
+
+    return write
+
+
+def _open_recording(path: Path) -> RecordingWriter:
+    try:
+        return RecordingWriter.open(path)
+    except FileExistsError:
+        raise RtaxError(f"{path}: already exists; rtax never overwrites a recording") from None
+    except OSError as exc:
+        raise RtaxError(f"{path}: cannot write the recording ({exc.strerror})") from None
+
+
+def run_headless(
+    profile: Profile,
+    output: str | None,
+    argv: list[str],
+    *,
+    record: str | None = None,
+    control: bool = False,
+    quiet: bool = False,
+) -> int:
+    """`output` "-" streams the events to stdout; `record` then also writes them to a file
+    (the console reads the stream and keeps the file). `control` reads commands on stdin."""
     err = Console(stderr=True)
     to_stdout = output == "-"
+    writers: list[RecordingWriter] = []
+    path: Path | None = None
     if to_stdout:
-        path = None
-        writer = RecordingWriter(sys.stdout.buffer)
+        writers.append(RecordingWriter(sys.stdout.buffer))
+        if record:
+            path = Path(record)
     else:
+        if record:
+            raise RtaxError("--record needs -o - (it names the file kept beside the stream)")
         path = Path(output) if output else default_output(profile)
-        try:
-            writer = RecordingWriter.open(path)
-        except FileExistsError:
-            raise RtaxError(f"{path}: already exists; rtax never overwrites a recording") from None
-        except OSError as exc:
-            raise RtaxError(f"{path}: cannot write the recording ({exc.strerror})") from None
+    if path is not None:
+        writers.append(_open_recording(path))
     collector = _Collector()
+    sinks: list[Any] = [w.write for w in writers]
+    if to_stdout and path is not None:
+        sinks[0] = _tolerant(writers[0])  # a reader that went away must not lose the file
+    sinks.append(collector)
     try:
-        status = asyncio.run(_run(profile, writer, collector, argv, err))
+        status = asyncio.run(_run(profile, sinks, argv, err, control))
     except BaseException:
-        writer.close()
+        for w in writers:
+            w.close()
         if path is not None and collector.header is None:
             path.unlink(missing_ok=True)  # failed before the first event: nothing to keep
         raise
-    writer.close()
-    if collector.header is not None:
+    for w in writers:
+        w.close()
+    if collector.header is not None and not quiet:
         from rtax_tui.core.report import build_report
         from rtax_tui.reporting import print_report
 

@@ -398,6 +398,12 @@ class Session:
         prog = self.progress
         prog.started += 1
         prog.in_flight += 1
+        # what a live barrier view needs before the batch's `barrier` event
+        batch_fields = (
+            {"batch_size": barrier.size, "deadline_s": self.profile.capacity.deadline_s}
+            if barrier is not None and self.profile.capacity is not None
+            else {}
+        )
         self.emit(
             "trial_start",
             trial=pt.id,
@@ -408,6 +414,8 @@ class Session:
             channel=cell.channel,
             warmup=pt.warmup,
             batch=pt.batch,
+            steps=len(workload.steps),
+            **batch_fields,
         )
         current = ["create"]
 

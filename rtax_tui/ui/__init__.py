@@ -1,0 +1,1 @@
+"""The Textual console: run, replay and compare screens over the engine's events."""

@@ -1,0 +1,84 @@
+"""Two recordings side by side: per cell and phase, medians, b − a with its interval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from rtax_tui.ui.histogram import fmt_ms
+
+
+class CompareScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q", "back", "back")]
+
+    def __init__(self, path_a: str, path_b: str) -> None:
+        super().__init__()
+        self.path_a, self.path_b = path_a, path_b
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="τ")
+        with Vertical(id="main"):
+            yield Static(f"a: {self.path_a}\nb: {self.path_b}", id="cmp-head")
+            yield DataTable(id="cmp")
+            yield Static("reading both recordings…", id="cmp-note")
+        yield Static(id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "rtax compare"
+        self.sub_title = "b − a, 95% bootstrap interval of the difference of medians"
+        t = self.query_one("#cmp", DataTable)
+        t.cursor_type = "row"
+        t.zebra_stripes = True
+        for col in ("cell", "phase", "a P50", "b P50", "b − a", "95% CI", "b/a", "faster"):
+            t.add_column(col, key=col)
+        self.load()
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        from rtax_tui.core.recording import read_recording
+        from rtax_tui.core.report import compare_reports
+
+        try:
+            cmp = compare_reports(read_recording(self.path_a), read_recording(self.path_b))
+        except Exception as exc:  # a bad file: say which and why, stay usable
+            self.app.call_from_thread(self._error, str(exc))
+            return
+        self.app.call_from_thread(self._show, cmp)
+
+    def _error(self, text: str) -> None:
+        self.query_one("#cmp-note", Static).update(f"[red]cannot compare: {text}[/red]")
+
+    def _show(self, cmp: dict[str, Any]) -> None:
+        t = self.query_one("#cmp", DataTable)
+        for r in cmp["rows"]:
+            lo, hi = r["ci95_ms"]
+            faster = {"a": "[green]a[/green]", "b": "[green]b[/green]"}.get(r["faster"], "neither")
+            ratio = r["ratio"]
+            t.add_row(
+                r["cell"],
+                r["phase"],
+                fmt_ms(r["a_p50_ms"]),
+                fmt_ms(r["b_p50_ms"]),
+                f"{r['diff_ms']:+.3f}ms",
+                Text(f"[{lo:+.3f}, {hi:+.3f}]"),
+                "-" if ratio is None else f"{ratio:.2f}",
+                faster,
+            )
+        note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows"
+        if not cmp["rows"]:
+            note = "no cell is in both recordings (cells match by host/driver/workload/channel)"
+        self.query_one("#cmp-note", Static).update(note)
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.exit()

@@ -1,0 +1,311 @@
+"""What the console draws, kept as plain aggregates that events update in O(1).
+
+The engine's events (live from its pipe, or read from a recording) go through
+`LiveState.ingest`; the screen's timer reads the aggregates at its own pace, so the
+frame rate does not follow the event rate. Counting follows `core.report` exactly
+(a trial's samples count once it ended ok, valid and not warm-up), so a live figure
+and `rtax report` of the same recording agree. No Textual here: tests use it bare.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rtax_tui.core.model import PHASES, TIMED_PHASES
+
+# Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.
+BIN_LO_NS = 1_000
+BINS_PER_DECADE = 20
+N_BINS = 9 * BINS_PER_DECADE
+_TIMED = frozenset(TIMED_PHASES)
+
+
+def bin_of(ns: int) -> int:
+    if ns <= BIN_LO_NS:
+        return 0
+    b = int(math.log10(ns / BIN_LO_NS) * BINS_PER_DECADE)
+    return min(b, N_BINS - 1)
+
+
+def bin_edges_ns(b: int) -> tuple[float, float]:
+    lo = BIN_LO_NS * 10 ** (b / BINS_PER_DECADE)
+    return lo, lo * 10 ** (1 / BINS_PER_DECADE)
+
+
+class PhaseSamples:
+    """One phase of one cell: the samples (for percentiles) and their log histogram."""
+
+    __slots__ = ("samples", "counts", "_cache")
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self.counts = [0] * N_BINS
+        self._cache: tuple[int, float | None, float | None] = (0, None, None)
+
+    def add(self, ns: int) -> None:
+        self.samples.append(ns)
+        self.counts[bin_of(ns)] += 1
+
+    def percentiles_ms(self) -> tuple[float | None, float | None]:
+        """(P50, P95) in ms, numpy's linear method as in `rtax report`; cached by n."""
+        n = len(self.samples)
+        if self._cache[0] != n:
+            if n == 0:
+                self._cache = (0, None, None)
+            else:
+                p50, p95 = np.percentile(np.asarray(self.samples, dtype=np.int64), [50, 95])
+                self._cache = (n, float(p50) / 1e6, float(p95) / 1e6)
+        return self._cache[1], self._cache[2]
+
+
+@dataclass
+class _Trial:
+    cell: str
+    warmup: bool
+    steps: int | None
+    batch: str | None
+    phases: dict[str, int] = field(default_factory=dict)
+    actions: list[int] = field(default_factory=list)
+    actions_ok: bool = True
+    state: str = "working"  # working, arrived, failed, done
+
+
+@dataclass
+class CellState:
+    cell: str
+    host: str
+    driver: str
+    workload: str
+    channel: str
+    n: int = 0
+    failed: int = 0
+    invalid: int = 0
+    warmup: int = 0
+    done: int = 0
+    phases: dict[str, PhaseSamples] = field(
+        default_factory=lambda: {p: PhaseSamples() for p in PHASES}
+    )
+    batches: int = 0
+    passed_batches: int = 0
+
+
+@dataclass
+class BatchState:
+    """The capacity batch in progress: one mark per environment."""
+
+    batch: str
+    cell: str
+    size: int
+    deadline_s: float | None
+    start_t_ns: int
+    trials: list[int] = field(default_factory=list)
+    released: str | None = None
+
+
+@dataclass
+class Failure:
+    t_ns: int
+    trial: int
+    cell: str
+    phase: str
+    kind: str
+    message: str
+
+
+class LiveState:
+    def __init__(self) -> None:
+        self.header: dict[str, Any] | None = None
+        self.cells: dict[str, CellState] = {}
+        self.trials: dict[int, _Trial] = {}
+        self.failures: list[Failure] = []
+        self.batch: BatchState | None = None
+        self.batches_done = 0
+        self.planned = 0
+        self.started = 0
+        self.ended = 0
+        self.in_flight = 0
+        self.last_t_ns = 0
+        self.events = 0
+        self.status: str | None = None  # run_end status once the run ended
+        self.version = 0  # bumped by every ingest: the screen redraws only on change
+
+    # -- the plan, from the header ------------------------------------------
+    def _plan_from_header(self, h: dict[str, Any]) -> None:
+        prof = h.get("profile") or {}
+        n_cells = 1
+        for k in ("hosts", "drivers", "workloads", "channels"):
+            n_cells *= max(1, len(prof.get(k) or ()))
+        cap = prof.get("capacity")
+        if isinstance(cap, dict) and cap.get("batches"):
+            warm_batch = 1 if int(prof.get("warmup") or 0) > 0 else 0  # one per cell
+            batches = int(cap["batches"]) + warm_batch
+            self.planned = batches * int(cap.get("size") or 1) * n_cells
+        else:
+            per_cell = int(prof.get("trials") or 0) + int(prof.get("warmup") or 0)
+            self.planned = per_cell * n_cells
+
+    # -- events ----------------------------------------------------------------
+    def ingest(self, ev: dict[str, Any]) -> None:
+        self.events += 1
+        self.version += 1
+        t = ev.get("t_ns")
+        if isinstance(t, int) and t > self.last_t_ns:
+            self.last_t_ns = t
+        etype = ev.get("type")
+        if etype == "action":
+            tr = self.trials.get(ev["trial"])
+            if tr is not None:
+                tr.actions.append(ev["dur_ns"])
+                if not ev.get("ok"):
+                    tr.actions_ok = False
+                elif tr.batch is not None and tr.steps is not None and ev["i"] == tr.steps - 1:
+                    if tr.actions_ok:
+                        tr.state = "arrived"
+        elif etype == "phase":
+            tr = self.trials.get(ev["trial"])
+            if tr is not None:
+                name = ev["name"]
+                if name in _TIMED:
+                    tr.phases[name] = tr.phases.get(name, 0) + ev["dur_ns"]
+                    if not ev.get("ok") and tr.batch is not None:
+                        tr.state = "failed"
+                elif name == "barrier.wait" and tr.state == "working":
+                    tr.state = "arrived"
+        elif etype == "trial_start":
+            self._start(ev)
+        elif etype == "trial_end":
+            self._end(ev)
+        elif etype == "barrier":
+            self._barrier(ev)
+        elif etype == "run":
+            self.header = ev
+            self._plan_from_header(ev)
+        elif etype == "run_end":
+            self.status = str(ev.get("status"))
+
+    def _cell(self, ev: dict[str, Any]) -> CellState:
+        cid = ev["cell"]
+        cs = self.cells.get(cid)
+        if cs is None:
+            cs = self.cells[cid] = CellState(
+                cid,
+                str(ev.get("host")),
+                str(ev.get("driver")),
+                str(ev.get("workload")),
+                str(ev.get("channel")),
+            )
+        return cs
+
+    def _start(self, ev: dict[str, Any]) -> None:
+        cs = self._cell(ev)
+        batch = ev.get("batch")
+        tr = _Trial(cs.cell, bool(ev.get("warmup")), ev.get("steps"), batch)
+        self.trials[ev["trial"]] = tr
+        self.started += 1
+        self.in_flight += 1
+        if batch is not None:
+            if self.batch is None or self.batch.batch != batch:
+                self.batch = BatchState(
+                    batch,
+                    cs.cell,
+                    int(ev.get("batch_size") or 0),
+                    ev.get("deadline_s"),
+                    int(ev.get("t_ns") or 0),
+                )
+            self.batch.trials.append(ev["trial"])
+            self.batch.size = max(self.batch.size, len(self.batch.trials))
+
+    def _end(self, ev: dict[str, Any]) -> None:
+        tr = self.trials.get(ev["trial"])
+        if tr is None:
+            return
+        self.ended += 1
+        self.in_flight = max(0, self.in_flight - 1)
+        cs = self.cells[tr.cell]
+        cs.done += 1
+        ok, valid = bool(ev.get("ok")), bool(ev.get("valid"))
+        err = ev.get("error")
+        if not ok:
+            tr.state = "failed"
+            if isinstance(err, dict):
+                self.failures.append(
+                    Failure(
+                        int(ev.get("t_ns") or 0),
+                        int(ev["trial"]),
+                        tr.cell,
+                        str(err.get("phase")),
+                        str(err.get("kind")),
+                        str(err.get("message")),
+                    )
+                )
+        elif tr.state != "arrived":
+            tr.state = "done"
+        if tr.warmup:
+            cs.warmup += 1
+            return
+        cs.n += 1
+        if not ok:
+            cs.failed += 1
+            return
+        if not valid:
+            cs.invalid += 1
+            return
+        total = 0
+        for name, dur in tr.phases.items():
+            cs.phases[name].add(dur)
+            total += dur
+        acts = cs.phases["action"]
+        for a in tr.actions:
+            acts.add(a)
+        cs.phases["total"].add(total + sum(tr.actions))
+
+    def _barrier(self, ev: dict[str, Any]) -> None:
+        cid = ev["cell"]
+        cs = self.cells.get(cid)
+        if cs is not None and not ev.get("warmup"):
+            cs.batches += 1
+            if ev.get("ok"):
+                cs.passed_batches += 1
+        self.batches_done += 1
+        if self.batch is not None and self.batch.batch == ev.get("batch"):
+            self.batch.released = str(ev.get("released"))
+
+    # -- views ---------------------------------------------------------------
+    @property
+    def is_capacity(self) -> bool:
+        prof = (self.header or {}).get("profile") or {}
+        return isinstance(prof.get("capacity"), dict)
+
+    def batch_marks(self) -> list[str]:
+        """State of each environment of the current batch, padded with `waiting`."""
+        b = self.batch
+        if b is None:
+            return []
+        marks = [self.trials[t].state for t in b.trials if t in self.trials]
+        return marks + ["waiting"] * max(0, b.size - len(marks))
+
+    def batches_per_cell(self) -> int | None:
+        prof = (self.header or {}).get("profile") or {}
+        cap = prof.get("capacity")
+        return int(cap["batches"]) if isinstance(cap, dict) and cap.get("batches") else None
+
+    def elapsed_s(self) -> float:
+        return self.last_t_ns / 1e9
+
+    def eta_s(self) -> float | None:
+        if self.ended == 0 or self.planned <= self.ended or self.status is not None:
+            return None
+        return self.elapsed_s() / self.ended * (self.planned - self.ended)
+
+    def medians_ms(self, phase: str) -> dict[str, float]:
+        """Each cell's P50 of `phase`, for marking other cells on a histogram."""
+        out = {}
+        for cid, cs in self.cells.items():
+            p50, _ = cs.phases[phase].percentiles_ms()
+            if p50 is not None:
+                out[cid] = p50
+        return out

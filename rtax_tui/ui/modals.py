@@ -1,0 +1,162 @@
+"""Small screens over the monitor: help, picking a recording, the project panel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from rtax_tui.core.recording import Recording
+
+HELP = {
+    "run": [
+        ("space", "pause / resume scheduling (trials in flight finish)"),
+        ("x", "stop: tear down what runs, keep the recording"),
+        ("s / S", "select the next / previous cell (or arrows in the table)"),
+        ("l", "histograms: log or linear time axis"),
+        ("r", "replay this run's recording (once it ended)"),
+        ("c", "compare this recording with another"),
+        ("p", "project worker-hours (N trajectories × S steps)"),
+        ("q", "quit (stops the run first, waits for teardown)"),
+    ],
+    "replay": [
+        ("space", "pause / resume playback"),
+        ("1 2 0 m", "speed: recorded pace, 2×, 10×, as fast as possible"),
+        (".", "step: play up to the next trial's end, then pause"),
+        ("r", "restart the replay"),
+        ("s / S", "select the next / previous cell (or arrows in the table)"),
+        ("l", "histograms: log or linear time axis"),
+        ("c", "compare this recording with another"),
+        ("p", "project worker-hours (N trajectories × S steps)"),
+        ("q", "quit"),
+    ],
+}
+
+LEGEND = (
+    "Histograms: the selected cell's samples in log-spaced bins; ▲ green P50, ▲ yellow P95, "
+    "· other cells' medians. Statistics count only measured trials that ended ok and valid, "
+    "as `rtax report` does."
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(f"rtax console: {self.mode} keys", classes="title")
+            for key, what in HELP.get(self.mode, HELP["run"]):
+                yield Static(f"[b]{key:>8}[/b]  {what}")
+            yield Static(LEGEND, classes="legend")
+            yield Static("[dim]escape: close[/dim]")
+
+
+def find_recordings(roots: list[Path] | None = None) -> list[Path]:
+    """Recordings under ./recordings and the examples shipped with rtax, newest first."""
+    here = Path(__file__).resolve().parents[2] / "recordings"
+    roots = roots or [Path("recordings"), here]
+    seen: dict[Path, Path] = {}
+    for root in roots:
+        if root.is_dir():
+            for p in root.rglob("*.jsonl"):
+                seen.setdefault(p.resolve(), p)
+    return sorted(seen.values(), key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+class PickRecording(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, exclude: str | None = None) -> None:
+        super().__init__()
+        self.exclude = Path(exclude).resolve() if exclude else None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label("Compare with which recording? (enter: choose, escape: cancel)")
+            paths = [p for p in find_recordings() if p.resolve() != self.exclude]
+            if not paths:
+                yield Static("no other recording found under ./recordings")
+            yield OptionList(*(Option(str(p), id=str(p)) for p in paths), id="picks")
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, ev: OptionList.OptionSelected) -> None:
+        self.dismiss(ev.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ProjectPanel(ModalScreen[None]):
+    """Worker-hours per cell for N trajectories of S steps; inputs editable in place."""
+
+    BINDINGS = [Binding("escape", "dismiss", "close")]
+
+    def __init__(self, rec: Recording, trajectories: int = 1_000_000, steps: int = 150) -> None:
+        super().__init__()
+        self.rec = rec
+        self.trajectories = trajectories
+        self.steps = steps
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="wide"):
+            yield Label("Project: worker-hours = N × (create + ready + teardown + S × action)")
+            with Horizontal(id="inputs"):
+                yield Label("trajectories N ")
+                yield Input(str(self.trajectories), id="n", type="integer")
+                yield Label("  steps S ")
+                yield Input(str(self.steps), id="s", type="integer")
+            yield DataTable(id="proj")
+            yield Static("", id="proj-note")
+            yield Static("[dim]medians of this recording's measured trials; escape: close[/dim]")
+
+    def on_mount(self) -> None:
+        t = self.query_one("#proj", DataTable)
+        for col in ("cell", "per traj s", "worker-hours", "95% CI"):
+            t.add_column(col, key=col)
+        self.compute(self.trajectories, self.steps)
+
+    @on(Input.Changed)
+    def _changed(self, ev: Input.Changed) -> None:
+        try:
+            n = int(self.query_one("#n", Input).value)
+            s = int(self.query_one("#s", Input).value)
+        except ValueError:
+            self.query_one("#proj-note", Static).update("N and S must be whole numbers")
+            return
+        if n < 1 or s < 1:
+            self.query_one("#proj-note", Static).update("N and S must be at least 1")
+            return
+        self.query_one("#proj-note", Static).update("")
+        self.compute(n, s)
+
+    @work(thread=True, exclusive=True)
+    def compute(self, n: int, s: int) -> None:
+        from rtax_tui.core.report import project_report
+
+        proj = project_report(self.rec, n, s)
+        self.app.call_from_thread(self._show, proj)
+
+    def _show(self, proj: dict[str, Any]) -> None:
+        t = self.query_one("#proj", DataTable)
+        t.clear()
+        for c in proj["cells"]:
+            wh = c["worker_hours"]
+            lo, hi = c["ci95"]
+            per = c["per_trajectory_s"]
+            t.add_row(
+                c["cell"],
+                "-" if per is None else f"{per:.3g}",
+                "-" if wh is None else f"{wh:,.0f}",
+                "-" if lo is None else f"{lo:,.0f} – {hi:,.0f}",
+            )

@@ -1,0 +1,376 @@
+"""The run and replay screens: one screen, fed by the engine's pipe or by a recording."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from rtax_tui.core.recording import Recording, read_recording
+from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
+from rtax_tui.ui.histogram import Histogram, fmt_ms
+from rtax_tui.ui.livestate import LiveState
+from rtax_tui.ui.widgets import (
+    BarrierView,
+    CellTable,
+    FailureLog,
+    position_text,
+    progress_text,
+)
+
+HIST_PHASES = ("create", "ready", "action", "teardown", "total")
+REFRESH_S = 0.1  # about 10 Hz, whatever the event rate
+SPEEDS: dict[str, float | None] = {"1": 1.0, "2": 2.0, "0": 10.0, "m": None}
+
+
+class FeedEnded(Message):
+    """The engine exited, or the replay reached the end."""
+
+    def __init__(self, returncode: int | None) -> None:
+        super().__init__()
+        self.returncode = returncode
+
+
+class Log(Message):
+    """A line of the engine's stderr (asset downloads, errors before the first trial)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class MonitorScreen(Screen[None]):
+    BINDINGS = [
+        Binding("space", "toggle_pause", "pause/resume"),
+        Binding("x", "stop", "stop run"),
+        Binding("s", "next_cell", "next cell"),
+        Binding("S", "prev_cell", "prev cell", show=False),
+        Binding("l", "toggle_log", "lin/log"),
+        Binding("1", "speed('1')", "1x", show=False),
+        Binding("2", "speed('2')", "2x", show=False),
+        Binding("0", "speed('0')", "10x", show=False),
+        Binding("m", "speed('m')", "max", show=False),
+        Binding(".", "step", "step", show=False),
+        Binding("r", "replay", "replay"),
+        Binding("c", "compare", "compare"),
+        Binding("p", "project", "project"),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit_screen", "quit"),
+    ]
+
+    def __init__(
+        self,
+        mode: str,
+        *,
+        recording: Recording | None = None,
+        record_path: str | None = None,
+        engine_argv: list[str] | None = None,
+        speed: float | None = 1.0,
+        title: str = "",
+    ) -> None:
+        super().__init__()
+        self.mode = mode  # "run" or "replay"
+        self.state = LiveState()
+        self.events: list[dict[str, Any]] = []
+        self.recording = recording
+        self.record_path = record_path
+        self.engine_argv = engine_argv
+        self.start_speed = speed
+        self.title_text = title
+        self.engine: EngineFeed | None = None
+        self.replay: ReplayFeed | None = None
+        self.log_lines: deque[str] = deque(maxlen=200)
+        self.log_axis = True
+        self.drawn_version = -1
+        self.frame_times: deque[float] = deque(maxlen=600)  # for bench/console_bench.py
+        self.ended = False
+        self.returncode: int | None = None
+        self.quitting = False
+
+    # -- layout ----------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="τ")
+        with Vertical(id="main"):
+            yield CellTable(id="cells")
+            yield Static(id="selected")
+            with Grid(id="hists"):
+                for p in HIST_PHASES:
+                    yield Histogram(p, id=f"h-{p}", classes="hist")
+                yield BarrierView(id="barrier", classes="side")
+                yield FailureLog(id="failures", classes="side")
+            yield Static(id="progress")
+            yield Static(id="position")
+        yield Static(id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "rtax"
+        self.sub_title = self.title_text
+        self.query_one("#position").display = self.mode == "replay"
+        for p in HIST_PHASES:
+            self.query_one(f"#h-{p}", Histogram).border_title = p
+        self.query_one("#barrier").display = False
+        self.query_one("#barrier").border_title = "capacity barrier"
+        self.query_one("#failures").border_title = "failures"
+        self.set_interval(REFRESH_S, self.redraw)
+        self._check_size()
+        if self.mode == "replay":
+            self.start_replay()
+        else:
+            self.run_worker(self._run_engine(), name="engine", exclusive=False)
+
+    # -- feeds ------------------------------------------------------------------
+    def ingest(self, ev: dict[str, Any]) -> None:
+        self.events.append(ev)
+        self.state.ingest(ev)
+
+    def start_replay(self) -> None:
+        assert self.recording is not None
+        self.state = LiveState()
+        self.events = []
+        self.drawn_version = -1
+        self.ended = False
+        self.query_one(CellTable).clear()
+        self.query_one(CellTable)._shown = {}
+        self.replay = ReplayFeed(self.recording, self.ingest, self.start_speed)
+        self.run_worker(self._run_replay(self.replay), name="replay", exclusive=True, group="feed")
+
+    async def _run_replay(self, feed: ReplayFeed) -> None:
+        await feed.run()
+        self.post_message(FeedEnded(0))
+
+    async def _run_engine(self) -> None:
+        assert self.engine_argv is not None
+        self.engine = EngineFeed(
+            self.engine_argv, self.ingest, lambda line: self.post_message(Log(line))
+        )
+        try:
+            rc = await self.engine.run()
+        except OSError as exc:
+            self.post_message(Log(f"cannot start the engine: {exc}"))
+            rc = 1
+        self.post_message(FeedEnded(rc))
+
+    @on(FeedEnded)
+    def _feed_ended(self, msg: FeedEnded) -> None:
+        self.ended = True
+        self.returncode = msg.returncode
+        self.redraw(force=True)
+        if self.mode == "run":
+            if self.state.header is None and msg.returncode:
+                self.notify(
+                    "the run did not start: " + (self.log_lines[-1] if self.log_lines else "?"),
+                    severity="error",
+                    timeout=30,
+                )
+            elif self.record_path:
+                self.notify(f"recording: {self.record_path}  (r: replay, c: compare)")
+            if self.quitting:
+                self.app.exit(msg.returncode)
+
+    @on(Log)
+    def _log(self, msg: Log) -> None:
+        self.log_lines.append(msg.text)
+
+    # -- drawing ------------------------------------------------------------------
+    def on_resize(self) -> None:
+        self._check_size()
+
+    def _check_size(self) -> None:
+        w, h = self.app.size
+        small = w < 80 or h < 24
+        self.set_class(small, "too-small")
+        if small:
+            self.query_one("#too-small", Static).update(
+                f"The terminal is {w}×{h}; rtax's console needs at least 80×24.\n"
+                "Enlarge the window, or press q to quit."
+            )
+
+    def redraw(self, force: bool = False) -> None:
+        st = self.state
+        if not force and st.version == self.drawn_version and self.mode == "run":
+            return
+        self.frame_times.append(time.monotonic())
+        self.drawn_version = st.version
+        with self.app.batch_update():
+            table = self.query_one(CellTable)
+            table.update_from(st)
+            self._draw_hists(table.selected_cell)
+            barrier = self.query_one("#barrier", BarrierView)
+            if st.is_capacity:
+                barrier.display = True
+                barrier.update_from(st)
+            self.query_one("#failures", FailureLog).update_from(st)
+            self.query_one("#progress", Static).update(progress_text(st, self._status_extra()))
+            if self.replay is not None:
+                feed = self.replay
+                speed = "max" if feed.speed is None else f"{feed.speed:g}×"
+                label = f"{'paused' if feed.paused else 'playing'} {speed}"
+                if feed.done:
+                    label = "end"
+                pos = self.query_one("#position", Static)
+                pos.update(position_text(feed.t_ns, feed.end_t_ns, self.size.width, label))
+
+    def _status_extra(self) -> str:
+        if self.mode == "run":
+            eng = self.engine
+            if self.ended:
+                rc = self.returncode
+                return f"engine exited ({rc})" if rc not in (0, 130) else ""
+            if eng is not None and eng.stopping:
+                return "stopping: tearing down"
+            if eng is not None and eng.paused:
+                return "paused"
+            if self.state.header is None and self.log_lines:
+                return self.log_lines[-1][:80]
+        return ""
+
+    def _draw_hists(self, cell: str | None) -> None:
+        st = self.state
+        cs = st.cells.get(cell) if cell else None
+        for p in HIST_PHASES:
+            h = self.query_one(f"#h-{p}", Histogram)
+            if cs is None:
+                h.set_data((), None, None, (), self.log_axis)
+                h.border_title = p
+                continue
+            ps = cs.phases[p]
+            p50, p95 = ps.percentiles_ms()
+            others = [v for c, v in st.medians_ms(p).items() if c != cell]
+            h.set_data(ps.counts, p50, p95, others, self.log_axis)
+            h.border_title = f"{p}  P50 {fmt_ms(p50)}  P95 {fmt_ms(p95)}  n={len(ps.samples)}"
+        sel = f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)" if cell else ""
+        self.query_one("#selected", Static).update(sel)
+
+    @on(DataTable.RowHighlighted)
+    def _row(self) -> None:
+        self.redraw(force=True)
+
+    # -- actions --------------------------------------------------------------------
+    def action_toggle_pause(self) -> None:
+        if self.replay is not None:
+            if self.replay.paused:
+                self.replay.resume()
+            else:
+                self.replay.pause()
+        elif self.engine is not None and self.engine.running:
+            if self.engine.paused:
+                self.engine.resume()
+                self.notify("resumed")
+            else:
+                self.engine.pause()
+                self.notify("paused: trials in flight finish, no new one starts")
+        self.redraw(force=True)
+
+    def action_stop(self) -> None:
+        if self.engine is not None and self.engine.running and not self.engine.stopping:
+            self.engine.stop()
+            self.notify("stopping: trials in flight are torn down; the recording is kept")
+        self.redraw(force=True)
+
+    def _move(self, delta: int) -> None:
+        table = self.query_one(CellTable)
+        if table.row_count:
+            table.move_cursor(row=(table.cursor_row + delta) % table.row_count)
+
+    def action_next_cell(self) -> None:
+        self._move(1)
+
+    def action_prev_cell(self) -> None:
+        self._move(-1)
+
+    def action_toggle_log(self) -> None:
+        self.log_axis = not self.log_axis
+        self.redraw(force=True)
+
+    def action_speed(self, key: str) -> None:
+        if self.replay is not None:
+            self.replay.set_speed(SPEEDS[key])
+            self.redraw(force=True)
+
+    def action_step(self) -> None:
+        if self.replay is not None:
+            self.replay.step()
+            self.redraw(force=True)
+
+    def _recording_path(self) -> str | None:
+        if self.mode == "replay":
+            return self.recording.path if self.recording else None
+        return self.record_path
+
+    def action_replay(self) -> None:
+        if self.mode == "replay":
+            self.start_replay()
+            return
+        if not self.ended:
+            self.notify("the run is still going: stop it (x) or wait, then replay", timeout=4)
+            return
+        path = self.record_path
+        if not path or not Path(path).exists():
+            self.notify("no recording was written", severity="error")
+            return
+        from rtax_tui.ui.app import open_replay
+
+        open_replay(self.app, path)
+
+    def action_compare(self) -> None:
+        path = self._recording_path()
+        if not path or not Path(path).exists():
+            self.notify("no recording to compare yet", severity="error")
+            return
+        from rtax_tui.ui.modals import PickRecording
+
+        def chosen(other: str | None) -> None:
+            if other:
+                from rtax_tui.ui.compare import CompareScreen
+
+                self.app.push_screen(CompareScreen(path, other))
+
+        self.app.push_screen(PickRecording(exclude=path), chosen)
+
+    def action_project(self) -> None:
+        if self.state.header is None:
+            self.notify("nothing recorded yet", severity="warning")
+            return
+        from rtax_tui.ui.modals import ProjectPanel
+
+        rec = Recording(self._recording_path() or "-", self.state.header, list(self.events[1:]))
+        self.app.push_screen(ProjectPanel(rec))
+
+    def action_help(self) -> None:
+        from rtax_tui.ui.modals import HelpScreen
+
+        self.app.push_screen(HelpScreen(self.mode))
+
+    async def action_quit_screen(self) -> None:
+        if self.engine is not None and self.engine.running:
+            if self.quitting:
+                return
+            self.quitting = True
+            self.notify("stopping the run before quitting: tearing down…")
+            self.run_worker(self.engine.shutdown(), group="shutdown")
+            return
+        if self.replay is not None:
+            self.workers.cancel_group(self, "feed")
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.exit(self.returncode if self.mode == "run" else 0)
+
+    async def wait_idle(self) -> None:  # used by tests and the bench
+        while not self.ended:
+            await asyncio.sleep(0.02)
+
+
+def load_replay(path: str) -> Recording:
+    return read_recording(path)

@@ -1,0 +1,137 @@
+"""The console's widgets: each draws from `LiveState` when the screen's timer says so."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable, Static
+
+from rtax_tui.ui.histogram import fmt_ms
+from rtax_tui.ui.livestate import LiveState
+
+TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
+MARK = {"waiting": ("·", "dim"), "working": ("◐", "yellow"), "arrived": ("●", "green"),
+        "done": ("●", "green"), "failed": ("✗", "bold red")}  # fmt: skip
+
+
+class CellTable(DataTable):
+    """One row per cell: counts, then P50/P95 of each phase; rows appear as cells do."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        self.add_column("cell", key="cell")
+        for k in ("n", "fail", "inv"):
+            self.add_column(k, key=k, width=4)
+        for p in TABLE_PHASES:  # fixed widths: live updates never make columns jump
+            self.add_column(f"{p[:8]} P50", key=f"{p}50", width=12)
+            self.add_column("P95", key=f"{p}95", width=8)
+        self._shown: dict[str, tuple] = {}
+
+    def update_from(self, state: LiveState) -> None:
+        for cid, cs in state.cells.items():
+            vals: list[str | Text] = [
+                str(cs.n),
+                Text(str(cs.failed), style="bold red" if cs.failed else ""),
+                Text(str(cs.invalid), style="yellow" if cs.invalid else ""),
+            ]
+            for p in TABLE_PHASES:
+                p50, p95 = cs.phases[p].percentiles_ms()
+                vals += [fmt_ms(p50), fmt_ms(p95)]
+            key = tuple(str(v) for v in vals)
+            if cid not in self._shown:
+                self.add_row(cid, *vals, key=cid)
+            elif self._shown[cid] != key:
+                cols = ["n", "fail", "inv"] + [f"{p}{q}" for p in TABLE_PHASES for q in (50, 95)]
+                old = self._shown[cid]
+                for col, v, o in zip(cols, vals, old, strict=True):
+                    if str(v) != o:
+                        self.update_cell(cid, col, v)
+            self._shown[cid] = key
+
+    @property
+    def selected_cell(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        row = min(max(self.cursor_row, 0), self.row_count - 1)
+        return str(self.coordinate_to_cell_key((row, 0)).row_key.value)
+
+
+class BarrierView(Static):
+    """The current capacity batch: a mark per environment and its deadline countdown."""
+
+    def update_from(self, state: LiveState) -> None:
+        b = state.batch
+        if b is None:
+            self.update(Text("capacity: no batch yet", style="dim"))
+            return
+        t = Text()
+        t.append(f"batch {b.batch}  {b.cell}\n", style="bold")
+        for m in state.batch_marks():
+            ch, style = MARK.get(m, ("?", ""))
+            t.append(ch + " ", style=style)
+        t.append("\n")
+        counts = {k: 0 for k in MARK}
+        for m in state.batch_marks():
+            counts[m] = counts.get(m, 0) + 1
+        t.append(
+            f"arrived {counts['arrived'] + counts['done']}/{b.size}  "
+            f"working {counts['working']}  failed {counts['failed']}\n"
+        )
+        if b.released:
+            t.append(
+                f"released: {b.released}\n", style="green" if b.released == "all_arrived" else "red"
+            )
+        elif b.deadline_s is not None:
+            left = b.deadline_s - (state.last_t_ns - b.start_t_ns) / 1e9
+            t.append(f"deadline in {max(0.0, left):.1f}s\n", style="yellow")
+        per = state.batches_per_cell()
+        for cs in state.cells.values():
+            t.append(f"{cs.driver}/{cs.workload}: passed {cs.passed_batches}/{cs.batches}")
+            t.append(f" of {per}\n" if per else "\n")
+        self.update(t)
+
+
+class FailureLog(Static):
+    """The latest failures with their phase and reason (newest last)."""
+
+    def update_from(self, state: LiveState, lines: int = 50) -> None:
+        if not state.failures:
+            self.update(Text("no failures", style="dim"))
+            return
+        t = Text()
+        for f in state.failures[-lines:]:
+            t.append(f"{f.t_ns / 1e9:8.2f}s ", style="dim")
+            t.append(f"#{f.trial} {f.cell} ", style="bold")
+            t.append(f"{f.phase}/{f.kind}", style="red")
+            t.append(f": {f.message}\n")
+        self.update(t)
+
+
+def progress_text(state: LiveState, extra: str = "") -> Text:
+    t = Text()
+    done, planned = state.ended, state.planned
+    t.append(f"trials {done}/{planned or '?'}", style="bold")
+    failed = sum(c.failed for c in state.cells.values())
+    t.append(f"  failed {failed}", style="bold red" if failed else "")
+    t.append(f"  in flight {state.in_flight}  elapsed {state.elapsed_s():.1f}s")
+    eta = state.eta_s()
+    if eta is not None:
+        t.append(f"  ~{eta:.0f}s left")
+    if state.status is not None:
+        t.append(
+            f"  run {state.status}", style="green" if state.status == "completed" else "yellow"
+        )
+    if extra:
+        t.append(f"  {extra}", style="italic")
+    return t
+
+
+def position_text(pos_t_ns: int, end_t_ns: int, width: int, label: str) -> Text:
+    frac = 0.0 if end_t_ns <= 0 else min(1.0, pos_t_ns / end_t_ns)
+    bar_w = max(10, width - len(label) - 24)
+    filled = int(frac * bar_w)
+    t = Text()
+    t.append("█" * filled, style="green")
+    t.append("░" * (bar_w - filled), style="dim")
+    t.append(f" {pos_t_ns / 1e9:7.2f}s / {end_t_ns / 1e9:.2f}s  {label}")
+    return t
