@@ -159,6 +159,9 @@ def test_capacity_batches_pass_with_the_builtin_workload(tmp_path, driver):
     assert len(bars) == 2 and all(b["ok"] and b["arrived"] == 8 for b in bars)
     starts = [e for e in rec.events if e["type"] == "trial_start"]
     assert len(starts) == 16 and {s["batch"] for s in starts} == {b["batch"] for b in bars}
+    # what the console's barrier view needs before the batch ends
+    assert {(s["batch_size"], s["deadline_s"]) for s in starts} == {(8, 120)}
+    assert all(s["steps"] >= 1 for s in starts)
     rep = json.loads(
         subprocess.run(
             [sys.executable, "-m", "rtax_tui", "report", str(out), "--format", "json"],

@@ -60,7 +60,7 @@ class CompareScreen(Screen[None]):
         t = self.query_one("#cmp", DataTable)
         for r in cmp["rows"]:
             lo, hi = r["ci95_ms"]
-            faster = {"a": "[green]a[/green]", "b": "[green]b[/green]"}.get(r["faster"], "neither")
+            faster = Text(r["faster"], style="bold green" if r["faster"] != "neither" else "")
             ratio = r["ratio"]
             t.add_row(
                 r["cell"],

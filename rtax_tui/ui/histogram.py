@@ -51,8 +51,10 @@ class Layout:
         self.vmax = bin_edges_ns(self.hi_b - 1)[1]
 
     def col_of_ns(self, ns: float) -> int:
-        if self.log:
-            frac = (_pos_of_ns(ns) - self.lo_b) / (self.hi_b - self.lo_b)
+        if self.log:  # the column of the value's bin, as the bars are drawn
+            frac = (min(int(_pos_of_ns(ns)), N_BINS - 1) + 0.5 - self.lo_b) / (
+                self.hi_b - self.lo_b
+            )
         else:
             frac = (ns - self.vmin) / (self.vmax - self.vmin)
         return min(self.width - 1, max(0, int(frac * self.width)))

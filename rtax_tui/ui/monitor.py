@@ -126,6 +126,11 @@ class MonitorScreen(Screen[None]):
         self._check_size()
         if self.mode == "replay":
             self.start_replay()
+        elif self.engine_argv is None and self.recording is not None:
+            # a finished run drawn from its recording (snapshots, and `rtax replay --end`)
+            for ev in (self.recording.header, *self.recording.events):
+                self.ingest(ev)
+            self.post_message(FeedEnded(0))
         else:
             self.run_worker(self._run_engine(), name="engine", exclusive=False)
 
@@ -176,7 +181,7 @@ class MonitorScreen(Screen[None]):
             elif self.record_path:
                 self.notify(f"recording: {self.record_path}  (r: replay, c: compare)")
             if self.quitting:
-                self.app.exit(msg.returncode)
+                self.app.exit(msg.returncode, return_code=msg.returncode or 0)
 
     @on(Log)
     def _log(self, msg: Log) -> None:
@@ -365,7 +370,8 @@ class MonitorScreen(Screen[None]):
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
         else:
-            self.app.exit(self.returncode if self.mode == "run" else 0)
+            rc = (self.returncode or 0) if self.mode == "run" else 0
+            self.app.exit(rc, return_code=rc)
 
     async def wait_idle(self) -> None:  # used by tests and the bench
         while not self.ended:

@@ -1,0 +1,144 @@
+"""The console's live model agrees with `rtax report` on the same recording."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtax_tui.core.model import PHASES
+from rtax_tui.core.recording import read_recording
+from rtax_tui.core.report import build_report
+from rtax_tui.ui.histogram import Layout, draw
+from rtax_tui.ui.livestate import N_BINS, LiveState, bin_edges_ns, bin_of
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
+RECORDINGS = sorted(EXAMPLES.glob("*.jsonl"))
+
+
+def _fed(path: Path) -> LiveState:
+    rec = read_recording(path)
+    st = LiveState()
+    for ev in (rec.header, *rec.events):
+        st.ingest(ev)
+    return st
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
+def test_live_figures_equal_the_report(path: Path) -> None:
+    st = _fed(path)
+    report = build_report(read_recording(path))
+    assert len(report["cells"]) == len(st.cells) > 0
+    for cell in report["cells"]:
+        cs = st.cells[cell["cell"]]
+        assert (cs.n, cs.failed, cs.invalid, cs.warmup) == (
+            cell["n"],
+            cell["failed"],
+            cell["invalid"],
+            cell["warmup"],
+        )
+        for p in PHASES:
+            p50, p95 = cs.phases[p].percentiles_ms()
+            want = cell["phases"][p]
+            assert len(cs.phases[p].samples) == want["n"]
+            if want["n"]:
+                assert p50 == pytest.approx(want["p50_ms"], rel=1e-9)
+                assert p95 == pytest.approx(want["p95_ms"], rel=1e-9)
+            assert sum(cs.phases[p].counts) == want["n"]
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
+def test_planned_count_matches_the_trials_of_a_complete_run(path: Path) -> None:
+    rec = read_recording(path)
+    assert rec.end is not None and rec.end["status"] == "completed"
+    st = _fed(path)
+    starts = sum(1 for e in rec.events if e["type"] == "trial_start")
+    assert st.planned == starts == st.ended
+    assert st.status == "completed" and st.eta_s() is None
+
+
+def test_barrier_marks_follow_a_batch() -> None:
+    rec = read_recording(EXAMPLES / "capacity-local-stage.jsonl")
+    st = LiveState()
+    st.ingest(rec.header)
+    first_batch = None
+    seen_working = False
+    for ev in rec.events:
+        if ev["type"] == "trial_start":  # as the engine now writes them
+            ev = {**ev, "steps": 2, "batch_size": 8, "deadline_s": 60}
+        st.ingest(ev)
+        if ev["type"] == "trial_start" and first_batch is None:
+            first_batch = ev["batch"]
+        if ev["type"] == "barrier":
+            break
+        marks = st.batch_marks()
+        assert len(marks) == 8  # the batch's size is known from its first trial
+        if "working" in marks:
+            seen_working = True
+    assert seen_working
+    assert st.batch is not None and st.batch.batch == first_batch
+    assert st.batch.released == "all_arrived"
+    assert st.batch_marks() == ["arrived"] * 8
+    assert st.batches_per_cell() == 3
+
+
+def test_a_failed_trial_is_logged_with_phase_and_reason() -> None:
+    st = LiveState()
+    st.ingest({"type": "run", "t_ns": 0, "profile": {"trials": 2, "drivers": ["x"]}})
+    st.ingest(
+        {"type": "trial_start", "t_ns": 1, "trial": 1, "cell": "h/x/t0/exec", "host": "h",
+         "driver": "x", "workload": "t0", "channel": "exec", "warmup": False, "batch": None}
+    )  # fmt: skip
+    st.ingest({"type": "phase", "t_ns": 2, "trial": 1, "name": "create", "dur_ns": 5, "ok": False})
+    err = {"phase": "create", "kind": "substrate_lost", "message": "dockerd went away"}
+    st.ingest(
+        {"type": "trial_end", "t_ns": 3, "trial": 1, "ok": False, "valid": False, "error": err}
+    )
+    cs = st.cells["h/x/t0/exec"]
+    assert (cs.n, cs.failed) == (1, 1)
+    assert cs.phases["create"].samples == []  # failed trials never reach the statistics
+    [f] = st.failures
+    assert (f.trial, f.phase, f.kind, f.message) == (
+        1,
+        "create",
+        "substrate_lost",
+        "dockerd went away",
+    )
+    assert st.planned == 2 and st.eta_s() is not None
+
+
+def test_bins_are_log_spaced_and_cover_each_value() -> None:
+    for ns in (1_500, 12_345, 999_999, 1_000_000, 2_500_000_000):
+        lo, hi = bin_edges_ns(bin_of(ns))
+        assert lo <= ns < hi * 1.000001
+    assert bin_of(10**15) == N_BINS - 1
+    assert bin_of(0) == 0
+
+
+def test_histogram_marks_the_median_where_it_falls() -> None:
+    counts = [0] * N_BINS
+    for ns in (1_000_000,) * 10 + (10_000_000,) * 3:  # 1 ms x10, 10 ms x3
+        counts[bin_of(ns)] += 1
+    out = draw(counts, 40, 6, p50_ms=1.0, p95_ms=10.0, log=True).plain.split("\n")
+    assert len(out) == 6
+    marker = out[-2]
+    col50 = Layout(counts, [1e6, 1e7], 40, True).col_of_ns(1e6)
+    assert marker[col50] == "▲"
+    bars = out[:-2]
+    assert bars[0][col50] == "█"  # the tallest bar is the median's bin
+    assert (
+        "log" in out[-1] and "lin" in draw(counts, 40, 6, p50_ms=1.0, p95_ms=10.0, log=False).plain
+    )
+    assert "no samples" in draw([0] * N_BINS, 40, 6, p50_ms=None, p95_ms=None).plain
+
+
+def test_linear_axis_puts_equal_gaps_at_equal_distances() -> None:
+    counts = [0] * N_BINS
+    for ns in (10_000_000, 20_000_000, 30_000_000):
+        counts[bin_of(ns)] += 1
+    lay = Layout(counts, [], 100, log=False)
+    c1, c2, c3 = (lay.col_of_ns(v) for v in (1e7, 2e7, 3e7))
+    assert abs((c2 - c1) - (c3 - c2)) <= 1
+    log = Layout(counts, [], 100, log=True)
+    l1, l2, l3 = (log.col_of_ns(v) for v in (1e7, 2e7, 3e7))
+    assert (l2 - l1) > (l3 - l2) + 3  # on a log axis the gap shrinks
