@@ -106,8 +106,9 @@ class MonitorScreen(Screen[None]):
             with Grid(id="hists"):
                 for p in HIST_PHASES:
                     yield Histogram(p, id=f"h-{p}", classes="hist")
-                yield BarrierView(id="barrier", classes="side")
-                yield FailureLog(id="failures", classes="side")
+                with Vertical(id="side"):
+                    yield BarrierView(id="barrier", classes="side")
+                    yield FailureLog(id="failures", classes="side")
             yield Static(id="progress")
             yield Static(id="position")
         yield Static(id="too-small")
@@ -210,6 +211,11 @@ class MonitorScreen(Screen[None]):
         with self.app.batch_update():
             table = self.query_one(CellTable)
             table.update_from(st)
+            # as tall as its rows, up to 40% of the screen: the histograms get the rest
+            # (+1 header, +1 the horizontal scrollbar of narrow terminals)
+            rows = min(table.row_count + 2, max(4, int(self.size.height * 0.4)))
+            if table.styles.height is None or table.styles.height.value != rows:
+                table.styles.height = rows
             self._draw_hists(table.selected_cell)
             barrier = self.query_one("#barrier", BarrierView)
             if st.is_capacity:

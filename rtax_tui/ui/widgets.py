@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import ColumnKey
 
 from rtax_tui.ui.histogram import fmt_ms
 from rtax_tui.ui.livestate import LiveState
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
+SHORT = {"teardown": "tdown"}
 MARK = {"waiting": ("·", "dim"), "working": ("◐", "yellow"), "arrived": ("●", "green"),
         "done": ("●", "green"), "failed": ("✗", "bold red")}  # fmt: skip
 
@@ -19,11 +21,11 @@ class CellTable(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        self.add_column("cell", key="cell")
+        self.add_column("cell", key="cell", width=20)
         for k in ("n", "fail", "inv"):
             self.add_column(k, key=k, width=4)
         for p in TABLE_PHASES:  # fixed widths: live updates never make columns jump
-            self.add_column(f"{p[:8]} P50", key=f"{p}50", width=12)
+            self.add_column(f"{SHORT.get(p, p)} P50", key=f"{p}50", width=10)
             self.add_column("P95", key=f"{p}95", width=8)
         self._shown: dict[str, tuple] = {}
 
@@ -39,6 +41,10 @@ class CellTable(DataTable):
                 vals += [fmt_ms(p50), fmt_ms(p95)]
             key = tuple(str(v) for v in vals)
             if cid not in self._shown:
+                col = self.columns[ColumnKey("cell")]
+                if len(cid) > col.width:  # widen for long names (ssh hosts) before the row
+                    col.width = len(cid)
+                    self._require_update_dimensions = True
                 self.add_row(cid, *vals, key=cid)
             elif self._shown[cid] != key:
                 cols = ["n", "fail", "inv"] + [f"{p}{q}" for p in TABLE_PHASES for q in (50, 95)]

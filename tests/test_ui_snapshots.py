@@ -1,0 +1,65 @@
+"""Snapshots of the console's screens drawn from the example recordings.
+
+Nothing on these screens reads a clock: positions and elapsed times come from the
+recordings' own `t_ns`, so the pictures are the same on every machine. After an
+intended change of the layout: `pytest tests/test_ui_snapshots.py --snapshot-update`,
+then look at the SVGs before committing them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rtax_tui.core.recording import read_recording
+from rtax_tui.ui.app import RtaxApp, replay_screen
+from rtax_tui.ui.compare import CompareScreen
+from rtax_tui.ui.monitor import MonitorScreen
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
+SIZE = (120, 40)
+
+
+async def _settle(pilot) -> None:
+    scr = pilot.app.screen
+    if isinstance(scr, MonitorScreen):
+        await scr.wait_idle()
+    else:
+        table = scr.query_one("#cmp")
+        while table.row_count == 0:
+            await pilot.pause(0.05)
+    await pilot.pause(0.3)
+
+
+def _finished_run(name: str) -> RtaxApp:
+    path = EXAMPLES / name
+    rec = read_recording(path)
+    return RtaxApp(MonitorScreen("run", recording=rec, title=f"run {path.name}"))
+
+
+def test_run_screen(snap_compare) -> None:
+    assert snap_compare(
+        _finished_run("t2-local-stage.jsonl"), terminal_size=SIZE, run_before=_settle
+    )
+
+
+def test_replay_screen_on_the_second_cell(snap_compare) -> None:
+    app = RtaxApp(replay_screen(str(EXAMPLES / "t0-local-stage.jsonl"), None))
+
+    async def before(pilot) -> None:
+        await _settle(pilot)
+        await pilot.press("s", "s")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_capacity_screen(snap_compare) -> None:
+    assert snap_compare(
+        _finished_run("capacity-local-stage.jsonl"), terminal_size=SIZE, run_before=_settle
+    )
+
+
+def test_compare_screen(snap_compare, monkeypatch) -> None:
+    monkeypatch.chdir(EXAMPLES.parents[1])  # relative names: the same picture in any clone
+    a = "recordings/examples/t0-local-stage.jsonl"
+    assert snap_compare(RtaxApp(CompareScreen(a, a)), terminal_size=SIZE, run_before=_settle)
