@@ -46,3 +46,21 @@ def test_core_sources_do_not_mention_ui_imports():
             text = f.read_text()
             for lib in ("textual", "rich"):
                 assert f"import {lib}" not in text and f"from {lib}" not in text, f
+
+
+def test_the_headless_engine_never_imports_textual(tmp_path):
+    """The process the console starts (and scripts use) runs without the UI library."""
+    prof = tmp_path / "p.toml"
+    prof.write_text('[run]\ntrials = 2\nwarmup = 0\ndrivers = ["local"]\nworkloads = ["t0"]\n')
+    out = tmp_path / "r.jsonl"
+    code = (
+        "import sys\n"
+        "from rtax_tui.cli import main\n"
+        f"rc = main(['run', {str(prof)!r}, '--headless', '-o', {str(out)!r}, '--quiet'])\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'textual')\n"
+        "print(rc, ','.join(bad))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[-2].strip() == "0"  # rc 0, and no textual module
+    assert out.exists()
