@@ -38,7 +38,7 @@ def test_live_figures_equal_the_report(path: Path) -> None:
             cell["warmup"],
         )
         for p in PHASES:
-            p50, p95 = cs.phases[p].percentiles_ms()
+            p50, p95 = cs.phases[p].percentiles_ms(exact=True)
             want = cell["phases"][p]
             assert len(cs.phases[p].samples) == want["n"]
             if want["n"]:
@@ -96,7 +96,7 @@ def test_a_failed_trial_is_logged_with_phase_and_reason() -> None:
     )
     cs = st.cells["h/x/t0/exec"]
     assert (cs.n, cs.failed) == (1, 1)
-    assert cs.phases["create"].samples == []  # failed trials never reach the statistics
+    assert len(cs.phases["create"]) == 0  # failed trials never reach the statistics
     [f] = st.failures
     assert (f.trial, f.phase, f.kind, f.message) == (
         1,

@@ -37,28 +37,46 @@ def bin_edges_ns(b: int) -> tuple[float, float]:
 
 
 class PhaseSamples:
-    """One phase of one cell: the samples (for percentiles) and their log histogram."""
+    """One phase of one cell: the samples (for percentiles) and their log histogram.
 
-    __slots__ = ("samples", "counts", "_cache")
+    Samples live in a numpy buffer that doubles as it fills, so a percentile never
+    converts a Python list. Percentiles are recomputed when the sample grew by more
+    than 1% (or is small, or `exact` is asked): a screen redrawn 10 times a second
+    does not re-sort a million samples each time.
+    """
+
+    __slots__ = ("_buf", "n", "counts", "_cache")
 
     def __init__(self) -> None:
-        self.samples: list[int] = []
+        self._buf = np.empty(64, dtype=np.int64)
+        self.n = 0
         self.counts = [0] * N_BINS
         self._cache: tuple[int, float | None, float | None] = (0, None, None)
 
     def add(self, ns: int) -> None:
-        self.samples.append(ns)
+        if self.n == self._buf.shape[0]:
+            self._buf = np.concatenate([self._buf, np.empty_like(self._buf)])
+        self._buf[self.n] = ns
+        self.n += 1
         self.counts[bin_of(ns)] += 1
 
-    def percentiles_ms(self) -> tuple[float | None, float | None]:
-        """(P50, P95) in ms, numpy's linear method as in `rtax report`; cached by n."""
-        n = len(self.samples)
-        if self._cache[0] != n:
-            if n == 0:
-                self._cache = (0, None, None)
-            else:
-                p50, p95 = np.percentile(np.asarray(self.samples, dtype=np.int64), [50, 95])
-                self._cache = (n, float(p50) / 1e6, float(p95) / 1e6)
+    @property
+    def samples(self) -> np.ndarray:
+        return self._buf[: self.n]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def percentiles_ms(self, exact: bool = False) -> tuple[float | None, float | None]:
+        """(P50, P95) in ms, numpy's linear method as in `rtax report`."""
+        n, (cached_n, p50, p95) = self.n, self._cache
+        if n == cached_n or (not exact and n > 1000 and n <= cached_n * 1.01):
+            return p50, p95
+        if n == 0:
+            self._cache = (0, None, None)
+        else:
+            q50, q95 = np.percentile(self._buf[:n], [50, 95])
+            self._cache = (n, float(q50) / 1e6, float(q95) / 1e6)
         return self._cache[1], self._cache[2]
 
 
@@ -305,7 +323,7 @@ class LiveState:
         """Each cell's P50 of `phase`, for marking other cells on a histogram."""
         out = {}
         for cid, cs in self.cells.items():
-            p50, _ = cs.phases[phase].percentiles_ms()
+            p50, _ = cs.phases[phase].percentiles_ms(exact=self.status is not None)
             if p50 is not None:
                 out[cid] = p50
         return out

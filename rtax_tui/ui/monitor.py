@@ -256,10 +256,10 @@ class MonitorScreen(Screen[None]):
                 h.border_title = p
                 continue
             ps = cs.phases[p]
-            p50, p95 = ps.percentiles_ms()
+            p50, p95 = ps.percentiles_ms(exact=st.status is not None)
             others = [v for c, v in st.medians_ms(p).items() if c != cell]
             h.set_data(ps.counts, p50, p95, others, self.log_axis)
-            h.border_title = f"{p}  P50 {fmt_ms(p50)}  P95 {fmt_ms(p95)}  n={len(ps.samples)}"
+            h.border_title = f"{p}  P50 {fmt_ms(p50)}  P95 {fmt_ms(p95)}  n={len(ps)}"
         sel = f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)" if cell else ""
         self.query_one("#selected", Static).update(sel)
 

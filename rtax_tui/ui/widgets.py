@@ -37,7 +37,7 @@ class CellTable(DataTable):
                 Text(str(cs.invalid), style="yellow" if cs.invalid else ""),
             ]
             for p in TABLE_PHASES:
-                p50, p95 = cs.phases[p].percentiles_ms()
+                p50, p95 = cs.phases[p].percentiles_ms(exact=state.status is not None)
                 vals += [fmt_ms(p50), fmt_ms(p95)]
             key = tuple(str(v) for v in vals)
             if cid not in self._shown:
