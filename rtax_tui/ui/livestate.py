@@ -147,6 +147,8 @@ class LiveState:
         self.ended = 0
         self.in_flight = 0
         self.last_t_ns = 0
+        # the engine's clock now, as the screen estimates it between events (display only)
+        self.now_ns: int | None = None
         self.events = 0
         self.status: str | None = None  # run_end status once the run ended
         self.version = 0  # bumped by every ingest: the screen redraws only on change
@@ -311,8 +313,14 @@ class LiveState:
         cap = prof.get("capacity")
         return int(cap["batches"]) if isinstance(cap, dict) and cap.get("batches") else None
 
+    def clock_ns(self) -> int:
+        """The run's time for display: the latest event's, or the screen's estimate."""
+        if self.status is not None or self.now_ns is None:
+            return self.last_t_ns
+        return max(self.now_ns, self.last_t_ns)
+
     def elapsed_s(self) -> float:
-        return self.last_t_ns / 1e9
+        return self.clock_ns() / 1e9
 
     def eta_s(self) -> float | None:
         if self.ended == 0 or self.planned <= self.ended or self.status is not None:

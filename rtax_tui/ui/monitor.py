@@ -96,6 +96,7 @@ class MonitorScreen(Screen[None]):
         self.ended = False
         self.returncode: int | None = None
         self.quitting = False
+        self._last_event_at = time.monotonic()
 
     # -- layout ----------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -139,6 +140,20 @@ class MonitorScreen(Screen[None]):
     def ingest(self, ev: dict[str, Any]) -> None:
         self.events.append(ev)
         self.state.ingest(ev)
+        if self.mode == "run":
+            self._last_event_at = time.monotonic()
+
+    def _estimate_now(self) -> None:
+        """Between events the countdowns and elapsed time still move (display only)."""
+        st = self.state
+        if self.ended or st.status is not None:
+            st.now_ns = None
+        elif self.replay is not None:
+            feed = self.replay
+            st.now_ns = feed.t_ns if feed.paused else min(int(feed._clock_ns()), feed.end_t_ns)
+        elif st.header is not None:
+            since = time.monotonic() - self._last_event_at
+            st.now_ns = st.last_t_ns + int(since * 1e9)
 
     def start_replay(self) -> None:
         assert self.recording is not None
@@ -204,7 +219,8 @@ class MonitorScreen(Screen[None]):
 
     def redraw(self, force: bool = False) -> None:
         st = self.state
-        if not force and st.version == self.drawn_version and self.mode == "run":
+        self._estimate_now()
+        if not force and st.version == self.drawn_version and self.ended:
             return
         self.frame_times.append(time.monotonic())
         self.drawn_version = st.version

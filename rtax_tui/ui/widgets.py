@@ -88,7 +88,7 @@ class BarrierView(Static):
                 f"released: {b.released}\n", style="green" if b.released == "all_arrived" else "red"
             )
         elif b.deadline_s is not None:
-            left = b.deadline_s - (state.last_t_ns - b.start_t_ns) / 1e9
+            left = b.deadline_s - (state.clock_ns() - b.start_t_ns) / 1e9
             t.append(f"deadline in {max(0.0, left):.1f}s\n", style="yellow")
         per = state.batches_per_cell()
         for cs in state.cells.values():
