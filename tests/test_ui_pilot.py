@@ -212,12 +212,17 @@ def _profile(tmp_path: Path, trials: int) -> Path:
     return prof
 
 
-@aio
-async def test_run_screen_pauses_resumes_and_stops_a_real_engine(tmp_path: Path) -> None:
+def _live_app(tmp_path: Path) -> tuple[RtaxApp, MonitorScreen, Path]:
+    """The console on a real engine running a long T0 (local, shell) profile."""
     record = tmp_path / "live.jsonl"
     argv = engine_argv(str(_profile(tmp_path, 100_000)), [], str(record))
     scr = MonitorScreen("run", engine_argv=argv, record_path=str(record), title="t")
-    app = RtaxApp(scr)
+    return RtaxApp(scr), scr, record
+
+
+@aio
+async def test_run_screen_pauses_resumes_and_stops_a_real_engine(tmp_path: Path) -> None:
+    app, scr, record = _live_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await _until(lambda: scr.state.ended >= 20, 60)
         engine = scr.engine
@@ -245,10 +250,7 @@ async def test_run_screen_pauses_resumes_and_stops_a_real_engine(tmp_path: Path)
 
 @aio
 async def test_quitting_during_a_run_stops_the_engine_and_keeps_the_recording(tmp_path) -> None:
-    record = tmp_path / "live.jsonl"
-    argv = engine_argv(str(_profile(tmp_path, 100_000)), [], str(record))
-    scr = MonitorScreen("run", engine_argv=argv, record_path=str(record), title="t")
-    app = RtaxApp(scr)
+    app, scr, record = _live_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await _until(lambda: scr.state.ended >= 5, 60)
         pid = scr.engine.proc.pid
