@@ -134,7 +134,11 @@ class MonitorScreen(Screen[None]):
                 self.ingest(ev)
             self.post_message(FeedEnded(0))
         else:
-            self.run_worker(self._run_engine(), name="engine", exclusive=False)
+            # after the first frame: the console's own start-up must not overlap the
+            # engine's first trials on a small machine
+            self.call_after_refresh(
+                lambda: self.run_worker(self._run_engine(), name="engine", exclusive=False)
+            )
 
     # -- feeds ------------------------------------------------------------------
     def ingest(self, ev: dict[str, Any]) -> None:
