@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rtax_tui.drivers.base import Driver, Environment, Problem
 
-DRIVER_NAMES = ("local", "stage", "docker", "podman", "microvm")
+DRIVER_NAMES = ("local", "stage", "docker", "podman", "libvirt", "microvm")
 
 
 def get_driver(name: str, host: object, options: dict | None = None) -> Driver:

@@ -118,6 +118,7 @@ class MicrovmEnvironment(Environment):
             r, w = await connect_unix(self.dir("agent.sock"), 10, self._alive)
             self.agent = AgentChannel(r, w)
         if self.restore:
+            self.d.register_snapshot()
             async with self.sub("load"):
                 await self._guard(self._load(self.d.snapshot))
 
@@ -150,7 +151,7 @@ class MicrovmEnvironment(Environment):
                 await self._guard(self.agent.ping())
             return
         async with self.sub("firmware_kernel"):
-            await self._guard(self.serial.init.wait())
+            await self._guard(self.serial.wait_init())
         async with self.sub("agent"):
             await self._guard(self.agent.hello())
 
@@ -201,6 +202,7 @@ class MicrovmDriver(Driver):
         self._accel_done = False
         self.snapshot: str | None = None
         self._snap_dir: TrialDir | None = None
+        self._snap_registered = False
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)
@@ -314,6 +316,14 @@ class MicrovmDriver(Driver):
         finally:
             await env.teardown()
 
+    def register_snapshot(self) -> None:
+        """The snapshot was made before the run's reaper started: register it now."""
+        if not self._snap_registered and self._snap_dir is not None:
+            from rtax_tui.core import reaper
+
+            reaper.current().add_path(self._snap_dir.path)
+            self._snap_registered = True
+
     def forget_snapshot(self) -> None:
         if self._snap_dir is not None:
             self._snap_dir.remove()
@@ -345,7 +355,7 @@ class MicrovmDriver(Driver):
                 name = argv[argv.index("-name") + 1]
             except (ValueError, IndexError):
                 continue
-            if name.startswith(prefix):
+            if name.startswith(prefix):  # libvirt's QEMUs are `guest=NAME,...`: not ours
                 try:
                     os.kill(pid, signal.SIGKILL)
                     n += 1

@@ -185,6 +185,7 @@ class SerialWatch:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.init = asyncio.Event()
+        self.closed = asyncio.Event()
         self.log = bytearray()
         self._w = writer
         self._task = asyncio.ensure_future(self._drain(reader))
@@ -192,13 +193,30 @@ class SerialWatch:
     async def _drain(self, reader: asyncio.StreamReader) -> None:
         mark = INIT_MARK.encode()
         while True:
-            data = await reader.read(1 << 16)
+            try:
+                data = await reader.read(1 << 16)
+            except (ConnectionError, OSError):
+                data = b""
             if not data:
+                self.closed.set()
                 return
             if len(self.log) < 1 << 20:
                 self.log += data
             if not self.init.is_set() and mark in self.log:
                 self.init.set()
+
+    async def wait_init(self) -> None:
+        """Until /init's mark; PhaseFailure when the console closes first (the VM died)."""
+        if self.init.is_set():
+            return
+        waits = [asyncio.ensure_future(e.wait()) for e in (self.init, self.closed)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        if not self.init.is_set():
+            raise PhaseFailure("vm_died", f"the serial console closed: {self.tail(300)}")
 
     def tail(self, n: int = 400) -> str:
         return self.log[-n:].decode(errors="replace")

@@ -38,6 +38,7 @@ def qemu_pids(label: str) -> list[int]:
             continue
         if argv and b"qemu-system" in argv[0] and b"-name" in argv:
             name = argv[argv.index(b"-name") + 1].decode(errors="replace")
+            name = name.split(",")[0].removeprefix("guest=")  # libvirt: guest=NAME,...
             if name.startswith(prefix):
                 found.append(int(entry))
     return found
