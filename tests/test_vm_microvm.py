@@ -143,3 +143,32 @@ append = "rdinit=/bin/cat"
     assert ends[0]["error"]["kind"] == "ready_timeout"
     assert events[0]["hosts"]["local"]["drivers"]["microvm"]["accel"] == "tcg"
     assert nothing_left(run_id) == ([], [])
+
+
+def test_t1_on_the_root_disk_is_valid_and_leaves_the_base_untouched(tmp_path):
+    g = ensure_guest(root=True)
+    before = os.stat(g.rootdisk).st_mtime_ns
+    rc, events, err = run_cli(
+        """
+[run]
+trials = 1
+warmup = 0
+drivers = ["microvm"]
+workloads = ["t1"]
+channels = ["shell", "exec"]
+[timeouts]
+ready = 120
+[drivers_options.microvm]
+accel = "tcg"
+""",
+        tmp_path,
+    )
+    assert rc == 0, err
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 2 and all(e["ok"] and e["valid"] for e in ends), ends
+    acts = [e for e in events if e["type"] == "action"]
+    assert len(acts) == 2 * 5 and all(a["ok"] for a in acts)
+    subs = {e["name"] for e in events if e["type"] == "phase"}
+    assert {"create.disks", "ready.firmware_kernel", "ready.agent"} <= subs
+    assert os.stat(g.rootdisk).st_mtime_ns == before  # each trial wrote to its own overlay
+    assert nothing_left(events[0]["run_id"]) == ([], [])
