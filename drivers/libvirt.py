@@ -63,6 +63,7 @@ DEFAULT_URI = "qemu:///system"
 NS = "https://rtax.dev/libvirt/1"
 PID_DIR = "/run/libvirt/qemu"
 SETUP_TIMEOUT_S = 60.0
+SNAP_LABEL = "snap"
 SNAPSHOT_READY_S = 120.0
 T = TypeVar("T")
 
@@ -180,11 +181,14 @@ class LibvirtEnvironment(Environment):
 
     async def create(self) -> None:
         guest = self.d.guest_for(self.spec.workload)
+        if self.restore and self.d.snap_name is not None:
+            # libvirt restores a saved domain under its own name only: one at a time
+            self.name = self.d.snap_name
         self.dir = TrialDir(self.name)
         disks = await self.d.disks(self, guest)
         if self.restore:
             async with self.sub("restore"):
-                await self._start(self.d.restore_domain, self.name, self.dir)
+                await self._start(self.d.restore_domain, self.spec.label, self.dir)
         else:
             async with self.sub("define"):
                 xml = self.xml(guest, disks)
@@ -296,6 +300,8 @@ class LibvirtDriver(Driver):
         self._snap_dir: TrialDir | None = None
         self._snap_registered = False
         self._snap_xml: str | None = None
+        self.snap_name: str | None = None
+        self._snap_path = ""
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LibvirtEnvironment(self, spec, sub)
@@ -334,7 +340,9 @@ class LibvirtDriver(Driver):
     # -- libvirt calls -----------------------------------------------------------
 
     def _connect(self) -> Any:
-        return _libvirt().open(self.uri)
+        lv = _libvirt()
+        lv.registerErrorHandler(lambda _ctx, _err: None, None)  # errors are raised, not printed
+        return lv.open(self.uri)
 
     async def connection(self) -> Any:
         if self.conn is None:
@@ -365,15 +373,17 @@ class LibvirtDriver(Driver):
     def create_paused(self, xml: str) -> Any:
         return self.conn.createXML(xml, _libvirt().VIR_DOMAIN_START_PAUSED)
 
-    def restore_domain(self, name: str, d: TrialDir) -> Any:
-        if self.snapshot is None or self._snap_xml is None:
+    def restore_domain(self, label: str, d: TrialDir) -> Any:
+        """Restore the saved domain, paused, with this trial's sockets and run id."""
+        if self.snapshot is None or self._snap_xml is None or self.snap_name is None:
             raise PhaseFailure("no_snapshot", "start = restore, and no snapshot was made")
         if not self._snap_registered and self._snap_dir is not None:
             reaper.current().add_path(self._snap_dir.path)  # the run's reaper is up by now
             self._snap_registered = True
-        xml = self._snap_xml.replace(self._snap_name, name).replace(self._snap_path, d.path)
+        xml = self._snap_xml.replace(self._snap_path, d.path)
+        xml = xml.replace(f">{SNAP_LABEL}</rtax:run>", f">{escape(label)}</rtax:run>")
         self.conn.restoreFlags(self.snapshot, xml, _libvirt().VIR_DOMAIN_SAVE_PAUSED)
-        return self.conn.lookupByName(name)
+        return self.conn.lookupByName(self.snap_name)
 
     # -- checks ------------------------------------------------------------------
 
@@ -441,10 +451,12 @@ class LibvirtDriver(Driver):
             await asyncio.wait_for(env.create(), SETUP_TIMEOUT_S)
             await asyncio.wait_for(env.ready(), SNAPSHOT_READY_S)
             assert env.dir is not None
-            self._snap_xml = await self.call("XML", env.dom.XMLDesc, 0)
-            self._snap_name, self._snap_path = env.name, env.dir.path
+            self.snap_name, self._snap_path = env.name, env.dir.path
             await self.call("save", env.dom.save, path)
             env.dom = None  # saved domains are gone
+            conn = await self.connection()
+            # the XML stored with the image (migratable), which restoreFlags compares to
+            self._snap_xml = await self.call("XML", conn.saveImageGetXMLDesc, path, 0)
             self.snapshot = path
             return None
         except (PhaseFailure, TimeoutError, OSError) as exc:

@@ -40,14 +40,14 @@ def guest():
     assert domains(LABEL) == []
 
 
-def domains(label: str) -> list[str]:
+def domains(label: str, prefix: str | None = None) -> list[str]:
     out = subprocess.run(
         ["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
         capture_output=True,
         text=True,
         timeout=60,
     ).stdout.split()
-    return [n for n in out if n.startswith(f"rtax-{label}-")]
+    return [n for n in out if n.startswith(prefix or f"rtax-{label}-")]
 
 
 def spec(channel: str, workload: Workload | None = None, src: str | None = None) -> EnvSpec:
@@ -142,3 +142,12 @@ append = "rdinit=/bin/cat"
     assert events[0]["hosts"]["local"]["drivers"]["libvirt"]["accel"] == "tcg"
     assert domains(run_id) == []
     assert nothing_left(run_id) == ([], [])
+
+
+def test_restore_path_starts_from_a_saved_domain(tmp_path):
+    from tests.vmtools import check_restore_run
+
+    events = check_restore_run("libvirt", tmp_path)
+    names = {e["name"] for e in events if e["type"] == "phase"}
+    assert "create.restore" in names and "create.define" not in names
+    assert domains("", prefix="rtax-snap-") == []

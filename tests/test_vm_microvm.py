@@ -172,3 +172,11 @@ accel = "tcg"
     assert {"create.disks", "ready.firmware_kernel", "ready.agent"} <= subs
     assert os.stat(g.rootdisk).st_mtime_ns == before  # each trial wrote to its own overlay
     assert nothing_left(events[0]["run_id"]) == ([], [])
+
+
+def test_restore_path_starts_from_a_saved_guest(tmp_path):
+    from tests.vmtools import check_restore_run
+
+    events = check_restore_run("microvm", tmp_path)
+    names = {e["name"] for e in events if e["type"] == "phase"}
+    assert "create.load" in names

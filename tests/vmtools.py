@@ -71,3 +71,37 @@ def run_cli(profile_text: str, tmp_path, timeout: float = 600) -> tuple[int, lis
     )
     events = [json.loads(line) for line in rec.read_text().splitlines()] if rec.exists() else []
     return res.returncode, events, res.stderr + res.stdout
+
+
+def snapshot_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}snapshot-*")))
+
+
+RESTORE_PROFILE = """
+[run]
+trials = 2
+warmup = 0
+drivers = ["{driver}"]
+workloads = ["t0"]
+channels = ["shell"]
+[timeouts]
+ready = 60
+[drivers_options.{driver}]
+accel = "tcg"
+start = "restore"
+"""
+
+
+def check_restore_run(driver: str, tmp_path) -> list[dict]:
+    """Two restored trials through the CLI: valid, no boot in ready, nothing left."""
+    before = snapshot_dirs()
+    rc, events, err = run_cli(RESTORE_PROFILE.format(driver=driver), tmp_path)
+    assert rc == 0, err
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 2 and all(e["ok"] and e["valid"] for e in ends), ends
+    names = [e["name"] for e in events if e["type"] == "phase" and e["trial"] == ends[0]["trial"]]
+    assert "ready.agent" in names and "ready.firmware_kernel" not in names, names
+    assert events[0]["hosts"]["local"]["drivers"][driver]["start"] == "restore"
+    assert snapshot_dirs() - before == set()  # the saved guest went with the run
+    assert nothing_left(events[0]["run_id"]) == ([], [])
+    return events
