@@ -320,6 +320,15 @@ async def probe_kvm(
         d.remove()
 
 
+async def kvm_status(host: Any) -> str:
+    """One line for `rtax doctor`: whether a KVM guest boots here (probed once a process)."""
+    global _kvm_verdict
+    if _kvm_verdict is None:
+        _kvm_verdict = await probe_kvm(host)
+    ok, why = _kvm_verdict
+    return "usable (a KVM guest booted)" if ok else why
+
+
 async def resolve_accel(host: Any, opts: VmOptions) -> tuple[str, str]:
     """(accelerator to use, why), once per process for `auto`."""
     global _kvm_verdict
