@@ -151,3 +151,77 @@ def test_restore_path_starts_from_a_saved_domain(tmp_path):
     names = {e["name"] for e in events if e["type"] == "phase"}
     assert "create.restore" in names and "create.define" not in names
     assert domains("", prefix="rtax-snap-") == []
+
+
+def _libvirtd_pid() -> int | None:
+    try:
+        with open("/run/libvirtd.pid") as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def test_libvirtd_stopped_mid_run_is_substrate_lost_and_other_cells_go_on(tmp_path):
+    import json
+    import signal
+    import sys
+    import time
+
+    pid = _libvirtd_pid()
+    assert pid is not None, "libvirtd was started without /run/libvirtd.pid"
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        """
+[run]
+trials = 2
+warmup = 0
+drivers = ["libvirt", "microvm"]
+workloads = ["t0"]
+channels = ["shell"]
+[timeouts]
+ready = 90
+teardown = 60
+[drivers_options.libvirt]
+accel = "tcg"
+[drivers_options.microvm]
+accel = "tcg"
+"""
+    )
+    rec = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        started = False
+        while time.monotonic() < deadline and not started:  # a libvirt trial is under way
+            time.sleep(0.2)
+            if rec.exists():
+                for line in rec.read_text().splitlines():
+                    e = json.loads(line)
+                    if e["type"] == "phase" and e["name"] == "create.define":
+                        started = True
+        assert started, "no libvirt trial started"
+        os.kill(pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["bash", "scripts/start-libvirtd"], capture_output=True, timeout=120)
+    events = [json.loads(line) for line in rec.read_text().splitlines()]
+    ends = {e["trial"]: e for e in events if e["type"] == "trial_end"}
+    starts = {e["trial"]: e for e in events if e["type"] == "trial_start"}
+    lv = [ends[t] for t, s in starts.items() if s["driver"] == "libvirt"]
+    mv = [ends[t] for t, s in starts.items() if s["driver"] == "microvm"]
+    assert len(lv) == 2 and all(not e["ok"] for e in lv), lv
+    assert all(e["error"]["kind"] == "substrate_lost" for e in lv), lv
+    assert len(mv) == 2 and all(e["ok"] and e["valid"] for e in mv), out
+    run_id = events[0]["run_id"]
+    assert nothing_left(run_id) == ([], [])
+    assert _libvirtd_answers() is None
+    assert domains(run_id) == []
