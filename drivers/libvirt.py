@@ -152,6 +152,7 @@ class LibvirtEnvironment(Environment):
         self.dir: TrialDir | None = None
         self.dom: Any = None
         self.pid: int | None = None
+        self.pgid: int | None = None
         self.serial: SerialWatch | None = None
         self.agent: AgentChannel | None = None
         self.restore = driver.opts.start == "restore"
@@ -204,8 +205,9 @@ class LibvirtEnvironment(Environment):
         self._create = asyncio.ensure_future(self.d.call("starting the domain", fn, *args))
         self.dom = await asyncio.shield(self._create)
         self.pid = qemu_pid(self.name)
-        if self.pid is not None and _own_group(self.pid):
-            reaper.current().add_pgid(self.pid)
+        self.pgid = _own_group(self.pid) if self.pid is not None else None
+        if self.pgid is not None:
+            reaper.current().add_pgid(self.pgid)
 
     async def ready(self) -> None:
         assert self.agent is not None and self.serial is not None
@@ -238,6 +240,7 @@ class LibvirtEnvironment(Environment):
             if not self._create.cancelled() and self._create.exception() is None:
                 self.dom = self._create.result()
                 self.pid = qemu_pid(self.name)
+                self.pgid = None
         err: PhaseFailure | None = None
         if self.dom is not None:
             try:
@@ -248,8 +251,9 @@ class LibvirtEnvironment(Environment):
         if self.pid is not None:
             if err is not None:  # libvirtd is gone, its QEMU is not: end it ourselves
                 _kill(self.pid)
-            reaper.current().drop_pgid(self.pid)
-            self.pid = None
+            if self.pgid is not None:
+                reaper.current().drop_pgid(self.pgid)
+            self.pid = self.pgid = None
         if self.dir is not None:
             await asyncio.to_thread(self.dir.remove)
             self.dir = None
@@ -257,11 +261,14 @@ class LibvirtEnvironment(Environment):
             raise err
 
 
-def _own_group(pid: int) -> bool:
+def _own_group(pid: int) -> int | None:
+    """QEMU's process group when it leads its own session (libvirt forks it with setsid,
+    then the intermediate process exits): killing that group ends QEMU and nothing else."""
     try:
-        return os.getpgid(pid) == pid
+        pgid = os.getpgid(pid)
+        return pgid if os.getsid(pid) == pgid and pgid != os.getpgid(0) else None
     except ProcessLookupError:
-        return False
+        return None
 
 
 def _kill(pid: int) -> None:
