@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import re
@@ -128,6 +127,7 @@ class AgentChannel:
         self._id = 0
         self._lock = asyncio.Lock()
         self.broken = False
+        self.mark = b"__RTAX_" + os.urandom(8).hex().encode() + b"__"
 
     async def _line(self) -> bytes:
         line = await self.r.readline()
@@ -143,28 +143,27 @@ class AgentChannel:
                 return
 
     async def ping(self) -> None:
-        """A round trip (after a restore, when the agent is already serving)."""
-        await self._request(b"P", b"")
+        """A round trip (after a restore, when the agent is already serving); lines sent
+        before it (a hello from a re-opened port) are dropped with its empty output."""
+        await self._request(b"P", "")
 
     async def run(self, step: Step, fresh_process: bool) -> ActionResult:
         if self.broken:
             raise PhaseFailure("agent_lost", "an earlier action left the agent unusable")
-        cmd = shlex.join(step.argv).encode()
-        return await self._request(b"E" if fresh_process else b"S", base64.b64encode(cmd))
+        return await self._request(b"E" if fresh_process else b"S", shlex.join(step.argv))
 
-    async def _request(self, op: bytes, payload: bytes) -> ActionResult:
+    async def _request(self, op: bytes, cmd: str) -> ActionResult:
         async with self._lock:
             self._id += 1
             rid = str(self._id).encode()
+            lines = cmd.split("\n") if cmd else []
+            head = b"%s %s %d %s\n" % (op, rid, len(lines), self.mark)
+            body = "".join(line + "\n" for line in lines).encode()
             try:
-                self.w.write(op + b" " + rid + b" " + payload + b"\n")
+                self.w.write(head + body)
                 await self.w.drain()
-                while True:
-                    words = (await self._line()).split()
-                    if len(words) == 5 and words[0] == b"R" and words[1] == rid:
-                        break  # hello lines (a re-opened port) and stale answers are skipped
-                n = int(words[4])
-                out = await self.r.readexactly(n) if n else b""
+                out = await self.r.readuntil(b"\n" + self.mark + b" ")
+                words = (await self.r.readuntil(b"\n")).split()
             except asyncio.IncompleteReadError as exc:
                 self.broken = True
                 raise PhaseFailure("agent_lost", "the guest agent's channel closed") from exc
@@ -174,7 +173,11 @@ class AgentChannel:
             except BaseException:
                 self.broken = True  # cancelled (timeout) mid-answer: the stream is out of step
                 raise
-            return ActionResult(rc=int(words[2]), output=out, remote_ns=int(words[3]))
+            if len(words) != 3 or words[0] != rid:
+                self.broken = True
+                raise PhaseFailure("agent_error", f"unexpected trailer {words!r} for {rid!r}")
+            output = out[: -len(self.mark) - 2]
+            return ActionResult(rc=int(words[1]), output=output, remote_ns=int(words[2]))
 
     def close(self) -> None:
         self.w.transport.abort()

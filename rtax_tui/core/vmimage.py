@@ -12,15 +12,16 @@ and (for workloads that need python3 and git) an ext4 root disk.
   read-only.
 
 The agent (`AGENT`) is a busybox `sh` loop on the virtio-serial port named
-`rtax.agent`. Host to guest, one line a request: `S ID BASE64` (run in the agent's
-own shell: `cd` persists, builtins fork nothing), `E ID BASE64` (a fresh `sh -c`
-process per action) or `P ID` (ping). Guest to host: `RTAX-HELLO` once it serves,
-then per request `R ID RC DUR_NS NBYTES` followed by exactly NBYTES of output
-(stdout and stderr merged). DUR_NS is the agent's own duration of the command,
-read from busybox's `$EPOCHREALTIME` (microseconds; the guest clock, which nothing
-steps while a trial runs). `/init` prints `RTAX-INIT` on the serial console when the
-kernel hands over to user space: the split between `ready.firmware_kernel` and
-`ready.agent`.
+`rtax.agent`. Host to guest: a line `OP ID N MARK`, then the command's N lines; OP is
+`S` (run in the agent's own shell: `cd` persists, builtins fork nothing), `E` (a
+fresh `sh -c` process per action) or `P` (ping, N = 0). The command's output
+(stdout and stderr merged) goes straight to the port, then the trailer
+`\\nMARK ID RC DUR_NS\\n`, MARK being random per environment (the framing idea of
+drivers/shellframe.py): no process is forked for the framing. Before it serves the
+agent sends `RTAX-HELLO`. DUR_NS is the agent's own duration of the command, read
+from busybox's `$EPOCHREALTIME` (microseconds, the guest clock). `/init` prints
+`RTAX-INIT` on the serial console when the kernel hands over to user space: the split
+between `ready.firmware_kernel` and `ready.agent`.
 
 Everything lands in `<cache>/vm/<recipe hash>/`; a build whose files exist is
 not redone. No terminal code here.
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 
 from rtax_tui.core.model import RtaxError
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 PORT_NAME = "rtax.agent"
 INIT_MARK = "RTAX-INIT"
 HELLO = "RTAX-HELLO"
@@ -103,24 +104,31 @@ export HOME=/workspace TMPDIR=/tmp LANG=C.UTF-8 LC_ALL=C.UTF-8 PYTHONDONTWRITEBY
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory
 export GIT_CONFIG_VALUE_0='*'
 mkdir -p /tmp
-out=/tmp/.rtax-out
 cd /workspace
+nl='
+'
 serve() {
-  while read -r op id b64 <&3; do
-    if [ "$op" = P ]; then printf 'R %s 0 0 0\n' "$id" >&3; continue; fi
-    cmd=$(printf %s "$b64" | base64 -d)
+  while read -r op id n mark <&3; do
+    cmd=
+    i=0
+    while [ "$i" -lt "$n" ]; do
+      IFS= read -r l <&3
+      if [ "$i" = 0 ]; then cmd=$l; else cmd=$cmd$nl$l; fi
+      i=$((i+1))
+    done
     a=$EPOCHREALTIME
     if [ "$op" = S ]; then
       { eval "$cmd"
-      } </dev/null >$out 2>&1
+      } </dev/null >&3 2>&1
+    elif [ "$op" = E ]; then
+      sh -c "$cmd" </dev/null >&3 2>&1
     else
-      sh -c "$cmd" </dev/null >$out 2>&1
+      true
     fi
     rc=$?
     b=$EPOCHREALTIME
-    n=$(wc -c <$out)
-    printf 'R %s %s %s %s\n' "$id" "$rc" "$(( (${b%.*}${b#*.} - ${a%.*}${a#*.}) * 1000 ))" "$n" >&3
-    cat $out >&3
+    d=$(( (${b%.*}${b#*.} - ${a%.*}${a#*.}) * 1000 ))
+    printf '\n%s %s %s %s\n' "$mark" "$id" "$rc" "$d" >&3
   done
 }
 while :; do
