@@ -300,7 +300,7 @@ class LibvirtDriver(Driver):
             raise RtaxError(f"drivers_options.{self.name}.append: expected a string")
         self.append = append
         self.conn: Any = None
-        self.accel = "tcg"
+        self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
         self.accel_reason = "not resolved yet"
         self._accel_done = False
         self.snapshot: str | None = None

@@ -197,7 +197,7 @@ class MicrovmDriver(Driver):
 
             raise RtaxError(f"drivers_options.{self.name}.append: expected a string")
         self.append = append
-        self.accel = "tcg"
+        self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
         self.accel_reason = "not resolved yet"
         self._accel_done = False
         self.snapshot: str | None = None
@@ -215,9 +215,10 @@ class MicrovmDriver(Driver):
 
     def cmdline(self) -> str:
         """The guest kernel's command line; option `append` adds to it."""
-        from rtax_tui.drivers.vmguest import CMDLINE
+        from rtax_tui.drivers.vmguest import CMDLINE, TCG_MICROVM_ARGS
 
-        return f"{CMDLINE} {self.append}".strip()
+        tcg = TCG_MICROVM_ARGS if self.accel == "tcg" else ""
+        return " ".join(x for x in (CMDLINE, tcg, self.append) if x)
 
     async def disks(self, env: MicrovmEnvironment, guest: GuestFiles) -> list[tuple[str, str, str]]:
         w = env.spec.workload

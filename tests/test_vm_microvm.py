@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 
 import pytest
 from rtax_tui.drivers import get_driver
@@ -14,9 +13,6 @@ from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, RtaxError, 
 from rtax_tui.hosts.local import LocalHost
 from tests.vmtools import ensure_guest, nothing_left, qemu_pids, run_cli, trial_dirs
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("qemu-system-x86_64") is None, reason="QEMU is installed by scripts/bootstrap"
-)
 LABEL = f"pyvm{os.getpid()}{os.urandom(2).hex()}"
 
 
