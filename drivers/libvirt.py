@@ -425,6 +425,14 @@ class LibvirtDriver(Driver):
     async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
         problems = []
         for w in workloads:
+            if w.needs_assets and not w.files:  # t2: clones from paths on the host
+                problems.append(
+                    Problem(
+                        f"workload {w.name} reads rtax's assets at host paths, which a VM "
+                        "does not see",
+                        "run it on local, stage, docker or podman",
+                    )
+                )
             if needs_full_image(w) and guest_files(need_root=True) is None:
                 problems.append(
                     Problem(

@@ -176,3 +176,12 @@ def test_restore_path_starts_from_a_saved_guest(tmp_path):
     events = check_restore_run("microvm", tmp_path)
     names = {e["name"] for e in events if e["type"] == "phase"}
     assert "create.load" in names
+
+
+def test_t2_is_refused_before_any_trial():
+    from rtax_tui.core import assets
+    from rtax_tui.core.workloads import builtin_workloads
+
+    t2 = builtin_workloads(assets.prepare())["t2"]
+    probs = asyncio.run(driver().check_workloads([t2]))
+    assert any("host paths" in p.reason for p in probs), probs
