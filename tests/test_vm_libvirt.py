@@ -225,3 +225,28 @@ accel = "tcg"
     assert nothing_left(run_id) == ([], [])
     assert _libvirtd_answers() is None
     assert domains(run_id) == []
+
+
+def test_t1_on_the_root_disk_over_virtio_pci(tmp_path):
+    ensure_guest(root=True)
+    rc, events, err = run_cli(
+        """
+[run]
+trials = 1
+warmup = 0
+drivers = ["libvirt"]
+workloads = ["t1"]
+channels = ["exec"]
+[timeouts]
+ready = 120
+[drivers_options.libvirt]
+accel = "tcg"
+""",
+        tmp_path,
+    )
+    assert rc == 0, err
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 1 and ends[0]["ok"] and ends[0]["valid"], ends
+    assert len([e for e in events if e["type"] == "action" and e["ok"]]) == 5
+    run_id = events[0]["run_id"]
+    assert domains(run_id) == [] and nothing_left(run_id) == ([], [])
