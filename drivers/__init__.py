@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rtax_tui.drivers.base import Driver, Environment, Problem
 
-DRIVER_NAMES = ("local", "stage", "docker", "podman")
+DRIVER_NAMES = ("local", "stage", "docker", "podman", "libvirt", "microvm")
 
 
 def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
@@ -24,6 +24,14 @@ def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
         from rtax_tui.drivers.podman import PodmanDriver
 
         return PodmanDriver(host, options or {})
+    if name == "microvm":
+        from rtax_tui.drivers.microvm import MicrovmDriver
+
+        return MicrovmDriver(host, options or {})
+    if name == "libvirt":
+        from rtax_tui.drivers.libvirt import LibvirtDriver
+
+        return LibvirtDriver(host, options or {})
     raise KeyError(name)
 
 

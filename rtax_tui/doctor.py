@@ -56,4 +56,15 @@ def run_doctor() -> int:
         if name not in IMPLEMENTED_DRIVERS:
             table.add_row(name, "[dim]not in this version[/dim]", "")
     console.print(table)
+    console.print(f"KVM: {asyncio.run(_kvm())}")
     return 0 if ok_any else 1
+
+
+async def _kvm() -> str:
+    """/dev/kvm existing proves nothing: a guest is booted with KVM under a short timeout."""
+    from rtax_tui.drivers.vmguest import kvm_status
+
+    try:
+        return await kvm_status(LocalHost())
+    except Exception as exc:
+        return f"the probe failed: {type(exc).__name__}: {exc}"

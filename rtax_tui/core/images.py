@@ -64,6 +64,7 @@ DIRS = (
 EXTRA_LINKS = {"usr/bin/env": "/bin/env"}
 CMD = ["/bin/sh"]
 KINDS = ("docker", "podman")
+VM_KINDS = ("vm", "libvirt", "microvm")  # one guest for both VM drivers
 
 Log = Callable[[str], None]
 
@@ -397,9 +398,15 @@ def build_debian_image(
 
 def build(driver: str, *, force: bool = False, log: Log | None = None) -> list[str]:
     """What `rtax images build --driver DRIVER` builds; returns the tags."""
+    if driver in VM_KINDS:
+        from rtax_tui.core.vmimage import build_guest
+
+        g = build_guest(force=force, log=log)
+        return [p for p in (g.kernel, g.initramfs, g.rootdisk) if p]
     if driver in KINDS:
         return [
             build_busybox_image(driver, force=force, log=log),
             build_debian_image(driver, force=force, log=log),
         ]
-    raise RtaxError(f"images: driver {driver!r} has no images to build (known: {', '.join(KINDS)})")
+    known = ", ".join(KINDS + VM_KINDS)
+    raise RtaxError(f"images: driver {driver!r} has no images to build (known: {known})")

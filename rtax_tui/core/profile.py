@@ -22,7 +22,7 @@ class ProfileError(RtaxError):
 
 
 KNOWN_DRIVERS = ("local", "stage", "docker", "podman", "libvirt", "microvm")
-IMPLEMENTED_DRIVERS = ("local", "stage", "docker", "podman")
+IMPLEMENTED_DRIVERS = ("local", "stage", "docker", "podman", "libvirt", "microvm")
 BUILTIN_WORKLOADS = WORKLOAD_NAMES
 
 _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {

@@ -1,0 +1,537 @@
+"""`libvirt`: a transient q35 domain per trial through libvirt-python (`qemu:///system`).
+
+- create: `create.disks` (as microvm: qcow2 overlay on the root disk, workspace
+  image), `create.define` (`createXML` with START_PAUSED: a transient domain, so a
+  destroy also undefines it), `create.connect` (the serial console's and the agent's
+  unix sockets, which libvirt binds); with `start = "restore"`, `create.restore`
+  (`restoreFlags` of a guest saved once by `check_workloads`, paused) replaces define.
+- ready: `resume`, then `ready.firmware_kernel` (SeaBIOS + kernel, until `/init`
+  prints its mark on the serial console) and `ready.agent` (the hello); after a
+  restore only `ready.agent` (a ping).
+- action: the guest agent over virtio-serial, as microvm.
+- teardown: `destroy` (the domain disappears with it), the trial directory removed.
+
+libvirt-python blocks, so every call runs in a worker thread. A lost connection to
+libvirtd is `SubstrateLost`; then teardown kills the domain's QEMU itself (pid from
+libvirt's pid file) so nothing is left running. QEMU runs as root without
+relabelling (`seclabel` static `+0:+0`), so the guest files can stay in rtax's cache
+and concurrent domains never chown a shared backing file. The domain's QEMU is
+registered with the reaper by its process group, and the metadata element
+`<rtax:run>` carries the run id for `cleanup`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from xml.sax.saxutils import escape
+
+from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.docker import needs_full_image
+from rtax_tui.drivers.microvm import overlay
+from rtax_tui.drivers.vmguest import (
+    CMDLINE,
+    AgentChannel,
+    SerialWatch,
+    TrialDir,
+    connect_unix,
+    parse_options,
+    resolve_accel,
+    safe,
+)
+
+from rtax_tui.core import reaper
+from rtax_tui.core.model import (
+    ActionResult,
+    Cell,
+    EnvSpec,
+    Limits,
+    PhaseFailure,
+    RtaxError,
+    Step,
+    SubstrateLost,
+    Workload,
+)
+from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
+
+DEFAULT_URI = "qemu:///system"
+NS = "https://rtax.dev/libvirt/1"
+PID_DIR = "/run/libvirt/qemu"
+SETUP_TIMEOUT_S = 60.0
+SNAP_LABEL = "snap"
+SNAPSHOT_READY_S = 120.0
+T = TypeVar("T")
+
+
+def _libvirt() -> Any:
+    import libvirt
+
+    return libvirt
+
+
+def _lost(exc: BaseException, conn: Any) -> bool:
+    lv = _libvirt()
+    if not isinstance(exc, lv.libvirtError):
+        return isinstance(exc, (ConnectionError, OSError))
+    code = exc.get_error_code()
+    if code in (lv.VIR_ERR_NO_CONNECT, lv.VIR_ERR_SYSTEM_ERROR, lv.VIR_ERR_RPC):
+        return True
+    try:
+        return conn is None or conn.isAlive() != 1
+    except Exception:
+        return True
+
+
+def domain_xml(
+    name: str,
+    label: str,
+    accel: str,
+    vcpus: int,
+    memory_mib: int,
+    guest: GuestFiles,
+    d: TrialDir,
+    disks: list[tuple[str, str, str]],
+    cmdline: str,
+    emulator: str,
+) -> str:
+    disk_xml = "".join(
+        f"<disk type='file' device='disk'><driver name='qemu' type='{fmt}' cache='unsafe'/>"
+        f"<source file='{escape(path)}'/><target dev='vd{chr(ord('a') + i)}' bus='virtio'/>"
+        f"<serial>{serial}</serial></disk>"
+        for i, (path, fmt, serial) in enumerate(disks)
+    )
+    return f"""<domain type='{"kvm" if accel == "kvm" else "qemu"}'>
+  <name>{escape(name)}</name>
+  <metadata><rtax:run xmlns:rtax='{NS}'>{escape(label)}</rtax:run></metadata>
+  <memory unit='MiB'>{memory_mib}</memory>
+  <vcpu>{vcpus}</vcpu>
+  <os>
+    <type arch='x86_64' machine='q35'>hvm</type>
+    <kernel>{escape(guest.kernel)}</kernel>
+    <initrd>{escape(guest.initramfs)}</initrd>
+    <cmdline>{escape(cmdline)}</cmdline>
+  </os>
+  <features><acpi/></features>
+  {"<cpu mode='host-passthrough'/>" if accel == "kvm" else ""}
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>destroy</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>{escape(emulator)}</emulator>
+    {disk_xml}
+    <serial type='unix'><source mode='bind' path='{escape(d("serial.sock"))}'/>
+      <target port='0'/></serial>
+    <channel type='unix'><source mode='bind' path='{escape(d("agent.sock"))}'/>
+      <target type='virtio' name='rtax.agent'/></channel>
+    <controller type='usb' model='none'/>
+    <memballoon model='none'/>
+  </devices>
+  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>
+</domain>"""
+
+
+def qemu_pid(name: str) -> int | None:
+    try:
+        with open(os.path.join(PID_DIR, f"{name}.pid")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class LibvirtEnvironment(Environment):
+    def __init__(self, driver: LibvirtDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+        super().__init__(driver, spec, sub)
+        self.d = driver
+        self.name = f"rtax-{safe(spec.label)}-{os.urandom(4).hex()}"
+        self.dir: TrialDir | None = None
+        self.dom: Any = None
+        self.pid: int | None = None
+        self.pgid: int | None = None
+        self.serial: SerialWatch | None = None
+        self.agent: AgentChannel | None = None
+        self.restore = driver.opts.start == "restore"
+        self._create: asyncio.Future[Any] | None = None
+
+    def _vcpus(self) -> int:
+        cpus = self.spec.limits.cpus
+        return max(1, int(cpus)) if cpus else self.d.opts.vcpus
+
+    def _memory(self) -> int:
+        return self.spec.limits.memory_mib or self.d.opts.memory_mib
+
+    def xml(self, guest: GuestFiles, disks: list[tuple[str, str, str]]) -> str:
+        assert self.dir is not None
+        return domain_xml(
+            self.name,
+            self.spec.label,
+            self.d.accel,
+            self._vcpus(),
+            self._memory(),
+            guest,
+            self.dir,
+            disks,
+            self.d.cmdline(),
+            self.d.emulator(),
+        )
+
+    async def create(self) -> None:
+        guest = self.d.guest_for(self.spec.workload)
+        if self.restore and self.d.snap_name is not None:
+            # libvirt restores a saved domain under its own name only: one at a time
+            self.name = self.d.snap_name
+        self.dir = TrialDir(self.name)
+        disks = await self.d.disks(self, guest)
+        if self.restore:
+            async with self.sub("restore"):
+                await self._start(self.d.restore_domain, self.spec.label, self.dir)
+        else:
+            async with self.sub("define"):
+                xml = self.xml(guest, disks)
+                await self._start(self.d.create_paused, xml)
+        async with self.sub("connect"):
+            r, w = await connect_unix(self.dir("serial.sock"), 10)
+            self.serial = SerialWatch(r, w)
+            r, w = await connect_unix(self.dir("agent.sock"), 10)
+            self.agent = AgentChannel(r, w)
+
+    async def _start(self, fn: Callable[..., Any], *args: Any) -> None:
+        # shielded: a create cancelled mid-call still yields its domain, which teardown destroys
+        self._create = asyncio.ensure_future(self.d.call("starting the domain", fn, *args))
+        self.dom = await asyncio.shield(self._create)
+        self.pid = qemu_pid(self.name)
+        self.pgid = _own_group(self.pid) if self.pid is not None else None
+        if self.pgid is not None:
+            reaper.current().add_pgid(self.pgid)
+
+    async def ready(self) -> None:
+        assert self.agent is not None and self.serial is not None
+        await self.d.call("resume", self.dom.resume)
+        if self.restore:
+            async with self.sub("agent"):
+                await self.agent.ping()
+            return
+        async with self.sub("firmware_kernel"):
+            await self.serial.wait_init()
+        async with self.sub("agent"):
+            await self.agent.hello()
+
+    async def action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self.agent is None:
+            raise PhaseFailure("agent_lost", "no agent channel")
+        return await self.agent.run(step, fresh_process=self.channel == "exec")
+
+    async def teardown(self) -> None:
+        for part in (self.agent, self.serial):
+            if part is not None:
+                part.close()
+        self.agent = self.serial = None
+        if self._create is not None and not self._create.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._create), SETUP_TIMEOUT_S)
+            except BaseException:
+                pass
+        if self._create is not None and self.dom is None and self._create.done():
+            if not self._create.cancelled() and self._create.exception() is None:
+                self.dom = self._create.result()
+                self.pid = qemu_pid(self.name)
+                self.pgid = None
+        err: PhaseFailure | None = None
+        if self.dom is not None:
+            try:
+                await self.d.call("destroy", self.dom.destroy, lookup_gone_ok=True)
+            except PhaseFailure as exc:
+                err = exc
+            self.dom = None
+        if self.pid is not None:
+            if err is not None:  # libvirtd is gone, its QEMU is not: end it ourselves
+                _kill(self.pid)
+            if self.pgid is not None:
+                reaper.current().drop_pgid(self.pgid)
+            self.pid = self.pgid = None
+        if self.dir is not None:
+            await asyncio.to_thread(self.dir.remove)
+            self.dir = None
+        if err is not None:
+            raise err
+
+
+def _own_group(pid: int) -> int | None:
+    """QEMU's process group when it leads its own session (libvirt forks it with setsid,
+    then the intermediate process exits): killing that group ends QEMU and nothing else."""
+    try:
+        pgid = os.getpgid(pid)
+        return pgid if os.getsid(pid) == pgid and pgid != os.getpgid(0) else None
+    except ProcessLookupError:
+        return None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
+
+
+class LibvirtDriver(Driver):
+    name = "libvirt"
+    channels = ("exec", "shell")
+
+    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+        super().__init__(host, options)
+        self.opts = parse_options(self.name, options, ("uri", "append"))
+        self.uri = str(options.get("uri", DEFAULT_URI))
+        append = options.get("append", "")
+        if not isinstance(append, str):
+            raise RtaxError(f"drivers_options.{self.name}.append: expected a string")
+        self.append = append
+        self.conn: Any = None
+        self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
+        self.accel_reason = "not resolved yet"
+        self._accel_done = False
+        self.snapshot: str | None = None
+        self._snap_dir: TrialDir | None = None
+        self._snap_registered = False
+        self._snap_xml: str | None = None
+        self.snap_name: str | None = None
+        self._snap_path = ""
+
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        return LibvirtEnvironment(self, spec, sub)
+
+    def cmdline(self) -> str:
+        return f"{CMDLINE} {self.append}".strip()
+
+    def emulator(self) -> str:
+        return shutil.which(self.opts.qemu) or self.opts.qemu
+
+    def guest_for(self, workload: Workload) -> GuestFiles:
+        g = guest_files(need_root=needs_full_image(workload))
+        if g is None:
+            raise PhaseFailure("image_missing", "the VM guest is not built")
+        return g
+
+    async def disks(self, env: Any, guest: GuestFiles) -> list[tuple[str, str, str]]:
+        w = env.spec.workload
+        out: list[tuple[str, str, str]] = []
+        if not needs_full_image(w) and not env.spec.workspace_src:
+            return out
+        async with env.sub("disks"):
+            if needs_full_image(w):
+                assert guest.rootdisk is not None
+                ov = env.dir("root.qcow2")
+                await overlay(shutil.which("qemu-img") or "qemu-img", guest.rootdisk, ov, self.host)
+                out.append((ov, "qcow2", ROOT_SERIAL))
+            if env.spec.workspace_src:
+                from rtax_tui.core.vmimage import make_workspace_disk
+
+                ws = env.dir("ws.ext4")
+                await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws)
+                out.append((ws, "raw", WS_SERIAL))
+        return out
+
+    # -- libvirt calls -----------------------------------------------------------
+
+    def _connect(self) -> Any:
+        lv = _libvirt()
+        lv.registerErrorHandler(lambda _ctx, _err: None, None)  # errors are raised, not printed
+        return lv.open(self.uri)
+
+    async def connection(self) -> Any:
+        if self.conn is None:
+            try:
+                conn = await asyncio.to_thread(self._connect)
+            except Exception as exc:
+                raise SubstrateLost(f"cannot connect to libvirtd at {self.uri}: {exc}") from exc
+            if self.conn is None:
+                self.conn = conn
+        return self.conn
+
+    async def call(
+        self, what: str, fn: Callable[..., T], *args: Any, lookup_gone_ok: bool = False
+    ) -> T:
+        conn = await self.connection()
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except Exception as exc:
+            lv = _libvirt()
+            if lookup_gone_ok and isinstance(exc, lv.libvirtError):
+                if exc.get_error_code() in (lv.VIR_ERR_NO_DOMAIN, lv.VIR_ERR_OPERATION_INVALID):
+                    return None  # type: ignore[return-value]
+            if _lost(exc, conn):
+                self.conn = None
+                raise SubstrateLost(f"libvirtd went away during {what}: {exc}") from exc
+            raise PhaseFailure("libvirt_error", f"{what}: {exc}") from exc
+
+    def create_paused(self, xml: str) -> Any:
+        return self.conn.createXML(xml, _libvirt().VIR_DOMAIN_START_PAUSED)
+
+    def restore_domain(self, label: str, d: TrialDir) -> Any:
+        """Restore the saved domain, paused, with this trial's sockets and run id."""
+        if self.snapshot is None or self._snap_xml is None or self.snap_name is None:
+            raise PhaseFailure("no_snapshot", "start = restore, and no snapshot was made")
+        if not self._snap_registered and self._snap_dir is not None:
+            reaper.current().add_path(self._snap_dir.path)  # the run's reaper is up by now
+            self._snap_registered = True
+        xml = self._snap_xml.replace(self._snap_path, d.path)
+        xml = xml.replace(f">{SNAP_LABEL}</rtax:run>", f">{escape(label)}</rtax:run>")
+        self.conn.restoreFlags(self.snapshot, xml, _libvirt().VIR_DOMAIN_SAVE_PAUSED)
+        return self.conn.lookupByName(self.snap_name)
+
+    # -- checks ------------------------------------------------------------------
+
+    async def check(self) -> list[Problem]:
+        try:
+            _libvirt()
+        except ImportError:
+            return [
+                Problem(
+                    "libvirt-python is not installed",
+                    "apt-get install libvirt-dev pkg-config; pip install libvirt-python",
+                )
+            ]
+        if guest_files() is None:
+            return [Problem("the VM guest is not built", "rtax images build --driver vm")]
+        try:
+            conn = await asyncio.wait_for(self.connection(), 60)
+            await asyncio.wait_for(asyncio.to_thread(conn.getLibVersion), 30)
+        except (PhaseFailure, TimeoutError, Exception) as exc:
+            self.conn = None
+            msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            return [
+                Problem(
+                    f"libvirtd does not answer on {self.uri}: {msg}", "bash scripts/start-libvirtd"
+                )
+            ]
+        if not self._accel_done:
+            self.accel, self.accel_reason = await resolve_accel(self.host, self.opts)
+            self._accel_done = True
+        return []
+
+    async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
+        problems = []
+        for w in workloads:
+            if w.needs_assets and not w.files:  # t2: clones from paths on the host
+                problems.append(
+                    Problem(
+                        f"workload {w.name} reads rtax's assets at host paths, which a VM "
+                        "does not see",
+                        "run it on local, stage, docker or podman",
+                    )
+                )
+            if needs_full_image(w) and guest_files(need_root=True) is None:
+                problems.append(
+                    Problem(
+                        f"workload {w.name} needs the root disk", "rtax images build --driver vm"
+                    )
+                )
+            if self.opts.start == "restore" and (needs_full_image(w) or w.files):
+                problems.append(
+                    Problem(
+                        f'start = "restore" restores a guest without disks; {w.name} needs some',
+                        'use start = "boot" for it, or the t0 workload',
+                    )
+                )
+        if problems or self.opts.start != "restore" or self.snapshot is not None:
+            return problems
+        err = await self.make_snapshot()
+        if err:
+            problems.append(Problem(f"could not save a booted guest: {err}", "see libvirtd's log"))
+        return problems
+
+    async def make_snapshot(self) -> str | None:
+        """Boot one domain, `save` it to a file; None when done."""
+        spec = EnvSpec(
+            Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
+        )
+        self._snap_dir = TrialDir("snapshot")
+        path = self._snap_dir("guest.state")
+        env = LibvirtEnvironment(self, spec)
+        env.restore = False
+        try:
+            await asyncio.wait_for(env.create(), SETUP_TIMEOUT_S)
+            await asyncio.wait_for(env.ready(), SNAPSHOT_READY_S)
+            assert env.dir is not None
+            self.snap_name, self._snap_path = env.name, env.dir.path
+            await self.call("save", env.dom.save, path)
+            env.dom = None  # saved domains are gone
+            conn = await self.connection()
+            # the XML stored with the image (migratable), which restoreFlags compares to
+            self._snap_xml = await self.call("XML", conn.saveImageGetXMLDesc, path, 0)
+            self.snapshot = path
+            return None
+        except (PhaseFailure, TimeoutError, OSError) as exc:
+            return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        finally:
+            await env.teardown()
+
+    async def facts(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {
+            "uri": self.uri,
+            "machine": "q35",
+            "accel": self.accel,
+            "accel_reason": self.accel_reason,
+            "start": self.opts.start,
+            "vcpus": self.opts.vcpus,
+            "memory_mib": self.opts.memory_mib,
+            "channel": "virtio-serial",
+        }
+        g = guest_files()
+        facts["guest_kernel"] = g.kver if g else None
+        try:
+            conn = await self.connection()
+            lib = await asyncio.to_thread(conn.getLibVersion)
+            hv = await asyncio.to_thread(conn.getVersion)
+            facts["libvirt"] = f"{lib // 1000000}.{lib // 1000 % 1000}.{lib % 1000}"
+            facts["qemu"] = f"{hv // 1000000}.{hv // 1000 % 1000}.{hv % 1000}"
+        except Exception as exc:
+            facts["error"] = str(exc)
+        return facts
+
+    async def cleanup(self, label: str | None = None) -> int:
+        """Destroy domains named `rtax-*` whose `<rtax:run>` is `label` (or any)."""
+        try:
+            conn = await asyncio.wait_for(self.connection(), 60)
+            doms = await asyncio.to_thread(conn.listAllDomains, 0)
+        except Exception:
+            return 0
+        lv = _libvirt()
+        n = 0
+        for dom in doms:
+            try:
+                if not dom.name().startswith("rtax-"):
+                    continue
+                run = dom.metadata(lv.VIR_DOMAIN_METADATA_ELEMENT, NS, 0)
+                if label is not None and f">{escape(label)}<" not in run:
+                    continue
+                await asyncio.to_thread(dom.destroy)
+                n += 1
+            except Exception:
+                continue
+        import glob
+        import tempfile
+
+        from rtax_tui.drivers.vmguest import DIR_PREFIX
+
+        pat = f"{DIR_PREFIX}rtax-{safe(label)}-*" if label else f"{DIR_PREFIX}*"
+        for d in glob.glob(os.path.join(tempfile.gettempdir(), pat)):
+            shutil.rmtree(d, ignore_errors=True)
+        if self._snap_dir is not None:
+            self._snap_dir.remove()
+            self._snap_dir = None
+            self.snapshot = None
+        return n

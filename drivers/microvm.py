@@ -1,0 +1,395 @@
+"""`microvm`: QEMU's `microvm` machine launched directly (no libvirt), driven over QMP.
+
+- create: `create.disks` (a qcow2 overlay on the read-only root disk and an ext4
+  image of the workload's files, when the workload needs them), `create.launch`
+  (QEMU started paused with `-S`, its QMP, serial and agent sockets connected), and
+  with `start = "restore"` `create.load` (the saved VM streamed in with
+  `migrate-incoming`).
+- ready: QMP `cont`, then `ready.firmware_kernel` (until `/init` prints its mark on
+  the serial console) and `ready.agent` (until the agent's hello); after a restore,
+  only `ready.agent` (a ping round trip: the agent was already serving).
+- action: through the agent over virtio-serial: channel `shell` runs the command in
+  the agent's own shell, `exec` in a fresh `sh -c` process.
+- teardown: SIGKILL to QEMU's process group, the trial's directory removed.
+
+QEMU is spawned through the host, so it is in the reaper's process groups; the
+trial directory is registered as a path. The unix sockets make this driver
+local-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import signal
+import time
+from typing import Any
+
+from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.docker import needs_full_image
+from rtax_tui.drivers.vmguest import (
+    DIR_PREFIX,
+    AgentChannel,
+    Qmp,
+    SerialWatch,
+    TrialDir,
+    connect_unix,
+    microvm_argv,
+    parse_options,
+    resolve_accel,
+    safe,
+)
+
+from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step, Workload
+from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
+from rtax_tui.hosts.local import kill_group
+
+SNAPSHOT_READY_S = 120.0
+SETUP_TIMEOUT_S = 60.0
+
+
+class MicrovmEnvironment(Environment):
+    def __init__(self, driver: MicrovmDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+        super().__init__(driver, spec, sub)
+        self.d = driver
+        self.name = f"rtax-{safe(spec.label)}-{os.urandom(4).hex()}"
+        self.dir: TrialDir | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.qmp: Qmp | None = None
+        self.serial: SerialWatch | None = None
+        self.agent: AgentChannel | None = None
+        self.restore = driver.opts.start == "restore"
+
+    def _alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def _why_dead(self) -> str:
+        log = ""
+        if self.dir is not None:
+            try:
+                with open(self.dir("qemu.log"), errors="replace") as f:
+                    log = f.read()[-300:].strip()
+            except OSError:
+                pass
+        serial = self.serial.tail(300) if self.serial else ""
+        return f"QEMU exited (rc {self.proc.returncode if self.proc else None}): {log} {serial}"
+
+    async def _guard(self, coro: Any) -> Any:
+        """`coro`, unless QEMU dies first."""
+        assert self.proc is not None
+        work = asyncio.ensure_future(coro)
+        died = asyncio.ensure_future(self.proc.wait())
+        try:
+            done, _ = await asyncio.wait({work, died}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            died.cancel()
+            if not work.done():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+        if work in done:
+            return work.result()
+        raise PhaseFailure("vm_died", self._why_dead())
+
+    async def create(self) -> None:
+        guest = self.d.guest_for(self.spec.workload)
+        self.dir = TrialDir(self.name)
+        disks = await self.d.disks(self, guest)
+        argv = microvm_argv(
+            self.d.opts.qemu,
+            self.dir,
+            guest.kernel,
+            guest.initramfs,
+            self.d.accel,
+            self.spec_vcpus(),
+            self.spec_memory(),
+            disks,
+            incoming=self.restore,
+            name=self.name,
+            cmdline=self.d.cmdline(),
+        )
+        async with self.sub("launch"):
+            with open(self.dir("qemu.log"), "wb") as log:
+                self.proc = await self.d.host.spawn(argv, stdout=log.fileno(), stderr=log.fileno())
+            self.qmp = await Qmp.connect(self.dir("qmp.sock"), self._alive)
+            r, w = await connect_unix(self.dir("serial.sock"), 10, self._alive)
+            self.serial = SerialWatch(r, w)
+            r, w = await connect_unix(self.dir("agent.sock"), 10, self._alive)
+            self.agent = AgentChannel(r, w)
+        if self.restore:
+            self.d.register_snapshot()
+            async with self.sub("load"):
+                await self._guard(self._load(self.d.snapshot))
+
+    async def _load(self, path: str | None) -> None:
+        assert self.qmp is not None
+        if path is None:
+            raise PhaseFailure("no_snapshot", "start = restore, and no snapshot was made")
+        await self.qmp.cmd("migrate-incoming", uri=f"exec:cat {shlex.quote(path)}")
+        while True:
+            st = await self.qmp.cmd("query-status")
+            if st.get("status") != "inmigrate":
+                break
+            await asyncio.sleep(0.002)
+        mig = await self.qmp.cmd("query-migrate")
+        if mig.get("status") not in (None, "completed"):
+            raise PhaseFailure("restore_failed", f"migration {mig.get('status')}: {mig}")
+
+    def spec_vcpus(self) -> int:
+        cpus = self.spec.limits.cpus
+        return max(1, int(cpus)) if cpus else self.d.opts.vcpus
+
+    def spec_memory(self) -> int:
+        return self.spec.limits.memory_mib or self.d.opts.memory_mib
+
+    async def ready(self) -> None:
+        assert self.qmp is not None and self.agent is not None and self.serial is not None
+        await self._guard(self.qmp.cmd("cont"))
+        if self.restore:
+            async with self.sub("agent"):
+                await self._guard(self.agent.ping())
+            return
+        async with self.sub("firmware_kernel"):
+            await self._guard(self.serial.wait_init())
+        async with self.sub("agent"):
+            await self._guard(self.agent.hello())
+
+    async def action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self.agent is None:
+            raise PhaseFailure("agent_lost", "no agent channel")
+        return await self._guard(self.agent.run(step, fresh_process=self.channel == "exec"))
+
+    async def teardown(self) -> None:
+        for part in (self.agent, self.serial, self.qmp):
+            if part is not None:
+                part.close()
+        self.agent = self.serial = self.qmp = None
+        if self.proc is not None:
+            kill_group(self.proc)
+            await self.proc.wait()
+            self.d.host.release(self.proc)
+            self.proc = None
+        if self.dir is not None:
+            await asyncio.to_thread(self.dir.remove)
+            self.dir = None
+
+
+async def overlay(qemu_img: str, base: str, dest: str, host: Any) -> None:
+    """A qcow2 overlay on `base` (raw, never written)."""
+    argv = [qemu_img, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", dest]
+    res = await host.run(argv, timeout=SETUP_TIMEOUT_S)
+    if res.returncode != 0:
+        raise PhaseFailure("vm_error", f"qemu-img create failed: {res.stderr.decode()[-300:]}")
+
+
+class MicrovmDriver(Driver):
+    name = "microvm"
+    channels = ("exec", "shell")
+    extra_options: tuple[str, ...] = ("append",)
+
+    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+        super().__init__(host, options)
+        self.opts = parse_options(self.name, options, self.extra_options)
+        append = options.get("append", "")
+        if not isinstance(append, str):
+            from rtax_tui.core.model import RtaxError
+
+            raise RtaxError(f"drivers_options.{self.name}.append: expected a string")
+        self.append = append
+        self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
+        self.accel_reason = "not resolved yet"
+        self._accel_done = False
+        self.snapshot: str | None = None
+        self._snap_dir: TrialDir | None = None
+        self._snap_registered = False
+
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        return MicrovmEnvironment(self, spec, sub)
+
+    def guest_for(self, workload: Workload) -> GuestFiles:
+        g = guest_files(need_root=needs_full_image(workload))
+        if g is None:
+            raise PhaseFailure("image_missing", "the VM guest is not built")
+        return g
+
+    def cmdline(self) -> str:
+        """The guest kernel's command line; option `append` adds to it."""
+        from rtax_tui.drivers.vmguest import CMDLINE, TCG_MICROVM_ARGS
+
+        tcg = TCG_MICROVM_ARGS if self.accel == "tcg" else ""
+        return " ".join(x for x in (CMDLINE, tcg, self.append) if x)
+
+    async def disks(self, env: MicrovmEnvironment, guest: GuestFiles) -> list[tuple[str, str, str]]:
+        w = env.spec.workload
+        out: list[tuple[str, str, str]] = []
+        if not needs_full_image(w) and not env.spec.workspace_src:
+            return out
+        assert env.dir is not None
+        async with env.sub("disks"):
+            if needs_full_image(w):
+                assert guest.rootdisk is not None
+                ov = env.dir("root.qcow2")
+                await overlay(self.qemu_img(), guest.rootdisk, ov, self.host)
+                out.append((ov, "qcow2", ROOT_SERIAL))
+            if env.spec.workspace_src:
+                from rtax_tui.core.vmimage import make_workspace_disk
+
+                ws = env.dir("ws.ext4")
+                await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws)
+                out.append((ws, "raw", WS_SERIAL))
+        return out
+
+    def qemu_img(self) -> str:
+        return shutil.which("qemu-img") or "qemu-img"
+
+    async def _resolve_accel(self) -> None:
+        if not self._accel_done:
+            self.accel, self.accel_reason = await resolve_accel(self.host, self.opts)
+            self._accel_done = True
+
+    async def check(self) -> list[Problem]:
+        if getattr(self.host, "name", "local") != "local":
+            return [Problem("microvm talks to QEMU over local unix sockets", "use host local")]
+        if shutil.which(self.opts.qemu) is None and not os.path.isfile(self.opts.qemu):
+            return [Problem(f"{self.opts.qemu} not found", "apt-get install qemu-system-x86")]
+        if shutil.which("qemu-img") is None:
+            return [Problem("qemu-img not found", "apt-get install qemu-utils")]
+        if guest_files() is None:
+            return [Problem("the VM guest is not built", "rtax images build --driver vm")]
+        if self.opts.accel == "kvm" and not os.path.exists("/dev/kvm"):
+            return [Problem("accel = kvm, and there is no /dev/kvm", 'set accel = "tcg"')]
+        await self._resolve_accel()
+        return []
+
+    async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
+        problems = []
+        for w in workloads:
+            if w.needs_assets and not w.files:  # t2: clones from paths on the host
+                problems.append(
+                    Problem(
+                        f"workload {w.name} reads rtax's assets at host paths, which a VM "
+                        "does not see",
+                        "run it on local, stage, docker or podman",
+                    )
+                )
+            if needs_full_image(w) and guest_files(need_root=True) is None:
+                problems.append(
+                    Problem(
+                        f"workload {w.name} needs the root disk", "rtax images build --driver vm"
+                    )
+                )
+            if self.opts.start == "restore" and (needs_full_image(w) or w.files):
+                problems.append(
+                    Problem(
+                        f'start = "restore" restores a guest without disks; {w.name} needs some',
+                        'use start = "boot" for it, or the t0 workload',
+                    )
+                )
+        if problems or self.opts.start != "restore" or self.snapshot is not None:
+            return problems
+        err = await self.make_snapshot()
+        if err:
+            problems.append(Problem(f"could not save a booted guest: {err}", "see qemu.log"))
+        return problems
+
+    async def make_snapshot(self) -> str | None:
+        """Boot one guest, save it to a file (QMP `migrate` to `exec:cat`); None when done."""
+        from rtax_tui.core.model import Cell, Limits
+
+        spec = EnvSpec(
+            Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
+        )
+        self._snap_dir = TrialDir("snapshot")
+        path = self._snap_dir("guest.state")
+        env = MicrovmEnvironment(self, spec)
+        env.restore = False
+        try:
+            await asyncio.wait_for(env.create(), SETUP_TIMEOUT_S)
+            await asyncio.wait_for(env.ready(), SNAPSHOT_READY_S)
+            assert env.qmp is not None
+            await env.qmp.cmd("stop")
+            await env.qmp.cmd("migrate", uri=f"exec:cat > {shlex.quote(path)}")
+            deadline = time.monotonic() + SETUP_TIMEOUT_S
+            while True:
+                st = (await env.qmp.cmd("query-migrate")).get("status")
+                if st == "completed":
+                    break
+                if st in ("failed", "cancelled") or time.monotonic() > deadline:
+                    return f"migration to a file ended {st}"
+                await asyncio.sleep(0.01)
+            self.snapshot = path
+            return None
+        except (PhaseFailure, TimeoutError, OSError) as exc:
+            return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        finally:
+            await env.teardown()
+
+    def register_snapshot(self) -> None:
+        """The snapshot was made before the run's reaper started: register it now."""
+        if not self._snap_registered and self._snap_dir is not None:
+            from rtax_tui.core import reaper
+
+            reaper.current().add_path(self._snap_dir.path)
+            self._snap_registered = True
+
+    def forget_snapshot(self) -> None:
+        if self._snap_dir is not None:
+            self._snap_dir.remove()
+            self._snap_dir = None
+            self.snapshot = None
+
+    async def facts(self) -> dict[str, Any]:
+        await self._resolve_accel()
+        g = guest_files()
+        res = await self.host.run([self.opts.qemu, "--version"], timeout=10)
+        return {
+            "qemu": res.stdout.decode(errors="replace").splitlines()[0] if res.stdout else None,
+            "machine": "microvm",
+            "accel": self.accel,
+            "accel_reason": self.accel_reason,
+            "start": self.opts.start,
+            "vcpus": self.opts.vcpus,
+            "memory_mib": self.opts.memory_mib,
+            "guest_kernel": g.kver if g else None,
+            "channel": "virtio-serial",
+        }
+
+    async def cleanup(self, label: str | None = None) -> int:
+        """Kill QEMU processes named `rtax-<label>-*` (or any `rtax-*`), remove their dirs."""
+        prefix = f"rtax-{safe(label)}-" if label else "rtax-"
+        n = 0
+        for pid, argv in _qemu_processes():
+            try:
+                name = argv[argv.index("-name") + 1]
+            except (ValueError, IndexError):
+                continue
+            if name.startswith(prefix):  # libvirt's QEMUs are `guest=NAME,...`: not ours
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    n += 1
+                except ProcessLookupError:
+                    pass
+        import glob
+        import tempfile
+
+        pat = f"{DIR_PREFIX}{prefix}*" if label else f"{DIR_PREFIX}*"
+        for d in glob.glob(os.path.join(tempfile.gettempdir(), pat)):
+            shutil.rmtree(d, ignore_errors=True)
+        self.forget_snapshot()
+        return n
+
+
+def _qemu_processes() -> list[tuple[int, list[str]]]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]).startswith("qemu-system"):
+            out.append((int(entry), argv))
+    return out

@@ -1,0 +1,44 @@
+"""`rtax doctor` does not trust /dev/kvm: it boots a KVM guest under a short timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from rtax_tui.drivers.vmguest import probe_kvm
+
+from rtax_tui.hosts.local import LocalHost
+from tests.vmtools import ensure_guest
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/dev/kvm"), reason="no /dev/kvm on this machine (the probe says so)"
+)
+
+
+def test_a_kvm_guest_that_hangs_is_reported_not_usable_and_killed(tmp_path):
+    ensure_guest()
+    fake = tmp_path / "qemu-hangs"  # stands for a KVM guest that never gets past firmware
+    marker = f"rtax-probe-{os.getpid()}"
+    fake.write_text(f"#!/bin/sh\nexec -a {marker} sleep 600\n")
+    fake.chmod(0o755)
+    t = time.monotonic()
+    ok, why = asyncio.run(probe_kvm(LocalHost(), str(fake), timeout=3))
+    assert not ok and why.startswith("KVM present but not usable"), why
+    assert time.monotonic() - t < 15
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    assert left.strip() == ""
+
+
+def test_doctor_names_the_kvm_verdict():
+    ensure_guest()
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "doctor"], capture_output=True, text=True, timeout=300
+    )
+    line = [x for x in res.stdout.splitlines() if x.startswith("KVM: ")]
+    assert len(line) == 1, res.stdout + res.stderr
+    verdict = line[0][len("KVM: ") :]
+    assert verdict.startswith(("usable", "KVM present but not usable")), verdict

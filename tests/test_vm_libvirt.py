@@ -1,0 +1,252 @@
+"""The `libvirt` driver against the real libvirtd and QEMU (TCG here: few boots)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from contextlib import asynccontextmanager
+
+import pytest
+from rtax_tui.drivers import get_driver
+from rtax_tui.drivers.libvirt import LibvirtDriver
+
+from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, RtaxError, Step, Workload
+from rtax_tui.hosts.local import LocalHost
+from tests.vmtools import ensure_guest, nothing_left, qemu_pids, run_cli
+
+LABEL = f"pylv{os.getpid()}{os.urandom(2).hex()}"
+
+
+def _libvirtd_answers() -> str | None:
+    try:
+        import libvirt
+    except ImportError:
+        return "libvirt-python is installed by scripts/bootstrap"
+    try:
+        libvirt.open("qemu:///system").close()
+    except libvirt.libvirtError as exc:
+        return f"libvirtd does not answer (bash scripts/start-libvirtd): {exc}"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def guest():
+    why = _libvirtd_answers()
+    assert why is None, why  # CI starts libvirtd: not answering is a failure, not a skip
+    g = ensure_guest()
+    yield g
+    assert nothing_left(LABEL) == ([], [])
+    assert domains(LABEL) == []
+
+
+def domains(label: str, prefix: str | None = None) -> list[str]:
+    out = subprocess.run(
+        ["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.split()
+    return [n for n in out if n.startswith(prefix or f"rtax-{label}-")]
+
+
+def spec(channel: str, workload: Workload | None = None, src: str | None = None) -> EnvSpec:
+    w = workload or Workload("t0", (Step(("true",)),))
+    return EnvSpec(Cell("local", "libvirt", w.name, channel), w, Limits(), src, label=LABEL)
+
+
+def driver(**opts) -> LibvirtDriver:
+    return get_driver("libvirt", LocalHost(), {"accel": "tcg", **opts})  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("channel", ["shell", "exec"])
+def test_t0_lifecycle_with_sub_phases_and_agent(channel):
+    async def run():
+        d = driver()
+        assert await d.check() == []
+        subs = []
+
+        @asynccontextmanager
+        async def sub(name):
+            subs.append(name)
+            yield
+
+        env = d.environment(spec(channel), sub)
+        try:
+            await asyncio.wait_for(env.create(), 120)
+            assert domains(LABEL) == [env.name]
+            assert len(qemu_pids(LABEL)) == 1  # libvirt names QEMU after the domain
+            await asyncio.wait_for(env.ready(), 120)
+            assert subs == ["define", "connect", "firmware_kernel", "agent"]
+            r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 4")), 30)
+            assert (r.rc, r.output) == (4, b"out\nerr\n")
+            assert r.remote_ns is not None and r.remote_ns > 0
+            r = await env.action(Step(("sh", "-c", "ls /sys/bus/pci/devices | wc -l")), 30)
+            assert int(r.output) > 3  # q35: a PCI machine, unlike microvm
+            await env.action(Step(("cd", "/tmp")) if channel == "shell" else Step(("true",)), 30)
+            r = await env.action(Step(("pwd",)), 30)
+            assert r.output == (b"/tmp\n" if channel == "shell" else b"/workspace\n")
+        finally:
+            await env.teardown()
+        assert domains(LABEL) == []
+        assert nothing_left(LABEL) == ([], [])
+
+    asyncio.run(run())
+
+
+def test_options_are_checked():
+    with pytest.raises(RtaxError, match=r"drivers_options.libvirt.vcpus"):
+        driver(vcpus=0)
+    with pytest.raises(RtaxError, match=r"unknown image"):
+        driver(image="x")
+
+
+def test_cleanup_destroys_a_run_s_domains():
+    async def run():
+        env = driver().environment(spec("exec"))
+        await env.create()  # a paused domain, as a killed rtax would leave it
+        assert domains(LABEL) == [env.name]
+        assert await driver().cleanup("another-run") == 0
+        assert domains(LABEL) == [env.name]
+        assert await driver().cleanup(LABEL) == 1
+        assert domains(LABEL) == []
+        assert nothing_left(LABEL) == ([], [])
+        with pytest.raises(PhaseFailure):  # what cleanup removed is gone for teardown too
+            await env.action(Step(("true",)), 5)
+        await env.teardown()
+
+    asyncio.run(run())
+
+
+def test_guest_that_never_says_hello_is_ready_timeout_and_leaves_nothing(tmp_path):
+    rc, events, err = run_cli(
+        """
+[run]
+trials = 1
+warmup = 0
+drivers = ["libvirt"]
+workloads = ["t0"]
+channels = ["exec"]
+[timeouts]
+ready = 15
+[drivers_options.libvirt]
+accel = "tcg"
+append = "rdinit=/bin/cat"
+""",
+        tmp_path,
+    )
+    assert events, err
+    run_id = events[0]["run_id"]
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 1 and ends[0]["error"]["kind"] == "ready_timeout", err
+    assert events[0]["hosts"]["local"]["drivers"]["libvirt"]["accel"] == "tcg"
+    assert domains(run_id) == []
+    assert nothing_left(run_id) == ([], [])
+
+
+def test_restore_path_starts_from_a_saved_domain(tmp_path):
+    from tests.vmtools import check_restore_run
+
+    events = check_restore_run("libvirt", tmp_path)
+    names = {e["name"] for e in events if e["type"] == "phase"}
+    assert "create.restore" in names and "create.define" not in names
+    assert domains("", prefix="rtax-snap-") == []
+
+
+def _libvirtd_pid() -> int | None:
+    try:
+        with open("/run/libvirtd.pid") as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def test_libvirtd_stopped_mid_run_is_substrate_lost_and_other_cells_go_on(tmp_path):
+    import json
+    import signal
+    import sys
+    import time
+
+    pid = _libvirtd_pid()
+    assert pid is not None, "libvirtd was started without /run/libvirtd.pid"
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        """
+[run]
+trials = 2
+warmup = 0
+drivers = ["libvirt", "microvm"]
+workloads = ["t0"]
+channels = ["shell"]
+[timeouts]
+ready = 90
+teardown = 60
+[drivers_options.libvirt]
+accel = "tcg"
+[drivers_options.microvm]
+accel = "tcg"
+"""
+    )
+    rec = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        started = False
+        while time.monotonic() < deadline and not started:  # a libvirt trial is under way
+            time.sleep(0.2)
+            if rec.exists():
+                for line in rec.read_text().splitlines():
+                    e = json.loads(line)
+                    if e["type"] == "phase" and e["name"] == "create.define":
+                        started = True
+        assert started, "no libvirt trial started"
+        os.kill(pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["bash", "scripts/start-libvirtd"], capture_output=True, timeout=120)
+    events = [json.loads(line) for line in rec.read_text().splitlines()]
+    ends = {e["trial"]: e for e in events if e["type"] == "trial_end"}
+    starts = {e["trial"]: e for e in events if e["type"] == "trial_start"}
+    lv = [ends[t] for t, s in starts.items() if s["driver"] == "libvirt"]
+    mv = [ends[t] for t, s in starts.items() if s["driver"] == "microvm"]
+    assert len(lv) == 2 and all(not e["ok"] for e in lv), lv
+    assert all(e["error"]["kind"] == "substrate_lost" for e in lv), lv
+    assert len(mv) == 2 and all(e["ok"] and e["valid"] for e in mv), out
+    run_id = events[0]["run_id"]
+    assert nothing_left(run_id) == ([], [])
+    assert _libvirtd_answers() is None
+    assert domains(run_id) == []
+
+
+def test_t1_on_the_root_disk_over_virtio_pci(tmp_path):
+    ensure_guest(root=True)
+    rc, events, err = run_cli(
+        """
+[run]
+trials = 1
+warmup = 0
+drivers = ["libvirt"]
+workloads = ["t1"]
+channels = ["exec"]
+[timeouts]
+ready = 120
+[drivers_options.libvirt]
+accel = "tcg"
+""",
+        tmp_path,
+    )
+    assert rc == 0, err
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 1 and ends[0]["ok"] and ends[0]["valid"], ends
+    assert len([e for e in events if e["type"] == "action" and e["ok"]]) == 5
+    run_id = events[0]["run_id"]
+    assert domains(run_id) == [] and nothing_left(run_id) == ([], [])

@@ -1,0 +1,187 @@
+"""The `microvm` driver on real QEMU guests (TCG here: few boots, generous timeouts)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from rtax_tui.drivers import get_driver
+from rtax_tui.drivers.microvm import MicrovmDriver
+
+from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, RtaxError, Step, Workload
+from rtax_tui.hosts.local import LocalHost
+from tests.vmtools import ensure_guest, nothing_left, qemu_pids, run_cli, trial_dirs
+
+LABEL = f"pyvm{os.getpid()}{os.urandom(2).hex()}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def guest():
+    g = ensure_guest()
+    yield g
+    assert nothing_left(LABEL) == ([], [])
+
+
+def spec(channel: str, workload: Workload | None = None, src: str | None = None) -> EnvSpec:
+    w = workload or Workload("t0", (Step(("true",)),))
+    return EnvSpec(Cell("local", "microvm", w.name, channel), w, Limits(), src, label=LABEL)
+
+
+def driver(**opts) -> MicrovmDriver:
+    return get_driver("microvm", LocalHost(), {"accel": "tcg", **opts})  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("channel", ["shell", "exec"])
+def test_t0_lifecycle_with_sub_phases_and_agent(channel):
+    async def run():
+        d = driver()
+        assert await d.check() == []
+        subs = []
+
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def sub(name):
+            subs.append(name)
+            yield
+
+        env = d.environment(spec(channel), sub)
+        try:
+            await asyncio.wait_for(env.create(), 60)
+            assert len(qemu_pids(LABEL)) == 1
+            await asyncio.wait_for(env.ready(), 120)
+            assert subs == ["launch", "firmware_kernel", "agent"]
+            r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 3")), 30)
+            assert (r.rc, r.output) == (3, b"out\nerr\n")
+            assert r.remote_ns is not None and r.remote_ns > 0
+            r = await env.action(Step(("cat", "/proc/cmdline")), 30)
+            assert b"tsc_early_khz" in r.output  # it runs in the guest, not on the host
+            r = await env.action(Step(("printf", "%s", "a 'quoted'\n word")), 30)
+            assert r.output == b"a 'quoted'\n word"
+            await env.action(Step(("cd", "/tmp")) if channel == "shell" else Step(("true",)), 30)
+            r = await env.action(Step(("pwd",)), 30)
+            # the shell channel keeps its cwd (one shell); exec starts afresh in /workspace
+            assert r.output == (b"/tmp\n" if channel == "shell" else b"/workspace\n")
+        finally:
+            await env.teardown()
+        assert nothing_left(LABEL) == ([], [])
+
+    asyncio.run(run())
+
+
+def test_action_timeout_leaves_env_broken_and_teardown_clean():
+    async def run():
+        env = driver().environment(spec("shell"))
+        try:
+            await env.create()
+            await asyncio.wait_for(env.ready(), 120)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(env.action(Step(("sleep", "100")), 1), 1)
+            with pytest.raises(PhaseFailure) as ei:
+                await env.action(Step(("true",)), 5)
+            assert ei.value.kind == "agent_lost"
+        finally:
+            await env.teardown()
+        assert nothing_left(LABEL) == ([], [])
+
+    asyncio.run(run())
+
+
+def test_options_are_checked():
+    with pytest.raises(RtaxError, match=r"drivers_options.microvm.accel: 'fast'"):
+        driver(accel="fast")
+    with pytest.raises(RtaxError, match=r"memory_mib"):
+        driver(memory_mib=12)
+    with pytest.raises(RtaxError, match=r"unknown bogus"):
+        driver(bogus=1)
+    with pytest.raises(RtaxError, match=r"start"):
+        driver(start="warm")
+
+
+def test_cleanup_removes_a_run_s_qemu_and_files():
+    async def run():
+        d = driver()
+        env = d.environment(spec("exec"))
+        await env.create()  # QEMU paused, as a killed rtax would leave it
+        assert len(qemu_pids(LABEL)) == 1 and len(trial_dirs(LABEL)) == 1
+        assert await driver().cleanup("some-other-run") == 0
+        assert len(qemu_pids(LABEL)) == 1
+        assert await driver().cleanup(LABEL) == 1
+        assert nothing_left(LABEL) == ([], [])
+        await env.teardown()  # after cleanup: nothing to do, no error
+
+    asyncio.run(run())
+
+
+def test_guest_that_never_says_hello_is_ready_timeout_and_leaves_nothing(tmp_path):
+    # rdinit=/bin/cat: the kernel boots, but its first process is not rtax's /init
+    rc, events, err = run_cli(
+        """
+[run]
+trials = 1
+warmup = 0
+drivers = ["microvm"]
+workloads = ["t0"]
+channels = ["shell"]
+[timeouts]
+ready = 15
+[drivers_options.microvm]
+accel = "tcg"
+append = "rdinit=/bin/cat"
+""",
+        tmp_path,
+    )
+    assert events, err
+    run_id = events[0]["run_id"]
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 1 and not ends[0]["ok"], err
+    assert ends[0]["error"]["kind"] == "ready_timeout"
+    assert events[0]["hosts"]["local"]["drivers"]["microvm"]["accel"] == "tcg"
+    assert nothing_left(run_id) == ([], [])
+
+
+def test_t1_on_the_root_disk_is_valid_and_leaves_the_base_untouched(tmp_path):
+    g = ensure_guest(root=True)
+    before = os.stat(g.rootdisk).st_mtime_ns
+    rc, events, err = run_cli(
+        """
+[run]
+trials = 1
+warmup = 0
+drivers = ["microvm"]
+workloads = ["t1"]
+channels = ["shell", "exec"]
+[timeouts]
+ready = 120
+[drivers_options.microvm]
+accel = "tcg"
+""",
+        tmp_path,
+    )
+    assert rc == 0, err
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 2 and all(e["ok"] and e["valid"] for e in ends), ends
+    acts = [e for e in events if e["type"] == "action"]
+    assert len(acts) == 2 * 5 and all(a["ok"] for a in acts)
+    subs = {e["name"] for e in events if e["type"] == "phase"}
+    assert {"create.disks", "ready.firmware_kernel", "ready.agent"} <= subs
+    assert os.stat(g.rootdisk).st_mtime_ns == before  # each trial wrote to its own overlay
+    assert nothing_left(events[0]["run_id"]) == ([], [])
+
+
+def test_restore_path_starts_from_a_saved_guest(tmp_path):
+    from tests.vmtools import check_restore_run
+
+    events = check_restore_run("microvm", tmp_path)
+    names = {e["name"] for e in events if e["type"] == "phase"}
+    assert "create.load" in names
+
+
+def test_t2_is_refused_before_any_trial():
+    from rtax_tui.core import assets
+    from rtax_tui.core.workloads import builtin_workloads
+
+    t2 = builtin_workloads(assets.prepare())["t2"]
+    probs = asyncio.run(driver().check_workloads([t2]))
+    assert any("host paths" in p.reason for p in probs), probs

@@ -1,0 +1,107 @@
+"""Helpers of the VM tests: the guest (built once), leftovers, runs through the CLI."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from rtax_tui.drivers.vmguest import DIR_PREFIX, safe
+
+
+def ensure_guest(root: bool = False):
+    """Build (or find) the guest; the root disk only when asked (it needs the rootfs)."""
+    from rtax_tui.core.vmimage import build_guest, guest_files
+
+    g = guest_files(need_root=root)
+    return g if g is not None else build_guest(root=root)
+
+
+def qemu_pids(label: str) -> list[int]:
+    """QEMU processes whose `-name` belongs to run `label`."""
+    prefix = f"rtax-{safe(label)}-"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+        except OSError:
+            continue
+        if argv and b"qemu-system" in argv[0] and b"-name" in argv:
+            name = argv[argv.index(b"-name") + 1].decode(errors="replace")
+            name = name.split(",")[0].removeprefix("guest=")  # libvirt: guest=NAME,...
+            if name.startswith(prefix):
+                found.append(int(entry))
+    return found
+
+
+def trial_dirs(label: str) -> list[str]:
+    return glob.glob(os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}rtax-{safe(label)}-*"))
+
+
+def nothing_left(label: str, wait_s: float = 3.0) -> tuple[list[int], list[str]]:
+    """(QEMU pids, trial dirs) of `label` still there after up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = (qemu_pids(label), trial_dirs(label))
+        if left == ([], []) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def run_cli(profile_text: str, tmp_path, timeout: float = 600) -> tuple[int, list[dict], str]:
+    """`rtax run PROFILE -o REC` in a child process; (rc, events, stderr)."""
+    prof = tmp_path / "p.toml"
+    prof.write_text(profile_text)
+    rec = tmp_path / "r.jsonl"
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    events = [json.loads(line) for line in rec.read_text().splitlines()] if rec.exists() else []
+    return res.returncode, events, res.stderr + res.stdout
+
+
+def snapshot_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}snapshot-*")))
+
+
+RESTORE_PROFILE = """
+[run]
+trials = 2
+warmup = 0
+drivers = ["{driver}"]
+workloads = ["t0"]
+channels = ["shell"]
+[timeouts]
+ready = 60
+[drivers_options.{driver}]
+accel = "tcg"
+start = "restore"
+"""
+
+
+def check_restore_run(driver: str, tmp_path) -> list[dict]:
+    """Two restored trials through the CLI: valid, no boot in ready, nothing left."""
+    before = snapshot_dirs()
+    rc, events, err = run_cli(RESTORE_PROFILE.format(driver=driver), tmp_path)
+    assert rc == 0, err
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 2 and all(e["ok"] and e["valid"] for e in ends), ends
+    names = [e["name"] for e in events if e["type"] == "phase" and e["trial"] == ends[0]["trial"]]
+    assert "ready.agent" in names and "ready.firmware_kernel" not in names, names
+    assert events[0]["hosts"]["local"]["drivers"][driver]["start"] == "restore"
+    assert snapshot_dirs() - before == set()  # the saved guest went with the run
+    assert nothing_left(events[0]["run_id"]) == ([], [])
+    return events
