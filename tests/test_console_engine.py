@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -30,17 +31,49 @@ def _start(tmp_path: Path, record: Path) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _read_until(proc: subprocess.Popen, pred, timeout: float = 60) -> list[dict]:
-    evs = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        evs.append(orjson.loads(line))
-        if pred(evs):
-            return evs
-    raise AssertionError(f"stream ended or timed out after {len(evs)} events")
+class _Lines:
+    """The engine's stdout read by a thread, one parsed event at a time."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.q: queue.Queue = queue.Queue()
+        self.t = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
+        self.t.start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            self.q.put(orjson.loads(line))
+        self.q.put(None)
+
+    def until(self, pred, timeout: float = 60) -> list[dict]:
+        evs: list[dict] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ev = self.q.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if ev is None:
+                break
+            evs.append(ev)
+            if pred(evs):
+                return evs
+        raise AssertionError(f"stream ended or timed out after {len(evs)} events")
+
+    def drain(self, quiet_s: float) -> list[dict]:
+        """Everything that arrives until nothing has come for `quiet_s`."""
+        evs: list[dict] = []
+        while True:
+            try:
+                ev = self.q.get(timeout=quiet_s)
+            except queue.Empty:
+                return evs
+            if ev is None:
+                return evs
+            evs.append(ev)
+
+    def rest(self) -> list[dict]:
+        self.t.join(60)
+        return self.drain(0.01)
 
 
 def _ends(evs: list[dict]) -> int:
@@ -50,38 +83,30 @@ def _ends(evs: list[dict]) -> int:
 def test_pause_resume_stop_over_stdin_and_the_file_matches_the_stream(tmp_path: Path) -> None:
     record = tmp_path / "r.jsonl"
     proc = _start(tmp_path, record)
+    lines = _Lines(proc)
     try:
-        evs = _read_until(proc, lambda e: _ends(e) >= 10)
+        evs = lines.until(lambda e: _ends(e) >= 10)
         proc.stdin.write(b"pause\n")
         proc.stdin.flush()
-        time.sleep(1.0)  # the trial in flight finishes; none starts after it
-        os.set_blocking(proc.stdout.fileno(), False)
-        time.sleep(0.5)
-        chunk = proc.stdout.read() or b""
-        os.set_blocking(proc.stdout.fileno(), True)
-        evs += [orjson.loads(x) for x in chunk.splitlines()]
+        evs += lines.drain(1.0)  # the trial in flight finishes; none starts after it
         starts_paused = sum(1 for e in evs if e["type"] == "trial_start")
-        time.sleep(1.0)
-        os.set_blocking(proc.stdout.fileno(), False)
-        late = proc.stdout.read() or b""
-        os.set_blocking(proc.stdout.fileno(), True)
-        assert late == b"", "events kept coming while paused"
+        assert _ends(evs) == starts_paused  # nothing left in flight
+        assert lines.drain(1.0) == [], "events kept coming while paused"
         proc.stdin.write(b"resume\n")
         proc.stdin.flush()
-        evs += _read_until(proc, lambda e: _ends(e) >= 10)
+        evs += lines.until(lambda e: _ends(e) >= 10)
         assert sum(1 for e in evs if e["type"] == "trial_start") > starts_paused
         proc.stdin.write(b"stop\n")
         proc.stdin.flush()
-        rest, err = proc.communicate(timeout=60)
+        assert proc.wait(timeout=60) == 130
+        evs += lines.rest()
     finally:
         if proc.poll() is None:
             proc.kill()
-    evs += [orjson.loads(x) for x in rest.splitlines()]
-    assert proc.returncode == 130, err
     assert evs[-1]["type"] == "run_end" and evs[-1]["status"] == "interrupted"
     kept = read_recording(record)
     assert [kept.header, *kept.events] == evs  # the same events, in the same order
-    assert b"rtax" not in rest  # --quiet: no report on the stream
+    assert b"rtax" not in proc.stderr.read()  # --quiet: no report
 
 
 def test_end_of_input_stops_the_run(tmp_path: Path) -> None:
@@ -89,9 +114,10 @@ def test_end_of_input_stops_the_run(tmp_path: Path) -> None:
     record = tmp_path / "r.jsonl"
     proc = _start(tmp_path, record)
     try:
-        _read_until(proc, lambda e: _ends(e) >= 3)
+        lines = _Lines(proc)
+        lines.until(lambda e: _ends(e) >= 3)
         proc.stdin.close()
-        proc.stdout.read()
+        lines.rest()
         assert proc.wait(timeout=60) == 130
     finally:
         if proc.poll() is None:
