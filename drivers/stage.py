@@ -39,6 +39,7 @@ from rtax_tui.drivers.local import (
     WORKSPACE_PREFIX,
     LocalDriver,
     base_env,
+    is_local,
     make_workspace,
     populate,
     remove_workspace,
@@ -579,6 +580,14 @@ class StageDriver(Driver):
     # -- checks ------------------------------------------------------------
 
     async def check(self) -> list[Problem]:
+        if not is_local(self.host):
+            return [
+                Problem(
+                    f"stage does not run over SSH yet (host {self.host.name}): its sandbox "
+                    "setup reads the controller's own file system and cgroups",
+                    "use the local driver on remote hosts",
+                )
+            ]
         if os.geteuid() != 0:
             return [
                 Problem(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from rtax_tui import __version__
 from rtax_tui.core.model import RtaxError
+from rtax_tui.hostflags import add_host_flags, host_overrides
 
 EXAMPLES = """\
 examples:
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workload", type=_csv, help="workloads, comma-separated (t0,t1,t2,...)")
     r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
     r.add_argument("--concurrency", type=_positive, help="trials in flight at once")
+    add_host_flags(r)
 
     rep = sub.add_parser("report", help="statistics of a recording")
     rep.add_argument("file")
@@ -88,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--steps", type=_positive, default=150)
     pr.add_argument("--format", choices=("table", "json"), default="table")
 
-    sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
+    d = sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
+    add_host_flags(d)
 
     a = sub.add_parser("assets", help="workload assets (the attrs repository)")
     a.add_argument("action", choices=("prepare", "status"))
@@ -133,7 +136,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if cmd == "doctor":
         from rtax_tui.doctor import run_doctor
 
-        return run_doctor()
+        return run_doctor(args)
     if cmd == "assets":
         return _assets(args)
     if cmd == "cleanup":
@@ -160,6 +163,7 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
         workloads=getattr(args, "workload", None),
         channels=getattr(args, "channel", None),
         concurrency=getattr(args, "concurrency", None),
+        **host_overrides(args),
     )
     return run_headless(profile, getattr(args, "output", None), argv)
 

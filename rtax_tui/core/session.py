@@ -53,6 +53,22 @@ class _Lost:
     checking: asyncio.Future[str | None] | None = None
 
 
+# A lost remote host is reconnected with exponential backoff between these bounds.
+HOST_RETRY_MIN_S = 0.5
+HOST_RETRY_MAX_S = 30.0
+
+
+@dataclass
+class _HostLost:
+    """A remote host whose connection dropped during this run."""
+
+    reason: str
+    delay: float = HOST_RETRY_MIN_S
+    next_try: float = 0.0  # time.monotonic() of the next reconnect attempt
+    trying: asyncio.Future[str | None] | None = None
+    losses: int = 1
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
 
@@ -117,6 +133,7 @@ class Session:
         workloads: dict[str, Workload],
         run_id: str | None = None,
         host_facts: dict[str, dict[str, Any]] | None = None,
+        left_out_hosts: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.profile = profile
         self.sinks = sinks
@@ -125,7 +142,20 @@ class Session:
         self.workloads = workloads
         self.run_id = run_id or new_run_id()
         self.host_facts = host_facts
-        self.cells = make_cells(profile.hosts, profile.drivers, profile.workloads, profile.channels)
+        # Hosts by name, as the drivers hold them (remote hosts left out at the start are
+        # not among them); cells are made only for (host, driver) pairs that exist.
+        self.hosts: dict[str, Any] = {}
+        for (h, _d), drv in drivers.items():
+            self.hosts.setdefault(h, getattr(drv, "host", None))
+        self.left_out_hosts = left_out_hosts or {}
+        cells = make_cells(tuple(self.hosts), profile.drivers, profile.workloads, profile.channels)
+        self.cells = [c for c in cells if (c.host, c.driver) in drivers]
+        self._host_sems = {
+            h: asyncio.Semaphore(n)
+            for h, host in self.hosts.items()
+            if (n := getattr(host, "concurrency", None))
+        }
+        self._hosts_lost: dict[str, _HostLost] = {}
         self.progress = Progress()
         self._t0 = 0
         self._stopping = False
@@ -202,8 +232,16 @@ class Session:
 
     async def _gather_facts(self) -> dict[str, dict[str, Any]]:
         facts: dict[str, dict[str, Any]] = {}
-        for host in self.profile.hosts:
-            f = dict(local_facts()) if host == "local" else {}
+        for host in self.hosts:
+            h = self.hosts[host]
+            if host == "local" or not hasattr(h, "facts"):
+                f = dict(local_facts())
+            else:  # over the host's own connection
+                try:
+                    f = dict(await h.facts())
+                except Exception as exc:
+                    f = {"error": f"{type(exc).__name__}: {exc}"}
+            f.update(self.left_out_hosts.get(host, {}))
             drivers: dict[str, Any] = {}
             for (h, d), drv in self.drivers.items():
                 if h == host:
@@ -213,6 +251,8 @@ class Session:
                         drivers[d] = {"error": str(exc)}
             f["drivers"] = drivers
             facts[host] = f
+        for host, why in self.left_out_hosts.items():
+            facts.setdefault(host, dict(why))
         return facts
 
     async def _run_trials(self) -> None:
@@ -346,6 +386,57 @@ class Session:
             f"({st.reason}); the trial was not attempted"
         )
 
+    # -- lost hosts ----------------------------------------------------------
+    def _host_dropped(self, name: str, error: Error) -> bool:
+        """Whether a failed trial's host is a remote one that dropped (it is marked lost)."""
+        host = self.hosts.get(name)
+        if name == "local" or host is None:
+            return False
+        if error[1] != "host_lost" and not getattr(host, "lost", False):
+            return False
+        if error[2].startswith(f"host {name} is lost"):  # failed fast: already marked
+            return True
+        st = self._hosts_lost.get(name)
+        if st is None:
+            self._hosts_lost[name] = _HostLost(reason=error[2], next_try=time.monotonic())
+        return True
+
+    async def _host_back(self, name: str) -> str | None:
+        """None when the host is connected again; else why its trial fails at once.
+
+        Reconnects are shared by the trials waiting for them and spaced by an
+        exponential backoff (HOST_RETRY_MIN_S doubling up to HOST_RETRY_MAX_S).
+        """
+        st = self._hosts_lost.get(name)
+        if st is None:
+            return None
+        if st.trying is None:
+            if time.monotonic() < st.next_try:
+                return self._host_lost_message(name, st)
+            st.trying = asyncio.ensure_future(self._reconnect(name, st))
+        return await asyncio.shield(st.trying)
+
+    async def _reconnect(self, name: str, st: _HostLost) -> str | None:
+        try:
+            try:
+                await asyncio.wait_for(self.hosts[name].connect(), LOST_CHECK_TIMEOUT_S)
+            except Exception as exc:
+                st.reason = str(exc) or type(exc).__name__
+                st.next_try = time.monotonic() + st.delay
+                st.delay = min(st.delay * 2, HOST_RETRY_MAX_S)
+                return self._host_lost_message(name, st)
+            self._hosts_lost.pop(name, None)
+            return None
+        finally:
+            st.trying = None
+
+    @staticmethod
+    def _host_lost_message(name: str, st: _HostLost) -> str:
+        return (
+            f"host {name} is lost ({st.reason}); reconnecting with backoff, "
+            "the trial was not attempted"
+        )
+
     # -- one trial -----------------------------------------------------------
     async def _timed(
         self,
@@ -432,8 +523,25 @@ class Session:
         env = None
         arrived = False
         key = (cell.host, cell.driver)
+        host_sem = self._host_sems.get(cell.host)
+        sem_held = False
         try:
-            if key in self._lost:
+            if host_sem is not None:  # the host's own concurrency limit (queueing)
+                await host_sem.acquire()
+                sem_held = True
+            if cell.host in self._hosts_lost:
+                t = time.monotonic_ns()
+                try:
+                    why = await self._host_back(cell.host)
+                    if why is not None:
+                        error = ("create", "host_lost", why)
+                except asyncio.CancelledError:
+                    error = ("create", "interrupted", "the run was stopped")
+                if error is not None:
+                    dur = time.monotonic_ns() - t
+                    covered += dur
+                    self.emit("phase", trial=pt.id, name="create", dur_ns=dur, ok=False)
+            if error is None and key in self._lost:
                 t = time.monotonic_ns()
                 try:
                     lost = await self._still_lost(key)
@@ -526,6 +634,11 @@ class Session:
             total = time.monotonic_ns() - scheduled_ns
             orch = max(0, total - covered - waited)
             self.emit("phase", trial=pt.id, name="orchestration", dur_ns=orch, ok=True)
+            if host_sem is not None and sem_held:
+                host_sem.release()
+            if error is not None and self._host_dropped(cell.host, error):
+                if error[1] != "host_lost":
+                    error = (error[0], "host_lost", f"host {cell.host} dropped: {error[2]}")
             if error is not None and error[1] == "substrate_lost":
                 self._mark_lost(key, error[2])
             ok = error is None
