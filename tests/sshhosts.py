@@ -152,7 +152,8 @@ class SSHLab:
         self.procs.append(proc)
         self._wait_listening(address, port, netns, proc)
         with open(self.known_hosts, "a") as f:
-            f.write(f"[{address}]:{port} {self.host_pub}\n")
+            entry = address if port == 22 else f"[{address}]:{port}"
+            f.write(f"{entry} {self.host_pub}\n")
         return proc.pid
 
     @staticmethod
@@ -231,11 +232,14 @@ class SSHLab:
         _sh("ip", "link", "set", host.veth, "up" if up else "down")
 
     def close(self) -> None:
-        for p in self.procs:  # per-connection sshd children first (they are their own sessions)
-            for pid in _descendants(p.pid):
-                try:
+        for p in self.procs:  # per-connection sshd processes too (their own sessions);
+            for pid in _descendants(p.pid):  # the sessions' commands then see EOF, as
+                try:  # when a real server drops a connection
+                    with open(f"/proc/{pid}/comm") as f:
+                        if f.read().strip() != "sshd":
+                            continue
                     os.kill(pid, 9)
-                except ProcessLookupError:
+                except (ProcessLookupError, FileNotFoundError):
                     pass
         for p in self.procs:
             if p.poll() is None:

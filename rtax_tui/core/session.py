@@ -55,7 +55,7 @@ class _Lost:
 
 # A lost remote host is reconnected with exponential backoff between these bounds.
 HOST_RETRY_MIN_S = 0.5
-HOST_RETRY_MAX_S = 30.0
+HOST_RETRY_MAX_S = 10.0
 
 
 @dataclass
@@ -156,6 +156,7 @@ class Session:
             if (n := getattr(host, "concurrency", None))
         }
         self._hosts_lost: dict[str, _HostLost] = {}
+        self._in_flight: dict[str, int] = {}  # trials in flight per host
         self.progress = Progress()
         self._t0 = 0
         self._stopping = False
@@ -260,7 +261,9 @@ class Session:
         plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
         self.progress.planned = len(plan)
         sem = asyncio.Semaphore(p.concurrency)
-        for pt in plan:
+        pending = list(plan)
+        room = asyncio.Event()  # set whenever a trial ends (a host may have room again)
+        while pending:
             await self._gate.wait()
             if self._stopping:
                 break
@@ -268,10 +271,47 @@ class Session:
             if self._stopping:
                 sem.release()
                 break
+            # The next planned trial whose host has room under its own limit: a full
+            # (or hanging) host must not hold the other hosts' trials back.
+            pt = self._next_with_room(pending)
+            while pt is None and not self._stopping:
+                room.clear()
+                await room.wait()
+                pt = self._next_with_room(pending)
+            if pt is None:
+                sem.release()
+                break
+            pending.remove(pt)
+            host_sem = self._host_sems.get(pt.cell.host)
+            if host_sem is not None:
+                await host_sem.acquire()  # has room: returns at once
             task = asyncio.create_task(self._run_trial(pt, time.monotonic_ns()))
             self._tasks.add(task)
-            task.add_done_callback(lambda t: (self._tasks.discard(t), sem.release()))
+            h = pt.cell.host
+            self._in_flight[h] = self._in_flight.get(h, 0) + 1
+
+            def done(
+                t: asyncio.Task[Any], hs: asyncio.Semaphore | None = host_sem, h: str = h
+            ) -> None:
+                self._tasks.discard(t)
+                self._in_flight[h] -= 1
+                sem.release()
+                if hs is not None:
+                    hs.release()
+                room.set()
+
+            task.add_done_callback(done)
         await self._drain()
+
+    def _next_with_room(self, pending: list[PlannedTrial]) -> PlannedTrial | None:
+        for pt in pending:
+            h = pt.cell.host
+            if h in self._hosts_lost and self._in_flight.get(h, 0):
+                continue  # a lost host: one trial at a time waits for its reconnect
+            hs = self._host_sems.get(h)
+            if hs is None or not hs.locked():
+                return pt
+        return None
 
     async def _drain(self) -> None:
         while self._tasks:
@@ -394,30 +434,36 @@ class Session:
             return False
         if error[1] != "host_lost" and not getattr(host, "lost", False):
             return False
-        if error[2].startswith(f"host {name} is lost"):  # failed fast: already marked
+        if error[2].startswith(f"host {name} is lost"):  # its reconnect failed: marked
             return True
         st = self._hosts_lost.get(name)
         if st is None:
-            self._hosts_lost[name] = _HostLost(reason=error[2], next_try=time.monotonic())
+            self._hosts_lost[name] = _HostLost(
+                reason=error[2], next_try=time.monotonic() + HOST_RETRY_MIN_S
+            )
         return True
 
     async def _host_back(self, name: str) -> str | None:
-        """None when the host is connected again; else why its trial fails at once.
+        """None when the host is connected again; else why this trial fails.
 
-        Reconnects are shared by the trials waiting for them and spaced by an
-        exponential backoff (HOST_RETRY_MIN_S doubling up to HOST_RETRY_MAX_S).
+        The trial waits for the host's next reconnect attempt; attempts are shared by
+        the trials waiting for them and spaced by an exponential backoff
+        (HOST_RETRY_MIN_S doubling up to HOST_RETRY_MAX_S). The scheduler lets one
+        trial of a lost host in at a time, so each failed attempt fails one trial
+        and the rest stay planned until the host is back or the attempts run on.
         """
         st = self._hosts_lost.get(name)
         if st is None:
             return None
         if st.trying is None:
-            if time.monotonic() < st.next_try:
-                return self._host_lost_message(name, st)
             st.trying = asyncio.ensure_future(self._reconnect(name, st))
         return await asyncio.shield(st.trying)
 
     async def _reconnect(self, name: str, st: _HostLost) -> str | None:
         try:
+            wait = st.next_try - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
             try:
                 await asyncio.wait_for(self.hosts[name].connect(), LOST_CHECK_TIMEOUT_S)
             except Exception as exc:
@@ -433,8 +479,8 @@ class Session:
     @staticmethod
     def _host_lost_message(name: str, st: _HostLost) -> str:
         return (
-            f"host {name} is lost ({st.reason}); reconnecting with backoff, "
-            "the trial was not attempted"
+            f"host {name} is lost ({st.reason}); the reconnect before this trial "
+            "failed (retried with backoff); the trial was not attempted"
         )
 
     # -- one trial -----------------------------------------------------------
@@ -523,12 +569,7 @@ class Session:
         env = None
         arrived = False
         key = (cell.host, cell.driver)
-        host_sem = self._host_sems.get(cell.host)
-        sem_held = False
         try:
-            if host_sem is not None:  # the host's own concurrency limit (queueing)
-                await host_sem.acquire()
-                sem_held = True
             if cell.host in self._hosts_lost:
                 t = time.monotonic_ns()
                 try:
@@ -634,8 +675,6 @@ class Session:
             total = time.monotonic_ns() - scheduled_ns
             orch = max(0, total - covered - waited)
             self.emit("phase", trial=pt.id, name="orchestration", dur_ns=orch, ok=True)
-            if host_sem is not None and sem_held:
-                host_sem.release()
             if error is not None and self._host_dropped(cell.host, error):
                 if error[1] != "host_lost":
                     error = (error[0], "host_lost", f"host {cell.host} dropped: {error[2]}")

@@ -284,6 +284,11 @@ class SSHHost:
                     f"host {self.name}: login refused ({exc.reason}); check the user and "
                     "--identity (key-based login only)"
                 ) from None
+            except ConnectionRefusedError:
+                raise RtaxError(
+                    f"host {self.name}: cannot connect: connection refused "
+                    f"(no SSH server on {self.target.address} port {self.target.port})"
+                ) from None
             except (OSError, asyncssh.Error, TimeoutError) as exc:
                 msg = str(exc) or type(exc).__name__
                 raise RtaxError(f"host {self.name}: cannot connect: {msg}") from None
