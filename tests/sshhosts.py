@@ -146,8 +146,8 @@ class SSHLab:
     def _start(self, name: str, address: str, port: int, netns: str | None) -> int:
         conf = self._config(name, address, port)
         argv = [SSHD, "-D", "-f", conf, "-E", os.path.join(self.dir, f"sshd_{name}.log")]
-        if netns:
-            argv = ["ip", "netns", "exec", netns, *argv]
+        if netns:  # only the network namespace: `ip netns exec` would hide the cgroups
+            argv = ["nsenter", f"--net=/run/netns/{netns}", *argv]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs.append(proc)
         self._wait_listening(address, port, netns, proc)

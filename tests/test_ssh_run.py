@@ -83,16 +83,9 @@ def test_t0_t1_on_three_hosts_one_recording(lab: SSHLab, tmp_path: Path) -> None
         for w in ("t0", "t1")
         for ch in ("exec", "shell")
     }
-    # every driver runs on every host that supports it; what does not is recorded
-    left = {
-        f"{h}/{d}/{w}/{ch}"
-        for h, f in facts.items()
-        for d in f.get("drivers_left_out", {})
-        for w in ("t0", "t1")
-        for ch in ("exec", "shell")
-    }
-    assert set(cells) == expect - left
-    assert all(c.startswith("local/") is False for c in left)
+    # every driver runs on every host that supports it: here all of them do
+    assert not any("drivers_left_out" in f for f in facts.values()), facts
+    assert set(cells) == expect
     for cid, c in cells.items():
         assert (c["n"], c["failed"], c["invalid"]) == (2, 0, 0), (cid, c["errors"])
     assert {c["cell"].split("/")[0] for c in rep["cells"]} == {"local", lab.lo.name, lab.ns.name}
