@@ -200,3 +200,40 @@ def test_doctor_reports_refused_and_unknown_key(lab: SSHLab, tmp_path: Path) -> 
     assert "not trusted" in res.stderr.decode()
     facts = read_recording(out).header["hosts"]
     assert "not trusted" in facts[lab.lo.name]["unreachable"]
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_run_ended_by_signal_leaves_nothing_remote(lab: SSHLab, tmp_path: Path, how: str) -> None:
+    tag = f"rtaxsig{os.getpid()}{how}"
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["local", "stage"]\nworkloads = ["hang"]\n'
+        'channels = ["exec", "shell"]\ntrials = 2\nwarmup = 0\nconcurrency = 8\n'
+        f'[workloads.hang]\nsteps = [{{argv = ["sh", "-c", "sleep 60; : {tag}"]}}]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--host", lab.ns.url,
+         *_ssh_flags(lab), "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+    def running() -> int:
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        return sum(1 for line in ps.splitlines() if tag in line and "sleep" in line)
+
+    deadline = time.monotonic() + 60
+    while running() < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running() >= 4, proc.stderr.read().decode() if proc.poll() is not None else ""
+    run_id = read_recording(out).header["run_id"]
+    assert _leftovers(run_id)
+    proc.send_signal(2 if how == "SIGINT" else 9)
+    proc.wait(60)
+    deadline = time.monotonic() + 20
+    while (running() or _leftovers(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running() == 0 and _leftovers(run_id) == []
+    cg = [p for p in os.listdir("/sys/fs/cgroup/memory/rtax") if run_id[:20] in p] if (
+        os.path.isdir("/sys/fs/cgroup/memory/rtax")) else []  # fmt: skip
+    assert cg == []
