@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cleanup", help="remove leftovers of earlier runs")
     cl.add_argument("--run", help="only this run id")
+    add_host_flags(cl)
     return p
 
 
@@ -233,6 +234,12 @@ def _assets(args: argparse.Namespace) -> int:
 
 
 def _cleanup(args: argparse.Namespace) -> int:
+    if args.host and "local" not in args.host:  # remote hosts only
+        from rtax_tui.hostflags import cleanup_remote_hosts
+
+        n = cleanup_remote_hosts(args)
+        print(f"removed {n} leftovers" if n else "nothing to clean up")
+        return 0
     from rtax_tui.core import cgroups
     from rtax_tui.drivers import DRIVER_NAMES, get_driver
     from rtax_tui.hosts import LocalHost
@@ -247,6 +254,10 @@ def _cleanup(args: argparse.Namespace) -> int:
         return total
 
     total = asyncio.run(go())
+    if args.host:
+        from rtax_tui.hostflags import cleanup_remote_hosts
+
+        total += cleanup_remote_hosts(args)
     if args.run:  # only this run's: its budget cgroups and its environments' cgroups
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", args.run)[:40]
         n = cgroups.cleanup(f"rtax/batch-{args.run}-") + cgroups.cleanup(f"rtax/env-{safe}-")

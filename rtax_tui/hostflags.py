@@ -53,3 +53,40 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for Profile.with_overrides."""
     opts = ssh_options(args)
     return {"hosts": getattr(args, "host", None), "ssh_options": opts or None}
+
+
+def cleanup_remote_hosts(args: argparse.Namespace) -> int:
+    """`rtax cleanup --host ssh://...`: leftovers of the drivers that run over SSH, on each
+    remote host named (workspaces, sandboxes and cgroups of one run with --run)."""
+    import asyncio
+
+    from rtax_tui.core.model import RtaxError
+    from rtax_tui.core.profile import Profile
+    from rtax_tui.core.runner import make_host
+    from rtax_tui.drivers import get_driver
+
+    names = [h for h in (getattr(args, "host", None) or []) if h != "local"]
+    if not names:
+        return 0
+    prof = Profile(name="cleanup", path="command line", ssh_options=ssh_options(args))
+
+    async def go() -> int:
+        total = 0
+        for name in names:
+            host = make_host(name, prof)
+            try:
+                await host.connect()
+            except RtaxError as exc:
+                print(f"rtax: {exc}", file=sys.stderr)
+                continue
+            try:
+                for drv in ("stage", "local"):
+                    n = await get_driver(drv, host, {}).cleanup(getattr(args, "run", None))
+                    if n:
+                        print(f"{host.name}: {drv}: removed {n}")
+                    total += n
+            finally:
+                await host.close()
+        return total
+
+    return asyncio.run(go())

@@ -237,3 +237,35 @@ def test_run_ended_by_signal_leaves_nothing_remote(lab: SSHLab, tmp_path: Path, 
     cg = [p for p in os.listdir("/sys/fs/cgroup/memory/rtax") if run_id[:20] in p] if (
         os.path.isdir("/sys/fs/cgroup/memory/rtax")) else []  # fmt: skip
     assert cg == []
+
+
+def test_cleanup_reaches_remote_hosts_by_run_label(lab: SSHLab) -> None:
+    label = f"cl{os.getpid()}"
+    ws = f"/tmp/rtax-ws-{label}-left"
+    cg = f"/sys/fs/cgroup/memory/rtax/env-{label}-left"
+    # leftovers made on the remote host behind rtax's back (as after a lost connection)
+    script = (
+        f"mkdir -p {ws} && cd {ws} && (setsid sleep 300 </dev/null >/dev/null 2>&1 &) && "
+        f"if [ -d /sys/fs/cgroup/memory ]; then mkdir -p {cg}; fi"
+    )
+    ssh = [
+        "ssh", "-i", lab.identity, "-o", f"UserKnownHostsFile={lab.known_hosts}",
+        "-o", "BatchMode=yes", "-p", str(lab.ns.port), f"{lab.user}@{lab.ns.address}",
+    ]  # fmt: skip
+    subprocess.run([*ssh, script], check=True, timeout=30)
+
+    def sleeper() -> bool:
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.readlink(f"/proc/{name}/cwd") == ws:
+                        return True
+                except OSError:
+                    pass
+        return False
+
+    assert os.path.isdir(ws) and sleeper()
+    res = _rtax("cleanup", "--run", label, "--host", lab.ns.url, *_ssh_flags(lab))
+    assert res.returncode == 0, res.stderr.decode()
+    assert "removed" in res.stdout.decode()
+    assert not os.path.exists(ws) and not sleeper() and not os.path.exists(cg)
