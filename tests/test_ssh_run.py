@@ -89,6 +89,11 @@ def test_t0_t1_on_three_hosts_one_recording(lab: SSHLab, tmp_path: Path) -> None
     for cid, c in cells.items():
         assert (c["n"], c["failed"], c["invalid"]) == (2, 0, 0), (cid, c["errors"])
     assert {c["cell"].split("/")[0] for c in rep["cells"]} == {"local", lab.lo.name, lab.ns.name}
+    # the report carries each remote host's network cost, to tell it from the substrate's
+    assert set(rep["run"]["hosts"]) == {lab.lo.name, lab.ns.name}
+    assert rep["run"]["hosts"][lab.lo.name]["net"]["exec_rtt_ms"] > 0
+    table = _rtax("report", str(out)).stdout.decode()
+    assert f"host {lab.ns.name}: network cost" in table
     assert rec.events[-1]["type"] == "run_end" and rec.events[-1]["status"] == "completed"
     assert _leftovers(rec.header["run_id"]) == []
 

@@ -189,7 +189,7 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
     h = rec.header
     profile = h.get("profile")
     end = rec.end
-    return {
+    info = {
         "run_id": h.get("run_id"),
         "started_at": h.get("started_at"),
         "seed": h.get("seed"),
@@ -199,6 +199,25 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
         "torn_tail": rec.torn_tail,
         "trials": n_starts,
     }
+    hosts = _host_info(h.get("hosts"))
+    if hosts:  # remote hosts only: a local run's report keeps its shape
+        info["hosts"] = hosts
+    return info
+
+
+def _host_info(hosts: Any) -> dict[str, Any]:
+    """Per remote host: its network cost (to tell the network's share from the
+    substrate's) or why it was left out. The local host has neither."""
+    out: dict[str, Any] = {}
+    if not isinstance(hosts, dict):
+        return out
+    for name, f in hosts.items():
+        if not isinstance(f, dict):
+            continue
+        info = {k: f[k] for k in ("net", "unreachable", "drivers_left_out") if k in f}
+        if info:
+            out[name] = info
+    return out
 
 
 def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
