@@ -174,7 +174,7 @@ class RemoteStageEnvironment(Environment):
                 cgroup_procs=self.procs,
             )
             if self.channel == "shell":
-                self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
+                self.shell = FramedShell(self.proc.stdin, self.proc.stdout, timed=True)
 
     async def _started(self) -> None:
         """Exec channel: read bwrap's info (the sandbox's pid) and the sleeper's READY."""

@@ -96,6 +96,23 @@ def test_t0_t1_on_three_hosts_one_recording(lab: SSHLab, tmp_path: Path) -> None
     assert f"host {lab.ns.name}: network cost" in table
     assert rec.events[-1]["type"] == "run_end" and rec.events[-1]["status"] == "completed"
     assert _leftovers(rec.header["run_id"]) == []
+    # remote shell actions also carry the remote side's own duration, below the controller's
+    starts = {e["trial"]: e for e in rec.events if e["type"] == "trial_start"}
+    remote_shell = [
+        e
+        for e in rec.events
+        if e["type"] == "action"
+        and starts[e["trial"]]["host"] != "local"
+        and starts[e["trial"]]["channel"] == "shell"
+    ]
+    assert remote_shell and all(0 < e["remote_ns"] < e["dur_ns"] for e in remote_shell)
+    c = cells[f"{lab.ns.name}/stage/t1/shell"]
+    remote_p50 = c["subphases"]["action.remote"]["p50_ms"]
+    assert 0 < remote_p50 < c["phases"]["action"]["p50_ms"]
+    assert not any(
+        "remote_ns" in e for e in rec.events if e["type"] == "action" and
+        starts[e["trial"]]["host"] == "local"
+    )  # fmt: skip
 
 
 def _action_p50_ms(rec, host: str, channel: str) -> float:
