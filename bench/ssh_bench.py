@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -160,6 +161,7 @@ def main() -> int:
             )
     finally:
         lab.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
