@@ -154,3 +154,37 @@ def test_refused_and_lost_connection(lab: SSHLab) -> None:
             await host.run(["true"])
 
     asyncio.run(go())
+
+
+def test_jump_host(lab: SSHLab) -> None:
+    """Through the loopback server to a server in a network namespace."""
+    ns = lab.serve_netns(0)
+    log = os.path.join(lab.dir, f"sshd_lo{lab.lo.port}.log")
+
+    def _logins() -> int:
+        with open(log) as f:
+            return f.read().count("Accepted publickey")
+
+    before = _logins()
+
+    async def go() -> None:
+        jump = f"{lab.user}@127.0.0.1:{lab.lo.port}"
+        host = SSHHost(
+            parse_ssh_url(ns.url, identity=lab.identity, known_hosts=lab.known_hosts, jump=jump)
+        )
+        await host.connect()
+        try:
+            r = await host.run(["sh", "-c", 'echo "$SSH_CONNECTION"'])
+            assert r.stdout.split()[2].decode() == ns.address
+            # the jump host (the loopback server) saw one more login: ours, forwarding
+            assert _logins() == before + 1
+        finally:
+            await host.close()
+        bad = SSHHost(
+            parse_ssh_url(ns.url, identity=lab.identity, known_hosts=lab.known_hosts,
+                          jump="nobody@127.0.0.1:1")
+        )  # fmt: skip
+        with pytest.raises(RtaxError, match="jump host"):
+            await bad.connect()
+
+    asyncio.run(go())

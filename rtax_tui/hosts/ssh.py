@@ -231,6 +231,7 @@ class SSHHost:
         self.name = target.name
         self.concurrency = target.concurrency
         self._conn: Any = None
+        self._jump: Any = None
         self._reaper: Any = None
         self._lock = asyncio.Lock()
         self.net: dict[str, Any] = {}
@@ -260,9 +261,29 @@ class SSHHost:
             kw["known_hosts"] = None
         elif t.known_hosts:
             kw["known_hosts"] = t.known_hosts
-        if t.jump:
-            kw["tunnel"] = t.jump
         return kw
+
+    async def _open_jump(self) -> Any:
+        """The jump host's connection (same key, known_hosts and checks as the target)."""
+        import asyncssh
+
+        j = parse_ssh_url(
+            self.target.jump if "://" in self.target.jump else "ssh://" + self.target.jump
+        )
+        kw = self._options()
+        kw.update(port=j.port, username=j.user or self.target.user)
+        try:
+            return await asyncssh.connect(j.address, **kw)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise RtaxError(
+                f"host {self.name}: jump host {j.name}: its host key is not trusted ({exc}); "
+                f"trust it with: ssh-keyscan -p {j.port} {shlex.quote(j.address)} >> "
+                f"{self.target.known_hosts or '~/.ssh/known_hosts'}"
+            ) from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise RtaxError(
+                f"host {self.name}: cannot connect to jump host {j.name}: {exc}"
+            ) from None
 
     async def connect(self) -> None:
         """Open the connection (timed: `net.connect_ms`) and the remote reaper.
@@ -275,8 +296,14 @@ class SSHHost:
             if not self.lost:
                 return
             t0 = time.monotonic_ns()
+            opts = self._options()
+            if self.target.jump:
+                if self._jump is not None:
+                    self._jump.close()
+                self._jump = await self._open_jump()
+                opts["tunnel"] = self._jump
             try:
-                conn = await asyncssh.connect(self.target.address, **self._options())
+                conn = await asyncssh.connect(self.target.address, **opts)
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise RtaxError(self._key_message(str(exc))) from None
             except asyncssh.PermissionDenied as exc:
@@ -342,6 +369,9 @@ class SSHHost:
             except Exception:
                 pass
             self._conn = None
+        if self._jump is not None:
+            self._jump.close()
+            self._jump = None
 
     def _register(self, line: str) -> None:
         if self._reaper is None:
