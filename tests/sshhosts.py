@@ -46,6 +46,19 @@ def missing() -> str | None:
     return None
 
 
+def netns_missing() -> str | None:
+    """None when network namespaces and veth pairs can be made here, else why not."""
+    why = missing()
+    if why:
+        return why
+    ns = f"rtax-probe-{os.getpid()}"
+    res = _sh("ip", "netns", "add", ns, check=False)
+    if res.returncode != 0:
+        return f"cannot make a network namespace: {res.stderr.strip()}"
+    _sh("ip", "netns", "del", ns, check=False)
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

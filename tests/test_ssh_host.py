@@ -13,7 +13,7 @@ from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.core.model import HostLost, RtaxError
 from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url, remote_command
 from tests.procs import dead
-from tests.sshhosts import SSHLab, missing
+from tests.sshhosts import SSHLab, missing, netns_missing
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 TAG = f"rtaxleft{os.getpid()}"
@@ -156,6 +156,7 @@ def test_refused_and_lost_connection(lab: SSHLab) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.skipif(netns_missing() is not None, reason=str(netns_missing()))
 def test_jump_host(lab: SSHLab) -> None:
     """Through the loopback server to a server in a network namespace."""
     ns = lab.serve_netns(0)

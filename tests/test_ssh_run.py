@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from rtax_tui.core.recording import read_recording
-from tests.sshhosts import SSHLab, missing
+from tests.sshhosts import SSHLab, netns_missing
 
-pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
+NETNS = netns_missing()
+pytestmark = pytest.mark.skipif(NETNS is not None, reason=NETNS or "")
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,10 @@ from rtax_tui.drivers import get_driver
 
 from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url
-from tests.sshhosts import SSHLab, missing
+from tests.sshhosts import SSHLab, netns_missing
 
-pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
+NETNS = netns_missing()
+pytestmark = pytest.mark.skipif(NETNS is not None, reason=NETNS or "")
 LABEL = f"sshst{os.getpid()}"
 
 
