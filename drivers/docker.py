@@ -704,16 +704,6 @@ class DockerDriver(Driver):
     # -- checks ------------------------------------------------------------
 
     async def check(self) -> list[Problem]:
-        from rtax_tui.drivers.local import is_local
-
-        if not is_local(self.host):
-            return [
-                Problem(
-                    f"{self.name} does not run over SSH yet (host {self.host.name}): "
-                    "it talks to the controller's own engine socket",
-                    "use the local driver on remote hosts",
-                )
-            ]
         try:
             import docker  # noqa: F401
         except ImportError:

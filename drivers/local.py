@@ -167,6 +167,7 @@ async def close_shell(proc: Any, grace: float = 1.0, host: Any = None) -> None:
 
 class LocalDriver(Driver):
     name = "local"
+    runs_remote = True
 
     async def check(self) -> list[Problem]:
         if is_local(self.host):

@@ -555,6 +555,7 @@ async def _end_init(
 
 class StageDriver(Driver):
     name = "stage"
+    runs_remote = True  # bubblewrap only, through drivers/stage_remote.py
     channels = ("exec", "shell")
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:

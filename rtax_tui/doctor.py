@@ -14,6 +14,7 @@ from rich.table import Table
 
 from rtax_tui.core.model import RtaxError
 from rtax_tui.core.profile import IMPLEMENTED_DRIVERS, KNOWN_DRIVERS, Profile
+from rtax_tui.core.runner import remote_aware_check
 from rtax_tui.drivers import get_driver
 from rtax_tui.hostflags import ssh_options
 from rtax_tui.reporting import out_console
@@ -24,7 +25,7 @@ async def _check_host(host: Any) -> list[tuple[str, list, dict]]:
     for name in IMPLEMENTED_DRIVERS:
         drv = get_driver(name, host)
         try:
-            probs = await asyncio.wait_for(drv.check(), 60)
+            probs = await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
         except Exception as exc:  # a broken check is itself a finding
             from rtax_tui.drivers.base import Problem
 

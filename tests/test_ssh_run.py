@@ -37,8 +37,9 @@ def lab():
 
 
 def _rtax(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, COLUMNS="400")  # tables unwrapped, for the text checks
     return subprocess.run(
-        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, timeout=timeout
+        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, timeout=timeout, env=env
     )
 
 
@@ -208,6 +209,9 @@ def test_doctor_reports_refused_and_unknown_key(lab: SSHLab, tmp_path: Path) -> 
     assert res.returncode == 1
     assert "127.0.0.1:1" in text and "unreachable" in text and "refused" in text.lower()
     assert f"host {lab.lo.name}" in text and "drivers on" in text
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}
+    assert "ok" in rows["local"] and "ok" in rows["stage"]
+    assert "runs only on the local host" in rows["docker"]
     res = _rtax(
         "doctor", "--host", lab.lo.url, "--identity", lab.identity, "--known-hosts", str(empty)
     )

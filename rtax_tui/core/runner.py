@@ -87,6 +87,21 @@ async def connect_hosts(
     return hosts, left_out
 
 
+async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
+    """The driver's check; on a remote host, first whether the driver can run there at all."""
+    if host_name != "local" and not getattr(drv, "runs_remote", False):
+        from rtax_tui.drivers.base import Problem
+
+        return [
+            Problem(
+                f"{drv.name} runs only on the local host (it uses the controller's own "
+                "files, sockets or devices)",
+                "run it on `local`, or use a driver that runs over SSH (local, stage)",
+            )
+        ]
+    return await drv.check()
+
+
 def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
     from rtax_tui.core import assets as assets_mod
     from rtax_tui.core.workloads import builtin_workloads
@@ -133,7 +148,7 @@ async def _build(
         for d in profile.drivers
     }
     keys = list(drivers)
-    checks = await asyncio.gather(*(drv.check() for drv in drivers.values()))
+    checks = await asyncio.gather(*(remote_aware_check(h, drv) for (h, _), drv in drivers.items()))
     local_problems = {}
     for (h, d), probs in zip(keys, checks, strict=True):
         if not probs:
