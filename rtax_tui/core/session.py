@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -261,7 +262,7 @@ class Session:
         plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
         self.progress.planned = len(plan)
         sem = asyncio.Semaphore(p.concurrency)
-        pending = list(plan)
+        pending = deque(plan)
         room = asyncio.Event()  # set whenever a trial ends (a host may have room again)
         while pending:
             await self._gate.wait()
@@ -273,15 +274,19 @@ class Session:
                 break
             # The next planned trial whose host has room under its own limit: a full
             # (or hanging) host must not hold the other hosts' trials back.
-            pt = self._next_with_room(pending)
-            while pt is None and not self._stopping:
+            i = self._next_with_room(pending)
+            while i is None and not self._stopping:
                 room.clear()
                 await room.wait()
-                pt = self._next_with_room(pending)
-            if pt is None:
+                i = self._next_with_room(pending)
+            if i is None:
                 sem.release()
                 break
-            pending.remove(pt)
+            if i == 0:  # the usual case: the plan's order, in O(1)
+                pt = pending.popleft()
+            else:
+                pt = pending[i]
+                del pending[i]
             host_sem = self._host_sems.get(pt.cell.host)
             if host_sem is not None:
                 await host_sem.acquire()  # has room: returns at once
@@ -303,14 +308,17 @@ class Session:
             task.add_done_callback(done)
         await self._drain()
 
-    def _next_with_room(self, pending: list[PlannedTrial]) -> PlannedTrial | None:
-        for pt in pending:
+    def _next_with_room(self, pending: deque[PlannedTrial]) -> int | None:
+        """Index of the first pending trial whose host can take it now."""
+        if not self._host_sems and not self._hosts_lost:
+            return 0 if pending else None
+        for i, pt in enumerate(pending):
             h = pt.cell.host
             if h in self._hosts_lost and self._in_flight.get(h, 0):
                 continue  # a lost host: one trial at a time waits for its reconnect
             hs = self._host_sems.get(h)
             if hs is None or not hs.locked():
-                return pt
+                return i
         return None
 
     async def _drain(self) -> None:
