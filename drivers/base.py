@@ -71,6 +71,9 @@ class Environment(ABC):
 class Driver(ABC):
     name: str = ""
     channels: tuple[str, ...] = ("exec", "shell")
+    # True when the driver does all its work through `self.host` (so it runs on an SSH
+    # host); a driver that touches the controller's own files or sockets leaves it False.
+    runs_remote: bool = False
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         self.host = host

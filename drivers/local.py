@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -14,14 +16,14 @@ from rtax_tui.drivers.shellframe import FramedShell
 
 from rtax_tui.core import reaper
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
-from rtax_tui.hosts.local import kill_group
+from rtax_tui.hosts.local import LocalHost, kill_group
 
 WORKSPACE_PREFIX = "rtax-ws-"
 
 
-def base_env(workspace: str, extra: dict[str, str]) -> dict[str, str]:
+def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> dict[str, str]:
     env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "PATH": path or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "HOME": workspace,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
@@ -42,6 +44,14 @@ def make_workspace(label: str) -> str:
 async def remove_workspace(path: str) -> None:
     await asyncio.to_thread(shutil.rmtree, path, True)
     reaper.current().drop_path(path)
+
+
+def safe_label(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
+
+
+def is_local(host: Any) -> bool:
+    return isinstance(host, LocalHost)
 
 
 def populate(workspace: str, src: str | None) -> None:
@@ -77,19 +87,24 @@ class LocalEnvironment(Environment):
     def _cgroup_procs(self) -> list[str]:
         if not self.spec.cgroup_parent:
             return []
+        if not is_local(self.driver.host):
+            raise PhaseFailure(
+                "not_supported", "capacity budgets are local cgroups: not on a remote host"
+            )
         from rtax_tui.core.cgroups import Cgroup
 
         return Cgroup.at(self.spec.cgroup_parent).procs_files()
 
     async def create(self) -> None:
+        host = self.driver.host
         async with self.sub("workspace"):
-            self.workspace = make_workspace(self.spec.label)
-            if self.spec.workspace_src:  # off the event loop: other trials may be in flight
-                await asyncio.to_thread(populate, self.workspace, self.spec.workspace_src)
-            self.env = base_env(self.workspace, self.spec.env)
+            # Through the host: a copy here, a tar stream on a remote host's stdin there.
+            prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
+            self.workspace = await host.make_workspace(prefix, self.spec.workspace_src)
+            self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.channel == "shell":
             async with self.sub("spawn"):
-                self.shell_proc = await self.driver.host.spawn(
+                self.shell_proc = await host.spawn(
                     ["sh"],
                     cwd=self.workspace,
                     env=self.env,
@@ -99,7 +114,10 @@ class LocalEnvironment(Environment):
                     cgroup_procs=self.procs,
                 )
                 assert self.shell_proc.stdin and self.shell_proc.stdout
-                self.shell = FramedShell(self.shell_proc.stdin, self.shell_proc.stdout)
+                # on a remote host, also the remote side's own duration of each action
+                self.shell = FramedShell(
+                    self.shell_proc.stdin, self.shell_proc.stdout, timed=not is_local(host)
+                )
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
@@ -116,16 +134,17 @@ class LocalEnvironment(Environment):
         )
 
     async def teardown(self) -> None:
+        host = self.driver.host
         if self.shell_proc is not None:
-            await close_shell(self.shell_proc)
+            await close_shell(self.shell_proc, host=host)
             self.shell_proc = None
         if self.workspace is not None:
-            await remove_workspace(self.workspace)
+            await host.remove_tree(self.workspace)
             self.workspace = None
 
 
-async def close_shell(proc: asyncio.subprocess.Process, grace: float = 1.0) -> None:
-    """Ask the shell to exit; kill its whole session if it does not."""
+async def close_shell(proc: Any, grace: float = 1.0, host: Any = None) -> None:
+    """Ask the shell to exit; kill its whole session if it does not (on its host)."""
     if proc.stdin is not None and not proc.stdin.is_closing():
         try:
             proc.stdin.write(b"exit 0\n")
@@ -136,24 +155,34 @@ async def close_shell(proc: asyncio.subprocess.Process, grace: float = 1.0) -> N
         await asyncio.wait_for(proc.wait(), grace)
     except TimeoutError:
         pass
-    kill_group(proc)  # also ends anything the shell left in the background
+    if host is None or is_local(host):
+        kill_group(proc)  # also ends anything the shell left in the background
+        await proc.wait()
+        reaper.current().drop_pgid(proc.pid)
+        return
+    await host.kill(proc)
     await proc.wait()
-    reaper.current().drop_pgid(proc.pid)
+    host.release(proc)
 
 
 class LocalDriver(Driver):
     name = "local"
+    runs_remote = True
 
     async def check(self) -> list[Problem]:
-        if shutil.which("sh") is None:
-            return [Problem("no `sh` on PATH", "install dash or bash")]
-        return []
+        if is_local(self.host):
+            if shutil.which("sh") is None:
+                return [Problem("no `sh` on PATH", "install dash or bash")]
+            return []
+        return await remote_tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LocalEnvironment(self, spec, sub)
 
     async def cleanup(self, label: str | None = None) -> int:
         prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")
+        if not is_local(self.host):
+            return await remote_cleanup(self.host, prefix)
         tmp = tempfile.gettempdir()
         n = 0
         for name in os.listdir(tmp):
@@ -161,3 +190,43 @@ class LocalDriver(Driver):
                 shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
                 n += 1
         return n
+
+
+async def remote_tools_problems(host: Any, tools: tuple[str, ...]) -> list[Problem]:
+    """What a remote host lacks among `tools` (one command over its connection)."""
+    script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done'
+    try:
+        res = await host.run(["sh", "-c", script, "rtax-check", *tools], timeout=30)
+    except PhaseFailure as exc:
+        return [Problem(f"host {host.name} does not answer: {exc.message}", "check the network")]
+    missing = res.stdout.decode(errors="replace").split()
+    if res.returncode != 0 or missing:
+        return [
+            Problem(
+                f"not on PATH on host {host.name}: {', '.join(missing) or 'sh'}",
+                "install them there (coreutils, tar, dash)",
+            )
+        ]
+    return []
+
+
+# Kills what runs in matching workspaces (by cwd), then removes them; prints how many.
+REMOTE_CLEANUP_SH = r"""p=$1; n=0; t=${TMPDIR:-/tmp}
+for d in /proc/[0-9]*; do
+  c=$(readlink "$d/cwd" 2>/dev/null) || continue
+  case $c in "$t/$p"*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac
+done
+for w in "$t/$p"*; do [ -e "$w" ] || continue; rm -rf -- "$w"; n=$((n+1)); done
+echo $n
+"""
+
+
+async def remote_cleanup(host: Any, prefix: str) -> int:
+    """Leftover workspaces named `prefix*` on a remote host, and processes inside them."""
+    res = await host.run(["sh", "-c", REMOTE_CLEANUP_SH, "rtax-cleanup", prefix], timeout=60)
+    try:
+        return int(res.stdout.split()[-1])
+    except (ValueError, IndexError):
+        raise PhaseFailure(
+            "cleanup_failed", f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"
+        ) from None

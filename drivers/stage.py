@@ -39,6 +39,7 @@ from rtax_tui.drivers.local import (
     WORKSPACE_PREFIX,
     LocalDriver,
     base_env,
+    is_local,
     make_workspace,
     populate,
     remove_workspace,
@@ -554,6 +555,7 @@ async def _end_init(
 
 class StageDriver(Driver):
     name = "stage"
+    runs_remote = True  # bubblewrap only, through drivers/stage_remote.py
     channels = ("exec", "shell")
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
@@ -562,6 +564,11 @@ class StageDriver(Driver):
         if want not in ("auto", *SANDBOXES):
             raise ValueError(f"stage: option sandbox must be auto, bwrap or unshare, not {want!r}")
         self.tools: dict[str, str] = {}
+        self._remote_root: list[tuple[str, str, str]] | None = None
+        if not is_local(host):  # tools are found on the remote host by check()
+            self.sandbox = "bwrap"
+            self.pdeathsig = []
+            return
         for t in ("bwrap", "unshare", "nsenter", "setpriv"):
             p = shutil.which(t)
             if p:
@@ -574,11 +581,34 @@ class StageDriver(Driver):
         self.sandbox = want
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        if not is_local(self.host):
+            from rtax_tui.drivers.stage_remote import RemoteStageEnvironment
+
+            return RemoteStageEnvironment(self, spec, sub)
         return StageEnvironment(self, spec, sub)
+
+    async def remote_root_entries(self) -> list[tuple[str, str, str]]:
+        """The remote host's top-level `/` entries, listed once over its connection."""
+        if self._remote_root is None:
+            from rtax_tui.drivers.stage_remote import list_root
+
+            self._remote_root = await list_root(self.host)
+        return self._remote_root
 
     # -- checks ------------------------------------------------------------
 
     async def check(self) -> list[Problem]:
+        if not is_local(self.host):
+            if self.options.get("sandbox", "auto") not in ("auto", "bwrap"):
+                return [
+                    Problem(
+                        f"on a remote host (host {self.host.name}) stage uses bubblewrap only",
+                        "drop the driver option sandbox=unshare",
+                    )
+                ]
+            from rtax_tui.drivers.stage_remote import check_remote
+
+            return await check_remote(self)
         if os.geteuid() != 0:
             return [
                 Problem(
@@ -666,7 +696,8 @@ class StageDriver(Driver):
         return None
 
     async def facts(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {"sandbox": self.sandbox, "cgroup": Cgroup.version()}
+        cgv = Cgroup.version() if is_local(self.host) else "see the host's facts"
+        facts: dict[str, Any] = {"sandbox": self.sandbox, "cgroup": cgv}
         tool = self.tools.get(self.sandbox)
         if tool:
             try:
@@ -682,6 +713,10 @@ class StageDriver(Driver):
     # -- cleanup -----------------------------------------------------------
 
     async def cleanup(self, label: str | None = None) -> int:
+        if not is_local(self.host):
+            from rtax_tui.drivers.stage_remote import cleanup_remote
+
+            return await cleanup_remote(self.host, label)
         marker = "/" + WORKSPACE_PREFIX + (f"{_safe_label(label)}-" if label else "")
         n = _kill_sandboxes(marker)
         if label:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from rtax_tui import __version__
 from rtax_tui.core.model import RtaxError
+from rtax_tui.hostflags import add_host_flags, host_overrides
 
 EXAMPLES = """\
 examples:
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workload", type=_csv, help="workloads, comma-separated (t0,t1,t2,...)")
     r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
     r.add_argument("--concurrency", type=_positive, help="trials in flight at once")
+    add_host_flags(r)
     r.add_argument(
         "--record",
         metavar="FILE",
@@ -114,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--steps", type=_positive, default=150)
     pr.add_argument("--format", choices=("table", "json"), default="table")
 
-    sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
+    d = sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
+    add_host_flags(d)
 
     a = sub.add_parser("assets", help="workload assets (the attrs repository)")
     a.add_argument("action", choices=("prepare", "status"))
@@ -129,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cleanup", help="remove leftovers of earlier runs")
     cl.add_argument("--run", help="only this run id")
+    add_host_flags(cl)
     return p
 
 
@@ -170,7 +174,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if cmd == "doctor":
         from rtax_tui.doctor import run_doctor
 
-        return run_doctor()
+        return run_doctor(args)
     if cmd == "assets":
         return _assets(args)
     if cmd == "cleanup":
@@ -197,6 +201,7 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
         workloads=getattr(args, "workload", None),
         channels=getattr(args, "channel", None),
         concurrency=getattr(args, "concurrency", None),
+        **host_overrides(args),
     )
     output = getattr(args, "output", None)
     headless = getattr(args, "headless", False) or output == "-" or getattr(args, "control", False)
@@ -234,10 +239,17 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         v = getattr(args, key, None)
         if v is not None:
             overrides += [flag, str(v)]
-    for flag, key in (("--driver", "driver"), ("--workload", "workload"), ("--channel", "channel")):
+    for flag, key in (("--driver", "driver"), ("--workload", "workload"), ("--channel", "channel"),
+                      ("--host", "host")):  # fmt: skip
         v = getattr(args, key, None)
         if v:
             overrides += [flag, ",".join(v)]
+    for flag, key in (("--identity", "identity"), ("--known-hosts", "known_hosts")):
+        v = getattr(args, key, None)
+        if v:
+            overrides += [flag, str(v)]
+    if getattr(args, "trust_new_hosts", False):
+        overrides.append("--trust-new-hosts")
     path = str(resolve_profile_path(name))
     return run_console_live(
         getattr(profile, "name", name), engine_argv(path, overrides, str(record)), str(record)
@@ -309,6 +321,12 @@ def _assets(args: argparse.Namespace) -> int:
 
 
 def _cleanup(args: argparse.Namespace) -> int:
+    if args.host and "local" not in args.host:  # remote hosts only
+        from rtax_tui.hostflags import cleanup_remote_hosts
+
+        n = cleanup_remote_hosts(args)
+        print(f"removed {n} leftovers" if n else "nothing to clean up")
+        return 0
     from rtax_tui.core import cgroups
     from rtax_tui.drivers import DRIVER_NAMES, get_driver
     from rtax_tui.hosts import LocalHost
@@ -323,6 +341,10 @@ def _cleanup(args: argparse.Namespace) -> int:
         return total
 
     total = asyncio.run(go())
+    if args.host:
+        from rtax_tui.hostflags import cleanup_remote_hosts
+
+        total += cleanup_remote_hosts(args)
     if args.run:  # only this run's: its budget cgroups and its environments' cgroups
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", args.run)[:40]
         n = cgroups.cleanup(f"rtax/batch-{args.run}-") + cgroups.cleanup(f"rtax/env-{safe}-")

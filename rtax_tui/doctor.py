@@ -1,24 +1,31 @@
-"""`rtax doctor`: which drivers work on this host, and for each that does not, why and the fix."""
+"""`rtax doctor`: which drivers work on each host, and for each that does not, why and the fix.
+
+`--host` names the hosts (default `local`); a remote host is checked over its own
+SSH connection, so the answer is about that machine, not the one running rtax.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+from typing import Any
 
 from rich.table import Table
 
-from rtax_tui.core.hostfacts import local_facts
-from rtax_tui.core.profile import IMPLEMENTED_DRIVERS, KNOWN_DRIVERS
+from rtax_tui.core.model import RtaxError
+from rtax_tui.core.profile import IMPLEMENTED_DRIVERS, KNOWN_DRIVERS, Profile
+from rtax_tui.core.runner import remote_aware_check
 from rtax_tui.drivers import get_driver
-from rtax_tui.hosts import LocalHost
+from rtax_tui.hostflags import ssh_options
 from rtax_tui.reporting import out_console
 
 
-async def _check_all() -> list[tuple[str, list, dict]]:
+async def _check_host(host: Any) -> list[tuple[str, list, dict]]:
     rows = []
     for name in IMPLEMENTED_DRIVERS:
-        drv = get_driver(name, LocalHost())
+        drv = get_driver(name, host)
         try:
-            probs = await asyncio.wait_for(drv.check(), 60)
+            probs = await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
         except Exception as exc:  # a broken check is itself a finding
             from rtax_tui.drivers.base import Problem
 
@@ -33,36 +40,75 @@ async def _check_all() -> list[tuple[str, list, dict]]:
     return rows
 
 
-def run_doctor() -> int:
+async def _doctor(names: list[str], profile: Profile) -> list[tuple[str, Any, Any]]:
+    """(host name, facts or the error that kept it out, driver rows)."""
+    from rtax_tui.core.runner import make_host
+
+    out = []
+    for n in names:
+        host = make_host(n, profile)
+        try:
+            await host.connect()
+        except RtaxError as exc:
+            out.append((host.name, exc, []))
+            continue
+        try:
+            if hasattr(host, "measure_rtt"):
+                await host.measure_rtt()
+            facts = await host.facts()
+            out.append((host.name, facts, await _check_host(host)))
+        finally:
+            await host.close()
+    return out
+
+
+def run_doctor(args: argparse.Namespace | None = None) -> int:
     console = out_console()
-    facts = local_facts()
-    console.print(
-        f"host [bold]local[/bold]: {facts['os']}, kernel {facts['kernel']}, "
-        f"{facts['cpus']} CPUs ({facts['cpu_model']}), {facts['memory_mib']} MiB, "
-        f"cgroup {facts['cgroup'] or 'none'}, clock {facts['clocksource']}"
-    )
-    table = Table("driver", "status", "details / fix")
-    ok_any = False
-    for name, probs, dfacts in asyncio.run(_check_all()):
-        if probs:
-            detail = "\n".join(f"{p.reason} -> fix: {p.fix}" for p in probs)
-            table.add_row(name, "[red]not usable[/red]", detail)
-        else:
-            ok_any = True
-            table.add_row(
-                name, "[green]ok[/green]", ", ".join(f"{k} {v}" for k, v in dfacts.items())
-            )
-    for name in KNOWN_DRIVERS:
-        if name not in IMPLEMENTED_DRIVERS:
-            table.add_row(name, "[dim]not in this version[/dim]", "")
-    console.print(table)
-    console.print(f"KVM: {asyncio.run(_kvm())}")
-    return 0 if ok_any else 1
+    names = (getattr(args, "host", None) or ["local"]) if args is not None else ["local"]
+    opts = ssh_options(args) if args is not None else {}
+    profile = Profile(name="doctor", path="command line", hosts=tuple(names), ssh_options=opts)
+    ok_all = True
+    for hname, facts, rows in asyncio.run(_doctor(names, profile)):
+        if isinstance(facts, Exception):
+            console.print(f"host [bold]{hname}[/bold]: [red]unreachable[/red]: {facts}")
+            ok_all = False
+            continue
+        net = facts.get("net") or {}
+        net_s = (
+            f", connect {net['connect_ms']:.0f} ms, empty command {net['exec_rtt_ms']:.1f} ms"
+            if "connect_ms" in net and "exec_rtt_ms" in net
+            else ""
+        )
+        console.print(
+            f"host [bold]{hname}[/bold]: {facts.get('os')}, kernel {facts.get('kernel')}, "
+            f"{facts.get('cpus')} CPUs ({facts.get('cpu_model')}), {facts.get('memory_mib')} MiB, "
+            f"cgroup {facts.get('cgroup') or 'none'}, clock {facts.get('clocksource')}{net_s}"
+        )
+        table = Table("driver", "status", "details / fix", title=f"drivers on {hname}")
+        ok_any = False
+        for name, probs, dfacts in rows:
+            if probs:
+                detail = "\n".join(f"{p.reason} -> fix: {p.fix}" for p in probs)
+                table.add_row(name, "[red]not usable[/red]", detail)
+            else:
+                ok_any = True
+                table.add_row(
+                    name, "[green]ok[/green]", ", ".join(f"{k} {v}" for k, v in dfacts.items())
+                )
+        for name in KNOWN_DRIVERS:
+            if name not in IMPLEMENTED_DRIVERS:
+                table.add_row(name, "[dim]not in this version[/dim]", "")
+        console.print(table)
+        if hname == "local":
+            console.print(f"KVM: {asyncio.run(_kvm())}")
+        ok_all = ok_all and ok_any
+    return 0 if ok_all else 1
 
 
 async def _kvm() -> str:
     """/dev/kvm existing proves nothing: a guest is booted with KVM under a short timeout."""
     from rtax_tui.drivers.vmguest import kvm_status
+    from rtax_tui.hosts import LocalHost
 
     try:
         return await kvm_status(LocalHost())

@@ -123,6 +123,10 @@ async def _run(
             status.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        # remote hosts: closing a connection makes its remote reaper end what is left
+        await asyncio.gather(
+            *(h.close() for h in session.hosts.values() if h), return_exceptions=True
+        )
         reaper.stop()
 
 

@@ -263,6 +263,17 @@ def out_console(stderr: bool = False) -> Console:
 def print_report(report: dict[str, Any], console: Console) -> None:
     """The table, the reasons of failed trials, and the driver differences, for a terminal."""
     console.print(render_table(report))
+    for name, h in (report.get("run", {}).get("hosts") or {}).items():
+        net = h.get("net") or {}
+        if "connect_ms" in net and "exec_rtt_ms" in net:
+            console.print(
+                f"host {name}: network cost: connect {net['connect_ms']:.1f} ms, "
+                f"empty command {net['exec_rtt_ms']:.2f} ms a round trip"
+            )
+        if h.get("unreachable"):
+            console.print(f"[red]host {name}: left out[/red]: {h['unreachable']}")
+        for d, why in (h.get("drivers_left_out") or {}).items():
+            console.print(f"[yellow]{name}/{d} left out[/yellow]: {why}")
     for c in report["cells"]:
         errors = c.get("errors") or {}
         if errors:

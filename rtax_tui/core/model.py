@@ -33,6 +33,13 @@ class SubstrateLost(PhaseFailure):
         super().__init__("substrate_lost", message)
 
 
+class HostLost(PhaseFailure):
+    """The connection to a remote host dropped; its trials fail until it is back."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("host_lost", message)
+
+
 @dataclass(frozen=True)
 class Step:
     """One action of a workload: argv run in the environment's workspace."""

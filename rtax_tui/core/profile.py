@@ -55,6 +55,16 @@ _STEP_KEYS = {
     "timeout_s": (int, float),
 }
 _WORKLOAD_KEYS = {"steps": (list,), "description": (str,), "files": (str,)}
+# [hosts.NAME]: a remote host reached over SSH (run.hosts names it).
+HOST_KEYS: dict[str, tuple[type, ...]] = {
+    "address": (str,),
+    "user": (str,),
+    "port": (int,),
+    "identity": (str,),
+    "known_hosts": (str,),
+    "jump": (str,),
+    "concurrency": (int,),
+}
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,9 @@ class Profile:
     capacity: Capacity | None = None
     custom_workloads: dict[str, Workload] = field(default_factory=dict)
     driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # identity / known_hosts / trust_new from the command line, for every SSH host
+    ssh_options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved profile, as written into the recording's header."""
@@ -105,6 +118,10 @@ class Profile:
             "capacity": vars(self.capacity).copy() if self.capacity else None,
             "driver_options": self.driver_options,
         }
+        if self.host_tables:
+            d["host_tables"] = self.host_tables
+        if self.ssh_options:
+            d["ssh_options"] = self.ssh_options
         if self.custom_workloads:
             d["custom_workloads"] = {
                 name: [
@@ -146,9 +163,10 @@ class Profile:
             if c not in CHANNELS:
                 bad("channels", c, CHANNELS)
         for h in self.hosts:
-            if h != "local":
+            if h != "local" and not h.startswith("ssh://") and h not in self.host_tables:
                 raise ProfileError(
-                    f"{locate('hosts')}: hosts: {h!r}: only `local` is supported so far"
+                    f"{locate('hosts')}: hosts: unknown {h!r} (allowed: local, "
+                    f"ssh://[user@]host[:port]{''.join(', ' + n for n in self.host_tables)})"
                 )
         for key in ("drivers", "workloads", "channels", "hosts"):
             if not getattr(self, key):
@@ -217,7 +235,7 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
     def where(table: str, key: str | None) -> str:
         return f"{path}:{_line_of(text, table, key)}"
 
-    known_tables = set(_SCHEMA) - {""} | {"workloads", "drivers_options"}
+    known_tables = set(_SCHEMA) - {""} | {"workloads", "drivers_options", "hosts"}
     kw: dict[str, Any] = {"name": default_name, "path": path}
     for key, value in data.items():
         if isinstance(value, dict):
@@ -274,6 +292,31 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                     f"expected a table for one of {', '.join(KNOWN_DRIVERS)}"
                 )
         kw["driver_options"] = opts
+
+    tables: dict[str, dict[str, Any]] = {}
+    for name, body in data.get("hosts", {}).items():
+        table = f"hosts.{name}"
+        if not isinstance(body, dict):
+            raise ProfileError(f"{where('hosts', name)}: hosts.{name}: expected a table")
+        if name == "local" or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ProfileError(
+                f"{where(table, None)}: [{table}]: a host name is letters, digits, _.- "
+                "and not `local`"
+            )
+        for key, value in body.items():
+            if key not in HOST_KEYS:
+                raise ProfileError(
+                    f"{where(table, key)}: {table}.{key}: unknown key "
+                    f"(allowed: {', '.join(HOST_KEYS)})"
+                )
+            _check_type(where(table, key), f"{table}.{key}", value, HOST_KEYS[key])
+        if "address" not in body:
+            raise ProfileError(f"{where(table, None)}: {table}.address: required")
+        for key in ("port", "concurrency"):
+            if key in body and body[key] < 1:
+                raise ProfileError(f"{where(table, key)}: {table}.{key}: must be at least 1")
+        tables[name] = dict(body)
+    kw["host_tables"] = tables
 
     custom: dict[str, Workload] = {}
     for name, body in data.get("workloads", {}).items():

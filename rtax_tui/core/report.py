@@ -32,7 +32,9 @@ _TIMED = frozenset(TIMED_PHASES)
 
 
 class _Trial:
-    __slots__ = ("cell", "warmup", "phases", "subphases", "actions", "ended", "ok", "valid", "err")
+    __slots__ = (
+        "cell", "warmup", "phases", "subphases", "actions", "remote", "ended", "ok", "valid", "err"
+    )  # fmt: skip
 
     def __init__(self, cell: str, warmup: bool) -> None:
         self.cell = cell
@@ -40,6 +42,7 @@ class _Trial:
         self.phases: dict[str, int] = {}
         self.subphases: dict[str, int] = {}
         self.actions: list[int] = []
+        self.remote: list[int] = []  # the remote side's own action durations, where recorded
         self.ended = False
         self.ok = False
         self.valid = False
@@ -97,6 +100,8 @@ def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
             acts = actions.get(ev["trial"])
             if acts is not None:
                 acts.append(ev["dur_ns"])
+                if "remote_ns" in ev:
+                    trials[ev["trial"]].remote.append(ev["remote_ns"])
         elif etype == "phase":
             t = trials.get(ev["trial"])
             if t is not None:
@@ -139,6 +144,7 @@ def _finish(cd: _CellData) -> None:
     actions: list[int] = []
     totals: list[int] = []
     sub_lists: dict[str, list[int]] = {}
+    remote: list[int] = []
     for t in cd.trials:
         if t.warmup:
             cd.warmup += 1
@@ -166,11 +172,14 @@ def _finish(cd: _CellData) -> None:
                 lst = sub_lists[name] = []
             lst.append(dur)
         actions.extend(t.actions)
+        remote.extend(t.remote)
         totals.append(total + sum(t.actions))
     samples = {p: np.asarray(v, dtype=np.int64) for p, v in phase_lists.items()}
     samples["action"] = np.asarray(actions, dtype=np.int64)
     samples["total"] = np.asarray(totals, dtype=np.int64)
     cd.samples = {p: samples[p] for p in PHASES}
+    if remote:  # the same actions timed by the remote side: the rest is network + framing
+        sub_lists["action.remote"] = remote
     cd.subsamples = {k: np.asarray(v, dtype=np.int64) for k, v in sub_lists.items()}
 
 
@@ -189,7 +198,7 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
     h = rec.header
     profile = h.get("profile")
     end = rec.end
-    return {
+    info = {
         "run_id": h.get("run_id"),
         "started_at": h.get("started_at"),
         "seed": h.get("seed"),
@@ -199,6 +208,25 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
         "torn_tail": rec.torn_tail,
         "trials": n_starts,
     }
+    hosts = _host_info(h.get("hosts"))
+    if hosts:  # remote hosts only: a local run's report keeps its shape
+        info["hosts"] = hosts
+    return info
+
+
+def _host_info(hosts: Any) -> dict[str, Any]:
+    """Per remote host: its network cost (to tell the network's share from the
+    substrate's) or why it was left out. The local host has neither."""
+    out: dict[str, Any] = {}
+    if not isinstance(hosts, dict):
+        return out
+    for name, f in hosts.items():
+        if not isinstance(f, dict):
+            continue
+        info = {k: f[k] for k in ("net", "unreachable", "drivers_left_out") if k in f}
+        if info:
+            out[name] = info
+    return out
 
 
 def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:

@@ -15,10 +15,91 @@ from rtax_tui.drivers import get_driver
 from rtax_tui.hosts import LocalHost
 
 
-def make_host(name: str) -> Any:
+def make_host(name: str, profile: Profile | None = None) -> Any:
+    """`local`, an `ssh://[user@]host[:port]` URL, or a `[hosts.NAME]` table's name."""
     if name == "local":
         return LocalHost()
-    raise RtaxError(f"host {name!r}: only `local` is supported so far")
+    from rtax_tui.hosts.ssh import SSHHost, SSHTarget, parse_ssh_url
+
+    opts = dict(profile.ssh_options) if profile else {}
+    tables = profile.host_tables if profile else {}
+    if name in tables:
+        t = dict(tables[name])
+        for key in ("identity", "known_hosts"):
+            t.setdefault(key, opts.get(key))
+        target = SSHTarget(
+            name=name,
+            address=t["address"],
+            user=t.get("user"),
+            port=t.get("port", 22),
+            identity=t.get("identity"),
+            known_hosts=t.get("known_hosts"),
+            jump=t.get("jump"),
+            concurrency=t.get("concurrency"),
+            trust_new=bool(opts.get("trust_new")),
+        )
+        return SSHHost(target)
+    if name.startswith("ssh://"):
+        return SSHHost(
+            parse_ssh_url(
+                name,
+                identity=opts.get("identity"),
+                known_hosts=opts.get("known_hosts"),
+                trust_new=bool(opts.get("trust_new")),
+            )
+        )
+    raise RtaxError(f"host {name!r}: expected local, ssh://[user@]host[:port] or a [hosts] name")
+
+
+async def connect_hosts(
+    profile: Profile, log: Any = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Every host of the profile by its name, connected, its network cost measured.
+
+    A remote host that cannot be reached (refused, unknown key, login refused) is
+    reported through `log` and left out; the second result says why, per name.
+    """
+    made = [make_host(h, profile) for h in profile.hosts]
+
+    async def up(host: Any) -> None:
+        await host.connect()
+        if hasattr(host, "measure_rtt"):
+            await host.measure_rtt()
+
+    results = await asyncio.gather(*(up(h) for h in made), return_exceptions=True)
+    hosts: dict[str, Any] = {}
+    left_out: dict[str, dict[str, Any]] = {}
+    for host, res in zip(made, results, strict=True):
+        if isinstance(res, BaseException):
+            why = str(res) if isinstance(res, RtaxError) else f"{type(res).__name__}: {res}"
+            left_out[host.name] = {"unreachable": why}
+            if log is not None:
+                log(f"left out: {why}")
+            await host.close()
+            continue
+        if host.name in hosts:
+            raise RtaxError(f"host {host.name} is named twice")
+        hosts[host.name] = host
+    if not hosts:
+        raise RtaxError(
+            "no host can be reached: " + "; ".join(v["unreachable"] for v in left_out.values())
+        )
+    return hosts, left_out
+
+
+async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
+    """The driver's check; on a remote host, first whether the driver can run there at all."""
+    if host_name != "local" and not getattr(drv, "runs_remote", False):
+        from rtax_tui.drivers.base import Problem
+
+        return [
+            Problem(
+                f"{drv.name} runs only on the local host (it uses the controller's own "
+                "files, sockets or devices)",
+                "run it on `local`, or use a driver that runs over SSH (local, stage)",
+            )
+        ]
+    return await drv.check()
 
 
 def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
@@ -41,14 +122,48 @@ async def build_session(
     argv: list[str],
     log: Any = None,
 ) -> Session:
-    hosts = {h: make_host(h) for h in profile.hosts}
+    hosts, left_out = await connect_hosts(profile, log)
+    try:
+        return await _build(profile, hosts, left_out, sinks=sinks, argv=argv, log=log)
+    except BaseException:
+        await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
+        raise
+
+
+async def _build(
+    profile: Profile,
+    hosts: dict[str, Any],
+    left_out: dict[str, dict[str, Any]],
+    *,
+    sinks: list[Sink],
+    argv: list[str],
+    log: Any,
+) -> Session:
+    remote = [h for h in hosts if h != "local"]
+    if remote and profile.capacity is not None:
+        raise RtaxError("capacity batches use local cgroups: run them on `local` only")
     drivers = {
         (h, d): get_driver(d, hosts[h], profile.driver_options.get(d, {}))
-        for h in profile.hosts
+        for h in hosts
         for d in profile.drivers
     }
-    checks = await asyncio.gather(*(drv.check() for drv in drivers.values()))
-    check_drivers_ready({f"{h}/{d}": probs for (h, d), probs in zip(drivers, checks, strict=True)})
+    keys = list(drivers)
+    checks = await asyncio.gather(*(remote_aware_check(h, drv) for (h, _), drv in drivers.items()))
+    local_problems = {}
+    for (h, d), probs in zip(keys, checks, strict=True):
+        if not probs:
+            continue
+        if h == "local":
+            local_problems[f"{h}/{d}"] = probs
+            continue
+        why = "; ".join(p.reason for p in probs)  # a remote host runs what it supports
+        left_out.setdefault(h, {}).setdefault("drivers_left_out", {})[d] = why
+        if log is not None:
+            log(f"{h}/{d} left out: {why}")
+        del drivers[(h, d)]
+    check_drivers_ready(local_problems)
+    if not drivers:
+        raise RtaxError("no driver can run on any host (see `rtax doctor --host ...`)")
     for (h, d), drv in drivers.items():
         for ch in profile.channels:
             if ch not in drv.channels:
@@ -65,4 +180,11 @@ async def build_session(
     wl = list(workloads.values())
     checks = await asyncio.gather(*(drv.check_workloads(wl) for drv in drivers.values()))
     check_drivers_ready({f"{h}/{d}": probs for (h, d), probs in zip(drivers, checks, strict=True)})
-    return Session(profile, sinks=sinks, argv=argv, drivers=drivers, workloads=workloads)
+    return Session(
+        profile,
+        sinks=sinks,
+        argv=argv,
+        drivers=drivers,
+        workloads=workloads,
+        left_out_hosts=left_out,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,22 @@ class _Lost:
     reason: str
     checked: float | None = None  # time.monotonic() of the last check, None: never
     checking: asyncio.Future[str | None] | None = None
+
+
+# A lost remote host is reconnected with exponential backoff between these bounds.
+HOST_RETRY_MIN_S = 0.5
+HOST_RETRY_MAX_S = 10.0
+
+
+@dataclass
+class _HostLost:
+    """A remote host whose connection dropped during this run."""
+
+    reason: str
+    delay: float = HOST_RETRY_MIN_S
+    next_try: float = 0.0  # time.monotonic() of the next reconnect attempt
+    trying: asyncio.Future[str | None] | None = None
+    losses: int = 1
 
 
 def new_run_id() -> str:
@@ -117,6 +134,7 @@ class Session:
         workloads: dict[str, Workload],
         run_id: str | None = None,
         host_facts: dict[str, dict[str, Any]] | None = None,
+        left_out_hosts: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.profile = profile
         self.sinks = sinks
@@ -125,7 +143,21 @@ class Session:
         self.workloads = workloads
         self.run_id = run_id or new_run_id()
         self.host_facts = host_facts
-        self.cells = make_cells(profile.hosts, profile.drivers, profile.workloads, profile.channels)
+        # Hosts by name, as the drivers hold them (remote hosts left out at the start are
+        # not among them); cells are made only for (host, driver) pairs that exist.
+        self.hosts: dict[str, Any] = {}
+        for (h, _d), drv in drivers.items():
+            self.hosts.setdefault(h, getattr(drv, "host", None))
+        self.left_out_hosts = left_out_hosts or {}
+        cells = make_cells(tuple(self.hosts), profile.drivers, profile.workloads, profile.channels)
+        self.cells = [c for c in cells if (c.host, c.driver) in drivers]
+        self._host_sems = {
+            h: asyncio.Semaphore(n)
+            for h, host in self.hosts.items()
+            if (n := getattr(host, "concurrency", None))
+        }
+        self._hosts_lost: dict[str, _HostLost] = {}
+        self._in_flight: dict[str, int] = {}  # trials in flight per host
         self.progress = Progress()
         self._t0 = 0
         self._stopping = False
@@ -202,8 +234,16 @@ class Session:
 
     async def _gather_facts(self) -> dict[str, dict[str, Any]]:
         facts: dict[str, dict[str, Any]] = {}
-        for host in self.profile.hosts:
-            f = dict(local_facts()) if host == "local" else {}
+        for host in self.hosts:
+            h = self.hosts[host]
+            if host == "local" or not hasattr(h, "facts"):
+                f = dict(local_facts())
+            else:  # over the host's own connection
+                try:
+                    f = dict(await h.facts())
+                except Exception as exc:
+                    f = {"error": f"{type(exc).__name__}: {exc}"}
+            f.update(self.left_out_hosts.get(host, {}))
             drivers: dict[str, Any] = {}
             for (h, d), drv in self.drivers.items():
                 if h == host:
@@ -213,6 +253,8 @@ class Session:
                         drivers[d] = {"error": str(exc)}
             f["drivers"] = drivers
             facts[host] = f
+        for host, why in self.left_out_hosts.items():
+            facts.setdefault(host, dict(why))
         return facts
 
     async def _run_trials(self) -> None:
@@ -220,7 +262,9 @@ class Session:
         plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
         self.progress.planned = len(plan)
         sem = asyncio.Semaphore(p.concurrency)
-        for pt in plan:
+        pending = deque(plan)
+        room = asyncio.Event()  # set whenever a trial ends (a host may have room again)
+        while pending:
             await self._gate.wait()
             if self._stopping:
                 break
@@ -228,10 +272,54 @@ class Session:
             if self._stopping:
                 sem.release()
                 break
+            # The next planned trial whose host has room under its own limit: a full
+            # (or hanging) host must not hold the other hosts' trials back.
+            i = self._next_with_room(pending)
+            while i is None and not self._stopping:
+                room.clear()
+                await room.wait()
+                i = self._next_with_room(pending)
+            if i is None:
+                sem.release()
+                break
+            if i == 0:  # the usual case: the plan's order, in O(1)
+                pt = pending.popleft()
+            else:
+                pt = pending[i]
+                del pending[i]
+            host_sem = self._host_sems.get(pt.cell.host)
+            if host_sem is not None:
+                await host_sem.acquire()  # has room: returns at once
             task = asyncio.create_task(self._run_trial(pt, time.monotonic_ns()))
             self._tasks.add(task)
-            task.add_done_callback(lambda t: (self._tasks.discard(t), sem.release()))
+            h = pt.cell.host
+            self._in_flight[h] = self._in_flight.get(h, 0) + 1
+
+            def done(
+                t: asyncio.Task[Any], hs: asyncio.Semaphore | None = host_sem, h: str = h
+            ) -> None:
+                self._tasks.discard(t)
+                self._in_flight[h] -= 1
+                sem.release()
+                if hs is not None:
+                    hs.release()
+                room.set()
+
+            task.add_done_callback(done)
         await self._drain()
+
+    def _next_with_room(self, pending: deque[PlannedTrial]) -> int | None:
+        """Index of the first pending trial whose host can take it now."""
+        if not self._host_sems and not self._hosts_lost:
+            return 0 if pending else None
+        for i, pt in enumerate(pending):
+            h = pt.cell.host
+            if h in self._hosts_lost and self._in_flight.get(h, 0):
+                continue  # a lost host: one trial at a time waits for its reconnect
+            hs = self._host_sems.get(h)
+            if hs is None or not hs.locked():
+                return i
+        return None
 
     async def _drain(self) -> None:
         while self._tasks:
@@ -346,6 +434,63 @@ class Session:
             f"({st.reason}); the trial was not attempted"
         )
 
+    # -- lost hosts ----------------------------------------------------------
+    def _host_dropped(self, name: str, error: Error) -> bool:
+        """Whether a failed trial's host is a remote one that dropped (it is marked lost)."""
+        host = self.hosts.get(name)
+        if name == "local" or host is None:
+            return False
+        if error[1] != "host_lost" and not getattr(host, "lost", False):
+            return False
+        if error[2].startswith(f"host {name} is lost"):  # its reconnect failed: marked
+            return True
+        st = self._hosts_lost.get(name)
+        if st is None:
+            self._hosts_lost[name] = _HostLost(
+                reason=error[2], next_try=time.monotonic() + HOST_RETRY_MIN_S
+            )
+        return True
+
+    async def _host_back(self, name: str) -> str | None:
+        """None when the host is connected again; else why this trial fails.
+
+        The trial waits for the host's next reconnect attempt; attempts are shared by
+        the trials waiting for them and spaced by an exponential backoff
+        (HOST_RETRY_MIN_S doubling up to HOST_RETRY_MAX_S). The scheduler lets one
+        trial of a lost host in at a time, so each failed attempt fails one trial
+        and the rest stay planned until the host is back or the attempts run on.
+        """
+        st = self._hosts_lost.get(name)
+        if st is None:
+            return None
+        if st.trying is None:
+            st.trying = asyncio.ensure_future(self._reconnect(name, st))
+        return await asyncio.shield(st.trying)
+
+    async def _reconnect(self, name: str, st: _HostLost) -> str | None:
+        try:
+            wait = st.next_try - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                await asyncio.wait_for(self.hosts[name].connect(), LOST_CHECK_TIMEOUT_S)
+            except Exception as exc:
+                st.reason = str(exc) or type(exc).__name__
+                st.next_try = time.monotonic() + st.delay
+                st.delay = min(st.delay * 2, HOST_RETRY_MAX_S)
+                return self._host_lost_message(name, st)
+            self._hosts_lost.pop(name, None)
+            return None
+        finally:
+            st.trying = None
+
+    @staticmethod
+    def _host_lost_message(name: str, st: _HostLost) -> str:
+        return (
+            f"host {name} is lost ({st.reason}); the reconnect before this trial "
+            "failed (retried with backoff); the trial was not attempted"
+        )
+
     # -- one trial -----------------------------------------------------------
     async def _timed(
         self,
@@ -441,7 +586,19 @@ class Session:
         arrived = False
         key = (cell.host, cell.driver)
         try:
-            if key in self._lost:
+            if cell.host in self._hosts_lost:
+                t = time.monotonic_ns()
+                try:
+                    why = await self._host_back(cell.host)
+                    if why is not None:
+                        error = ("create", "host_lost", why)
+                except asyncio.CancelledError:
+                    error = ("create", "interrupted", "the run was stopped")
+                if error is not None:
+                    dur = time.monotonic_ns() - t
+                    covered += dur
+                    self.emit("phase", trial=pt.id, name="create", dur_ns=dur, ok=False)
+            if error is None and key in self._lost:
                 t = time.monotonic_ns()
                 try:
                     lost = await self._still_lost(key)
@@ -534,6 +691,9 @@ class Session:
             total = time.monotonic_ns() - scheduled_ns
             orch = max(0, total - covered - waited)
             self.emit("phase", trial=pt.id, name="orchestration", dur_ns=orch, ok=True)
+            if error is not None and self._host_dropped(cell.host, error):
+                if error[1] != "host_lost":
+                    error = (error[0], "host_lost", f"host {cell.host} dropped: {error[2]}")
             if error is not None and error[1] == "substrate_lost":
                 self._mark_lost(key, error[2])
             ok = error is None

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rtax_tui.core import reaper
 
@@ -52,6 +55,43 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
 
 class LocalHost:
     name = "local"
+    lost = False  # same attributes as SSHHost: the local host is never lost
+    concurrency: int | None = None
+
+    @property
+    def path_env(self) -> str:
+        return os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+
+    async def connect(self) -> None:
+        """Nothing to connect (SSHHost opens its connection here)."""
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
+    async def facts(self) -> dict[str, Any]:
+        from rtax_tui.core.hostfacts import local_facts
+
+        return dict(local_facts())
+
+    async def kill(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGKILL a spawned process's whole group (SSHHost does it remotely)."""
+        kill_group(proc)
+
+    async def make_workspace(self, prefix: str, src: str | None = None) -> str:
+        """A fresh temporary directory holding a copy of `src`'s contents.
+
+        The copy runs off the event loop (other trials may be in flight); the
+        directory is registered with the reaper before anything goes into it.
+        """
+        path = tempfile.mkdtemp(prefix=prefix)
+        reaper.current().add_path(path)
+        if src:
+            await asyncio.to_thread(shutil.copytree, src, path, symlinks=True, dirs_exist_ok=True)
+        return path
+
+    async def remove_tree(self, path: str) -> None:
+        await asyncio.to_thread(shutil.rmtree, path, True)
+        reaper.current().drop_path(path)
 
     async def spawn(
         self,

@@ -1,0 +1,169 @@
+"""Remote-host benchmark: what SSH adds to an action, and trials per second over 3 hosts.
+
+    python3 bench/ssh_bench.py [--trials 30] [--actions 20] [--cap-trials 40]
+
+Needs root, openssh-server and iproute2: it starts its own sshd on loopback and in a
+network namespace (tests/sshhosts.py) and removes them at the end. Prints figures;
+asserts nothing.
+
+1. Per-action latency of `true` (rtax run, driver `local`, 20 `true` actions a trial,
+   concurrency 1): local vs SSH-on-loopback, exec and shell channels. Target: the
+   shell channel over SSH within 1.5x of the local shell channel. Checked a second
+   way with bare asyncssh on the same server: `conn.run("true")` and a round trip on
+   one open shell channel.
+2. Trials per second sustained by one run of T0 (`local` driver, both channels) over
+   1 local + 2 SSH hosts (loopback, network namespace) with concurrency 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.sshhosts import SSHLab, missing  # noqa: E402
+
+
+def rtax(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, check=True, cwd=ROOT
+    )
+
+
+def report(path: Path) -> dict:
+    return json.loads(rtax("report", str(path), "--format", "json").stdout)
+
+
+async def bare_asyncssh(lab: SSHLab, n: int) -> tuple[float, float]:
+    """Median ms of `conn.run("true")`, and of one framed round trip on an open shell."""
+    import asyncssh
+
+    h = lab.hosts[0]
+    conn = await asyncssh.connect(
+        h.address, port=h.port, username=lab.user, client_keys=[lab.identity],
+        known_hosts=lab.known_hosts,
+    )  # fmt: skip
+    try:
+        execs = []
+        for _ in range(n):
+            t = time.monotonic_ns()
+            await conn.run("true")
+            execs.append((time.monotonic_ns() - t) / 1e6)
+        proc = await conn.create_process("sh", encoding=None)
+        shells = []
+        for _ in range(n):
+            t = time.monotonic_ns()
+            proc.stdin.write(b"true; echo __x $?\n")
+            await proc.stdout.readuntil(b"__x 0\n")
+            shells.append((time.monotonic_ns() - t) / 1e6)
+        proc.stdin.write_eof()
+        await proc.wait()
+    finally:
+        conn.close()
+    return statistics.median(execs), statistics.median(shells)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--actions", type=int, default=20)
+    ap.add_argument("--cap-trials", type=int, default=40, help="T0 trials per cell in part 2")
+    args = ap.parse_args()
+    why = missing()
+    if why:
+        print(f"cannot run: {why}")
+        return 1
+    tmp = Path(tempfile.mkdtemp(prefix="rtax-sshbench-"))
+    lab = SSHLab()
+    try:
+        lo = lab.serve_loopback()
+        ns = lab.serve_netns(0)
+        flags = ["--identity", lab.identity, "--known-hosts", lab.known_hosts]
+
+        # 1. per-action latency
+        prof = tmp / "truex.toml"
+        steps = ", ".join(['{argv = ["true"]}'] * args.actions)
+        prof.write_text(
+            f'[run]\ntrials = {args.trials}\nwarmup = 3\ndrivers = ["local"]\n'
+            f'workloads = ["truex"]\nchannels = ["exec", "shell"]\nconcurrency = 1\n'
+            f"[workloads.truex]\nsteps = [{steps}]\n"
+        )
+        out = tmp / "truex.jsonl"
+        rtax("run", str(prof), "--host", f"local,{lo.url}", *flags, "-o", str(out))
+        rep = report(out)
+        p50 = {(c["host"], c["channel"]): c["phases"]["action"]["p50_ms"] for c in rep["cells"]}
+        net = json.loads(out.read_text().splitlines()[0])["hosts"][lo.name]["net"]
+        print(
+            f"1. action `true`, P50 ms ({args.trials} trials x {args.actions} actions, "
+            "driver local, concurrency 1)"
+        )
+        print(f"   {'':24} {'exec':>8} {'shell':>8}")
+        for host, label in (("local", "local"), (lo.name, "ssh loopback")):
+            print(f"   {label:24} {p50[(host, 'exec')]:8.3f} {p50[(host, 'shell')]:8.3f}")
+        ratio = p50[(lo.name, "shell")] / p50[("local", "shell")]
+        print(
+            f"   ssh shell / local shell = {ratio:.2f}x (target <= 1.5x: "
+            f"{'met' if ratio <= 1.5 else 'NOT met'}); "
+            f"ssh exec / ssh shell = {p50[(lo.name, 'exec')] / p50[(lo.name, 'shell')]:.1f}x"
+        )
+        print(
+            f"   network cost recorded for the ssh host: connect {net['connect_ms']:.1f} ms, "
+            f"empty command {net['exec_rtt_ms']:.2f} ms"
+        )
+        bare_exec, bare_shell = asyncio.run(bare_asyncssh(lab, 200))
+        print(
+            f"   second way, bare asyncssh on the same sshd (200 each, median): "
+            f"conn.run('true') {bare_exec:.3f} ms, shell round trip {bare_shell:.3f} ms"
+        )
+
+        # 2. trials per second over three hosts
+        out2 = tmp / "t0.jsonl"
+        hosts = f"local,{lo.url},{ns.url}"
+        t = time.monotonic()
+        rtax(
+            "run", "t0", "--host", hosts, *flags, "--driver", "local", "--channel",
+            "exec,shell", "--trials", str(args.cap_trials), "--warmup", "0",
+            "--concurrency", "8", "-o", str(out2),
+        )  # fmt: skip
+        wall = time.monotonic() - t
+        events = [json.loads(line) for line in out2.read_text().splitlines()]
+        ends = [e for e in events if e["type"] == "trial_end"]
+        run_s = events[-1]["t_ns"] / 1e9
+        starts = {e["trial"]: e["host"] for e in events if e["type"] == "trial_start"}
+        per_host: dict[str, int] = {}
+        for e in ends:
+            if e["ok"]:
+                per_host[starts[e["trial"]]] = per_host.get(starts[e["trial"]], 0) + 1
+        ok = sum(per_host.values())
+        print(
+            f"2. T0, driver local, exec+shell, 1 local + 2 ssh hosts, concurrency 8: "
+            f"{len(ends)} trials ({ok} ok) in {run_s:.2f} s of run "
+            f"({wall:.2f} s with start-up) = {ok / run_s:.1f} trials/s"
+        )
+        for host, n in per_host.items():
+            print(f"   {host}: {n} ok")
+        rep2 = report(out2)
+        for c in rep2["cells"]:
+            ph = c["phases"]
+            print(
+                f"   {c['cell']:48} total P50 {ph['total']['p50_ms']:7.2f} ms  "
+                f"create {ph['create']['p50_ms']:6.2f}  teardown {ph['teardown']['p50_ms']:6.2f}"
+            )
+    finally:
+        lab.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,339 @@
+"""`stage` on a remote host: the same bubblewrap sandbox, built only through the host API.
+
+Nothing here reads or writes the controller's file system: the host's `/` is listed
+with a command, the workspace arrives as a tar stream (host.make_workspace), the
+cgroup is made and removed by small sh scripts, and the sandbox's own pid (for
+`nsenter` on the exec channel) comes back on the sandbox's stdout (`--info-fd 1`).
+The remote host needs root, bubblewrap and util-linux (nsenter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+from typing import Any
+
+from rtax_tui.drivers.base import Environment, Problem, SubTimer
+from rtax_tui.drivers.local import WORKSPACE_PREFIX, close_shell, safe_label
+from rtax_tui.drivers.shellframe import FramedShell
+
+from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
+
+READY = b"RTAX-READY"
+REMOTE_TOOLS = ("bwrap", "nsenter", "sh", "mktemp", "tar", "rm", "cat", "mkdir", "rmdir")
+
+# Lists the top-level entries of `/`: `NAME<TAB>dir|file|link<TAB>TARGET`.
+LIST_ROOT_SH = r"""for e in /* /.[!.]*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  n=${e#/}
+  if [ -L "$e" ]; then printf '%s\tlink\t%s\n' "$n" "$(readlink "$e")"
+  elif [ -d "$e" ]; then printf '%s\tdir\t\n' "$n"
+  elif [ -f "$e" ]; then printf '%s\tfile\t\n' "$n"; fi
+done"""
+
+# Makes cgroup REL in every hierarchy with the limits; prints each cgroup.procs path.
+# Args: REL CPU_QUOTA_US MEMORY_BYTES PIDS (empty: no limit).
+CG_CREATE_SH = r"""set -e
+rel=$1 quota=$2 mem=$3 pids=$4 R=/sys/fs/cgroup
+if [ -e $R/cgroup.controllers ]; then
+  d=$R
+  for part in $(echo "$rel" | tr / ' '); do
+    for c in cpu memory pids; do
+      grep -qw $c $d/cgroup.controllers 2>/dev/null &&
+        { echo +$c > $d/cgroup.subtree_control; } 2>/dev/null || :
+    done
+    d=$d/$part; [ -d $d ] || mkdir $d
+  done
+  [ -z "$quota" ] || echo "$quota 100000" > $d/cpu.max
+  [ -z "$mem" ] || { echo $mem > $d/memory.max; echo 0 > $d/memory.swap.max 2>/dev/null || :; }
+  [ -z "$pids" ] || echo $pids > $d/pids.max
+  echo $d/cgroup.procs
+  exit 0
+fi
+[ -e $R/memory/memory.limit_in_bytes ] || { echo "no cgroup hierarchy under $R" >&2; exit 1; }
+seen=
+for c in cpu memory pids; do
+  [ -e $R/$c/cgroup.procs ] || continue
+  real=$(readlink -f $R/$c)
+  case " $seen " in *" $real "*) continue ;; esac
+  seen="$seen $real"
+  mkdir -p $R/$c/$rel
+  case $c in
+    cpu) [ -z "$quota" ] || { echo 100000 > $R/$c/$rel/cpu.cfs_period_us;
+         echo $quota > $R/$c/$rel/cpu.cfs_quota_us; } ;;
+    memory) [ -z "$mem" ] || echo $mem > $R/$c/$rel/memory.limit_in_bytes ;;
+    pids) [ -z "$pids" ] || echo $pids > $R/$c/$rel/pids.max ;;
+  esac
+  echo $R/$c/$rel/cgroup.procs
+done"""
+
+# Kills everything in the cgroup dirs given, then removes them (bounded wait).
+CG_REMOVE_SH = r"""for i in $(seq 1 200); do
+  left=
+  for d in "$@"; do
+    [ -d "$d" ] || continue
+    for p in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -9 $p 2>/dev/null; left=1; done
+    [ -n "$left" ] || rmdir "$d" 2>/dev/null || left=1
+  done
+  [ -n "$left" ] || exit 0
+  sleep 0.01
+done
+echo "cgroup still busy: $*" >&2
+exit 1"""
+
+# Cleanup by label: sandboxes (bwrap naming the workspace), cgroups, workspaces.
+CLEANUP_SH = r"""p=$1 cg=$2 n=0 t=${TMPDIR:-/tmp}
+for d in /proc/[0-9]*; do
+  case $(tr '\0' ' ' < $d/cmdline 2>/dev/null) in
+    *bwrap*"$t/$p"*) kill -9 "${d#/proc/}" 2>/dev/null && n=$((n+1)) ;;
+  esac
+done
+for d in /sys/fs/cgroup/rtax /sys/fs/cgroup/*/rtax; do
+  for c in "$d"/$cg*; do
+    [ -d "$c" ] || continue
+    for q in $(cat "$c/cgroup.procs" 2>/dev/null); do kill -9 $q 2>/dev/null; done
+    sleep 0.05; rmdir "$c" 2>/dev/null && n=$((n+1))
+  done
+done
+for w in "$t/$p"*; do [ -e "$w" ] || continue; rm -rf -- "$w"; n=$((n+1)); done
+echo $n"""
+
+
+class RemoteStageEnvironment(Environment):
+    """One bubblewrap sandbox on a remote host (see the module docstring)."""
+
+    def __init__(self, driver: Any, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+        super().__init__(driver, spec, sub)
+        self.host = driver.host
+        self.workspace: str | None = None
+        self.cg_dirs: list[str] = []
+        self.procs: list[str] = []
+        self.proc: Any = None
+        self.shell: FramedShell | None = None
+        self.pid: int | None = None
+        self.broken = False
+        env = {
+            "PATH": self.host.path_env,
+            "HOME": "/workspace",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        env.update(spec.env)
+        self.env = env
+
+    async def create(self) -> None:
+        from rtax_tui.drivers.stage import SLEEPER, bwrap_argv
+
+        spec = self.spec
+        label = safe_label(spec.label)
+        async with self.sub("workspace"):
+            prefix = f"{WORKSPACE_PREFIX}{label}-"
+            self.workspace = await self.host.make_workspace(prefix, spec.workspace_src)
+            entries = await self.driver.remote_root_entries()
+        async with self.sub("cgroup"):
+            name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
+            lim = spec.limits
+            quota = str(max(1000, int(round(lim.cpus * 100_000)))) if lim.cpus else ""
+            mem = str(int(lim.memory_mib) << 20) if lim.memory_mib else ""
+            pids = str(int(lim.pids)) if lim.pids else ""
+            res = await self.host.run(
+                ["sh", "-c", CG_CREATE_SH, "rtax-cg", f"rtax/{name}", quota, mem, pids],
+                timeout=30,
+            )
+            if res.returncode != 0:
+                err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
+                raise PhaseFailure("cgroup_failed", f"cannot make cgroup {name}: {err}")
+            self.procs = res.stdout.decode().split()
+            self.cg_dirs = [os.path.dirname(p) for p in self.procs]
+            for d in self.cg_dirs:
+                self.host._register(f"+c {d}")
+        async with self.sub("spawn"):
+            bwrap = self.driver.tools["bwrap"]
+            if self.channel == "shell":
+                cmd: tuple[str, ...] = ("sh",)
+                info_fd = None
+            else:
+                cmd, info_fd = SLEEPER, 3
+            argv = bwrap_argv(
+                bwrap, self.workspace, cmd, entries=entries, tmp_binds=[], info_fd=info_fd
+            )
+            if info_fd is not None:  # bwrap closes its info fd: give it a copy of stdout
+                argv = ["sh", "-c", 'exec "$@" 3>&1', "rtax-bwrap", *argv]
+            self.proc = await self.host.spawn(
+                argv,
+                cwd="/",
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cgroup_procs=self.procs,
+            )
+            if self.channel == "shell":
+                self.shell = FramedShell(self.proc.stdin, self.proc.stdout, timed=True)
+
+    async def _started(self) -> None:
+        """Exec channel: read bwrap's info (the sandbox's pid) and the sleeper's READY."""
+        if self.pid is not None:
+            return
+        if self.proc is None:
+            raise PhaseFailure("not_created", "the sandbox was never started")
+        data = b""
+        pid = None
+        while READY not in data or pid is None:
+            line = await self.proc.stdout.readline()
+            if not line:
+                raise PhaseFailure(
+                    "sandbox_failed",
+                    f"bwrap sandbox did not start: {data.decode(errors='replace').strip()}",
+                )
+            data += line
+            m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
+            if m and b"}" in data[m.end() :]:
+                pid = int(m.group(1))
+        self.pid = pid
+
+    async def ready(self) -> None:
+        if self.channel == "exec":
+            await self._started()
+        await super().ready()
+
+    async def action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self.channel == "shell":
+            if self.shell is None:
+                raise PhaseFailure("not_created", "the sandbox's shell was never started")
+            if self.broken:
+                raise PhaseFailure("shell_lost", "an earlier action did not finish; shell is stale")
+            try:
+                return await asyncio.wait_for(self.shell.run(step.argv), timeout)
+            except BaseException:
+                self.broken = True
+                raise
+        await self._started()
+        argv = [self.driver.tools["nsenter"], "-t", str(self.pid)]
+        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "-w", "--", *step.argv]
+        res = await self.host.run(
+            argv, cwd="/", env=self.env, timeout=timeout, merge_stderr=True,
+            cgroup_procs=self.procs,
+        )  # fmt: skip
+        return ActionResult(rc=res.returncode, output=res.stdout)
+
+    async def teardown(self) -> None:
+        errors: list[str] = []
+        if self.proc is not None:
+            if self.broken:
+                await self.host.kill(self.proc)
+                self.host.release(self.proc)
+            else:
+                await close_shell(self.proc, grace=2.0, host=self.host)
+            self.proc = None
+            self.shell = None
+        if self.cg_dirs:
+            res = await self.host.run(
+                ["sh", "-c", CG_REMOVE_SH, "rtax-cg-rm", *self.cg_dirs], timeout=30
+            )
+            if res.returncode != 0:
+                errors.append(res.stderr.decode(errors="replace").strip())
+            else:
+                for d in self.cg_dirs:
+                    self.host._register(f"-c {d}")
+                self.cg_dirs = []
+        if self.workspace is not None:
+            await self.host.remove_tree(self.workspace)
+            self.workspace = None
+        if errors:
+            raise PhaseFailure("teardown_incomplete", "; ".join(errors))
+
+
+async def probe_tools(host: Any) -> dict[str, str]:
+    """Absolute paths of the tools the remote stage needs, as the remote host sees them."""
+    script = 'for t in "$@"; do p=$(command -v "$t") && echo "$t $p"; done; :'
+    res = await host.run(["sh", "-c", script, "rtax-tools", *REMOTE_TOOLS], timeout=30)
+    tools = {}
+    for line in res.stdout.decode(errors="replace").splitlines():
+        name, _, path = line.partition(" ")
+        if path.startswith("/"):
+            tools[name] = path
+    return tools
+
+
+async def list_root(host: Any) -> list[tuple[str, str, str]]:
+    from rtax_tui.drivers.stage import OWN_ENTRIES
+
+    res = await host.run(["sh", "-c", LIST_ROOT_SH], timeout=30)
+    out = []
+    for line in res.stdout.decode(errors="replace").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0] not in OWN_ENTRIES:
+            out.append((parts[0], parts[1], parts[2]))
+    out.sort()
+    return out
+
+
+async def check_remote(driver: Any) -> list[Problem]:
+    """Root, the tools, cgroups, then a real sandbox in each channel, on the remote host."""
+    from rtax_tui.drivers.stage import HOSTNAME
+
+    host = driver.host
+    try:
+        uid = (await host.run(["id", "-u"], timeout=30)).stdout.strip()
+        driver.tools = await probe_tools(host)
+    except PhaseFailure as exc:
+        return [Problem(f"host {host.name} does not answer: {exc.message}", "check the network")]
+    if uid != b"0":
+        return [
+            Problem(
+                f"stage needs root on host {host.name} (logged in as uid {uid.decode()})",
+                "log in as root, or as a user with uid 0",
+            )
+        ]
+    missing = [t for t in REMOTE_TOOLS if t not in driver.tools]
+    if missing:
+        return [
+            Problem(
+                f"not on PATH on host {host.name}: {', '.join(missing)}",
+                "apt-get install bubblewrap util-linux coreutils tar there",
+            )
+        ]
+    driver.sandbox = "bwrap"
+    name = f"rtax/check-{os.urandom(4).hex()}"
+    res = await host.run(["sh", "-c", CG_CREATE_SH, "rtax-cg", name, "100000", "", ""], timeout=30)
+    dirs = [os.path.dirname(p) for p in res.stdout.decode().split()]
+    if dirs:
+        await host.run(["sh", "-c", CG_REMOVE_SH, "rtax-cg-rm", *dirs], timeout=30)
+    if res.returncode != 0 or not dirs:
+        err = res.stderr.decode(errors="replace").strip()[-300:]
+        return [
+            Problem(
+                f"cannot make cgroups under /sys/fs/cgroup on host {host.name} ({err})",
+                "run as root there with /sys/fs/cgroup mounted and writable",
+            )
+        ]
+    for channel in ("exec", "shell"):
+        err = await driver.try_environment(
+            channel,
+            Step(("sh", "-c", "test -w /workspace && hostname")),
+            lambda r: r.rc == 0 and r.output.strip() == HOSTNAME.encode(),
+        )
+        if err:
+            return [
+                Problem(
+                    f"bwrap could not run a sandbox ({channel}) on host {host.name}: {err}",
+                    "check that bubblewrap works as root there",
+                )
+            ]
+    return []
+
+
+async def cleanup_remote(host: Any, label: str | None) -> int:
+    prefix = WORKSPACE_PREFIX + (f"{safe_label(label)}-" if label else "")
+    cg = f"env-{safe_label(label)}-" if label else "env-"
+    res = await host.run(["sh", "-c", CLEANUP_SH, "rtax-cleanup", prefix, cg], timeout=60)
+    try:
+        return int(res.stdout.split()[-1])
+    except (ValueError, IndexError):
+        return 0

@@ -1,0 +1,590 @@
+"""A remote host over SSH (asyncssh), with LocalHost's `subprocess`-shaped API.
+
+One connection per host, reused by every trial; each command is a channel on it.
+Commands are argv lists joined with `shlex.join`; nothing reaches the remote shell
+unquoted. Every remote command runs as the leader of its own process group (sshd
+makes one session per channel) and announces its pid first, so the controller can
+kill the whole group. A remote reaper (an `awk` on its own channel) holds what is
+alive on the host; when its channel closes (the run ended, rtax was killed, the
+connection dropped) it kills the groups and removes the workspaces left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import re
+import shlex
+import subprocess
+import tarfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtax_tui.core.model import HostLost, RtaxError
+from rtax_tui.hosts.local import CompletedProcess
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SAFE_PATH = re.compile(r"[A-Za-z0-9_./@:+-]+")
+KEEPALIVE_S = 2.0
+KEEPALIVE_COUNT = 3
+CONNECT_TIMEOUT_S = 15.0
+
+# The remote reaper: remembers process groups, paths and cgroup dirs; at EOF it ends them.
+REAPER_AWK = r"""
+$1 == "+g" { g[$2] = 1; next }
+$1 == "-g" { delete g[$2]; next }
+$1 == "+p" { p[$2] = 1; next }
+$1 == "-p" { delete p[$2]; next }
+$1 == "+c" { c[$2] = 1; next }
+$1 == "-c" { delete c[$2]; next }
+END {
+  for (k in g) system("kill -9 -" k " 2>/dev/null")
+  for (k in c) {
+    kill = "for q in $(cat " k "/cgroup.procs 2>/dev/null); do kill -KILL $q; done 2>/dev/null"
+    system(kill "; sleep 0.1; rmdir " k " 2>/dev/null")
+  }
+  for (k in p) system("rm -rf -- " k)
+}
+"""
+
+# One command for the facts of the host, `key=value` a line.
+FACTS_SH = r"""
+echo "kernel=$(uname -r)"
+echo "cpu_model=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1)"
+echo "cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc)"
+echo "memory_kib=$(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo)"
+cs=/sys/devices/system/clocksource/clocksource0/current_clocksource
+echo "clocksource=$(cat $cs 2>/dev/null)"
+echo "os=$(sed -n 's/^PRETTY_NAME="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' /etc/os-release 2>/dev/null)"
+if [ -e /sys/fs/cgroup/cgroup.controllers ]; then echo cgroup=v2;
+elif [ -d /sys/fs/cgroup/memory ]; then echo cgroup=v1; fi
+for t in docker podman qemu-system-x86_64 libvirtd bwrap python3; do
+  if command -v "$t" >/dev/null 2>&1; then
+    echo "version_$t=$("$t" --version 2>&1 | head -n1)"
+  fi
+done
+"""
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """Where and how to log in; `name` is what recordings and reports call the host."""
+
+    name: str
+    address: str
+    user: str | None = None
+    port: int = 22
+    identity: str | None = None
+    known_hosts: str | None = None
+    jump: str | None = None
+    concurrency: int | None = None
+    trust_new: bool = False
+    keepalive_s: float = KEEPALIVE_S
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
+    """`ssh://[user@]host[:port]` -> SSHTarget named `user@host:port`."""
+    if not url.startswith("ssh://"):
+        raise RtaxError(f"host {url!r}: expected `local` or ssh://[user@]host[:port]")
+    rest = url[len("ssh://") :].rstrip("/")
+    user, _, hostport = rest.rpartition("@")
+    host, port = hostport, 22
+    m = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:]+)(?::(\d+))?", hostport)
+    if not m:
+        raise RtaxError(f"host {url!r}: cannot read host and port")
+    host = m.group(1) or m.group(3)
+    port = int(m.group(2) or m.group(4) or 22)
+    if not host or not (0 < port < 65536):
+        raise RtaxError(f"host {url!r}: bad host or port")
+    name = f"{user + '@' if user else ''}{host}:{port}"
+    return SSHTarget(name=name, address=host, user=user or None, port=port, **kw)
+
+
+def remote_command(
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    merge_stderr: bool = False,
+    cgroup_procs: Sequence[str] = (),
+    announce: bool = True,
+) -> str:
+    """A shell command line for `argv`; every word is quoted.
+
+    `echo $$` first: the channel's shell is its session's leader, so its pid is the
+    process group of everything the command starts (it keeps the pid through exec).
+    """
+    parts = ["echo $$"] if announce else []
+    parts += [f"echo $$ > {shlex.quote(f)}" for f in cgroup_procs]
+    if cwd:
+        parts.append(f"cd {shlex.quote(cwd)}")
+    cmd = "exec "
+    if env is not None:
+        cmd += "env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
+    cmd += shlex.join(list(argv))
+    if merge_stderr:
+        cmd += " 2>&1"
+    parts.append(cmd)
+    return " && ".join(parts)
+
+
+def _host_lost(host: str, exc: BaseException) -> HostLost:
+    return HostLost(f"host {host}: {type(exc).__name__}: {exc}".rstrip(": "))
+
+
+class _Reader:
+    """SSHReader with connection errors turned into HostLost (FramedShell's stdout)."""
+
+    def __init__(self, inner: Any, host: str) -> None:
+        self._r = inner
+        self._host = host
+
+    async def _call(self, fn: Any, *a: Any) -> bytes:
+        import asyncssh
+
+        try:
+            return await fn(*a)
+        except asyncio.IncompleteReadError:
+            raise
+        except (asyncssh.Error, OSError) as exc:
+            raise _host_lost(self._host, exc) from exc
+
+    async def readuntil(self, sep: bytes) -> bytes:
+        return await self._call(self._r.readuntil, sep)
+
+    async def readline(self) -> bytes:
+        return await self._call(self._r.readline)
+
+    async def read(self, n: int = -1) -> bytes:
+        return await self._call(self._r.read, n)
+
+
+class _Writer:
+    def __init__(self, inner: Any, host: str) -> None:
+        self._w = inner
+        self._host = host
+
+    def write(self, data: bytes) -> None:
+        import asyncssh
+
+        try:
+            self._w.write(data)
+        except (asyncssh.Error, OSError) as exc:
+            raise _host_lost(self._host, exc) from exc
+
+    async def drain(self) -> None:
+        import asyncssh
+
+        try:
+            await self._w.drain()
+        except (asyncssh.Error, OSError) as exc:
+            raise _host_lost(self._host, exc) from exc
+
+    def is_closing(self) -> bool:
+        return self._w.is_closing()
+
+    def close(self) -> None:
+        try:
+            self._w.write_eof()
+        except Exception:
+            self._w.close()
+
+
+class RemoteProcess:
+    """A running remote command: `stdin`, `stdout`, `pid` (its process group), `wait()`."""
+
+    def __init__(self, host: SSHHost, proc: Any, pid: int) -> None:
+        self.host = host
+        self._proc = proc
+        self.pid = pid
+        self.stdin = _Writer(proc.stdin, host.name)
+        self.stdout = _Reader(proc.stdout, host.name)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def wait(self) -> int:
+        try:
+            await self._proc.wait()
+        except Exception:  # the connection is gone: so is the channel
+            pass
+        rc = self._proc.returncode
+        return rc if rc is not None else -1
+
+    def close(self) -> None:
+        self._proc.close()
+
+
+class SSHHost:
+    """A machine reached over SSH. `connect()` first; `lost` once the connection drops."""
+
+    path_env = DEFAULT_PATH
+
+    def __init__(self, target: SSHTarget) -> None:
+        self.target = target
+        self.name = target.name
+        self.concurrency = target.concurrency
+        self._conn: Any = None
+        self._jump: Any = None
+        self._reaper: Any = None
+        self._lock = asyncio.Lock()
+        self.net: dict[str, Any] = {}
+        self._closing = False
+
+    # -- connection ----------------------------------------------------------
+    @property
+    def lost(self) -> bool:
+        return self._conn is None or self._conn.is_closed()
+
+    def _options(self) -> dict[str, Any]:
+        t = self.target
+        kw: dict[str, Any] = {
+            "port": t.port,
+            "username": t.user,
+            "keepalive_interval": t.keepalive_s,
+            "keepalive_count_max": KEEPALIVE_COUNT,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "agent_path": None,
+            "password": None,
+            "kbdint_auth": False,
+            "password_auth": False,
+        }
+        if t.identity:
+            kw["client_keys"] = [t.identity]
+        if t.trust_new:
+            kw["known_hosts"] = None
+        elif t.known_hosts:
+            kw["known_hosts"] = t.known_hosts
+        return kw
+
+    async def _open_jump(self) -> Any:
+        """The jump host's connection (same key, known_hosts and checks as the target)."""
+        import asyncssh
+
+        j = parse_ssh_url(
+            self.target.jump if "://" in self.target.jump else "ssh://" + self.target.jump
+        )
+        kw = self._options()
+        kw.update(port=j.port, username=j.user or self.target.user)
+        try:
+            return await asyncssh.connect(j.address, **kw)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise RtaxError(
+                f"host {self.name}: jump host {j.name}: its host key is not trusted ({exc}); "
+                f"trust it with: ssh-keyscan -p {j.port} {shlex.quote(j.address)} >> "
+                f"{self.target.known_hosts or '~/.ssh/known_hosts'}"
+            ) from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise RtaxError(
+                f"host {self.name}: cannot connect to jump host {j.name}: {exc}"
+            ) from None
+
+    async def connect(self) -> None:
+        """Open the connection (timed: `net.connect_ms`) and the remote reaper.
+
+        Raises RtaxError with a one-line reason (refused, unknown key, auth failed).
+        """
+        import asyncssh
+
+        async with self._lock:
+            if not self.lost:
+                return
+            t0 = time.monotonic_ns()
+            opts = self._options()
+            if self.target.jump:
+                if self._jump is not None:
+                    self._jump.close()
+                self._jump = await self._open_jump()
+                opts["tunnel"] = self._jump
+            try:
+                conn = await asyncssh.connect(self.target.address, **opts)
+            except asyncssh.HostKeyNotVerifiable as exc:
+                raise RtaxError(self._key_message(str(exc))) from None
+            except asyncssh.PermissionDenied as exc:
+                raise RtaxError(
+                    f"host {self.name}: login refused ({exc.reason}); check the user and "
+                    "--identity (key-based login only)"
+                ) from None
+            except ConnectionRefusedError:
+                raise RtaxError(
+                    f"host {self.name}: cannot connect: connection refused "
+                    f"(no SSH server on {self.target.address} port {self.target.port})"
+                ) from None
+            except (OSError, asyncssh.Error, TimeoutError) as exc:
+                msg = str(exc) or type(exc).__name__
+                raise RtaxError(f"host {self.name}: cannot connect: {msg}") from None
+            self.net["connect_ms"] = round((time.monotonic_ns() - t0) / 1e6, 3)
+            self._conn = conn
+            self._closing = False
+            try:
+                self._reaper = await conn.create_process(
+                    shlex.join(["awk", REAPER_AWK]), encoding=None, stderr=subprocess.DEVNULL
+                )
+            except (OSError, asyncssh.Error) as exc:
+                conn.close()
+                self._conn = None
+                raise RtaxError(f"host {self.name}: cannot start a command: {exc}") from None
+
+    def _key_message(self, why: str) -> str:
+        t = self.target
+        kh = t.known_hosts or "~/.ssh/known_hosts"
+        return (
+            f"host {self.name}: its host key is not trusted ({why}); refusing to connect. "
+            f"If this is the right machine, trust it with: "
+            f"ssh-keyscan -p {t.port} {shlex.quote(t.address)} >> {kh} "
+            "(or, for throw-away test hosts only, --trust-new-hosts)"
+        )
+
+    async def measure_rtt(self, n: int = 5) -> float:
+        """Median round trip of an empty command on the open connection (ms)."""
+        times = []
+        for _ in range(n):
+            t0 = time.monotonic_ns()
+            await self.run(["true"], timeout=30)
+            times.append((time.monotonic_ns() - t0) / 1e6)
+        times.sort()
+        self.net["exec_rtt_ms"] = round(times[len(times) // 2], 3)
+        return self.net["exec_rtt_ms"]
+
+    async def close(self) -> None:
+        """Close the reaper's stdin (it ends what is left), then the connection."""
+        self._closing = True
+        if self._reaper is not None:
+            try:
+                self._reaper.stdin.write_eof()
+                await asyncio.wait_for(self._reaper.wait(), 10)
+            except Exception:
+                pass
+            self._reaper = None
+        if self._conn is not None:
+            self._conn.close()
+            try:
+                await asyncio.wait_for(self._conn.wait_closed(), 5)
+            except Exception:
+                pass
+            self._conn = None
+        if self._jump is not None:
+            self._jump.close()
+            self._jump = None
+
+    def _register(self, line: str) -> None:
+        if self._reaper is None:
+            return
+        try:
+            self._reaper.stdin.write(line.encode() + b"\n")
+        except Exception:
+            pass
+
+    def _need(self) -> Any:
+        if self.lost:
+            raise HostLost(f"host {self.name}: the connection is down")
+        return self._conn
+
+    # -- the subprocess-shaped API ------------------------------------------
+    async def _open(self, command: str, merge_stderr: bool) -> Any:
+        import asyncssh
+
+        conn = self._need()
+        try:
+            return await conn.create_process(
+                command,
+                encoding=None,
+                stderr=asyncssh.STDOUT if merge_stderr else asyncssh.PIPE,
+            )
+        except (asyncssh.Error, OSError) as exc:
+            raise _host_lost(self.name, exc) from exc
+
+    async def _pid(self, proc: Any) -> int:
+        import asyncssh
+
+        try:
+            line = await proc.stdout.readline()
+        except (asyncssh.Error, OSError) as exc:
+            raise _host_lost(self.name, exc) from exc
+        try:
+            return int(line)
+        except ValueError:
+            proc.close()
+            raise HostLost(f"host {self.name}: the remote shell did not start ({line!r})") from None
+
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: int | None = subprocess.DEVNULL,
+        stdout: int | None = subprocess.PIPE,
+        stderr: int | None = subprocess.STDOUT,
+        cgroup_procs: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
+    ) -> RemoteProcess:
+        if pass_fds:
+            raise HostLost(f"host {self.name}: file descriptors cannot be passed over SSH")
+        cmd = remote_command(
+            argv,
+            cwd=cwd,
+            env=env,
+            merge_stderr=stderr == subprocess.STDOUT,
+            cgroup_procs=cgroup_procs,
+        )
+        proc = await self._open(cmd, merge_stderr=stderr == subprocess.STDOUT)
+        pid = await self._pid(proc)
+        self._register(f"+g {pid}")
+        return RemoteProcess(self, proc, pid)
+
+    def release(self, proc: RemoteProcess) -> None:
+        self._register(f"-g {proc.pid}")
+
+    async def kill(self, proc: RemoteProcess) -> None:
+        """SIGKILL the remote process group, then close its channel."""
+        if not self.lost:
+            try:
+                await asyncio.wait_for(
+                    self._conn.run(f"kill -9 -{int(proc.pid)} 2>/dev/null", encoding=None),
+                    10,
+                )
+            except Exception:
+                pass
+        proc.close()
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        merge_stderr: bool = False,
+        cgroup_procs: Sequence[str] = (),
+    ) -> CompletedProcess:
+        """Run to completion on the host; at the timeout its process group is killed."""
+        import asyncssh
+
+        cmd = remote_command(
+            argv, cwd=cwd, env=env, merge_stderr=merge_stderr, cgroup_procs=cgroup_procs
+        )
+        pid: int | None = None
+        proc: Any = None
+        try:
+            async with asyncio.timeout(timeout):
+                proc = await self._open(cmd, merge_stderr)
+                pid = await self._pid(proc)
+                self._register(f"+g {pid}")
+                if input:
+                    proc.stdin.write(input)
+                proc.stdin.write_eof()
+                if merge_stderr:
+                    out, err = await proc.stdout.read(), b""
+                else:
+                    out, err = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+                await proc.wait()
+        except (asyncssh.Error, OSError) as exc:
+            if isinstance(exc, TimeoutError):  # ours (an OSError since 3.11): kill, re-raise
+                self._abandon(proc, pid)
+                raise
+            raise _host_lost(self.name, exc) from exc
+        except BaseException:
+            self._abandon(proc, pid)
+            raise
+        finally:
+            if pid is not None:
+                self._register(f"-g {pid}")
+        rc = proc.returncode if proc.returncode is not None else -1
+        if check and rc != 0:
+            raise subprocess.CalledProcessError(rc, list(argv), out, err)
+        return CompletedProcess(list(argv), rc, out or b"", err or b"")
+
+    def _abandon(self, proc: Any, pid: int | None) -> None:
+        """A run given up half-way: kill its remote group in the background."""
+        if pid is not None:
+            task = asyncio.ensure_future(self.kill(RemoteProcess(self, proc, pid)))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+        elif proc is not None:
+            proc.close()
+
+    # -- workspaces and facts ------------------------------------------------
+    async def make_workspace(self, prefix: str, src: str | None = None) -> str:
+        """A fresh directory `<remote tmp>/<prefix>XXXXXXXX`, filled with `src`'s contents
+        (a tar stream on the command's stdin: nothing touches a shared file system)."""
+        if not SAFE_PATH.fullmatch(prefix):
+            raise ValueError(f"unsafe workspace prefix {prefix!r}")
+        script = (
+            'd=$(mktemp -d -p "${TMPDIR:-/tmp}" "$1"XXXXXXXX) || exit 1; '
+            'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || { rm -rf "$d"; exit 1; }; fi; '
+            'echo "$d"'
+        )
+        data = await tar_bytes(src) if src else None
+        res = await self.run(
+            ["sh", "-c", script, "rtax-ws", prefix, "1" if data else "0"],
+            input=data,
+            timeout=120,
+        )
+        path = res.stdout.decode(errors="replace").strip()
+        if res.returncode != 0 or not SAFE_PATH.fullmatch(path):
+            raise HostLost(
+                f"host {self.name}: cannot make a workspace: "
+                f"{(res.stderr or res.stdout).decode(errors='replace').strip()[-300:]}"
+            )
+        self._register(f"+p {path}")
+        return path
+
+    async def remove_tree(self, path: str) -> None:
+        await self.run(["rm", "-rf", "--", path], timeout=60)
+        self._register(f"-p {path}")
+
+    async def facts(self) -> dict[str, Any]:
+        """Kernel, CPU, memory, clock source and substrate versions, on this connection."""
+        res = await self.run(["sh", "-c", FACTS_SH], timeout=30)
+        raw: dict[str, str] = {}
+        for line in res.stdout.decode(errors="replace").splitlines():
+            k, sep, v = line.partition("=")
+            if sep:
+                raw[k] = v.strip()
+        mem = raw.get("memory_kib", "")
+        cpus = raw.get("cpus", "")
+        return {
+            "kernel": raw.get("kernel"),
+            "os": raw.get("os") or None,
+            "cpu_model": raw.get("cpu_model") or None,
+            "cpus": int(cpus) if cpus.isdigit() else None,
+            "memory_mib": int(mem) // 1024 if mem.isdigit() else None,
+            "clocksource": raw.get("clocksource") or None,
+            "cgroup": raw.get("cgroup"),
+            "versions": {
+                k[len("version_") :]: v for k, v in raw.items() if k.startswith("version_")
+            },
+            "transport": "ssh",
+            "address": f"{self.target.address}:{self.target.port}",
+            "net": dict(self.net),
+        }
+
+
+_background: set[asyncio.Task[Any]] = set()
+_tar_cache: dict[str, bytes] = {}
+_tar_lock = threading.Lock()
+
+
+async def tar_bytes(src: str) -> bytes:
+    """The contents of directory `src` as an uncompressed tar (made once per run)."""
+
+    def build() -> bytes:
+        with _tar_lock:
+            if src not in _tar_cache:
+                buf = io.BytesIO()
+                with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                    for name in sorted(os.listdir(src)):
+                        tf.add(os.path.join(src, name), arcname=name)
+                _tar_cache[src] = buf.getvalue()
+            return _tar_cache[src]
+
+    return await asyncio.to_thread(build)

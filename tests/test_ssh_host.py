@@ -1,0 +1,191 @@
+"""SSHHost against a real OpenSSH server on loopback: the LocalHost API, over one connection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+
+import pytest
+from rtax_tui.drivers.shellframe import FramedShell
+
+from rtax_tui.core.model import HostLost, RtaxError
+from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url, remote_command
+from tests.procs import dead
+from tests.sshhosts import SSHLab, missing, netns_missing
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
+TAG = f"rtaxleft{os.getpid()}"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    lab = SSHLab()
+    try:
+        lab.lo = lab.serve_loopback()
+        yield lab
+    finally:
+        lab.close()
+
+
+def _host(lab: SSHLab, **kw) -> SSHHost:
+    kw.setdefault("identity", lab.identity)
+    kw.setdefault("known_hosts", lab.known_hosts)
+    return SSHHost(parse_ssh_url(lab.lo.url, **kw))
+
+
+def _ps_args() -> str:
+    return subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+
+
+def test_parse_url_and_quoting() -> None:
+    t = parse_ssh_url("ssh://bench@10.0.0.5:2200")
+    assert (t.name, t.address, t.user, t.port) == ("bench@10.0.0.5:2200", "10.0.0.5", "bench", 2200)
+    assert parse_ssh_url("ssh://box").name == "box:22"
+    with pytest.raises(RtaxError):
+        parse_ssh_url("ssh://bench@host:99999")
+    cmd = remote_command(["echo", "a b", "$HOME", "'q'"], cwd="/tmp/x y", env={"A": "1 2"})
+    assert "'a b'" in cmd and "'$HOME'" in cmd and "'/tmp/x y'" in cmd and "'A=1 2'" in cmd
+
+
+def test_run_like_subprocess(lab: SSHLab) -> None:
+    async def go() -> None:
+        host = _host(lab)
+        await host.connect()
+        try:
+            assert host.net["connect_ms"] > 0
+            # words reach the program as they are: no remote shell expansion
+            r = await host.run(["printf", "%s|", "a b", "$HOME", "*", "'"])
+            assert (r.returncode, r.stdout, r.stderr) == (0, b"a b|$HOME|*|'|", b"")
+            r = await host.run(["sh", "-c", "cat; echo err >&2; exit 3"], input=b"in\x00put")
+            assert (r.returncode, r.stdout, r.stderr) == (3, b"in\x00put", b"err\n")
+            r = await host.run(["sh", "-c", "echo out; echo err >&2"], merge_stderr=True)
+            assert r.stdout == b"out\nerr\n"
+            r = await host.run(["pwd"], cwd="/usr/bin", env={"PATH": "/bin:/usr/bin"})
+            assert r.stdout == b"/usr/bin\n"
+            r = await host.run(["env"], env={"ONLY": "this"})
+            assert r.stdout == b"ONLY=this\n"  # env replaces the remote environment
+            with pytest.raises(subprocess.CalledProcessError):
+                await host.run(["false"], check=True)
+            # a timeout kills the remote process group, not just the channel
+            tag = f"rtaxsleep{os.getpid()}"
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await host.run(["sh", "-c", f"sleep 30 & exec sleep 31 # {tag}"], timeout=0.5)
+            assert time.monotonic() - t0 < 2
+            for _ in range(50):
+                await asyncio.sleep(0.05)
+                if "sleep 30" not in _ps_args() or tag not in _ps_args():
+                    break
+            assert tag not in _ps_args()
+            rtt = await host.measure_rtt(3)
+            assert 0 < rtt < 1000 and host.net["exec_rtt_ms"] == rtt
+        finally:
+            await host.close()
+
+    asyncio.run(go())
+
+
+def test_spawn_shell_workspace_and_reaper(lab: SSHLab) -> None:
+    src = os.path.join(lab.dir, "src")
+    os.makedirs(os.path.join(src, "sub"))
+    with open(os.path.join(src, "sub", "f.txt"), "w") as f:
+        f.write("payload\n")
+
+    async def go() -> tuple[str, int]:
+        host = _host(lab)
+        await host.connect()
+        ws = await host.make_workspace(f"rtax-ws-t{os.getpid()}-", src)
+        assert ws != src and not ws.startswith(lab.dir)
+        proc = await host.spawn(["sh"], cwd=ws, env={"PATH": host.path_env}, stdin=subprocess.PIPE)
+        shell = FramedShell(proc.stdin, proc.stdout)
+        res = await shell.run(["cat", "sub/f.txt"])
+        assert (res.rc, res.output) == (0, b"payload\n")
+        res = await shell.run(["sh", "-c", "exit 7"])
+        assert res.rc == 7
+        # something the shell leaves running: the reaper must end it when we go
+        await shell.run(["sh", "-c", f"sh -c 'sleep 300; : {TAG}' >/dev/null 2>&1 &"])
+        assert TAG in _ps_args()
+        facts = await host.facts()
+        assert facts["kernel"] == os.uname().release and facts["cpus"] == os.cpu_count()
+        assert facts["net"]["connect_ms"] > 0
+        pid = proc.pid
+        await host.close()  # no teardown: the remote reaper must clean up
+        return ws, pid
+
+    ws, pid = asyncio.run(go())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (os.path.exists(ws) or TAG in _ps_args()):
+        time.sleep(0.05)
+    assert not os.path.exists(ws)
+    assert dead(pid, 0.1)
+    assert TAG not in _ps_args()
+
+
+def test_unknown_host_key_refused_and_trust_flag(lab: SSHLab) -> None:
+    empty = os.path.join(lab.dir, "empty_known_hosts")
+    open(empty, "w").close()
+
+    async def go() -> None:
+        host = _host(lab, known_hosts=empty)
+        with pytest.raises(RtaxError) as ei:
+            await host.connect()
+        msg = str(ei.value)
+        assert "not trusted" in msg and "ssh-keyscan" in msg and "--trust-new-hosts" in msg
+        assert host.lost
+        trusting = _host(lab, known_hosts=empty, trust_new=True)
+        await trusting.connect()
+        assert (await trusting.run(["true"])).returncode == 0
+        await trusting.close()
+
+    asyncio.run(go())
+
+
+def test_refused_and_lost_connection(lab: SSHLab) -> None:
+    async def go() -> None:
+        refused = SSHHost(parse_ssh_url("ssh://nobody@127.0.0.1:1", identity=lab.identity))
+        with pytest.raises(RtaxError, match="cannot connect"):
+            await refused.connect()
+        host = _host(lab)
+        await host.connect()
+        await host.close()
+        with pytest.raises(HostLost):
+            await host.run(["true"])
+
+    asyncio.run(go())
+
+
+@pytest.mark.skipif(netns_missing() is not None, reason=str(netns_missing()))
+def test_jump_host(lab: SSHLab) -> None:
+    """Through the loopback server to a server in a network namespace."""
+    ns = lab.serve_netns(0)
+    log = os.path.join(lab.dir, f"sshd_lo{lab.lo.port}.log")
+
+    def _logins() -> int:
+        with open(log) as f:
+            return f.read().count("Accepted publickey")
+
+    before = _logins()
+
+    async def go() -> None:
+        jump = f"{lab.user}@127.0.0.1:{lab.lo.port}"
+        host = SSHHost(
+            parse_ssh_url(ns.url, identity=lab.identity, known_hosts=lab.known_hosts, jump=jump)
+        )
+        await host.connect()
+        try:
+            r = await host.run(["sh", "-c", 'echo "$SSH_CONNECTION"'])
+            assert r.stdout.split()[2].decode() == ns.address
+            # the jump host (the loopback server) saw one more login: ours, forwarding
+            assert _logins() == before + 1
+        finally:
+            await host.close()
+        bad = SSHHost(
+            parse_ssh_url(ns.url, identity=lab.identity, known_hosts=lab.known_hosts,
+                          jump="nobody@127.0.0.1:1")
+        )  # fmt: skip
+        with pytest.raises(RtaxError, match="jump host"):
+            await bad.connect()
+
+    asyncio.run(go())
