@@ -257,13 +257,16 @@ def test_run_ended_by_signal_leaves_nothing_remote(lab: SSHLab, tmp_path: Path, 
     assert _leftovers(run_id)
     proc.send_signal(2 if how == "SIGINT" else 9)
     proc.wait(60)
+
+    def cgroups() -> list[str]:
+        root = "/sys/fs/cgroup/memory/rtax"
+        return [p for p in os.listdir(root) if run_id[:20] in p] if os.path.isdir(root) else []
+
     deadline = time.monotonic() + 20
-    while (running() or _leftovers(run_id)) and time.monotonic() < deadline:
+    while (running() or _leftovers(run_id) or cgroups()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running() == 0 and _leftovers(run_id) == []
-    cg = [p for p in os.listdir("/sys/fs/cgroup/memory/rtax") if run_id[:20] in p] if (
-        os.path.isdir("/sys/fs/cgroup/memory/rtax")) else []  # fmt: skip
-    assert cg == []
+    assert cgroups() == []
 
 
 def test_cleanup_reaches_remote_hosts_by_run_label(lab: SSHLab) -> None:

@@ -44,8 +44,10 @@ $1 == "-c" { delete c[$2]; next }
 END {
   for (k in g) system("kill -9 -" k " 2>/dev/null")
   for (k in c) {
+    # a killed process leaves its cgroup a little later on a busy host: retry for 5 s
     kill = "for q in $(cat " k "/cgroup.procs 2>/dev/null); do kill -KILL $q; done 2>/dev/null"
-    system(kill "; sleep 0.1; rmdir " k " 2>/dev/null")
+    system("i=0; while [ -d " k " ] && [ $i -lt 50 ]; do " kill "; rmdir " k \
+      " 2>/dev/null || sleep 0.1; i=$((i+1)); done")
   }
   for (k in p) system("rm -rf -- " k)
 }
