@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from textual.app import App
@@ -27,6 +28,7 @@ class RtaxApp(App[int]):
 
 def replay_screen(path: str, speed: float | None = 1.0) -> MonitorScreen:
     rec = read_recording(path)  # a bad file fails here, before the terminal is taken
+    gc.freeze()  # the recording stays for the app's life: no GC pass should rescan it
     prof = (rec.header.get("profile") or {}).get("name", "?")
     return MonitorScreen(
         "replay", recording=rec, speed=speed, title=f"replay {Path(path).name} ({prof})"
