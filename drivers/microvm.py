@@ -40,6 +40,7 @@ from rtax_tui.drivers.vmguest import (
     parse_options,
     resolve_accel,
     safe,
+    workload_problems,
 )
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step, Workload
@@ -263,29 +264,7 @@ class MicrovmDriver(Driver):
         return []
 
     async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
-        problems = []
-        for w in workloads:
-            if w.needs_assets and not w.files:  # t2: clones from paths on the host
-                problems.append(
-                    Problem(
-                        f"workload {w.name} reads rtax's assets at host paths, which a VM "
-                        "does not see",
-                        "run it on local, stage, docker or podman",
-                    )
-                )
-            if needs_full_image(w) and guest_files(need_root=True) is None:
-                problems.append(
-                    Problem(
-                        f"workload {w.name} needs the root disk", "rtax images build --driver vm"
-                    )
-                )
-            if self.opts.start == "restore" and (needs_full_image(w) or w.files):
-                problems.append(
-                    Problem(
-                        f'start = "restore" restores a guest without disks; {w.name} needs some',
-                        'use start = "boot" for it, or the t0 workload',
-                    )
-                )
+        problems = workload_problems(workloads, self.opts.start)
         if problems or self.opts.start != "restore" or self.snapshot is not None:
             return problems
         err = await self.make_snapshot()

@@ -27,8 +27,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rtax_tui.drivers.base import Problem
+
 from rtax_tui.core import reaper
-from rtax_tui.core.model import ActionResult, PhaseFailure, RtaxError, Step
+from rtax_tui.core.model import ActionResult, PhaseFailure, RtaxError, Step, Workload
 from rtax_tui.core.vmimage import HELLO, INIT_MARK
 
 DIR_PREFIX = "rtax-vm-"
@@ -391,3 +393,32 @@ def microvm_argv(
     if incoming:
         argv += ["-incoming", "defer"]
     return argv
+
+
+def workload_problems(workloads: list[Workload], start: str) -> list[Problem]:
+    """What keeps these workloads off a VM (both VM drivers say the same)."""
+    from rtax_tui.drivers.docker import needs_full_image
+
+    from rtax_tui.core.vmimage import guest_files
+
+    problems = []
+    for w in workloads:
+        if w.needs_assets and not w.files:  # t2: clones from paths on the host
+            problems.append(
+                Problem(
+                    f"workload {w.name} reads rtax's assets at host paths, which a VM does not see",
+                    "run it on local, stage, docker or podman",
+                )
+            )
+        if needs_full_image(w) and guest_files(need_root=True) is None:
+            problems.append(
+                Problem(f"workload {w.name} needs the root disk", "rtax images build --driver vm")
+            )
+        if start == "restore" and (needs_full_image(w) or w.files):
+            problems.append(
+                Problem(
+                    f'start = "restore" restores a guest without disks; {w.name} needs some',
+                    'use start = "boot" for it, or the t0 workload',
+                )
+            )
+    return problems
