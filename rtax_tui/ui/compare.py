@@ -37,8 +37,6 @@ class CompareScreen(Screen[None]):
         t = self.query_one("#cmp", DataTable)
         t.cursor_type = "row"
         t.zebra_stripes = True
-        for col in ("cell", "phase", "a P50", "b P50", "b − a", "95% CI", "b/a", "faster"):
-            t.add_column(col, key=col)
         self.load()
 
     @work(thread=True, exclusive=True)
@@ -58,6 +56,12 @@ class CompareScreen(Screen[None]):
 
     def _show(self, cmp: dict[str, Any]) -> None:
         t = self.query_one("#cmp", DataTable)
+        # fixed widths, known before the first row: auto widths left the first row drawn
+        # at the headers' widths
+        cell_w = max([len("cell"), *(len(r["cell"]) for r in cmp["rows"])])
+        for col, w in (("cell", cell_w), ("phase", 13), ("a P50", 8), ("b P50", 8),
+                       ("b − a", 10), ("95% CI", 20), ("b/a", 5), ("faster", 7)):  # fmt: skip
+            t.add_column(col, key=col, width=w)
         for r in cmp["rows"]:
             lo, hi = r["ci95_ms"]
             faster = Text(r["faster"], style="bold green" if r["faster"] != "neither" else "")

@@ -122,8 +122,10 @@ class ProjectPanel(ModalScreen[None]):
 
     def on_mount(self) -> None:
         t = self.query_one("#proj", DataTable)
-        for col in ("cell", "per traj s", "worker-hours", "95% CI"):
-            t.add_column(col, key=col)
+        cells = {e["cell"] for e in self.rec.events if e.get("type") == "trial_start"}
+        cell_w = max([4, *(len(c) for c in cells)])
+        for col, w in (("cell", cell_w), ("per traj s", 10), ("worker-hours", 14), ("95% CI", 24)):
+            t.add_column(col, key=col, width=w)  # fixed: auto widths drew row 1 too narrow
         self.compute(self.trajectories, self.steps)
 
     @on(Input.Changed)
