@@ -5,15 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from contextlib import asynccontextmanager
 
 import pytest
-from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.libvirt import LibvirtDriver
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, RtaxError, Step, Workload
-from rtax_tui.hosts.local import LocalHost
-from tests.vmtools import ensure_guest, nothing_left, qemu_pids, run_cli
+from rtax_tui.core.model import EnvSpec, PhaseFailure, RtaxError, Step, Workload
+from tests.vmtools import (
+    SubPhases,
+    check_never_ready,
+    ensure_guest,
+    nothing_left,
+    qemu_pids,
+    run_cli,
+    vm_driver,
+    vm_spec,
+)
 
 LABEL = f"pylv{os.getpid()}{os.urandom(2).hex()}"
 
@@ -51,12 +57,11 @@ def domains(label: str, prefix: str | None = None) -> list[str]:
 
 
 def spec(channel: str, workload: Workload | None = None, src: str | None = None) -> EnvSpec:
-    w = workload or Workload("t0", (Step(("true",)),))
-    return EnvSpec(Cell("local", "libvirt", w.name, channel), w, Limits(), src, label=LABEL)
+    return vm_spec("libvirt", LABEL, channel, workload, src)
 
 
 def driver(**opts) -> LibvirtDriver:
-    return get_driver("libvirt", LocalHost(), {"accel": "tcg", **opts})  # type: ignore[return-value]
+    return vm_driver("libvirt", **opts)
 
 
 @pytest.mark.parametrize("channel", ["shell", "exec"])
@@ -64,20 +69,14 @@ def test_t0_lifecycle_with_sub_phases_and_agent(channel):
     async def run():
         d = driver()
         assert await d.check() == []
-        subs = []
-
-        @asynccontextmanager
-        async def sub(name):
-            subs.append(name)
-            yield
-
-        env = d.environment(spec(channel), sub)
+        subs = SubPhases()
+        env = d.environment(spec(channel), subs)
         try:
             await asyncio.wait_for(env.create(), 120)
             assert domains(LABEL) == [env.name]
             assert len(qemu_pids(LABEL)) == 1  # libvirt names QEMU after the domain
             await asyncio.wait_for(env.ready(), 120)
-            assert subs == ["define", "connect", "firmware_kernel", "agent"]
+            assert subs.names == ["define", "connect", "firmware_kernel", "agent"]
             r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 4")), 30)
             assert (r.rc, r.output) == (4, b"out\nerr\n")
             assert r.remote_ns is not None and r.remote_ns > 0
@@ -119,29 +118,8 @@ def test_cleanup_destroys_a_run_s_domains():
 
 
 def test_guest_that_never_says_hello_is_ready_timeout_and_leaves_nothing(tmp_path):
-    rc, events, err = run_cli(
-        """
-[run]
-trials = 1
-warmup = 0
-drivers = ["libvirt"]
-workloads = ["t0"]
-channels = ["exec"]
-[timeouts]
-ready = 15
-[drivers_options.libvirt]
-accel = "tcg"
-append = "rdinit=/bin/cat"
-""",
-        tmp_path,
-    )
-    assert events, err
-    run_id = events[0]["run_id"]
-    ends = [e for e in events if e["type"] == "trial_end"]
-    assert len(ends) == 1 and ends[0]["error"]["kind"] == "ready_timeout", err
-    assert events[0]["hosts"]["local"]["drivers"]["libvirt"]["accel"] == "tcg"
+    run_id = check_never_ready("libvirt", "exec", tmp_path)
     assert domains(run_id) == []
-    assert nothing_left(run_id) == ([], [])
 
 
 def test_restore_path_starts_from_a_saved_domain(tmp_path):

@@ -6,12 +6,20 @@ import asyncio
 import os
 
 import pytest
-from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.microvm import MicrovmDriver
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, RtaxError, Step, Workload
-from rtax_tui.hosts.local import LocalHost
-from tests.vmtools import ensure_guest, nothing_left, qemu_pids, run_cli, trial_dirs
+from rtax_tui.core.model import EnvSpec, PhaseFailure, RtaxError, Step, Workload
+from tests.vmtools import (
+    SubPhases,
+    check_never_ready,
+    ensure_guest,
+    nothing_left,
+    qemu_pids,
+    run_cli,
+    trial_dirs,
+    vm_driver,
+    vm_spec,
+)
 
 LABEL = f"pyvm{os.getpid()}{os.urandom(2).hex()}"
 
@@ -24,12 +32,11 @@ def guest():
 
 
 def spec(channel: str, workload: Workload | None = None, src: str | None = None) -> EnvSpec:
-    w = workload or Workload("t0", (Step(("true",)),))
-    return EnvSpec(Cell("local", "microvm", w.name, channel), w, Limits(), src, label=LABEL)
+    return vm_spec("microvm", LABEL, channel, workload, src)
 
 
 def driver(**opts) -> MicrovmDriver:
-    return get_driver("microvm", LocalHost(), {"accel": "tcg", **opts})  # type: ignore[return-value]
+    return vm_driver("microvm", **opts)
 
 
 @pytest.mark.parametrize("channel", ["shell", "exec"])
@@ -37,21 +44,13 @@ def test_t0_lifecycle_with_sub_phases_and_agent(channel):
     async def run():
         d = driver()
         assert await d.check() == []
-        subs = []
-
-        from contextlib import asynccontextmanager
-
-        @asynccontextmanager
-        async def sub(name):
-            subs.append(name)
-            yield
-
-        env = d.environment(spec(channel), sub)
+        subs = SubPhases()
+        env = d.environment(spec(channel), subs)
         try:
             await asyncio.wait_for(env.create(), 60)
             assert len(qemu_pids(LABEL)) == 1
             await asyncio.wait_for(env.ready(), 120)
-            assert subs == ["launch", "firmware_kernel", "agent"]
+            assert subs.names == ["launch", "firmware_kernel", "agent"]
             r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 3")), 30)
             assert (r.rc, r.output) == (3, b"out\nerr\n")
             assert r.remote_ns is not None and r.remote_ns > 0
@@ -115,30 +114,7 @@ def test_cleanup_removes_a_run_s_qemu_and_files():
 
 
 def test_guest_that_never_says_hello_is_ready_timeout_and_leaves_nothing(tmp_path):
-    # rdinit=/bin/cat: the kernel boots, but its first process is not rtax's /init
-    rc, events, err = run_cli(
-        """
-[run]
-trials = 1
-warmup = 0
-drivers = ["microvm"]
-workloads = ["t0"]
-channels = ["shell"]
-[timeouts]
-ready = 15
-[drivers_options.microvm]
-accel = "tcg"
-append = "rdinit=/bin/cat"
-""",
-        tmp_path,
-    )
-    assert events, err
-    run_id = events[0]["run_id"]
-    ends = [e for e in events if e["type"] == "trial_end"]
-    assert len(ends) == 1 and not ends[0]["ok"], err
-    assert ends[0]["error"]["kind"] == "ready_timeout"
-    assert events[0]["hosts"]["local"]["drivers"]["microvm"]["accel"] == "tcg"
-    assert nothing_left(run_id) == ([], [])
+    check_never_ready("microvm", "shell", tmp_path)
 
 
 def test_t1_on_the_root_disk_is_valid_and_leaves_the_base_untouched(tmp_path):

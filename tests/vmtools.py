@@ -9,8 +9,39 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.vmguest import DIR_PREFIX, safe
+
+from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+from rtax_tui.hosts.local import LocalHost
+
+
+def vm_spec(
+    driver: str, label: str, channel: str, workload: Workload | None = None, src: str | None = None
+) -> EnvSpec:
+    """One trial's spec for a VM driver test (T0's `true` unless a workload is given)."""
+    w = workload or Workload("t0", (Step(("true",)),))
+    return EnvSpec(Cell("local", driver, w.name, channel), w, Limits(), src, label=label)
+
+
+def vm_driver(name: str, **opts):
+    """The driver on the local host, under TCG unless the test says otherwise."""
+    return get_driver(name, LocalHost(), {"accel": "tcg", **opts})
+
+
+class SubPhases:
+    """A sub-phase timer for tests: records the names the driver marks, in order."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    @asynccontextmanager
+    async def __call__(self, name: str) -> AsyncIterator[None]:
+        self.names.append(name)
+        yield
 
 
 def ensure_guest(root: bool = False):
@@ -105,3 +136,33 @@ def check_restore_run(driver: str, tmp_path) -> list[dict]:
     assert snapshot_dirs() - before == set()  # the saved guest went with the run
     assert nothing_left(events[0]["run_id"]) == ([], [])
     return events
+
+
+NEVER_READY_PROFILE = """
+[run]
+trials = 1
+warmup = 0
+drivers = ["{driver}"]
+workloads = ["t0"]
+channels = ["{channel}"]
+[timeouts]
+ready = 15
+[drivers_options.{driver}]
+accel = "tcg"
+append = "rdinit=/bin/cat"
+"""
+
+
+def check_never_ready(driver: str, channel: str, tmp_path) -> str:
+    """A guest whose first process is not rtax's /init (`rdinit=/bin/cat`: the kernel boots,
+    the agent never says hello): the trial fails `ready_timeout`, nothing is left; the
+    run id, for the driver's own leftover checks."""
+    rc, events, err = run_cli(NEVER_READY_PROFILE.format(driver=driver, channel=channel), tmp_path)
+    assert events, err
+    run_id = events[0]["run_id"]
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 1 and not ends[0]["ok"], err
+    assert ends[0]["error"]["kind"] == "ready_timeout", ends
+    assert events[0]["hosts"]["local"]["drivers"][driver]["accel"] == "tcg"
+    assert nothing_left(run_id) == ([], [])
+    return run_id
