@@ -33,6 +33,8 @@ LIST_ROOT_SH = r"""for e in /* /.[!.]*; do
   elif [ -f "$e" ]; then printf '%s\tfile\t\n' "$n"; fi
 done"""
 
+CG_ROOT = "/sys/fs/cgroup"
+
 # Makes cgroup REL in every hierarchy with the limits; prints each cgroup.procs path.
 # Args: REL CPU_QUOTA_US MEMORY_BYTES PIDS (empty: no limit).
 CG_CREATE_SH = r"""set -e
@@ -109,6 +111,7 @@ class RemoteStageEnvironment(Environment):
         self.host = driver.host
         self.workspace: str | None = None
         self.cg_dirs: list[str] = []
+        self.cg_settled = True
         self.procs: list[str] = []
         self.proc: Any = None
         self.shell: FramedShell | None = None
@@ -141,17 +144,24 @@ class RemoteStageEnvironment(Environment):
             quota = str(max(1000, int(round(lim.cpus * 100_000)))) if lim.cpus else ""
             mem = str(int(lim.memory_mib) << 20) if lim.memory_mib else ""
             pids = str(int(lim.pids)) if lim.pids else ""
+            # known before they exist: a run stopped while the script runs (the remote
+            # mkdir goes on after our await is cancelled) must still remove them
+            self.cg_dirs = [f"{CG_ROOT}/rtax/{name}"] + [
+                f"{CG_ROOT}/{c}/rtax/{name}" for c in ("cpu", "memory", "pids")
+            ]
+            for d in self.cg_dirs:
+                self.host._register(f"+c {d}")
+            self.cg_settled = False  # until the script is known to have ended
             res = await self.host.run(
                 ["sh", "-c", CG_CREATE_SH, "rtax-cg", f"rtax/{name}", quota, mem, pids],
                 timeout=30,
             )
+            self.cg_settled = True
             if res.returncode != 0:
                 err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
                 raise PhaseFailure("cgroup_failed", f"cannot make cgroup {name}: {err}")
             self.procs = res.stdout.decode().split()
-            self.cg_dirs = [os.path.dirname(p) for p in self.procs]
-            for d in self.cg_dirs:
-                self.host._register(f"+c {d}")
+            assert {os.path.dirname(p) for p in self.procs} <= set(self.cg_dirs)
         async with self.sub("spawn"):
             bwrap = self.driver.tools["bwrap"]
             if self.channel == "shell":
@@ -238,10 +248,12 @@ class RemoteStageEnvironment(Environment):
             )
             if res.returncode != 0:
                 errors.append(res.stderr.decode(errors="replace").strip())
-            else:
+            elif self.cg_settled:
                 for d in self.cg_dirs:
                     self.host._register(f"-c {d}")
                 self.cg_dirs = []
+            # else: the create script was cut off and may still mkdir after this removal;
+            # the dirs stay registered and the host's reaper removes them at the end
         if self.workspace is not None:
             await self.host.remove_tree(self.workspace)
             self.workspace = None

@@ -43,13 +43,21 @@ $1 == "+c" { c[$2] = 1; next }
 $1 == "-c" { delete c[$2]; next }
 END {
   for (k in g) system("kill -9 -" k " 2>/dev/null")
-  for (k in c) {
-    # a killed process leaves its cgroup a little later on a busy host: retry for 5 s
-    kill = "for q in $(cat " k "/cgroup.procs 2>/dev/null); do kill -KILL $q; done 2>/dev/null"
-    system("i=0; while [ -d " k " ] && [ $i -lt 50 ]; do " kill "; rmdir " k \
-      " 2>/dev/null || sleep 0.1; i=$((i+1)); done")
-  }
   for (k in p) system("rm -rf -- " k)
+  # cgroups: kill what is inside, rmdir; a killed process leaves its cgroup a little
+  # later on a busy host, so every dir left is retried, round after round, for 30 s
+  # (one not there is awaited 3 s)
+  for (round = 0; round < 300; round++) {
+    left = 0
+    for (k in c) {
+      # not there (yet): a create script cut off by the disconnect may still mkdir it
+      if (system("[ -d " k " ]") != 0) { if (round >= 30) delete c[k]; else left = 1; continue }
+      system("for q in $(cat " k "/cgroup.procs 2>/dev/null); do kill -KILL $q; done 2>/dev/null")
+      if (system("rmdir " k " 2>/dev/null") == 0) delete c[k]; else left = 1
+    }
+    if (!left) break
+    system("sleep 0.1")
+  }
 }
 """
 
@@ -360,7 +368,7 @@ class SSHHost:
         if self._reaper is not None:
             try:
                 self._reaper.stdin.write_eof()
-                await asyncio.wait_for(self._reaper.wait(), 10)
+                await asyncio.wait_for(self._reaper.wait(), 40)  # its cgroup retries: 30 s
             except Exception:
                 pass
             self._reaper = None
