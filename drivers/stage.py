@@ -265,6 +265,19 @@ async def _read_info(fd: int, until: bytes) -> bytes:
     return data
 
 
+async def sandbox_shell_action(env: Any, step: Step, timeout: float | None) -> ActionResult:
+    """The shell channel of a sandbox, local or remote: a stale shell is never reused."""
+    if env.shell is None:
+        raise PhaseFailure("not_created", "the sandbox's shell was never started")
+    if env.broken:
+        raise PhaseFailure("shell_lost", "an earlier action did not finish; shell is stale")
+    try:
+        return await asyncio.wait_for(env.shell.run(step.argv), timeout)
+    except BaseException:
+        env.broken = True
+        raise
+
+
 class StageEnvironment(Environment):
     driver: StageDriver
 
@@ -454,15 +467,7 @@ class StageEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
-            if self.shell is None:
-                raise PhaseFailure("not_created", "the sandbox's shell was never started")
-            if self.broken:
-                raise PhaseFailure("shell_lost", "an earlier action did not finish; shell is stale")
-            try:
-                return await asyncio.wait_for(self.shell.run(step.argv), timeout)
-            except BaseException:
-                self.broken = True
-                raise
+            return await sandbox_shell_action(self, step, timeout)
         if self.pid is None:
             await self._started()
         nsenter = self.driver.tools.get("nsenter")

@@ -9,7 +9,6 @@ The remote host needs root, bubblewrap and util-linux (nsenter).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import subprocess
@@ -214,15 +213,9 @@ class RemoteStageEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
-            if self.shell is None:
-                raise PhaseFailure("not_created", "the sandbox's shell was never started")
-            if self.broken:
-                raise PhaseFailure("shell_lost", "an earlier action did not finish; shell is stale")
-            try:
-                return await asyncio.wait_for(self.shell.run(step.argv), timeout)
-            except BaseException:
-                self.broken = True
-                raise
+            from rtax_tui.drivers.stage import sandbox_shell_action
+
+            return await sandbox_shell_action(self, step, timeout)
         await self._started()
         argv = [self.driver.tools["nsenter"], "-t", str(self.pid)]
         argv += ["-m", "-u", "-i", "-n", "-p", "-r", "-w", "--", *step.argv]
