@@ -1,25 +1,22 @@
 """`stage`: namespaces + a cgroup + a private workspace, on the host's own kernel.
 
-Each environment is one long-lived sandbox ("init") process:
-
-- new mount, PID, IPC, UTS (hostname `rtax`) and network (only `lo`) namespaces;
-- the host's file system read-only (every top-level entry of `/` bound read-only
-  onto a fresh root, so `/workspace` can exist without touching the host), a fresh
-  `/proc`, a minimal `/dev`, a private tmpfs `/tmp`, and the workspace (a host
-  temporary directory, `rtax-ws-<label>-*`) read-write at `/workspace`;
-- a cgroup `rtax/env-<label>-<hex>` (or under `spec.cgroup_parent`) with the cell's
-  CPU, memory and pid limits, joined before exec so nothing escapes it.
-
-The sandbox is made by bubblewrap when `bwrap` is on PATH, else by util-linux
-`unshare` running a small sh script (force it with the option `sandbox=unshare`).
+Each environment is one long-lived bubblewrap sandbox ("init") whose boundary is
+described in `sandbox.py`: a minimal read-only view of the host (`/usr` and a
+curated `/etc`), an unprivileged host uid behind a user namespace, no capability,
+no_new_privs, a seccomp filter, new PID/IPC/UTS/cgroup/network namespaces, a private
+`/tmp`, and the workspace (a host temporary directory, `rtax-ws-<label>-*`, owned by
+the sandbox's uid) read-write at `/workspace`. A cgroup `rtax/env-<label>-<hex>` (or
+under `spec.cgroup_parent`) with the cell's CPU, memory and pid limits is joined
+before exec, so nothing escapes it.
 
 Channel `shell`: the init process is the persistent `sh`, driven by FramedShell.
 Channel `exec`: the init process is a sleeper on a stdin pipe, and each action is a
-new `nsenter` into its namespaces (and its cgroup).
+new process that `rtax-enter` puts into the sandbox (and its cgroup) with the same
+identity, capabilities and filter.
 
-Absolute paths under the host's temporary directory that a workload's steps name
-(assets) are bound read-only at the same place inside the private `/tmp`; paths
-elsewhere (`~/.cache/rtax`) are visible anyway, read-only.
+The workload's assets (paths under rtax's attrs assets that its steps name) and the
+paths of the driver option `ro_binds` are bound read-only at the same place inside;
+nothing else of the host's files is visible.
 """
 
 from __future__ import annotations
@@ -31,23 +28,42 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.local import (
     WORKSPACE_PREFIX,
     LocalDriver,
-    base_env,
     is_local,
     make_workspace,
     populate,
     remove_workspace,
     run_exec,
 )
+from rtax_tui.drivers.sandbox import (
+    HOSTNAME,
+    READY,
+    SLEEPER,
+    Support,
+    SupportError,
+    bwrap_argv,
+    enter_argv,
+    local_root,
+    local_support,
+    public_copy,
+    sandbox_env,
+    sandbox_shell_action,
+    uid_option,
+)
 from rtax_tui.drivers.shellframe import FramedShell
+from rtax_tui.drivers.stage_remote import (
+    RemoteStageEnvironment,
+    check_remote,
+    cleanup_remote,
+)
 
 from rtax_tui.core import reaper
+from rtax_tui.core.assets import assets_root
 from rtax_tui.core.cgroups import Cgroup, CgroupError
 from rtax_tui.core.cgroups import cleanup as cgroup_cleanup
 from rtax_tui.core.model import (
@@ -58,109 +74,33 @@ from rtax_tui.core.model import (
 )
 from rtax_tui.hosts.local import kill_group
 
-SANDBOXES = ("bwrap", "unshare")
-HOSTNAME = "rtax"
-SANDBOX_SUFFIX = ".sb"  # the unshare sandbox's root mount point and fstab, next to the workspace
-READY = b"RTAX-READY\n"
-# Top-level entries the sandbox provides itself instead of binding the host's.
-OWN_ENTRIES = frozenset({"proc", "dev", "tmp", "workspace"})
-DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
-DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0"}
-DEV_LINKS.update({"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"})
 TEARDOWN_GRACE_S = 2.0
-
-# The exec channel's init: say it is up, then wait for stdin to close.
-SLEEPER = ("sh", "-c", f"echo {READY.decode().strip()}; read x")
-
-# The unshare sandbox, run as PID 1 of its new PID namespace (already in new mount,
-# IPC, UTS and network namespaces; unshare made the mounts private). Arguments:
-# root mount point, workspace (also the cleanup marker), fstab, mode (shell|exec),
-# the `cp --parents` list, then root-level files to bind. In exec mode it prints
-# "<its host pid> RTAX-READY" when it is up (dash can't write to fds above 9, so
-# no info fd here).
-# `mount -n`: libmount must not record the sandbox's mounts in the host's utab.
-UNSHARE_SCRIPT = r"""set -eu
-R=$1 FSTAB=$3 MODE=$4 COPY=$5
-shift 5
-read -r hostpid _ < /proc/self/stat
-mount -n -t tmpfs -o mode=0755 rtax-root "$R"
-cd "$R"
-for f in "$@"; do : > "./$f"; done
-cp -a --parents $COPY "$R/"
-mount -n -a -T "$FSTAB"
-rw=$(awk -v r="$R/" '$6 !~ /^ro(,|$)/ && index($5, r) == 1 { print $5 }' /proc/self/mountinfo)
-set -f
-IFS='
-'
-for mp in $rw; do
-  case $mp in *\\*) mp=$(printf '%b' "$mp") ;; esac
-  case $mp in
-    "$R"/workspace|"$R"/tmp|"$R"/tmp/*|"$R"/dev/*|"$R"/proc|"$R"/proc/*) ;;
-    *) mount -n -o remount,bind,ro "$mp" ;;
-  esac
-done
-unset IFS
-set +f
-echo rtax > proc/sys/kernel/hostname
-ip link set lo up 2>/dev/null || :
-mount -n -o remount,bind,ro "$R"
-pivot_root . .
-umount -n -l /
-cd /workspace
-if [ "$MODE" = shell ]; then exec sh; fi
-echo "$hostpid RTAX-READY"
-exec 3<&0
-cat <&3 >/dev/null 3<&- &
-exec 0</dev/null 3<&-
-wait $!
-"""
 
 
 def _safe_label(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
 
 
-def _root_entries() -> list[tuple[str, str, str]]:
-    """(name, kind, symlink target) for the top-level entries of the host's `/`."""
-    out = []
-    with os.scandir("/") as it:
-        for e in it:
-            if e.name in OWN_ENTRIES:
-                continue
-            if e.is_symlink():
-                out.append((e.name, "link", os.readlink(e.path)))
-            elif e.is_dir(follow_symlinks=False):
-                out.append((e.name, "dir", ""))
-            elif e.is_file(follow_symlinks=False):
-                out.append((e.name, "file", ""))
-    out.sort()
-    return out
+def asset_paths(spec: EnvSpec, extra: list[str]) -> list[str]:
+    """Host paths bound read-only into the sandbox, at the same place.
 
-
-def _tmp_binds(spec: EnvSpec, extra: list[str]) -> list[str]:
-    """Host directories under the temporary directory that the workload names.
-
-    They are bound read-only at the same path inside the sandbox's private /tmp. A
-    named file brings its directory, except a file directly in the temporary
-    directory, which stays invisible (bind its own directory instead).
+    Only what is named explicitly: paths under rtax's attrs assets that the
+    workload's steps or environment name (a file brings only itself), and the
+    driver option `ro_binds`. A step naming any other host path (the host's
+    `/tmp`, rtax's cache, `/etc/shadow`) makes nothing visible.
     """
-    tmp = os.path.realpath(tempfile.gettempdir())
+    root = os.path.realpath(assets_root())
     words: list[str] = [w for step in spec.workload.steps for w in step.argv]
-    words += list(spec.env.values()) + list(extra)
+    words += list(spec.env.values())
     found: set[str] = set()
     for w in words:
-        for part in re.split(r"[=:,]", w):
-            p = os.path.normpath(part) if part.startswith("/") else ""
-            if not p.startswith(tmp + "/"):
+        for part in re.split(r"[=:,\s]", w):
+            if not part.startswith("/"):
                 continue
-            if os.path.isfile(p):
-                p = os.path.dirname(p)
-            if p == tmp or not os.path.isdir(p):
-                continue
-            top = p[len(tmp) + 1 :].split("/", 1)[0]
-            if top.startswith(WORKSPACE_PREFIX):
-                continue
-            found.add(p)
+            p = os.path.normpath(part)
+            if p.startswith(root + "/") and os.path.exists(p) and ".." not in p.split("/"):
+                found.add(p)
+    found.update(os.path.normpath(p) for p in extra)
     out: list[str] = []
     for p in sorted(found):  # keep only the outermost of nested paths
         if not any(p.startswith(q + "/") for q in out):
@@ -168,83 +108,16 @@ def _tmp_binds(spec: EnvSpec, extra: list[str]) -> list[str]:
     return out
 
 
-def _fstab_escape(path: str) -> str:
-    return (
-        path.replace("\\", "\\134")
-        .replace(" ", "\\040")
-        .replace("\t", "\\011")
-        .replace("\n", "\\012")
-    )
+def chown_tree(path: str, uid: int) -> None:
+    """Give the workspace to the sandbox's uid (root inside), without following links."""
+    os.chown(path, uid, uid)
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.chown(os.path.join(top, name), uid, uid, follow_symlinks=False)
 
 
-def bwrap_argv(
-    bwrap: str,
-    workspace: str,
-    cmd: tuple[str, ...] | list[str],
-    *,
-    entries: list[tuple[str, str, str]],
-    tmp_binds: list[str],
-    info_fd: int | None,
-) -> list[str]:
-    a = [bwrap, "--die-with-parent", "--new-session"]
-    a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
-    a += ["--hostname", HOSTNAME]
-    for name, kind, target in entries:
-        if kind == "link":
-            a += ["--symlink", target, "/" + name]
-        else:
-            a += ["--ro-bind", "/" + name, "/" + name]
-    a += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
-    for p in tmp_binds:
-        a += ["--ro-bind", p, p]
-    a += ["--bind", workspace, "/workspace", "--remount-ro", "/", "--chdir", "/workspace"]
-    if info_fd is not None:
-        a += ["--info-fd", str(info_fd)]
-    return a + ["--", *cmd]
-
-
-def unshare_setup(
-    sbdir: str, workspace: str, entries: list[tuple[str, str, str]], tmp_binds: list[str]
-) -> tuple[str, str, list[str], str]:
-    """Write the fstab for the unshare sandbox; return (root, fstab, root files, cp list)."""
-    root = os.path.join(sbdir, "root")
-    fstab = os.path.join(sbdir, "fstab")
-    os.mkdir(root)
-    r = _fstab_escape(root)
-    lines = []
-    files: list[str] = []
-    copy: list[str] = []
-    for name, kind, _target in entries:
-        src = _fstab_escape("/" + name)
-        if kind == "link":
-            if re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
-                copy.append("/" + name)
-        elif name == "sys":
-            lines.append(f"sysfs {r}/sys sysfs ro,nosuid,nodev,noexec,x-mount.mkdir 0 0")
-        elif kind == "dir":
-            lines.append(f"{src} {r}/{_fstab_escape(name)} none rbind,ro,x-mount.mkdir 0 0")
-        else:
-            files.append(name)
-            lines.append(f"{src} {r}/{_fstab_escape(name)} none bind,ro 0 0")
-    for n in DEV_NODES:
-        if os.path.exists("/dev/" + n):
-            copy.append("/dev/" + n)
-    for n, target in DEV_LINKS.items():
-        p = "/dev/" + n
-        if os.path.islink(p) and os.readlink(p) == target:
-            copy.append(p)
-    lines += [
-        f"devpts {r}/dev/pts devpts newinstance,ptmxmode=0666,mode=0620,x-mount.mkdir 0 0",
-        f"rtax-shm {r}/dev/shm tmpfs mode=1777,nosuid,nodev,x-mount.mkdir 0 0",
-        f"proc {r}/proc proc nosuid,nodev,noexec,x-mount.mkdir 0 0",
-        f"rtax-tmp {r}/tmp tmpfs mode=1777,nosuid,nodev,x-mount.mkdir 0 0",
-    ]
-    for p in tmp_binds:
-        lines.append(f"{_fstab_escape(p)} {r}{_fstab_escape(p)} none bind,ro,x-mount.mkdir 0 0")
-    lines.append(f"{_fstab_escape(workspace)} {r}/workspace none bind,x-mount.mkdir 0 0")
-    with open(fstab, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return root, fstab, files, " ".join(copy)
+def _open_ro(path: str) -> int:
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 async def _read_info(fd: int, until: bytes) -> bytes:
@@ -265,27 +138,12 @@ async def _read_info(fd: int, until: bytes) -> bytes:
     return data
 
 
-async def sandbox_shell_action(env: Any, step: Step, timeout: float | None) -> ActionResult:
-    """The shell channel of a sandbox, local or remote: a stale shell is never reused."""
-    if env.shell is None:
-        raise PhaseFailure("not_created", "the sandbox's shell was never started")
-    if env.broken:
-        raise PhaseFailure("shell_lost", "an earlier action did not finish; shell is stale")
-    try:
-        return await asyncio.wait_for(env.shell.run(step.argv), timeout)
-    except BaseException:
-        env.broken = True
-        raise
-
-
 class StageEnvironment(Environment):
     driver: StageDriver
 
     def __init__(self, driver: StageDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
-        self.sandbox = driver.sandbox
         self.workspace: str | None = None
-        self.sbdir: str | None = None
         self.cg: Cgroup | None = None
         self.procs: list[str] = []
         self.proc: asyncio.subprocess.Process | None = None
@@ -294,32 +152,36 @@ class StageEnvironment(Environment):
         self.pid: int | None = None  # the sandbox's init, as the host sees it
         self.broken = False  # the shell is out of step (an action timed out or failed)
         self._spawn: asyncio.Future[asyncio.subprocess.Process] | None = None
-        self._populate: asyncio.Future[None] | None = None
-        env = base_env("/workspace", {})
-        env["TMPDIR"] = "/tmp"
-        env.update(spec.env)
-        self.env = env
+        self._populate: asyncio.Future[list[tuple[str, str]]] | None = None
+        self.env = sandbox_env(spec.env)
 
     # -- create ------------------------------------------------------------
+
+    def _prepare(self, src: str | None, binds: list[str]) -> list[tuple[str, str]]:
+        """Fill the workspace and give it to the sandbox uid; the binds' public copies."""
+        assert self.workspace is not None
+        populate(self.workspace, src)
+        chown_tree(self.workspace, self.driver.uid)
+        out = []
+        for p in binds:
+            try:
+                out.append((public_copy(p, self.driver.uid), p))
+            except OSError as exc:
+                raise PhaseFailure("sandbox_failed", f"cannot bind {p}: {exc}") from exc
+        return out
 
     async def create(self) -> None:
         spec = self.spec
         label = _safe_label(spec.label)
-        setup: tuple[str, str, list[str], str] | None = None
+        support = await self.driver.support()
         async with self.sub("workspace"):
             self.workspace = make_workspace(label)
-            if spec.workspace_src:  # off the event loop: other trials may be in flight
-                self._populate = asyncio.ensure_future(
-                    asyncio.to_thread(populate, self.workspace, spec.workspace_src)
-                )
-                await asyncio.shield(self._populate)  # teardown waits for a cancelled copy
-            entries = _root_entries()
-            tmp_binds = _tmp_binds(spec, list(self.driver.options.get("ro_binds", ())))
-            if self.sandbox == "unshare":
-                self.sbdir = self.workspace + SANDBOX_SUFFIX
-                os.mkdir(self.sbdir)
-                reaper.current().add_path(self.sbdir)
-                setup = unshare_setup(self.sbdir, self.workspace, entries, tmp_binds)
+            wanted = asset_paths(spec, list(self.driver.options.get("ro_binds", ())))
+            # off the event loop: other trials may be in flight
+            self._populate = asyncio.ensure_future(
+                asyncio.to_thread(self._prepare, spec.workspace_src, wanted)
+            )
+            binds = await asyncio.shield(self._populate)  # teardown waits for a cancelled copy
         async with self.sub("cgroup"):
             name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
             lim = spec.limits
@@ -336,49 +198,34 @@ class StageEnvironment(Environment):
             reaper.current().add_cgroup(self.cg.relpath)
             self.procs = self.cg.procs_files()
         async with self.sub("spawn"):
-            mode = self.channel
+            await self._spawn_sandbox(support, binds)
+
+    async def _spawn_sandbox(self, support: Support, binds: list[tuple[str, str]]) -> None:
+        """Start bubblewrap as the sandbox uid, handing it root-opened descriptors."""
+        assert self.workspace is not None
+        tools = self.driver.tools
+        if "bwrap" not in tools or "setpriv" not in tools:
+            raise PhaseFailure("sandbox_failed", "bwrap or setpriv is not on PATH")
+        opened: list[int] = []
+        try:
+            opened.append(_open_ro(support.filter))
             info_w: int | None = None
-            if mode == "exec" and self.sandbox == "bwrap":
+            if self.channel == "exec":
                 self.info_r, info_w = os.pipe()
-            tool = self.driver.tools.get(self.sandbox)
-            if tool is None:
-                raise PhaseFailure("sandbox_failed", f"{self.sandbox} is not on PATH")
-            if self.sandbox == "bwrap":
-                cmd: tuple[str, ...] = ("sh",) if mode == "shell" else SLEEPER
-                argv = bwrap_argv(
-                    tool,
-                    self.workspace,
-                    cmd,
-                    entries=entries,
-                    tmp_binds=tmp_binds,
-                    info_fd=info_w,
-                )
-            else:
-                assert setup is not None
-                root, fstab, files, copy = setup
-                # setpriv --pdeathsig: like bwrap --die-with-parent, gone if rtax dies.
-                argv = [
-                    *self.driver.pdeathsig,
-                    tool,
-                    "--mount",
-                    "--pid",
-                    "--fork",
-                    "--kill-child",
-                    "--ipc",
-                    "--uts",
-                    "--net",
-                    "--",
-                    "sh",
-                    "-c",
-                    UNSHARE_SCRIPT,
-                    "rtax-sandbox",
-                    root,
-                    self.workspace,
-                    fstab,
-                    mode,
-                    copy,
-                    *files,
-                ]
+                opened.append(info_w)
+            cmd: tuple[str, ...] = ("sh",) if self.channel == "shell" else SLEEPER
+            uid = str(self.driver.uid)
+            argv = [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+            argv += bwrap_argv(
+                tools["bwrap"],
+                self.workspace,
+                cmd,
+                root=self.driver.root,
+                etc=support.etc,
+                seccomp_fd=opened[0],
+                binds=binds,
+                info_fd=info_w,
+            )
             # Shielded: cancelling asyncio's subprocess creation half-way can hang it
             # for good (3.11: it then waits for pipes that a surviving grandchild
             # holds open). A cancelled create leaves the spawn to finish; teardown
@@ -392,18 +239,21 @@ class StageEnvironment(Environment):
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     cgroup_procs=self.procs,
-                    pass_fds=(info_w,) if info_w is not None else (),
+                    pass_fds=tuple(opened),
                 )
             )
-            if info_w is not None:
-                self._spawn.add_done_callback(lambda _t, fd=info_w: os.close(fd))
+            fds_to_close, opened = opened, []
+            self._spawn.add_done_callback(lambda _t: [os.close(fd) for fd in fds_to_close])
             try:
                 self.proc = await asyncio.shield(self._spawn)
             except OSError as exc:
                 raise PhaseFailure("sandbox_failed", f"cannot start {argv[0]}: {exc}") from exc
-            if mode == "shell":
-                assert self.proc.stdin and self.proc.stdout
-                self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
+        finally:
+            for fd in opened:
+                os.close(fd)
+        if self.channel == "shell":
+            assert self.proc.stdin and self.proc.stdout
+            self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
 
     # -- ready -------------------------------------------------------------
 
@@ -423,28 +273,21 @@ class StageEnvironment(Environment):
             return
         if self.proc is None or self.proc.stdout is None:
             raise PhaseFailure("not_created", "the sandbox was never started")
-        if self.sandbox == "bwrap":
-            if self.info_r is None:
-                raise PhaseFailure("not_created", "the sandbox's info pipe is gone")
-            fd, self.info_r = self.info_r, None
-            info = await _read_info(fd, b"}")
-            try:
-                pid = int(json.loads(info)["child-pid"])
-            except (ValueError, KeyError, TypeError):
-                out = await self._failure_output()
-                raise PhaseFailure(
-                    "sandbox_failed", f"bwrap sandbox did not start: {out or info!r}"
-                ) from None
-            line = await self.proc.stdout.readline()
-            ok = line == READY
-        else:
-            line = await self.proc.stdout.readline()
-            word, _, rest = line.partition(b" ")
-            ok = rest == READY and word.isdigit()
-            pid = int(word) if ok else 0
-        if not ok:
+        if self.info_r is None:
+            raise PhaseFailure("not_created", "the sandbox's info pipe is gone")
+        fd, self.info_r = self.info_r, None
+        info = await _read_info(fd, b"}")
+        try:
+            pid = int(json.loads(info)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            out = await self._failure_output()
+            raise PhaseFailure(
+                "sandbox_failed", f"bwrap sandbox did not start: {out or info!r}"
+            ) from None
+        line = await self.proc.stdout.readline()
+        if line != READY:
             out = (line.decode(errors="replace") + await self._failure_output()).strip()
-            raise PhaseFailure("sandbox_failed", f"{self.sandbox} sandbox did not start: {out}")
+            raise PhaseFailure("sandbox_failed", f"bwrap sandbox did not start: {out}")
         self.pid = pid
 
     async def ready(self) -> None:
@@ -460,7 +303,7 @@ class StageEnvironment(Environment):
             partial = getattr(exc.__cause__, "partial", b"") or b""
             out = (partial.decode(errors="replace") + await self._failure_output()).strip()
             raise PhaseFailure(
-                "sandbox_failed", f"{self.sandbox} sandbox did not start: {out or exc.message}"
+                "sandbox_failed", f"bwrap sandbox did not start: {out or exc.message}"
             ) from exc
 
     # -- actions -----------------------------------------------------------
@@ -470,11 +313,9 @@ class StageEnvironment(Environment):
             return await sandbox_shell_action(self, step, timeout)
         if self.pid is None:
             await self._started()
-        nsenter = self.driver.tools.get("nsenter")
-        if nsenter is None:
-            raise PhaseFailure("not_supported", "nsenter is not on PATH (util-linux)")
-        argv = [nsenter, "-t", str(self.pid)]
-        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "-w", "--", *step.argv]
+        assert self.pid is not None
+        support = await self.driver.support()
+        argv = enter_argv(support.enter, support.filter, self.pid, step.argv)
         return await run_exec(
             self.driver.host, argv, cwd="/", env=self.env, timeout=timeout, cgroup_procs=self.procs
         )
@@ -511,10 +352,6 @@ class StageEnvironment(Environment):
             except Exception:
                 pass
             self._populate = None
-        if self.sbdir is not None:
-            await asyncio.to_thread(shutil.rmtree, self.sbdir, True)
-            reaper.current().drop_path(self.sbdir)
-            self.sbdir = None
         if self.workspace is not None:
             await remove_workspace(self.workspace)
             self.workspace = None
@@ -528,7 +365,7 @@ async def _end_init(
     """End the sandbox: close the init's stdin (the shell or sleeper then exits).
 
     If it does not exit (or `graceful` is off), kill everything in the cgroup but
-    our own child first, so that bwrap/unshare reap their children and exit
+    our own child first, so that bwrap reaps their children and exit
     themselves (no orphaned zombies), then kill the child's whole group.
     """
     if proc.stdin is not None and not proc.stdin.is_closing():
@@ -560,106 +397,84 @@ async def _end_init(
 
 class StageDriver(Driver):
     name = "stage"
-    runs_remote = True  # bubblewrap only, through drivers/stage_remote.py
+    runs_remote = True  # through drivers/stage_remote.py
     channels = ("exec", "shell")
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         want = str(options.get("sandbox", "auto"))
-        if want not in ("auto", *SANDBOXES):
-            raise ValueError(f"stage: option sandbox must be auto, bwrap or unshare, not {want!r}")
+        if want == "unshare":
+            raise ValueError(
+                "stage: option sandbox=unshare was removed: it could not keep the same "
+                "boundary; stage needs bubblewrap (apt-get install bubblewrap)"
+            )
+        if want not in ("auto", "bwrap"):
+            raise ValueError(f"stage: option sandbox must be auto or bwrap, not {want!r}")
+        self.uid = uid_option(options)
+        self.sandbox = "bwrap"
         self.tools: dict[str, str] = {}
-        self._remote_root: list[tuple[str, str, str]] | None = None
+        self.root: list[tuple[str, str, str]] = []
+        self.remote_support: Support | None = None  # set by check_remote
+        self._support: Support | None = None
         if not is_local(host):  # tools are found on the remote host by check()
-            self.sandbox = "bwrap"
-            self.pdeathsig = []
             return
-        for t in ("bwrap", "unshare", "nsenter", "setpriv"):
+        for t in ("bwrap", "setpriv"):
             p = shutil.which(t)
             if p:
                 self.tools[t] = p
-        self.pdeathsig: list[str] = (
-            [self.tools["setpriv"], "--pdeathsig", "KILL"] if "setpriv" in self.tools else []
-        )
-        if want == "auto":
-            want = "bwrap" if "bwrap" in self.tools else "unshare"
-        self.sandbox = want
+        self.root = local_root()
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         if not is_local(self.host):
-            from rtax_tui.drivers.stage_remote import RemoteStageEnvironment
-
             return RemoteStageEnvironment(self, spec, sub)
         return StageEnvironment(self, spec, sub)
 
-    async def remote_root_entries(self) -> list[tuple[str, str, str]]:
-        """The remote host's top-level `/` entries, listed once over its connection."""
-        if self._remote_root is None:
-            from rtax_tui.drivers.stage_remote import list_root
-
-            self._remote_root = await list_root(self.host)
-        return self._remote_root
+    async def support(self) -> Support:
+        """The local support files (the helper is compiled once, off the event loop)."""
+        if self._support is None:
+            try:
+                self._support = await asyncio.to_thread(local_support)
+            except (SupportError, OSError) as exc:
+                raise PhaseFailure("sandbox_failed", str(exc)) from exc
+        return self._support
 
     # -- checks ------------------------------------------------------------
 
     async def check(self) -> list[Problem]:
         if not is_local(self.host):
-            if self.options.get("sandbox", "auto") not in ("auto", "bwrap"):
-                return [
-                    Problem(
-                        f"on a remote host (host {self.host.name}) stage uses bubblewrap only",
-                        "drop the driver option sandbox=unshare",
-                    )
-                ]
-            from rtax_tui.drivers.stage_remote import check_remote
-
             return await check_remote(self)
         if os.geteuid() != 0:
             return [
                 Problem(
-                    "stage needs root: it makes namespaces, mounts and cgroups "
-                    "(without root no CPU, memory or pid limits can be applied)",
+                    "stage needs root: it makes cgroups and hands the sandbox to an "
+                    "unprivileged uid (without root no CPU, memory or pid limits can be applied)",
                     "run rtax as root (sudo rtax ...)",
                 )
             ]
         problems: list[Problem] = []
-        if "bwrap" not in self.tools and "unshare" not in self.tools:
+        if "bwrap" not in self.tools:
             problems.append(
                 Problem(
-                    "neither bubblewrap (bwrap) nor util-linux unshare is on PATH",
+                    "bubblewrap (bwrap) is not on PATH: stage's boundary is built with it",
                     "apt-get install bubblewrap",
                 )
             )
-        elif self.sandbox not in self.tools:
-            fix = (
-                "apt-get install bubblewrap, or use the driver option sandbox=unshare"
-                if self.sandbox == "bwrap"
-                else "apt-get install util-linux, or use the driver option sandbox=bwrap"
-            )
-            problems.append(Problem(f"{self.sandbox} is not on PATH", fix))
-        if "nsenter" not in self.tools:
+        if "setpriv" not in self.tools:
+            problems.append(Problem("setpriv is not on PATH", "apt-get install util-linux"))
+        try:
+            await asyncio.to_thread(local_support)
+        except SupportError as exc:
+            problems.append(Problem(f"stage cannot make its sandbox files: {exc}", exc.fix))
+        except OSError as exc:
             problems.append(
-                Problem(
-                    "nsenter is not on PATH (the exec channel needs it)",
-                    "apt-get install util-linux",
-                )
+                Problem(f"stage cannot make its sandbox files: {exc}", "check rtax's cache dir")
             )
-        if self.sandbox == "unshare":
-            tools = ("mount", "umount", "pivot_root", "cp", "awk")
-            missing = [t for t in tools if not shutil.which(t)]
-            if missing:
-                problems.append(
-                    Problem(
-                        f"the unshare sandbox needs {', '.join(missing)}",
-                        "apt-get install mount util-linux coreutils, or apt-get install bubblewrap",
-                    )
-                )
         cg_problem = self._check_cgroups()
         if cg_problem:
             problems.append(cg_problem)
         if problems:
             return problems
-        # Everything is there: make a real sandbox in each channel and run `true`.
+        # Everything is there: make a real sandbox in each channel and run a command.
         for channel in ("exec", "shell"):
             err = await self.try_environment(
                 channel,
@@ -667,16 +482,13 @@ class StageDriver(Driver):
                 lambda r: r.rc == 0 and r.output.strip() == HOSTNAME.encode(),
             )
             if err:
-                fix = (
-                    "check that bubblewrap works as root here "
-                    "(bwrap --ro-bind / / --unshare-pid --proc /proc --dev /dev true), "
-                    "or use the driver option sandbox=unshare"
-                    if self.sandbox == "bwrap"
-                    else "run as root with CAP_SYS_ADMIN (in a container: --privileged), "
-                    "or apt-get install bubblewrap"
-                )
                 problems.append(
-                    Problem(f"{self.sandbox} could not run a sandbox ({channel}): {err}", fix)
+                    Problem(
+                        f"bwrap could not run a sandbox ({channel}): {err}",
+                        "bubblewrap must be able to make a user namespace as an unprivileged "
+                        "user: sysctl -w user.max_user_namespaces=10000 "
+                        "(and kernel.unprivileged_userns_clone=1 where the kernel has it)",
+                    )
                 )
                 break
         return problems
@@ -702,16 +514,21 @@ class StageDriver(Driver):
 
     async def facts(self) -> dict[str, Any]:
         cgv = Cgroup.version() if is_local(self.host) else "see the host's facts"
-        facts: dict[str, Any] = {"sandbox": self.sandbox, "cgroup": cgv}
-        tool = self.tools.get(self.sandbox)
+        facts: dict[str, Any] = {
+            "sandbox": "bwrap",
+            "cgroup": cgv,
+            "uid": self.uid,
+            "boundary": f"userns (root inside = host uid {self.uid}), no capabilities, "
+            "no_new_privs, seccomp, view: /usr + curated /etc, private /tmp, no network",
+        }
+        tool = self.tools.get("bwrap")
         if tool:
             try:
                 res = await self.host.run([tool, "--version"], timeout=10, merge_stderr=True)
                 line = res.stdout.decode(errors="replace").strip().splitlines()
                 if line:
-                    v = line[0].replace("bubblewrap", "bwrap")
-                    facts["sandbox"] = v
-            except (OSError, TimeoutError):
+                    facts["sandbox"] = line[0].replace("bubblewrap", "bwrap")
+            except (OSError, TimeoutError, PhaseFailure):
                 pass
         return facts
 
@@ -719,8 +536,6 @@ class StageDriver(Driver):
 
     async def cleanup(self, label: str | None = None) -> int:
         if not is_local(self.host):
-            from rtax_tui.drivers.stage_remote import cleanup_remote
-
             return await cleanup_remote(self.host, label)
         marker = "/" + WORKSPACE_PREFIX + (f"{_safe_label(label)}-" if label else "")
         n = _kill_sandboxes(marker)
@@ -733,7 +548,7 @@ class StageDriver(Driver):
 
 
 def _kill_sandboxes(marker: str) -> int:
-    """SIGKILL bwrap/unshare sandboxes whose command line names an rtax workspace."""
+    """SIGKILL bwrap sandboxes whose command line names an rtax workspace."""
     n = 0
     me = os.getpid()
     for name in os.listdir("/proc"):
@@ -744,11 +559,9 @@ def _kill_sandboxes(marker: str) -> int:
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if not args or os.path.basename(args[0]) not in (b"bwrap", b"unshare", b"sh"):
+        if not args or os.path.basename(args[0]) != b"bwrap":
             continue
         if not any(marker.encode() in a for a in args[1:]):
-            continue
-        if b"rtax-sandbox" not in args and os.path.basename(args[0]) == b"sh":
             continue
         try:
             os.kill(int(name), signal.SIGKILL)

@@ -1,27 +1,66 @@
 """`stage` on a remote host: the same bubblewrap sandbox, built only through the host API.
 
-Nothing here reads or writes the controller's file system: the host's `/` is listed
-with a command, the workspace arrives as a tar stream (host.make_workspace), the
-cgroup is made and removed by small sh scripts, and the sandbox's own pid (for
-`nsenter` on the exec channel) comes back on the sandbox's stdout (`--info-fd 1`).
-The remote host needs root, bubblewrap and util-linux (nsenter).
+The boundary is `sandbox.py`'s, argument for argument. Nothing here reads or writes
+the controller's file system: the host's `/` is listed with a command, the support
+files (the filter, the static `rtax-enter` helper) are copied to `REMOTE_SUPPORT` and
+the curated /etc made there once by `check()`, the workspace arrives as a tar stream
+(host.make_workspace) and is given to the sandbox uid, the cgroup is made and
+removed by small sh scripts, and the sandbox's own pid (for `rtax-enter` on the exec
+channel) comes back on the sandbox's stdout (`--info-fd 3`, a copy of stdout).
+The remote host needs root, bubblewrap, util-linux (setpriv) and the same CPU
+architecture as the controller (the helper is a static binary built here).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import platform
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from rtax_tui.drivers.base import Environment, Problem, SubTimer
 from rtax_tui.drivers.local import WORKSPACE_PREFIX, close_shell, safe_label
+from rtax_tui.drivers.sandbox import (
+    HOSTNAME,
+    ROOT_NAMES,
+    SLEEPER,
+    Support,
+    SupportError,
+    bwrap_argv,
+    enter_argv,
+    etc_argv,
+    local_support,
+    sandbox_env,
+    sandbox_shell_action,
+)
 from rtax_tui.drivers.shellframe import FramedShell
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 
 READY = b"RTAX-READY"
-REMOTE_TOOLS = ("bwrap", "nsenter", "sh", "mktemp", "tar", "rm", "cat", "mkdir", "rmdir")
+REMOTE_TOOLS = (
+    "bwrap", "setpriv", "sh", "mktemp", "tar", "rm", "cat", "mkdir", "rmdir", "chown", "mv",
+)  # fmt: skip
+# Where the support files live on a remote host (root's; bubblewrap gets them as fds).
+REMOTE_SUPPORT = "/var/cache/rtax/stage"
+# The descriptor the wrapper opens (as root) on the filter, for bubblewrap (which runs
+# as the sandbox uid); dash opens none above 9.
+SECCOMP_FD = 5
+# Runs ARGV with the filter on SECCOMP_FD (and, for the exec channel's --info-fd 3, a
+# copy of stdout). Args: FILTER INFO(0|1) ARGV...
+SPAWN_SH = r"""f=$1 i=$2; shift 2
+if [ "$i" = 1 ]; then exec "$@" 5<"$f" 3>&1; fi
+exec "$@" 5<"$f"
+"""
+# Writes stdin to DIR/NAME (atomically, mode MODE) unless it is there. Args: DIR NAME MODE
+PUT_SH = r"""d=$1 n=$2 m=$3
+[ -e "$d/$n" ] && { cat >/dev/null; exit 0; }
+mkdir -p "$d" && chmod 0700 "$d" && cat >"$d/.tmp-$n" && chmod "$m" "$d/.tmp-$n" \
+  && mv -f "$d/.tmp-$n" "$d/$n"
+"""
 
 # Lists the top-level entries of `/`: `NAME<TAB>dir|file|link<TAB>TARGET`.
 LIST_ROOT_SH = r"""for e in /* /.[!.]*; do
@@ -116,27 +155,17 @@ class RemoteStageEnvironment(Environment):
         self.shell: FramedShell | None = None
         self.pid: int | None = None
         self.broken = False
-        env = {
-            "PATH": self.host.path_env,
-            "HOME": "/workspace",
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "TMPDIR": "/tmp",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        env.update(spec.env)
-        self.env = env
+        self.env = sandbox_env(spec.env)
 
     async def create(self) -> None:
-        from rtax_tui.drivers.stage import SLEEPER, bwrap_argv
-
         spec = self.spec
         label = safe_label(spec.label)
+        support = self.driver.remote_support
+        if support is None:
+            raise PhaseFailure("not_created", "stage's support files are not on the host")
         async with self.sub("workspace"):
             prefix = f"{WORKSPACE_PREFIX}{label}-"
             self.workspace = await self.host.make_workspace(prefix, spec.workspace_src)
-            entries = await self.driver.remote_root_entries()
         async with self.sub("cgroup"):
             name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
             lim = spec.limits
@@ -151,8 +180,11 @@ class RemoteStageEnvironment(Environment):
             for d in self.cg_dirs:
                 self.host._register(f"+c {d}")
             self.cg_settled = False  # until the script is known to have ended
+            # the workspace goes to the sandbox uid in the same round trip
+            uid = str(self.driver.uid)
             res = await self.host.run(
-                ["sh", "-c", CG_CREATE_SH, "rtax-cg", f"rtax/{name}", quota, mem, pids],
+                ["sh", "-c", 'chown -R -- "$1:$1" "$2" || exit 1; shift 2; ' + CG_CREATE_SH]
+                + ["rtax-cg", uid, self.workspace, f"rtax/{name}", quota, mem, pids],
                 timeout=30,
             )
             self.cg_settled = True
@@ -162,17 +194,23 @@ class RemoteStageEnvironment(Environment):
             self.procs = res.stdout.decode().split()
             assert {os.path.dirname(p) for p in self.procs} <= set(self.cg_dirs)
         async with self.sub("spawn"):
-            bwrap = self.driver.tools["bwrap"]
+            tools = self.driver.tools
             if self.channel == "shell":
                 cmd: tuple[str, ...] = ("sh",)
                 info_fd = None
             else:
-                cmd, info_fd = SLEEPER, 3
-            argv = bwrap_argv(
-                bwrap, self.workspace, cmd, entries=entries, tmp_binds=[], info_fd=info_fd
+                cmd, info_fd = SLEEPER, 3  # bwrap closes its info fd: a copy of stdout
+            argv = ["sh", "-c", SPAWN_SH, "rtax-bwrap", support.filter, "1" if info_fd else "0"]
+            argv += [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+            argv += bwrap_argv(
+                tools["bwrap"],
+                self.workspace,
+                cmd,
+                root=self.driver.root,
+                etc=support.etc,
+                seccomp_fd=SECCOMP_FD,
+                info_fd=info_fd,
             )
-            if info_fd is not None:  # bwrap closes its info fd: give it a copy of stdout
-                argv = ["sh", "-c", 'exec "$@" 3>&1', "rtax-bwrap", *argv]
             self.proc = await self.host.spawn(
                 argv,
                 cwd="/",
@@ -183,7 +221,8 @@ class RemoteStageEnvironment(Environment):
                 cgroup_procs=self.procs,
             )
             if self.channel == "shell":
-                self.shell = FramedShell(self.proc.stdin, self.proc.stdout, timed=True)
+                # not timed: the remote clock (/proc/timer_list) is root's, not the sandbox's
+                self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
 
     async def _started(self) -> None:
         """Exec channel: read bwrap's info (the sandbox's pid) and the sleeper's READY."""
@@ -213,12 +252,11 @@ class RemoteStageEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
-            from rtax_tui.drivers.stage import sandbox_shell_action
-
             return await sandbox_shell_action(self, step, timeout)
         await self._started()
-        argv = [self.driver.tools["nsenter"], "-t", str(self.pid)]
-        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "-w", "--", *step.argv]
+        support = self.driver.remote_support
+        assert self.pid is not None and support is not None
+        argv = enter_argv(support.enter, support.filter, self.pid, step.argv)
         res = await self.host.run(
             argv, cwd="/", env=self.env, timeout=timeout, merge_stderr=True,
             cgroup_procs=self.procs,
@@ -267,22 +305,45 @@ async def probe_tools(host: Any) -> dict[str, str]:
 
 
 async def list_root(host: Any) -> list[tuple[str, str, str]]:
-    from rtax_tui.drivers.stage import OWN_ENTRIES
-
+    """The entries of sandbox.ROOT_NAMES as the remote host has them."""
     res = await host.run(["sh", "-c", LIST_ROOT_SH], timeout=30)
     out = []
     for line in res.stdout.decode(errors="replace").splitlines():
         parts = line.split("\t")
-        if len(parts) == 3 and parts[0] not in OWN_ENTRIES:
+        if len(parts) == 3 and parts[0] in ROOT_NAMES and parts[1] in ("dir", "link"):
             out.append((parts[0], parts[1], parts[2]))
     out.sort()
     return out
 
 
+async def push_support(host: Any) -> Support:
+    """Copy the support files to REMOTE_SUPPORT on the host (once: names carry hashes)
+    and make the curated /etc there."""
+    local = await asyncio.to_thread(local_support)
+    paths = {}
+    for key, path, mode in (("enter", local.enter, "0755"), ("filter", local.filter, "0644")):
+        name = Path(path).name
+        res = await host.run(
+            ["sh", "-c", PUT_SH, "rtax-put", REMOTE_SUPPORT, name, mode],
+            input=Path(path).read_bytes(),
+            timeout=60,
+        )
+        if res.returncode != 0:
+            err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
+            raise PhaseFailure("sandbox_failed", f"cannot copy {name} to {host.name}: {err}")
+        paths[key] = f"{REMOTE_SUPPORT}/{name}"
+    res = await host.run(etc_argv(), timeout=60)
+    etc = res.stdout.decode(errors="replace").strip()
+    if res.returncode != 0 or not etc.startswith("/"):
+        err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
+        raise PhaseFailure(
+            "sandbox_failed", f"cannot make the sandbox's /etc on {host.name}: {err}"
+        )
+    return Support(enter=paths["enter"], filter=paths["filter"], etc=etc)
+
+
 async def check_remote(driver: Any) -> list[Problem]:
     """Root, the tools, cgroups, then a real sandbox in each channel, on the remote host."""
-    from rtax_tui.drivers.stage import HOSTNAME
-
     host = driver.host
     try:
         uid = (await host.run(["id", "-u"], timeout=30)).stdout.strip()
@@ -304,7 +365,22 @@ async def check_remote(driver: Any) -> list[Problem]:
                 "apt-get install bubblewrap util-linux coreutils tar there",
             )
         ]
-    driver.sandbox = "bwrap"
+    arch = (await host.run(["uname", "-m"], timeout=30)).stdout.decode().strip()
+    if arch != platform.machine():
+        return [
+            Problem(
+                f"host {host.name} is {arch}, this machine {platform.machine()}: stage's "
+                "exec helper is built here for this architecture",
+                "run rtax from a controller of the same architecture",
+            )
+        ]
+    try:
+        driver.remote_support = await push_support(host)
+    except SupportError as exc:
+        return [Problem(f"stage cannot make its sandbox files: {exc}", exc.fix)]
+    except PhaseFailure as exc:
+        return [Problem(exc.message, "check that root can write /var/cache there")]
+    driver.root = await list_root(host)
     name = f"rtax/check-{os.urandom(4).hex()}"
     res = await host.run(["sh", "-c", CG_CREATE_SH, "rtax-cg", name, "100000", "", ""], timeout=30)
     dirs = [os.path.dirname(p) for p in res.stdout.decode().split()]
@@ -328,7 +404,8 @@ async def check_remote(driver: Any) -> list[Problem]:
             return [
                 Problem(
                     f"bwrap could not run a sandbox ({channel}) on host {host.name}: {err}",
-                    "check that bubblewrap works as root there",
+                    "bubblewrap must be able to make a user namespace as an unprivileged user "
+                    "there: sysctl -w user.max_user_namespaces=10000",
                 )
             ]
     return []

@@ -1,13 +1,11 @@
-"""The `stage` driver: both sandboxes (bwrap, unshare) x both channels, on the real kernel."""
+"""The `stage` driver: its bubblewrap sandbox on both channels, on the real kernel."""
 
 from __future__ import annotations
 
 import asyncio
 import glob
 import os
-import shutil
 import statistics
-import sys
 import tempfile
 import time
 
@@ -23,7 +21,6 @@ from tests.procs import dead
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
-SANDBOXES = [s for s in ("bwrap", "unshare") if shutil.which(s)]
 CHANNELS = ("exec", "shell")
 LABEL = f"pyst{os.getpid()}{os.urandom(2).hex()}"
 WS_GLOB = os.path.join(tempfile.gettempdir(), f"rtax-ws-{LABEL}-*")
@@ -74,9 +71,9 @@ def spec(channel: str, *, limits: Limits | None = None, steps=(), parent=None) -
     )
 
 
-def driver(sandbox: str) -> StageDriver:
-    d = get_driver("stage", LocalHost(), {"sandbox": sandbox})
-    assert isinstance(d, StageDriver) and d.sandbox == sandbox
+def driver(**options) -> StageDriver:
+    d = get_driver("stage", LocalHost(), options)
+    assert isinstance(d, StageDriver)
     return d
 
 
@@ -84,15 +81,10 @@ async def act(env, *argv: str, timeout: float = 30):
     return await env.action(Step(tuple(argv)), timeout)
 
 
-@pytest.fixture(params=SANDBOXES)
-def sandbox(request):
-    return request.param
-
-
 @pytest.mark.parametrize("channel", CHANNELS)
-def test_lifecycle_output_and_isolation(sandbox, channel):
+def test_lifecycle_output_and_isolation(channel):
     async def run():
-        env = driver(sandbox).environment(spec(channel))
+        env = driver().environment(spec(channel))
         pids: set[int] = set()
         cg = None
         try:
@@ -120,11 +112,19 @@ def test_lifecycle_output_and_isolation(sandbox, channel):
             r = await act(env, "sh", "-c", f"echo t > {private} && cat {private}")
             assert (r.rc, r.output) == (0, b"t\n")
             assert not os.path.exists(private)
-            # Read-only: everything else.
-            for path in ("/rtax-probe", "/usr/rtax-probe", "/etc/rtax-probe", "/root/rtax-probe"):
+            # Read-only: everything else; and most of the host is not there at all.
+            for path in ("/rtax-probe", "/usr/rtax-probe", "/etc/rtax-probe"):
                 r = await act(env, "touch", path)
                 assert r.rc != 0 and b"Read-only" in r.output, (path, r)
                 assert not os.path.exists(path)
+            r = await act(env, "ls", "/")
+            assert set(r.output.decode().split()) <= {
+                "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp",
+                "usr", "workspace",
+            }, r  # fmt: skip
+            for path in ("/root", "/var", "/run", "/home", "/sys", "/etc/shadow", "/etc/ssh"):
+                r = await act(env, "ls", "-d", path)
+                assert r.rc != 0 and b"No such file" in r.output, (path, r)
             r = await act(env, "mkdir", "/sys/fs/cgroup/pids/rtax-escape")
             assert r.rc != 0
 
@@ -140,9 +140,10 @@ def test_lifecycle_output_and_isolation(sandbox, channel):
                 assert r.output != f.read()
             r = await act(env, "sh", "-c", "ls -d /proc/[0-9]* | wc -l")
             assert int(r.output) < 10
-            # The cgroup: commands run inside it, and so does the init.
+            # The cgroup: commands run inside it (its own cgroup namespace: its root is
+            # the environment's cgroup, the host's paths are hidden), and so does the init.
             r = await act(env, "cat", "/proc/self/cgroup")
-            assert f"/{env.cg.relpath}\n" in r.output.decode()
+            assert all(ln.endswith(":/") for ln in r.output.decode().splitlines()), r
             pids = env.cg.pids()
             assert env.proc.pid in pids
             # Background processes die with the environment.
@@ -163,9 +164,9 @@ def test_lifecycle_output_and_isolation(sandbox, channel):
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
-def test_hanging_action_times_out_and_teardown_cleans(sandbox, channel):
+def test_hanging_action_times_out_and_teardown_cleans(channel):
     async def run():
-        env = driver(sandbox).environment(spec(channel))
+        env = driver().environment(spec(channel))
         try:
             await env.create()
             await env.ready()
@@ -193,13 +194,13 @@ def test_hanging_action_times_out_and_teardown_cleans(sandbox, channel):
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
-def test_teardown_after_cancelled_create_ready_or_action(sandbox, channel):
+def test_teardown_after_cancelled_create_ready_or_action(channel):
     # Delays chosen to land in every await of create (workspace, cgroup, the spawn
     # and its pipe set-up), of ready and of an action's spawn.
     delays = [0, 0.0003, 0.0007, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.01, 0.02, 0.05]
 
     async def run():
-        d = driver(sandbox)
+        d = driver()
         for delay in delays:
             for phase in ("create", "ready", "action"):
                 env = d.environment(spec(channel))
@@ -222,17 +223,18 @@ def test_teardown_after_cancelled_create_ready_or_action(sandbox, channel):
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
-def test_memory_limit_kills_inside_the_sandbox(sandbox, channel):
+def test_memory_limit_kills_inside_the_sandbox(channel):
     code = "import sys; b = b'x' * (int(sys.argv[1]) << 20); print(len(b) >> 20)"
+    python = "python3"  # the host's python3 in /usr (rtax's own may live under /root)
 
     async def run():
-        env = driver(sandbox).environment(spec(channel, limits=Limits(memory_mib=64, pids=64)))
+        env = driver().environment(spec(channel, limits=Limits(memory_mib=64, pids=64)))
         try:
             await env.create()
             await env.ready()
-            r = await act(env, sys.executable, "-c", code, "8", timeout=60)
+            r = await act(env, python, "-c", code, "8", timeout=60)
             assert (r.rc, r.output) == (0, b"8\n")
-            r = await act(env, sys.executable, "-c", code, "256", timeout=60)
+            r = await act(env, python, "-c", code, "256", timeout=60)
             assert r.rc in (-9, 137), r  # exec: killed by SIGKILL; shell: sh reports 128+9
             assert env.cg.memory_peak_bytes() <= (64 << 20) + (1 << 20)
         finally:
@@ -242,17 +244,20 @@ def test_memory_limit_kills_inside_the_sandbox(sandbox, channel):
     assert_nothing_left()
 
 
-def test_nested_under_a_budget_cgroup(sandbox):
+def test_nested_under_a_budget_cgroup():
     budget = Cgroup.create(f"env-{LABEL}-budget", cpus=1, memory_mib=512, pids=256)
 
     async def run():
-        env = driver(sandbox).environment(spec("exec", parent=budget.relpath))
+        env = driver().environment(spec("exec", parent=budget.relpath))
         try:
             await env.create()
             await env.ready()
             assert env.cg.relpath.startswith(budget.relpath + "/env-")
-            r = await act(env, "cat", "/proc/self/cgroup")
-            assert f"/{env.cg.relpath}\n" in r.output.decode()
+            assert env.proc.pid in env.cg.pids()
+            # an exec action's process lands in the nested cgroup too
+            r = await act(env, "sh", "-c", "sleep 5 >/dev/null 2>&1 &")
+            assert r.rc == 0
+            assert len(env.cg.pids() - {env.proc.pid}) >= 1
         finally:
             await env.teardown()
 
@@ -264,11 +269,21 @@ def test_nested_under_a_budget_cgroup(sandbox):
     assert_nothing_left()
 
 
-def test_tmp_assets_are_visible_read_only(sandbox, tmp_path):
-    assets = tmp_path / "assets"
-    assets.mkdir()
-    (assets / "a.txt").write_text("asset\n")
-    steps = [Step(("cat", str(assets / "a.txt")))]
+def test_only_named_assets_and_ro_binds_are_visible_read_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("RTAX_CACHE", str(tmp_path / "cache"))
+    from rtax_tui.core.assets import assets_root
+
+    assets = assets_root()
+    (assets / "bare").mkdir(parents=True)
+    (assets / "bare" / "a.txt").write_text("asset\n")
+    (assets / "fix.patch").write_text("the answer\n")  # not named: must stay invisible
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "e.txt").write_text("extra\n")
+    other = tmp_path / "other"  # named by a step, but neither an asset nor in ro_binds
+    other.mkdir()
+    (other / "o.txt").write_text("secret\n")
+    steps = [Step(("cat", str(assets / "bare" / "a.txt"), str(other / "o.txt")))]
     src = tmp_path / "src"
     src.mkdir()
     (src / "seed.txt").write_text("seed\n")
@@ -276,28 +291,92 @@ def test_tmp_assets_are_visible_read_only(sandbox, tmp_path):
     async def run():
         s = spec("exec", steps=steps)
         s = EnvSpec(**{**s.__dict__, "workspace_src": str(src)})
-        env = driver(sandbox).environment(s)
+        env = driver(ro_binds=[str(extra)]).environment(s)
         try:
             await env.create()
             await env.ready()
-            assert (await act(env, "cat", str(assets / "a.txt"))).output == b"asset\n"
-            r = await act(env, "touch", str(assets / "b.txt"))
-            assert r.rc != 0
+            assert (await act(env, "cat", str(assets / "bare" / "a.txt"))).output == b"asset\n"
+            assert (await act(env, "cat", str(extra / "e.txt"))).output == b"extra\n"
+            for hidden in (assets / "fix.patch", other / "o.txt"):
+                r = await act(env, "ls", "-d", str(hidden))
+                assert r.rc != 0 and b"No such file" in r.output, (hidden, r)
+            # the named asset's parents exist inside only as the way to it
+            r = await act(env, "ls", "-A", str(tmp_path / "cache"), str(assets))
+            assert r.output.decode().split() == [
+                f"{tmp_path / 'cache'}:",
+                assets.name,
+                f"{assets}:",
+                "bare",
+            ], r
+            for f in (assets / "bare" / "a.txt", extra / "e.txt"):
+                r = await act(env, "sh", "-c", f"echo x >> {f}")
+                assert r.rc != 0 and (b"Read-only" in r.output or b"denied" in r.output), r
             assert (await act(env, "cat", "seed.txt")).output == b"seed\n"
+            # the workspace belongs to root inside, an unprivileged uid outside
+            assert (await act(env, "sh", "-c", "echo x >> seed.txt && id -u")).output == b"0\n"
+            assert os.stat(os.path.join(env.workspace, "seed.txt")).st_uid == env.driver.uid
         finally:
             await env.teardown()
 
     asyncio.run(run())
-    assert not (assets / "b.txt").exists()
+    assert (assets / "bare" / "a.txt").read_text() == "asset\n"
+    assert (extra / "e.txt").read_text() == "extra\n"
     assert_nothing_left()
 
 
-def test_check_facts_and_cleanup(sandbox):
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_no_privilege_inside(channel):
+    """Root inside is an unprivileged uid outside, with no capability, no_new_privs and
+    the seccomp filter, on both channels (the exec channel's rtax-enter included)."""
+
     async def run():
-        d = driver(sandbox)
+        env = driver().environment(spec(channel))
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, "cat", "/proc/self/status", "/proc/self/uid_map")
+            status = dict(ln.split(":", 1) for ln in r.output.decode().splitlines() if ":" in ln)
+            for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+                assert int(status[cap], 16) == 0, (cap, status[cap])
+            assert status["NoNewPrivs"].strip() == "1"
+            assert status["Seccomp"].strip() == "2"
+            assert status["Uid"].split()[0] == "0"
+            # the user namespace maps root inside to the driver's uid outside
+            pid = int(status["Pid"]) if channel == "shell" else None
+            r = await act(env, "sh", "-c", "echo $$; sleep 0.01")
+            assert r.rc == 0
+            for attempt in (
+                ("unshare", "-U", "true"),
+                ("unshare", "-r", "true"),
+                ("unshare", "-m", "true"),
+                ("mount", "-t", "tmpfs", "x", "/tmp"),
+                ("mount", "-o", "remount,rw", "/usr"),
+                ("chroot", "/", "true"),
+                ("mknod", "/tmp/sda", "b", "8", "0"),
+            ):
+                r = await act(env, *attempt)
+                assert r.rc != 0, (attempt, r)
+            assert pid is None or pid > 0
+            # the host sees the sandbox's processes as the driver's uid, never root
+            for p in env.cg.pids():
+                with open(f"/proc/{p}/status") as f:
+                    uids = next(ln for ln in f if ln.startswith("Uid:")).split()[1:]
+                if p != env.proc.pid or channel == "shell":
+                    assert uids == [str(env.driver.uid)] * 4, (p, uids)
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
+    assert_nothing_left()
+
+
+def test_check_facts_and_cleanup():
+    async def run():
+        d = driver()
         assert await d.check() == []
         facts = await d.facts()
-        assert facts["sandbox"].startswith(sandbox)
+        assert facts["sandbox"].startswith("bwrap")
+        assert facts["uid"] == d.uid
         assert facts["cgroup"] in ("v1", "v2")
         # Leave an environment behind, as a crashed run would, then clean it up.
         env = d.environment(spec("exec"))
@@ -306,7 +385,7 @@ def test_check_facts_and_cleanup(sandbox):
         proc, ws, cg = env.proc, env.workspace, env.cg
         assert _procs_left()
         n = await d.cleanup(LABEL)
-        assert n >= 3  # a process, a cgroup, a workspace (+ the unshare sandbox dir)
+        assert n >= 3  # a process, a cgroup, a workspace
         await asyncio.wait_for(proc.wait(), 5)
         if env.info_r is not None:
             os.close(env.info_r)
@@ -321,18 +400,23 @@ def test_check_facts_and_cleanup(sandbox):
 def test_bad_option():
     with pytest.raises(ValueError):
         StageDriver(LocalHost(), {"sandbox": "docker"})
+    with pytest.raises(ValueError, match="bubblewrap"):
+        StageDriver(LocalHost(), {"sandbox": "unshare"})  # removed: a weaker boundary
+    for uid in (0, -1, "1000", True):
+        with pytest.raises(ValueError, match="uid"):
+            StageDriver(LocalHost(), {"uid": uid})
 
 
 def _median_ms(xs: list[int]) -> float:
     return round(statistics.median(xs) / 1e6, 2)
 
 
-def test_latency_report(sandbox, capsys):
+def test_latency_report(capsys):
     """Print (not assert) create+ready and per-action `true` latency, median of 30."""
     n = 30
 
     async def run() -> list[str]:
-        d = driver(sandbox)
+        d = driver()
         lines = []
         for channel in CHANNELS:
             cr: list[int] = []
@@ -366,7 +450,7 @@ def test_latency_report(sandbox, capsys):
             finally:
                 await env.teardown()
             lines.append(
-                f"stage/{sandbox}/{channel}: create+ready {_median_ms(cr)} ms, "
+                f"stage/{channel}: create+ready {_median_ms(cr)} ms, "
                 f"action `true` {_median_ms(act_ns)} ms back to back, "
                 f"{_median_ms(spaced)} ms 100 ms apart (medians of {n}, {n}, 10)"
             )

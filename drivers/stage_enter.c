@@ -1,0 +1,136 @@
+/*
+ * rtax-enter: run one command inside a live stage sandbox, with exactly the
+ * restrictions the sandbox's own processes have (the stage driver's exec channel).
+ *
+ *   rtax-enter PID FILTER DIR -- ARGV...
+ *
+ * PID is the sandbox's init as the host sees it (bubblewrap's child-pid), FILTER
+ * a file holding the seccomp program (struct sock_filter[]), DIR the working
+ * directory inside the sandbox. Run as root on the host, in the sandbox's cgroup.
+ *
+ * Why not nsenter: nsenter leaves the command with every capability of the
+ * sandbox's user namespace and without the seccomp filter, so the exec channel
+ * would keep out less than the shell channel. Here the order is:
+ *   1. open the sandbox's namespaces, root and the filter (as host root);
+ *   2. drop supplementary groups; enter ipc, uts, net, cgroup, pid and mount
+ *      namespaces and the sandbox's root (still host root: these namespaces may
+ *      belong to an outer user namespace of the sandbox);
+ *   3. enter the user namespace last, become its uid/gid 0 (an unprivileged uid
+ *      on the host), drop every capability (bounding, ambient, permitted),
+ *      set no_new_privs and load the filter;
+ *   4. fork (a pid namespace applies to children), exec the command, and exit
+ *      with its status (128 + signal when it was killed, like a shell).
+ * Exit 125: bad usage; 126: the sandbox could not be entered; 127: no such command.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
+
+static void fail(const char *what, const char *arg) {
+  fprintf(stderr, "rtax-enter: %s%s%s: %s\n", what, arg ? " " : "", arg ? arg : "",
+          strerror(errno));
+  exit(126);
+}
+
+static int open_ns(const char *pid, const char *name, int optional) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%s/ns/%s", pid, name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && !(optional && errno == ENOENT)) fail("cannot open", path);
+  return fd;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 6 || strcmp(argv[4], "--") != 0 || strspn(argv[1], "0123456789") != strlen(argv[1])) {
+    fprintf(stderr, "usage: rtax-enter PID FILTER DIR -- ARGV...\n");
+    return 125;
+  }
+  const char *pid = argv[1];
+  const char *dir = argv[3];
+
+  /* 1. the filter, the namespaces and the root, opened as host root */
+  static struct sock_filter insns[BPF_MAXINSNS];
+  int ffd = open(argv[2], O_RDONLY | O_CLOEXEC);
+  if (ffd < 0) fail("cannot open filter", argv[2]);
+  ssize_t len = read(ffd, insns, sizeof insns);
+  if (len <= 0 || len % (ssize_t)sizeof insns[0] != 0) {
+    errno = EINVAL;
+    fail("bad filter", argv[2]);
+  }
+  close(ffd);
+  struct sock_fprog prog = {.len = (unsigned short)(len / sizeof insns[0]), .filter = insns};
+
+  static const char *const names[] = {"ipc", "uts", "net", "cgroup", "pid", "mnt"};
+  int fds[6];
+  for (int i = 0; i < 6; i++) fds[i] = open_ns(pid, names[i], i == 3);
+  int userfd = open_ns(pid, "user", 0);
+  char rootpath[64];
+  snprintf(rootpath, sizeof rootpath, "/proc/%s/root", pid);
+  int rootfd = open(rootpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) fail("cannot open", rootpath);
+
+  /* 2. groups, then every namespace but the user one, then the sandbox's root */
+  if (setgroups(0, NULL) != 0) fail("setgroups", NULL);
+  for (int i = 0; i < 6; i++) {
+    if (fds[i] < 0) continue;
+    if (setns(fds[i], 0) != 0) fail("cannot enter namespace", names[i]);
+    close(fds[i]);
+  }
+  if (fchdir(rootfd) != 0 || chroot(".") != 0) fail("cannot enter the sandbox's root", NULL);
+  close(rootfd);
+  if (chdir(dir) != 0 && chdir("/") != 0) fail("chdir", dir);
+
+  /* 3. the user namespace; its root, with no capability left */
+  if (setns(userfd, CLONE_NEWUSER) != 0) fail("cannot enter namespace", "user");
+  close(userfd);
+  if (setresgid(0, 0, 0) != 0) fail("setresgid", NULL);
+  if (setresuid(0, 0, 0) != 0) fail("setresuid", NULL);
+  for (int cap = 0; cap <= 63; cap++) {
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) fail("PR_CAPBSET_DROP", NULL);
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    fail("PR_CAP_AMBIENT", NULL);
+  struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  if (syscall(SYS_capset, &hdr, data) != 0) fail("capset", NULL);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail("PR_SET_NO_NEW_PRIVS", NULL);
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) fail("seccomp", NULL);
+
+  /* 4. a child in the pid namespace runs the command */
+  pid_t child = fork();
+  if (child < 0) fail("fork", NULL);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    execvp(argv[5], argv + 5);
+    int e = errno;
+    fprintf(stderr, "rtax-enter: cannot run %s: %s\n", argv[5], strerror(e));
+    _exit(e == ENOENT ? 127 : 126);
+  }
+  int status;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) fail("waitpid", NULL);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 126;
+}

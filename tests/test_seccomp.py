@@ -1,0 +1,100 @@
+"""The sandbox's seccomp filter: its verdicts in Python, and the same program in the kernel."""
+
+from __future__ import annotations
+
+import platform
+import struct
+import subprocess
+import sys
+
+import pytest
+from rtax_tui.drivers import seccomp as S
+
+pytestmark = pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="the filter is written for x86_64"
+)
+EPERM = S.RET_ERRNO | S.EPERM
+
+
+def test_denied_calls_get_eperm_and_the_rest_is_allowed():
+    for name, nr in S.DENIED_X86_64.items():
+        assert S.evaluate(nr) == EPERM, name
+    for nr in (0, 1, 2, 3, 9, 57, 59, 60, 61, 231, 257):  # read, write, open, ..., execve
+        assert S.evaluate(nr) == S.RET_ALLOW, nr
+
+
+def test_namespace_flags_are_refused_on_clone_and_unshare_only():
+    clone, unshare = S.FLAG_CHECKED_X86_64["clone"], S.FLAG_CHECKED_X86_64["unshare"]
+    sigchld = 17
+    assert S.evaluate(clone, sigchld) == S.RET_ALLOW  # fork()
+    assert S.evaluate(clone, 0x003D0F00) == S.RET_ALLOW  # pthread_create's flags
+    assert S.evaluate(unshare, 0x400) == S.RET_ALLOW  # CLONE_FILES
+    for flag in (
+        S.CLONE_NEWUSER,
+        S.CLONE_NEWNS,
+        S.CLONE_NEWPID,
+        S.CLONE_NEWNET,
+        S.CLONE_NEWCGROUP,
+        S.CLONE_NEWTIME,
+    ):
+        assert S.evaluate(clone, sigchld | flag) == EPERM, hex(flag)
+        assert S.evaluate(unshare, flag) == EPERM, hex(flag)
+    assert S.evaluate(S.ENOSYS_X86_64["clone3"]) == S.RET_ERRNO | S.ENOSYS
+
+
+def test_other_abis_are_killed():
+    assert S.evaluate(0, arch=0x40000003) == S.RET_KILL_PROCESS  # i386
+    assert S.evaluate(S.X32_SYSCALL_BIT | 1) == S.RET_KILL_PROCESS  # x32 write
+
+
+def test_bytes_are_sock_filter_records():
+    data = S.filter_bytes()
+    assert len(data) % 8 == 0 and len(data) // 8 == len(S.instructions())
+    code, jt, jf, k = struct.unpack_from("<HBBI", data, 0)
+    assert (code, k) == (S.BPF_LD_W_ABS, S.OFF_ARCH)
+
+
+# The kernel runs the same bytes: load them in a child (no_new_privs first) and call.
+CHILD = r"""
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class F(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+data = sys.stdin.buffer.read()
+buf = ctypes.create_string_buffer(data, len(data))
+prog = F(len(data) // 8, ctypes.cast(buf, ctypes.c_void_p))
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
+def call(nr, *args):
+    r = libc.syscall(nr, *args)
+    return "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+print("unshare_user", call(272, 0x10000000))
+print("unshare_files", call(272, 0x400))
+print("mount", call(165, b"none", b"/tmp", b"tmpfs", 0, None))
+print("keyctl", call(250, 0, 0, 0, 0, 0))
+print("bpf", call(321, 0, 0, 0))
+print("clone3", call(435, 0, 0))
+print("getpid", call(39))
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+print("fork", os.waitpid(pid, 0)[1] >> 8)
+"""
+
+
+def test_the_kernel_enforces_the_same_program():
+    res = subprocess.run(
+        [sys.executable, "-c", CHILD], input=S.filter_bytes(), capture_output=True, timeout=30
+    )
+    assert res.returncode == 0, res.stderr
+    got = dict(line.split() for line in res.stdout.decode().splitlines())
+    assert got == {
+        "unshare_user": "EPERM",
+        "unshare_files": "ok",
+        "mount": "EPERM",
+        "keyctl": "EPERM",
+        "bpf": "EPERM",
+        "clone3": "ENOSYS",
+        "getpid": "ok",
+        "fork": "7",
+    }
