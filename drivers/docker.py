@@ -1044,6 +1044,7 @@ class DockerDriver(Driver):
             except PhaseFailure as exc:
                 fix = self._image_fix(image, self.default_workload_image())
                 problems.append(Problem(f"the image {image} is missing: {exc.message}", fix))
+        problems += self._user_reach_problems(workloads)
         if self.workspace == "none":
             for w in workloads:
                 if w.files:
@@ -1060,6 +1061,29 @@ class DockerDriver(Driver):
                     f'use workspace = "copy" with {self.socket}',
                 )
             )
+        return problems
+
+    def _user_reach_problems(self, workloads: list[Workload]) -> list[Problem]:
+        """Workloads whose steps name a path under the bound assets (T2 clones from it
+        and applies a patch from it) cannot reach it as a `user` other than root when
+        the assets live under /root: the container's /root comes from the image, and
+        the Debian image's is mode 0700."""
+        if not self.opts.uid:
+            return []
+        problems = []
+        for w in workloads:
+            mount = _assets_mount(w)
+            if mount is None or not mount.startswith("/root/"):
+                continue
+            if any(mount in arg for step in w.steps for arg in step.argv):
+                problems.append(
+                    Problem(
+                        f"workload {w.name} reads {mount} from its steps, which user "
+                        f"{self.opts.user} cannot reach (the image's /root is mode 0700)",
+                        f"set RTAX_CACHE to a directory outside /root, or run {w.name} "
+                        f"without drivers_options.{self.name}.user",
+                    )
+                )
         return problems
 
     def _image_fix(self, image: str, default: str) -> str:

@@ -326,6 +326,26 @@ def test_podman_rootless_userns_refused_by_a_root_service(tmp_path):
     assert "check [drivers_options.podman] userns" in err
 
 
+@needs("docker")
+def test_t2_as_a_user_is_refused_when_the_assets_are_under_root(tmp_path):
+    """T2 clones from, and patches with, files under rtax's cache; under /root the
+    image's /root (0700) hides them from a `user`: refused before any trial, not
+    recorded as invalid trials."""
+    from rtax_tui.core.assets import cache_dir
+
+    if not os.path.abspath(cache_dir()).startswith("/root/"):
+        pytest.skip("rtax's cache is not under /root here")
+    res = run_profile(
+        tmp_path,
+        '[run]\ndrivers = ["docker"]\nworkloads = ["t1", "t2"]\n'
+        '[drivers_options.docker]\nuser = "65534"\n',
+    )
+    err = res.stderr.decode().strip()
+    assert res.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "workload t2 reads /root/" in err and "which user 65534 cannot reach" in err
+    assert "workload t1" not in err  # T1's files are copied into /workspace
+
+
 # -- bad values: the profile layer, one line, exit 2 (no engine needed) ---------------
 
 
