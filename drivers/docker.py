@@ -161,7 +161,8 @@ class ContainerOptions:
       /workspace bound from a host directory (the engines refuse, or ignore, copies into
       a read-only root filesystem).
     - `no_new_privileges`: setuid programs and file capabilities grant nothing.
-    - `security_opt`: more `--security-opt` entries, passed on as they are.
+    - `security_opt`: more `--security-opt` entries, passed on as they are, except a
+      seccomp profile file (`seccomp=PATH`), sent as each engine's API takes it.
     - `userns`: docker `host` (the host's user namespace, also with a remapping daemon)
       or `remap` (the daemon's --userns-remap, checked); podman `host`, `auto[:OPTS]`,
       `keep-id[:OPTS]`, `nomap`, sent as the API's UsernsMode.
@@ -209,6 +210,30 @@ def _parse_user(where: str, value: Any) -> tuple[str, int, int | None]:
         raise OptionError("user", f"{where}.user: {value!r} ({USER_FORMAT})")
     gid = m.group(2)
     return text, int(m.group(1)), None if gid is None else int(gid)
+
+
+def _seccomp_file(opt: str) -> str | None:
+    """The profile file a `seccomp=PATH` entry names, or None (another key, `unconfined`,
+    or a profile given inline as JSON)."""
+    key, sep, value = opt.partition("=")
+    if key != "seccomp" or not sep or value == "unconfined" or value.lstrip().startswith("{"):
+        return None
+    return os.path.abspath(value)
+
+
+def _seccomp_file_problem(path: str) -> str | None:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            profile = json.load(f)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror}"
+    except ValueError as exc:
+        return f"{path} is not JSON: {exc}"
+    if not isinstance(profile, dict):
+        return f"{path} is not a seccomp profile (a JSON object)"
+    return None
 
 
 def _parse_caps(where: str, key: str, value: Any) -> tuple[str, ...]:
@@ -415,8 +440,9 @@ class DockerEnvironment(Environment):
             hc["cap_drop"] = list(opts.cap_drop)
         if opts.cap_add:
             hc["cap_add"] = list(opts.cap_add)
-        if opts.security_opts():
-            hc["security_opt"] = opts.security_opts()
+        security_opt = self.d.security_opts()
+        if security_opt:
+            hc["security_opt"] = security_opt
         hc.update(self.d.host_config_extra())
         host_config = api.create_host_config(**hc)
         userns = self.d.userns_mode()
@@ -872,6 +898,11 @@ class DockerDriver(Driver):
                         "security_opt",
                         f"{where}.security_opt: {opt!r} (keys: {', '.join(SECURITY_OPT_KEYS)})",
                     )
+                path = _seccomp_file(opt)
+                if path is not None:
+                    why = _seccomp_file_problem(path)
+                    if why:
+                        raise OptionError("security_opt", f"{where}.security_opt: {opt!r} ({why})")
             kw["security_opt"] = tuple(sec)
         if "userns" in options:
             userns = options["userns"]
@@ -892,6 +923,21 @@ class DockerDriver(Driver):
                     "without read_only)",
                 )
         return ContainerOptions(**kw)
+
+    def security_opts(self) -> list[str]:
+        """The security options as this engine's API takes them: a seccomp profile file
+        (`seccomp=PATH`) becomes its JSON text, as the docker CLI sends it (dockerd
+        would try to decode the path itself as JSON)."""
+        out = []
+        for opt in self.opts.security_opts():
+            path = _seccomp_file(opt)
+            out.append(opt if path is None else f"seccomp={self.seccomp_profile(path)}")
+        return out
+
+    def seccomp_profile(self, path: str) -> str:
+        """What follows `seccomp=` for a profile file: docker's API wants the JSON."""
+        with open(path, encoding="utf-8") as f:
+            return f.read()
 
     def userns_mode(self) -> str | None:
         """The API's UsernsMode for the `userns` option: none for "remap" (the daemon's

@@ -173,6 +173,11 @@ class PodmanDriver(DockerDriver):
                 )
         return opts
 
+    def seccomp_profile(self, path: str) -> str:
+        """Podman's API takes a seccomp profile as a path (on the service's machine) and
+        would try to open inline JSON as a file name."""
+        return path
+
     def default_image(self) -> str:
         return _localhost(super().default_image())
 

@@ -243,6 +243,32 @@ def test_security_opt_is_passed_on(engine, nothing_left):
     assert f["Seccomp"] == "0" and f["NoNewPrivs"] == "1"
 
 
+@pytest.mark.parametrize("engine", engine_params)
+def test_seccomp_profile_file_is_applied(engine, tmp_path, nothing_left):
+    """`seccomp=PATH` works on both engines (docker's API wants the JSON text, podman's
+    the path): a profile refusing mkdir makes mkdir fail with EPERM, where the default
+    filter lets it through."""
+    prof = tmp_path / "no-mkdir.json"
+    prof.write_text(
+        '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": '
+        '[{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}'
+    )
+
+    async def run(**options) -> bytes:
+        env = _driver(engine, **options).environment(_spec(engine, "exec", None))
+        try:
+            await env.create()
+            await env.ready()
+            res = await env.action(Step(("sh", "-c", "mkdir /tmp/d 2>&1 && echo made")), 30)
+            return res.output
+        finally:
+            await env.teardown()
+
+    assert asyncio.run(run()) == b"made\n"
+    out = asyncio.run(run(security_opt=[f"seccomp={prof}"]))
+    assert b"Operation not permitted" in out and b"made" not in out
+
+
 @pytest.mark.parametrize("mode", ["copy", "bind", "none"])
 @pytest.mark.parametrize("read_only", [False, True])
 @pytest.mark.parametrize("engine", engine_params)
@@ -363,6 +389,10 @@ def test_t2_as_a_user_is_refused_when_the_assets_are_under_root(tmp_path):
         ('security_opt = ["nonsense=1"]', "security_opt: 'nonsense=1' (keys: apparmor"),
         ('security_opt = "seccomp=unconfined"', "security_opt: 'seccomp=unconfined' (expected"),
         ('userns = "private"', "userns: 'private' (allowed: host, "),
+        (
+            'security_opt = ["seccomp=/nonexistent/p.json"]',
+            "security_opt: 'seccomp=/nonexistent/p.json' (cannot read /nonexistent/p.json",
+        ),
         ('userns = "host"\nread_only = "no"', "read_only: 'no' (expected true or false)"),
     ],
 )
