@@ -6,9 +6,11 @@ inspect round trip). Streams (an exec's output, the shell's attach) are read on 
 event loop from the hijacked socket, so a timed-out or cancelled action never
 leaves a thread blocked.
 
-- create: `create.image_lookup` (inspect the image), `create.container_create`
-  (network none, label `rtax.run=<label>`, CPU/memory/pid limits, working directory
-  `/workspace`), then `create.workspace` when the workload has files (put_archive)
+- create: `create.image_lookup` (inspect the image), `create.workspace_dir` (a host
+  directory for /workspace, with `read_only`), `create.container_create` (network
+  none, label `rtax.run=<label>`, CPU/memory/pid limits, working directory
+  `/workspace`, the boundary options: `ContainerOptions`), then `create.workspace`
+  when the workload has files or /workspace must be given to `user` (put_archive)
   and, channel `shell`, `create.attach` (the container's stdin/stdout/stderr).
 - ready: `ready.start`, then `ready.first_command` (the probe `true` through the channel).
 - action: channel `exec` makes an exec instance per action (create, start, inspect:
