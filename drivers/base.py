@@ -79,6 +79,13 @@ class Driver(ABC):
         self.host = host
         self.options = options
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Raise `OptionError` for a bad `[drivers_options.NAME]` table, before any host
+        is reached; the profile layer adds the file and line. The default checks nothing
+        (the driver's constructor still may)."""
+        return None
+
     @abstractmethod
     async def check(self) -> list[Problem]:
         """Empty when the driver can run on its host."""

@@ -38,26 +38,9 @@ from rtax_tui.core.model import (  # noqa: E402
     Workload,
 )
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
+from tests.engines import podman_answers  # noqa: E402
 
-SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
-
-
-def _service_answers() -> str | None:
-    if not os.path.exists(SOCK_PATH):
-        return (
-            f"the podman API socket is not running (no {SOCK_PATH}; "
-            "start it with bash scripts/start-podman)"
-        )
-    try:
-        c = docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=5)
-        c.ping()
-        c.close()
-    except Exception as exc:
-        return f"the podman API socket does not answer on {DEFAULT_SOCKET}: {exc}"
-    return None
-
-
-_WHY = _service_answers()
+_WHY = podman_answers()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 CHANNELS = ("exec", "shell")
 LABEL = f"pytpm{os.getpid()}{os.urandom(2).hex()}"

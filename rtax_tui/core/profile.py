@@ -13,7 +13,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rtax_tui.core.model import CHANNELS, Limits, RtaxError, Step, Timeouts, Workload
+from rtax_tui.core.model import (
+    CHANNELS,
+    Limits,
+    OptionError,
+    RtaxError,
+    Step,
+    Timeouts,
+    Workload,
+)
 from rtax_tui.core.workloads import WORKLOAD_NAMES
 
 
@@ -218,6 +226,17 @@ def _check_type(where: str, key: str, value: Any, types: tuple[type, ...]) -> No
         raise ProfileError(f"{where}: {key}: expected {_type_name(types)}, got {value!r}")
 
 
+def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str], str]) -> None:
+    """The driver's own check of its `[drivers_options.NAME]` table (the driver knows
+    its options), reported here with the file and the line of the field."""
+    from rtax_tui.drivers import driver_class
+
+    try:
+        driver_class(name).check_options(body)
+    except OptionError as exc:
+        raise ProfileError(f"{where(exc.key)}: {exc}") from None
+
+
 def load_profile(path: str | Path) -> Profile:
     p = Path(path)
     try:
@@ -291,6 +310,9 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                     f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
                     f"expected a table for one of {', '.join(KNOWN_DRIVERS)}"
                 )
+            _check_driver_options(
+                name, body, lambda key, t=f"drivers_options.{name}": where(t, key)
+            )
         kw["driver_options"] = opts
 
     tables: dict[str, dict[str, Any]] = {}
