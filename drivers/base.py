@@ -23,6 +23,7 @@ from rtax_tui.core.model import (
     Step,
     Workload,
 )
+from rtax_tui.hosts import Host
 
 SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
 
@@ -75,7 +76,7 @@ class Driver(ABC):
     # host); a driver that touches the controller's own files or sockets leaves it False.
     runs_remote: bool = False
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host
         self.options = options
 

@@ -497,7 +497,7 @@ class DockerEnvironment(Environment):
         if self.d.host_dir_workspace(self.spec):
             bind = self.d.workspace == "bind"
             async with self.sub("workspace" if bind else "workspace_dir"):
-                self.host_workspace = make_workspace(self.spec.label)
+                self.host_workspace = make_workspace(self.d.host, self.spec.label)
                 if bind:
                     await asyncio.to_thread(populate, self.host_workspace, self.spec.workspace_src)
                 if opts.uid is not None:
@@ -670,7 +670,7 @@ class DockerEnvironment(Environment):
         try:
             await self._teardown()
             if self.host_workspace is not None:  # after the container that used it
-                await remove_workspace(self.host_workspace)
+                await remove_workspace(self.d.host, self.host_workspace)
                 self.host_workspace = None
         finally:
             parent, self._cg_parent = self._cg_parent, None

@@ -53,8 +53,7 @@ async def _doctor(names: list[str], profile: Profile) -> list[tuple[str, Any, An
             out.append((host.name, exc, []))
             continue
         try:
-            if hasattr(host, "measure_rtt"):
-                await host.measure_rtt()
+            await host.measure_rtt()
             facts = await host.facts()
             out.append((host.name, facts, await _check_host(host)))
         finally:
