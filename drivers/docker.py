@@ -503,6 +503,7 @@ class DockerEnvironment(Environment):
                 if opts.uid is not None:
                     await asyncio.to_thread(_own_tree, self.host_workspace, opts.uid, opts.gid)
         async with self.sub("container_create"):
+            self.d.track_containers(self.spec.label)  # before the container exists
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
                 await asyncio.shield(self._create)
@@ -831,6 +832,7 @@ class DockerDriver(Driver):
         super().__init__(host, options)
         self.opts = self.parse_options(options)
         self.socket = self.opts.socket or self.default_socket
+        self._tracked_labels: set[str] = set()
         # The option `image` names the one image of every environment; without it,
         # busybox for what runs with busybox (t0) and the Debian image for the rest.
         self.image = self.opts.image or self.default_image()
@@ -1179,6 +1181,15 @@ class DockerDriver(Driver):
         return facts
 
     # -- cleanup -----------------------------------------------------------
+
+    def track_containers(self, label: str) -> None:
+        """Have the host's reaper remove this run's containers if rtax dies (kill -9):
+        by the engine's socket and the run label, registered once per run."""
+        path = _socket_path(self.socket)
+        if path is None or not label or label in self._tracked_labels:
+            return
+        self._tracked_labels.add(label)
+        self.host.track("containers", f"{path} {LABEL_KEY}={label}")
 
     async def cleanup(self, label: str | None = None) -> int:
         sel = f"{LABEL_KEY}={label}" if label else LABEL_KEY

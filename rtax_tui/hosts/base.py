@@ -19,8 +19,10 @@ from rtax_tui.core.model import PhaseFailure
 
 # What a host's reaper can end when the run ends, however it ends:
 # "pgid": a process group; "path": a file or directory tree; "cgroup": a cgroup, named
-# by its path below the cgroup root (e.g. "rtax/env-x"), in every hierarchy.
-Leftover = Literal["pgid", "path", "cgroup"]
+# by its path below the cgroup root (e.g. "rtax/env-x"), in every hierarchy;
+# "containers": "SOCKET LABEL=VALUE", every container with that label on the Docker
+# API (docker's or podman's) at that unix socket.
+Leftover = Literal["pgid", "path", "cgroup", "containers"]
 
 
 @dataclass

@@ -67,6 +67,8 @@ class LocalHost(Host):
             r.add_pgid(int(value))
         elif kind == "path":
             r.add_path(value)
+        elif kind == "containers":
+            r.add_containers(value)
         else:
             r.add_cgroup(value)
 
@@ -76,6 +78,8 @@ class LocalHost(Host):
             r.drop_pgid(int(value))
         elif kind == "path":
             r.drop_path(value)
+        elif kind == "containers":
+            r.drop_containers(value)
         else:
             r.drop_cgroup(value)
 

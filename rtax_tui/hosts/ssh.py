@@ -89,6 +89,8 @@ def _reaper_lines(sign: str, kind: Leftover, value: str) -> list[str]:
     v2's and v1's, whichever the host has)."""
     if kind == "pgid":
         return [f"{sign}g {int(value)}"]
+    if kind == "containers":  # drivers with containers do not run on SSH hosts
+        raise ValueError("the remote reaper does not remove containers")
     if not SAFE_PATH.fullmatch(value):  # the reaper hands it to a shell
         raise ValueError(f"unsafe {kind} for the remote reaper: {value!r}")
     if kind == "path":
