@@ -326,7 +326,8 @@ async def probe_kvm(
         except (PhaseFailure, OSError) as exc:  # e.g. the guest died: its socket reset
             why = exc.message if isinstance(exc, PhaseFailure) else f"{type(exc).__name__}: {exc}"
             with open(d("qemu.log"), errors="replace") as f:
-                tail = f.read()[-300:].strip()
+                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+            tail = lines[-1][-200:] if lines else ""  # QEMU's last word
             return False, f"KVM present but not usable: {why} {tail}".strip()
     finally:
         if proc is not None:

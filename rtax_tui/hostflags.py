@@ -63,7 +63,8 @@ def cleanup_remote_hosts(args: argparse.Namespace) -> int:
     from rtax_tui.core.model import RtaxError
     from rtax_tui.core.profile import Profile
     from rtax_tui.core.runner import make_host
-    from rtax_tui.drivers import get_driver
+    from rtax_tui.drivers import driver_class, get_driver
+    from rtax_tui.drivers import names as driver_names
 
     names = [h for h in (getattr(args, "host", None) or []) if h != "local"]
     if not names:
@@ -80,7 +81,7 @@ def cleanup_remote_hosts(args: argparse.Namespace) -> int:
                 print(f"rtax: {exc}", file=sys.stderr)
                 continue
             try:
-                for drv in ("stage", "local"):
+                for drv in [d for d in driver_names() if driver_class(d).runs_remote]:
                     n = await get_driver(drv, host, {}).cleanup(getattr(args, "run", None))
                     if n:
                         print(f"{host.name}: {drv}: removed {n}")
