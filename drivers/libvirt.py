@@ -32,14 +32,14 @@ from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.docker import needs_full_image
-from rtax_tui.drivers.microvm import overlay
+from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     CMDLINE,
     AgentChannel,
     SerialWatch,
     TrialDir,
     connect_unix,
+    overlay,
     parse_options,
     resolve_accel,
     safe,

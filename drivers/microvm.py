@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.docker import needs_full_image
+from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     DIR_PREFIX,
     AgentChannel,
@@ -37,6 +37,7 @@ from rtax_tui.drivers.vmguest import (
     TrialDir,
     connect_unix,
     microvm_argv,
+    overlay,
     parse_options,
     resolve_accel,
     safe,
@@ -173,14 +174,6 @@ class MicrovmEnvironment(Environment):
         if self.dir is not None:
             await asyncio.to_thread(self.dir.remove)
             self.dir = None
-
-
-async def overlay(qemu_img: str, base: str, dest: str, host: Any) -> None:
-    """A qcow2 overlay on `base` (raw, never written)."""
-    argv = [qemu_img, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", dest]
-    res = await host.run(argv, timeout=SETUP_TIMEOUT_S)
-    if res.returncode != 0:
-        raise PhaseFailure("vm_error", f"qemu-img create failed: {res.stderr.decode()[-300:]}")
 
 
 class MicrovmDriver(Driver):

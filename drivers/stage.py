@@ -31,14 +31,6 @@ import subprocess
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.local import (
-    WORKSPACE_PREFIX,
-    LocalDriver,
-    make_workspace,
-    populate,
-    remove_workspace,
-    run_exec,
-)
 from rtax_tui.drivers.sandbox import (
     HOSTNAME,
     READY,
@@ -59,6 +51,14 @@ from rtax_tui.drivers.stage_remote import (
     RemoteStageEnvironment,
     check_remote,
     cleanup_remote,
+)
+from rtax_tui.drivers.workspace import (
+    WORKSPACE_PREFIX,
+    make_workspace,
+    populate,
+    remove_workspace,
+    run_exec,
+    workspace_cleanup,
 )
 
 from rtax_tui.core.assets import assets_root
@@ -540,7 +540,7 @@ class StageDriver(Driver):
             n += await asyncio.to_thread(cgroup_cleanup, f"rtax/env-{_safe_label(label)}-")
         else:
             n += await asyncio.to_thread(cgroup_cleanup, "rtax/")
-        n += await LocalDriver(self.host, {}).cleanup(_safe_label(label) if label else None)
+        n += await workspace_cleanup(self.host, marker.lstrip("/"))
         return n
 
 

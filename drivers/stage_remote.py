@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from rtax_tui.drivers.base import Environment, Problem, SubTimer
-from rtax_tui.drivers.local import WORKSPACE_PREFIX, close_shell, safe_label
 from rtax_tui.drivers.sandbox import (
     HOSTNAME,
     ROOT_NAMES,
@@ -37,6 +36,7 @@ from rtax_tui.drivers.sandbox import (
     sandbox_shell_action,
 )
 from rtax_tui.drivers.shellframe import FramedShell
+from rtax_tui.drivers.workspace import WORKSPACE_PREFIX, close_shell, safe_label
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from rtax_tui.drivers import get_driver
-from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver, _tar_workspace
+from rtax_tui.drivers.container import _tar_workspace
+from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver
 from rtax_tui.drivers.podman import PodmanDriver, conmon_processes
 
 from rtax_tui.core import images

@@ -16,7 +16,8 @@ from tests.engines import SOCK_PATH, dockerd_answers
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers import docker as dd  # noqa: E402
-from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY, Demuxer, DockerDriver  # noqa: E402
+from rtax_tui.drivers.container import Demuxer  # noqa: E402
+from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY, DockerDriver  # noqa: E402
 
 from rtax_tui.core import images  # noqa: E402
 from rtax_tui.core.model import (  # noqa: E402
