@@ -49,6 +49,7 @@ from rtax_tui.core.model import (
     SubstrateLost,
     Workload,
 )
+from rtax_tui.core.probe import ALL_CHECKS
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 LABEL_KEY = "rtax.run"
@@ -606,6 +607,9 @@ def _tar_dir(src: str) -> bytes:
 class DockerDriver(Driver):
     name = "docker"
     channels = ("exec", "shell")
+    # Every check: namespaces, Docker's default capability set and seccomp profile, the
+    # devices cgroup, no network, limits. Root in the container all the same.
+    boundary = ALL_CHECKS
     # Hooks for a server that speaks the same API through the same SDK code
     # (drivers/podman.py): where it listens, what the messages call it, how to start it.
     default_socket = DEFAULT_SOCKET
@@ -642,6 +646,11 @@ class DockerDriver(Driver):
         # The engine runs on this machine (a unix socket): its cgroups are ours to see.
         self.local = _socket_path(self.socket) is not None
         self._cg_users: dict[str, int] = {}
+
+    def promised_checks(self) -> frozenset[str]:
+        if self.network != "none":  # a network mode that reaches the host's loopback, maybe
+            return self.boundary - {"loopback_tcp"}
+        return self.boundary
 
     def default_image(self) -> str:
         return _default_image()

@@ -168,6 +168,8 @@ async def close_shell(proc: Any, grace: float = 1.0, host: Any = None) -> None:
 class LocalDriver(Driver):
     name = "local"
     runs_remote = True
+    # No isolation: the baseline keeps nothing out. It does keep a trial's own writes.
+    boundary = frozenset({"workspace_persists"})
 
     async def check(self) -> list[Problem]:
         if is_local(self.host):
