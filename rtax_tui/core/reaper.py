@@ -113,8 +113,14 @@ def _reap(groups: set[int], cgroups: set[str], paths: set[str]) -> None:
         except ImportError:
             pass
     time.sleep(0.05)
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+    for path in paths:  # directories (workspaces) and single files (probe markers)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def main(stdin: IO[bytes]) -> int:

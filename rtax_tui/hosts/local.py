@@ -93,6 +93,15 @@ class LocalHost:
         await asyncio.to_thread(shutil.rmtree, path, True)
         reaper.current().drop_path(path)
 
+    @staticmethod
+    def track_path(path: str) -> None:
+        """A file or directory to remove if rtax dies before it does (the reaper)."""
+        reaper.current().add_path(path)
+
+    @staticmethod
+    def untrack_path(path: str) -> None:
+        reaper.current().drop_path(path)
+
     async def spawn(
         self,
         argv: Sequence[str],

@@ -552,6 +552,15 @@ class SSHHost:
         await self.run(["rm", "-rf", "--", path], timeout=60)
         self._register(f"-p {path}")
 
+    def track_path(self, path: str) -> None:
+        """A file or directory the remote reaper removes if the connection ends first."""
+        if not SAFE_PATH.fullmatch(path):
+            raise ValueError(f"unsafe path {path!r}")
+        self._register(f"+p {path}")
+
+    def untrack_path(self, path: str) -> None:
+        self._register(f"-p {path}")
+
     async def facts(self) -> dict[str, Any]:
         """Kernel, CPU, memory, clock source and substrate versions, on this connection."""
         res = await self.run(["sh", "-c", FACTS_SH], timeout=30)
