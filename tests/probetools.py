@@ -18,13 +18,19 @@ def probe(
     options: dict[str, dict[str, Any]] | None = None,
     label: str = "",
 ) -> dict[str, Any]:
-    """The `rtax-probe/1` document of one probe (no state file is written)."""
+    """The `rtax-probe/1` document of one probe (no state file is written). `host`: a
+    host, or a function that makes one (an SSH host must live in the probe's loop)."""
 
     async def go() -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        h = host or LocalHost()
-        name = getattr(h, "name", "local")
-        await run_probe({name: h}, drivers, channels, events.append, options=options, label=label)
+        h = host() if callable(host) else host or LocalHost()  # made in this event loop
+        await h.connect()
+        try:
+            await run_probe(
+                {h.name: h}, drivers, channels, events.append, options=options, label=label
+            )
+        finally:
+            await h.close()
         return events
 
     return build_document(asyncio.run(go()))

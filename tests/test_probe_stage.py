@@ -6,7 +6,6 @@ not prove the boundary)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
@@ -38,12 +37,8 @@ def ssh_doc() -> dict[str, Any]:
     lab = SSHLab()
     try:
         h = lab.serve_loopback()
-        host = SSHHost(parse_ssh_url(h.url, identity=lab.identity, known_hosts=lab.known_hosts))
-        asyncio.run(host.connect())
-        try:
-            return probe(["stage"], list(CHANNELS), host=host, label=LABEL)
-        finally:
-            asyncio.run(host.close())
+        target = parse_ssh_url(h.url, identity=lab.identity, known_hosts=lab.known_hosts)
+        return probe(["stage"], list(CHANNELS), host=lambda: SSHHost(target), label=LABEL)
     finally:
         lab.close()
 
