@@ -10,6 +10,7 @@ import io
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
@@ -287,7 +288,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     if bounds:
         console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")
         for key, b in bounds.items():
-            console.print("  " + boundary_line(key, b), soft_wrap=True)
+            console.print("  " + escape(boundary_line(key, b)), soft_wrap=True)
     if report.get("probe"):
         print_probe(report["probe"], console)
     for c in report["cells"]:
@@ -376,7 +377,7 @@ def print_probe(doc: dict[str, Any], console: Console) -> None:
     for d, dd in drivers.items():
         for name, c in dd["checks"].items():
             if c["result"] == "breached":
-                console.print(f"[red]{d}/{name}[/red]: {c['evidence']}", soft_wrap=True)
+                console.print(f"[red]{d}/{name}[/red]: {escape(c['evidence'])}", soft_wrap=True)
 
 
 def boundary_line(key: str, b: dict[str, Any]) -> str:

@@ -143,6 +143,7 @@ def test_the_probe_recording_reads_back_in_report(local_probe) -> None:
     assert got == want
     table = rtax("report", str(out)).stdout
     assert "rtax probe" in table and "tmp_sentinel" in table and "breached" in table
+    assert "local/tmp_sentinel: [local/exec] read the host's" in table  # evidence, unmangled
     md = rtax("report", str(out), "--format", "markdown").stdout
     assert "## Boundary checks" in md and "| `tmp_sentinel` | breached |" in md
 
@@ -192,3 +193,44 @@ def test_the_reaper_removes_planted_files_and_directories(tmp_path) -> None:
     (dd / "sentinel").write_text("y")
     _reap(set(), set(), {str(f), str(dd), str(tmp_path / "gone")})
     assert not f.exists() and not dd.exists()
+
+
+def test_a_driver_that_cannot_be_checked_is_na_on_every_check(monkeypatch) -> None:
+    """A driver whose own check raises, or lacks a channel: the matrix gets `n/a` rows
+    that say why, and the other drivers are still probed."""
+    import asyncio
+
+    import rtax_tui.drivers as drivers_mod
+    from rtax_tui.drivers.local import LocalDriver
+
+    from rtax_tui.core.probe import NA
+    from rtax_tui.core.probe_run import run_probe
+    from rtax_tui.hosts.local import LocalHost
+
+    class Broken(LocalDriver):
+        name = "broken"
+
+        async def check(self):
+            raise ConnectionResetError("the KVM probe's socket went away")
+
+    class ExecOnly(LocalDriver):
+        name = "execonly"
+        channels = ("exec",)
+
+    real = drivers_mod.get_driver
+    fakes = {"broken": Broken, "execonly": ExecOnly}
+    monkeypatch.setattr(
+        drivers_mod,
+        "get_driver",
+        lambda n, h, o=None: fakes[n](h, o or {}) if n in fakes else real(n, h, o),
+    )
+    events: list[dict] = []
+    asyncio.run(run_probe({"local": LocalHost()}, ["broken", "execonly"], ["shell"], events.append))
+    by = {(e["driver"], e["check"]): e for e in events}
+    assert len(events) == 2 * len(ALL_CHECKS)
+    for name in ALL_CHECKS:
+        assert by[("broken", name)]["result"] == NA
+        assert "its check failed: ConnectionResetError" in by[("broken", name)]["evidence"]
+        assert by[("execonly", name)]["result"] == NA
+        assert "no shell channel" in by[("execonly", name)]["evidence"]
+    assert _ours_left() == []

@@ -431,13 +431,23 @@ async def run_probe(
                             send(host_name, d, ch, name, v, frozenset())
                     continue
                 promised = promised_of(drv)
-                problems = await remote_aware_check(host_name, drv)
-                if not problems:
-                    wl = CellProbe(drv, host_name, channels[0], plant, limits=limits).workload_a()
-                    problems = await drv.check_workloads([wl])
+                try:
+                    problems = await remote_aware_check(host_name, drv)
+                    if not problems:
+                        cell = CellProbe(drv, host_name, channels[0], plant, limits=limits)
+                        problems = await drv.check_workloads([cell.workload_a()])
+                    broken = None
+                except Exception as exc:  # a driver whose own check fails cannot be probed
+                    problems, broken = [], f"its check failed: {_why(exc)}"
                 for ch in channels:
                     if log is not None:
                         log(f"probe: {host_name}/{d}/{ch}")
+                    if broken is not None:
+                        for name, v in na_verdicts(
+                            f"{d} cannot run on {host_name}: {broken}"
+                        ).items():
+                            send(host_name, d, ch, name, v, promised)
+                        continue
                     if problems:
                         why = "; ".join(f"{p.reason} (fix: {p.fix})" for p in problems)
                         for name, v in na_verdicts(f"{d} cannot run on {host_name}: {why}").items():
