@@ -139,10 +139,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- trials: {run.get('trials')}",
         f"- seed: {run.get('seed')}",
     ]
-    out += meta + ["", "## Cells (times in ms)", ""]
-    rows = [_cell_row(c, capacity) for c in report["cells"]]
-    out += [_md_table(_headers(capacity), rows), ""]
-    out += ["## Cell ids", ""]
+    out += meta + [""]
+    if report["cells"] or not report.get("probe"):  # a probe recording has no cells
+        out += ["## Cells (times in ms)", ""]
+        rows = [_cell_row(c, capacity) for c in report["cells"]]
+        out += [_md_table(_headers(capacity), rows), ""]
+        out += ["## Cell ids", ""]
     for c in report["cells"]:
         errs = ", ".join(f"{k}: {v}" for k, v in c.get("errors", {}).items())
         line = f"- `{c['cell']}`: total P50 {fmt_ms(c['phases']['total']['p50_ms'])} ms"

@@ -234,3 +234,16 @@ def test_a_driver_that_cannot_be_checked_is_na_on_every_check(monkeypatch) -> No
         assert by[("execonly", name)]["result"] == NA
         assert "no shell channel" in by[("execonly", name)]["evidence"]
     assert _ours_left() == []
+
+
+def test_the_example_probe_recording_reports_every_driver() -> None:
+    """recordings/examples/probe/all-drivers.jsonl: the matrix measured on this machine."""
+    ex = Path(__file__).resolve().parents[1] / "recordings" / "examples" / "probe"
+    rep = json.loads(rtax("report", str(ex / "all-drivers.jsonl"), "--format", "json").stdout)
+    drivers = rep["probe"]["drivers"]
+    assert list(drivers) == ["local", "stage", "docker", "podman", "libvirt", "microvm"]
+    for d in drivers.values():
+        assert set(d["checks"]) == ALL_CHECKS
+    assert rep["cells"] == []
+    md = rtax("report", str(ex / "all-drivers.jsonl"), "--format", "markdown").stdout
+    assert "## Cells" not in md and "| check | local | stage | docker" in md
