@@ -247,3 +247,29 @@ def test_the_example_probe_recording_reports_every_driver() -> None:
     assert rep["cells"] == []
     md = rtax("report", str(ex / "all-drivers.jsonl"), "--format", "markdown").stdout
     assert "## Cells" not in md and "| check | local | stage | docker" in md
+
+
+@pytest.mark.skipif(not ROOT, reason="the probe's host sentinels (/root, loop devices) need root")
+def test_ctrl_c_tears_down_and_leaves_nothing(tmp_path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "int.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "probe", "--driver", "local", "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RTAX_CACHE": str(tmp_path / "cache")},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the first environment is at work
+        if out.exists() and b'"type":"probe"' in out.read_bytes():
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    rec = read_recording(out)
+    assert rec.end is not None and rec.end["status"] == "interrupted"
+    assert not (tmp_path / "cache" / "probe" / "last.json").exists()  # no partial "last"
+    assert _ours_left() == []
