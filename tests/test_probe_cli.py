@@ -273,3 +273,50 @@ def test_ctrl_c_tears_down_and_leaves_nothing(tmp_path) -> None:
     assert rec.end is not None and rec.end["status"] == "interrupted"
     assert not (tmp_path / "cache" / "probe" / "last.json").exists()  # no partial "last"
     assert _ours_left() == []
+
+
+def test_an_environment_that_runs_nothing_proves_nothing(monkeypatch) -> None:
+    """A driver whose actions do nothing (empty output, rc 0) must not pass a guarantee:
+    the markers were never written, the bomb and the hog never started: `n/a`."""
+    import asyncio
+
+    import rtax_tui.drivers as drivers_mod
+    from rtax_tui.drivers.base import Driver, Environment
+
+    from rtax_tui.core.model import ActionResult
+    from rtax_tui.core.probe import NA
+    from rtax_tui.core.probe_run import run_probe
+    from rtax_tui.hosts.local import LocalHost
+
+    class Mute(Environment):
+        async def create(self) -> None:
+            pass
+
+        async def action(self, step, timeout):
+            return ActionResult(0, b"")
+
+        async def teardown(self) -> None:
+            pass
+
+    class MuteDriver(Driver):
+        name = "mute"
+
+        async def check(self):
+            return []
+
+        def environment(self, spec, sub=None):
+            return Mute(self, spec, sub)
+
+    real = drivers_mod.get_driver
+    monkeypatch.setattr(
+        drivers_mod,
+        "get_driver",
+        lambda n, h, o=None: MuteDriver(h, {}) if n == "mute" else real(n, h, o),
+    )
+    events: list[dict] = []
+    asyncio.run(run_probe({"local": LocalHost()}, ["mute"], ["exec"], events.append))
+    res = {e["check"]: e for e in events}
+    for name in ("workspace_persists", "other_env", "fresh_env", "pids_limit", "memory_limit"):
+        assert res[name]["result"] == NA, (name, res[name]["evidence"])
+    assert "could not write its markers" in res["fresh_env"]["evidence"]
+    assert _ours_left() == []

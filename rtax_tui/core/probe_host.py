@@ -93,7 +93,7 @@ async def plant(host: Any) -> HostPlant:
     p.tokens.update(toks)
     data = (" ".join(toks[k] for k in keys) + "\n").encode()
     for path in _planted_paths(p.hex, tmp, cache):
-        _track(host, path)  # before anything exists: a killed probe leaves nothing
+        track(host, path)  # before anything exists: a killed probe leaves nothing
     res = await host.run(
         ["sh", "-c", S.HOST_PLANT, S.ARG0, p.hex, tmp, cache],
         input=data,
@@ -104,7 +104,7 @@ async def plant(host: Any) -> HostPlant:
     p.cache = (f.get("cache") or [cache])[0]
     if not is_local(host):
         for path in _planted_paths(p.hex, p.tmp, p.cache):
-            _track(host, path)
+            track(host, path)
     for key in ("tmp_sentinel", "cache_sentinel", "sock_dir"):
         if f.get(key):
             p.paths[key] = f[key][0]
@@ -149,13 +149,14 @@ def _planted_paths(hex_: str, tmp: str, cache: str) -> list[str]:
     return out
 
 
-def _track(host: Any, path: str) -> None:
+def track(host: Any, path: str) -> None:
+    """Register `path` with the host's reaper (removed if the probe dies first)."""
     track = getattr(host, "track_path", None)
     if track is not None:
         track(path)
 
 
-def _untrack(host: Any, path: str) -> None:
+def untrack(host: Any, path: str) -> None:
     untrack = getattr(host, "untrack_path", None)
     if untrack is not None:
         untrack(path)
@@ -211,7 +212,7 @@ async def _stop_proc(host: Any, proc: Any) -> None:
     host.release(proc)
 
 
-async def settle(p: HostPlant, delay: float = 0.3) -> None:
+async def settle(delay: float = 0.3) -> None:
     """Let the listener's log catch up with what the last step did."""
     await asyncio.sleep(delay)
 
@@ -251,4 +252,4 @@ async def cleanup(p: HostPlant) -> None:
         )  # fmt: skip
     finally:
         for path in _planted_paths(p.hex, p.tmp, p.cache):
-            _untrack(p.host, path)
+            untrack(p.host, path)

@@ -55,6 +55,9 @@ REMOUNT_DIRS = ("/", "/root", "/etc", "/usr", "/var", "/var/tmp", "/home", "/opt
 DOCKER_REQUEST = r"GET /version HTTP/1.0\r\nHost: rtax-probe\r\n\r\n"
 
 Emit = Callable[[dict[str, Any]], None]
+# Checks decided after the escape attempts, in their own order (other environments, the
+# guarantees, and last the fork bomb and the hog that may take environment A down).
+_LATER = frozenset({"workspace_persists", "other_env", "fresh_env", "pids_limit", "memory_limit"})
 
 
 def _step(script: str, *args: str, timeout: float = STEP_TIMEOUT_S) -> Step:
@@ -119,6 +122,8 @@ class CellProbe:
         )
         self.verdicts: dict[str, Verdict] = {}
         self.steps = self._steps_of_a()
+        self.marks_written = False  # A's first action wrote its markers (else: n/a)
+        self.marks_output = ""
 
     # -- the steps -------------------------------------------------------------
     def _remount_dirs(self) -> list[str]:
@@ -198,13 +203,14 @@ class CellProbe:
             await self._run_a(env_a, decide)
         finally:
             await _down(env_a)
-        await self._run_fresh(decide)
+        if self.marks_written:
+            await self._run_fresh(decide)
         for c in CHECKS:  # anything not decided above (a step that was never run)
             if c.name not in self.verdicts:
                 decide(c.name, Verdict(NA, "not measured (see the other checks' evidence)"))
         return self.verdicts
 
-    async def _act(self, env: Any, name: str, step: Step) -> Outcome:
+    async def _act(self, env: Any, step: Step) -> Outcome:
         timeout = step.timeout_s or STEP_TIMEOUT_S
         try:
             res = await asyncio.wait_for(env.action(step, timeout), timeout + 15)
@@ -214,31 +220,32 @@ class CellProbe:
 
     async def _run_a(self, env: Any, decide: Callable[[str, Verdict], None]) -> None:
         steps, lst = self.steps, self.plant.listener
-        ident = await self._act(env, "identify", steps["identify"])
+        ident = await self._act(env, steps["identify"])
         f = facts(ident.output)
         self.ctx.env_boot = (f.get("boot") or [""])[0]
         self.ctx.env_mntns = (f.get("mntns") or [""])[0]
         pwd_a = (f.get("pwd") or [""])[0]
-        await self._act(env, "write_marks", steps["write_marks"])
         for path in (f"{self.plant.tmp}/{self.n.fresh}", f"/tmp/{self.n.fresh}"):
             self.plant.extra_files.add(path)  # the local driver writes the host's /tmp
-            probe_host._track(self.plant.host, path)
+            probe_host.track(self.plant.host, path)
+        marks = await self._act(env, steps["write_marks"])
+        self.marks_written = all(
+            f"wrote ./{m}" in marks.output for m in (self.n.mark, self.n.fresh)
+        )
+        self.marks_output = marks.error or marks.output
         for c in CHECKS:
             name = c.name
-            if name in ("workspace_persists", "pids_limit", "memory_limit") or name in (
-                "other_env",
-                "fresh_env",
-            ):
+            if name in _LATER:
                 continue
             if name not in steps:
                 decide(name, classify(name, Outcome(), self.ctx))
                 continue
-            before = list(lst.lines) if lst is not None else []
-            out = await self._act(env, name, steps[name])
+            seen = len(lst.lines) if lst is not None else 0
+            out = await self._act(env, steps[name])
             observed: dict[str, Any] = {}
             if lst is not None and name in ("probe_socket", "loopback_tcp", "host_signal"):
-                await probe_host.settle(self.plant)
-                new = lst.lines[len(before) :]
+                await probe_host.settle()
+                new = lst.lines[seen:]
                 observed = {
                     "unix_conns": new.count("conn unix"),
                     "tcp_conns": new.count("conn tcp"),
@@ -251,9 +258,14 @@ class CellProbe:
                     "reached_host": await probe_host.reached_host(self.plant, self.n.rw, dirs)
                 }
             decide(name, classify(name, Outcome(out.output, out.rc, out.error, observed), self.ctx))
-        out = await self._act(env, "workspace_persists", steps["workspace_persists"])
-        decide("workspace_persists", classify("workspace_persists", out, self.ctx))
-        await self._run_other(env, pwd_a, decide)
+        if self.marks_written:
+            out = await self._act(env, steps["workspace_persists"])
+            decide("workspace_persists", classify("workspace_persists", out, self.ctx))
+            await self._run_other(env, pwd_a, decide)
+        else:
+            why = trim(f"the first action could not write its markers: {self.marks_output}")
+            for name in ("workspace_persists", "other_env", "fresh_env"):
+                decide(name, Verdict(NA, why))
         await self._run_bomb(env, decide)
         await self._run_hog(env, decide)
 
@@ -270,7 +282,7 @@ class CellProbe:
             )
             return
         try:
-            out = await self._act(env_b, "other_env", step)
+            out = await self._act(env_b, step)
             decide("other_env", classify("other_env", out, self.ctx))
         finally:
             await _down(env_b)
@@ -285,7 +297,7 @@ class CellProbe:
             await asyncio.sleep(1.0)
             return await probe_host.host_answer(self.plant.host)
 
-        act = asyncio.ensure_future(self._act(env, "pids_limit", step))
+        act = asyncio.ensure_future(self._act(env, step))
         host = await host_during()
         out = await act
         observed = {**host, "attempts": (self.limits.pids or 0) * BOMB_FACTOR}
@@ -310,11 +322,11 @@ class CellProbe:
                 classify("memory_limit", Outcome(observed={"skipped": why}), self.ctx),
             )
             return
-        out = await self._act(env, "memory_limit", step)
+        out = await self._act(env, step)
         if out.error is None and "allocating" not in out.output:
             # the step did not start (the fork bomb's processes may still be ending): once more
             await asyncio.sleep(BOMB_DRAIN_S)
-            out = await self._act(env, "memory_limit", step)
+            out = await self._act(env, step)
         host = await probe_host.host_answer(self.plant.host)
         observed = {**host, "limit_mib": limit}
         decide(
@@ -332,7 +344,7 @@ class CellProbe:
             )
             return
         try:
-            out = await self._act(env_c, "fresh_env", step)
+            out = await self._act(env_c, step)
             decide("fresh_env", classify("fresh_env", out, self.ctx))
         finally:
             await _down(env_c)
