@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from rtax_tui import __version__
@@ -159,7 +160,9 @@ def _probe_help() -> str:
         "checks:",
     ]
     for c in CHECKS:
-        lines.append(f"  {c.name:19} {c.means}")
+        lines += textwrap.wrap(
+            c.means, 79, initial_indent=f"  {c.name:19} ", subsequent_indent=" " * 22
+        )
     lines += [
         "",
         "Each driver states which checks it promises (`promised`); a promise that the",
