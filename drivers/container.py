@@ -57,6 +57,7 @@ from rtax_tui.core.model import (
     SubstrateLost,
     Workload,
 )
+from rtax_tui.core.probe import ALL_CHECKS
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 LABEL_KEY = "rtax.run"
@@ -786,6 +787,9 @@ class ContainerDriver(Driver):
 
     name = "docker"
     channels = ("exec", "shell")
+    # Every check: namespaces, Docker's default capability set and seccomp profile, the
+    # devices cgroup, no network, limits. Root in the container all the same.
+    boundary = ALL_CHECKS
     # Hooks for a server that speaks the same API through the same SDK code
     # (drivers/podman.py): where it listens, what the messages call it, how to start it.
     default_socket = DEFAULT_SOCKET
@@ -938,6 +942,11 @@ class ContainerDriver(Driver):
         archive into a read-only root filesystem; podman writes it, under a /workspace
         that then stays read-only)."""
         return self.opts.read_only or (self.workspace == "bind" and bool(spec.workspace_src))
+
+    def promised_checks(self) -> frozenset[str]:
+        if self.network != "none":  # a network mode that reaches the host's loopback, maybe
+            return self.boundary - {"loopback_tcp"}
+        return self.boundary
 
     def default_image(self) -> str:
         return _default_image()
@@ -1140,7 +1149,7 @@ class ContainerDriver(Driver):
             "image": self.image,
             "workload_image": self.workload_image,
             "workspace": self.workspace,
-            "boundary": self.opts.boundary(),
+            "boundary_options": self.opts.boundary(),
         }
         try:
             api = await self.api()

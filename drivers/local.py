@@ -85,6 +85,8 @@ class LocalEnvironment(Environment):
 class LocalDriver(Driver):
     name = "local"
     runs_remote = True
+    # No isolation: the baseline keeps nothing out. It does keep a trial's own writes.
+    boundary = frozenset({"workspace_persists"})
 
     async def check(self) -> list[Problem]:
         return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))

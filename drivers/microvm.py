@@ -45,6 +45,7 @@ from rtax_tui.drivers.vmguest import (
 )
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step, Workload
+from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
 SNAPSHOT_READY_S = 120.0
@@ -179,6 +180,8 @@ class MicrovmEnvironment(Environment):
 class MicrovmDriver(Driver):
     name = "microvm"
     channels = ("exec", "shell")
+    # Every check: its own kernel, no network, no shared file system, the VM's memory.
+    boundary = ALL_CHECKS
     extra_options: tuple[str, ...] = ("append",)
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:

@@ -70,6 +70,7 @@ from rtax_tui.core.model import (
     PhaseFailure,
     Step,
 )
+from rtax_tui.core.probe import ALL_CHECKS
 
 TEARDOWN_GRACE_S = 2.0
 
@@ -396,6 +397,8 @@ class StageDriver(Driver):
     name = "stage"
     runs_remote = True  # through drivers/stage_remote.py
     channels = ("exec", "shell")
+    # Every check (sandbox.py says how), locally and on an SSH host alike.
+    boundary = ALL_CHECKS
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
@@ -515,7 +518,7 @@ class StageDriver(Driver):
             "sandbox": "bwrap",
             "cgroup": cgv,
             "uid": self.uid,
-            "boundary": f"userns (root inside = host uid {self.uid}), no capabilities, "
+            "isolation": f"userns (root inside = host uid {self.uid}), no capabilities, "
             "no_new_privs, seccomp, view: /usr + curated /etc, private /tmp, no network",
         }
         tool = self.tools.get("bwrap")

@@ -488,7 +488,7 @@ def test_t0_t1_valid_hardened_both_channels_and_header(tmp_path, engine):
     ends = [e for e in rec.events if e["type"] == "trial_end"]
     assert len(ends) == 8 and all(e["ok"] and e["valid"] for e in ends), ends
     facts = rec.header["hosts"]["local"]["drivers"][engine]
-    assert facts["boundary"] == {
+    assert facts["boundary_options"] == {
         "user": "65534:65534",
         "cap_drop": ["ALL"],
         "cap_add": [],
