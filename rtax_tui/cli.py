@@ -185,7 +185,7 @@ def _probe_help() -> str:
 
 
 def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from rtax_tui.drivers import DRIVER_NAMES
+    from rtax_tui.drivers import names as driver_names
 
     pb = sub.add_parser(
         "probe",
@@ -197,7 +197,7 @@ def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     pb.add_argument(
         "--driver",
         metavar="D,..",
-        help=f"drivers, comma-separated (default: all: {','.join(DRIVER_NAMES)})",
+        help=f"drivers, comma-separated (default: all: {','.join(driver_names())})",
     )
     add_host_flags(pb)
     pb.add_argument(
@@ -226,7 +226,7 @@ def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     from rtax_tui.core.model import CHANNELS
     from rtax_tui.core.profile import Profile, load_profile, resolve_profile_path
-    from rtax_tui.drivers import DRIVER_NAMES
+    from rtax_tui.drivers import names as driver_names
     from rtax_tui.headless import run_probe_command
 
     def listed(flag: str, value: str | None, known: Sequence[str], default: Sequence[str]):
@@ -240,7 +240,7 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
                 raise RtaxError(f"{flag}: unknown {v!r} (known: {', '.join(known)})")
         return list(dict.fromkeys(items))
 
-    drivers = listed("--driver", args.driver, DRIVER_NAMES, DRIVER_NAMES)
+    drivers = listed("--driver", args.driver, driver_names(), driver_names())
     channels = listed("--channel", args.channel, CHANNELS, CHANNELS)
     if args.format not in PROBE_FORMATS:
         raise RtaxError(f"--format: {args.format!r} (allowed: {', '.join(PROBE_FORMATS)})")

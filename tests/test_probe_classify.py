@@ -98,6 +98,7 @@ CASES = [
     ("proc_sys", "write: Read-only file system", {}, BLOCKED),
     ("proc_sys", "@wrote=/proc/sys/fs/file-max (the value it had)", {}, BREACHED),
     ("sys_write", "@nofile (no known sysfs setting is readable)", {}, NA),
+    ("sys_write", "@nosysfs (no /sys inside; mounting one was refused: EPERM)", {}, BLOCKED),
     ("sys_write", "write: Read-only file system", {}, BLOCKED),
     ("sys_write", "@wrote=/sys/x", {}, BREACHED),
     ("module_load", "@errno=EPERM", {}, BLOCKED),
@@ -284,11 +285,11 @@ def test_catalogue_is_consistent() -> None:
 
 
 def test_driver_promises_name_known_checks() -> None:
-    from rtax_tui.drivers import DRIVER_NAMES, get_driver
+    from rtax_tui.drivers import get_driver, names
 
     from rtax_tui.hosts.local import LocalHost
 
-    for name in DRIVER_NAMES:
+    for name in names():
         drv = get_driver(name, LocalHost(), {})
         promised = drv.promised_checks()
         assert promised <= ALL_CHECKS, name

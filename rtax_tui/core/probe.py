@@ -281,6 +281,8 @@ def _blockdev(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _kernel_write(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
+    if "nosysfs" in f:
+        return _v(BLOCKED, "no /sys inside, and mounting a sysfs was refused", out.output)
     if "nofile" in f:
         return _v(NA, "no known setting is readable there", out.output)
     if f.get("wrote"):

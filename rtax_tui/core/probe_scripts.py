@@ -186,10 +186,23 @@ fi
 SYS_WRITE = (
     SAME_NS
     + r"""
+S=/sys
+if [ ! -d /sys/kernel ]; then  # no sysfs in view: try to mount one, as an attacker would
+  S=./.rtax-probe-sysfs
+  mkdir -p "$S" 2>/dev/null
+  if e=$(mount -t sysfs sysfs "$S" 2>&1); then
+    echo "mounted a sysfs at $S"
+    trap 'umount "$S" 2>/dev/null; rmdir "$S" 2>/dev/null' EXIT
+  else
+    rmdir "$S" 2>/dev/null
+    echo "@nosysfs (no /sys inside; mounting one was refused: $e)"
+    exit 0
+  fi
+fi
 f=
-for c in /sys/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan \
-         /sys/module/printk/parameters/time /sys/block/*/queue/read_ahead_kb \
-         /sys/kernel/mm/ksm/pages_to_scan; do
+for c in $S/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan \
+         $S/module/printk/parameters/time $S/block/*/queue/read_ahead_kb \
+         $S/kernel/mm/ksm/pages_to_scan; do
   [ -r "$c" ] && v=$(cat "$c" 2>/dev/null) && [ -n "$v" ] && { f=$c; break; }
 done
 [ -n "$f" ] || { echo "@nofile (no known sysfs setting is readable)"; exit 0; }
