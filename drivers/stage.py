@@ -313,10 +313,10 @@ class StageEnvironment(Environment):
             await self._started()
         assert self.pid is not None
         support = await self.driver.support()
-        argv = enter_argv(support.enter, support.filter, self.pid, step.argv)
-        return await run_exec(
-            self.driver.host, argv, cwd="/", env=self.env, timeout=timeout, cgroup_procs=self.procs
-        )
+        argv = enter_argv(support.enter, support.filter, self.pid, self.procs, step.argv)
+        # no cgroup_procs here: rtax-enter joins them itself (no pre-exec hook, so the
+        # spawn can vfork)
+        return await run_exec(self.driver.host, argv, cwd="/", env=self.env, timeout=timeout)
 
     # -- teardown ----------------------------------------------------------
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from rtax_tui.drivers import get_driver
-from rtax_tui.drivers.container import _tar_workspace
+from rtax_tui.drivers.container import ContainerDriver, _tar_workspace
 from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver
 from rtax_tui.drivers.podman import PodmanDriver, conmon_processes
 
@@ -66,9 +66,9 @@ def _client(engine: str):
     return docker.DockerClient(base_url=_driver(engine).socket, version="auto", timeout=30)
 
 
-def _driver(engine: str, **options) -> DockerDriver:
+def _driver(engine: str, **options) -> ContainerDriver:
     d = get_driver(engine, LocalHost(), options)
-    assert isinstance(d, DockerDriver)
+    assert isinstance(d, ContainerDriver)
     return d
 
 
