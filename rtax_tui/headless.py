@@ -284,16 +284,17 @@ async def _probe(
     started_at: str,
     err: Console,
 ) -> str:
+    from rtax_tui.core.events import Event, run_end, stamp_last
+    from rtax_tui.core.events import run as run_header
     from rtax_tui.core.hostfacts import local_facts
-    from rtax_tui.core.model import FORMAT
     from rtax_tui.core.probe_run import PROBE_LIMITS, run_probe
     from rtax_tui.core.runner import make_host
     from rtax_tui.core.session import new_run_id
 
     t0 = time.monotonic_ns()
 
-    def emit(ev: dict[str, Any]) -> None:
-        ev = {**ev, "t_ns": time.monotonic_ns() - t0}
+    def emit(event: Event) -> None:
+        ev = stamp_last(event, time.monotonic_ns() - t0)
         events.append(ev)
         if writer is not None:
             writer.write(ev)
@@ -331,16 +332,14 @@ async def _probe(
             "limits": vars(PROBE_LIMITS).copy(),
         }
         emit(
-            {
-                "type": "run",
-                "format": FORMAT,
-                "run_id": new_run_id(),
-                "started_at": started_at,
-                "seed": 0,
-                "argv": argv,
-                "profile": header_profile,
-                "hosts": facts,
-            }
+            run_header(
+                run_id=new_run_id(),
+                started_at=started_at,
+                seed=0,
+                argv=argv,
+                profile=header_profile,
+                hosts=facts,
+            )
         )
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -363,7 +362,7 @@ async def _probe(
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-        emit({"type": "run_end", "status": status, "trials": 0})
+        emit(run_end(status, 0))
     finally:
         await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
         reaper.stop()

@@ -124,7 +124,7 @@ def test_hanging_action_times_out_and_tears_down(driver_name, channel):
         try:
             await env.create()
             await env.ready()
-            # as the engine does it (session._timed): the phase inside asyncio.timeout, the
+            # as the engine does it (lifecycle.timed): the phase inside asyncio.timeout, the
             # timeout also passed to the driver; the driver must give up promptly either way
             t = time.monotonic()
             with pytest.raises(TimeoutError):

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.core import probe_host
+from rtax_tui.core import events, probe_host
 from rtax_tui.core import probe_scripts as S
 from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from rtax_tui.core.probe import (
@@ -54,7 +54,7 @@ HOG_HOST_MARGIN_MIB = 1024  # never hog on a host with less free memory than thi
 REMOUNT_DIRS = ("/", "/root", "/etc", "/usr", "/var", "/var/tmp", "/home", "/opt", "/srv", "/boot")
 DOCKER_REQUEST = r"GET /version HTTP/1.0\r\nHost: rtax-probe\r\n\r\n"
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[events.Event], None]  # an event without `t_ns`: the caller stamps it
 # Checks decided after the escape attempts, in their own order (other environments, the
 # guarantees, and last the fork bomb and the hog that may take environment A down).
 _LATER = frozenset({"workspace_persists", "other_env", "fresh_env", "pids_limit", "memory_limit"})
@@ -413,17 +413,16 @@ async def run_probe(
 
     def send(host: str, drv: str, ch: str, name: str, v: Verdict, promised: frozenset[str]) -> None:
         emit(
-            {
-                "type": "probe",
-                "host": host,
-                "driver": drv,
-                "channel": ch,
-                "check": name,
-                "result": v.result,
-                "evidence": v.evidence,
-                "promised": name in promised,
-                "kind": BY_NAME[name].kind,
-            }
+            events.probe(
+                host=host,
+                driver=drv,
+                channel=ch,
+                check=name,
+                result=v.result,
+                evidence=v.evidence,
+                promised=name in promised,
+                kind=BY_NAME[name].kind,
+            )
         )
 
     for host_name, why in (left_out or {}).items():

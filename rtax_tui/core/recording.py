@@ -1,6 +1,7 @@
 """The `rtax/1` recording: JSON Lines, one event a line, flushed after every line.
 
-Writer and reader live side by side so the format has one definition.
+Writer and reader live side by side; the events themselves (their fields, encoding,
+decoding and the format's history) are defined in `core.events`.
 """
 
 from __future__ import annotations
@@ -12,29 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
+from rtax_tui.core.events import EVENT_FIELDS, FORMAT, DecodeError, decode, encode, missing_fields
+from rtax_tui.core.model import RtaxError
 
-from rtax_tui.core.model import FORMAT, RtaxError
-
-EVENT_FIELDS: dict[str, tuple[str, ...]] = {
-    "run": ("format", "run_id", "started_at", "seed", "argv", "profile", "hosts"),
-    "trial_start": ("trial", "cell", "host", "driver", "workload", "channel", "warmup", "batch"),
-    "phase": ("trial", "name", "dur_ns", "ok"),
-    "action": ("trial", "i", "dur_ns", "rc", "ok", "out_bytes"),
-    "trial_end": ("trial", "ok", "valid", "error"),
-    "barrier": ("batch", "cell", "size", "arrived", "released", "ok", "deadline_s"),
-    "run_end": ("status", "trials"),
-    # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
-    "probe": ("host", "driver", "channel", "check", "result", "evidence"),
-}
+__all__ = ["EVENT_FIELDS", "Recording", "RecordingError", "RecordingWriter", "encode"]
 
 
 class RecordingError(RtaxError):
     pass
-
-
-def encode(event: dict[str, Any]) -> bytes:
-    return orjson.dumps(event) + b"\n"
 
 
 class RecordingWriter:
@@ -87,10 +73,9 @@ def _check_event(path: str, lineno: int, ev: Any) -> dict[str, Any]:
     if not isinstance(ev, dict):
         raise RecordingError(f"{path}:{lineno}: an event must be a JSON object")
     etype = ev.get("type")
-    fields = EVENT_FIELDS.get(etype)  # type: ignore[arg-type]
-    if fields is None:
+    missing = missing_fields(ev)
+    if missing is None:
         raise RecordingError(f"{path}:{lineno}: unknown event type {etype!r}")
-    missing = [f for f in fields if f not in ev]
     if missing:
         raise RecordingError(f"{path}:{lineno}: {etype} event lacks {', '.join(missing)}")
     return ev
@@ -98,8 +83,8 @@ def _check_event(path: str, lineno: int, ev: Any) -> dict[str, Any]:
 
 def _parse(path: str, lineno: int, raw: bytes) -> dict[str, Any]:
     try:
-        ev = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        ev = decode(raw)
+    except DecodeError as exc:
         raise RecordingError(f"{path}:{lineno}: not JSON ({exc})") from None
     return _check_event(path, lineno, ev)
 
@@ -132,7 +117,7 @@ def read_bytes(name: str, data: bytes) -> Recording:
 def _read_lines(name: str, data: bytes) -> Recording:
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the data ends with a newline
-    loads = orjson.loads
+    loads = decode
     fields_of = EVENT_FIELDS
     header: dict[str, Any] | None = None
     events: list[dict[str, Any]] = []

@@ -1,0 +1,363 @@
+"""The `rtax/1` events: one place that builds, encodes and decodes each of them.
+
+A recording is JSON Lines, one event a line; the first is `run`. Every event has
+`type` and `t_ns` (ns since the run began, on the monotonic clock); the engine puts
+`t_ns` second, `rtax probe` last (key order carries no meaning for readers, but it
+is kept so that recordings stay byte-for-byte what they were). The builders below
+return the event without `t_ns`: the clock that emits it adds it (`Emitter`).
+
+Events are plain dicts at run time (a report reads a million of them; typed
+objects would cost more than the reading itself); the `TypedDict`s give them
+their shape for the type checker on both sides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
+
+from rtax_tui.core.errors import TrialError
+
+# The recording's format. New event types and fields may be added within a version;
+# renaming or removing one changes it. History of rtax/1:
+# - the first version: run, trial_start, phase, action, trial_end, barrier, run_end;
+# - added `probe` events (`rtax probe -o`: host, driver, channel, check, result,
+#   evidence, promised, kind) and, in the `run` header,
+#   `hosts.<host>.drivers.<driver>.boundary` (the last probe of that pair, or
+#   {"status": "not probed"}). An older rtax rejects a recording that holds `probe`
+#   events (an unknown event type); runs without them read as before.
+# Optional fields added within rtax/1 (readers must not require them):
+# `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`,
+# `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`.
+FORMAT = "rtax/1"
+
+# The fields a reader requires, per event type; an unknown type is an error.
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "run": ("format", "run_id", "started_at", "seed", "argv", "profile", "hosts"),
+    "trial_start": ("trial", "cell", "host", "driver", "workload", "channel", "warmup", "batch"),
+    "phase": ("trial", "name", "dur_ns", "ok"),
+    "action": ("trial", "i", "dur_ns", "rc", "ok", "out_bytes"),
+    "trial_end": ("trial", "ok", "valid", "error"),
+    "barrier": ("batch", "cell", "size", "arrived", "released", "ok", "deadline_s"),
+    "run_end": ("status", "trials"),
+    # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
+    "probe": ("host", "driver", "channel", "check", "result", "evidence"),
+}
+
+
+class RunEvent(TypedDict):
+    type: Literal["run"]
+    t_ns: NotRequired[int]
+    format: str
+    run_id: str
+    started_at: str
+    seed: int
+    argv: list[str]
+    profile: dict[str, Any]
+    hosts: dict[str, Any]
+
+
+class TrialStartEvent(TypedDict):
+    type: Literal["trial_start"]
+    t_ns: NotRequired[int]
+    trial: int
+    cell: str
+    host: str
+    driver: str
+    workload: str
+    channel: str
+    warmup: bool
+    batch: str | None
+    steps: NotRequired[int]
+    batch_size: NotRequired[int]
+    deadline_s: NotRequired[float]
+
+
+class PhaseEvent(TypedDict):
+    type: Literal["phase"]
+    t_ns: NotRequired[int]
+    trial: int
+    name: str
+    dur_ns: int
+    ok: bool
+
+
+class ActionEvent(TypedDict):
+    type: Literal["action"]
+    t_ns: NotRequired[int]
+    trial: int
+    i: int
+    dur_ns: int
+    rc: int | None
+    ok: bool
+    out_bytes: int
+    remote_ns: NotRequired[int]
+
+
+class ErrorObject(TypedDict):
+    phase: str
+    kind: str
+    message: str
+
+
+class TrialEndEvent(TypedDict):
+    type: Literal["trial_end"]
+    t_ns: NotRequired[int]
+    trial: int
+    ok: bool
+    valid: bool
+    error: ErrorObject | None
+
+
+class BarrierEvent(TypedDict):
+    type: Literal["barrier"]
+    t_ns: NotRequired[int]
+    batch: str
+    cell: str
+    size: int
+    arrived: int
+    released: str | None
+    ok: bool
+    deadline_s: float
+    warmup: bool
+    release_ns: int
+
+
+class RunEndEvent(TypedDict):
+    type: Literal["run_end"]
+    t_ns: NotRequired[int]
+    status: str
+    trials: int
+    error: NotRequired[str]
+
+
+class ProbeEvent(TypedDict):
+    type: Literal["probe"]
+    t_ns: NotRequired[int]
+    host: str
+    driver: str
+    channel: str
+    check: str
+    result: str
+    evidence: str
+    promised: bool
+    kind: str
+
+
+Event = (
+    RunEvent
+    | TrialStartEvent
+    | PhaseEvent
+    | ActionEvent
+    | TrialEndEvent
+    | BarrierEvent
+    | RunEndEvent
+    | ProbeEvent
+)
+
+# What sinks receive: an event as a plain dict, `t_ns` included.
+Sink = Callable[[dict[str, Any]], None]
+
+
+# -- builders (the key order is the recorded one) ----------------------------
+def run(
+    *,
+    run_id: str,
+    started_at: str,
+    seed: int,
+    argv: Sequence[str],
+    profile: dict[str, Any],
+    hosts: dict[str, Any],
+) -> RunEvent:
+    return {
+        "type": "run",
+        "format": FORMAT,
+        "run_id": run_id,
+        "started_at": started_at,
+        "seed": seed,
+        "argv": list(argv),
+        "profile": profile,
+        "hosts": hosts,
+    }
+
+
+def trial_start(
+    *,
+    trial: int,
+    cell: str,
+    host: str,
+    driver: str,
+    workload: str,
+    channel: str,
+    warmup: bool,
+    batch: str | None,
+    steps: int | None,
+    batch_size: int | None = None,
+    deadline_s: float | None = None,
+) -> TrialStartEvent:
+    """`steps` (None only in recordings made before it existed), and `batch_size` and
+    `deadline_s` (capacity runs) let a live view draw the barrier before the batch's
+    `barrier` event."""
+    ev: TrialStartEvent = {
+        "type": "trial_start",
+        "trial": trial,
+        "cell": cell,
+        "host": host,
+        "driver": driver,
+        "workload": workload,
+        "channel": channel,
+        "warmup": warmup,
+        "batch": batch,
+    }
+    if steps is not None:
+        ev["steps"] = steps
+    if batch_size is not None and deadline_s is not None:
+        ev["batch_size"] = batch_size
+        ev["deadline_s"] = deadline_s
+    return ev
+
+
+def phase(trial: int, name: str, dur_ns: int, ok: bool) -> PhaseEvent:
+    return {"type": "phase", "trial": trial, "name": name, "dur_ns": dur_ns, "ok": ok}
+
+
+def action(
+    trial: int,
+    i: int,
+    dur_ns: int,
+    rc: int | None,
+    ok: bool,
+    out_bytes: int,
+    remote_ns: int | None = None,
+) -> ActionEvent:
+    ev: ActionEvent = {
+        "type": "action",
+        "trial": trial,
+        "i": i,
+        "dur_ns": dur_ns,
+        "rc": rc,
+        "ok": ok,
+        "out_bytes": out_bytes,
+    }
+    if remote_ns is not None:
+        ev["remote_ns"] = remote_ns
+    return ev
+
+
+def trial_end(trial: int, valid: bool, error: TrialError | None) -> TrialEndEvent:
+    """`ok` is "no error"; `valid` also needs every step's expectation met."""
+    err: ErrorObject | None = None
+    if error is not None:
+        err = {"phase": error.phase, "kind": str(error.kind), "message": error.message}
+    return {"type": "trial_end", "trial": trial, "ok": error is None, "valid": valid, "error": err}
+
+
+def barrier(
+    *,
+    batch: str,
+    cell: str,
+    size: int,
+    arrived: int,
+    released: str | None,
+    deadline_s: float,
+    warmup: bool,
+    release_ns: int,
+) -> BarrierEvent:
+    return {
+        "type": "barrier",
+        "batch": batch,
+        "cell": cell,
+        "size": size,
+        "arrived": arrived,
+        "released": released,
+        "ok": arrived == size,
+        "deadline_s": deadline_s,
+        "warmup": warmup,
+        "release_ns": release_ns,
+    }
+
+
+def run_end(status: str, trials: int, error: str | None = None) -> RunEndEvent:
+    ev: RunEndEvent = {"type": "run_end", "status": status, "trials": trials}
+    if error is not None:
+        ev["error"] = error
+    return ev
+
+
+def probe(
+    *,
+    host: str,
+    driver: str,
+    channel: str,
+    check: str,
+    result: str,
+    evidence: str,
+    promised: bool,
+    kind: str,
+) -> ProbeEvent:
+    return {
+        "type": "probe",
+        "host": host,
+        "driver": driver,
+        "channel": channel,
+        "check": check,
+        "result": result,
+        "evidence": evidence,
+        "promised": promised,
+        "kind": kind,
+    }
+
+
+# -- the clocks that stamp them ----------------------------------------------
+class Emitter:
+    """Stamps events with `t_ns` (second, after `type`) and hands them to the sinks.
+
+    Sinks are called for every event, in order, from the event loop's thread.
+    """
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = list(sinks)
+        self.t0 = time.monotonic_ns()
+
+    def start(self) -> int:
+        """Begin the run's clock; returns its origin (time.monotonic_ns())."""
+        self.t0 = time.monotonic_ns()
+        return self.t0
+
+    def now(self) -> int:
+        return time.monotonic_ns() - self.t0
+
+    def __call__(self, event: Event) -> None:
+        ev: dict[str, Any] = {
+            "type": event["type"],
+            "t_ns": time.monotonic_ns() - self.t0,
+            **event,
+        }
+        for sink in self.sinks:
+            sink(ev)
+
+
+def stamp_last(event: Event, t_ns: int) -> dict[str, Any]:
+    """The event with `t_ns` last: the order `rtax probe` has always recorded."""
+    return {**event, "t_ns": t_ns}
+
+
+# -- encoding and decoding ---------------------------------------------------
+def encode(event: Mapping[str, Any]) -> bytes:
+    """One recording line."""
+    return orjson.dumps(event) + b"\n"
+
+
+decode = orjson.loads  # one line (bytes) to a dict; `missing_fields` checks its shape
+DecodeError = orjson.JSONDecodeError
+
+
+def missing_fields(event: Mapping[str, Any]) -> list[str] | None:
+    """None for an unknown event type, else the required fields `event` lacks."""
+    fields = EVENT_FIELDS.get(event.get("type"))  # type: ignore[arg-type]
+    if fields is None:
+        return None
+    return [f for f in fields if f not in event]

@@ -1,0 +1,269 @@
+"""One trial's lifecycle: create, ready, the actions, (the barrier), teardown.
+
+Every phase is timed here with `time.monotonic_ns()` around the awaited call;
+what the phases do not cover, from scheduling to the end of teardown, is recorded
+as `orchestration`, so that the phases of a trial add up to its wall time. The
+teardown always runs once an environment object exists, whatever happened before
+(a stop, a timeout, a lost host), and a stop never cuts it short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from rtax_tui.core import events
+from rtax_tui.core.capacity import Barrier
+from rtax_tui.core.control import Progress, RunControl
+from rtax_tui.core.errors import ErrorKind, TrialError, interrupted, timeout_kind
+from rtax_tui.core.events import Emitter
+from rtax_tui.core.health import HostHealth, SubstrateHealth
+from rtax_tui.core.model import EnvSpec, PhaseFailure, Workload
+from rtax_tui.core.plan import PlannedTrial
+from rtax_tui.core.profile import Profile
+
+
+async def timed(
+    phase: str,
+    fn: Callable[[], Awaitable[Any]],
+    timeout: float | None,
+    barrier: Barrier | None = None,
+) -> tuple[int, Any, TrialError | None]:
+    """Run one phase under its timeout: (duration in ns, its result, what went wrong)."""
+    t = time.monotonic_ns()
+    result = None
+    err: TrialError | None = None
+    try:
+        async with asyncio.timeout(timeout):  # no extra task: less overhead than wait_for
+            result = await fn()
+    except TimeoutError:
+        err = TrialError(phase, timeout_kind(phase), f"{phase} did not finish within {timeout:g} s")
+    except PhaseFailure as exc:
+        err = TrialError(phase, exc.kind, exc.message)
+    except asyncio.CancelledError:
+        err = interrupted(phase, barrier is not None and barrier.expired)
+    except Exception as exc:
+        err = TrialError(phase, ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
+    return time.monotonic_ns() - t, result, err
+
+
+class TrialRunner:
+    """Runs planned trials through the drivers and emits their events."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        drivers: dict[tuple[str, str], Any],
+        workloads: dict[str, Workload],
+        run_id: str,
+        emit: Emitter,
+        control: RunControl,
+        progress: Progress,
+        substrates: SubstrateHealth,
+        hosts: HostHealth,
+    ) -> None:
+        self.profile = profile
+        self.drivers = drivers
+        self.workloads = workloads
+        self.run_id = run_id
+        self.emit = emit
+        self.control = control
+        self.progress = progress
+        self.substrates = substrates
+        self.hosts = hosts
+        self.ended = 0  # trials that emitted their `trial_end`
+
+    async def _host_refusal(self, pt: PlannedTrial, barrier: Barrier | None) -> TrialError | None:
+        """Why the trial is not attempted: its host is lost and the reconnect failed."""
+        host = pt.cell.host
+        if not self.hosts.is_lost(host):
+            return None
+        try:
+            why = await self.hosts.back(host)
+        except asyncio.CancelledError:
+            return interrupted("create", False)
+        if why is None:
+            return None
+        return TrialError("create", ErrorKind.HOST_LOST, why, reconnect_failed=True)
+
+    async def _substrate_refusal(
+        self, pt: PlannedTrial, barrier: Barrier | None
+    ) -> TrialError | None:
+        """Why the trial is not attempted: its substrate is lost and its check still fails."""
+        key = (pt.cell.host, pt.cell.driver)
+        if not self.substrates.is_lost(key):
+            return None
+        try:
+            why = await self.substrates.still_lost(key)
+        except asyncio.CancelledError:
+            return interrupted("create", barrier is not None and barrier.expired)
+        if why is None:
+            return None
+        return TrialError("create", ErrorKind.SUBSTRATE_LOST, why)
+
+    async def run(
+        self,
+        pt: PlannedTrial,
+        scheduled_ns: int,
+        barrier: Barrier | None = None,
+        cgroup_parent: str | None = None,
+    ) -> None:
+        if self.control.stopping:  # scheduled, but the run stopped before it began
+            if barrier is not None:
+                barrier.fail(pt.id)
+            return
+        emit = self.emit
+        cell = pt.cell
+        workload = self.workloads[cell.workload]
+        to = self.profile.timeouts
+        spec = EnvSpec(
+            cell=cell,
+            workload=workload,
+            limits=self.profile.limits,
+            workspace_src=workload.files,
+            cgroup_parent=cgroup_parent,
+            label=self.run_id,
+        )
+        prog = self.progress
+        prog.started += 1
+        prog.in_flight += 1
+        cap = self.profile.capacity
+        with_batch = barrier is not None and cap is not None
+        emit(
+            events.trial_start(
+                trial=pt.id,
+                cell=cell.id,
+                host=cell.host,
+                driver=cell.driver,
+                workload=cell.workload,
+                channel=cell.channel,
+                warmup=pt.warmup,
+                batch=pt.batch,
+                steps=len(workload.steps),
+                batch_size=barrier.size if with_batch and barrier is not None else None,
+                deadline_s=cap.deadline_s if with_batch and cap is not None else None,
+            )
+        )
+        current = ["create"]
+
+        @asynccontextmanager
+        async def sub(name: str) -> AsyncIterator[None]:
+            t = time.monotonic_ns()
+            ok = False
+            try:
+                yield
+                ok = True
+            finally:
+                dur = time.monotonic_ns() - t
+                emit(events.phase(pt.id, f"{current[0]}.{name}", dur, ok))
+
+        task = asyncio.current_task()
+        if task is not None:
+            self.control.interruptible[pt.id] = task
+        covered = 0
+        waited = 0
+        error: TrialError | None = None
+        actions_ok = True
+        env = None
+        arrived = False
+        key = (cell.host, cell.driver)
+        try:
+            for refusal in (self._host_refusal, self._substrate_refusal):
+                t = time.monotonic_ns()
+                error = await refusal(pt, barrier)
+                if error is not None:  # failed fast: a `create` that was not attempted
+                    dur = time.monotonic_ns() - t
+                    covered += dur
+                    emit(events.phase(pt.id, "create", dur, False))
+                    break
+            if error is None:
+                try:
+                    env = self.drivers[key].environment(spec, sub)
+                except Exception as exc:
+                    error = TrialError("create", ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
+            if env is not None:
+                for phase, fn, timeout in (
+                    ("create", env.create, to.create),
+                    ("ready", env.ready, to.ready),
+                ):
+                    current[0] = phase
+                    dur, _, error = await timed(phase, fn, timeout, barrier)
+                    covered += dur
+                    emit(events.phase(pt.id, phase, dur, error is None))
+                    if error is not None:
+                        break
+            if error is None and env is not None:
+                current[0] = "action"
+                for i, step in enumerate(workload.steps):
+                    timeout = step.timeout_s or to.action
+                    act = functools.partial(env.action, step, timeout)
+                    dur, res, err = await timed("action", act, timeout, barrier)
+                    covered += dur
+                    if err is not None:
+                        emit(events.action(pt.id, i, dur, None, False, 0))
+                        error = TrialError(
+                            "action", err.kind, f"step {i} ({step.argv[0]}): {err.message}"
+                        )
+                        break
+                    ok = step.matches(res.rc, res.output)
+                    actions_ok = actions_ok and ok
+                    emit(events.action(pt.id, i, dur, res.rc, ok, len(res.output), res.remote_ns))
+                    if self.control.stopping:
+                        error = TrialError("action", ErrorKind.INTERRUPTED, "the run was stopped")
+                        break
+            if barrier is not None and error is None and actions_ok:
+                # arriving means the work was done: an environment whose steps failed
+                # (an OOM kill under the budget, say) stays out, in the denominator
+                barrier.arrive(pt.id)
+                arrived = True
+                t = time.monotonic_ns()
+                try:
+                    await barrier.released.wait()
+                except asyncio.CancelledError:
+                    pass
+                waited = time.monotonic_ns() - t
+                emit(events.phase(pt.id, "barrier.wait", waited, not barrier.expired))
+        finally:
+            self.control.interruptible.pop(pt.id, None)
+            if barrier is not None and not arrived:
+                barrier.fail(pt.id)
+            if env is not None:
+                current[0] = "teardown"
+                dur, _, terr = await timed("teardown", env.teardown, to.teardown)
+                covered += dur
+                emit(events.phase(pt.id, "teardown", dur, terr is None))
+                if terr is not None and error is None:
+                    error = terr
+            total = time.monotonic_ns() - scheduled_ns
+            orch = max(0, total - covered - waited)
+            emit(events.phase(pt.id, "orchestration", orch, True))
+            self._end(pt, error, actions_ok)
+
+    def _end(self, pt: PlannedTrial, error: TrialError | None, actions_ok: bool) -> None:
+        """Classify the trial's error (a dropped host, a lost substrate) and record its end."""
+        cell = pt.cell
+        if error is not None and self.hosts.dropped(cell.host, error):
+            if error.kind != ErrorKind.HOST_LOST:
+                error = TrialError(
+                    error.phase, ErrorKind.HOST_LOST, f"host {cell.host} dropped: {error.message}"
+                )
+        if error is not None and error.kind == ErrorKind.SUBSTRATE_LOST:
+            self.substrates.mark_lost((cell.host, cell.driver), error.message)
+        ok = error is None
+        valid = ok and actions_ok
+        self.emit(events.trial_end(pt.id, valid, error))
+        self.ended += 1
+        prog = self.progress
+        prog.in_flight -= 1
+        prog.done += 1
+        prog.per_cell_done[cell.id] = prog.per_cell_done.get(cell.id, 0) + 1
+        if error is not None:
+            prog.failed += 1
+            prog.last_error = f"trial {pt.id} {cell.id}: {error.kind}: {error.message}"
+        elif not valid:
+            prog.invalid += 1

@@ -1,0 +1,128 @@
+"""Capacity batches: the barrier, its deadline, a stop during a batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rtax_tui.core.model import Timeouts
+from rtax_tui.core.profile import Capacity
+from tests.enginetools import W_OK, by_type, prof, run
+from tests.fakes import FakeDriver
+
+
+def test_capacity_barrier_passes_and_fails():
+    drv = FakeDriver()
+    cap = Capacity(size=4, batches=2, deadline_s=0.5)
+    p = prof(warmup=0, capacity=cap, trials=1)
+    # no cgroup budget in this test: limits are None, so the engine still creates one only
+    # where cgroups exist; the fake driver ignores it.
+    s, ev = run(p, drv, {"w": W_OK})
+    bars = by_type(ev, "barrier")
+    assert len(bars) == 2 and all(b["ok"] and b["arrived"] == 4 and b["size"] == 4 for b in bars)
+    assert all(b["released"] == "all_arrived" for b in bars)
+    assert len({e["batch"] for e in by_type(ev, "trial_start")}) == 2
+
+    drv = FakeDriver()
+    drv.hang_ready_for = {1}  # the second environment never arrives
+    s, ev = run(
+        prof(
+            warmup=0,
+            capacity=Capacity(size=4, batches=1, deadline_s=0.3),
+            timeouts=Timeouts(ready=60),
+        ),
+        drv,
+        {"w": W_OK},
+    )
+    bar = by_type(ev, "barrier")[0]
+    assert bar["ok"] is False and bar["arrived"] == 3 and bar["released"] == "deadline"
+    ends = by_type(ev, "trial_end")
+    assert sorted(e["ok"] for e in ends) == [False, True, True, True]
+    assert [e["error"]["kind"] for e in ends if not e["ok"]] == ["barrier_deadline"]
+    assert drv.live == 0
+
+
+def test_stop_during_a_capacity_batch_ends_quickly_and_tears_down():
+    drv = FakeDriver()
+    drv.delays = {"action": 0.2}
+    p = prof(warmup=0, capacity=Capacity(size=6, batches=5, deadline_s=60))
+    s, ev = run(p, drv, {"w": W_OK}, stop_after=0.1)
+    assert by_type(ev, "run_end")[0]["status"] == "interrupted"
+    bars = by_type(ev, "barrier")
+    assert len(bars) == 1 and bars[0]["ok"] is False
+    assert ev[-1]["t_ns"] < 5e9  # not held until the 60 s deadline
+    assert drv.live == 0
+    ends = by_type(ev, "trial_end")
+    assert len(ends) == len(by_type(ev, "trial_start")) == 6
+    assert all(e["error"]["kind"] == "interrupted" for e in ends)
+
+
+# -- the barrier alone ---------------------------------------------------------
+def test_barrier_releases_when_all_arrived_or_settled_or_at_the_deadline() -> None:
+    from rtax_tui.core.capacity import Barrier
+
+    async def go() -> None:
+        b = Barrier(2)
+        b.arrive(1)
+        assert b.how is None and not b.released.is_set()
+        b.arrive(2)
+        assert b.how == "all_arrived" and b.released.is_set() and not b.expired
+
+        b = Barrier(2)
+        b.arrive(1)
+        b.fail(2)
+        assert b.how == "settled" and b.settled == {1, 2}
+
+        b = Barrier(3)
+        b.arrive(1)
+        b.expire()
+        assert b.how == "deadline" and b.expired and b.released.is_set()
+        b.arrive(2)
+        b.fail(3)  # late: the release stays the deadline's
+        assert b.how == "deadline"
+
+    asyncio.run(go())
+
+
+def test_a_batch_budget_cgroup_is_made_and_removed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With `capacity.cpus`, each batch runs under its own budget cgroup, gone after it."""
+    from rtax_tui.core import capacity
+
+    made: list[str] = []
+    removed: list[str] = []
+    parents: list[str | None] = []
+
+    class FakeCgroup:
+        def __init__(self, name: str) -> None:
+            self.relpath = f"rtax/{name}"
+
+        @classmethod
+        def create(cls, name: str, **kw: object) -> FakeCgroup:
+            made.append(name)
+            return cls(name)
+
+        def remove(self) -> None:
+            removed.append(self.relpath)
+
+    class Reaper:
+        def add_cgroup(self, rel: str) -> None:
+            pass
+
+        def drop_cgroup(self, rel: str) -> None:
+            pass
+
+    monkeypatch.setattr(capacity, "Cgroup", FakeCgroup)
+    monkeypatch.setattr(capacity.reaper, "current", lambda: Reaper())
+    drv = FakeDriver()
+    orig = drv.environment
+
+    def environment(spec, sub=None):  # type: ignore[no-untyped-def]
+        parents.append(spec.cgroup_parent)
+        return orig(spec, sub)
+
+    drv.environment = environment  # type: ignore[method-assign]
+    p = prof(warmup=0, capacity=Capacity(size=2, batches=2, deadline_s=5, cpus=1.0))
+    s, ev = run(p, drv, {"w": W_OK})
+    assert len(made) == 2 and all(n.startswith("batch-") for n in made)
+    assert removed == [f"rtax/{n}" for n in made]
+    assert parents == [f"rtax/{made[0]}"] * 2 + [f"rtax/{made[1]}"] * 2
+    assert all(b["ok"] for b in by_type(ev, "barrier"))
