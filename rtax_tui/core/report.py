@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rtax_tui.core.fold import TrialFold, TrialOutcome
 from rtax_tui.core.model import PHASES, REPORT_FORMAT, TIMED_PHASES
 from rtax_tui.core.probe import build_document
 from rtax_tui.core.recording import Recording
@@ -29,26 +30,6 @@ COMPARE_FORMAT = "rtax-compare/1"
 PROJECT_FORMAT = "rtax-project/1"
 DIFF_PHASES = ("total", "action")
 
-_TIMED = frozenset(TIMED_PHASES)
-
-
-class _Trial:
-    __slots__ = (
-        "cell", "warmup", "phases", "subphases", "actions", "remote", "ended", "ok", "valid", "err"
-    )  # fmt: skip
-
-    def __init__(self, cell: str, warmup: bool) -> None:
-        self.cell = cell
-        self.warmup = warmup
-        self.phases: dict[str, int] = {}
-        self.subphases: dict[str, int] = {}
-        self.actions: list[int] = []
-        self.remote: list[int] = []  # the remote side's own action durations, where recorded
-        self.ended = False
-        self.ok = False
-        self.valid = False
-        self.err: str | None = None
-
 
 class _CellData:
     """Everything gathered for one cell, samples as numpy arrays (ns)."""
@@ -56,7 +37,7 @@ class _CellData:
     def __init__(self, cell: str, meta: dict[str, Any]) -> None:
         self.cell = cell
         self.meta = meta
-        self.trials: list[_Trial] = []
+        self.trials: list[TrialOutcome] = []
         self.barriers: list[dict[str, Any]] = []
         self.n = 0
         self.failed = 0
@@ -92,49 +73,29 @@ def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
 
 def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
     cells: dict[str, _CellData] = {}
-    trials: dict[Any, _Trial] = {}
-    actions: dict[Any, list[int]] = {}  # trial id -> that trial's action durations
+
+    def started(t: TrialOutcome) -> None:
+        cd = cells.get(t.cell)
+        if cd is None:
+            meta = {k: t.meta[k] for k in ("host", "driver", "workload", "channel")}
+            cd = cells[t.cell] = _CellData(t.cell, meta)
+        cd.trials.append(t)
+
+    fold = TrialFold(on_start=started)
+    add = fold.add
     n_starts = 0
     for ev in rec.events:
         etype = ev["type"]
-        if etype == "action":
-            acts = actions.get(ev["trial"])
-            if acts is not None:
-                acts.append(ev["dur_ns"])
-                if "remote_ns" in ev:
-                    trials[ev["trial"]].remote.append(ev["remote_ns"])
-        elif etype == "phase":
-            t = trials.get(ev["trial"])
-            if t is not None:
-                name = ev["name"]
-                target = t.phases if name in _TIMED else t.subphases
-                target[name] = target.get(name, 0) + ev["dur_ns"]
-        elif etype == "trial_start":
-            n_starts += 1
-            cell = ev["cell"]
-            cd = cells.get(cell)
-            if cd is None:
-                meta = {k: ev[k] for k in ("host", "driver", "workload", "channel")}
-                cd = cells[cell] = _CellData(cell, meta)
-            t = _Trial(cell, bool(ev["warmup"]))
-            trials[ev["trial"]] = t
-            actions[ev["trial"]] = t.actions
-            cd.trials.append(t)
-        elif etype == "trial_end":
-            t = trials.get(ev["trial"])
-            if t is not None:
-                t.ended = True
-                t.ok = bool(ev["ok"])
-                t.valid = bool(ev["valid"])
-                err = ev["error"]
-                if isinstance(err, dict):
-                    t.err = str(err.get("kind") or "unknown")
-        elif etype == "barrier":
+        if etype == "barrier":
             cell = ev["cell"]
             cd = cells.get(cell)
             if cd is None:
                 cd = cells[cell] = _CellData(cell, _meta_from_id(cell))
             cd.barriers.append(ev)
+            continue
+        if etype == "trial_start":
+            n_starts += 1
+        add(ev)
     for cd in cells.values():
         _finish(cd)
     return cells, n_starts
@@ -147,20 +108,22 @@ def _finish(cd: _CellData) -> None:
     sub_lists: dict[str, list[int]] = {}
     remote: list[int] = []
     for t in cd.trials:
-        if t.warmup:
+        verdict = t.verdict
+        if verdict == "warmup":
             cd.warmup += 1
             continue
         cd.n += 1
-        if not t.ended:
+        if verdict == "incomplete":
             cd.failed += 1
             cd.errors["incomplete"] = cd.errors.get("incomplete", 0) + 1
             continue
-        if t.err is not None:
-            cd.errors[t.err] = cd.errors.get(t.err, 0) + 1
-        if not t.ok:
+        kind = t.error_kind
+        if kind is not None:
+            cd.errors[kind] = cd.errors.get(kind, 0) + 1
+        if verdict == "failed":
             cd.failed += 1
             continue
-        if not t.valid:
+        if verdict == "invalid":
             cd.invalid += 1
             continue
         total = 0

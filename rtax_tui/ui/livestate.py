@@ -2,9 +2,10 @@
 
 The engine's events (live from its pipe, or read from a recording) go through
 `LiveState.ingest`; the screen's timer reads the aggregates at its own pace, so the
-frame rate does not follow the event rate. Counting follows `core.report` exactly
-(a trial's samples count once it ended ok, valid and not warm-up), so a live figure
-and `rtax report` of the same recording agree. No Textual here: tests use it bare.
+frame rate does not follow the event rate. Trials are folded and classified by
+`core.fold`, the report's own fold (a trial's samples count once it ended ok, valid
+and not warm-up), so a live figure and `rtax report` of the same recording agree.
+No Textual here: tests use it bare.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rtax_tui.core.fold import TrialFold, TrialOutcome
 from rtax_tui.core.model import PHASES, TIMED_PHASES
 
 # Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.
@@ -22,6 +24,7 @@ BIN_LO_NS = 1_000
 BINS_PER_DECADE = 20
 N_BINS = 9 * BINS_PER_DECADE
 _TIMED = frozenset(TIMED_PHASES)
+_FOLDED = frozenset(("trial_start", "action", "phase", "trial_end"))
 
 
 def bin_of(ns: int) -> int:
@@ -81,18 +84,6 @@ class PhaseSamples:
 
 
 @dataclass
-class _Trial:
-    cell: str
-    warmup: bool
-    steps: int | None
-    batch: str | None
-    phases: dict[str, int] = field(default_factory=dict)
-    actions: list[int] = field(default_factory=list)
-    actions_ok: bool = True
-    state: str = "working"  # working, arrived, failed, done
-
-
-@dataclass
 class CellState:
     cell: str
     host: str
@@ -138,7 +129,10 @@ class LiveState:
     def __init__(self) -> None:
         self.header: dict[str, Any] | None = None
         self.cells: dict[str, CellState] = {}
-        self.trials: dict[int, _Trial] = {}
+        # the one fold of core.report: this state counts what it classifies
+        self.fold = TrialFold(on_start=self._started, on_end=self._ended)
+        self.marks: dict[int, str] = {}  # capacity trials: working, arrived, failed, done
+        self._end_t_ns = 0
         self.failures: list[Failure] = []
         self.batch: BatchState | None = None
         self.batches_done = 0
@@ -176,29 +170,12 @@ class LiveState:
         if isinstance(t, int) and t > self.last_t_ns:
             self.last_t_ns = t
         etype = ev.get("type")
-        if etype == "action":
-            tr = self.trials.get(ev["trial"])
-            if tr is not None:
-                tr.actions.append(ev["dur_ns"])
-                if not ev.get("ok"):
-                    tr.actions_ok = False
-                elif tr.batch is not None and tr.steps is not None and ev["i"] == tr.steps - 1:
-                    if tr.actions_ok:
-                        tr.state = "arrived"
-        elif etype == "phase":
-            tr = self.trials.get(ev["trial"])
-            if tr is not None:
-                name = ev["name"]
-                if name in _TIMED:
-                    tr.phases[name] = tr.phases.get(name, 0) + ev["dur_ns"]
-                    if not ev.get("ok") and tr.batch is not None:
-                        tr.state = "failed"
-                elif name == "barrier.wait" and tr.state == "working":
-                    tr.state = "arrived"
-        elif etype == "trial_start":
-            self._start(ev)
-        elif etype == "trial_end":
-            self._end(ev)
+        if etype in _FOLDED:
+            if etype == "trial_end":
+                self._end_t_ns = int(ev.get("t_ns") or 0)  # the failure's time
+            tr = self.fold.add(ev)
+            if tr is not None and tr.batch is not None and etype in ("action", "phase"):
+                self._mark(tr, ev)
         elif etype == "barrier":
             self._barrier(ev)
         elif etype == "run":
@@ -206,6 +183,22 @@ class LiveState:
             self._plan_from_header(ev)
         elif etype == "run_end":
             self.status = str(ev.get("status"))
+
+    def _mark(self, tr: TrialOutcome, ev: dict[str, Any]) -> None:
+        """Where a capacity trial stands, for the batch's marks."""
+        state = self.marks.get(tr.trial, "working")
+        if ev["type"] == "action":
+            last = tr.steps is not None and ev["i"] == tr.steps - 1
+            if ev.get("ok") and last and tr.actions_ok:
+                state = "arrived"
+        else:  # phase
+            name = ev["name"]
+            if name in _TIMED:
+                if not ev.get("ok"):
+                    state = "failed"
+            elif name == "barrier.wait" and state == "working":
+                state = "arrived"
+        self.marks[tr.trial] = state
 
     def _cell(self, ev: dict[str, Any]) -> CellState:
         cid = ev["cell"]
@@ -220,14 +213,14 @@ class LiveState:
             )
         return cs
 
-    def _start(self, ev: dict[str, Any]) -> None:
+    def _started(self, tr: TrialOutcome) -> None:
+        ev = tr.meta
         cs = self._cell(ev)
-        batch = ev.get("batch")
-        tr = _Trial(cs.cell, bool(ev.get("warmup")), ev.get("steps"), batch)
-        self.trials[ev["trial"]] = tr
+        batch = tr.batch
         self.started += 1
         self.in_flight += 1
         if batch is not None:
+            self.marks[tr.trial] = "working"
             if self.batch is None or self.batch.batch != batch:
                 self.batch = BatchState(
                     batch,
@@ -236,52 +229,48 @@ class LiveState:
                     ev.get("deadline_s"),
                     int(ev.get("t_ns") or 0),
                 )
-            self.batch.trials.append(ev["trial"])
+            self.batch.trials.append(tr.trial)
             self.batch.size = max(self.batch.size, len(self.batch.trials))
 
-    def _end(self, ev: dict[str, Any]) -> None:
-        tr = self.trials.get(ev["trial"])
-        if tr is None:
-            return
+    def _ended(self, tr: TrialOutcome) -> None:
         self.ended += 1
         self.in_flight = max(0, self.in_flight - 1)
         cs = self.cells[tr.cell]
         cs.done += 1
-        ok, valid = bool(ev.get("ok")), bool(ev.get("valid"))
-        err = ev.get("error")
-        if not ok:
-            tr.state = "failed"
-            if isinstance(err, dict):
+        if not tr.ok:
+            if tr.batch is not None:
+                self.marks[tr.trial] = "failed"
+            err = tr.error
+            if err is not None:
                 self.failures.append(
                     Failure(
-                        int(ev.get("t_ns") or 0),
-                        int(ev["trial"]),
+                        self._end_t_ns,
+                        tr.trial,
                         tr.cell,
                         str(err.get("phase")),
                         str(err.get("kind")),
                         str(err.get("message")),
                     )
                 )
-        elif tr.state != "arrived":
-            tr.state = "done"
-        if tr.warmup:
+        elif tr.batch is not None and self.marks.get(tr.trial) != "arrived":
+            self.marks[tr.trial] = "done"
+        verdict = tr.verdict
+        if verdict == "warmup":
             cs.warmup += 1
             return
         cs.n += 1
-        if not ok:
+        if verdict == "failed":
             cs.failed += 1
             return
-        if not valid:
+        if verdict == "invalid":
             cs.invalid += 1
             return
-        total = 0
         for name, dur in tr.phases.items():
             cs.phases[name].add(dur)
-            total += dur
         acts = cs.phases["action"]
         for a in tr.actions:
             acts.add(a)
-        cs.phases["total"].add(total + sum(tr.actions))
+        cs.phases["total"].add(tr.total_ns())
 
     def _barrier(self, ev: dict[str, Any]) -> None:
         cid = ev["cell"]
@@ -305,7 +294,7 @@ class LiveState:
         b = self.batch
         if b is None:
             return []
-        marks = [self.trials[t].state for t in b.trials if t in self.trials]
+        marks = [self.marks[t] for t in b.trials if t in self.marks]
         return marks + ["waiting"] * max(0, b.size - len(marks))
 
     def batches_per_cell(self) -> int | None:

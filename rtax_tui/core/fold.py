@@ -1,0 +1,142 @@
+"""The one fold from `rtax/1` events to trial outcomes, and the counting rule on them.
+
+The report (and compare and project, through it) and the console's live state
+both fold events with `TrialFold` and classify each trial with
+`TrialOutcome.verdict`, so that a live figure and `rtax report` of the same
+recording agree by construction (DESIGN.md, "Statistics"):
+- `warmup`: a warm-up trial, counted apart;
+- `incomplete`: a measured trial with no `trial_end` (the run was killed): failed;
+- `failed`: a measured trial that ended not `ok`;
+- `invalid`: a measured trial that ended `ok` but not `valid`;
+- `measured`: ended `ok` and `valid`: only these give samples.
+
+The fold is incremental (`add` one event) because the console sees events one at a
+time; the report feeds a whole recording through the same `add`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from rtax_tui.core.model import TIMED_PHASES
+
+_TIMED = frozenset(TIMED_PHASES)
+
+Verdict = Literal["warmup", "incomplete", "failed", "invalid", "measured"]
+
+
+class TrialOutcome:
+    """What the events of one trial add up to.
+
+    `phases` holds the recorded (timed) phases, `subphases` the driver's sub-phases
+    (`create.image`, ...) and `barrier.wait`; `actions` the action durations in
+    order, `remote` the remote side's own durations where recorded.
+    """
+
+    __slots__ = (
+        "trial", "cell", "meta", "warmup", "steps", "batch", "phases", "subphases",
+        "actions", "remote", "actions_ok", "ended", "ok", "valid", "error",
+    )  # fmt: skip
+
+    def __init__(self, ev: dict[str, Any]) -> None:
+        self.trial: int = ev["trial"]
+        self.cell: str = ev["cell"]
+        self.meta = ev  # the trial_start event: host, driver, workload, channel, ...
+        self.warmup = bool(ev.get("warmup"))
+        self.steps: int | None = ev.get("steps")
+        self.batch: str | None = ev.get("batch")
+        self.phases: dict[str, int] = {}
+        self.subphases: dict[str, int] = {}
+        self.actions: list[int] = []
+        self.remote: list[int] = []
+        self.actions_ok = True
+        self.ended = False
+        self.ok = False
+        self.valid = False
+        self.error: dict[str, Any] | None = None  # trial_end.error
+
+    @property
+    def error_kind(self) -> str | None:
+        """`trial_end.error.kind` (or "unknown" for an error without one)."""
+        err = self.error
+        if err is None:
+            return None
+        return str(err.get("kind") or "unknown")
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.warmup:
+            return "warmup"
+        if not self.ended:
+            return "incomplete"
+        if not self.ok:
+            return "failed"
+        if not self.valid:
+            return "invalid"
+        return "measured"
+
+    def total_ns(self) -> int:
+        """The trial's `total`: its timed phases plus its actions."""
+        return sum(self.phases.values()) + sum(self.actions)
+
+
+class TrialFold:
+    """Folds events into `TrialOutcome`s, by trial id, in `trial_start` order.
+
+    `on_start` and `on_end` are called with the outcome when a trial starts and when
+    its `trial_end` arrives (the console updates its counters there). Events of a
+    trial that never started (a torn recording's head) are ignored.
+    """
+
+    def __init__(
+        self,
+        on_start: Callable[[TrialOutcome], None] | None = None,
+        on_end: Callable[[TrialOutcome], None] | None = None,
+    ) -> None:
+        self.trials: dict[Any, TrialOutcome] = {}
+        self.on_start = on_start
+        self.on_end = on_end
+
+    def add(self, ev: dict[str, Any]) -> TrialOutcome | None:
+        """Fold one event; returns the trial it concerned, if any."""
+        etype = ev["type"]
+        if etype == "action":
+            t = self.trials.get(ev["trial"])
+            if t is not None:
+                t.actions.append(ev["dur_ns"])
+                if "remote_ns" in ev:
+                    t.remote.append(ev["remote_ns"])
+                if not ev.get("ok"):
+                    t.actions_ok = False
+            return t
+        if etype == "phase":
+            t = self.trials.get(ev["trial"])
+            if t is not None:
+                name = ev["name"]
+                target = t.phases if name in _TIMED else t.subphases
+                target[name] = target.get(name, 0) + ev["dur_ns"]
+            return t
+        if etype == "trial_start":
+            t = TrialOutcome(ev)
+            self.trials[t.trial] = t
+            if self.on_start is not None:
+                self.on_start(t)
+            return t
+        if etype == "trial_end":
+            t = self.trials.get(ev["trial"])
+            if t is not None:
+                t.ended = True
+                t.ok = bool(ev.get("ok"))
+                t.valid = bool(ev.get("valid"))
+                err = ev.get("error")
+                t.error = err if isinstance(err, dict) else None
+                if self.on_end is not None:
+                    self.on_end(t)
+            return t
+        return None
+
+    def feed(self, events: Iterable[dict[str, Any]]) -> None:
+        add = self.add
+        for ev in events:
+            add(ev)
