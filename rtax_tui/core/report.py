@@ -81,24 +81,19 @@ def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
             cd = cells[t.cell] = _CellData(t.cell, meta)
         cd.trials.append(t)
 
-    fold = TrialFold(on_start=started)
-    add = fold.add
-    n_starts = 0
-    for ev in rec.events:
-        etype = ev["type"]
-        if etype == "barrier":
+    def other(ev: dict[str, Any]) -> None:
+        if ev["type"] == "barrier":
             cell = ev["cell"]
             cd = cells.get(cell)
             if cd is None:
                 cd = cells[cell] = _CellData(cell, _meta_from_id(cell))
             cd.barriers.append(ev)
-            continue
-        if etype == "trial_start":
-            n_starts += 1
-        add(ev)
+
+    fold = TrialFold(on_start=started, on_other=other)
+    fold.feed(rec.events)
     for cd in cells.values():
         _finish(cd)
-    return cells, n_starts
+    return cells, fold.starts
 
 
 def _finish(cd: _CellData) -> None:

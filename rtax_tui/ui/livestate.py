@@ -133,6 +133,7 @@ class LiveState:
         self.fold = TrialFold(on_start=self._started, on_end=self._ended)
         self.marks: dict[int, str] = {}  # capacity trials: working, arrived, failed, done
         self._end_t_ns = 0
+        self._steps_failed: set[int] = set()  # capacity trials with a step that failed
         self.failures: list[Failure] = []
         self.batch: BatchState | None = None
         self.batches_done = 0
@@ -188,9 +189,11 @@ class LiveState:
         """Where a capacity trial stands, for the batch's marks."""
         state = self.marks.get(tr.trial, "working")
         if ev["type"] == "action":
-            last = tr.steps is not None and ev["i"] == tr.steps - 1
-            if ev.get("ok") and last and tr.actions_ok:
-                state = "arrived"
+            if not ev.get("ok"):
+                self._steps_failed.add(tr.trial)
+            elif tr.steps is not None and ev["i"] == tr.steps - 1:
+                if tr.trial not in self._steps_failed:
+                    state = "arrived"
         else:  # phase
             name = ev["name"]
             if name in _TIMED:
