@@ -356,6 +356,12 @@ async def sandbox_shell_action(env: Any, step: Step, timeout: float | None) -> A
         raise
 
 
+def spawn_argv(enter: str, uid: int, procs: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """The command that starts a sandbox: `rtax-enter --spawn` joins the environment's
+    cgroups and becomes `uid` (no supplementary groups), then runs `argv` (bubblewrap)."""
+    return [enter, "--spawn", str(uid), *procs, "--", *argv]
+
+
 def enter_argv(
     enter: str, filter_path: str, pid: int, procs: Sequence[str], argv: tuple[str, ...]
 ) -> list[str]:

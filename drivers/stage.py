@@ -44,6 +44,7 @@ from rtax_tui.drivers.sandbox import (
     public_copy,
     sandbox_env,
     sandbox_shell_action,
+    spawn_argv,
     uid_option,
 )
 from rtax_tui.drivers.shellframe import FramedShell
@@ -202,8 +203,8 @@ class StageEnvironment(Environment):
         """Start bubblewrap as the sandbox uid, handing it root-opened descriptors."""
         assert self.workspace is not None
         tools = self.driver.tools
-        if "bwrap" not in tools or "setpriv" not in tools:
-            raise PhaseFailure("sandbox_failed", "bwrap or setpriv is not on PATH")
+        if "bwrap" not in tools:
+            raise PhaseFailure("sandbox_failed", "bwrap is not on PATH")
         opened: list[int] = []
         try:
             opened.append(_open_ro(support.filter))
@@ -212,9 +213,7 @@ class StageEnvironment(Environment):
                 self.info_r, info_w = os.pipe()
                 opened.append(info_w)
             cmd: tuple[str, ...] = ("sh",) if self.channel == "shell" else SLEEPER
-            uid = str(self.driver.uid)
-            argv = [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-            argv += bwrap_argv(
+            bwrap = bwrap_argv(
                 tools["bwrap"],
                 self.workspace,
                 cmd,
@@ -224,6 +223,8 @@ class StageEnvironment(Environment):
                 binds=binds,
                 info_fd=info_w,
             )
+            # rtax-enter joins the cgroup and drops to the sandbox uid: no pre-exec hook
+            argv = spawn_argv(support.enter, self.driver.uid, self.procs, bwrap)
             # Shielded: cancelling asyncio's subprocess creation half-way can hang it
             # for good (3.11: it then waits for pipes that a surviving grandchild
             # holds open). A cancelled create leaves the spawn to finish; teardown
@@ -236,7 +237,6 @@ class StageEnvironment(Environment):
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
-                    cgroup_procs=self.procs,
                     pass_fds=tuple(opened),
                 )
             )
@@ -418,10 +418,9 @@ class StageDriver(Driver):
         self._support: Support | None = None
         if not host.controller_local:  # tools are found on the remote host by check()
             return
-        for t in ("bwrap", "setpriv"):
-            p = shutil.which(t)
-            if p:
-                self.tools[t] = p
+        p = shutil.which("bwrap")
+        if p:
+            self.tools["bwrap"] = p
         self.root = local_root()
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
@@ -459,8 +458,6 @@ class StageDriver(Driver):
                     "apt-get install bubblewrap",
                 )
             )
-        if "setpriv" not in self.tools:
-            problems.append(Problem("setpriv is not on PATH", "apt-get install util-linux"))
         try:
             await asyncio.to_thread(local_support)
         except SupportError as exc:

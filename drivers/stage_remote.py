@@ -7,7 +7,7 @@ the curated /etc made there once by `check()`, the workspace arrives as a tar st
 (host.make_workspace) and is given to the sandbox uid, the cgroup is made and
 removed by small sh scripts, and the sandbox's own pid (for `rtax-enter` on the exec
 channel) comes back on the sandbox's stdout (`--info-fd 3`, a copy of stdout).
-The remote host needs root, bubblewrap, util-linux (setpriv) and the same CPU
+The remote host needs root, bubblewrap, coreutils and the same CPU
 architecture as the controller (the helper is a static binary built here).
 """
 
@@ -34,6 +34,7 @@ from rtax_tui.drivers.sandbox import (
     local_support,
     sandbox_env,
     sandbox_shell_action,
+    spawn_argv,
 )
 from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.drivers.workspace import WORKSPACE_PREFIX, close_shell, run_exec, safe_label
@@ -42,7 +43,7 @@ from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 
 READY = b"RTAX-READY"
 REMOTE_TOOLS = (
-    "bwrap", "setpriv", "sh", "mktemp", "tar", "rm", "cat", "mkdir", "rmdir", "chown", "mv",
+    "bwrap", "sh", "mktemp", "tar", "rm", "cat", "mkdir", "rmdir", "chown", "mv", "uname",
 )  # fmt: skip
 # Where the support files live on a remote host (root's; bubblewrap gets them as fds).
 REMOTE_SUPPORT = "/var/cache/rtax/stage"
@@ -201,9 +202,7 @@ class RemoteStageEnvironment(Environment):
                 info_fd = None
             else:
                 cmd, info_fd = SLEEPER, 3  # bwrap closes its info fd: a copy of stdout
-            argv = ["sh", "-c", SPAWN_SH, "rtax-bwrap", support.filter, "1" if info_fd else "0"]
-            argv += [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-            argv += bwrap_argv(
+            bwrap = bwrap_argv(
                 tools["bwrap"],
                 self.workspace,
                 cmd,
@@ -212,6 +211,9 @@ class RemoteStageEnvironment(Environment):
                 seccomp_fd=SECCOMP_FD,
                 info_fd=info_fd,
             )
+            # rtax-enter joins the cgroup and drops to the sandbox uid, as locally
+            argv = ["sh", "-c", SPAWN_SH, "rtax-bwrap", support.filter, "1" if info_fd else "0"]
+            argv += spawn_argv(support.enter, self.driver.uid, self.procs, bwrap)
             self.proc = await self.host.spawn(
                 argv,
                 cwd="/",
@@ -219,7 +221,6 @@ class RemoteStageEnvironment(Environment):
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                cgroup_procs=self.procs,
             )
             if self.channel == "shell":
                 # not timed: the remote clock (/proc/timer_list) is root's, not the sandbox's
