@@ -8,9 +8,9 @@ own, so `TrialError.kind` is any string and an `ErrorKind` compares equal to its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TypedDict
 
 
 class ErrorKind(StrEnum):
@@ -28,6 +28,14 @@ def timeout_kind(phase: str) -> str:
     return f"{phase}_timeout"
 
 
+class ErrorObject(TypedDict):
+    """`trial_end.error` as recorded."""
+
+    phase: str
+    kind: str
+    message: str
+
+
 @dataclass(frozen=True, slots=True)
 class TrialError:
     """The first thing that went wrong in a trial.
@@ -42,15 +50,9 @@ class TrialError:
     message: str
     reconnect_failed: bool = False
 
-    def to_event(self) -> dict[str, Any]:
+    def to_event(self) -> ErrorObject:
         """The `trial_end.error` object; `kind` as a plain string for the encoder."""
         return {"phase": self.phase, "kind": str(self.kind), "message": self.message}
-
-    def with_message(self, message: str) -> TrialError:
-        return replace(self, message=message)
-
-    def describe(self) -> str:
-        return f"{self.kind}: {self.message}"
 
 
 def interrupted(phase: str, barrier_expired: bool) -> TrialError:

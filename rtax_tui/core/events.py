@@ -19,7 +19,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from rtax_tui.core.errors import TrialError
+from rtax_tui.core.errors import ErrorObject, TrialError
 
 # The recording's format. New event types and fields may be added within a version;
 # renaming or removing one changes it. History of rtax/1:
@@ -95,12 +95,6 @@ class ActionEvent(TypedDict):
     ok: bool
     out_bytes: int
     remote_ns: NotRequired[int]
-
-
-class ErrorObject(TypedDict):
-    phase: str
-    kind: str
-    message: str
 
 
 class TrialEndEvent(TypedDict):
@@ -249,9 +243,7 @@ def action(
 
 def trial_end(trial: int, valid: bool, error: TrialError | None) -> TrialEndEvent:
     """`ok` is "no error"; `valid` also needs every step's expectation met."""
-    err: ErrorObject | None = None
-    if error is not None:
-        err = {"phase": error.phase, "kind": str(error.kind), "message": error.message}
+    err = None if error is None else error.to_event()
     return {"type": "trial_end", "trial": trial, "ok": error is None, "valid": valid, "error": err}
 
 
