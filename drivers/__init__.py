@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rtax_tui.drivers.base import Driver, Environment, Problem
 
 DRIVER_NAMES = ("local", "stage", "docker", "podman", "libvirt", "microvm")
 
 
-def get_driver(name: str, host: object, options: dict | None = None) -> Driver:
+def get_driver(name: str, host: object, options: dict[str, Any] | None = None) -> Driver:
     if name == "local":
         from rtax_tui.drivers.local import LocalDriver
 

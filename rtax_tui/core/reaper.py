@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO
+from typing import IO, Any
 
 
 class Reaper:
@@ -121,7 +121,7 @@ def main(stdin: IO[bytes]) -> int:
     groups: set[int] = set()
     cgroups: set[str] = set()
     paths: set[str] = set()
-    table = {"g": groups, "c": cgroups, "p": paths}
+    table: dict[str, set[Any]] = {"g": groups, "c": cgroups, "p": paths}
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for raw in stdin:
         line = raw.decode(errors="replace").rstrip("\n")
@@ -135,9 +135,9 @@ def main(stdin: IO[bytes]) -> int:
             continue
         value: int | str = int(arg) if kind == "g" else arg
         if op == "+":
-            target.add(value)  # type: ignore[arg-type]
+            target.add(value)
         else:
-            target.discard(value)  # type: ignore[arg-type]
+            target.discard(value)
     _reap(groups, cgroups, paths)
     return 0
 

@@ -38,6 +38,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rtax_tui.core.model import RtaxError
 from rtax_tui.core.rootfs import build_debian_rootfs, find_static_busybox
@@ -166,7 +167,7 @@ def kernel_version() -> str:
     )
 
 
-def _recipe(kver: str) -> dict:
+def _recipe(kver: str) -> dict[str, Any]:
     return {"v": RECIPE_VERSION, "kver": kver, "init": INIT, "agent": AGENT, "mods": MODULES}
 
 
