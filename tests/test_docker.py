@@ -1,4 +1,4 @@
-"""The `docker` driver against a real dockerd (start one with `bash scripts/start-dockerd`)."""
+"""The `docker` driver against a real dockerd (conftest starts one if none answers)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import threading
 import time
 
 import pytest
-
-from tests.engines import SOCK_PATH, dockerd_answers
 
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
@@ -30,8 +28,8 @@ from rtax_tui.core.model import (  # noqa: E402
 )
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
 
-_WHY = dockerd_answers()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
+SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
 CHANNELS = ("exec", "shell")
 LABEL = f"pytdk{os.getpid()}{os.urandom(2).hex()}"
 OTHER = LABEL + "x"  # a second run of this module's own

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines import dockerd_answers
-
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
@@ -25,8 +23,7 @@ from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
 from rtax_tui.core import images, rootfs  # noqa: E402
 from rtax_tui.core.recording import read_recording  # noqa: E402
 
-_WHY = dockerd_answers()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,8 +1,8 @@
 """The `podman` driver against Podman's Docker-compatible API socket.
 
-Start the service with `bash scripts/start-podman`. Podman 4.x leaves two `conmon`
-processes per API exec session; these tests count them, and require that teardown
-(and cleanup) leaves none of ours.
+conftest starts the service (scripts/start-podman) if it does not answer. Podman 4.x
+leaves two `conmon` processes per API exec session; these tests count them, and require
+that teardown (and cleanup) leaves none of ours.
 """
 
 from __future__ import annotations
@@ -39,26 +39,7 @@ from rtax_tui.core.model import (  # noqa: E402
 )
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
 
-SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
-
-
-def _service_answers() -> str | None:
-    if not os.path.exists(SOCK_PATH):
-        return (
-            f"the podman API socket is not running (no {SOCK_PATH}; "
-            "start it with bash scripts/start-podman)"
-        )
-    try:
-        c = docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=5)
-        c.ping()
-        c.close()
-    except Exception as exc:
-        return f"the podman API socket does not answer on {DEFAULT_SOCKET}: {exc}"
-    return None
-
-
-_WHY = _service_answers()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+pytestmark = pytest.mark.usefixtures("podman_engine")  # conftest: the API service, images
 CHANNELS = ("exec", "shell")
 LABEL = f"pytpm{os.getpid()}{os.urandom(2).hex()}"
 OTHER = LABEL + "x"  # a second run of this module's own
