@@ -23,6 +23,7 @@ from rtax_tui.core.model import (
     Step,
     Workload,
 )
+from rtax_tui.hosts import Host
 
 SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
 
@@ -75,9 +76,16 @@ class Driver(ABC):
     # host); a driver that touches the controller's own files or sockets leaves it False.
     runs_remote: bool = False
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host
         self.options = options
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Raise `OptionError` for a bad `[drivers_options.NAME]` table, before any host
+        is reached; the profile layer adds the file and line. The default checks nothing
+        (the driver's constructor still may)."""
+        return None
 
     @abstractmethod
     async def check(self) -> list[Problem]:

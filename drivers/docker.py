@@ -6,9 +6,11 @@ inspect round trip). Streams (an exec's output, the shell's attach) are read on 
 event loop from the hijacked socket, so a timed-out or cancelled action never
 leaves a thread blocked.
 
-- create: `create.image_lookup` (inspect the image), `create.container_create`
-  (network none, label `rtax.run=<label>`, CPU/memory/pid limits, working directory
-  `/workspace`), then `create.workspace` when the workload has files (put_archive)
+- create: `create.image_lookup` (inspect the image), `create.workspace_dir` (a host
+  directory for /workspace, with `read_only`), `create.container_create` (network
+  none, label `rtax.run=<label>`, CPU/memory/pid limits, working directory
+  `/workspace`, the boundary options: `ContainerOptions`), then `create.workspace`
+  when the workload has files or /workspace must be given to `user` (put_archive)
   and, channel `shell`, `create.attach` (the container's stdin/stdout/stderr).
 - ready: `ready.start`, then `ready.first_command` (the probe `true` through the channel).
 - action: channel `exec` makes an exec instance per action (create, start, inspect:
@@ -34,6 +36,7 @@ import struct
 import tarfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
@@ -43,8 +46,8 @@ from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.core.model import (
     ActionResult,
     EnvSpec,
+    OptionError,
     PhaseFailure,
-    RtaxError,
     Step,
     SubstrateLost,
     Workload,
@@ -121,6 +124,134 @@ def _socket_path(url: str) -> str | None:
         if url.startswith(prefix):
             return url[len(prefix) :] or None
     return None
+
+
+# -- options -------------------------------------------------------------------
+
+# Linux capability names (capabilities(7), kernel 6.x), without the CAP_ prefix.
+CAPABILITIES = frozenset(
+    """CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP
+    LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER
+    SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE
+    SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP
+    MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF
+    CHECKPOINT_RESTORE""".split()
+)
+# What `security_opt` entries may start with (the engines' own keys); the value is passed on.
+SECURITY_OPT_KEYS = ("apparmor", "label", "no-new-privileges", "seccomp", "systempaths")
+# A read-only container's /tmp: like an ordinary /tmp (sticky, writable by all, programs
+# may run from it), in memory and charged to the container's memory limit. Docker's own
+# tmpfs default would be noexec.
+TMPFS_TMP = "rw,nosuid,nodev,exec,mode=1777"
+MAX_ID = 2**32 - 2
+USER_FORMAT = 'expected "UID" or "UID:GID" with numeric ids, to which rtax gives /workspace'
+
+
+@dataclass(frozen=True)
+class ContainerOptions:
+    """A `[drivers_options.docker]` (or `.podman`) table, checked (`DockerDriver.parse_options`).
+
+    The boundary fields tighten what the engine does by default, which is root in the
+    container with the engine's default capabilities, a writable root filesystem and the
+    host's user namespace:
+
+    - `user` ("UID" or "UID:GID"): the container's processes run as that user; rtax gives
+      /workspace to it (the archive's owner, or a chown of the host directory), so the
+      workspace stays writable. Names are refused: rtax must know the numbers.
+    - `cap_drop` / `cap_add`: capability names ("ALL", "NET_RAW", ...; "CAP_" optional).
+    - `read_only`: a read-only root filesystem, with a writable tmpfs /tmp and a
+      /workspace bound from a host directory (the engines refuse, or ignore, copies into
+      a read-only root filesystem).
+    - `no_new_privileges`: setuid programs and file capabilities grant nothing.
+    - `security_opt`: more `--security-opt` entries, passed on as they are, except a
+      seccomp profile file (`seccomp=PATH`), sent as each engine's API takes it.
+    - `userns`: docker `host` (the host's user namespace, also with a remapping daemon)
+      or `remap` (the daemon's --userns-remap, checked); podman `host`, `auto[:OPTS]`,
+      `keep-id[:OPTS]`, `nomap`, sent as the API's UsernsMode.
+    """
+
+    socket: str | None = None
+    image: str | None = None
+    network: str = "none"
+    workspace: str = "copy"
+    user: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    cap_drop: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    read_only: bool = False
+    no_new_privileges: bool = False
+    security_opt: tuple[str, ...] = ()
+    userns: str | None = None
+
+    def boundary(self) -> dict[str, Any]:
+        """The boundary options in effect, for the recording's header (defaults included,
+        so that a header says `user: null`, root, rather than nothing)."""
+        return {
+            "user": self.user,
+            "cap_drop": list(self.cap_drop),
+            "cap_add": list(self.cap_add),
+            "read_only": self.read_only,
+            "no_new_privileges": self.no_new_privileges,
+            "security_opt": list(self.security_opt),
+            "userns": self.userns,
+        }
+
+    def security_opts(self) -> list[str]:
+        """`security_opt` with `no-new-privileges` added when `no_new_privileges` is set."""
+        opts = list(self.security_opt)
+        if self.no_new_privileges and not any(o.startswith("no-new-privileges") for o in opts):
+            opts.append("no-new-privileges")
+        return opts
+
+
+def _parse_user(where: str, value: Any) -> tuple[str, int, int | None]:
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", text) if isinstance(text, str) else None
+    if m is None or any(int(g) > MAX_ID for g in m.groups() if g is not None):
+        raise OptionError("user", f"{where}.user: {value!r} ({USER_FORMAT})")
+    gid = m.group(2)
+    return text, int(m.group(1)), None if gid is None else int(gid)
+
+
+def _seccomp_file(opt: str) -> str | None:
+    """The profile file a `seccomp=PATH` entry names, or None (another key, `unconfined`,
+    or a profile given inline as JSON)."""
+    key, sep, value = opt.partition("=")
+    if key != "seccomp" or not sep or value == "unconfined" or value.lstrip().startswith("{"):
+        return None
+    return os.path.abspath(value)
+
+
+def _seccomp_file_problem(path: str) -> str | None:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            profile = json.load(f)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror}"
+    except ValueError as exc:
+        return f"{path} is not JSON: {exc}"
+    if not isinstance(profile, dict):
+        return f"{path} is not a seccomp profile (a JSON object)"
+    return None
+
+
+def _parse_caps(where: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise OptionError(
+            key, f'{where}.{key}: {value!r} (expected a list of capability names, e.g. ["ALL"])'
+        )
+    caps = []
+    for cap in value:
+        name = cap.strip().upper().removeprefix("CAP_")
+        if name != "ALL" and name not in CAPABILITIES:
+            raise OptionError(
+                key, f"{where}.{key}: {cap!r} is not a Linux capability (e.g. ALL, NET_RAW, CHOWN)"
+            )
+        caps.append(name)
+    return tuple(caps)
 
 
 # -- errors ----------------------------------------------------------------
@@ -303,21 +434,52 @@ class DockerEnvironment(Environment):
             "GIT_CONFIG_KEY_0": "safe.directory",
             "GIT_CONFIG_VALUE_0": "*",
         }
+        opts = self.d.opts
+        if opts.read_only:
+            hc["read_only"] = True
+            hc["tmpfs"] = {"/tmp": TMPFS_TMP}
+        if opts.cap_drop:
+            hc["cap_drop"] = list(opts.cap_drop)
+        if opts.cap_add:
+            hc["cap_add"] = list(opts.cap_add)
+        security_opt = self.d.security_opts()
+        if security_opt:
+            hc["security_opt"] = security_opt
         hc.update(self.d.host_config_extra())
+        host_config = api.create_host_config(**hc)
+        userns = self.d.userns_mode()
+        if userns is not None:  # the SDK refuses anything but "host"; podman takes more
+            host_config["UsernsMode"] = userns
         env.update(self.spec.env)
         shell = self.channel == "shell"
         return dict(
             image=self.image,
             command=["sh"] if shell else SLEEPER,
             name=self.name,
+            user=opts.user,
             labels={LABEL_KEY: self.spec.label, "rtax.cell": self.spec.cell.id},
             working_dir=WORKDIR,
             environment=env,
             stdin_open=shell,
             tty=False,
-            host_config=api.create_host_config(**hc),
+            host_config=host_config,
             use_config_proxy=False,
         )
+
+    def _archive_plan(self) -> tuple[str, str | None] | None:
+        """Where the workspace archive goes through the API (put_archive), and the name of
+        its top directory entry, or None when nothing goes.
+
+        Files go in "copy" mode. With `user` set, /workspace itself must be the user's:
+        a host directory was chowned already; otherwise the archive is put at / with
+        a `workspace` entry owned by the user (an entry for the target directory itself,
+        ".", is ignored by both engines), files or not."""
+        files = self.d.workspace == "copy" and bool(self.spec.workspace_src)
+        if self.host_workspace is not None:
+            return (WORKDIR, None) if files else None
+        if self.d.opts.uid is not None:
+            return "/", WORKDIR.strip("/")
+        return (WORKDIR, None) if files else None
 
     def _do_create(self, api: Any) -> str:
         cid = api.create_container(**self._container_kwargs(api))["Id"]
@@ -331,11 +493,17 @@ class DockerEnvironment(Environment):
         if self.spec.cgroup_parent and self._cg_parent is None and self.d.local:
             self._cg_parent = self.spec.cgroup_parent
             self.d.hold_cgroup_parent(self._cg_parent)
-        if self.d.workspace == "bind" and self.spec.workspace_src:
-            async with self.sub("workspace"):
-                self.host_workspace = make_workspace(self.spec.label)
-                await asyncio.to_thread(populate, self.host_workspace, self.spec.workspace_src)
+        opts = self.d.opts
+        if self.d.host_dir_workspace(self.spec):
+            bind = self.d.workspace == "bind"
+            async with self.sub("workspace" if bind else "workspace_dir"):
+                self.host_workspace = make_workspace(self.d.host, self.spec.label)
+                if bind:
+                    await asyncio.to_thread(populate, self.host_workspace, self.spec.workspace_src)
+                if opts.uid is not None:
+                    await asyncio.to_thread(_own_tree, self.host_workspace, opts.uid, opts.gid)
         async with self.sub("container_create"):
+            self.d.track_containers(self.spec.label)  # before the container exists
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
                 await asyncio.shield(self._create)
@@ -343,16 +511,14 @@ class DockerEnvironment(Environment):
                 raise
             except Exception as exc:
                 raise _map_error(exc, "container create") from exc
-        if self.spec.workspace_src and self.d.workspace == "copy":
+        plan = self._archive_plan()
+        if plan is not None:
+            path, top = plan
+            src = self.spec.workspace_src if self.d.workspace == "copy" else None
             async with self.sub("workspace"):
-                data = await asyncio.to_thread(_tar_dir, self.spec.workspace_src)
+                data = await asyncio.to_thread(_tar_workspace, src, opts.uid, opts.gid, top)
                 await _call(
-                    "copying the workspace",
-                    api.put_archive,
-                    self.cid,
-                    WORKDIR,
-                    data,
-                    container=True,
+                    "copying the workspace", api.put_archive, self.cid, path, data, container=True
                 )
         if self.channel == "shell":
             async with self.sub("attach"):
@@ -505,7 +671,7 @@ class DockerEnvironment(Environment):
         try:
             await self._teardown()
             if self.host_workspace is not None:  # after the container that used it
-                await remove_workspace(self.host_workspace)
+                await remove_workspace(self.d.host, self.host_workspace)
                 self.host_workspace = None
         finally:
             parent, self._cg_parent = self._cg_parent, None
@@ -592,12 +758,42 @@ def _remove_engine_cgroups(
         time.sleep(0.01)
 
 
-def _tar_dir(src: str) -> bytes:
+def _tar_workspace(
+    src: str | None, uid: int | None = None, gid: int | None = None, top: str | None = None
+) -> bytes:
+    """The workspace as a tar archive for put_archive: the contents of `src` (if any),
+    under a first entry `top` (a directory, mode 0755) when given.
+
+    Every entry belongs to the container's user (`uid`:`gid`, root by default), not to
+    whoever owns the files on the host: root in a container without capabilities
+    (cap_drop) could not write a file that another uid owns, nor could `user`. Numeric
+    ids only (no user or group names), so that the engine does not look names up."""
+    owner, group = uid or 0, gid if gid is not None else 0
+
+    def own(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+        ti.uid, ti.gid, ti.uname, ti.gname = owner, group, "", ""
+        return ti
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name in sorted(os.listdir(src)):
-            tf.add(os.path.join(src, name), arcname=name)
+        if top is not None:
+            ti = tarfile.TarInfo(top)
+            ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            tf.addfile(own(ti))
+        if src:
+            for name in sorted(os.listdir(src)):
+                arc = f"{top}/{name}" if top else name
+                tf.add(os.path.join(src, name), arcname=arc, filter=own)
     return buf.getvalue()
+
+
+def _own_tree(path: str, uid: int, gid: int | None) -> None:
+    """chown -R (without following links) a host workspace to the container's user."""
+    g = -1 if gid is None else gid
+    for root, dirs, files in os.walk(path):
+        os.lchown(root, uid, g)
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            os.lchown(os.path.join(root, name), uid, g)
 
 
 # -- the driver ----------------------------------------------------------------
@@ -613,35 +809,151 @@ class DockerDriver(Driver):
     start_fix = "bash scripts/start-dockerd"
     log_hint = "the dockerd log (/tmp/rtax-dockerd.log)"
     cli = "docker"
-    option_names: tuple[str, ...] = ("socket", "image", "network", "workspace")
+    option_names: tuple[str, ...] = (
+        "socket",
+        "image",
+        "network",
+        "workspace",
+        "user",
+        "cap_drop",
+        "cap_add",
+        "read_only",
+        "no_new_privileges",
+        "security_opt",
+        "userns",
+    )
+    # `userns` values this engine honours: exact ones, and prefixes of ones with options.
+    # dockerd's API knows only "host" (per container, opting out of a remapping daemon);
+    # "remap" asks for the daemon's --userns-remap, which `check()` verifies.
+    userns_values: tuple[str, ...] = ("host", "remap")
+    userns_prefixes: tuple[str, ...] = ()
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.socket = str(options.get("socket", self.default_socket))
+        self.opts = self.parse_options(options)
+        self.socket = self.opts.socket or self.default_socket
+        self._tracked_labels: set[str] = set()
         # The option `image` names the one image of every environment; without it,
         # busybox for what runs with busybox (t0) and the Debian image for the rest.
-        self.image = str(options.get("image") or self.default_image())
-        self.workload_image = str(options.get("image") or self.default_workload_image())
+        self.image = self.opts.image or self.default_image()
+        self.workload_image = self.opts.image or self.default_workload_image()
         # `network`: the container's network mode ("none" by default: no bridge here).
-        self.network = str(options.get("network", "none"))
+        self.network = self.opts.network
         # `workspace`: "copy" the workload's files into the container (put_archive),
         # "bind" a host directory holding them at /workspace, or "none" (no files).
-        self.workspace = str(options.get("workspace", "copy"))
-        if self.workspace not in WORKSPACE_MODES:
-            raise RtaxError(
-                f"drivers_options.{self.name}.workspace: {self.workspace!r} "
-                f"(allowed: {', '.join(WORKSPACE_MODES)})"
-            )
-        unknown = set(options) - set(self.option_names)
-        if unknown:
-            raise RtaxError(
-                f"drivers_options.{self.name}: unknown {', '.join(sorted(unknown))} "
-                f"(allowed: {', '.join(self.option_names)})"
-            )
+        self.workspace = self.opts.workspace
         self._client: Any = None
         # The engine runs on this machine (a unix socket): its cgroups are ours to see.
         self.local = _socket_path(self.socket) is not None
         self._cg_users: dict[str, int] = {}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        cls.parse_options(options)
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> ContainerOptions:
+        """The options table, checked; a mistake is one `OptionError` naming the field.
+
+        Only what is wrong in the table itself is refused here; what the engine cannot
+        honour (a daemon without --userns-remap, podman's rootless-only modes) is found
+        by `check()` before any trial."""
+        where = f"drivers_options.{cls.name}"
+        unknown = sorted(set(options) - set(cls.option_names))
+        if unknown:
+            raise OptionError(
+                unknown[0],
+                f"{where}: unknown {', '.join(unknown)} (allowed: {', '.join(cls.option_names)})",
+            )
+        kw: dict[str, Any] = {}
+        for key in ("socket", "image", "network"):
+            if key in options:
+                if not isinstance(options[key], str) or not options[key]:
+                    raise OptionError(
+                        key, f"{where}.{key}: {options[key]!r} (expected a non-empty string)"
+                    )
+                kw[key] = options[key]
+        workspace = options.get("workspace", "copy")
+        if workspace not in WORKSPACE_MODES:
+            allowed = ", ".join(WORKSPACE_MODES)
+            raise OptionError("workspace", f"{where}.workspace: {workspace!r} (allowed: {allowed})")
+        kw["workspace"] = workspace
+        if options.get("user") is not None:
+            kw["user"], kw["uid"], kw["gid"] = _parse_user(where, options["user"])
+        for key in ("cap_drop", "cap_add"):
+            if key in options:
+                kw[key] = _parse_caps(where, key, options[key])
+        for key in ("read_only", "no_new_privileges"):
+            if key in options:
+                if not isinstance(options[key], bool):
+                    raise OptionError(
+                        key, f"{where}.{key}: {options[key]!r} (expected true or false)"
+                    )
+                kw[key] = options[key]
+        if "security_opt" in options:
+            sec = options["security_opt"]
+            if not isinstance(sec, list) or not all(isinstance(o, str) and o for o in sec):
+                raise OptionError(
+                    "security_opt", f"{where}.security_opt: {sec!r} (expected a list of strings)"
+                )
+            for opt in sec:
+                if re.split("[=:]", opt, maxsplit=1)[0] not in SECURITY_OPT_KEYS:
+                    raise OptionError(
+                        "security_opt",
+                        f"{where}.security_opt: {opt!r} (keys: {', '.join(SECURITY_OPT_KEYS)})",
+                    )
+                path = _seccomp_file(opt)
+                if path is not None:
+                    why = _seccomp_file_problem(path)
+                    if why:
+                        raise OptionError("security_opt", f"{where}.security_opt: {opt!r} ({why})")
+            kw["security_opt"] = tuple(sec)
+        if "userns" in options:
+            userns = options["userns"]
+            if not isinstance(userns, str) or not (
+                userns in cls.userns_values or userns.startswith(cls.userns_prefixes)
+            ):
+                allowed = [*cls.userns_values, *(p + "OPTIONS" for p in cls.userns_prefixes)]
+                raise OptionError(
+                    "userns", f"{where}.userns: {userns!r} (allowed: {', '.join(allowed)})"
+                )
+            kw["userns"] = userns
+            if userns != "host" and (kw.get("read_only") or workspace == "bind"):
+                raise OptionError(
+                    "userns",
+                    f'{where}.userns: {userns!r} with read_only or workspace = "bind": '
+                    "/workspace is then a host directory, given to host uids that this user "
+                    'namespace does not map (use userns = "host", or workspace = "copy" '
+                    "without read_only)",
+                )
+        return ContainerOptions(**kw)
+
+    def security_opts(self) -> list[str]:
+        """The security options as this engine's API takes them: a seccomp profile file
+        (`seccomp=PATH`) becomes its JSON text, as the docker CLI sends it (dockerd
+        would try to decode the path itself as JSON)."""
+        out = []
+        for opt in self.opts.security_opts():
+            path = _seccomp_file(opt)
+            out.append(opt if path is None else f"seccomp={self.seccomp_profile(path)}")
+        return out
+
+    def seccomp_profile(self, path: str) -> str:
+        """What follows `seccomp=` for a profile file: docker's API wants the JSON."""
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+
+    def userns_mode(self) -> str | None:
+        """The API's UsernsMode for the `userns` option: none for "remap" (the daemon's
+        default when it remaps) and when unset; the value itself otherwise."""
+        return None if self.opts.userns in (None, "remap") else self.opts.userns
+
+    def host_dir_workspace(self, spec: EnvSpec) -> bool:
+        """Whether /workspace is a host directory that rtax makes and binds: with
+        workspace = "bind" and files, and always with read_only (docker refuses an
+        archive into a read-only root filesystem; podman writes it, under a /workspace
+        that then stays read-only)."""
+        return self.opts.read_only or (self.workspace == "bind" and bool(spec.workspace_src))
 
     def default_image(self) -> str:
         return _default_image()
@@ -725,6 +1037,13 @@ class DockerDriver(Driver):
         except PhaseFailure as exc:
             fix = self._image_fix(self.image, self.default_image())
             return [Problem(f"the image {self.image} is missing: {exc.message}", fix)]
+        problems = await self._check_boundary(api)
+        if problems:
+            return problems
+        fix = f"see {self.log_hint}, then {start}"
+        set_opts = [k for k, v in self.opts.boundary().items() if v not in (None, False, [])]
+        if set_opts:  # the engine may refuse one of them: say which ones are set
+            fix = f"check [drivers_options.{self.name}] {', '.join(set_opts)}; else {fix}"
         for channel in self.channels:
             err = await self.try_environment(
                 channel,
@@ -732,10 +1051,34 @@ class DockerDriver(Driver):
                 lambda r: r.rc == 0 and r.output == b"ok\n",
             )
             if err:
+                return [Problem(f"a container could not run a command ({channel}): {err}", fix)]
+        return []
+
+    async def _check_boundary(self, api: Any) -> list[Problem]:
+        """What the options need of the engine, before a container tries them: a host
+        directory for read_only (the engine must run here), and for userns = "remap" a
+        daemon that remaps (`--userns-remap`, shown as `name=userns` in its security
+        options); without it every container shares the host's user namespace, so
+        root in the container is root on the host, which "remap" promises it is not."""
+        where = f"drivers_options.{self.name}"
+        if self.opts.read_only and not self.local:
+            return [
+                Problem(
+                    f"{where}.read_only needs the engine on this machine (/workspace is then "
+                    f"a host directory that rtax binds), and {self.socket} is not",
+                    "use a unix socket, or read_only = false",
+                )
+            ]
+        if self.opts.userns == "remap":
+            info = await _call("info", api.info)
+            sec = info.get("SecurityOptions") or []
+            if not any("name=userns" in o for o in sec):
                 return [
                     Problem(
-                        f"a container could not run a command ({channel}): {err}",
-                        f"see {self.log_hint}, then {start}",
+                        f'{where}.userns = "remap": {self.service} runs without --userns-remap '
+                        f"(security options: {', '.join(sec) or 'none'}), so its containers "
+                        "share the host's user namespace",
+                        f'start {self.service} with --userns-remap=default, or set userns = "host"',
                     )
                 ]
         return []
@@ -751,6 +1094,7 @@ class DockerDriver(Driver):
             except PhaseFailure as exc:
                 fix = self._image_fix(image, self.default_workload_image())
                 problems.append(Problem(f"the image {image} is missing: {exc.message}", fix))
+        problems += self._user_reach_problems(workloads)
         if self.workspace == "none":
             for w in workloads:
                 if w.files:
@@ -767,6 +1111,29 @@ class DockerDriver(Driver):
                     f'use workspace = "copy" with {self.socket}',
                 )
             )
+        return problems
+
+    def _user_reach_problems(self, workloads: list[Workload]) -> list[Problem]:
+        """Workloads whose steps name a path under the bound assets (T2 clones from it
+        and applies a patch from it) cannot reach it as a `user` other than root when
+        the assets live under /root: the container's /root comes from the image, and
+        the Debian image's is mode 0700."""
+        if not self.opts.uid:
+            return []
+        problems = []
+        for w in workloads:
+            mount = _assets_mount(w)
+            if mount is None or not mount.startswith("/root/"):
+                continue
+            if any(mount in arg for step in w.steps for arg in step.argv):
+                problems.append(
+                    Problem(
+                        f"workload {w.name} reads {mount} from its steps, which user "
+                        f"{self.opts.user} cannot reach (the image's /root is mode 0700)",
+                        f"set RTAX_CACHE to a directory outside /root, or run {w.name} "
+                        f"without drivers_options.{self.name}.user",
+                    )
+                )
         return problems
 
     def _image_fix(self, image: str, default: str) -> str:
@@ -788,6 +1155,8 @@ class DockerDriver(Driver):
             "socket": self.socket,
             "image": self.image,
             "workload_image": self.workload_image,
+            "workspace": self.workspace,
+            "boundary": self.opts.boundary(),
         }
         try:
             api = await self.api()
@@ -797,6 +1166,8 @@ class DockerDriver(Driver):
             info = await _call("info", api.info)
             facts["storage"] = info.get("Driver")
             facts["cgroup"] = info.get("CgroupVersion")
+            # seccomp profile, apparmor, userns (a remapping daemon), rootless, ...
+            facts["security_options"] = info.get("SecurityOptions")
             img = await _call("image lookup", api.inspect_image, self.image)
             facts["image_id"] = img.get("Id")
             if self.workload_image != self.image:
@@ -810,6 +1181,15 @@ class DockerDriver(Driver):
         return facts
 
     # -- cleanup -----------------------------------------------------------
+
+    def track_containers(self, label: str) -> None:
+        """Have the host's reaper remove this run's containers if rtax dies (kill -9):
+        by the engine's socket and the run label, registered once per run."""
+        path = _socket_path(self.socket)
+        if path is None or not label or label in self._tracked_labels:
+            return
+        self._tracked_labels.add(label)
+        self.host.track("containers", f"{path} {LABEL_KEY}={label}")
 
     async def cleanup(self, label: str | None = None) -> int:
         sel = f"{LABEL_KEY}={label}" if label else LABEL_KEY

@@ -46,7 +46,6 @@ from rtax_tui.drivers.vmguest import (
     workload_problems,
 )
 
-from rtax_tui.core import reaper
 from rtax_tui.core.model import (
     ActionResult,
     Cell,
@@ -186,7 +185,7 @@ class LibvirtEnvironment(Environment):
         if self.restore and self.d.snap_name is not None:
             # libvirt restores a saved domain under its own name only: one at a time
             self.name = self.d.snap_name
-        self.dir = TrialDir(self.name)
+        self.dir = TrialDir(self.d.host, self.name)
         disks = await self.d.disks(self, guest)
         if self.restore:
             async with self.sub("restore"):
@@ -208,7 +207,7 @@ class LibvirtEnvironment(Environment):
         self.pid = qemu_pid(self.name)
         self.pgid = _own_group(self.pid) if self.pid is not None else None
         if self.pgid is not None:
-            reaper.current().add_pgid(self.pgid)
+            self.d.host.track("pgid", str(self.pgid))
 
     async def ready(self) -> None:
         assert self.agent is not None and self.serial is not None
@@ -253,7 +252,7 @@ class LibvirtEnvironment(Environment):
             if err is not None:  # libvirtd is gone, its QEMU is not: end it ourselves
                 _kill(self.pid)
             if self.pgid is not None:
-                reaper.current().drop_pgid(self.pgid)
+                self.d.host.untrack("pgid", str(self.pgid))
             self.pid = self.pgid = None
         if self.dir is not None:
             await asyncio.to_thread(self.dir.remove)
@@ -386,7 +385,7 @@ class LibvirtDriver(Driver):
         if self.snapshot is None or self._snap_xml is None or self.snap_name is None:
             raise PhaseFailure("no_snapshot", "start = restore, and no snapshot was made")
         if not self._snap_registered and self._snap_dir is not None:
-            reaper.current().add_path(self._snap_dir.path)  # the run's reaper is up by now
+            self.host.track("path", self._snap_dir.path)  # the run's reaper is up by now
             self._snap_registered = True
         xml = self._snap_xml.replace(self._snap_path, d.path)
         xml = xml.replace(f">{SNAP_LABEL}</rtax:run>", f">{escape(label)}</rtax:run>")
@@ -437,7 +436,7 @@ class LibvirtDriver(Driver):
         spec = EnvSpec(
             Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
         )
-        self._snap_dir = TrialDir("snapshot")
+        self._snap_dir = TrialDir(self.host, "snapshot")
         path = self._snap_dir("guest.state")
         env = LibvirtEnvironment(self, spec)
         env.restore = False

@@ -14,9 +14,8 @@ from typing import Any
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.shellframe import FramedShell
 
-from rtax_tui.core import reaper
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
-from rtax_tui.hosts.local import LocalHost, kill_group
+from rtax_tui.hosts import Host
 
 WORKSPACE_PREFIX = "rtax-ws-"
 
@@ -35,23 +34,20 @@ def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> 
     return env
 
 
-def make_workspace(label: str) -> str:
+def make_workspace(host: Host, label: str) -> str:
+    """An empty workspace on the controller (for drivers that fill it themselves)."""
     path = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{label}-")
-    reaper.current().add_path(path)
+    host.track("path", path)
     return path
 
 
-async def remove_workspace(path: str) -> None:
+async def remove_workspace(host: Host, path: str) -> None:
     await asyncio.to_thread(shutil.rmtree, path, True)
-    reaper.current().drop_path(path)
+    host.untrack("path", path)
 
 
 def safe_label(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
-
-
-def is_local(host: Any) -> bool:
-    return isinstance(host, LocalHost)
 
 
 def populate(workspace: str, src: str | None) -> None:
@@ -87,13 +83,7 @@ class LocalEnvironment(Environment):
     def _cgroup_procs(self) -> list[str]:
         if not self.spec.cgroup_parent:
             return []
-        if not is_local(self.driver.host):
-            raise PhaseFailure(
-                "not_supported", "capacity budgets are local cgroups: not on a remote host"
-            )
-        from rtax_tui.core.cgroups import Cgroup
-
-        return Cgroup.at(self.spec.cgroup_parent).procs_files()
+        return self.driver.host.cgroup_procs(self.spec.cgroup_parent)
 
     async def create(self) -> None:
         host = self.driver.host
@@ -116,7 +106,7 @@ class LocalEnvironment(Environment):
                 assert self.shell_proc.stdin and self.shell_proc.stdout
                 # on a remote host, also the remote side's own duration of each action
                 self.shell = FramedShell(
-                    self.shell_proc.stdin, self.shell_proc.stdout, timed=not is_local(host)
+                    self.shell_proc.stdin, self.shell_proc.stdout, timed=host.separate_clock
                 )
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
@@ -143,7 +133,7 @@ class LocalEnvironment(Environment):
             self.workspace = None
 
 
-async def close_shell(proc: Any, grace: float = 1.0, host: Any = None) -> None:
+async def close_shell(proc: Any, host: Host, grace: float = 1.0) -> None:
     """Ask the shell to exit; kill its whole session if it does not (on its host)."""
     if proc.stdin is not None and not proc.stdin.is_closing():
         try:
@@ -155,12 +145,7 @@ async def close_shell(proc: Any, grace: float = 1.0, host: Any = None) -> None:
         await asyncio.wait_for(proc.wait(), grace)
     except TimeoutError:
         pass
-    if host is None or is_local(host):
-        kill_group(proc)  # also ends anything the shell left in the background
-        await proc.wait()
-        reaper.current().drop_pgid(proc.pid)
-        return
-    await host.kill(proc)
+    await host.kill(proc)  # also ends anything the shell left in the background
     await proc.wait()
     host.release(proc)
 
@@ -170,35 +155,25 @@ class LocalDriver(Driver):
     runs_remote = True
 
     async def check(self) -> list[Problem]:
-        if is_local(self.host):
-            if shutil.which("sh") is None:
-                return [Problem("no `sh` on PATH", "install dash or bash")]
-            return []
-        return await remote_tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))
+        return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LocalEnvironment(self, spec, sub)
 
     async def cleanup(self, label: str | None = None) -> int:
         prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")
-        if not is_local(self.host):
-            return await remote_cleanup(self.host, prefix)
-        tmp = tempfile.gettempdir()
-        n = 0
-        for name in os.listdir(tmp):
-            if name.startswith(prefix):
-                shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-                n += 1
-        return n
+        return await workspace_cleanup(self.host, prefix)
 
 
-async def remote_tools_problems(host: Any, tools: tuple[str, ...]) -> list[Problem]:
-    """What a remote host lacks among `tools` (one command over its connection)."""
+async def tools_problems(host: Host, tools: tuple[str, ...]) -> list[Problem]:
+    """What a host lacks among `tools` (one command, over its connection if it has one)."""
     script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done'
     try:
         res = await host.run(["sh", "-c", script, "rtax-check", *tools], timeout=30)
     except PhaseFailure as exc:
         return [Problem(f"host {host.name} does not answer: {exc.message}", "check the network")]
+    except OSError as exc:  # no sh at all
+        return [Problem(f"host {host.name} cannot run sh: {exc}", "install dash or bash")]
     missing = res.stdout.decode(errors="replace").split()
     if res.returncode != 0 or missing:
         return [
@@ -211,7 +186,7 @@ async def remote_tools_problems(host: Any, tools: tuple[str, ...]) -> list[Probl
 
 
 # Kills what runs in matching workspaces (by cwd), then removes them; prints how many.
-REMOTE_CLEANUP_SH = r"""p=$1; n=0; t=${TMPDIR:-/tmp}
+CLEANUP_SH = r"""p=$1; n=0; t=${TMPDIR:-/tmp}
 for d in /proc/[0-9]*; do
   c=$(readlink "$d/cwd" 2>/dev/null) || continue
   case $c in "$t/$p"*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac
@@ -221,9 +196,9 @@ echo $n
 """
 
 
-async def remote_cleanup(host: Any, prefix: str) -> int:
-    """Leftover workspaces named `prefix*` on a remote host, and processes inside them."""
-    res = await host.run(["sh", "-c", REMOTE_CLEANUP_SH, "rtax-cleanup", prefix], timeout=60)
+async def workspace_cleanup(host: Host, prefix: str) -> int:
+    """Leftover workspaces named `prefix*` on a host, and processes inside them."""
+    res = await host.run(["sh", "-c", CLEANUP_SH, "rtax-cleanup", prefix], timeout=60)
     try:
         return int(res.stdout.split()[-1])
     except (ValueError, IndexError):

@@ -45,7 +45,6 @@ from rtax_tui.drivers.vmguest import (
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step, Workload
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
-from rtax_tui.hosts.local import kill_group
 
 SNAPSHOT_READY_S = 120.0
 SETUP_TIMEOUT_S = 60.0
@@ -95,7 +94,7 @@ class MicrovmEnvironment(Environment):
 
     async def create(self) -> None:
         guest = self.d.guest_for(self.spec.workload)
-        self.dir = TrialDir(self.name)
+        self.dir = TrialDir(self.d.host, self.name)
         disks = await self.d.disks(self, guest)
         argv = microvm_argv(
             self.d.opts.qemu,
@@ -170,7 +169,7 @@ class MicrovmEnvironment(Environment):
                 part.close()
         self.agent = self.serial = self.qmp = None
         if self.proc is not None:
-            kill_group(self.proc)
+            await self.d.host.kill(self.proc)
             await self.proc.wait()
             self.d.host.release(self.proc)
             self.proc = None
@@ -282,7 +281,7 @@ class MicrovmDriver(Driver):
         spec = EnvSpec(
             Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
         )
-        self._snap_dir = TrialDir("snapshot")
+        self._snap_dir = TrialDir(self.host, "snapshot")
         path = self._snap_dir("guest.state")
         env = MicrovmEnvironment(self, spec)
         env.restore = False
@@ -310,9 +309,7 @@ class MicrovmDriver(Driver):
     def register_snapshot(self) -> None:
         """The snapshot was made before the run's reaper started: register it now."""
         if not self._snap_registered and self._snap_dir is not None:
-            from rtax_tui.core import reaper
-
-            reaper.current().add_path(self._snap_dir.path)
+            self.host.track("path", self._snap_dir.path)
             self._snap_registered = True
 
     def forget_snapshot(self) -> None:

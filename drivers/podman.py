@@ -29,9 +29,9 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Environment, SubTimer
-from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver, DockerEnvironment
+from rtax_tui.drivers.docker import LABEL_KEY, ContainerOptions, DockerDriver, DockerEnvironment
 
-from rtax_tui.core.model import EnvSpec
+from rtax_tui.core.model import EnvSpec, OptionError
 
 DEFAULT_SOCKET = "unix:///run/rtax-podman/podman.sock"
 LOCAL_PREFIX = "localhost/"
@@ -145,12 +145,38 @@ class PodmanDriver(DockerDriver):
     log_hint = "the podman service log (/tmp/rtax-podman.log)"
     cli = "podman"
     option_names = (*DockerDriver.option_names, "nofile", "nproc")
+    # Podman's own user namespace modes, sent as the API's UsernsMode. Measured with
+    # podman 4.3 as root: "host" works; "auto" needs a `containers` range in /etc/subuid
+    # and /etc/subgid ("could not find enough available IDs" without one); "keep-id"
+    # and "nomap" are for rootless podman only; "private" without explicit mappings is
+    # refused, so it is not offered.
+    userns_values = ("host", "auto", "keep-id", "nomap")
+    userns_prefixes = ("auto:", "keep-id:")
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.nofile = int(options.get("nofile", NOFILE))
         self.nproc = int(options.get("nproc", NPROC))
         # conmon runs where the service runs: reap it only when that is here (self.local).
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> ContainerOptions:
+        """The docker driver's options, plus the ulimits `nofile` and `nproc`."""
+        opts = super().parse_options(options)
+        for key in ("nofile", "nproc"):
+            value = options.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise OptionError(
+                    key, f"drivers_options.{cls.name}.{key}: {value!r} (expected an integer >= 1)"
+                )
+        return opts
+
+    def seccomp_profile(self, path: str) -> str:
+        """Podman's API takes a seccomp profile as a path (on the service's machine) and
+        would try to open inline JSON as a file name."""
+        return path
 
     def default_image(self) -> str:
         return _localhost(super().default_image())

@@ -34,7 +34,6 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.local import (
     WORKSPACE_PREFIX,
     LocalDriver,
-    is_local,
     make_workspace,
     populate,
     remove_workspace,
@@ -62,7 +61,6 @@ from rtax_tui.drivers.stage_remote import (
     cleanup_remote,
 )
 
-from rtax_tui.core import reaper
 from rtax_tui.core.assets import assets_root
 from rtax_tui.core.cgroups import Cgroup, CgroupError
 from rtax_tui.core.cgroups import cleanup as cgroup_cleanup
@@ -72,7 +70,6 @@ from rtax_tui.core.model import (
     PhaseFailure,
     Step,
 )
-from rtax_tui.hosts.local import kill_group
 
 TEARDOWN_GRACE_S = 2.0
 
@@ -175,7 +172,7 @@ class StageEnvironment(Environment):
         label = _safe_label(spec.label)
         support = await self.driver.support()
         async with self.sub("workspace"):
-            self.workspace = make_workspace(label)
+            self.workspace = make_workspace(self.driver.host, label)
             wanted = asset_paths(spec, list(self.driver.options.get("ro_binds", ())))
             # off the event loop: other trials may be in flight
             self._populate = asyncio.ensure_future(
@@ -195,7 +192,7 @@ class StageEnvironment(Environment):
                 )
             except (OSError, CgroupError) as exc:
                 raise PhaseFailure("cgroup_failed", f"cannot make cgroup {name}: {exc}") from exc
-            reaper.current().add_cgroup(self.cg.relpath)
+            self.driver.host.track("cgroup", self.cg.relpath)
             self.procs = self.cg.procs_files()
         async with self.sub("spawn"):
             await self._spawn_sandbox(support, binds)
@@ -342,7 +339,7 @@ class StageEnvironment(Environment):
         if self.cg is not None:
             try:
                 await asyncio.to_thread(self.cg.remove)
-                reaper.current().drop_cgroup(self.cg.relpath)
+                self.driver.host.untrack("cgroup", self.cg.relpath)
                 self.cg = None
             except Exception as exc:  # keep going: the workspace still has to go
                 errors.append(f"cgroup {self.cg.relpath}: {exc}")
@@ -353,7 +350,7 @@ class StageEnvironment(Environment):
                 pass
             self._populate = None
         if self.workspace is not None:
-            await remove_workspace(self.workspace)
+            await remove_workspace(self.driver.host, self.workspace)
             self.workspace = None
         if errors:
             raise PhaseFailure("teardown_incomplete", "; ".join(errors))
@@ -390,7 +387,7 @@ async def _end_init(
             await asyncio.wait_for(proc.wait(), 1.0)
         except TimeoutError:
             pass
-    kill_group(proc)
+    await host.kill(proc)
     await proc.wait()
     host.release(proc)
 
@@ -416,7 +413,7 @@ class StageDriver(Driver):
         self.root: list[tuple[str, str, str]] = []
         self.remote_support: Support | None = None  # set by check_remote
         self._support: Support | None = None
-        if not is_local(host):  # tools are found on the remote host by check()
+        if not host.controller_local:  # tools are found on the remote host by check()
             return
         for t in ("bwrap", "setpriv"):
             p = shutil.which(t)
@@ -425,7 +422,7 @@ class StageDriver(Driver):
         self.root = local_root()
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
-        if not is_local(self.host):
+        if not self.host.controller_local:
             return RemoteStageEnvironment(self, spec, sub)
         return StageEnvironment(self, spec, sub)
 
@@ -441,7 +438,7 @@ class StageDriver(Driver):
     # -- checks ------------------------------------------------------------
 
     async def check(self) -> list[Problem]:
-        if not is_local(self.host):
+        if not self.host.controller_local:
             return await check_remote(self)
         if os.geteuid() != 0:
             return [
@@ -513,7 +510,7 @@ class StageDriver(Driver):
         return None
 
     async def facts(self) -> dict[str, Any]:
-        cgv = Cgroup.version() if is_local(self.host) else "see the host's facts"
+        cgv = Cgroup.version() if self.host.controller_local else "see the host's facts"
         facts: dict[str, Any] = {
             "sandbox": "bwrap",
             "cgroup": cgv,
@@ -535,7 +532,7 @@ class StageDriver(Driver):
     # -- cleanup -----------------------------------------------------------
 
     async def cleanup(self, label: str | None = None) -> int:
-        if not is_local(self.host):
+        if not self.host.controller_local:
             return await cleanup_remote(self.host, label)
         marker = "/" + WORKSPACE_PREFIX + (f"{_safe_label(label)}-" if label else "")
         n = _kill_sandboxes(marker)

@@ -149,6 +149,7 @@ class RemoteStageEnvironment(Environment):
         self.host = driver.host
         self.workspace: str | None = None
         self.cg_dirs: list[str] = []
+        self.cg_rel = ""
         self.cg_settled = True
         self.procs: list[str] = []
         self.proc: Any = None
@@ -177,8 +178,8 @@ class RemoteStageEnvironment(Environment):
             self.cg_dirs = [f"{CG_ROOT}/rtax/{name}"] + [
                 f"{CG_ROOT}/{c}/rtax/{name}" for c in ("cpu", "memory", "pids")
             ]
-            for d in self.cg_dirs:
-                self.host._register(f"+c {d}")
+            self.cg_rel = f"rtax/{name}"
+            self.host.track("cgroup", self.cg_rel)
             self.cg_settled = False  # until the script is known to have ended
             # the workspace goes to the sandbox uid in the same round trip
             uid = str(self.driver.uid)
@@ -270,7 +271,7 @@ class RemoteStageEnvironment(Environment):
                 await self.host.kill(self.proc)
                 self.host.release(self.proc)
             else:
-                await close_shell(self.proc, grace=2.0, host=self.host)
+                await close_shell(self.proc, self.host, grace=2.0)
             self.proc = None
             self.shell = None
         if self.cg_dirs:
@@ -280,8 +281,7 @@ class RemoteStageEnvironment(Environment):
             if res.returncode != 0:
                 errors.append(res.stderr.decode(errors="replace").strip())
             elif self.cg_settled:
-                for d in self.cg_dirs:
-                    self.host._register(f"-c {d}")
+                self.host.untrack("cgroup", self.cg_rel)
                 self.cg_dirs = []
             # else: the create script was cut off and may still mkdir after this removal;
             # the dirs stay registered and the host's reaper removes them at the end

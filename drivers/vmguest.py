@@ -29,9 +29,9 @@ from typing import Any
 
 from rtax_tui.drivers.base import Problem
 
-from rtax_tui.core import reaper
 from rtax_tui.core.model import ActionResult, PhaseFailure, RtaxError, Step, Workload
 from rtax_tui.core.vmimage import HELLO, INIT_MARK
+from rtax_tui.hosts import Host
 
 DIR_PREFIX = "rtax-vm-"
 ACCELS = ("auto", "tcg", "kvm")
@@ -92,17 +92,18 @@ def parse_options(driver: str, options: dict[str, Any], extra: tuple[str, ...] =
 class TrialDir:
     """A directory under the temp dir for one VM's sockets, overlays and logs."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, host: Host, name: str) -> None:
+        self.host = host
         self.path = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{name}-")
         os.chmod(self.path, 0o755)
-        reaper.current().add_path(self.path)
+        host.track("path", self.path)
 
     def __call__(self, name: str) -> str:
         return os.path.join(self.path, name)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
-        reaper.current().drop_path(self.path)
+        self.host.untrack("path", self.path)
 
 
 async def connect_unix(path: str, timeout: float, alive: Any = None) -> tuple[Any, Any]:
@@ -292,7 +293,7 @@ async def probe_kvm(
     guest = guest_files()
     if guest is None:
         return False, "no guest built to probe with (rtax images build --driver vm)"
-    d = TrialDir("kvmprobe")
+    d = TrialDir(host, "kvmprobe")
     proc = None
     try:
         argv = microvm_argv(
@@ -323,15 +324,15 @@ async def probe_kvm(
                 False,
                 f"KVM present but not usable: a KVM guest did not boot within {timeout:g} s",
             )
-        except PhaseFailure as exc:
+        except (PhaseFailure, OSError) as exc:  # e.g. the guest died: its socket reset
+            why = exc.message if isinstance(exc, PhaseFailure) else f"{type(exc).__name__}: {exc}"
             with open(d("qemu.log"), errors="replace") as f:
-                tail = f.read()[-300:].strip()
-            return False, f"KVM present but not usable: {exc.message} {tail}"
+                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+            tail = lines[-1][-200:] if lines else ""  # QEMU's last word
+            return False, f"KVM present but not usable: {why} {tail}".strip()
     finally:
         if proc is not None:
-            from rtax_tui.hosts.local import kill_group
-
-            kill_group(proc)
+            await host.kill(proc)
             await proc.wait()
             host.release(proc)
         d.remove()

@@ -327,14 +327,14 @@ def _cleanup(args: argparse.Namespace) -> int:
         n = cleanup_remote_hosts(args)
         print(f"removed {n} leftovers" if n else "nothing to clean up")
         return 0
-    from rtax_tui.drivers import DRIVER_NAMES, get_driver
+    from rtax_tui.drivers import get_driver, names
 
     from rtax_tui.core import cgroups
     from rtax_tui.hosts import LocalHost
 
     async def go() -> int:
         total = 0
-        for name in DRIVER_NAMES:
+        for name in names():
             n = await get_driver(name, LocalHost()).cleanup(args.run)
             if n:
                 print(f"{name}: removed {n}")

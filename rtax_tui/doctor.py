@@ -11,10 +11,10 @@ import asyncio
 from typing import Any
 
 from rich.table import Table
-from rtax_tui.drivers import get_driver
+from rtax_tui.drivers import get_driver, names
 
 from rtax_tui.core.model import RtaxError
-from rtax_tui.core.profile import IMPLEMENTED_DRIVERS, KNOWN_DRIVERS, Profile
+from rtax_tui.core.profile import Profile
 from rtax_tui.core.runner import remote_aware_check
 from rtax_tui.hostflags import ssh_options
 from rtax_tui.reporting import out_console
@@ -22,7 +22,7 @@ from rtax_tui.reporting import out_console
 
 async def _check_host(host: Any) -> list[tuple[str, list, dict]]:
     rows = []
-    for name in IMPLEMENTED_DRIVERS:
+    for name in names():
         drv = get_driver(name, host)
         try:
             probs = await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
@@ -53,8 +53,7 @@ async def _doctor(names: list[str], profile: Profile) -> list[tuple[str, Any, An
             out.append((host.name, exc, []))
             continue
         try:
-            if hasattr(host, "measure_rtt"):
-                await host.measure_rtt()
+            await host.measure_rtt()
             facts = await host.facts()
             out.append((host.name, facts, await _check_host(host)))
         finally:
@@ -95,9 +94,6 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
                 table.add_row(
                     name, "[green]ok[/green]", ", ".join(f"{k} {v}" for k, v in dfacts.items())
                 )
-        for name in KNOWN_DRIVERS:
-            if name not in IMPLEMENTED_DRIVERS:
-                table.add_row(name, "[dim]not in this version[/dim]", "")
         console.print(table)
         if hname == "local":
             console.print(f"KVM: {asyncio.run(_kvm())}")

@@ -92,18 +92,24 @@ async def _run(
     err: Console,
     control: bool = False,
 ) -> str:
-    session = await build_session(
-        profile,
-        sinks=sinks,
-        argv=argv,
-        log=lambda msg: err.print(f"[dim]{msg}[/dim]"),
-    )
+    # Before the session is built: its checks start processes too (the KVM probe's
+    # QEMU, VM snapshots), and a kill -9 at any moment must leave none of them.
+    reaper.start()
+    try:
+        session = await build_session(
+            profile,
+            sinks=sinks,
+            argv=argv,
+            log=lambda msg: err.print(f"[dim]{msg}[/dim]"),
+        )
+    except BaseException:
+        reaper.stop()
+        raise
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, session.stop)
     if control:
         _listen_for_commands(session, loop)
-    reaper.start()  # cleans up after us even if we are killed with SIGKILL
     status_task = None
     if err.is_terminal and not control:
         status = err.status(_progress_line(session))

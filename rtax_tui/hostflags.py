@@ -60,7 +60,8 @@ def cleanup_remote_hosts(args: argparse.Namespace) -> int:
     remote host named (workspaces, sandboxes and cgroups of one run with --run)."""
     import asyncio
 
-    from rtax_tui.drivers import get_driver
+    from rtax_tui.drivers import driver_class, get_driver
+    from rtax_tui.drivers import names as driver_names
 
     from rtax_tui.core.model import RtaxError
     from rtax_tui.core.profile import Profile
@@ -81,7 +82,7 @@ def cleanup_remote_hosts(args: argparse.Namespace) -> int:
                 print(f"rtax: {exc}", file=sys.stderr)
                 continue
             try:
-                for drv in ("stage", "local"):
+                for drv in [d for d in driver_names() if driver_class(d).runs_remote]:
                     n = await get_driver(drv, host, {}).cleanup(getattr(args, "run", None))
                     if n:
                         print(f"{host.name}: {drv}: removed {n}")

@@ -8,6 +8,7 @@ from typing import Any
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
+from rtax_tui.hosts import LocalHost
 
 
 class FakeEnvironment(Environment):
@@ -50,7 +51,7 @@ class FakeDriver(Driver):
     name = "fake"
 
     def __init__(self, host: Any = None, options: dict[str, Any] | None = None) -> None:
-        super().__init__(host, options or {})
+        super().__init__(host if host is not None else LocalHost(), options or {})
         self.delays: dict[str, float] = {}
         self.fail: dict[str, bool] = {}
         self.hang_ready_for: set[int] = set()

@@ -17,6 +17,15 @@ class RtaxError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+class OptionError(RtaxError):
+    """A bad `[drivers_options.NAME]` value. `key` names the field, so that the profile
+    layer can point at its line (`FILE:LINE: drivers_options.NAME.KEY: ...`)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class PhaseFailure(Exception):
     """A phase could not complete; `kind` is the machine-readable reason."""
 

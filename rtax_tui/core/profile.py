@@ -13,7 +13,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rtax_tui.core.model import CHANNELS, Limits, RtaxError, Step, Timeouts, Workload
+from rtax_tui.core.model import (
+    CHANNELS,
+    Limits,
+    OptionError,
+    RtaxError,
+    Step,
+    Timeouts,
+    Workload,
+)
 from rtax_tui.core.workloads import WORKLOAD_NAMES
 
 
@@ -21,8 +29,6 @@ class ProfileError(RtaxError):
     pass
 
 
-KNOWN_DRIVERS = ("local", "stage", "docker", "podman", "libvirt", "microvm")
-IMPLEMENTED_DRIVERS = ("local", "stage", "docker", "podman", "libvirt", "microvm")
 BUILTIN_WORKLOADS = WORKLOAD_NAMES
 
 _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
@@ -147,14 +153,12 @@ class Profile:
                 f"{locate(key)}: {key}: unknown {value!r} (allowed: {', '.join(allowed)})"
             )
 
+        from rtax_tui.drivers import names as driver_names
+
+        known = driver_names()
         for d in self.drivers:
-            if d not in KNOWN_DRIVERS:
-                bad("drivers", d, KNOWN_DRIVERS)
-            if d not in IMPLEMENTED_DRIVERS:
-                raise ProfileError(
-                    f"{locate('drivers')}: drivers: {d!r} is not available in this version of rtax "
-                    f"(available: {', '.join(IMPLEMENTED_DRIVERS)})"
-                )
+            if d not in known:
+                bad("drivers", d, known)
         allowed_w = BUILTIN_WORKLOADS + tuple(self.custom_workloads)
         for w in self.workloads:
             if w not in allowed_w:
@@ -216,6 +220,17 @@ def _type_name(types: tuple[type, ...]) -> str:
 def _check_type(where: str, key: str, value: Any, types: tuple[type, ...]) -> None:
     if isinstance(value, bool) or not isinstance(value, types):
         raise ProfileError(f"{where}: {key}: expected {_type_name(types)}, got {value!r}")
+
+
+def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str], str]) -> None:
+    """The driver's own check of its `[drivers_options.NAME]` table (the driver knows
+    its options), reported here with the file and the line of the field."""
+    from rtax_tui.drivers import driver_class
+
+    try:
+        driver_class(name).check_options(body)
+    except OptionError as exc:
+        raise ProfileError(f"{where(exc.key)}: {exc}") from None
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -284,13 +299,19 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
     if "capacity" in data:
         kw["capacity"] = Capacity(**data["capacity"])
     if "drivers_options" in data:
+        from rtax_tui.drivers import names as driver_names
+
         opts = data["drivers_options"]
+        known = driver_names()
         for name, body in opts.items():
-            if name not in KNOWN_DRIVERS or not isinstance(body, dict):
+            if name not in known or not isinstance(body, dict):
                 raise ProfileError(
                     f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
-                    f"expected a table for one of {', '.join(KNOWN_DRIVERS)}"
+                    f"expected a table for one of {', '.join(known)}"
                 )
+            _check_driver_options(
+                name, body, lambda key, t=f"drivers_options.{name}": where(t, key)
+            )
         kw["driver_options"] = opts
 
     tables: dict[str, dict[str, Any]] = {}

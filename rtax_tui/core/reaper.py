@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from typing import IO, Any
 
 
@@ -59,6 +60,13 @@ class Reaper:
     def drop_cgroup(self, relpath: str) -> None:
         self._send(f"-c {relpath}")
 
+    def add_containers(self, sock_and_label: str) -> None:
+        """`SOCKET KEY=VALUE`: every container with that label on that engine."""
+        self._send(f"+k {sock_and_label}")
+
+    def drop_containers(self, sock_and_label: str) -> None:
+        self._send(f"-k {sock_and_label}")
+
     def close(self) -> None:
         """The engine ended: whatever is still registered was not torn down, so reap it too."""
         if self._proc is None:
@@ -95,7 +103,45 @@ def stop() -> None:
     _current.close()
 
 
-def _reap(groups: set[int], cgroups: set[str], paths: set[str]) -> None:
+def _engine(sock: str, method: str, path: str, timeout: float = 30) -> bytes:
+    """One request to a Docker-compatible API on a unix socket (no SDK in the reaper)."""
+    import http.client
+    import socket
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(sock)
+
+    c = Conn("localhost", timeout=timeout)
+    try:
+        c.request(method, path)
+        return c.getresponse().read()
+    finally:
+        c.close()
+
+
+def _remove_containers(spec: str) -> None:
+    """Force-remove every container with the label on the engine (`SOCKET KEY=VALUE`)."""
+    import json
+    import urllib.parse
+
+    sock, _, label = spec.partition(" ")
+    try:
+        query = urllib.parse.quote(json.dumps({"label": [label]}))
+        found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
+        for c in found:
+            _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # the engine is gone: nothing of ours runs there
+
+
+def _reap(
+    groups: set[int], cgroups: set[str], paths: set[str], containers: Iterable[str] = ()
+) -> None:
+    for spec in containers:  # first: their processes are not in our groups
+        _remove_containers(spec)
     for pgid in groups:
         try:
             os.killpg(pgid, signal.SIGKILL)
@@ -121,7 +167,8 @@ def main(stdin: IO[bytes]) -> int:
     groups: set[int] = set()
     cgroups: set[str] = set()
     paths: set[str] = set()
-    table: dict[str, set[Any]] = {"g": groups, "c": cgroups, "p": paths}
+    containers: set[str] = set()
+    table: dict[str, set[Any]] = {"g": groups, "c": cgroups, "p": paths, "k": containers}
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for raw in stdin:
         line = raw.decode(errors="replace").rstrip("\n")
@@ -138,7 +185,7 @@ def main(stdin: IO[bytes]) -> int:
             target.add(value)
         else:
             target.discard(value)
-    _reap(groups, cgroups, paths)
+    _reap(groups, cgroups, paths, containers)
     return 0
 
 

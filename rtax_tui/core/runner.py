@@ -64,8 +64,7 @@ async def connect_hosts(
 
     async def up(host: Any) -> None:
         await host.connect()
-        if hasattr(host, "measure_rtt"):
-            await host.measure_rtt()
+        await host.measure_rtt()
 
     results = await asyncio.gather(*(up(h) for h in made), return_exceptions=True)
     hosts: dict[str, Any] = {}
@@ -90,7 +89,7 @@ async def connect_hosts(
 
 async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
     """The driver's check; on a remote host, first whether the driver can run there at all."""
-    if host_name != "local" and not getattr(drv, "runs_remote", False):
+    if host_name != "local" and not drv.runs_remote:
         from rtax_tui.drivers.base import Problem
 
         return [

@@ -148,14 +148,12 @@ class Session:
         # not among them); cells are made only for (host, driver) pairs that exist.
         self.hosts: dict[str, Any] = {}
         for (h, _d), drv in drivers.items():
-            self.hosts.setdefault(h, getattr(drv, "host", None))
+            self.hosts.setdefault(h, drv.host)
         self.left_out_hosts = left_out_hosts or {}
         cells = make_cells(tuple(self.hosts), profile.drivers, profile.workloads, profile.channels)
         self.cells = [c for c in cells if (c.host, c.driver) in drivers]
         self._host_sems = {
-            h: asyncio.Semaphore(n)
-            for h, host in self.hosts.items()
-            if (n := getattr(host, "concurrency", None))
+            h: asyncio.Semaphore(n) for h, host in self.hosts.items() if (n := host.concurrency)
         }
         self._hosts_lost: dict[str, _HostLost] = {}
         self._in_flight: dict[str, int] = {}  # trials in flight per host
@@ -237,7 +235,7 @@ class Session:
         facts: dict[str, dict[str, Any]] = {}
         for host in self.hosts:
             h = self.hosts[host]
-            if host == "local" or not hasattr(h, "facts"):
+            if host == "local":
                 f = dict(local_facts())
             else:  # over the host's own connection
                 try:
@@ -441,7 +439,7 @@ class Session:
         host = self.hosts.get(name)
         if name == "local" or host is None:
             return False
-        if error[1] != "host_lost" and not getattr(host, "lost", False):
+        if error[1] != "host_lost" and not host.lost:
             return False
         if error[2].startswith(f"host {name} is lost"):  # its reconnect failed: marked
             return True

@@ -1,5 +1,6 @@
-"""Hosts run commands for drivers: locally now, over SSH later (same interface)."""
+"""Hosts run commands for drivers: the local machine, or one over SSH (one interface)."""
 
-from rtax_tui.hosts.local import CompletedProcess, LocalHost
+from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
+from rtax_tui.hosts.local import LocalHost
 
-__all__ = ["CompletedProcess", "LocalHost"]
+__all__ = ["CompletedProcess", "Host", "Leftover", "LocalHost"]

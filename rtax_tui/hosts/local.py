@@ -9,18 +9,12 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.core import reaper
+from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 
-
-@dataclass
-class CompletedProcess:
-    argv: list[str]
-    returncode: int
-    stdout: bytes
-    stderr: bytes
+__all__ = ["CompletedProcess", "LocalHost", "join_cgroups_before_exec", "kill_group"]
 
 
 def join_cgroups_before_exec(procs_files: Sequence[str]) -> Callable[[], None] | None:
@@ -53,20 +47,41 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
                 pass
 
 
-class LocalHost:
+class LocalHost(Host):
     name = "local"
-    lost = False  # same attributes as SSHHost: the local host is never lost
-    concurrency: int | None = None
+    passes_fds = True
+    controller_local = True
 
     @property
     def path_env(self) -> str:
         return os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
 
-    async def connect(self) -> None:
-        """Nothing to connect (SSHHost opens its connection here)."""
+    def cgroup_procs(self, relpath: str) -> list[str]:
+        from rtax_tui.core.cgroups import Cgroup
 
-    async def close(self) -> None:
-        """Nothing to close."""
+        return Cgroup.at(relpath).procs_files()
+
+    def track(self, kind: Leftover, value: str) -> None:
+        r = reaper.current()
+        if kind == "pgid":
+            r.add_pgid(int(value))
+        elif kind == "path":
+            r.add_path(value)
+        elif kind == "containers":
+            r.add_containers(value)
+        else:
+            r.add_cgroup(value)
+
+    def untrack(self, kind: Leftover, value: str) -> None:
+        r = reaper.current()
+        if kind == "pgid":
+            r.drop_pgid(int(value))
+        elif kind == "path":
+            r.drop_path(value)
+        elif kind == "containers":
+            r.drop_containers(value)
+        else:
+            r.drop_cgroup(value)
 
     async def facts(self) -> dict[str, Any]:
         from rtax_tui.core.hostfacts import local_facts

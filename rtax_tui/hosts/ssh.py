@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtax_tui.core.model import HostLost, RtaxError
-from rtax_tui.hosts.local import CompletedProcess
+from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./@:+-]+")
@@ -78,6 +78,25 @@ for t in docker podman qemu-system-x86_64 libvirtd bwrap python3; do
   fi
 done
 """
+
+
+CG_ROOT = "/sys/fs/cgroup"
+CG_CONTROLLERS = ("cpu", "memory", "pids")  # the v1 hierarchies rtax puts limits in
+
+
+def _reaper_lines(sign: str, kind: Leftover, value: str) -> list[str]:
+    """The remote reaper's lines for one leftover (a cgroup: its dir in every hierarchy,
+    v2's and v1's, whichever the host has)."""
+    if kind == "pgid":
+        return [f"{sign}g {int(value)}"]
+    if kind == "containers":  # drivers with containers do not run on SSH hosts
+        raise ValueError("the remote reaper does not remove containers")
+    if not SAFE_PATH.fullmatch(value):  # the reaper hands it to a shell
+        raise ValueError(f"unsafe {kind} for the remote reaper: {value!r}")
+    if kind == "path":
+        return [f"{sign}p {value}"]
+    rel = value.strip("/")
+    return [f"{sign}c {CG_ROOT}/{rel}"] + [f"{sign}c {CG_ROOT}/{c}/{rel}" for c in CG_CONTROLLERS]
 
 
 @dataclass(frozen=True)
@@ -233,10 +252,11 @@ class RemoteProcess:
         self._proc.close()
 
 
-class SSHHost:
+class SSHHost(Host):
     """A machine reached over SSH. `connect()` first; `lost` once the connection drops."""
 
     path_env = DEFAULT_PATH
+    separate_clock = True
 
     def __init__(self, target: SSHTarget) -> None:
         self.target = target
@@ -393,6 +413,14 @@ class SSHHost:
             self._reaper.stdin.write(line.encode() + b"\n")
         except Exception:
             pass
+
+    def track(self, kind: Leftover, value: str) -> None:
+        for line in _reaper_lines("+", kind, value):
+            self._register(line)
+
+    def untrack(self, kind: Leftover, value: str) -> None:
+        for line in _reaper_lines("-", kind, value):
+            self._register(line)
 
     def _need(self) -> Any:
         if self.lost:

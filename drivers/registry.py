@@ -1,0 +1,86 @@
+"""Which drivers exist: the entry-point group `rtax.drivers`, the built-ins included.
+
+A substrate is a `Driver` subclass that any installed package can register:
+
+    [project.entry-points."rtax.drivers"]
+    mysandbox = "my_package.module:MySandboxDriver"
+
+rtax's own pyproject.toml is the one place that names the built-in drivers;
+profiles, `rtax doctor`, `rtax cleanup` and the engine read this registry, and a
+driver module is imported only when its driver is used.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib.metadata import EntryPoint, entry_points
+
+from rtax_tui.drivers.base import Driver
+
+from rtax_tui.core.model import RtaxError
+from rtax_tui.hosts import Host
+
+GROUP = "rtax.drivers"
+OWN_DIST = "rtax"
+
+
+class DriverRegistryError(RtaxError):
+    """No such driver, two packages claim one name, or an entry point is broken."""
+
+
+@functools.cache
+def _entry_points() -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    eps = sorted(
+        entry_points(group=GROUP),
+        # rtax's own first, then the plugins'; by name within each
+        key=lambda ep: (ep.dist is None or ep.dist.name != OWN_DIST, ep.name),
+    )
+    for ep in eps:
+        old = found.get(ep.name)
+        if old is not None and old.value != ep.value:
+            raise DriverRegistryError(
+                f"driver {ep.name!r} is registered twice ({old.value} and {ep.value}): "
+                "uninstall one of the packages"
+            )
+        found.setdefault(ep.name, ep)
+    if not found:
+        raise DriverRegistryError(
+            f"no drivers registered in the entry-point group {GROUP!r}: rtax is not "
+            "installed (bash scripts/bootstrap, or pip install -e .)"
+        )
+    return found
+
+
+def names() -> tuple[str, ...]:
+    """Every registered driver's name: rtax's own first, then plugins', by name."""
+    return tuple(_entry_points())
+
+
+@functools.cache
+def driver_class(name: str) -> type[Driver]:
+    """The driver's class, imported on first use. Raises DriverRegistryError."""
+    eps = _entry_points()
+    if name not in eps:
+        raise DriverRegistryError(f"unknown driver {name!r} (registered: {', '.join(eps)})")
+    try:
+        cls = eps[name].load()
+    except Exception as exc:
+        raise DriverRegistryError(
+            f"driver {name!r} ({eps[name].value}) cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, Driver)):
+        raise DriverRegistryError(
+            f"driver {name!r} ({eps[name].value}) is not a subclass of rtax's Driver"
+        )
+    return cls
+
+
+def get_driver(name: str, host: Host, options: dict | None = None) -> Driver:
+    return driver_class(name)(host, options or {})
+
+
+def provider(name: str) -> str:
+    """The package a driver comes from (for doctor): `rtax`, or the plugin's name."""
+    ep = _entry_points().get(name)
+    return ep.dist.name if ep is not None and ep.dist is not None else "?"

@@ -1,0 +1,174 @@
+"""The one interface drivers see of a machine: run, spawn, files, leftovers, facts.
+
+`LocalHost` (asyncio subprocesses) and `SSHHost` (asyncssh, one connection) implement
+it; a driver does all its work through it and never asks which one it has, so a
+driver that needs only a host runs on a remote machine unchanged. Where the two
+differ in what they can do (pass file descriptors, read the host's own clock), the
+host says so through an attribute, not through its type.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from rtax_tui.core.model import PhaseFailure
+
+# What a host's reaper can end when the run ends, however it ends:
+# "pgid": a process group; "path": a file or directory tree; "cgroup": a cgroup, named
+# by its path below the cgroup root (e.g. "rtax/env-x"), in every hierarchy;
+# "containers": "SOCKET LABEL=VALUE", every container with that label on the Docker
+# API (docker's or podman's) at that unix socket.
+Leftover = Literal["pgid", "path", "cgroup", "containers"]
+
+
+@dataclass
+class CompletedProcess:
+    argv: list[str]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Reader(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+    async def readline(self) -> bytes: ...
+    async def readuntil(self, separator: bytes = b"\n") -> bytes: ...
+
+
+class Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def is_closing(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+class Process(Protocol):
+    """A spawned process: asyncio's on the local host, a channel's on an SSH host."""
+
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+class Host(ABC):
+    """A machine that runs commands for drivers. Errors: a host that cannot be reached
+    raises `HostLost` (a PhaseFailure) from any call; a command's own failure is its
+    return code, never an exception (unless `check=True`)."""
+
+    name: str = ""
+    lost: bool = False  # the connection dropped; calls fail until it is back
+    concurrency: int | None = None  # at most this many trials at once (None: no limit)
+    # Shell actions should also read the host's own monotonic clock (the controller's
+    # is another machine's); see FramedShell(timed=True).
+    separate_clock: bool = False
+    # `spawn(pass_fds=...)` works (a descriptor cannot cross an SSH connection).
+    passes_fds: bool = False
+    # The host is the machine rtax runs on: its files, /proc and cgroups are the
+    # controller's own, so a driver may use them directly (faster) rather than through
+    # commands; a driver that needs this says runs_remote = False, or has both paths.
+    controller_local: bool = False
+
+    @property
+    @abstractmethod
+    def path_env(self) -> str:
+        """PATH for commands on this host."""
+
+    async def connect(self) -> None:  # noqa: B027 - nothing to open by default
+        """Open what the host needs (a connection). Raises HostLost or RtaxError."""
+
+    async def close(self) -> None:  # noqa: B027 - nothing to close by default
+        """Close it; the host's reaper then ends every leftover still tracked."""
+
+    @abstractmethod
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        merge_stderr: bool = False,
+        cgroup_procs: Sequence[str] = (),
+    ) -> CompletedProcess:
+        """Run `argv` to completion (joined to the cgroups whose `cgroup.procs` files are
+        given, before exec). At `timeout` its whole process group is killed and
+        TimeoutError raised; `check=True` raises CalledProcessError on a non-zero code."""
+
+    @abstractmethod
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: int | None = subprocess.DEVNULL,
+        stdout: int | None = subprocess.PIPE,
+        stderr: int | None = subprocess.STDOUT,
+        cgroup_procs: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
+    ) -> Any:
+        """Start a long-lived process leading its own process group (tracked with the
+        reaper until `release`); returns a Process with asyncio-like stdin/stdout."""
+
+    @abstractmethod
+    async def kill(self, proc: Any) -> None:
+        """SIGKILL the process's whole group."""
+
+    @abstractmethod
+    def release(self, proc: Any) -> None:
+        """The process and its group are gone: stop tracking them."""
+
+    @abstractmethod
+    async def make_workspace(self, prefix: str, src: str | None = None) -> str:
+        """A fresh directory `<host tmp>/<prefix>XXXX` holding a copy of the controller's
+        directory `src`; tracked as a leftover until `remove_tree`."""
+
+    @abstractmethod
+    async def remove_tree(self, path: str) -> None:
+        """Remove a directory tree and stop tracking it."""
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write `data` to `path` on the host atomically (its directory is made)."""
+        script = (
+            'd=$(dirname -- "$1") && mkdir -p -- "$d" && cat >"$1.tmp-rtax" '
+            '&& chmod "$2" "$1.tmp-rtax" && mv -f -- "$1.tmp-rtax" "$1"'
+        )
+        res = await self.run(["sh", "-c", script, "rtax-put", path, f"{mode:o}"], input=data)
+        if res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip()[-300:]
+            raise OSError(f"host {self.name}: cannot write {path}: {err}")
+
+    @abstractmethod
+    def track(self, kind: Leftover, value: str) -> None:
+        """Register a leftover with the host's reaper *before* it exists, so that rtax
+        killed at any moment (kill -9 included) leaves nothing behind."""
+
+    @abstractmethod
+    def untrack(self, kind: Leftover, value: str) -> None:
+        """The leftover is gone (removed by its owner)."""
+
+    def cgroup_procs(self, relpath: str) -> list[str]:
+        """The `cgroup.procs` files of a cgroup that the controller made (a capacity
+        budget), for `cgroup_procs=`. Raises PhaseFailure("not_supported") where the
+        controller's cgroups are not the host's."""
+        raise PhaseFailure(
+            "not_supported", f"capacity budgets are the controller's cgroups: not on {self.name}"
+        )
+
+    @abstractmethod
+    async def facts(self) -> dict[str, Any]:
+        """Kernel, CPUs, memory, clock source, versions of the substrate software."""
+
+    async def measure_rtt(self, n: int = 5) -> float | None:
+        """Median round trip of an empty command, in ms; None where it means nothing
+        (the local host)."""
+        return None

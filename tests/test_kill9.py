@@ -1,0 +1,158 @@
+"""`kill -9` of rtax at several moments leaves nothing: containers, sandboxes, cgroups,
+workspaces, QEMU processes, VM directories.
+
+Each run is a real `python -m rtax_tui run` on its own profile; rtax's reaper (a
+separate process holding what is alive) must end everything once rtax is gone.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rtax_tui.core.cgroups import Cgroup
+
+ROOT = os.geteuid() == 0 and Cgroup.version() is not None
+pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
+
+
+def _containers(run_id: str) -> list[str]:
+    import docker
+    from rtax_tui.drivers.docker import LABEL_KEY
+
+    names = []
+    for sock in ("/var/run/docker.sock", "/run/rtax-podman/podman.sock"):
+        if not os.path.exists(sock):
+            continue
+        c = docker.APIClient(base_url=f"unix://{sock}", timeout=30)
+        try:  # the low-level list: no inspect of containers being removed meanwhile
+            found = c.containers(all=True, filters={"label": f"{LABEL_KEY}={run_id}"})
+            names += [f"{sock}:{x['Names']}" for x in found]
+        finally:
+            c.close()
+    return names
+
+
+def _processes(needle: str) -> list[str]:
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if needle.encode() in cmd:
+            out.append(f"{name}: {cmd[:200]!r}")
+    return out
+
+
+def _leftovers(run_id: str, drivers: tuple[str, ...]) -> list[str]:
+    label = run_id[:40]
+    tmp = tempfile.gettempdir()
+    left = glob.glob(os.path.join(tmp, f"rtax-ws-{label}-*"))
+    left += glob.glob(os.path.join(tmp, f"rtax-vm-*{label}*"))
+    left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
+    left += _processes(f"rtax-ws-{label}-")  # sandboxes and what runs in them
+    left += _processes(label) if "microvm" in drivers else []  # QEMU names its trial
+    if {"docker", "podman"} & set(drivers):
+        left += _containers(run_id)
+    return left
+
+
+def _kill_at(tmp_path: Path, drivers: tuple[str, ...], workload: str, after_s: float) -> str:
+    """Start a run, SIGKILL rtax `after_s` seconds after its header is written; the run id."""
+    prof = tmp_path / f"p{after_s}.toml"
+    prof.write_text(
+        f"[run]\ntrials = 40\nwarmup = 0\nconcurrency = 3\n"
+        f"drivers = {list(drivers)!r}\nworkloads = [{workload!r}]\n"
+        f'channels = ["exec", "shell"]\n'.replace("'", '"')
+    )
+    out = tmp_path / f"r{after_s}.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and b"\n" in out.read_bytes()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no header: {proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.02)
+        time.sleep(after_s)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    import orjson
+
+    return str(orjson.loads(out.read_bytes().split(b"\n", 1)[0])["run_id"])
+
+
+def _assert_nothing_left(run_id: str, drivers: tuple[str, ...], within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
+    left = _leftovers(run_id, drivers)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _leftovers(run_id, drivers)
+    assert left == [], left
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("docker_engine", "podman_engine")  # conftest: engines and images
+@pytest.mark.parametrize("after_s", [0.0, 0.4, 1.5, 4.0])
+def test_kill_9_of_a_container_and_stage_run_leaves_nothing(tmp_path, after_s):
+    drivers = ("stage", "docker", "podman")
+    run_id = _kill_at(tmp_path, drivers, "t0", after_s)
+    _assert_nothing_left(run_id, drivers)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("vm_guest")  # conftest: the guest built
+@pytest.mark.parametrize("after_s", [0.5, 3.0])
+def test_kill_9_of_a_microvm_run_leaves_nothing(tmp_path, after_s):
+    run_id = _kill_at(tmp_path, ("microvm",), "t0", after_s)
+    _assert_nothing_left(run_id, ("microvm",))
+
+
+def test_the_leftover_scan_sees_a_live_sandbox(tmp_path):
+    """The check above can fail: with rtax alive, its sandboxes and cgroups are seen."""
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[run]\ntrials = 1\nwarmup = 0\ndrivers = ["stage"]\nworkloads = ["w"]\n'
+        'channels = ["shell"]\n[workloads.w]\nsteps = [{argv = ["sleep", "30"]}]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            data = out.read_bytes() if out.exists() else b""
+            if b'"trial_start"' in data:
+                import orjson
+
+                run_id = orjson.loads(data.split(b"\n", 1)[0])["run_id"]
+                seen = _leftovers(run_id, ("stage",))
+                if any("/sys/fs/cgroup" in x for x in seen) and any("rtax-ws" in x for x in seen):
+                    break
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert any("/sys/fs/cgroup" in x for x in seen), seen  # its cgroup
+    assert any(": " in x for x in seen), seen  # its sandbox's processes
+    _assert_nothing_left(run_id, ("stage",))

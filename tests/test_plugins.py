@@ -1,0 +1,93 @@
+"""Drivers are plugins: one installed from another package shows up in `rtax doctor` and
+runs in a profile, and rtax's own come from the same entry-point group."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rtax_tui.drivers import DriverRegistryError, driver_class, names
+from rtax_tui.drivers.registry import GROUP
+
+from rtax_tui.core.recording import read_recording
+
+PLUGIN = Path(__file__).parent / "data" / "plugins" / "rtax-echo"
+
+
+def test_builtins_come_from_the_entry_point_group():
+    from importlib.metadata import entry_points
+
+    eps = {ep.name for ep in entry_points(group=GROUP) if ep.dist and ep.dist.name == "rtax"}
+    assert eps == {"local", "stage", "docker", "podman", "libvirt", "microvm"}
+    assert set(names()) >= eps
+    assert driver_class("stage").name == "stage"
+
+
+def test_unknown_driver_is_a_clear_error():
+    with pytest.raises(DriverRegistryError, match="unknown driver 'nope'.*registered: "):
+        driver_class("nope")
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory) -> Path:
+    """The plugin package built and installed into a directory of its own (no network,
+    no build isolation; from a copy, so the build leaves nothing in tests/data)."""
+    src = tmp_path_factory.mktemp("src") / "rtax-echo"
+    shutil.copytree(PLUGIN, src)
+    target = tmp_path_factory.mktemp("site")
+    res = subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+            "--disable-pip-version-check", "--no-index", "--target", str(target), str(src),
+        ],
+        capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    return target
+
+
+def _rtax(site: Path, *args: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *args],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=300,
+    )
+
+
+def test_a_plugin_driver_shows_in_doctor_and_runs_in_a_profile(plugin_path, tmp_path):
+    res = _rtax(plugin_path, "doctor")
+    out = res.stdout.decode()
+    assert "echo" in out and "rtax-echo-driver 0.1.0" in out, out
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[run]\ntrials = 2\nwarmup = 0\ndrivers = ["echo"]\nworkloads = ["w"]\n'
+        'channels = ["exec"]\n[workloads.w]\n'
+        'steps = [{argv = ["sh", "-c", "echo hi > f && cat f"], expect_out = "hi"}]\n'
+    )
+    rec_path = tmp_path / "r.jsonl"
+    res = _rtax(plugin_path, "run", str(prof), "--headless", "-o", str(rec_path))
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    rec = read_recording(rec_path)
+    ends = [e for e in rec.events if e["type"] == "trial_end"]
+    assert len(ends) == 2 and all(e["ok"] and e["valid"] for e in ends), ends
+    assert rec.header["hosts"]["local"]["drivers"]["echo"]["plugin"] == "rtax-echo-driver 0.1.0"
+
+
+def test_without_the_plugin_the_profile_names_an_unknown_driver(tmp_path):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[run]\ndrivers = ["echo"]\n')
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless"],
+        capture_output=True,
+        timeout=120,
+    )
+    assert res.returncode == 2
+    err = res.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "drivers" in err[0] and "'echo'" in err[0], err
