@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MARK = f"rtax-fake-daemon-{os.getpid()}"
 
 # A start script double: idempotent like scripts/start-*, it starts a process in its own
-# session (named MARK), writes its pid file, then "answers" (the ready file).
+# session (named MARK), writes its pid file, waits until it runs, then "answers" (the
+# ready file).
 FAKE_START = f"""#!/usr/bin/env bash
 set -eu
 if [ -e "$READY" ] && [ -s "$PIDFILE" ] && grep -q {MARK} "/proc/$(cat "$PIDFILE")/cmdline"; then
@@ -28,7 +29,10 @@ if [ -e "$READY" ] && [ -s "$PIDFILE" ] && grep -q {MARK} "/proc/$(cat "$PIDFILE
 fi
 [ -z "${{FAIL:-}}" ] || {{ echo "cannot start" >&2; exit 1; }}
 setsid bash -c 'exec -a {MARK} sleep 300' </dev/null >/dev/null 2>&1 &
-echo $! >"$PIDFILE"
+pid=$!
+echo "$pid" >"$PIDFILE"
+# like the real scripts, return once it "answers": here, once it runs as MARK
+until grep -q {MARK} "/proc/$pid/cmdline" 2>/dev/null; do sleep 0.01; done
 touch "$READY"
 """
 
