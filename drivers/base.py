@@ -75,6 +75,10 @@ class Driver(ABC):
     # True when the driver does all its work through `self.host` (so it runs on an SSH
     # host); a driver that touches the controller's own files or sockets leaves it False.
     runs_remote: bool = False
+    # The boundary checks (`rtax_tui.core.probe.CHECKS`) this driver states that it keeps:
+    # escape attempts blocked, guarantees held. `rtax probe` measures every check and
+    # reports each promise it finds broken. A driver that states nothing promises nothing.
+    boundary: frozenset[str] = frozenset()
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host
@@ -95,6 +99,11 @@ class Driver(ABC):
         """Empty when the driver can run these workloads (after `check()` passed);
         e.g. the images they need exist."""
         return []
+
+    def promised_checks(self) -> frozenset[str]:
+        """The checks promised with this driver's options (`boundary` unless an option
+        opens a hole, e.g. a container with a network)."""
+        return self.boundary
 
     async def facts(self) -> dict[str, Any]:
         """Versions of the substrate software, for the recording header."""

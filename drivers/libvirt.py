@@ -32,14 +32,14 @@ from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.docker import needs_full_image
-from rtax_tui.drivers.microvm import overlay
+from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     CMDLINE,
     AgentChannel,
     SerialWatch,
     TrialDir,
     connect_unix,
+    overlay,
     parse_options,
     resolve_accel,
     safe,
@@ -57,6 +57,7 @@ from rtax_tui.core.model import (
     SubstrateLost,
     Workload,
 )
+from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
 DEFAULT_URI = "qemu:///system"
@@ -290,6 +291,8 @@ def _kill(pid: int) -> None:
 class LibvirtDriver(Driver):
     name = "libvirt"
     channels = ("exec", "shell")
+    # Every check: its own kernel, no network, no shared file system, the VM's memory.
+    boundary = ALL_CHECKS
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.docker import needs_full_image
+from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     DIR_PREFIX,
     AgentChannel,
@@ -37,6 +37,7 @@ from rtax_tui.drivers.vmguest import (
     TrialDir,
     connect_unix,
     microvm_argv,
+    overlay,
     parse_options,
     resolve_accel,
     safe,
@@ -44,6 +45,7 @@ from rtax_tui.drivers.vmguest import (
 )
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step, Workload
+from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
 SNAPSHOT_READY_S = 120.0
@@ -178,17 +180,11 @@ class MicrovmEnvironment(Environment):
             self.dir = None
 
 
-async def overlay(qemu_img: str, base: str, dest: str, host: Any) -> None:
-    """A qcow2 overlay on `base` (raw, never written)."""
-    argv = [qemu_img, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", dest]
-    res = await host.run(argv, timeout=SETUP_TIMEOUT_S)
-    if res.returncode != 0:
-        raise PhaseFailure("vm_error", f"qemu-img create failed: {res.stderr.decode()[-300:]}")
-
-
 class MicrovmDriver(Driver):
     name = "microvm"
     channels = ("exec", "shell")
+    # Every check: its own kernel, no network, no shared file system, the VM's memory.
+    boundary = ALL_CHECKS
     extra_options: tuple[str, ...] = ("append",)
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:

@@ -29,7 +29,12 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Environment, SubTimer
-from rtax_tui.drivers.docker import LABEL_KEY, ContainerOptions, DockerDriver, DockerEnvironment
+from rtax_tui.drivers.container import (
+    LABEL_KEY,
+    ContainerDriver,
+    ContainerEnvironment,
+    ContainerOptions,
+)
 
 from rtax_tui.core.model import EnvSpec, OptionError
 
@@ -106,7 +111,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-class PodmanEnvironment(DockerEnvironment):
+class PodmanEnvironment(ContainerEnvironment):
     def _remove(self, api: Any, target: str) -> None:
         """The forced remove, retried while Podman reports the container between states.
 
@@ -137,14 +142,14 @@ class PodmanEnvironment(DockerEnvironment):
                 await asyncio.to_thread(reap_conmon, {self.name, cid or ""})
 
 
-class PodmanDriver(DockerDriver):
+class PodmanDriver(ContainerDriver):
     name = "podman"
     default_socket = DEFAULT_SOCKET
     service = "the podman API socket"
     start_fix = "bash scripts/start-podman"
     log_hint = "the podman service log (/tmp/rtax-podman.log)"
     cli = "podman"
-    option_names = (*DockerDriver.option_names, "nofile", "nproc")
+    option_names = (*ContainerDriver.option_names, "nofile", "nproc")
     # Podman's own user namespace modes, sent as the API's UsernsMode. Measured with
     # podman 4.3 as root: "host" works; "auto" needs a `containers` range in /etc/subuid
     # and /etc/subgid ("could not find enough available IDs" without one); "keep-id"

@@ -356,6 +356,9 @@ async def sandbox_shell_action(env: Any, step: Step, timeout: float | None) -> A
         raise
 
 
-def enter_argv(enter: str, filter_path: str, pid: int, argv: tuple[str, ...]) -> list[str]:
-    """The exec channel's command for one action in the sandbox whose init is `pid`."""
-    return [enter, str(pid), filter_path, "/workspace", "--", *argv]
+def enter_argv(
+    enter: str, filter_path: str, pid: int, procs: Sequence[str], argv: tuple[str, ...]
+) -> list[str]:
+    """The exec channel's command for one action in the sandbox whose init is `pid`;
+    it joins the cgroups of `procs` (their `cgroup.procs` files) itself, first."""
+    return [enter, str(pid), filter_path, "/workspace", *procs, "--", *argv]

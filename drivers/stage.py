@@ -31,14 +31,6 @@ import subprocess
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.local import (
-    WORKSPACE_PREFIX,
-    LocalDriver,
-    make_workspace,
-    populate,
-    remove_workspace,
-    run_exec,
-)
 from rtax_tui.drivers.sandbox import (
     HOSTNAME,
     READY,
@@ -60,6 +52,14 @@ from rtax_tui.drivers.stage_remote import (
     check_remote,
     cleanup_remote,
 )
+from rtax_tui.drivers.workspace import (
+    WORKSPACE_PREFIX,
+    make_workspace,
+    populate,
+    remove_workspace,
+    run_exec,
+    workspace_cleanup,
+)
 
 from rtax_tui.core.assets import assets_root
 from rtax_tui.core.cgroups import Cgroup, CgroupError
@@ -70,6 +70,7 @@ from rtax_tui.core.model import (
     PhaseFailure,
     Step,
 )
+from rtax_tui.core.probe import ALL_CHECKS
 
 TEARDOWN_GRACE_S = 2.0
 
@@ -312,10 +313,10 @@ class StageEnvironment(Environment):
             await self._started()
         assert self.pid is not None
         support = await self.driver.support()
-        argv = enter_argv(support.enter, support.filter, self.pid, step.argv)
-        return await run_exec(
-            self.driver.host, argv, cwd="/", env=self.env, timeout=timeout, cgroup_procs=self.procs
-        )
+        argv = enter_argv(support.enter, support.filter, self.pid, self.procs, step.argv)
+        # no cgroup_procs here: rtax-enter joins them itself (no pre-exec hook, so the
+        # spawn can vfork)
+        return await run_exec(self.driver.host, argv, cwd="/", env=self.env, timeout=timeout)
 
     # -- teardown ----------------------------------------------------------
 
@@ -396,6 +397,8 @@ class StageDriver(Driver):
     name = "stage"
     runs_remote = True  # through drivers/stage_remote.py
     channels = ("exec", "shell")
+    # Every check (sandbox.py says how), locally and on an SSH host alike.
+    boundary = ALL_CHECKS
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
@@ -515,7 +518,7 @@ class StageDriver(Driver):
             "sandbox": "bwrap",
             "cgroup": cgv,
             "uid": self.uid,
-            "boundary": f"userns (root inside = host uid {self.uid}), no capabilities, "
+            "isolation": f"userns (root inside = host uid {self.uid}), no capabilities, "
             "no_new_privs, seccomp, view: /usr + curated /etc, private /tmp, no network",
         }
         tool = self.tools.get("bwrap")
@@ -540,7 +543,7 @@ class StageDriver(Driver):
             n += await asyncio.to_thread(cgroup_cleanup, f"rtax/env-{_safe_label(label)}-")
         else:
             n += await asyncio.to_thread(cgroup_cleanup, "rtax/")
-        n += await LocalDriver(self.host, {}).cleanup(_safe_label(label) if label else None)
+        n += await workspace_cleanup(self.host, marker.lstrip("/"))
         return n
 
 

@@ -2,15 +2,18 @@
  * rtax-enter: run one command inside a live stage sandbox, with exactly the
  * restrictions the sandbox's own processes have (the stage driver's exec channel).
  *
- *   rtax-enter PID FILTER DIR -- ARGV...
+ *   rtax-enter PID FILTER DIR [CGROUP_PROCS...] -- ARGV...
  *
  * PID is the sandbox's init as the host sees it (bubblewrap's child-pid), FILTER
  * a file holding the seccomp program (struct sock_filter[]), DIR the working
- * directory inside the sandbox. Run as root on the host, in the sandbox's cgroup.
+ * directory inside the sandbox, CGROUP_PROCS the `cgroup.procs` files of the
+ * environment's cgroup(s), which it joins first (so the caller spawns it without a
+ * pre-exec hook: Python can then vfork). Run as root on the host.
  *
  * Why not nsenter: nsenter leaves the command with every capability of the
  * sandbox's user namespace and without the seccomp filter, so the exec channel
  * would keep out less than the shell channel. Here the order is:
+ *   0. join the environment's cgroups (every descendant stays in them);
  *   1. open the sandbox's namespaces, root and the filter (as host root);
  *   2. drop supplementary groups; enter ipc, uts, net, cgroup, pid and mount
  *      namespaces and the sandbox's root (still host root: these namespaces may
@@ -60,12 +63,24 @@ static int open_ns(const char *pid, const char *name, int optional) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 6 || strcmp(argv[4], "--") != 0 || strspn(argv[1], "0123456789") != strlen(argv[1])) {
-    fprintf(stderr, "usage: rtax-enter PID FILTER DIR -- ARGV...\n");
+  int sep = 4;
+  while (sep < argc && strcmp(argv[sep], "--") != 0) sep++;
+  if (argc < 5 || sep >= argc - 1 || strspn(argv[1], "0123456789") != strlen(argv[1])) {
+    fprintf(stderr, "usage: rtax-enter PID FILTER DIR [CGROUP_PROCS...] -- ARGV...\n");
     return 125;
   }
   const char *pid = argv[1];
   const char *dir = argv[3];
+  char **cmd = argv + sep + 1;
+
+  /* 0. the environment's cgroups, before anything else runs */
+  char self[32];
+  int n = snprintf(self, sizeof self, "%d", (int)getpid());
+  for (int i = 4; i < sep; i++) {
+    int cfd = open(argv[i], O_WRONLY | O_CLOEXEC);
+    if (cfd < 0 || write(cfd, self, (size_t)n) != n) fail("cannot join cgroup", argv[i]);
+    close(cfd);
+  }
 
   /* 1. the filter, the namespaces and the root, opened as host root */
   static struct sock_filter insns[BPF_MAXINSNS];
@@ -121,9 +136,9 @@ int main(int argc, char **argv) {
   if (child < 0) fail("fork", NULL);
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    execvp(argv[5], argv + 5);
+    execvp(cmd[0], cmd);
     int e = errno;
-    fprintf(stderr, "rtax-enter: cannot run %s: %s\n", argv[5], strerror(e));
+    fprintf(stderr, "rtax-enter: cannot run %s: %s\n", cmd[0], strerror(e));
     _exit(e == ENOENT ? 127 : 126);
   }
   int status;

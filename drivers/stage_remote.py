@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from rtax_tui.drivers.base import Environment, Problem, SubTimer
-from rtax_tui.drivers.local import WORKSPACE_PREFIX, close_shell, safe_label
 from rtax_tui.drivers.sandbox import (
     HOSTNAME,
     ROOT_NAMES,
@@ -37,6 +36,7 @@ from rtax_tui.drivers.sandbox import (
     sandbox_shell_action,
 )
 from rtax_tui.drivers.shellframe import FramedShell
+from rtax_tui.drivers.workspace import WORKSPACE_PREFIX, close_shell, run_exec, safe_label
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 
@@ -257,12 +257,9 @@ class RemoteStageEnvironment(Environment):
         await self._started()
         support = self.driver.remote_support
         assert self.pid is not None and support is not None
-        argv = enter_argv(support.enter, support.filter, self.pid, step.argv)
-        res = await self.host.run(
-            argv, cwd="/", env=self.env, timeout=timeout, merge_stderr=True,
-            cgroup_procs=self.procs,
-        )  # fmt: skip
-        return ActionResult(rc=res.returncode, output=res.stdout)
+        argv = enter_argv(support.enter, support.filter, self.pid, self.procs, step.argv)
+        # rtax-enter joins the environment's cgroups itself, first
+        return await run_exec(self.host, argv, cwd="/", env=self.env, timeout=timeout)
 
     async def teardown(self) -> None:
         errors: list[str] = []

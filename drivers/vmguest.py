@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.drivers.base import Problem
+from rtax_tui.drivers.needs import needs_full_image
 
 from rtax_tui.core.model import ActionResult, PhaseFailure, RtaxError, Step, Workload
 from rtax_tui.core.vmimage import HELLO, INIT_MARK
 from rtax_tui.hosts import Host
 
 DIR_PREFIX = "rtax-vm-"
+OVERLAY_TIMEOUT_S = 60.0  # qemu-img create of an overlay
 ACCELS = ("auto", "tcg", "kvm")
 STARTS = ("boot", "restore")
 KVM_PROBE_TIMEOUT_S = 20.0
@@ -399,7 +401,6 @@ def microvm_argv(
 
 def workload_problems(workloads: list[Workload], start: str) -> list[Problem]:
     """What keeps these workloads off a VM (both VM drivers say the same)."""
-    from rtax_tui.drivers.docker import needs_full_image
 
     from rtax_tui.core.vmimage import guest_files
 
@@ -424,3 +425,11 @@ def workload_problems(workloads: list[Workload], start: str) -> list[Problem]:
                 )
             )
     return problems
+
+
+async def overlay(qemu_img: str, base: str, dest: str, host: Any) -> None:
+    """A qcow2 overlay on `base` (raw, never written)."""
+    argv = [qemu_img, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", dest]
+    res = await host.run(argv, timeout=OVERLAY_TIMEOUT_S)
+    if res.returncode != 0:
+        raise PhaseFailure("vm_error", f"qemu-img create failed: {res.stderr.decode()[-300:]}")

@@ -212,3 +212,159 @@ def run_headless(
         err.print("run interrupted: finished trials are kept in the recording")
         return 130
     return 0
+
+
+# -- rtax probe ------------------------------------------------------------------
+
+
+def run_probe_command(
+    drivers: list[str],
+    channels: list[str],
+    profile: Profile,
+    *,
+    fmt: str,
+    output: str | None,
+    argv: list[str],
+) -> int:
+    """`rtax probe`: the boundary checks, printed as a table or JSON, optionally recorded.
+
+    The exit status is 0 whatever the checks find (a breach is a measurement); the
+    last result of each host/driver is kept for the headers of later runs."""
+    from datetime import UTC, datetime
+
+    from rtax_tui.core import probe_state
+    from rtax_tui.core.probe import build_document
+
+    err = Console(stderr=True)
+    path = Path(output) if output else None
+    if path is not None and path.exists():
+        raise RtaxError(f"{path}: already exists; rtax never overwrites a recording")
+    started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
+    events: list[dict[str, Any]] = []
+    writer = _open_recording(path) if path is not None else None
+    try:
+        status = asyncio.run(
+            _probe(profile, drivers, channels, events, writer, argv, started_at, err)
+        )
+    finally:
+        if writer is not None:
+            writer.close()
+    if status != "completed":
+        err.print("probe interrupted: nothing was kept as the last probe result")
+        return 130
+    probes = [e for e in events if e.get("type") == "probe"]
+    probe_state.save(probe_state.entries_from_events(probes, started_at))
+    doc = build_document(
+        probes,
+        started_at=started_at,
+        hosts=list(profile.hosts),
+        channels=channels,
+        limits=vars(profile.limits).copy(),
+    )
+    if fmt == "json":
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        from rtax_tui.reporting import print_probe
+
+        print_probe(doc, out_console())
+    if path is not None:
+        print(f"recording: {path}", file=sys.stderr)
+    return 0
+
+
+async def _probe(
+    profile: Profile,
+    drivers: list[str],
+    channels: list[str],
+    events: list[dict[str, Any]],
+    writer: RecordingWriter | None,
+    argv: list[str],
+    started_at: str,
+    err: Console,
+) -> str:
+    from rtax_tui.core.hostfacts import local_facts
+    from rtax_tui.core.model import FORMAT
+    from rtax_tui.core.probe_run import PROBE_LIMITS, run_probe
+    from rtax_tui.core.runner import make_host
+    from rtax_tui.core.session import new_run_id
+
+    t0 = time.monotonic_ns()
+
+    def emit(ev: dict[str, Any]) -> None:
+        ev = {**ev, "t_ns": time.monotonic_ns() - t0}
+        events.append(ev)
+        if writer is not None:
+            writer.write(ev)
+
+    hosts: dict[str, Any] = {}
+    left_out: dict[str, str] = {}
+    reaper.start()
+    status = "completed"
+    try:
+        for name in profile.hosts:
+            try:
+                host = make_host(name, profile)
+            except RtaxError as exc:
+                raise RtaxError(f"--host: {exc}") from None
+            try:
+                await host.connect()
+                hosts[host.name] = host
+            except RtaxError as exc:
+                left_out[host.name] = str(exc)
+                err.print(f"[yellow]left out[/yellow]: {exc}")
+        facts: dict[str, Any] = {}
+        for name, host in hosts.items():
+            try:
+                facts[name] = dict(local_facts()) if name == "local" else dict(await host.facts())
+            except Exception as exc:  # facts are informative only
+                facts[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        for name, why in left_out.items():
+            facts[name] = {"unreachable": why}
+        header_profile = profile.to_dict() | {
+            "workloads": [],
+            "drivers": drivers,
+            "channels": channels,
+            "trials": 0,
+            "warmup": 0,
+            "limits": vars(PROBE_LIMITS).copy(),
+        }
+        emit(
+            {
+                "type": "run",
+                "format": FORMAT,
+                "run_id": new_run_id(),
+                "started_at": started_at,
+                "seed": 0,
+                "argv": argv,
+                "profile": header_profile,
+                "hosts": facts,
+            }
+        )
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await run_probe(
+                hosts,
+                drivers,
+                channels,
+                emit,
+                options=profile.driver_options,
+                limits=PROBE_LIMITS,
+                left_out=left_out,
+                log=lambda m: err.print(f"[dim]{m}[/dim]"),
+            )
+        except asyncio.CancelledError:
+            status = "interrupted"
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        emit({"type": "run_end", "status": status, "trials": 0})
+    finally:
+        await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
+        reaper.stop()
+    return status

@@ -10,6 +10,7 @@ import io
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
@@ -138,10 +139,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- trials: {run.get('trials')}",
         f"- seed: {run.get('seed')}",
     ]
-    out += meta + ["", "## Cells (times in ms)", ""]
-    rows = [_cell_row(c, capacity) for c in report["cells"]]
-    out += [_md_table(_headers(capacity), rows), ""]
-    out += ["## Cell ids", ""]
+    out += meta + [""]
+    if report["cells"] or not report.get("probe"):  # a probe recording has no cells
+        out += ["## Cells (times in ms)", ""]
+        rows = [_cell_row(c, capacity) for c in report["cells"]]
+        out += [_md_table(_headers(capacity), rows), ""]
+        out += ["## Cell ids", ""]
     for c in report["cells"]:
         errs = ", ".join(f"{k}: {v}" for k, v in c.get("errors", {}).items())
         line = f"- `{c['cell']}`: total P50 {fmt_ms(c['phases']['total']['p50_ms'])} ms"
@@ -153,6 +156,12 @@ def render_markdown(report: dict[str, Any]) -> str:
             line += f"; {phase} clusters: {parts}"
         out.append(line)
     out.append("")
+    bounds = run.get("boundaries") or {}
+    if bounds:
+        out += ["## Boundaries (the last `rtax probe` when the run began)", ""]
+        out += [f"- {boundary_line(k, b)}" for k, b in bounds.items()] + [""]
+    if report.get("probe"):
+        out += ["## Boundary checks (rtax probe)", "", _probe_markdown(report["probe"]), ""]
     if report.get("diffs"):
         out += ["## Differences between drivers (b - a, ms)", ""]
         heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
@@ -262,6 +271,9 @@ def out_console(stderr: bool = False) -> Console:
 
 def print_report(report: dict[str, Any], console: Console) -> None:
     """The table, the reasons of failed trials, and the driver differences, for a terminal."""
+    if report.get("probe") and not report["cells"]:  # a `rtax probe -o` recording
+        print_probe(report["probe"], console)
+        return
     console.print(render_table(report))
     for name, h in (report.get("run", {}).get("hosts") or {}).items():
         net = h.get("net") or {}
@@ -274,6 +286,13 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             console.print(f"[red]host {name}: left out[/red]: {h['unreachable']}")
         for d, why in (h.get("drivers_left_out") or {}).items():
             console.print(f"[yellow]{name}/{d} left out[/yellow]: {why}")
+    bounds = report.get("run", {}).get("boundaries") or {}
+    if bounds:
+        console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")
+        for key, b in bounds.items():
+            console.print("  " + escape(boundary_line(key, b)), soft_wrap=True)
+    if report.get("probe"):
+        print_probe(report["probe"], console)
     for c in report["cells"]:
         errors = c.get("errors") or {}
         if errors:
@@ -287,3 +306,108 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         for d in report["diffs"]:
             table.add_row(*_diff_row(d))
         console.print(table)
+
+
+# -- boundaries (rtax probe) --------------------------------------------------------
+
+RESULT_STYLE = {"blocked": "green", "held": "green", "breached": "bold red", "n/a": "dim"}
+PROBE_LEGEND = (
+    "blocked / held: the boundary kept (an escape refused / a guarantee held); breached: it "
+    "did not; n/a: not measurable here (see the evidence); (exec): only on that channel; "
+    "!: a check the driver promises, broken"
+)
+
+
+def _probe_cell(name: str, c: dict[str, Any]) -> str:
+    from rtax_tui.core.probe import passed
+
+    result = c["result"]
+    runs = c.get("runs") or []
+    text = result
+    if len({r["result"] for r in runs}) > 1:  # the channels (or hosts) disagree: say where
+        where = ",".join(
+            r["channel"] if len({x["host"] for x in runs}) == 1 else f"{r['host']}/{r['channel']}"
+            for r in runs
+            if r["result"] == result
+        )
+        text += f" ({where})"
+    if c.get("promised") and not passed(name, result):
+        text += " !"
+    return f"[{RESULT_STYLE.get(result, '')}]{text}[/]"
+
+
+def render_probe(doc: dict[str, Any]) -> Table:
+    """Checks down, drivers across: each cell the combined result of every host and
+    channel; `!` marks a promise the driver states and the measurement breaks."""
+    from rtax_tui.core.probe import BY_NAME, CHECKS
+
+    drivers = doc.get("drivers") or {}
+    hosts = ", ".join(doc.get("hosts") or []) or "-"
+    chans = ", ".join(doc.get("channels") or []) or "-"
+    table = Table(
+        title=f"rtax probe: what each driver keeps out (hosts: {hosts}; channels: {chans})"
+    )
+    table.add_column("check", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    for d in drivers:
+        table.add_column(d, no_wrap=True)
+    names = [c.name for c in CHECKS]
+    names += sorted({k for d in drivers.values() for k in d["checks"]} - set(names))
+    for name in names:
+        kind = BY_NAME[name].kind if name in BY_NAME else "?"
+        row = [name, kind]
+        for d in drivers.values():
+            c = d["checks"].get(name)
+            row.append("-" if c is None else _probe_cell(name, c))
+        table.add_row(*row)
+    return table
+
+
+def print_probe(doc: dict[str, Any], console: Console) -> None:
+    """The matrix, one summary line per driver, and the evidence of every breach."""
+    from rtax_tui.core.probe import summary_text
+
+    console.print(render_probe(doc))
+    console.print(PROBE_LEGEND)
+    drivers = doc.get("drivers") or {}
+    for d, dd in drivers.items():
+        broken = dd["summary"].get("broken_promises") or []
+        line = f"[b]{d}[/b]: {summary_text(dd['summary'])}"
+        if broken:
+            line += f" [red](broken: {', '.join(broken)})[/red]"
+        console.print(line)
+    for d, dd in drivers.items():
+        for name, c in dd["checks"].items():
+            if c["result"] == "breached":
+                console.print(f"[red]{d}/{name}[/red]: {escape(c['evidence'])}", soft_wrap=True)
+
+
+def boundary_line(key: str, b: dict[str, Any]) -> str:
+    """`local/stage: probed 2026-..: 12 blocked, ...` from a header's boundary entry."""
+    from rtax_tui.core.probe import summary_text
+
+    if not b.get("summary"):
+        return f"{key}: {b.get('status') or 'not probed'}"
+    line = f"{key}: probed {b.get('probed_at', '?')}: {summary_text(b['summary'])}"
+    breached = b["summary"].get("breached_checks") or []
+    if breached:
+        line += f"; breached: {', '.join(breached)}"
+    return line
+
+
+def _probe_markdown(doc: dict[str, Any]) -> str:
+    from rtax_tui.core.probe import CHECKS, passed
+
+    drivers = doc.get("drivers") or {}
+    rows = []
+    for check in CHECKS:
+        row = [f"`{check.name}`"]
+        for d in drivers.values():
+            c = d["checks"].get(check.name)
+            if c is None:
+                row.append("-")
+                continue
+            bad = c.get("promised") and not passed(check.name, c["result"])
+            row.append(c["result"] + (" !" if bad else ""))
+        rows.append(row)
+    return _md_table(["check", *drivers], rows)

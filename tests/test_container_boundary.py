@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from rtax_tui.drivers import get_driver
-from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver, _tar_workspace
+from rtax_tui.drivers.container import ContainerDriver, _tar_workspace
+from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver
 from rtax_tui.drivers.podman import PodmanDriver, conmon_processes
 
 from rtax_tui.core import images
@@ -68,9 +69,9 @@ def _client(engine: str):
     return docker.DockerClient(base_url=_driver(engine).socket, version="auto", timeout=30)
 
 
-def _driver(engine: str, **options) -> DockerDriver:
+def _driver(engine: str, **options) -> ContainerDriver:
     d = get_driver(engine, LocalHost(), options)
-    assert isinstance(d, DockerDriver)
+    assert isinstance(d, ContainerDriver)
     return d
 
 
@@ -480,7 +481,7 @@ def test_t0_t1_valid_hardened_both_channels_and_header(tmp_path, engine):
     ends = [e for e in rec.events if e["type"] == "trial_end"]
     assert len(ends) == 8 and all(e["ok"] and e["valid"] for e in ends), ends
     facts = rec.header["hosts"]["local"]["drivers"][engine]
-    assert facts["boundary"] == {
+    assert facts["boundary_options"] == {
         "user": "65534:65534",
         "cap_drop": ["ALL"],
         "cap_add": [],

@@ -14,7 +14,8 @@ import pytest
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers import docker as dd  # noqa: E402
-from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY, Demuxer, DockerDriver  # noqa: E402
+from rtax_tui.drivers.container import Demuxer  # noqa: E402
+from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY, DockerDriver  # noqa: E402
 
 from rtax_tui.core import images, rootfs  # noqa: E402
 from rtax_tui.core.model import (  # noqa: E402

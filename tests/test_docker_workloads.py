@@ -109,7 +109,8 @@ def test_t1_t2_trajectory_valid_on_docker(tmp_path, channel):
 
 
 def test_image_option_overrides_the_choice():
-    from rtax_tui.drivers.docker import DockerDriver, needs_full_image
+    from rtax_tui.drivers.docker import DockerDriver
+    from rtax_tui.drivers.needs import needs_full_image
 
     from rtax_tui.core.model import Step, Workload
     from rtax_tui.hosts.local import LocalHost

@@ -7,66 +7,26 @@ separate process holding what is alive) must end everything once rtax is gone.
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from rtax_tui.core.cgroups import Cgroup
+from tests.leftovers import leftovers
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
 
 
-def _containers(run_id: str) -> list[str]:
-    import docker
-    from rtax_tui.drivers.docker import LABEL_KEY
-
-    names = []
-    for sock in ("/var/run/docker.sock", "/run/rtax-podman/podman.sock"):
-        if not os.path.exists(sock):
-            continue
-        c = docker.APIClient(base_url=f"unix://{sock}", timeout=30)
-        try:  # the low-level list: no inspect of containers being removed meanwhile
-            found = c.containers(all=True, filters={"label": f"{LABEL_KEY}={run_id}"})
-            names += [f"{sock}:{x['Names']}" for x in found]
-        finally:
-            c.close()
-    return names
-
-
-def _processes(needle: str) -> list[str]:
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if needle.encode() in cmd:
-            out.append(f"{name}: {cmd[:200]!r}")
-    return out
-
-
 def _leftovers(run_id: str, drivers: tuple[str, ...]) -> list[str]:
-    label = run_id[:40]
-    tmp = tempfile.gettempdir()
-    left = glob.glob(os.path.join(tmp, f"rtax-ws-{label}-*"))
-    left += glob.glob(os.path.join(tmp, f"rtax-vm-*{label}*"))
-    left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
-    left += _processes(f"rtax-ws-{label}-")  # sandboxes and what runs in them
-    left += _processes(label) if "microvm" in drivers else []  # QEMU names its trial
-    if {"docker", "podman"} & set(drivers):
-        left += _containers(run_id)
-    return left
+    return leftovers(
+        run_id, vms="microvm" in drivers, engines=bool({"docker", "podman"} & set(drivers))
+    )
 
 
 def _kill_at(tmp_path: Path, drivers: tuple[str, ...], workload: str, after_s: float) -> str:

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The recording's format. New event types and fields may be added within a version;
+# renaming or removing one changes it. History of rtax/1:
+# - the first version: run, trial_start, phase, action, trial_end, barrier, run_end;
+# - added `probe` events (`rtax probe -o`: host, driver, channel, check, result,
+#   evidence, promised, kind) and, in the `run` header,
+#   `hosts.<host>.drivers.<driver>.boundary` (the last probe of that pair, or
+#   {"status": "not probed"}). An older rtax rejects a recording that holds `probe`
+#   events (an unknown event type); runs without them read as before.
 FORMAT = "rtax/1"
 REPORT_FORMAT = "rtax-report/1"
 

@@ -159,8 +159,14 @@ def _reap(
         except ImportError:
             pass
     time.sleep(0.05)
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+    for path in paths:  # directories (workspaces) and single files (probe markers)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def main(stdin: IO[bytes]) -> int:

@@ -24,6 +24,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "trial_end": ("trial", "ok", "valid", "error"),
     "barrier": ("batch", "cell", "size", "arrived", "released", "ok", "deadline_s"),
     "run_end": ("status", "trials"),
+    # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
+    "probe": ("host", "driver", "channel", "check", "result", "evidence"),
 }
 
 

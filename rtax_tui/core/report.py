@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rtax_tui.core.model import PHASES, REPORT_FORMAT, TIMED_PHASES
+from rtax_tui.core.probe import build_document
 from rtax_tui.core.recording import Recording
 from rtax_tui.core.stats import clusters, median_diff, project, summarize
 
@@ -211,7 +212,25 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
     hosts = _host_info(h.get("hosts"))
     if hosts:  # remote hosts only: a local run's report keeps its shape
         info["hosts"] = hosts
+    bounds = _boundaries(h.get("hosts"))
+    if bounds:  # recordings made before `rtax probe` existed keep their shape
+        info["boundaries"] = bounds
     return info
+
+
+def _boundaries(hosts: Any) -> dict[str, Any]:
+    """`host/driver` -> the boundary the header recorded (the last probe, or not probed)."""
+    out: dict[str, Any] = {}
+    if not isinstance(hosts, dict):
+        return out
+    for name, f in hosts.items():
+        drivers = f.get("drivers") if isinstance(f, dict) else None
+        if not isinstance(drivers, dict):
+            continue
+        for d, facts in drivers.items():
+            if isinstance(facts, dict) and isinstance(facts.get("boundary"), dict):
+                out[f"{name}/{d}"] = facts["boundary"]
+    return out
 
 
 def _host_info(hosts: Any) -> dict[str, Any]:
@@ -254,12 +273,20 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
                 "capacity": _capacity(cd),
             }
         )
-    return {
+    out: dict[str, Any] = {
         "format": REPORT_FORMAT,
         "run": _run_info(rec, n_starts),
         "cells": out_cells,
         "diffs": _diffs(cells, seed),
     }
+    probes = [ev for ev in rec.events if ev["type"] == "probe"]
+    if probes:  # a `rtax probe -o` recording: the driver x check matrix
+        out["probe"] = build_document(
+            probes,
+            hosts=sorted({str(e["host"]) for e in probes}),
+            channels=sorted({str(e["channel"]) for e in probes}),
+        )
+    return out
 
 
 def _diffs(cells: dict[str, _CellData], seed: int) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from rtax_tui.core import reaper
+from rtax_tui.core import probe_state, reaper
 from rtax_tui.core.hostfacts import local_facts
 from rtax_tui.core.model import (
     FORMAT,
@@ -247,9 +247,11 @@ class Session:
             for (h, d), drv in self.drivers.items():
                 if h == host:
                     try:
-                        drivers[d] = await drv.facts()
+                        drivers[d] = dict(await drv.facts())
                     except Exception as exc:  # facts are informative only
                         drivers[d] = {"error": str(exc)}
+                    # what the substrate kept out when last measured (`rtax probe`)
+                    drivers[d]["boundary"] = probe_state.boundary(host, d)
             f["drivers"] = drivers
             facts[host] = f
         for host, why in self.left_out_hosts.items():

@@ -24,6 +24,7 @@ HELP = {
         ("r", "replay this run's recording (once it ended)"),
         ("c", "compare this recording with another"),
         ("p", "project worker-hours (N trajectories × S steps)"),
+        ("b", "boundaries: what each driver keeps out (its last `rtax probe`)"),
         ("q", "quit (stops the run first, waits for teardown)"),
     ],
     "replay": [
@@ -35,6 +36,7 @@ HELP = {
         ("l", "histograms: log or linear time axis"),
         ("c", "compare this recording with another"),
         ("p", "project worker-hours (N trajectories × S steps)"),
+        ("b", "boundaries: the recording's probe, or each driver's last one"),
         ("q", "quit"),
     ],
 }
@@ -162,3 +164,54 @@ class ProjectPanel(ModalScreen[None]):
                 "-" if wh is None else f"{wh:,.0f}",
                 "-" if lo is None else f"{lo:,.0f} – {hi:,.0f}",
             )
+
+
+RESULT_STYLES = {"blocked": "green", "held": "green", "breached": "bold red", "n/a": "dim"}
+
+
+class BoundaryPanel(ModalScreen[None]):
+    """The driver × check matrix beside the cost figures: a `rtax probe` recording's own
+    results, or, for a run, the last probe of each driver that its header carries."""
+
+    BINDINGS = [Binding("escape,b", "dismiss", "close")]
+
+    def __init__(self, header: dict[str, Any] | None, events: list[dict[str, Any]]) -> None:
+        super().__init__()
+        from rtax_tui.core.probe import matrix
+
+        self.columns = matrix(header, events)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="wide"):
+            yield Label("Boundaries: what each driver keeps out (rtax probe)", classes="title")
+            if not self.columns:
+                yield Static(
+                    "No boundary in this recording: `rtax probe` measures them, and later "
+                    "runs record the last result of each driver."
+                )
+            else:
+                yield DataTable(id="bounds", cursor_type="row", zebra_stripes=False)
+                notes = [f"{k}: {c['note']}" for k, c in self.columns.items()]
+                yield Static("\n".join(notes), id="bounds-note", classes="legend")
+            yield Static(
+                "[dim]green: blocked / held (kept out); red: breached; dim: n/a; "
+                "-: not probed. escape: close[/dim]"
+            )
+
+    def on_mount(self) -> None:
+        if not self.columns:
+            return
+        from rich.text import Text
+
+        from rtax_tui.core.probe import CHECKS
+
+        t = self.query_one("#bounds", DataTable)
+        t.add_column("check", key="check")
+        for key in self.columns:
+            t.add_column(key, key=key)
+        for check in CHECKS:
+            row: list[Any] = [check.name]
+            for col in self.columns.values():
+                result = col["checks"].get(check.name)
+                row.append(Text(result or "-", style=RESULT_STYLES.get(result or "", "dim")))
+            t.add_row(*row, key=check.name)

@@ -66,6 +66,7 @@ class MonitorScreen(Screen[None]):
         Binding("r", "replay", "replay"),
         Binding("c", "compare", "compare"),
         Binding("p", "project", "project"),
+        Binding("b", "boundary", "boundaries", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_screen", "quit"),
     ]
@@ -381,6 +382,14 @@ class MonitorScreen(Screen[None]):
 
         rec = Recording(self._recording_path() or "-", self.state.header, list(self.events[1:]))
         self.app.push_screen(ProjectPanel(rec))
+
+    def action_boundary(self) -> None:
+        if self.state.header is None:
+            self.notify("nothing recorded yet", severity="warning")
+            return
+        from rtax_tui.ui.modals import BoundaryPanel
+
+        self.app.push_screen(BoundaryPanel(self.state.header, self.events[1:]))
 
     def action_help(self) -> None:
         from rtax_tui.ui.modals import HelpScreen

@@ -1,0 +1,134 @@
+"""The driver toolkit's workspace and process helpers, shared by every driver.
+
+Workspaces (`rtax-ws-<label>-*` under the host's temporary directory, tracked with the
+host's reaper), the environment variables of a plain workspace, one process per
+action, closing a persistent shell, which tools a host lacks, and cleanup by label.
+Everything goes through the `Host` interface, so it works on any host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from typing import Any
+
+from rtax_tui.drivers.base import Problem
+
+from rtax_tui.core.model import ActionResult, PhaseFailure
+from rtax_tui.hosts import Host
+
+WORKSPACE_PREFIX = "rtax-ws-"
+
+
+def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> dict[str, str]:
+    env = {
+        "PATH": path or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": workspace,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": workspace,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def make_workspace(host: Host, label: str) -> str:
+    """An empty workspace on the controller (for drivers that fill it themselves)."""
+    path = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{label}-")
+    host.track("path", path)
+    return path
+
+
+async def remove_workspace(host: Host, path: str) -> None:
+    await asyncio.to_thread(shutil.rmtree, path, True)
+    host.untrack("path", path)
+
+
+def safe_label(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
+
+
+def populate(workspace: str, src: str | None) -> None:
+    if src:
+        shutil.copytree(src, workspace, symlinks=True, dirs_exist_ok=True)
+
+
+async def run_exec(
+    host: Any,
+    argv: list[str],
+    *,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    timeout: float | None,
+    cgroup_procs: list[str] | tuple[str, ...] = (),
+) -> ActionResult:
+    """One process per action; stdout and stderr merged; killed whole at the timeout."""
+    res = await host.run(
+        argv, cwd=cwd, env=env, timeout=timeout, merge_stderr=True, cgroup_procs=cgroup_procs
+    )
+    return ActionResult(rc=res.returncode, output=res.stdout)
+
+
+async def close_shell(proc: Any, host: Host, grace: float = 1.0) -> None:
+    """Ask the shell to exit; kill its whole session if it does not (on its host)."""
+    if proc.stdin is not None and not proc.stdin.is_closing():
+        try:
+            proc.stdin.write(b"exit 0\n")
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        pass
+    await host.kill(proc)  # also ends anything the shell left in the background
+    await proc.wait()
+    host.release(proc)
+
+
+async def tools_problems(host: Host, tools: tuple[str, ...]) -> list[Problem]:
+    """What a host lacks among `tools` (one command, over its connection if it has one)."""
+    script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done'
+    try:
+        res = await host.run(["sh", "-c", script, "rtax-check", *tools], timeout=30)
+    except PhaseFailure as exc:
+        return [Problem(f"host {host.name} does not answer: {exc.message}", "check the network")]
+    except OSError as exc:  # no sh at all
+        return [Problem(f"host {host.name} cannot run sh: {exc}", "install dash or bash")]
+    missing = res.stdout.decode(errors="replace").split()
+    if res.returncode != 0 or missing:
+        return [
+            Problem(
+                f"not on PATH on host {host.name}: {', '.join(missing) or 'sh'}",
+                "install them there (coreutils, tar, dash)",
+            )
+        ]
+    return []
+
+
+# Kills what runs in matching workspaces (by cwd), then removes them; prints how many.
+CLEANUP_SH = r"""p=$1; n=0; t=${TMPDIR:-/tmp}
+for d in /proc/[0-9]*; do
+  c=$(readlink "$d/cwd" 2>/dev/null) || continue
+  case $c in "$t/$p"*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac
+done
+for w in "$t/$p"*; do [ -e "$w" ] || continue; rm -rf -- "$w"; n=$((n+1)); done
+echo $n
+"""
+
+
+async def workspace_cleanup(host: Host, prefix: str) -> int:
+    """Leftover workspaces named `prefix*` on a host, and processes inside them."""
+    res = await host.run(["sh", "-c", CLEANUP_SH, "rtax-cleanup", prefix], timeout=60)
+    try:
+        return int(res.stdout.split()[-1])
+    except (ValueError, IndexError):
+        raise PhaseFailure(
+            "cleanup_failed", f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"
+        ) from None

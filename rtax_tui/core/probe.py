@@ -1,0 +1,581 @@
+"""The boundary checks of `rtax probe`: what each one means, and how its step's output
+and the host's own observations become `blocked`, `held`, `breached` or `n/a`.
+
+Code inside an environment is hostile (written by a model under training), so a
+driver's boundary is measured, never assumed. A check is an *escape* attempt
+(passes as `blocked`) or a *guarantee* (passes as `held`). Wherever the host can
+see the outcome itself, the verdict rests on that, not on what the environment
+says: the sentinels hold random tokens that only a real read can print, the
+probe's own host process logs every connection and signal it gets, and a write
+into a host path counts only if the file appears on the host. Where the
+environment runs its own kernel (a VM: its boot_id differs from the host's),
+writes to kernel settings reach that kernel only and are not breaches.
+
+This module is pure (no I/O): `core.probe_run` runs the steps and calls
+`classify`; the CLI, the report and the console draw `build_document`'s output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PROBE_FORMAT = "rtax-probe/1"
+
+BLOCKED = "blocked"
+HELD = "held"
+BREACHED = "breached"
+NA = "n/a"
+RESULTS = (BLOCKED, HELD, BREACHED, NA)
+
+ESCAPE = "escape"  # an attempt that must fail: passes as `blocked`
+GUARANTEE = "guarantee"  # a property that must hold: passes as `held`
+
+EVIDENCE_CHARS = 400
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    kind: str
+    group: str
+    means: str  # what it measures, for --help, the README and the console
+
+    @property
+    def passed(self) -> str:
+        return BLOCKED if self.kind == ESCAPE else HELD
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("tmp_sentinel", ESCAPE, "host files",
+          "a file rtax planted under the host's temporary directory, named in the step, "
+          "is visible or readable"),
+    Check("cache_sentinel", ESCAPE, "host files",
+          "a file rtax planted in its cache on the host (outside the workload's assets), "
+          "named in the step, is visible or readable"),
+    Check("etc_shadow", ESCAPE, "host files",
+          "the host's /etc/shadow is readable (the same md5 as the host's own)"),
+    Check("root_home", ESCAPE, "host files",
+          "a file rtax planted in the host's /root is visible or readable"),
+    Check("docker_socket", ESCAPE, "host sockets",
+          "the Docker engine's socket on the host accepts a connection (root on the host)"),
+    Check("podman_socket", ESCAPE, "host sockets",
+          "a Podman API socket on the host accepts a connection (root on the host)"),
+    Check("libvirt_socket", ESCAPE, "host sockets",
+          "libvirtd's socket on the host accepts a connection (it can start VMs with "
+          "host disks)"),
+    Check("probe_socket", ESCAPE, "host sockets",
+          "a unix socket the probe opened on the host accepts a connection "
+          "(seen by the host)"),
+    Check("remount_rw", ESCAPE, "mounts",
+          "a host directory is written from inside, after remounting it read-write where "
+          "needed (the file appears on the host)"),
+    Check("block_devices", ESCAPE, "devices",
+          "a node made with mknod for a host block device reads the host's disk"),
+    Check("proc_sys", ESCAPE, "kernel",
+          "a /proc/sys setting of the host's kernel is writable (written back unchanged)"),
+    Check("sys_write", ESCAPE, "kernel",
+          "a /sys setting of the host's kernel is writable (written back unchanged)"),
+    Check("module_load", ESCAPE, "kernel",
+          "the host kernel's module loader accepts the call (the image is refused: "
+          "nothing is loaded)"),
+    Check("cgroup_escape", ESCAPE, "cgroups",
+          "a process moves itself out of its environment's cgroup"),
+    Check("pids_limit", GUARANTEE, "cgroups",
+          "a bounded fork bomb is stopped by the pid limit, and the host still answers"),
+    Check("memory_limit", GUARANTEE, "cgroups",
+          "a memory hog past the limit is killed inside the environment, and the host "
+          "still answers"),
+    Check("loopback_tcp", ESCAPE, "network",
+          "a TCP listener the probe opened on the host's loopback is reachable"),
+    Check("host_processes", ESCAPE, "processes",
+          "host processes are visible (the probe's host process, by its command line)"),
+    Check("host_signal", ESCAPE, "processes",
+          "a host process receives a signal sent from inside (SIGCONT, seen by the host)"),
+    Check("other_env", ESCAPE, "environments",
+          "another live environment's workspace is visible"),
+    Check("workspace_persists", GUARANTEE, "guarantees",
+          "a file written in the workspace is there at a later action of the same trial"),
+    Check("fresh_env", GUARANTEE, "guarantees",
+          "a fresh environment sees nothing of an earlier one's files (workspace, /tmp)"),
+)  # fmt: skip
+BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
+ALL_CHECKS: frozenset[str] = frozenset(BY_NAME)
+SOCKET_CHECKS = {"docker_socket": "docker", "podman_socket": "podman", "libvirt_socket": "libvirt"}
+SENTINEL_CHECKS = ("tmp_sentinel", "cache_sentinel", "root_home")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    result: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One step's result, and what the host observed while it ran."""
+
+    output: str = ""
+    rc: int | None = None
+    error: str | None = None  # the action itself failed: "kind: message"
+    observed: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What the probe knows from the host's side, and what the environment is."""
+
+    tokens: dict[str, str] = field(default_factory=dict)  # check -> random token
+    paths: dict[str, str] = field(default_factory=dict)  # check -> planted path
+    sockets: dict[str, list[str]] = field(default_factory=dict)  # docker/podman/libvirt
+    shadow_md5: str | None = None
+    blockdevs: list[tuple[str, int, str]] = field(default_factory=list)  # name, bytes, md5
+    host_boot: str = ""
+    host_mntns: str = ""
+    env_boot: str = ""
+    env_mntns: str = ""
+
+    @property
+    def own_kernel(self) -> bool:
+        """The environment runs its own kernel (a VM): kernel settings are its own."""
+        return bool(self.env_boot and self.host_boot and self.env_boot != self.host_boot)
+
+    @property
+    def same_mntns(self) -> bool:
+        """The environment is in the host's own mount namespace (no mount boundary)."""
+        return not self.own_kernel and bool(self.env_mntns) and self.env_mntns == self.host_mntns
+
+
+def facts(output: str) -> dict[str, list[str]]:
+    """The `@key=value` (or bare `@key`) lines of a step's output."""
+    out: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        if line.startswith("@"):
+            key, _, value = line[1:].partition("=")
+            key = key.split(" ", 1)[0]
+            out.setdefault(key, []).append(value.strip())
+    return out
+
+
+def trim(text: str, limit: int = EVIDENCE_CHARS) -> str:
+    """One line of evidence: the lines joined by ` | `, cut to `limit` characters."""
+    flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _shown(output: str) -> str:
+    """The human lines of a step's output (facts are summarized by the verdict)."""
+    return "\n".join(line for line in output.splitlines() if not line.startswith("@"))
+
+
+def _v(result: str, why: str, output: str = "") -> Verdict:
+    rest = trim(_shown(output), EVIDENCE_CHARS - len(why) - 3) if output else ""
+    return Verdict(result, trim(why + (f" | {rest}" if rest else "")))
+
+
+def _own(check: str) -> str:
+    return f"its own kernel (boot_id differs from the host's): {check} reaches only the guest's"
+
+
+def classify(name: str, out: Outcome, ctx: Context) -> Verdict:
+    """The verdict of check `name` from its step's outcome and the host's observations."""
+    check = BY_NAME[name]
+    if out.error is not None and name not in ("pids_limit", "memory_limit"):
+        return _v(NA, f"the step failed: {out.error}", out.output)
+    fn = _CLASSIFIERS[name]
+    return fn(check, out, ctx)
+
+
+def _sentinel(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    token = ctx.tokens.get(check.name)
+    path = ctx.paths.get(check.name)
+    if not token or not path:
+        return _v(NA, f"no sentinel could be planted for this check on the host ({check.name})")
+    f = facts(out.output)
+    if token in out.output:
+        return _v(BREACHED, f"read the host's {path} (its random token)", out.output)
+    if f.get("exists"):
+        return _v(BREACHED, f"the host's {path} is visible (not readable)", out.output)
+    return _v(BLOCKED, f"{path} is not visible", out.output)
+
+
+def _shadow(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    md5 = (facts(out.output).get("md5") or [None])[0]
+    if not md5:
+        return _v(BLOCKED, "cannot read /etc/shadow", out.output)
+    if ctx.shadow_md5 is None:
+        return _v(NA, "an /etc/shadow is readable, but the host's own cannot be read to compare")
+    if md5 == ctx.shadow_md5:
+        return _v(BREACHED, "reads the host's /etc/shadow (same md5; contents not recorded)")
+    return _v(BLOCKED, "reads only its own /etc/shadow (its md5 differs from the host's)")
+
+
+def _socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    kind = SOCKET_CHECKS[check.name]
+    paths = ctx.sockets.get(kind) or []
+    if not paths:
+        return _v(NA, f"no {kind} socket on the host")
+    f = facts(out.output)
+    if f.get("connected"):
+        return _v(BREACHED, f"connected to the host's {', '.join(f['connected'])}", out.output)
+    if f.get("notool"):
+        return _v(NA, f"{', '.join(f['notool'])} visible, but no python3 to connect", out.output)
+    return _v(BLOCKED, f"no connection to {', '.join(paths)}", out.output)
+
+
+def _probe_socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if not ctx.paths.get(check.name):
+        return _v(NA, "the probe could not open a socket on the host (no python3 there?)")
+    token = ctx.tokens.get(check.name, "\0")
+    seen = int(out.observed.get("unix_conns", 0))
+    if seen or token in out.output:
+        return _v(BREACHED, f"the host's listener saw {seen} connection(s) from inside", out.output)
+    if facts(out.output).get("notool"):
+        return _v(NA, "the socket is visible, but no python3 to connect", out.output)
+    return _v(BLOCKED, "the host's listener saw no connection", out.output)
+
+
+def _remount(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    reached = list(out.observed.get("reached_host") or [])
+    if reached:
+        return _v(
+            BREACHED,
+            f"a file written from inside appeared on the host in {', '.join(reached)}",
+            out.output,
+        )
+    wrote = facts(out.output).get("wrote") or []
+    if wrote:
+        why = f"wrote {', '.join(wrote[:5])} inside (its own file system): nothing reached the host"
+        return _v(BLOCKED, why, out.output)
+    return _v(BLOCKED, "no host path could be written, remounted or not", out.output)
+
+
+def _blockdev(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if not ctx.blockdevs:
+        return _v(NA, "no block device on the host")
+    host = {name: (size, md5) for name, size, md5 in ctx.blockdevs}
+    own = []
+    for value in facts(out.output).get("read") or []:
+        name, _, rest = value.partition(":")
+        size_s, _, md5 = rest.partition(":")
+        size = int(size_s) if size_s.isdigit() else 0
+        if size == 0 or name not in host:
+            continue
+        hsize, hmd5 = host[name]
+        if hsize and hmd5:
+            if md5 == hmd5:
+                return _v(
+                    BREACHED, f"read the host's {name} (same bytes as the host reads)", out.output
+                )
+            own.append(name)  # its own device with the same numbers (a VM's disk)
+            continue
+        if not ctx.own_kernel:
+            why = f"read {size} bytes from a node with {name}'s numbers on the host's kernel"
+            return _v(BREACHED, why, out.output)
+    refused = "" if any(s for _, s, _ in ctx.blockdevs) else " (root on the host is refused too)"
+    if own:
+        refused += f"; {', '.join(own)} read its own device (other bytes than the host's)"
+    return _v(BLOCKED, f"no host block device could be read{refused}", out.output)
+
+
+def _kernel_write(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    f = facts(out.output)
+    if "nosysfs" in f:
+        return _v(BLOCKED, "no /sys inside, and mounting a sysfs was refused", out.output)
+    if "nofile" in f:
+        return _v(NA, "no known setting is readable there", out.output)
+    if f.get("wrote"):
+        if ctx.own_kernel:
+            return _v(BLOCKED, _own("the write"), out.output)
+        return _v(BREACHED, f"wrote the host kernel's {f['wrote'][0]}", out.output)
+    return _v(BLOCKED, "the write was refused", out.output)
+
+
+_LOADER_REFUSED = ("EPERM", "EACCES")
+
+
+def _module(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    f = facts(out.output)
+    if "notool" in f:
+        return _v(NA, "no python3 and no insmod inside to call init_module", out.output)
+    if ctx.own_kernel:
+        return _v(BLOCKED, _own("init_module"), out.output)
+    errno_name = (f.get("errno") or [""])[0]
+    if errno_name == "ENOSYS":
+        return _v(NA, "this kernel has no module loader (ENOSYS): nothing to keep out", out.output)
+    if errno_name:
+        if errno_name in _LOADER_REFUSED:
+            return _v(BLOCKED, f"init_module refused ({errno_name})", out.output)
+        return _v(
+            BREACHED,
+            f"the host kernel's loader took the call ({errno_name}): a real module would load",
+            out.output,
+        )
+    text = out.output.lower()
+    if "not permitted" in text or "permission denied" in text:
+        return _v(BLOCKED, "insmod refused (not permitted)", out.output)
+    if any(s in text for s in ("format", "invalid", "exec format")):
+        return _v(
+            BREACHED, "the host kernel's loader took the call: a real module would load", out.output
+        )
+    return _v(NA, "cannot tell from insmod's output", out.output)
+
+
+def _cgroup(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if ctx.own_kernel:
+        return _v(BLOCKED, "its own kernel: the VM's vCPUs and memory are its limits", out.output)
+    f = facts(out.output)
+    if f.get("moved"):
+        return _v(BREACHED, f"moved itself to the root cgroup via {f['moved'][0]}", out.output)
+    if f.get("writable"):
+        why = f"runs in the host's own namespaces: {f['writable'][0]} is writable"
+        return _v(BREACHED, why, out.output)
+    return _v(BLOCKED, "could not leave its cgroup", out.output)
+
+
+def _host_answer(out: Outcome) -> tuple[bool, str]:
+    ms = out.observed.get("host_ms")
+    if ms is None:
+        why = out.observed.get("host_error") or "no answer"
+        return False, f"the host did not answer ({why})"
+    return True, f"the host answered `true` in {float(ms):.0f} ms"
+
+
+def _pids(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    answered, host = _host_answer(out)
+    if not answered:
+        return _v(BREACHED, host, out.output)
+    if out.error is not None:
+        return _v(NA, f"the step failed: {out.error}; {host}", out.output)
+    spawned_s = (facts(out.output).get("spawned") or [""])[0]
+    if not spawned_s.isdigit():
+        return _v(NA, f"the bomb did not report; {host}", out.output)
+    spawned = int(spawned_s)
+    attempts = int(out.observed.get("attempts", 0))
+    if ctx.own_kernel:
+        return _v(
+            HELD, f"its own kernel: {spawned} processes stayed in the guest; {host}", out.output
+        )
+    if spawned < attempts:
+        return _v(HELD, f"forks refused after {spawned} of {attempts}; {host}", out.output)
+    return _v(BREACHED, f"all {attempts} processes started: no pid limit; {host}", out.output)
+
+
+def _memory(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    skipped = out.observed.get("skipped")
+    if skipped:
+        return _v(NA, str(skipped))
+    answered, host = _host_answer(out)
+    if not answered:
+        return _v(BREACHED, host, out.output)
+    limit = out.observed.get("limit_mib")
+    if out.error is None and "allocating" not in out.output:
+        return _v(NA, f"the hog did not start (rc {out.rc}); {host}", out.output)
+    allocated = (facts(out.output).get("allocated") or [""])[0]
+    if allocated.isdigit() and int(allocated) > 0:
+        return _v(
+            BREACHED, f"allocated {allocated} MiB past the {limit} MiB limit; {host}", out.output
+        )
+    if out.error is not None:
+        return _v(HELD, f"the environment failed ({out.error}); {host}", out.output)
+    return _v(HELD, f"the hog was stopped inside the environment; {host}", out.output)
+
+
+def _tcp(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if not ctx.tokens.get(check.name):
+        return _v(NA, "the probe could not open a listener on the host (no python3 there?)")
+    seen = int(out.observed.get("tcp_conns", 0))
+    if seen or ctx.tokens[check.name] in out.output:
+        return _v(BREACHED, f"the host's loopback listener saw {seen} connection(s)", out.output)
+    if "notool" in facts(out.output):
+        return _v(NA, "no python3 and no nc inside to connect", out.output)
+    return _v(BLOCKED, "the host's loopback listener saw no connection", out.output)
+
+
+def _processes(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    tag = ctx.tokens.get(check.name)
+    if not tag:
+        return _v(NA, "the probe could not start its host process (no python3 there?)")
+    if tag in out.output:
+        return _v(BREACHED, "sees the probe's host process and its command line", out.output)
+    return _v(BLOCKED, "the probe's host process is not visible", out.output)
+
+
+def _signal(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if not ctx.tokens.get("host_processes"):
+        return _v(NA, "the probe could not start its host process (no python3 there?)")
+    n = int(out.observed.get("signals", 0))
+    if n:
+        return _v(BREACHED, "the probe's host process received SIGCONT from inside", out.output)
+    return _v(BLOCKED, "the probe's host process received no signal", out.output)
+
+
+def _other(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if ctx.tokens.get(check.name, "\0") in out.output:
+        return _v(BREACHED, "read the other live environment's workspace marker", out.output)
+    return _v(BLOCKED, "the other environment's workspace is not visible", out.output)
+
+
+def _persists(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if ctx.tokens.get(check.name, "\0") in out.output:
+        return _v(HELD, "the file written at the first action was read back later", out.output)
+    return _v(BREACHED, "the file written at the first action is gone", out.output)
+
+
+def _fresh(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if ctx.tokens.get(check.name, "\0") in out.output:
+        return _v(BREACHED, "sees a file an earlier environment wrote", out.output)
+    return _v(HELD, "nothing of the earlier environment is visible", out.output)
+
+
+_CLASSIFIERS = {
+    "tmp_sentinel": _sentinel,
+    "cache_sentinel": _sentinel,
+    "root_home": _sentinel,
+    "etc_shadow": _shadow,
+    "docker_socket": _socket,
+    "podman_socket": _socket,
+    "libvirt_socket": _socket,
+    "probe_socket": _probe_socket,
+    "remount_rw": _remount,
+    "block_devices": _blockdev,
+    "proc_sys": _kernel_write,
+    "sys_write": _kernel_write,
+    "module_load": _module,
+    "cgroup_escape": _cgroup,
+    "pids_limit": _pids,
+    "memory_limit": _memory,
+    "loopback_tcp": _tcp,
+    "host_processes": _processes,
+    "host_signal": _signal,
+    "other_env": _other,
+    "workspace_persists": _persists,
+    "fresh_env": _fresh,
+}
+assert set(_CLASSIFIERS) == ALL_CHECKS
+
+
+# -- combining runs: channels and hosts ----------------------------------------------
+
+
+def combine(results: Iterable[str]) -> str:
+    """One result for a check over several runs: breached anywhere is breached; a run
+    that could not measure (n/a) makes the whole n/a; else the check passed."""
+    rs = list(results)
+    if not rs:
+        return NA
+    if BREACHED in rs:
+        return BREACHED
+    if NA in rs:
+        return NA
+    return rs[0]
+
+
+def passed(name: str, result: str) -> bool:
+    return result == BY_NAME[name].passed if name in BY_NAME else result in (BLOCKED, HELD)
+
+
+def build_document(events: Iterable[Mapping[str, Any]], **meta: Any) -> dict[str, Any]:
+    """The `rtax-probe/1` document from `probe` events (live, or read from a recording).
+
+    `drivers.<driver>.checks.<check>` holds the combined `result` and `evidence` (of a
+    breaching run, when one breached) and every run (host, channel) in `runs`;
+    `promised` says whether the driver states that it keeps this check; `summary`
+    counts results and names broken promises (promised, not passed)."""
+    drivers: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        if ev.get("type", "probe") != "probe":
+            continue
+        d = drivers.setdefault(str(ev["driver"]), {"checks": {}})
+        c = d["checks"].setdefault(
+            str(ev["check"]), {"result": NA, "evidence": "", "promised": False, "runs": []}
+        )
+        c["runs"].append(
+            {
+                "host": ev["host"],
+                "channel": ev["channel"],
+                "result": ev["result"],
+                "evidence": ev["evidence"],
+            }
+        )
+        c["promised"] = c["promised"] or bool(ev.get("promised"))
+    order = {c.name: i for i, c in enumerate(CHECKS)}
+    for d in drivers.values():
+        checks = d["checks"]
+        d["checks"] = {k: checks[k] for k in sorted(checks, key=lambda k: order.get(k, 999))}
+        for c in d["checks"].values():
+            c["result"] = combine(r["result"] for r in c["runs"])
+            src = next((r for r in c["runs"] if r["result"] == c["result"]), c["runs"][0])
+            tag = f"[{src['host']}/{src['channel']}] " if len(c["runs"]) > 1 else ""
+            c["evidence"] = tag + src["evidence"]
+        d["summary"] = summarize(d["checks"])
+    return {"format": PROBE_FORMAT, **meta, "drivers": drivers}
+
+
+def summarize(checks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts per result, the breached checks, and the promises kept and broken."""
+    counts = {r: 0 for r in RESULTS}
+    breached, broken, promised = [], [], 0
+    for name, c in checks.items():
+        counts[c["result"]] = counts.get(c["result"], 0) + 1
+        if c["result"] == BREACHED:
+            breached.append(name)
+        if c.get("promised"):
+            promised += 1
+            if not passed(name, c["result"]):
+                broken.append(name)
+    return {
+        **counts,
+        "breached_checks": breached,
+        "promised": promised,
+        "broken_promises": broken,
+    }
+
+
+def summary_text(s: Mapping[str, Any]) -> str:
+    """`15 blocked, 3 held, 4 breached, 0 n/a; promises kept 18/22`."""
+    counts = ", ".join(f"{s.get(r, 0)} {r}" for r in RESULTS)
+    if s.get("promised"):
+        kept = int(s["promised"]) - len(s.get("broken_promises") or [])
+        counts += f"; promises kept {kept}/{s['promised']}"
+    else:
+        counts += "; promises nothing"
+    return counts
+
+
+def matrix(
+    header: Mapping[str, Any] | None, events: Iterable[Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Columns of a driver x check matrix for a recording: its own `probe` events when it
+    has them (a `rtax probe -o` recording), else the boundaries its header carries (the
+    last probe of each host/driver when the run started). Each column: `checks`
+    (check -> result, missing when unknown) and `note` (where the results come from)."""
+    probes = [e for e in events if e.get("type") == "probe"]
+    cols: dict[str, dict[str, Any]] = {}
+    if probes:
+        hosts = {e["host"] for e in probes}
+        for e in probes:
+            key = str(e["driver"]) if len(hosts) == 1 else f"{e['host']}/{e['driver']}"
+            col = cols.setdefault(key, {"runs": {}, "note": "measured in this recording"})
+            col["runs"].setdefault(e["check"], []).append(e["result"])
+        for col in cols.values():
+            col["checks"] = {k: combine(v) for k, v in col.pop("runs").items()}
+        return cols
+    hosts_f = (header or {}).get("hosts") or {}
+    if not isinstance(hosts_f, dict):
+        return cols
+    names = [h for h, f in hosts_f.items() if isinstance(f, dict) and f.get("drivers")]
+    for host in names:
+        for drv, f in (hosts_f[host].get("drivers") or {}).items():
+            b = f.get("boundary") if isinstance(f, dict) else None
+            if not isinstance(b, dict):
+                continue
+            key = drv if len(names) == 1 else f"{host}/{drv}"
+            if b.get("checks"):
+                chans = ", ".join(b.get("channels") or [])
+                note = f"probed {b.get('probed_at', '?')}" + (f" ({chans})" if chans else "")
+                cols[key] = {"checks": dict(b["checks"]), "note": note}
+            else:
+                cols[key] = {"checks": {}, "note": str(b.get("status") or "not probed")}
+    return cols

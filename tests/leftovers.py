@@ -1,0 +1,81 @@
+"""What a run or an environment left on this machine, found by its label: for tests that
+assert nothing survives (teardown, cleanup, kill -9)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+
+PODMAN_SOCK = "/run/rtax-podman/podman.sock"
+DOCKER_SOCK = "/var/run/docker.sock"
+
+
+def containers(label: str) -> list[str]:
+    """Containers labelled `rtax.run=<label>` on dockerd and podman (where they answer)."""
+    try:
+        import docker
+    except ImportError:
+        return []
+    names = []
+    for sock in (DOCKER_SOCK, PODMAN_SOCK):
+        if not os.path.exists(sock):
+            continue
+        c = docker.APIClient(base_url=f"unix://{sock}", timeout=30)
+        try:  # the low-level list: no inspect of containers being removed meanwhile
+            found = c.containers(all=True, filters={"label": f"rtax.run={label}"})
+            names += [f"{sock}:{x['Names']}" for x in found]
+        except Exception:
+            pass  # the engine does not answer: nothing of ours runs there
+        finally:
+            c.close()
+    return names
+
+
+def processes(needle: str) -> list[str]:
+    """Processes whose command line contains `needle` (not this one)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if needle.encode() in cmd:
+            out.append(f"{name}: {cmd[:200]!r}")
+    return out
+
+
+def domains(label: str) -> list[str]:
+    """libvirt domains whose name carries the label (where libvirtd answers)."""
+    try:
+        import libvirt
+    except ImportError:
+        return []
+    try:
+        conn = libvirt.open("qemu:///system")
+    except libvirt.libvirtError:
+        return []
+    try:
+        return [d.name() for d in conn.listAllDomains() if label in d.name()]
+    finally:
+        conn.close()
+
+
+def leftovers(label: str, *, vms: bool = False, engines: bool = False) -> list[str]:
+    """Everything of `label` still here: workspaces, VM dirs, cgroups, processes
+    (sandboxes, QEMU), and with `engines` containers, with `vms` libvirt domains."""
+    label = label[:40]
+    tmp = tempfile.gettempdir()
+    left = glob.glob(os.path.join(tmp, f"rtax-ws-{label}-*"))
+    left += glob.glob(os.path.join(tmp, f"rtax-vm-*{label}*"))
+    left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
+    left += processes(f"rtax-ws-{label}-")
+    if vms:
+        left += processes(f"rtax-{label}-")  # QEMU names its guest after the label
+        left += domains(label)
+    if engines:
+        left += containers(label)
+    return left

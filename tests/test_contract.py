@@ -1,0 +1,182 @@
+"""The driver contract, one suite over every registered driver (plugins included).
+
+Each driver that can run on this machine goes through the same tests on each of its
+channels; one that cannot is skipped with its own `check()`'s reason. What a driver
+must do (drivers/base.py): create, ready, actions and teardown in order; a failed
+action leaves the channel usable; a hanging action times out; a phase cancelled at any
+point still tears down; teardown twice is harmless; nothing of the environment is left
+afterwards (processes, cgroups, workspaces, containers, VMs); `cleanup(label)` removes
+what an environment abandoned. Per-driver test files keep only what is specific.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+from rtax_tui.drivers import Driver, get_driver, names
+
+from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+from rtax_tui.hosts.local import LocalHost
+from tests.leftovers import leftovers
+
+CHANNELS = ("exec", "shell")
+VMS = {"libvirt", "microvm"}
+ENGINES = {"docker", "podman"}
+_why: dict[str, str | None] = {}
+
+
+def _problem(name: str) -> str | None:
+    if name not in _why:
+        try:
+            probs = asyncio.run(get_driver(name, LocalHost(), {}).check())
+            _why[name] = "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs) or None
+        except Exception as exc:
+            _why[name] = f"{type(exc).__name__}: {exc}"
+    return _why[name]
+
+
+@pytest.fixture(params=names())
+def driver_name(request: pytest.FixtureRequest) -> str:
+    """Every registered driver; skipped, with the driver's reason, where it can't run."""
+    why = _problem(request.param)
+    if why is not None:
+        pytest.skip(f"{request.param} cannot run here: {why}")
+    return str(request.param)
+
+
+@pytest.fixture(params=CHANNELS)
+def channel(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _label() -> str:
+    return f"ct{os.getpid()}{os.urandom(3).hex()}"
+
+
+def _driver(name: str, channel: str) -> Driver:
+    drv = get_driver(name, LocalHost(), {})
+    if channel not in drv.channels:
+        pytest.skip(f"{name} has no {channel} channel")
+    return drv
+
+
+def _spec(name: str, channel: str, label: str) -> EnvSpec:
+    return EnvSpec(
+        cell=Cell("local", name, "contract", channel),
+        workload=Workload("contract", (Step(("true",)),)),
+        limits=Limits(cpus=1, memory_mib=256, pids=128),
+        label=label,
+    )
+
+
+def _left(name: str, label: str) -> list[str]:
+    return leftovers(label, vms=name in VMS, engines=name in ENGINES)
+
+
+async def _settled(name: str, label: str, within_s: float = 15) -> list[str]:
+    """Leftovers, given a moment for asynchronous removals (an engine's, a VM's)."""
+    deadline = time.monotonic() + within_s
+    left = _left(name, label)
+    while left and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        left = _left(name, label)
+    return left
+
+
+async def act(env, *argv: str, timeout: float = 60):
+    return await env.action(Step(tuple(argv)), timeout)
+
+
+def test_lifecycle_failed_action_and_double_teardown(driver_name, channel):
+    drv = _driver(driver_name, channel)
+    label = _label()
+
+    async def run() -> None:
+        env = drv.environment(_spec(driver_name, channel, label))
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, "sh", "-c", "echo kept > rtax-contract && echo out")
+            assert (r.rc, r.output) == (0, b"out\n"), r
+            r = await act(env, "cat", "rtax-contract")  # the workspace persists
+            assert (r.rc, r.output) == (0, b"kept\n"), r
+            r = await act(env, "sh", "-c", "echo err >&2; exit 3")  # a failed action...
+            assert r.rc == 3 and b"err" in r.output, r
+            r = await act(env, "echo", "still")  # ...leaves the channel usable
+            assert (r.rc, r.output) == (0, b"still\n"), r
+        finally:
+            await env.teardown()
+        await env.teardown()  # twice: harmless
+        assert await _settled(driver_name, label) == []
+
+    asyncio.run(run())
+
+
+def test_hanging_action_times_out_and_tears_down(driver_name, channel):
+    drv = _driver(driver_name, channel)
+    label = _label()
+
+    async def run() -> None:
+        env = drv.environment(_spec(driver_name, channel, label))
+        try:
+            await env.create()
+            await env.ready()
+            t = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await act(env, "sleep", "300", timeout=1.0)
+            assert time.monotonic() - t < 15
+        finally:
+            t = time.monotonic()
+            await env.teardown()
+            assert time.monotonic() - t < 60
+        assert await _settled(driver_name, label) == []
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("phase", ["create", "ready", "action"])
+def test_a_cancelled_phase_still_tears_down(driver_name, phase):
+    drv = _driver(driver_name, "exec")
+    label = _label()
+    delays = [0.0, 0.05] if driver_name in VMS else [0.0, 0.003, 0.02, 0.1]
+
+    async def run() -> None:
+        for delay in delays:
+            env = drv.environment(_spec(driver_name, "exec", label))
+            try:
+                if phase == "create":
+                    await asyncio.wait_for(env.create(), delay)
+                elif phase == "ready":
+                    await env.create()
+                    await asyncio.wait_for(env.ready(), delay)
+                else:
+                    await env.create()
+                    await env.ready()
+                    await act(env, "sleep", "30", timeout=delay)
+            except TimeoutError:
+                pass
+            await asyncio.wait_for(env.teardown(), 60)
+            assert await _settled(driver_name, label) == [], (phase, delay)
+
+    asyncio.run(run())
+
+
+def test_cleanup_removes_an_abandoned_environment(driver_name):
+    drv = _driver(driver_name, "exec")
+    label = _label()
+
+    async def run() -> None:
+        env = drv.environment(_spec(driver_name, "exec", label))
+        await env.create()
+        await env.ready()
+        assert _left(driver_name, label), "the live environment should be visible"
+        n = await drv.cleanup(label)  # as `rtax cleanup --run` after a crash
+        assert n >= 1
+        assert await _settled(driver_name, label) == []
+        assert await drv.cleanup(label) == 0
+        await env.teardown()  # still safe afterwards
+
+    asyncio.run(run())

@@ -1,0 +1,332 @@
+"""`rtax probe`'s verdicts from crafted step outputs and host observations (no I/O),
+the combination over channels and hosts, the document, and the scripts' syntax."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from rtax_tui.core import probe_scripts as S
+from rtax_tui.core.probe import (
+    ALL_CHECKS,
+    BLOCKED,
+    BREACHED,
+    BY_NAME,
+    CHECKS,
+    HELD,
+    NA,
+    PROBE_FORMAT,
+    Context,
+    Outcome,
+    build_document,
+    classify,
+    combine,
+    facts,
+    matrix,
+    summarize,
+    trim,
+)
+
+TOK = {
+    "tmp_sentinel": "rtax-probe-tmp-aaa",
+    "cache_sentinel": "rtax-probe-cache-bbb",
+    "root_home": "rtax-probe-root-ccc",
+    "probe_socket": "rtax-probe-hello-ddd",
+    "loopback_tcp": "rtax-probe-hello-ddd",
+    "host_processes": "rtax-probe-proc-eee",
+    "other_env": "rtax-probe-mark-fff",
+    "workspace_persists": "rtax-probe-mark-fff",
+    "fresh_env": "rtax-probe-fresh-ggg",
+}
+
+
+def ctx(**kw) -> Context:
+    base = dict(
+        tokens=dict(TOK),
+        paths={
+            "tmp_sentinel": "/tmp/rtax-probe-1/sentinel",
+            "cache_sentinel": "/c/probe-1/sentinel",
+            "root_home": "/root/.rtax-probe-1/sentinel",
+            "probe_socket": "/tmp/rtax-probe-sock-1/probe.sock",
+        },
+        sockets={"docker": ["/run/docker.sock"], "podman": ["/p.sock"], "libvirt": ["/l.sock"]},
+        shadow_md5="0123",
+        blockdevs=[("loop0", 4096, "beef"), ("vda", 0, "")],
+        host_boot="B1",
+        host_mntns="mnt:[1]",
+        env_boot="B1",
+        env_mntns="mnt:[2]",
+    )
+    base.update(kw)
+    return Context(**base)
+
+
+def verdict(name: str, output: str = "", c: Context | None = None, **kw) -> str:
+    return classify(name, Outcome(output=output, **kw), c or ctx()).result
+
+
+# (check, output, observed, expected): a passing and a failing case for every check
+CASES = [
+    ("tmp_sentinel", "cat: no such file", {}, BLOCKED),
+    ("tmp_sentinel", "rtax-probe-tmp-aaa\n", {}, BREACHED),
+    ("tmp_sentinel", "@exists=/tmp/rtax-probe-1/sentinel\ncat: Permission denied", {}, BREACHED),
+    ("cache_sentinel", "", {}, BLOCKED),
+    ("cache_sentinel", "rtax-probe-cache-bbb", {}, BREACHED),
+    ("root_home", "No such file", {}, BLOCKED),
+    ("root_home", "rtax-probe-root-ccc", {}, BREACHED),
+    ("etc_shadow", "/etc/shadow: cannot read it", {}, BLOCKED),
+    ("etc_shadow", "@md5=9999\n/etc/shadow: readable", {}, BLOCKED),  # its own shadow
+    ("etc_shadow", "@md5=0123\n/etc/shadow: readable", {}, BREACHED),
+    ("docker_socket", "/run/docker.sock: not visible", {}, BLOCKED),
+    ("docker_socket", "@connected=/run/docker.sock\nHTTP/1.0 200 OK", {}, BREACHED),
+    ("docker_socket", "/run/docker.sock: visible\n@notool=/run/docker.sock", {}, NA),
+    ("podman_socket", "/p.sock: connect: [Errno 13] Permission denied", {}, BLOCKED),
+    ("podman_socket", "@connected=/p.sock\nHTTP/1.0 200 OK", {}, BREACHED),
+    ("libvirt_socket", "/l.sock: not visible", {}, BLOCKED),
+    ("libvirt_socket", "@connected=/l.sock", {}, BREACHED),
+    ("probe_socket", "not visible", {"unix_conns": 0}, BLOCKED),
+    ("probe_socket", "", {"unix_conns": 1}, BREACHED),  # the host saw it
+    ("probe_socket", "answered: rtax-probe-hello-ddd", {"unix_conns": 0}, BREACHED),
+    ("remount_rw", "@wrote=/etc\n@wrote=/", {"reached_host": []}, BLOCKED),
+    ("remount_rw", "/root: remounted\n@wrote=/root", {"reached_host": ["/root"]}, BREACHED),
+    ("block_devices", "mknod: Operation not permitted", {}, BLOCKED),
+    ("block_devices", "@read=loop0:4096:beef", {}, BREACHED),
+    ("block_devices", "@read=loop0:4096:cafe", {}, BLOCKED),  # its own device
+    ("block_devices", "@read=vda:4096:cafe", {}, BREACHED),  # host can't read: same kernel
+    ("proc_sys", "write: Read-only file system", {}, BLOCKED),
+    ("proc_sys", "@wrote=/proc/sys/fs/file-max (the value it had)", {}, BREACHED),
+    ("sys_write", "@nofile (no known sysfs setting is readable)", {}, NA),
+    ("sys_write", "@nosysfs (no /sys inside; mounting one was refused: EPERM)", {}, BLOCKED),
+    ("sys_write", "write: Read-only file system", {}, BLOCKED),
+    ("sys_write", "@wrote=/sys/x", {}, BREACHED),
+    ("module_load", "@errno=EPERM", {}, BLOCKED),
+    ("module_load", "@errno=ENOEXEC", {}, BREACHED),
+    ("module_load", "@errno=ENOSYS", {}, NA),
+    ("module_load", "@notool", {}, NA),
+    ("module_load", "insmod: can't insert: Operation not permitted\n@insmod", {}, BLOCKED),
+    ("module_load", "insmod: can't insert: invalid module format\n@insmod", {}, BREACHED),
+    ("cgroup_escape", "before: 4:memory:/rtax/env\nafter: 4:memory:/rtax/env", {}, BLOCKED),
+    ("cgroup_escape", "@moved=/sys/fs/cgroup/pids/cgroup.procs", {}, BREACHED),
+    ("cgroup_escape", "@writable=/sys/fs/cgroup/pids/cgroup.procs", {}, BREACHED),
+    ("pids_limit", "@spawned=120", {"attempts": 384, "host_ms": 3}, HELD),
+    ("pids_limit", "@spawned=384", {"attempts": 384, "host_ms": 3}, BREACHED),
+    ("pids_limit", "@spawned=120", {"attempts": 384, "host_ms": None}, BREACHED),
+    ("pids_limit", "", {"attempts": 384, "host_ms": 3}, NA),
+    ("memory_limit", "allocating 512 MiB\nKilled\nrc 137", {"host_ms": 2}, HELD),
+    ("memory_limit", "allocating 512 MiB\n@allocated=512", {"host_ms": 2}, BREACHED),
+    ("memory_limit", "", {"skipped": "the host has 100 MiB free"}, NA),
+    ("memory_limit", "sh: cannot create cgroup.procs", {"host_ms": 2, "limit_mib": 256}, NA),
+    ("loopback_tcp", "Connection refused", {"tcp_conns": 0}, BLOCKED),
+    ("loopback_tcp", "connected; received: rtax-probe-hello-ddd", {"tcp_conns": 1}, BREACHED),
+    ("loopback_tcp", "@notool", {"tcp_conns": 0}, NA),
+    ("host_processes", "pid 1: not visible\nprocesses visible: 3", {}, BLOCKED),
+    ("host_processes", "rtax-probe-proc-eee", {}, BREACHED),
+    ("host_signal", "kill -CONT 5: delivered", {"signals": 0}, BLOCKED),  # its own pid 5
+    ("host_signal", "kill -CONT 5: delivered", {"signals": 1}, BREACHED),
+    ("other_env", "looked in: /workspace", {}, BLOCKED),
+    ("other_env", "@found=/tmp/x\nrtax-probe-mark-fff", {}, BREACHED),
+    ("workspace_persists", "rtax-probe-mark-fff", {}, HELD),
+    ("workspace_persists", "cat: ./.rtax-probe-mark: No such file", {}, BREACHED),
+    ("fresh_env", "looked for x", {}, HELD),
+    ("fresh_env", "@found=/tmp/x\nrtax-probe-fresh-ggg", {}, BREACHED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "output", "observed", "expected"), CASES)
+def test_classification(name: str, output: str, observed: dict, expected: str) -> None:
+    assert verdict(name, output, observed=observed) == expected
+
+
+def test_every_check_has_a_passing_and_a_failing_case() -> None:
+    """A check that can never come back `breached` would prove nothing."""
+    for c in CHECKS:
+        results = {exp for name, _, _, exp in CASES if name == c.name}
+        assert c.passed in results and BREACHED in results, c.name
+
+
+def test_a_failed_step_is_not_a_pass() -> None:
+    for c in CHECKS:
+        if c.name in ("pids_limit", "memory_limit"):
+            continue
+        assert verdict(c.name, "", error="action_timeout: slow") == NA, c.name
+
+
+def test_the_memory_hog_taking_the_environment_down_is_contained() -> None:
+    obs = {"host_ms": 3, "limit_mib": 256}
+    assert verdict("memory_limit", "", error="substrate_lost: gone", observed=obs) == HELD
+    obs = {"host_ms": None, "host_error": "timed out", "limit_mib": 256}
+    assert verdict("memory_limit", "", error="substrate_lost: gone", observed=obs) == BREACHED
+
+
+def test_own_kernel_writes_are_not_breaches_but_file_reads_still_are() -> None:
+    vm = ctx(env_boot="B2")
+    assert vm.own_kernel and not vm.same_mntns
+    assert verdict("proc_sys", "@wrote=/proc/sys/fs/file-max", vm) == BLOCKED
+    assert verdict("module_load", "@errno=ENOEXEC", vm) == BLOCKED
+    assert verdict("cgroup_escape", "@moved=/x/cgroup.procs", vm) == BLOCKED
+    obs = {"attempts": 384, "host_ms": 1}
+    assert verdict("pids_limit", "@spawned=384", vm, observed=obs) == HELD
+    assert verdict("tmp_sentinel", "rtax-probe-tmp-aaa", vm) == BREACHED
+    assert verdict("block_devices", "@read=vda:4096:cafe", vm) == BLOCKED
+
+
+def test_same_mount_namespace_is_detected() -> None:
+    assert ctx(env_mntns="mnt:[1]").same_mntns
+    assert not ctx().same_mntns
+
+
+def test_unplanted_or_absent_things_are_na_with_a_reason() -> None:
+    c = ctx(paths={}, sockets={}, shadow_md5=None, blockdevs=[], tokens={})
+    for name in ("tmp_sentinel", "root_home", "docker_socket", "probe_socket", "block_devices",
+                 "loopback_tcp", "host_processes", "host_signal"):  # fmt: skip
+        v = classify(name, Outcome(output="whatever"), c)
+        assert v.result == NA and v.evidence, name
+    assert verdict("etc_shadow", "@md5=0123", c) == NA  # cannot compare with the host's
+
+
+def test_evidence_is_one_trimmed_line_and_never_the_shadow_hash() -> None:
+    v = classify("etc_shadow", Outcome(output="@md5=0123\n/etc/shadow: readable"), ctx())
+    assert v.result == BREACHED and "0123" not in v.evidence
+    long = "x" * 5000 + "\nline two"
+    v = classify("tmp_sentinel", Outcome(output=long), ctx())
+    assert "\n" not in v.evidence and len(v.evidence) <= 400
+    assert trim("a\n\n b \nc") == "a | b | c"
+
+
+def test_facts_reads_at_lines_only() -> None:
+    f = facts("@a=1\nplain @b=2\n@a=3\n@bare\n@k=v=w")
+    assert f == {"a": ["1", "3"], "bare": [""], "k": ["v=w"]}
+
+
+def test_combine_breached_anywhere_then_na_then_pass() -> None:
+    assert combine([BLOCKED, BLOCKED]) == BLOCKED
+    assert combine([HELD, BREACHED]) == BREACHED
+    assert combine([BLOCKED, NA]) == NA
+    assert combine([NA, BREACHED]) == BREACHED
+    assert combine([]) == NA
+
+
+def _ev(driver: str, channel: str, check: str, result: str, promised: bool = False) -> dict:
+    return {
+        "type": "probe",
+        "host": "local",
+        "driver": driver,
+        "channel": channel,
+        "check": check,
+        "result": result,
+        "evidence": f"{channel} says {result}",
+        "promised": promised,
+    }
+
+
+def test_document_shape_and_promises() -> None:
+    evs = [
+        _ev("stage", "exec", "root_home", BLOCKED, True),
+        _ev("stage", "shell", "root_home", BREACHED, True),
+        _ev("stage", "exec", "fresh_env", HELD, True),
+        _ev("stage", "shell", "fresh_env", HELD, True),
+        _ev("local", "exec", "root_home", BREACHED),
+    ]
+    doc = build_document(evs, hosts=["local"])
+    assert doc["format"] == PROBE_FORMAT and doc["hosts"] == ["local"]
+    st = doc["drivers"]["stage"]
+    assert list(st["checks"]) == ["root_home", "fresh_env"]  # the catalogue's order
+    rh = st["checks"]["root_home"]
+    assert rh["result"] == BREACHED and rh["promised"]
+    assert rh["evidence"] == "[local/shell] shell says breached"
+    assert [r["channel"] for r in rh["runs"]] == ["exec", "shell"]
+    assert st["summary"]["broken_promises"] == ["root_home"]
+    assert st["summary"]["blocked"] == 0 and st["summary"]["breached"] == 1
+    assert st["summary"]["held"] == 1 and st["summary"]["promised"] == 2
+    loc = doc["drivers"]["local"]
+    assert loc["checks"]["root_home"]["evidence"] == "exec says breached"  # one run: no tag
+    assert loc["summary"]["broken_promises"] == []  # local promised nothing
+
+
+def test_summarize_counts_every_result() -> None:
+    s = summarize({"a": {"result": NA}, "root_home": {"result": BLOCKED, "promised": True}})
+    assert s[NA] == 1 and s[BLOCKED] == 1 and s["broken_promises"] == []
+
+
+def test_matrix_from_probe_events_or_from_the_header() -> None:
+    evs = [_ev("stage", "exec", "root_home", BLOCKED), _ev("stage", "shell", "root_home", NA)]
+    cols = matrix({"type": "run"}, evs)
+    assert cols == {"stage": {"checks": {"root_home": NA}, "note": "measured in this recording"}}
+    header = {
+        "hosts": {
+            "local": {
+                "drivers": {
+                    "stage": {
+                        "boundary": {
+                            "probed_at": "2026-01-01T00:00:00.000+00:00",
+                            "channels": ["exec"],
+                            "checks": {"root_home": BREACHED},
+                        }
+                    },
+                    "docker": {"boundary": {"status": "not probed"}},
+                    "local": {"version": "x"},  # an old header: no boundary at all
+                }
+            }
+        }
+    }
+    cols = matrix(header, [])
+    assert cols["stage"]["checks"] == {"root_home": BREACHED}
+    assert cols["stage"]["note"].startswith("probed 2026-01-01")
+    assert cols["docker"] == {"checks": {}, "note": "not probed"}
+    assert "local" not in cols
+
+
+def test_catalogue_is_consistent() -> None:
+    assert len(ALL_CHECKS) == len(CHECKS) >= 20
+    for c in CHECKS:
+        assert BY_NAME[c.name] is c and c.means and c.kind in ("escape", "guarantee")
+
+
+def test_driver_promises_name_known_checks() -> None:
+    from rtax_tui.drivers import get_driver, names
+
+    from rtax_tui.hosts.local import LocalHost
+
+    for name in names():
+        drv = get_driver(name, LocalHost(), {})
+        promised = drv.promised_checks()
+        assert promised <= ALL_CHECKS, name
+    assert get_driver("local", LocalHost(), {}).promised_checks() == {"workspace_persists"}
+    assert get_driver("docker", LocalHost(), {}).promised_checks() == ALL_CHECKS
+    open_net = get_driver("docker", LocalHost(), {"network": "host"}).promised_checks()
+    assert "loopback_tcp" not in open_net
+    for vm in ("libvirt", "microvm"):
+        assert get_driver(vm, LocalHost(), {}).promised_checks() == ALL_CHECKS
+
+
+ENV_SCRIPTS = {
+    name: getattr(S, name)
+    for name in (
+        "IDENTIFY", "FILE_SENTINEL", "SHADOW", "UNIX_SOCKETS", "LOOPBACK_TCP", "REMOUNT",
+        "BLOCK_DEVICES", "PROC_SYS", "SYS_WRITE", "MODULE", "CGROUP", "FORK_BOMB",
+        "MEMORY_HOG", "PROCESSES_SEE", "PROCESSES_SIGNAL", "WRITE_MARKS", "READ_FILE",
+        "OTHER_ENV", "FRESH", "HOST_PLANT", "HOST_WROTE", "HOST_CLEANUP",
+    )
+}  # fmt: skip
+SHELLS = [s for s in (["dash"], ["busybox", "sh"]) if shutil.which(s[0])]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize("name", sorted(ENV_SCRIPTS))
+def test_scripts_parse_under_dash_and_busybox(name: str, shell: list[str]) -> None:
+    res = subprocess.run([*shell, "-n", "-c", ENV_SCRIPTS[name]], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("name", ["PY_UNIX", "PY_TCP", "PY_INIT_MODULE", "LISTENER"])
+def test_python_snippets_compile(name: str) -> None:
+    compile(getattr(S, name), name, "exec")
+
+
+def test_the_workload_names_python3_as_a_word() -> None:
+    """Docker and the VMs pick their Debian image (with python3) from the steps' words."""
+    import shlex
+
+    assert "python3" in shlex.split(S.IDENTIFY)

@@ -1,0 +1,322 @@
+"""`rtax probe` through the command line: bad input, a real probe of the open `local`
+driver (which must come back breached: the proof that the probe can fail), its
+recording read back by `rtax report`, and the boundary a later `rtax run` records."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rtax_tui.core.probe import ALL_CHECKS, BREACHED, HELD, PROBE_FORMAT
+from rtax_tui.core.recording import read_recording
+
+# What an environment with no boundary cannot keep out on this kind of machine (module
+# loading is left out: a kernel without modules makes it n/a even for the host itself;
+# block devices too: some machines refuse root reading them).
+LOCAL_BREACHES = {
+    "tmp_sentinel", "cache_sentinel", "etc_shadow", "root_home", "probe_socket",
+    "remount_rw", "proc_sys", "sys_write", "cgroup_escape", "pids_limit", "memory_limit",
+    "loopback_tcp", "host_processes", "host_signal", "other_env", "fresh_env",
+}  # fmt: skip
+ROOT = os.geteuid() == 0
+
+
+def rtax(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    return subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--driver", "nope"], "--driver"),
+        (["--driver", ","], "--driver"),
+        (["--driver", "local", "--channel", "pipe"], "--channel"),
+        (["--driver", "local", "--format", "xml"], "--format"),
+        (["--driver", "local", "--host", "ftp://x"], "--host"),
+        (["--driver", "local", "--profile", "/nonexistent.toml"], "--profile"),
+        (["--driver", "local", "--format"], "--format"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], field: str, tmp_path) -> None:
+    res = rtax("probe", *args, env={"RTAX_CACHE": str(tmp_path)})
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1 and field in lines[0], res.stderr
+    assert res.stdout == ""
+
+
+def test_an_existing_output_file_is_never_overwritten(tmp_path) -> None:
+    out = tmp_path / "p.jsonl"
+    out.write_text("keep me\n")
+    res = rtax("probe", "--driver", "local", "-o", str(out), env={"RTAX_CACHE": str(tmp_path)})
+    assert res.returncode == 2 and "already exists" in res.stderr
+    assert out.read_text() == "keep me\n"
+
+
+def test_help_lists_every_check_and_the_exit_status() -> None:
+    res = rtax("probe", "--help")
+    assert res.returncode == 0
+    for name in ALL_CHECKS:
+        assert name in res.stdout
+    assert "exit status" in res.stdout and "--channel" in res.stdout
+
+
+def _ours_left() -> list[str]:
+    """What a probe could leave on this host: planted files, markers, its listener, loops."""
+    import tempfile
+
+    tmp = tempfile.gettempdir()
+    found = glob.glob(f"{tmp}/rtax-probe-*") + glob.glob("/root/.rtax-probe-*")
+    found += glob.glob(f"{tmp}/.rtax-probe-*") + glob.glob("/tmp/.rtax-probe-*")
+    for d in ("/", "/etc", "/root", "/usr", "/var", "/var/tmp"):
+        found += glob.glob(f"{d}/.rtax-probe-rw-*")
+    res = subprocess.run(["losetup", "-a"], capture_output=True, text=True)
+    found += [line for line in res.stdout.splitlines() if "rtax-probe-blk-" in line]
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"rtax probe: the host's listener" in f.read():
+                        found.append(f"listener pid {pid}")
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def local_probe(tmp_path_factory):
+    """One real probe of `local` on both channels, recorded; its own cache directory."""
+    d = tmp_path_factory.mktemp("probe")
+    out = d / "probe.jsonl"
+    res = rtax(
+        "probe", "--driver", "local", "--format", "json", "-o", str(out),
+        env={"RTAX_CACHE": str(d / "cache")},
+    )  # fmt: skip
+    return d, out, res
+
+
+@pytest.mark.skipif(not ROOT, reason="the probe's host sentinels (/root, loop devices) need root")
+def test_the_open_local_driver_comes_back_breached(local_probe) -> None:
+    """The probe can fail: `local` keeps nothing out, and every check it cannot pass is
+    measured as breached, on both channels, while its one promise holds."""
+    d, out, res = local_probe
+    assert res.returncode == 0, res.stderr  # a breach is a measurement, not an error
+    doc = json.loads(res.stdout)
+    assert doc["format"] == PROBE_FORMAT
+    checks = doc["drivers"]["local"]["checks"]
+    assert set(checks) == ALL_CHECKS
+    for name in LOCAL_BREACHES:
+        assert checks[name]["result"] == BREACHED, (name, checks[name]["evidence"])
+        assert {r["channel"] for r in checks[name]["runs"]} == {"exec", "shell"}
+        assert all(r["result"] == BREACHED for r in checks[name]["runs"]), name
+        assert checks[name]["evidence"]
+    assert checks["workspace_persists"]["result"] == HELD
+    summary = doc["drivers"]["local"]["summary"]
+    assert summary["promised"] == 1 and summary["broken_promises"] == []
+    assert _ours_left() == []
+
+
+@pytest.mark.skipif(not ROOT, reason="the probe's host sentinels (/root, loop devices) need root")
+def test_the_probe_recording_reads_back_in_report(local_probe) -> None:
+    d, out, res = local_probe
+    doc = json.loads(res.stdout)
+    rec = read_recording(out)
+    probes = [e for e in rec.events if e["type"] == "probe"]
+    assert len(probes) == 2 * len(ALL_CHECKS)
+    assert rec.end is not None and rec.end["status"] == "completed"
+    assert all(isinstance(e["t_ns"], int) for e in probes)
+    rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
+    got = {k: c["result"] for k, c in rep["probe"]["drivers"]["local"]["checks"].items()}
+    want = {k: c["result"] for k, c in doc["drivers"]["local"]["checks"].items()}
+    assert got == want
+    table = rtax("report", str(out)).stdout
+    assert "rtax probe" in table and "tmp_sentinel" in table and "breached" in table
+    assert "local/tmp_sentinel: [local/exec] read the host's" in table  # evidence, unmangled
+    md = rtax("report", str(out), "--format", "markdown").stdout
+    assert "## Boundary checks" in md and "| `tmp_sentinel` | breached |" in md
+
+
+@pytest.mark.skipif(not ROOT, reason="the probe's host sentinels (/root, loop devices) need root")
+def test_a_run_records_the_last_probe_beside_its_costs(local_probe, tmp_path) -> None:
+    d, _, res = local_probe
+    cache = d / "cache"
+    state = json.loads((cache / "probe" / "last.json").read_text())
+    assert state["entries"]["local/local"]["checks"]["tmp_sentinel"] == BREACHED
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[run]\ntrials = 1\nwarmup = 0\ndrivers = ["local", "stage"]\nworkloads = ["w"]\n'
+        '[workloads.w]\nsteps = [{argv = ["true"]}]\n'
+    )
+    rec_path = tmp_path / "r.jsonl"
+    run = rtax(
+        "run", str(prof), "--headless", "-o", str(rec_path), "--quiet",
+        env={"RTAX_CACHE": str(cache)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    drivers = read_recording(rec_path).header["hosts"]["local"]["drivers"]
+    local_b = drivers["local"]["boundary"]
+    assert local_b["checks"]["tmp_sentinel"] == BREACHED and local_b["probed_at"]
+    assert local_b["summary"]["breached"] >= len(LOCAL_BREACHES)
+    assert drivers["stage"]["boundary"] == {"status": "not probed"}
+    rep = rtax("report", str(rec_path)).stdout
+    assert "boundaries" in rep and "local/local: probed" in rep
+    assert "local/stage: not probed" in rep
+    jrep = json.loads(rtax("report", str(rec_path), "--format", "json").stdout)
+    assert set(jrep["run"]["boundaries"]) == {"local/local", "local/stage"}
+
+
+def test_old_recordings_keep_their_report_shape() -> None:
+    ex = Path(__file__).resolve().parents[1] / "recordings" / "examples" / "t0-local-stage.jsonl"
+    rep = json.loads(rtax("report", str(ex), "--format", "json").stdout)
+    assert "boundaries" not in rep["run"] and "probe" not in rep
+
+
+def test_the_reaper_removes_planted_files_and_directories(tmp_path) -> None:
+    from rtax_tui.core.reaper import _reap
+
+    f = tmp_path / ".rtax-probe-x"
+    f.write_text("x")
+    dd = tmp_path / "rtax-probe-d"
+    dd.mkdir()
+    (dd / "sentinel").write_text("y")
+    _reap(set(), set(), {str(f), str(dd), str(tmp_path / "gone")})
+    assert not f.exists() and not dd.exists()
+
+
+def test_a_driver_that_cannot_be_checked_is_na_on_every_check(monkeypatch) -> None:
+    """A driver whose own check raises, or lacks a channel: the matrix gets `n/a` rows
+    that say why, and the other drivers are still probed."""
+    import asyncio
+
+    import rtax_tui.drivers as drivers_mod
+    from rtax_tui.drivers.local import LocalDriver
+
+    from rtax_tui.core.probe import NA
+    from rtax_tui.core.probe_run import run_probe
+    from rtax_tui.hosts.local import LocalHost
+
+    class Broken(LocalDriver):
+        name = "broken"
+
+        async def check(self):
+            raise ConnectionResetError("the KVM probe's socket went away")
+
+    class ExecOnly(LocalDriver):
+        name = "execonly"
+        channels = ("exec",)
+
+    real = drivers_mod.get_driver
+    fakes = {"broken": Broken, "execonly": ExecOnly}
+    monkeypatch.setattr(
+        drivers_mod,
+        "get_driver",
+        lambda n, h, o=None: fakes[n](h, o or {}) if n in fakes else real(n, h, o),
+    )
+    events: list[dict] = []
+    asyncio.run(run_probe({"local": LocalHost()}, ["broken", "execonly"], ["shell"], events.append))
+    by = {(e["driver"], e["check"]): e for e in events}
+    assert len(events) == 2 * len(ALL_CHECKS)
+    for name in ALL_CHECKS:
+        assert by[("broken", name)]["result"] == NA
+        assert "its check failed: ConnectionResetError" in by[("broken", name)]["evidence"]
+        assert by[("execonly", name)]["result"] == NA
+        assert "no shell channel" in by[("execonly", name)]["evidence"]
+    assert _ours_left() == []
+
+
+def test_the_example_probe_recording_reports_every_driver() -> None:
+    """recordings/examples/probe/all-drivers.jsonl: the matrix measured on this machine."""
+    ex = Path(__file__).resolve().parents[1] / "recordings" / "examples" / "probe"
+    rep = json.loads(rtax("report", str(ex / "all-drivers.jsonl"), "--format", "json").stdout)
+    drivers = rep["probe"]["drivers"]
+    assert list(drivers) == ["local", "stage", "docker", "podman", "libvirt", "microvm"]
+    for d in drivers.values():
+        assert set(d["checks"]) == ALL_CHECKS
+    assert rep["cells"] == []
+    md = rtax("report", str(ex / "all-drivers.jsonl"), "--format", "markdown").stdout
+    assert "## Cells" not in md and "| check | local | stage | docker" in md
+
+
+@pytest.mark.skipif(not ROOT, reason="the probe's host sentinels (/root, loop devices) need root")
+def test_ctrl_c_tears_down_and_leaves_nothing(tmp_path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "int.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "probe", "--driver", "local", "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RTAX_CACHE": str(tmp_path / "cache")},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the first environment is at work
+        if out.exists() and b'"type":"probe"' in out.read_bytes():
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    rec = read_recording(out)
+    assert rec.end is not None and rec.end["status"] == "interrupted"
+    assert not (tmp_path / "cache" / "probe" / "last.json").exists()  # no partial "last"
+    assert _ours_left() == []
+
+
+def test_an_environment_that_runs_nothing_proves_nothing(monkeypatch) -> None:
+    """A driver whose actions do nothing (empty output, rc 0) must not pass a guarantee:
+    the markers were never written, the bomb and the hog never started: `n/a`."""
+    import asyncio
+
+    import rtax_tui.drivers as drivers_mod
+    from rtax_tui.drivers.base import Driver, Environment
+
+    from rtax_tui.core.model import ActionResult
+    from rtax_tui.core.probe import NA
+    from rtax_tui.core.probe_run import run_probe
+    from rtax_tui.hosts.local import LocalHost
+
+    class Mute(Environment):
+        async def create(self) -> None:
+            pass
+
+        async def action(self, step, timeout):
+            return ActionResult(0, b"")
+
+        async def teardown(self) -> None:
+            pass
+
+    class MuteDriver(Driver):
+        name = "mute"
+
+        async def check(self):
+            return []
+
+        def environment(self, spec, sub=None):
+            return Mute(self, spec, sub)
+
+    real = drivers_mod.get_driver
+    monkeypatch.setattr(
+        drivers_mod,
+        "get_driver",
+        lambda n, h, o=None: MuteDriver(h, {}) if n == "mute" else real(n, h, o),
+    )
+    events: list[dict] = []
+    asyncio.run(run_probe({"local": LocalHost()}, ["mute"], ["exec"], events.append))
+    res = {e["check"]: e for e in events}
+    for name in ("workspace_persists", "other_env", "fresh_env", "pids_limit", "memory_limit"):
+        assert res[name]["result"] == NA, (name, res[name]["evidence"])
+    assert "could not write its markers" in res["fresh_env"]["evidence"]
+    assert _ours_left() == []

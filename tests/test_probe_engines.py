@@ -1,0 +1,41 @@
+"""`rtax probe` on docker and podman: their default boundary, measured (not assumed)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rtax_tui.core.probe import ALL_CHECKS
+from tests.probetools import by_run, failures, probe
+
+docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
+
+PODMAN_SOCKET = "unix:///run/rtax-podman/podman.sock"
+
+
+def _labelled(engine_socket: str, label: str) -> list[str]:
+    c = docker.DockerClient(base_url=engine_socket, version="auto", timeout=30)
+    try:
+        return [x.name for x in c.containers.list(all=True, filters={"label": f"rtax.run={label}"})]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    ("driver", "socket"),
+    [("docker", "unix:///var/run/docker.sock"), ("podman", PODMAN_SOCKET)],
+)
+def test_the_container_keeps_every_check_on_both_channels(driver, socket, request) -> None:
+    """Root in the container with the engine's default capabilities, network none and the
+    probe's limits: every escape is blocked and every guarantee holds, as promised."""
+    request.getfixturevalue(f"{driver}_engine")  # conftest: the engine and its images
+    label = f"pyprb{os.getpid()}{driver}"
+    doc = probe([driver], ["exec", "shell"], label=label)
+    runs = by_run(doc, driver)
+    assert set(runs) == {("local", "exec"), ("local", "shell")}
+    for results in runs.values():
+        assert set(results) == ALL_CHECKS
+    assert failures(doc, driver) == []
+    assert doc["drivers"][driver]["summary"]["broken_promises"] == []
+    assert _labelled(socket, label) == []  # the probe's containers are gone

@@ -1,0 +1,62 @@
+"""`stage` keeps every boundary check, on both channels: one test per check, measured by
+`rtax probe` in stage's own environments, locally and on an SSH host (the tests' sshd on
+loopback, through `stage_remote`). An escape attempt must come back `blocked` and a
+guarantee `held`; `breached` or `n/a` fails (a check that cannot be measured here does
+not prove the boundary)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from rtax_tui.core.probe import BY_NAME, CHECKS
+from tests.probetools import probe
+from tests.sshhosts import SSHLab, missing
+
+CHANNELS = ("exec", "shell")
+LABEL = f"pystprb{os.getpid()}"
+ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def local_doc() -> dict[str, Any]:
+    if not ROOT:
+        pytest.skip("stage needs root")
+    return probe(["stage"], list(CHANNELS), label=LABEL)
+
+
+@pytest.fixture(scope="module")
+def ssh_doc() -> dict[str, Any]:
+    why = missing()
+    if why is not None:
+        pytest.skip(why)
+    from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url
+
+    lab = SSHLab()
+    try:
+        h = lab.serve_loopback()
+        target = parse_ssh_url(h.url, identity=lab.identity, known_hosts=lab.known_hosts)
+        return probe(["stage"], list(CHANNELS), host=lambda: SSHHost(target), label=LABEL)
+    finally:
+        lab.close()
+
+
+def _assert_kept(doc: dict[str, Any], check: str) -> None:
+    c = doc["drivers"]["stage"]["checks"][check]
+    runs = {r["channel"]: r for r in c["runs"]}
+    assert set(runs) == set(CHANNELS)
+    want = BY_NAME[check].passed
+    bad = {ch: f"{r['result']}: {r['evidence']}" for ch, r in runs.items() if r["result"] != want}
+    assert bad == {}, f"stage should keep {check} ({BY_NAME[check].means})"
+
+
+@pytest.mark.parametrize("check", [c.name for c in CHECKS])
+def test_stage_keeps_it_locally(local_doc: dict[str, Any], check: str) -> None:
+    _assert_kept(local_doc, check)
+
+
+@pytest.mark.parametrize("check", [c.name for c in CHECKS])
+def test_stage_keeps_it_over_ssh(ssh_doc: dict[str, Any], check: str) -> None:
+    _assert_kept(ssh_doc, check)
