@@ -453,9 +453,8 @@ def _cleanup(args: argparse.Namespace) -> int:
         n = cleanup_remote_hosts(args)
         print(f"removed {n} leftovers" if n else "nothing to clean up")
         return 0
-    from rtax_tui.drivers import get_driver, names
-
     from rtax_tui.core import cgroups
+    from rtax_tui.drivers import get_driver, names
     from rtax_tui.hosts import LocalHost
 
     async def go() -> int:

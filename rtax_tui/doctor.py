@@ -11,11 +11,11 @@ import asyncio
 from typing import Any
 
 from rich.table import Table
-from rtax_tui.drivers import get_driver, names
 
 from rtax_tui.core.model import RtaxError
 from rtax_tui.core.profile import Profile
 from rtax_tui.core.runner import remote_aware_check
+from rtax_tui.drivers import get_driver, names
 from rtax_tui.hostflags import ssh_options
 from rtax_tui.reporting import out_console
 
@@ -104,7 +104,6 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
 async def _kvm() -> str:
     """/dev/kvm existing proves nothing: a guest is booted with KVM under a short timeout."""
     from rtax_tui.drivers.vmguest import kvm_status
-
     from rtax_tui.hosts import LocalHost
 
     try:

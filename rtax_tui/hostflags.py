@@ -60,12 +60,11 @@ def cleanup_remote_hosts(args: argparse.Namespace) -> int:
     remote host named (workspaces, sandboxes and cgroups of one run with --run)."""
     import asyncio
 
-    from rtax_tui.drivers import driver_class, get_driver
-    from rtax_tui.drivers import names as driver_names
-
     from rtax_tui.core.model import RtaxError
     from rtax_tui.core.profile import Profile
     from rtax_tui.core.runner import make_host
+    from rtax_tui.drivers import driver_class, get_driver
+    from rtax_tui.drivers import names as driver_names
 
     names = [h for h in (getattr(args, "host", None) or []) if h != "local"]
     if not names:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rtax_tui.drivers import get_driver
-
 from rtax_tui.core.model import RtaxError, Workload
 from rtax_tui.core.profile import Profile
 from rtax_tui.core.session import Session, Sink, check_drivers_ready
+from rtax_tui.drivers import get_driver
 from rtax_tui.hosts import LocalHost
 
 
