@@ -20,6 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# conftest's session fixtures that bring up what a built-in driver runs on
+BACKEND_FIXTURES = {
+    "docker": ("docker_engine",),
+    "podman": ("podman_engine",),
+    "libvirt": ("libvirtd", "vm_guest"),
+    "microvm": ("vm_guest",),
+}
 SCRIPT_TIMEOUT_S = 180
 STOP_WAIT_S = 60
 
