@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from typing import IO
+from typing import IO, Any
 
 
 class Reaper:
@@ -174,7 +174,7 @@ def main(stdin: IO[bytes]) -> int:
     cgroups: set[str] = set()
     paths: set[str] = set()
     containers: set[str] = set()
-    table = {"g": groups, "c": cgroups, "p": paths, "k": containers}
+    table: dict[str, set[Any]] = {"g": groups, "c": cgroups, "p": paths, "k": containers}
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for raw in stdin:
         line = raw.decode(errors="replace").rstrip("\n")
@@ -188,9 +188,9 @@ def main(stdin: IO[bytes]) -> int:
             continue
         value: int | str = int(arg) if kind == "g" else arg
         if op == "+":
-            target.add(value)  # type: ignore[arg-type]
+            target.add(value)
         else:
-            target.discard(value)  # type: ignore[arg-type]
+            target.discard(value)
     _reap(groups, cgroups, paths, containers)
     return 0
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from rtax_tui.core import probe_state, reaper
@@ -369,9 +370,9 @@ class Session:
             barrier.expire()
             for pt in batch.trials:
                 if pt.id not in barrier.settled:
-                    task = self._interruptible.get(pt.id)
-                    if task is not None:
-                        task.cancel()
+                    running = self._interruptible.get(pt.id)
+                    if running is not None:
+                        running.cancel()
         except asyncio.CancelledError:
             pass
         if barrier.how is None:  # stopped before release
@@ -634,7 +635,7 @@ class Session:
                 for i, step in enumerate(workload.steps):
                     timeout = step.timeout_s or to.action
                     dur, res, err = await self._timed(
-                        "action", lambda s=step, tmo=timeout: env.action(s, tmo), timeout, barrier
+                        "action", partial(env.action, step, timeout), timeout, barrier
                     )
                     covered += dur
                     if err is not None:
