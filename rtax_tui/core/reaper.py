@@ -128,13 +128,21 @@ def _remove_containers(spec: str) -> None:
     import urllib.parse
 
     sock, _, label = spec.partition(" ")
-    try:
-        query = urllib.parse.quote(json.dumps({"label": [label]}))
-        found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
-        for c in found:
-            _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # the engine is gone: nothing of ours runs there
+    query = urllib.parse.quote(json.dumps({"label": [label]}))
+    # A create that rtax sent just before it died may finish after a listing: list
+    # again until the engine shows none twice in a row (bounded: about 10 s).
+    quiet = 0
+    for _ in range(20):
+        try:
+            found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
+            for c in found:
+                _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # the engine is gone: nothing of ours runs there
+        quiet = quiet + 1 if not found else 0
+        if quiet >= 2:
+            return
+        time.sleep(0.5)
 
 
 def _reap(
