@@ -160,7 +160,10 @@ class MicrovmEnvironment(Environment):
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.agent is None:
             raise PhaseFailure("agent_lost", "no agent channel")
-        return await self._guard(self.agent.run(step, fresh_process=self.channel == "exec"))
+        res: ActionResult = await self._guard(
+            self.agent.run(step, fresh_process=self.channel == "exec")
+        )
+        return res
 
     async def teardown(self) -> None:
         for part in (self.agent, self.serial, self.qmp):

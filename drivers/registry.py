@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 from rtax_tui.drivers.base import Driver
 
@@ -76,7 +77,7 @@ def driver_class(name: str) -> type[Driver]:
     return cls
 
 
-def get_driver(name: str, host: Host, options: dict | None = None) -> Driver:
+def get_driver(name: str, host: Host, options: dict[str, Any] | None = None) -> Driver:
     return driver_class(name)(host, options or {})
 
 

@@ -256,7 +256,8 @@ class Qmp:
         line = await self.r.readline()
         if not line:
             raise PhaseFailure("vm_died", "QEMU closed its QMP socket")
-        return json.loads(line)
+        msg: dict[str, Any] = json.loads(line)
+        return msg
 
     async def cmd(self, name: str, **args: Any) -> Any:
         msg: dict[str, Any] = {"execute": name}

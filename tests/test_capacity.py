@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -37,19 +36,6 @@ def leftover_cgroups(run_id: str) -> list[str]:
 
 
 ENGINES = ("docker", "podman")
-
-
-def _engine_problem(name: str) -> str | None:
-    """Why the container engine cannot be used here (its driver's own check), or None."""
-    try:
-        from rtax_tui.drivers import get_driver
-
-        from rtax_tui.hosts.local import LocalHost
-
-        probs = asyncio.run(get_driver(name, LocalHost(), {}).check())
-    except Exception as exc:  # no SDK, ...
-        return f"{name}: {type(exc).__name__}: {exc}"
-    return "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs) or None
 
 
 def _engine_client(name: str):
@@ -138,12 +124,10 @@ class Watcher:
 
 
 @pytest.mark.parametrize("driver", ["local", "stage", *ENGINES])
-def test_capacity_batches_pass_with_the_builtin_workload(tmp_path, driver):
+def test_capacity_batches_pass_with_the_builtin_workload(tmp_path, driver, request):
     client = watcher = None
     if driver in ENGINES:
-        why = _engine_problem(driver)
-        if why:
-            pytest.skip(f"{driver} is not usable here: {why}")
+        request.getfixturevalue(f"{driver}_engine")  # conftest: the engine and its images
         client = _engine_client(driver)
         watcher = Watcher(client, tmp_path / "r.jsonl")
     try:

@@ -26,10 +26,8 @@ from rtax_tui.core import images
 from rtax_tui.core.model import Cell, EnvSpec, Limits, OptionError, Step, Workload
 from rtax_tui.core.recording import read_recording
 from rtax_tui.hosts.local import LocalHost
-from tests.engines import dockerd_answers, podman_answers
 
 ENGINES = ("docker", "podman")
-WHY = {"docker": dockerd_answers(), "podman": podman_answers()}
 LABEL = f"pytbd{os.getpid()}{os.urandom(2).hex()}"
 HARDENED = {
     "user": "65534:65534",
@@ -54,10 +52,15 @@ SELF = (
 
 
 def needs(engine: str):
-    return pytest.mark.skipif(WHY[engine] is not None, reason=WHY[engine] or "")
+    """The engine answering, with its images (conftest's session fixtures)."""
+    return pytest.mark.usefixtures(f"{engine}_engine")
 
 
-engine_params = [pytest.param(e, marks=needs(e)) for e in ENGINES]
+@pytest.fixture
+def engine(request: pytest.FixtureRequest) -> str:
+    """An engine of ENGINES (parametrized indirectly), answering, with its images."""
+    request.getfixturevalue(f"{request.param}_engine")
+    return str(request.param)
 
 
 def _client(engine: str):
@@ -103,24 +106,14 @@ def _conmon_of(prefix: str) -> list[int]:
     return out
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _images() -> None:
-    for engine in ENGINES:
-        if WHY[engine] is None:
-            images.build_busybox_image(engine)
-
-
 @pytest.fixture
-def nothing_left():
-    """After the test: nothing with this module's label is left on either engine."""
+def nothing_left(engine: str):
+    """After the test: nothing with this module's label is left on its engine."""
     yield
-    for engine in ENGINES:
-        if WHY[engine] is not None:
-            continue
-        left = _leftovers(engine, LABEL)
-        if left:
-            asyncio.run(_driver(engine).cleanup(LABEL))
-        assert left == [], f"{engine} left {left}"
+    left = _leftovers(engine, LABEL)
+    if left:
+        asyncio.run(_driver(engine).cleanup(LABEL))
+    assert left == [], f"{engine} left {left}"
 
 
 def _spec(engine: str, channel: str, src: str | None) -> EnvSpec:
@@ -166,7 +159,7 @@ def seed(tmp_path) -> str:
 
 
 @pytest.mark.parametrize("channel", ["exec", "shell"])
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_engine_default_is_root_with_capabilities(engine, channel, seed, nothing_left):
     """The baseline the options are measured against: root, the engine's default
     capabilities, a writable root filesystem, NoNewPrivs 0, a seccomp filter."""
@@ -183,7 +176,7 @@ def test_engine_default_is_root_with_capabilities(engine, channel, seed, nothing
 
 
 @pytest.mark.parametrize("channel", ["exec", "shell"])
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_hardened_set_applies_every_option(engine, channel, seed, nothing_left):
     """user + cap_drop ALL + read_only + no_new_privileges, at once: the user's uid/gid,
     no capabilities even in the bounding set, /usr refused, /tmp and /workspace (with
@@ -200,7 +193,7 @@ def test_hardened_set_applies_every_option(engine, channel, seed, nothing_left):
     )
 
 
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_cap_drop_all_as_root_leaves_no_capability(engine, nothing_left):
     """As root (no `user`), CapEff is the capabilities themselves: 0 with cap_drop ALL,
     and cap_add gives back exactly the one named (CHOWN is bit 0)."""
@@ -212,7 +205,7 @@ def test_cap_drop_all_as_root_leaves_no_capability(engine, nothing_left):
     assert int(f["CapEff"], 16) != 0 and not int(f["CapEff"], 16) & (1 << 13)  # CAP_NET_RAW
 
 
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_read_only_as_root_keeps_tmp_and_workspace_writable(engine, seed, nothing_left):
     """Root cannot write the root filesystem either; /tmp is a tmpfs, /workspace a host
     directory bound in with the copied files."""
@@ -226,7 +219,7 @@ def test_read_only_as_root_keeps_tmp_and_workspace_writable(engine, seed, nothin
     )
 
 
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_user_only_and_no_new_privileges_only(engine, seed, nothing_left):
     f = measure(engine, "exec", seed, user="65534")
     assert f["uid"] == "65534" and f["workspace"] == "writable" and f["seed"] == "present"
@@ -236,7 +229,7 @@ def test_user_only_and_no_new_privileges_only(engine, seed, nothing_left):
     assert f["uid"] == "0" and f["NoNewPrivs"] == "1"
 
 
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_security_opt_is_passed_on(engine, nothing_left):
     """The engine's default seccomp filter (Seccomp 2, see the default test) is gone
     with seccomp=unconfined; no-new-privileges works as a security_opt too."""
@@ -244,7 +237,7 @@ def test_security_opt_is_passed_on(engine, nothing_left):
     assert f["Seccomp"] == "0" and f["NoNewPrivs"] == "1"
 
 
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_seccomp_profile_file_is_applied(engine, tmp_path, nothing_left):
     """`seccomp=PATH` works on both engines (docker's API wants the JSON text, podman's
     the path): a profile refusing mkdir makes mkdir fail with EPERM, where the default
@@ -272,7 +265,7 @@ def test_seccomp_profile_file_is_applied(engine, tmp_path, nothing_left):
 
 @pytest.mark.parametrize("mode", ["copy", "bind", "none"])
 @pytest.mark.parametrize("read_only", [False, True])
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_workspace_belongs_to_the_user_in_every_mode(engine, mode, read_only, seed, nothing_left):
     """Whatever the workspace mode, /workspace is writable for `user` (an archive entry
     owned by the user, or a chowned host directory)."""
@@ -283,7 +276,7 @@ def test_workspace_belongs_to_the_user_in_every_mode(engine, mode, read_only, se
     assert f["usr"] == ("read-only" if read_only else "denied")
 
 
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_userns_host(engine, nothing_left):
     """userns = "host": the host's user namespace (uid 0 maps to host uid 0), as the
     engine records it."""
@@ -474,7 +467,7 @@ def test_workspace_archive_belongs_to_the_container_user(tmp_path):
 # -- T0 and T1, hardened, through `rtax run` --------------------------------------------
 
 
-@pytest.mark.parametrize("engine", engine_params)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_t0_t1_valid_hardened_both_channels_and_header(tmp_path, engine):
     images.build_debian_image(engine)
     res = run_profile(

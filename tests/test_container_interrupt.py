@@ -6,7 +6,6 @@ about the containers labelled with that run's id.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -23,17 +22,7 @@ from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver  # noqa: E402
 from rtax_tui.core.recording import read_recording  # noqa: E402
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
 
-
-def _problem() -> str | None:
-    try:
-        probs = asyncio.run(DockerDriver(LocalHost(), {}).check())
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs) or None
-
-
-_WHY = _problem()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"docker is not usable here: {_WHY}")
+pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 
 
 def rtax(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -1,12 +1,13 @@
 """The driver contract, one suite over every registered driver (plugins included).
 
 Each driver that can run on this machine goes through the same tests on each of its
-channels; one that cannot is skipped with its own `check()`'s reason. What a driver
-must do (drivers/base.py): create, ready, actions and teardown in order; a failed
-action leaves the channel usable; a hanging action times out; a phase cancelled at any
-point still tears down; teardown twice is harmless; nothing of the environment is left
-afterwards (processes, cgroups, workspaces, containers, VMs); `cleanup(label)` removes
-what an environment abandoned. Per-driver test files keep only what is specific.
+channels (conftest starts its daemon and builds its images first); one that cannot is
+skipped with its own `check()`'s reason. What a driver must do (drivers/base.py):
+create, ready, actions and teardown in order; a failed action leaves the channel
+usable; a hanging action times out; a phase cancelled at any point still tears down;
+teardown twice is harmless; nothing of the environment is left afterwards (processes,
+cgroups, workspaces, containers, VMs); `cleanup(label)` removes what an environment
+abandoned. Per-driver test files keep only what is specific.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rtax_tui.drivers import Driver, get_driver, names
 from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 from rtax_tui.hosts.local import LocalHost
 from tests.leftovers import leftovers
+from tests.services import BACKEND_FIXTURES
 
 CHANNELS = ("exec", "shell")
 VMS = {"libvirt", "microvm"}
@@ -40,7 +42,10 @@ def _problem(name: str) -> str | None:
 
 @pytest.fixture(params=names())
 def driver_name(request: pytest.FixtureRequest) -> str:
-    """Every registered driver; skipped, with the driver's reason, where it can't run."""
+    """Every registered driver, its daemon and images up (conftest); skipped, with the
+    driver's reason, where it can't run."""
+    for fixture in BACKEND_FIXTURES.get(request.param, ()):
+        request.getfixturevalue(fixture)
     why = _problem(request.param)
     if why is not None:
         pytest.skip(f"{request.param} cannot run here: {why}")

@@ -3,7 +3,7 @@
 The run must complete and its recording end with `run_end`; the docker trials in
 flight and after the kill fail with `substrate_lost` (the later ones at once, without
 trying: the engine re-checks a lost driver at most every 5 s); the local trials go on
-unharmed. The test restarts dockerd (`bash scripts/start-dockerd`) whatever happens,
+unharmed. The test restarts dockerd (scripts/start-dockerd) whatever happens,
 then `rtax cleanup` must leave no labelled container behind.
 """
 
@@ -20,15 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines import dockerd_answers
-
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
 
 from rtax_tui.core import images  # noqa: E402
+from tests.services import DaemonError  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 PIDFILE = os.environ.get("RTAX_DOCKERD_PIDFILE", "/run/rtax-dockerd.pid")
 KILL_AFTER = 6  # docker trials finished before the kill
 TRIALS = 40
@@ -64,12 +62,7 @@ def _dockerd_pid() -> int | None:
     return int(res.stdout.split()[0]) if res.returncode == 0 and res.stdout.strip() else None
 
 
-_WHY = dockerd_answers()
-if _WHY is None and os.geteuid() != 0:
-    _WHY = "killing and restarting dockerd needs root"
-if _WHY is None and _dockerd_pid() is None:
-    _WHY = "no dockerd process found to kill"
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 
 
 def _wait_gone(pid: int, timeout: float = 30.0) -> None:
@@ -88,7 +81,11 @@ def _ours() -> list[str]:
         c.close()
 
 
-def test_dockerd_killed_mid_run(tmp_path):
+def test_dockerd_killed_mid_run(tmp_path, dockerd):
+    if os.geteuid() != 0:
+        pytest.skip("killing and restarting dockerd needs root")
+    if _dockerd_pid() is None:
+        pytest.skip("dockerd answers, but no dockerd process is seen here to kill")
     if images.find_static_busybox() is None:
         pytest.skip("no static busybox (apt-get install busybox-static)")
     images.build_busybox_image("docker")
@@ -124,10 +121,12 @@ def test_dockerd_killed_mid_run(tmp_path):
             proc.wait()
         if killed_pid is not None:  # a dying dockerd would be mistaken for one starting
             _wait_gone(killed_pid)
-        start = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "start-dockerd")], capture_output=True, timeout=120
-        )
-    assert start.returncode == 0, start.stderr.decode()
+        restarted: str | None = None
+        try:  # the session's to stop at its end if the killed one was
+            dockerd.restart(killed_pid)
+        except DaemonError as exc:
+            restarted = str(exc)
+    assert restarted is None, restarted
     assert rc == 0, b"".join(stderr).decode()[-3000:]
     assert killed_at is not None, "the run ended before enough docker trials finished"
 

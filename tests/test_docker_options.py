@@ -11,9 +11,8 @@ import pytest
 
 from rtax_tui.core.images import build_busybox_image
 from rtax_tui.core.recording import read_recording
-from tests.test_docker import _WHY
 
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 
 
 @pytest.fixture(scope="module", autouse=True)

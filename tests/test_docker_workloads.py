@@ -16,17 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines import dockerd_answers
-
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
 
-from rtax_tui.core import images  # noqa: E402
+from rtax_tui.core import images, rootfs  # noqa: E402
 from rtax_tui.core.recording import read_recording  # noqa: E402
 
-_WHY = dockerd_answers()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -66,7 +63,7 @@ def _ours() -> list[str]:
 def test_debian_image_is_cached_and_has_the_tools(built_images):
     busybox, debian = built_images
     assert debian == images.debian_image_tag() and debian.startswith("rtax/workload:")
-    assert os.path.isfile(images.debian_rootfs_path())  # podman can import the same
+    assert os.path.isfile(rootfs.debian_rootfs_path())  # podman can import the same
     assert images.build("docker") == [busybox, debian]  # cached: no rebuild
     c = docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=60)
     try:
@@ -79,25 +76,6 @@ def test_debian_image_is_cached_and_has_the_tools(built_images):
     finally:
         c.close()
     assert out.decode().endswith("ok\n") and b"git version" in out
-
-
-def test_apt_mirror_reads_deb822_and_legacy(tmp_path):
-    d = tmp_path / "debian.sources"
-    d.write_text(
-        "Types: deb\nURIs: http://security.example/debian-security\n"
-        "Suites: bookworm-security\n\n"
-        "Types: deb\n# a comment\nURIs: http://mirror.example/debian\nSuites: bookworm\n"
-    )
-    assert images.apt_mirror(str(d), str(tmp_path / "none")) == "http://mirror.example/debian"
-    legacy = tmp_path / "sources.list"
-    legacy.write_text(
-        "# deb http://commented.example/debian bookworm main\n"
-        "deb http://security.example/debian-security bookworm-security main\n"
-        "deb [arch=amd64] http://old.example/debian bookworm main\n"
-    )
-    assert images.apt_mirror(str(tmp_path / "none"), str(legacy)) == "http://old.example/debian"
-    none = str(tmp_path / "none")
-    assert images.apt_mirror(none, none) == images.DEBIAN_FALLBACK_MIRROR
 
 
 @pytest.mark.parametrize("channel", ["exec", "shell"])

@@ -7,7 +7,6 @@ separate process holding what is alive) must end everything once rtax is gone.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -18,21 +17,10 @@ from pathlib import Path
 import pytest
 
 from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.hosts.local import LocalHost
 from tests.leftovers import leftovers
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
-
-
-def _usable(name: str) -> str | None:
-    from rtax_tui.drivers import get_driver
-
-    try:
-        probs = asyncio.run(get_driver(name, LocalHost(), {}).check())
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return "; ".join(p.reason for p in probs) or None
 
 
 def _leftovers(run_id: str, drivers: tuple[str, ...]) -> list[str]:
@@ -79,19 +67,17 @@ def _assert_nothing_left(run_id: str, drivers: tuple[str, ...], within_s: float 
     assert left == [], left
 
 
-CONTAINERS = tuple(d for d in ("docker", "podman") if _usable(d) is None)
-
-
 @pytest.mark.slow
+@pytest.mark.usefixtures("docker_engine", "podman_engine")  # conftest: engines and images
 @pytest.mark.parametrize("after_s", [0.0, 0.4, 1.5, 4.0])
 def test_kill_9_of_a_container_and_stage_run_leaves_nothing(tmp_path, after_s):
-    drivers = ("stage", *CONTAINERS)
+    drivers = ("stage", "docker", "podman")
     run_id = _kill_at(tmp_path, drivers, "t0", after_s)
     _assert_nothing_left(run_id, drivers)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_usable("microvm") is not None, reason=f"microvm: {_usable('microvm')}")
+@pytest.mark.usefixtures("vm_guest")  # conftest: the guest built
 @pytest.mark.parametrize("after_s", [0.5, 3.0])
 def test_kill_9_of_a_microvm_run_leaves_nothing(tmp_path, after_s):
     run_id = _kill_at(tmp_path, ("microvm",), "t0", after_s)

@@ -1,8 +1,8 @@
 """The `podman` driver against Podman's Docker-compatible API socket.
 
-Start the service with `bash scripts/start-podman`. Podman 4.x leaves two `conmon`
-processes per API exec session; these tests count them, and require that teardown
-(and cleanup) leaves none of ours.
+conftest starts the service (scripts/start-podman) if it does not answer. Podman 4.x
+leaves two `conmon` processes per API exec session; these tests count them, and require
+that teardown (and cleanup) leaves none of ours.
 """
 
 from __future__ import annotations
@@ -38,10 +38,8 @@ from rtax_tui.core.model import (  # noqa: E402
     Workload,
 )
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
-from tests.engines import podman_answers  # noqa: E402
 
-_WHY = podman_answers()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+pytestmark = pytest.mark.usefixtures("podman_engine")  # conftest: the API service, images
 CHANNELS = ("exec", "shell")
 LABEL = f"pytpm{os.getpid()}{os.urandom(2).hex()}"
 OTHER = LABEL + "x"  # a second run of this module's own

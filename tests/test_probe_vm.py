@@ -15,16 +15,18 @@ LABEL = f"pyvprb{os.getpid()}{os.urandom(2).hex()}"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def guest():
+def guest(vm_guest):  # conftest: the guest built
     g = ensure_guest(root=True)  # the probe's steps name python3: the Debian root disk
     yield g
     assert nothing_left(LABEL) == ([], [])
 
 
 @pytest.mark.parametrize(("driver", "channel"), [("libvirt", "shell"), ("microvm", "exec")])
-def test_the_guest_keeps_every_check(driver: str, channel: str) -> None:
+def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None:
     """Its own kernel, no network, no shared file system: every check blocked or held
     (kernel settings written inside reach only the guest's kernel)."""
+    if driver == "libvirt":
+        request.getfixturevalue("libvirtd")  # conftest: libvirtd answering
     doc = probe([driver], [channel], options={driver: {"accel": "tcg"}}, label=LABEL)
     runs = by_run(doc, driver)
     assert set(runs[("local", channel)]) == ALL_CHECKS

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 
-from tests.test_vm_libvirt import _libvirtd_answers, domains
+import pytest
+
+from tests.test_vm_libvirt import domains
 from tests.vmtools import ensure_guest, nothing_left
 
 
+@pytest.mark.usefixtures("libvirtd", "vm_guest")  # conftest: libvirtd answering, the guest
 def test_kill_9_leaves_no_qemu_domain_or_file(tmp_path):
-    assert _libvirtd_answers() is None
     ensure_guest()
     prof = tmp_path / "p.toml"
     prof.write_text(

@@ -14,9 +14,12 @@ from rtax_tui.drivers.vmguest import probe_kvm
 from rtax_tui.hosts.local import LocalHost
 from tests.vmtools import ensure_guest
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/dev/kvm"), reason="no /dev/kvm on this machine (the probe says so)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists("/dev/kvm"), reason="no /dev/kvm on this machine (the probe says so)"
+    ),
+    pytest.mark.usefixtures("vm_guest"),  # conftest: the guest built
+]
 
 
 def test_a_kvm_guest_that_hangs_is_reported_not_usable_and_killed(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from rtax_tui.drivers.libvirt import LibvirtDriver
 
 from rtax_tui.core.model import EnvSpec, PhaseFailure, RtaxError, Step, Workload
+from tests.services import libvirtd_answers
 from tests.vmtools import (
     SubPhases,
     check_never_ready,
@@ -24,22 +25,8 @@ from tests.vmtools import (
 LABEL = f"pylv{os.getpid()}{os.urandom(2).hex()}"
 
 
-def _libvirtd_answers() -> str | None:
-    try:
-        import libvirt
-    except ImportError:
-        return "libvirt-python is installed by scripts/bootstrap"
-    try:
-        libvirt.open("qemu:///system").close()
-    except libvirt.libvirtError as exc:
-        return f"libvirtd does not answer (bash scripts/start-libvirtd): {exc}"
-    return None
-
-
 @pytest.fixture(scope="module", autouse=True)
-def guest():
-    why = _libvirtd_answers()
-    assert why is None, why  # CI starts libvirtd: not answering is a failure, not a skip
+def guest(libvirtd, vm_guest):  # conftest: libvirtd answering, the guest built
     g = ensure_guest()
     yield g
     assert nothing_left(LABEL) == ([], [])
@@ -141,7 +128,7 @@ def _libvirtd_pid() -> int | None:
         return None
 
 
-def test_libvirtd_stopped_mid_run_is_substrate_lost_and_other_cells_go_on(tmp_path):
+def test_libvirtd_stopped_mid_run_is_substrate_lost_and_other_cells_go_on(tmp_path, libvirtd):
     import json
     import signal
     import sys
@@ -190,7 +177,7 @@ accel = "tcg"
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        subprocess.run(["bash", "scripts/start-libvirtd"], capture_output=True, timeout=120)
+        libvirtd.restart(pid)  # the session's to stop at its end if the stopped one was
     events = [json.loads(line) for line in rec.read_text().splitlines()]
     ends = {e["trial"]: e for e in events if e["type"] == "trial_end"}
     starts = {e["trial"]: e for e in events if e["type"] == "trial_start"}
@@ -201,7 +188,7 @@ accel = "tcg"
     assert len(mv) == 2 and all(e["ok"] and e["valid"] for e in mv), out
     run_id = events[0]["run_id"]
     assert nothing_left(run_id) == ([], [])
-    assert _libvirtd_answers() is None
+    assert libvirtd_answers() is None
     assert domains(run_id) == []
 
 

@@ -25,7 +25,7 @@ LABEL = f"pyvm{os.getpid()}{os.urandom(2).hex()}"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def guest():
+def guest(vm_guest):  # conftest: the guest built
     g = ensure_guest()
     yield g
     assert nothing_left(LABEL) == ([], [])

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rtax_tui.core.model import RtaxError
 
@@ -165,12 +166,12 @@ def find_prepared() -> AssetPaths | None:
     return None
 
 
-def status() -> dict:
+def status() -> dict[str, Any]:
     """For `doctor`: whether the assets are prepared and where."""
     root = assets_root()
     prepared = (root / _STAMP).is_file()
     cached_sdist = cache_dir() / "downloads" / ATTRS_SDIST_NAME
-    info: dict = {
+    info: dict[str, Any] = {
         "prepared": prepared,
         "root": str(root),
         "cache_dir": str(cache_dir()),

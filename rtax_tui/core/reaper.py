@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from typing import IO
+from typing import IO, Any
 
 
 class Reaper:
@@ -128,13 +128,21 @@ def _remove_containers(spec: str) -> None:
     import urllib.parse
 
     sock, _, label = spec.partition(" ")
-    try:
-        query = urllib.parse.quote(json.dumps({"label": [label]}))
-        found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
-        for c in found:
-            _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # the engine is gone: nothing of ours runs there
+    query = urllib.parse.quote(json.dumps({"label": [label]}))
+    # A create that rtax sent just before it died may finish after a listing: list
+    # again until the engine shows none twice in a row (bounded: about 10 s).
+    quiet = 0
+    for _ in range(20):
+        try:
+            found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
+            for c in found:
+                _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # the engine is gone: nothing of ours runs there
+        quiet = quiet + 1 if not found else 0
+        if quiet >= 2:
+            return
+        time.sleep(0.5)
 
 
 def _reap(
@@ -174,7 +182,7 @@ def main(stdin: IO[bytes]) -> int:
     cgroups: set[str] = set()
     paths: set[str] = set()
     containers: set[str] = set()
-    table = {"g": groups, "c": cgroups, "p": paths, "k": containers}
+    table: dict[str, set[Any]] = {"g": groups, "c": cgroups, "p": paths, "k": containers}
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for raw in stdin:
         line = raw.decode(errors="replace").rstrip("\n")
@@ -188,9 +196,9 @@ def main(stdin: IO[bytes]) -> int:
             continue
         value: int | str = int(arg) if kind == "g" else arg
         if op == "+":
-            target.add(value)  # type: ignore[arg-type]
+            target.add(value)
         else:
-            target.discard(value)  # type: ignore[arg-type]
+            target.discard(value)
     _reap(groups, cgroups, paths, containers)
     return 0
 

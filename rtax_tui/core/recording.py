@@ -63,6 +63,7 @@ class Recording:
 
     @property
     def end(self) -> dict[str, Any] | None:
+        ev: dict[str, Any]  # what reversed() yields is not typed
         for ev in reversed(self.events):
             if ev.get("type") == "run_end":
                 return ev

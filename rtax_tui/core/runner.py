@@ -98,7 +98,8 @@ async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
                 "run it on `local`, or use a driver that runs over SSH (local, stage)",
             )
         ]
-    return await drv.check()
+    problems: list[Any] = await drv.check()
+    return problems
 
 
 def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:

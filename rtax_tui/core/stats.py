@@ -60,19 +60,22 @@ def bootstrap_medians(sorted_x: np.ndarray, rng: np.random.Generator, n_boot: in
     if n == 0:
         raise ValueError("bootstrap of an empty sample")
     if n == 1:
-        return np.full(n_boot, sorted_x[0], dtype=np.float64)
+        same: np.ndarray = np.full(n_boot, sorted_x[0], dtype=np.float64)
+        return same
     last = n - 1
     if n % 2 == 1:
         k = (n + 1) // 2
         u = rng.beta(k, n - k + 1, size=n_boot)
         idx = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, last)
-        return sorted_x[idx].astype(np.float64)
+        picked: np.ndarray = sorted_x[idx].astype(np.float64)
+        return picked
     k = n // 2
     u1 = rng.beta(k, n - k + 1, size=n_boot)
     u2 = u1 + (1.0 - u1) * rng.beta(1, n - k, size=n_boot)
     i1 = np.clip(np.ceil(u1 * n).astype(np.int64) - 1, 0, last)
     i2 = np.clip(np.ceil(u2 * n).astype(np.int64) - 1, 0, last)
-    return (sorted_x[i1] + sorted_x[i2]) / 2.0
+    mid: np.ndarray = (sorted_x[i1] + sorted_x[i2]) / 2.0
+    return mid
 
 
 def _ci95(values: np.ndarray) -> list[float]:

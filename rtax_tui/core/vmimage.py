@@ -7,7 +7,7 @@ and (for workloads that need python3 and git) an ext4 root disk.
   KVER with their dependencies (insmod order computed here from `modinfo`), `/init`
   and the agent script.
 - root disk: the Debian root filesystem tarball of the container images
-  (`images.build_debian_rootfs`, cached), turned into a raw ext4 image with
+  (`rootfs.build_debian_rootfs`, cached), turned into a raw ext4 image with
   `mke2fs -d`; each trial gets its own qcow2 overlay on it, so the base stays
   read-only.
 
@@ -38,8 +38,10 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rtax_tui.core.model import RtaxError
+from rtax_tui.core.rootfs import build_debian_rootfs, find_static_busybox
 
 RECIPE_VERSION = 2
 PORT_NAME = "rtax.agent"
@@ -165,7 +167,7 @@ def kernel_version() -> str:
     )
 
 
-def _recipe(kver: str) -> dict:
+def _recipe(kver: str) -> dict[str, Any]:
     return {"v": RECIPE_VERSION, "kver": kver, "init": INIT, "agent": AGENT, "mods": MODULES}
 
 
@@ -238,8 +240,6 @@ def _cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
 
 def build_initramfs(dest: str, kver: str) -> int:
     """Write the initramfs to `dest`; return its size in bytes."""
-    from rtax_tui.core.images import find_static_busybox
-
     busybox = find_static_busybox()
     if busybox is None:
         raise RtaxError("images: no statically linked busybox (apt-get install busybox-static)")
@@ -270,8 +270,6 @@ def build_initramfs(dest: str, kver: str) -> int:
 
 def build_rootdisk(dest: str, say: Log) -> None:
     """The Debian root filesystem (cached tarball) as a raw ext4 image (`mke2fs -d`)."""
-    from rtax_tui.core.images import build_debian_rootfs
-
     tar = build_debian_rootfs(log=say)
     mke2fs = shutil.which("mke2fs") or "/sbin/mke2fs"
     with tempfile.TemporaryDirectory(prefix=".rtax-rootfs-", dir=os.path.dirname(dest)) as tmp:

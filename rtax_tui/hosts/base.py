@@ -63,7 +63,6 @@ class Host(ABC):
     return code, never an exception (unless `check=True`)."""
 
     name: str = ""
-    lost: bool = False  # the connection dropped; calls fail until it is back
     concurrency: int | None = None  # at most this many trials at once (None: no limit)
     # Shell actions should also read the host's own monotonic clock (the controller's
     # is another machine's); see FramedShell(timed=True).
@@ -74,6 +73,11 @@ class Host(ABC):
     # controller's own, so a driver may use them directly (faster) rather than through
     # commands; a driver that needs this says runs_remote = False, or has both paths.
     controller_local: bool = False
+
+    @property
+    def lost(self) -> bool:
+        """The connection dropped; calls fail until it is back."""
+        return False
 
     @property
     @abstractmethod

@@ -177,11 +177,12 @@ class _Reader:
         import asyncssh
 
         try:
-            return await fn(*a)
+            data: bytes = await fn(*a)
         except asyncio.IncompleteReadError:
             raise
         except (asyncssh.Error, OSError) as exc:
             raise _host_lost(self._host, exc) from exc
+        return data
 
     async def readuntil(self, sep: bytes) -> bytes:
         return await self._call(self._r.readuntil, sep)
@@ -215,7 +216,7 @@ class _Writer:
             raise _host_lost(self._host, exc) from exc
 
     def is_closing(self) -> bool:
-        return self._w.is_closing()
+        return bool(self._w.is_closing())
 
     def close(self) -> None:
         try:
@@ -236,7 +237,8 @@ class RemoteProcess:
 
     @property
     def returncode(self) -> int | None:
-        return self._proc.returncode
+        rc: int | None = self._proc.returncode
+        return rc
 
     async def wait(self) -> int:
         try:
@@ -297,9 +299,9 @@ class SSHHost(Host):
         """The jump host's connection (same key, known_hosts and checks as the target)."""
         import asyncssh
 
-        j = parse_ssh_url(
-            self.target.jump if "://" in self.target.jump else "ssh://" + self.target.jump
-        )
+        jump = self.target.jump
+        assert jump is not None  # called only for a target with a jump host
+        j = parse_ssh_url(jump if "://" in jump else "ssh://" + jump)
         kw = self._options()
         kw.update(port=j.port, username=j.user or self.target.user)
         try:
@@ -379,8 +381,9 @@ class SSHHost(Host):
             await self.run(["true"], timeout=30)
             times.append((time.monotonic_ns() - t0) / 1e6)
         times.sort()
-        self.net["exec_rtt_ms"] = round(times[len(times) // 2], 3)
-        return self.net["exec_rtt_ms"]
+        rtt = round(times[len(times) // 2], 3)
+        self.net["exec_rtt_ms"] = rtt
+        return rtt
 
     async def close(self) -> None:
         """Close the reaper's stdin (it ends what is left), then the connection."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from textual import on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.message import Message
@@ -357,8 +357,6 @@ class MonitorScreen(Screen[None]):
         if not path or not Path(path).exists():
             self.notify("no recording was written", severity="error")
             return
-        from rtax_tui.ui.app import open_replay
-
         open_replay(self.app, path)
 
     def action_compare(self) -> None:
@@ -421,3 +419,21 @@ class MonitorScreen(Screen[None]):
 
 def load_replay(path: str) -> Recording:
     return read_recording(path)
+
+
+def replay_screen(path: str, speed: float | None = 1.0) -> MonitorScreen:
+    rec = read_recording(path)  # a bad file fails here, before the terminal is taken
+    gc.freeze()  # the recording stays for the app's life: no GC pass should rescan it
+    prof = (rec.header.get("profile") or {}).get("name", "?")
+    return MonitorScreen(
+        "replay", recording=rec, speed=speed, title=f"replay {Path(path).name} ({prof})"
+    )
+
+
+def open_replay(app: App, path: str) -> None:
+    try:
+        screen = replay_screen(path)
+    except Exception as exc:
+        app.notify(f"cannot replay {path}: {exc}", severity="error")
+        return
+    app.push_screen(screen)

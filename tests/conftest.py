@@ -1,0 +1,104 @@
+"""Session fixtures for the tests that need an engine: dockerd, podman's API service,
+libvirtd and the images (docker, podman, the VM guest).
+
+Each is set up the first time a test that asks for it runs (a run of unit tests
+starts no daemon): a daemon that does not answer is started with its scripts/start-*
+script, the images are built or found in the cache (`rtax images build`), and at the
+end of the session a daemon is stopped only if this session started it, by the PID it
+started (tests/services.py). A test is skipped, saying why, only where the machine
+cannot run the backend at all (its package is not installed, no root); a daemon that
+should start and does not is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests import services
+
+
+def _up(daemon: services.Daemon) -> None:
+    if daemon.answers() is None:
+        return
+    why = daemon.cannot_run()
+    if why is not None:
+        pytest.skip(f"{daemon.name} cannot run here: {why}")
+    try:
+        daemon.ensure()
+    except services.DaemonError as exc:
+        daemon.stop()
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _session_daemon(daemon: services.Daemon) -> Iterator[services.Daemon]:
+    _up(daemon)
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def _container_images(kind: str) -> list[str]:
+    """`rtax images build --driver KIND`: the busybox and Debian workload images."""
+    from rtax_tui.core import images
+    from rtax_tui.core.model import RtaxError
+
+    if images.find_static_busybox() is None:
+        pytest.skip("no static busybox (apt-get install busybox-static; scripts/bootstrap does)")
+    if os.geteuid() != 0 and not images.image_exists(images.debian_image_tag(), kind):
+        pytest.skip("building the Debian workload image needs root (debootstrap)")
+    try:
+        return images.build(kind)
+    except RtaxError as exc:
+        pytest.fail(f"images build --driver {kind}: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def dockerd() -> Iterator[services.Daemon]:
+    yield from _session_daemon(services.dockerd())
+
+
+@pytest.fixture(scope="session")
+def podman_service() -> Iterator[services.Daemon]:
+    yield from _session_daemon(services.podman_service())
+
+
+@pytest.fixture(scope="session")
+def libvirtd() -> Iterator[services.Daemon]:
+    yield from _session_daemon(services.libvirtd())
+
+
+@pytest.fixture(scope="session")
+def docker_engine(dockerd: services.Daemon) -> list[str]:
+    """dockerd answering, with rtax's images; their tags."""
+    return _container_images("docker")
+
+
+@pytest.fixture(scope="session")
+def podman_engine(podman_service: services.Daemon) -> list[str]:
+    """podman's API service answering, with rtax's images; their tags."""
+    return _container_images("podman")
+
+
+@pytest.fixture(scope="session")
+def vm_guest() -> list[str]:
+    """The VM guest (`rtax images build --driver vm`: kernel, initramfs, root disk)."""
+    from rtax_tui.core import images, vmimage
+    from rtax_tui.core.model import RtaxError
+
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("QEMU is not installed (apt-get install qemu-system-x86; bootstrap does)")
+    try:
+        vmimage.kernel_version()
+    except RtaxError as exc:  # no guest kernel package
+        pytest.skip(str(exc))
+    if os.geteuid() != 0 and vmimage.guest_files(need_root=True) is None:
+        pytest.skip("building the guest's root disk needs root (debootstrap)")
+    try:
+        return images.build("vm")
+    except RtaxError as exc:
+        pytest.fail(f"images build --driver vm: {exc}", pytrace=False)
