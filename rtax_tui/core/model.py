@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 #   evidence, promised, kind) and, in the `run` header,
 #   `hosts.<host>.drivers.<driver>.boundary` (the last probe of that pair, or
 #   {"status": "not probed"}). An older rtax rejects a recording that holds `probe`
-#   events (an unknown event type); runs without them read as before.
+#   events (an unknown event type); runs without them read as before;
+# - added `prep` events (`rtax traj prepare -o`: file, format, k, steps, shell, rep,
+#   dur_ns, ok): one timed preparation of a trajectory's first k steps; `rtax report`
+#   adds per-format figures. An older rtax rejects such a recording the same way.
 FORMAT = "rtax/1"
 REPORT_FORMAT = "rtax-report/1"
 

@@ -26,6 +26,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "run_end": ("status", "trials"),
     # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
     "probe": ("host", "driver", "channel", "check", "result", "evidence"),
+    # one timed prefix preparation of `rtax traj prepare` (rtax/1, second addition)
+    "prep": ("file", "format", "k", "steps", "dur_ns", "ok"),
 }
 
 
