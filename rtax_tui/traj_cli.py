@@ -99,7 +99,7 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
     from rtax_tui.core.recording import RecordingWriter, read_recording
     from rtax_tui.core.report import build_report
     from rtax_tui.core.session import new_run_id
-    from rtax_tui.core.traj.prepare import run_prepare
+    from rtax_tui.core.traj.prepare import plan_tasks, run_prepare
 
     workspace = Path(args.workspace) if args.workspace else None
     if workspace is not None and not workspace.is_dir():
@@ -110,6 +110,8 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
         out = Path("recordings") / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-traj.jsonl")
     if out.exists():
         raise RtaxError(f"{out}: exists; name another recording with -o")
+    # every input is read once before the recording exists: a bad file fails here
+    tasks, _ = plan_tasks(args.paths, args.repeat, args.shuffle, args.seed, args.max_prefixes)
     writer = RecordingWriter.open(out)
     t0 = time.monotonic_ns()
     try:
@@ -142,6 +144,7 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
             workspace=workspace,
             emit=writer.write,
             clock0=t0,
+            tasks=tasks,
         )
         status = "completed" if result["unchanged"] else "failed"
         writer.write(

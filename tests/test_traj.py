@@ -352,9 +352,28 @@ def test_corrupted_structure_is_an_error(tmp_path: Path) -> None:
     doc = json.loads(SWE1.read_text())
     doc["trajectory"][2]["action"] = 42
     bad = tmp_path / "bad.traj"
-    bad.write_text(json.dumps(doc))
-    with pytest.raises(TrajError, match=r"trajectory\[2\]\.action is not a string"):
+    text = json.dumps(doc, indent=2)
+    bad.write_text(text)
+    line = text[: text.index('"action": 42')].count("\n") + 1
+    with pytest.raises(TrajError, match=rf"^{bad}:{line}: trajectory\[2\]\.action: not a string$"):
         read_trajectories(bad)
+    # a one-line file: line 1; an eval output.jsonl: the record's line
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(TrajError, match=rf"^{bad}:1: trajectory\[2\]\.action: not a string$"):
+        read_trajectories(bad)
+    out = write_lines(tmp_path / "output.jsonl", [{"history": []}, {"history": [1]}])
+    with pytest.raises(TrajError, match=rf"^{out}:2: history\[0\]: neither an event"):
+        read_trajectories(out)
+    gem = write_lines(
+        tmp_path / "g.jsonl",
+        [
+            {"sessionId": "s", "projectHash": "h"},
+            {"id": "a", "type": "user"},
+            {"id": "b", "type": "gemini", "toolCalls": 3},
+        ],
+    )
+    with pytest.raises(TrajError, match=rf"^{gem}:3: messages\[1\]\.toolCalls: not a list$"):
+        read_trajectories(gem)
 
 
 def test_reordered_results_before_calls(tmp_path: Path) -> None:
@@ -482,4 +501,7 @@ def test_prepare_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{\n")
     assert main(["traj", "prepare", str(bad), "-o", str(tmp_path / "r.jsonl")]) == 2
-    assert capsys.readouterr().err.startswith(f"rtax: error: {bad}:")
+    err = capsys.readouterr().err
+    assert err.startswith(f"rtax: error: {bad}:2: not JSON") and err.count("\n") == 1
+    assert not (tmp_path / "r.jsonl").exists()  # no recording of a run that never began
+    assert main(["traj", "prepare", str(tmp_path / "none")]) == 2

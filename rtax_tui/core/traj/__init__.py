@@ -20,8 +20,23 @@ from rtax_tui.core.traj.jsonl_formats import (
     read_gemini_jsonl,
     read_openhands_v1,
 )
-from rtax_tui.core.traj.model import FORMATS, KINDS, Step, Trajectory, TrajError
-from rtax_tui.core.traj.source import first_record, iter_lines, json_error, load_whole, read_bytes
+from rtax_tui.core.traj.model import (
+    FORMATS,
+    KINDS,
+    ShapeError,
+    Step,
+    Trajectory,
+    TrajError,
+    dotted,
+)
+from rtax_tui.core.traj.source import (
+    first_record,
+    iter_lines,
+    json_error,
+    load_whole,
+    locate,
+    read_bytes,
+)
 
 __all__ = [
     "FORMATS",
@@ -115,6 +130,20 @@ def read_trajectories(path: Path | str) -> list[Trajectory]:
         return [read_openhands_v1(name, p)]
     data = read_bytes(p)
     fmt, doc = _detect_data(p, data)
+    try:
+        return _read(name, p, data, fmt, doc)
+    except ShapeError as exc:
+        if exc.line is not None:
+            line = exc.line
+        elif doc is not None:
+            line = locate(data, exc.where)
+        else:
+            line = 1
+        where = dotted(exc.where)
+        raise TrajError(f"{name}:{line}: {where + ': ' if where else ''}{exc.what}") from None
+
+
+def _read(name: str, p: Path, data: bytes, fmt: str, doc: Any) -> list[Trajectory]:
     if fmt == "swe-agent":
         return [read_swe_agent(name, doc)]
     if fmt == "mini-swe-agent":
@@ -124,7 +153,12 @@ def read_trajectories(path: Path | str) -> list[Trajectory]:
             return [read_openhands_v0(name, openhands_events(name, doc))]
         out = []
         for lineno, r in iter_lines(p, data):
-            out.append(read_openhands_v0(name, openhands_events(f"{name}:{lineno}", r), lineno))
+            try:
+                events = openhands_events(name, r)
+            except ShapeError as exc:
+                exc.line = lineno
+                raise
+            out.append(read_openhands_v0(name, events, lineno))
         return out
     if fmt == "gemini-cli":
         if isinstance(doc, dict):

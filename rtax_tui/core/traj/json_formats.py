@@ -8,7 +8,14 @@ from typing import Any
 
 import orjson
 
-from rtax_tui.core.traj.model import Step, Trajectory, TrajError, int_or_none, obj, text_of
+from rtax_tui.core.traj.model import (
+    ShapeError,
+    Step,
+    Trajectory,
+    int_or_none,
+    obj,
+    text_of,
+)
 
 # -- SWE-agent (0.x, 1.x) -------------------------------------------------------------
 
@@ -31,13 +38,13 @@ def read_swe_agent(path: str, doc: dict[str, Any]) -> Trajectory:
     if traj is None:
         attempts = doc.get("attempts")
         if not isinstance(attempts, list) or not attempts:
-            raise TrajError(f"{path}:1: no `trajectory` and no `attempts`")
+            raise ShapeError(path, (), "no `trajectory` and no `attempts`")
         last = attempts[-1]
         if not isinstance(last, dict):
-            raise TrajError(f"{path}:1: attempts[{len(attempts) - 1}] is not an object")
+            raise ShapeError(path, ("attempts", len(attempts) - 1), "not an object")
         traj = last.get("trajectory")
     if not isinstance(traj, list):
-        raise TrajError(f"{path}:1: `trajectory` is not a list")
+        raise ShapeError(path, ("trajectory",), "not a list")
     one_x = "replay_config" in doc or any(
         isinstance(e, dict) and "execution_time" in e for e in traj
     )
@@ -45,13 +52,13 @@ def read_swe_agent(path: str, doc: dict[str, Any]) -> Trajectory:
     prev_dir: str | None = None
     for n, e in enumerate(traj):
         if not isinstance(e, dict):
-            raise TrajError(f"{path}:1: trajectory[{n}] is not an object")
+            raise ShapeError(path, ("trajectory", n), "not an object")
         action = e.get("action")
         if not isinstance(action, str):
-            raise TrajError(f"{path}:1: trajectory[{n}].action is not a string")
+            raise ShapeError(path, ("trajectory", n, "action"), "not a string")
         obs = e.get("observation")
         if obs is not None and not isinstance(obs, str):
-            raise TrajError(f"{path}:1: trajectory[{n}].observation is not a string")
+            raise ShapeError(path, ("trajectory", n, "observation"), "not a string")
         et = e.get("execution_time")
         word = action.strip()
         shell = bool(word) and word not in SWE_NOT_SHELL and not (et is not None and et == 0)
@@ -76,7 +83,7 @@ def _swe_working_dir(path: str, n: int, state: Any) -> str | None:
         try:
             state = orjson.loads(state)
         except orjson.JSONDecodeError:
-            raise TrajError(f"{path}:1: trajectory[{n}].state is not JSON") from None
+            raise ShapeError(path, ("trajectory", n, "state"), "not JSON") from None
     if isinstance(state, dict) and isinstance(state.get("working_dir"), str):
         return str(state["working_dir"])
     return None
@@ -100,10 +107,10 @@ def read_mini_swe_agent(path: str, doc: dict[str, Any]) -> Trajectory:
     tag = str(doc.get("trajectory_format"))
     msgs = doc.get("messages")
     if not isinstance(msgs, list):
-        raise TrajError(f"{path}:1: `messages` is not a list")
+        raise ShapeError(path, ("messages",), "not a list")
     for n, m in enumerate(msgs):
         if not isinstance(m, dict):
-            raise TrajError(f"{path}:1: messages[{n}] is not an object")
+            raise ShapeError(path, ("messages", n), "not an object")
     cwd = _dig(doc, "info", "config", "environment", "cwd")
     cwd = cwd if isinstance(cwd, str) else None
     out = Trajectory("mini-swe-agent", path, variant=tag)
@@ -121,7 +128,7 @@ def _mini_v1(
     try:
         rx = re.compile(pattern if isinstance(pattern, str) else MINI_DEFAULT_REGEX, re.DOTALL)
     except re.error as exc:
-        raise TrajError(f"{path}:1: info.config.agent.action_regex: {exc}") from None
+        raise ShapeError(path, ("info", "config", "agent", "action_regex"), str(exc)) from None
     for n, m in enumerate(msgs):
         if m.get("role") != "assistant":
             continue
@@ -160,7 +167,7 @@ def _mini_actions(path: str, msgs: list[dict[str, Any]], cwd: str | None, out: T
         if not actions:
             continue
         if not isinstance(actions, list):
-            raise TrajError(f"{path}:1: messages[{n}].extra.actions is not a list")
+            raise ShapeError(path, ("messages", n, "extra", "actions"), "not a list")
         # text mode: the following user messages with extra.returncode, in order
         following = [
             r
@@ -169,7 +176,7 @@ def _mini_actions(path: str, msgs: list[dict[str, Any]], cwd: str | None, out: T
         ]
         for a_i, a in enumerate(actions):
             if not isinstance(a, dict) or not isinstance(a.get("command"), str):
-                raise TrajError(f"{path}:1: messages[{n}].extra.actions[{a_i}]: no command")
+                raise ShapeError(path, ("messages", n, "extra", "actions", a_i), "no command")
             cid = a.get("tool_call_id") or a.get("call_id")
             if isinstance(cid, str):
                 res = by_id.get(cid)
@@ -228,8 +235,9 @@ def openhands_events(path: str, doc: Any) -> list[dict[str, Any]]:
     """The event list of an OpenHands V0 file: an array, or an eval record's `history`
     (old: [action, observation] pairs, flattened)."""
     events = doc.get("history") if isinstance(doc, dict) else doc
+    top: tuple[str, ...] = ("history",) if isinstance(doc, dict) else ()
     if not isinstance(events, list):
-        raise TrajError(f"{path}:1: no event list")
+        raise ShapeError(path, (), "no event list")
     flat: list[dict[str, Any]] = []
     for n, e in enumerate(events):
         if isinstance(e, list):
@@ -237,7 +245,7 @@ def openhands_events(path: str, doc: Any) -> list[dict[str, Any]]:
         elif isinstance(e, dict):
             flat.append(e)
         else:
-            raise TrajError(f"{path}:1: history[{n}] is neither an event nor a pair")
+            raise ShapeError(path, (*top, n), "neither an event nor a pair")
     return flat
 
 
@@ -325,10 +333,21 @@ EXIT_CODE_LINE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
 def read_gemini_messages(
     path: str, messages: list[Any], variant: str, lines: dict[int, int] | None = None
 ) -> Trajectory:
+    try:
+        return _gemini(path, messages, variant, lines)
+    except ShapeError as exc:
+        if lines is not None and len(exc.where) > 1 and isinstance(exc.where[1], int):
+            exc.line = lines.get(exc.where[1])
+        raise
+
+
+def _gemini(
+    path: str, messages: list[Any], variant: str, lines: dict[int, int] | None
+) -> Trajectory:
     out = Trajectory("gemini-cli", path, variant=variant)
     for n, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise TrajError(f"{path}:1: messages[{n}] is not an object")
+            raise ShapeError(path, ("messages", n), "not an object")
         mtype = m.get("type")
         if mtype not in ("gemini", "user", "info", "error", "warning"):
             out.skipped[str(mtype)] += 1
@@ -336,10 +355,10 @@ def read_gemini_messages(
             continue
         calls = m.get("toolCalls") or []
         if not isinstance(calls, list):
-            raise TrajError(f"{path}:1: messages[{n}].toolCalls is not a list")
+            raise ShapeError(path, ("messages", n, "toolCalls"), "not a list")
         for tc in calls:
             if not isinstance(tc, dict) or not isinstance(tc.get("name"), str):
-                raise TrajError(f"{path}:1: messages[{n}]: a tool call without a name")
+                raise ShapeError(path, ("messages", n, "toolCalls"), "a tool call without a name")
             out.steps.append(_gemini_step(len(out.steps), tc, lines.get(n) if lines else None))
     return out
 

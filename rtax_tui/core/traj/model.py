@@ -113,3 +113,20 @@ def text_of(v: Any) -> str | None:
 def obj(v: Any) -> dict[str, Any]:
     """`v` when it is a JSON object, else an empty one."""
     return v if isinstance(v, dict) else {}
+
+
+class ShapeError(TrajError):
+    """A whole-file JSON value of the wrong shape at `where` (keys and indices from the
+    top); the reader turns it into `FILE:LINE: what` once it has found the line."""
+
+    def __init__(self, path: str, where: tuple[str | int, ...], what: str) -> None:
+        self.path, self.where, self.what = path, where, what
+        self.line: int | None = None  # known already (a JSON Lines record)
+        super().__init__(f"{path}:1: {dotted(where)}: {what}" if where else f"{path}:1: {what}")
+
+
+def dotted(where: tuple[str | int, ...]) -> str:
+    out = ""
+    for w in where:
+        out += f"[{w}]" if isinstance(w, int) else (f".{w}" if out else w)
+    return out

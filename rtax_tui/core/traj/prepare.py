@@ -122,11 +122,14 @@ def run_prepare(
     workspace: Path | None = None,
     emit: Callable[[dict[str, Any]], None],
     clock0: int | None = None,
+    tasks: list[PrepTask] | None = None,
 ) -> dict[str, Any]:
-    """Time every (trajectory, k, repeat); `emit` gets one `prep` event each. Returns
-    {"samples", "unchanged", "digest_before", "digest_after"}."""
+    """Time every (trajectory, k, repeat) (`tasks`, or those planned from `paths`); `emit`
+    gets one `prep` event each. Returns {"samples", "unchanged", "digest_before",
+    "digest_after"}."""
     start = time.monotonic_ns() if clock0 is None else clock0
-    tasks, _ = plan_tasks(paths, repeat, shuffle, seed, max_prefixes)
+    if tasks is None:
+        tasks, _ = plan_tasks(paths, repeat, shuffle, seed, max_prefixes)
     watched = {t.path for t in tasks} | ({workspace} if workspace is not None else set())
     before = tree_digest(watched)
     for t in tasks:

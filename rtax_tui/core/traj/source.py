@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +62,47 @@ def first_record(data: bytes) -> tuple[int, Any] | None:
             except orjson.JSONDecodeError:
                 return None
     return None
+
+
+def locate(data: bytes, where: tuple[str | int, ...]) -> int:
+    """The line where the value at `where` (keys and indices) starts in a JSON text; the
+    deepest part found when the path does not go all the way. Used only to report errors."""
+    text = data.decode("utf-8", errors="replace")
+    scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+    ws = " \t\r\n"
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in ws:
+            i += 1
+        return i
+
+    pos = skip(0)
+    try:
+        for w in where:
+            if isinstance(w, int) and text[pos] == "[":
+                i, n = skip(pos + 1), 0
+                while n < w:
+                    _, i = scan(text, i)
+                    i = skip(i)
+                    if text[i] != ",":
+                        raise ValueError
+                    i, n = skip(i + 1), n + 1
+                pos = i
+            elif isinstance(w, str) and text[pos] == "{":
+                i = skip(pos + 1)
+                while True:
+                    key, i = scan(text, i)
+                    i = skip(skip(i) + 1)  # past ':'
+                    if key == w:
+                        break
+                    _, i = scan(text, i)
+                    i = skip(i)
+                    if text[i] != ",":
+                        raise ValueError
+                    i = skip(i + 1)
+                pos = i
+            else:
+                break
+    except (ValueError, IndexError, StopIteration):
+        pass
+    return text.count("\n", 0, pos) + 1
