@@ -209,12 +209,17 @@ def test_synthetic_mini_v1_regex_and_text_mode(tmp_path: Path) -> None:
         "messages": [
             {"role": "assistant", "content": "x\n```bash\n ls -la \n```"},
             {"role": "user", "content": "<returncode>2</returncode><output>no</output>"},
+            {"role": "assistant", "content": "```bash\npwd\n```"},
+            {"role": "user", "content": "<returncode>-1</returncode>"},  # -1 is null
             {"role": "assistant", "content": "```bash\na\n```\n```bash\nb\n```"},  # 2 matches
             {"role": "user", "content": "format error"},
         ],
     }
     t = one(write_lines(tmp_path / "m.json", [doc]))
-    assert [(s.command, s.exit_code, s.cwd) for s in t.steps] == [("ls -la", 2, "/repo")]
+    assert [(s.command, s.exit_code, s.cwd) for s in t.steps] == [
+        ("ls -la", 2, "/repo"),
+        ("pwd", None, "/repo"),
+    ]
     doc2 = {
         "trajectory_format": "mini-swe-agent-2",
         "messages": [

@@ -147,7 +147,7 @@ def _mini_v1(
                 tool="bash",
                 command=cmd.strip(),
                 cwd=cwd,
-                exit_code=int(rc.group(1)) if rc else None,
+                exit_code=int_or_none(int(rc.group(1))) if rc else None,
                 output=output,
                 paired=nxt is not None,
                 args=cmd.strip(),
@@ -388,7 +388,7 @@ def _gemini_step(i: int, tc: dict[str, Any], line: int | None) -> Step:
     rc: int | None = None
     if shell and output is not None:
         codes = EXIT_CODE_LINE.findall(output)
-        rc = int(codes[-1]) if codes else None
+        rc = int_or_none(int(codes[-1])) if codes else None
     d = args.get("dir_path", args.get("directory"))
     return Step(
         i=i,

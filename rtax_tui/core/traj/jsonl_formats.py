@@ -123,10 +123,10 @@ def _codex_output(out: Any) -> tuple[str | None, int | None, str | None]:
             )
     m = EXIT_LINE1.match(text)
     if m:
-        return text, int(m.group(1)), None
+        return text, int_or_none(int(m.group(1))), None
     m = PROCESS_EXITED.search(text)
     if m:
-        return text, int(m.group(1)), None
+        return text, int_or_none(int(m.group(1))), None
     m = PROCESS_RUNNING.search(text)
     return text, None, (m.group(1) if m else None)
 
@@ -296,7 +296,7 @@ def read_claude_code(path: str, data: bytes) -> Trajectory:
                 step.output, step.paired, step.ended_at = text, True, _str(r.get("timestamp"))
                 if step.kind == "shell" and b.get("is_error") is True and text is not None:
                     m = CLAUDE_EXIT.match(text)
-                    step.exit_code = int(m.group(1)) if m else None
+                    step.exit_code = int_or_none(int(m.group(1))) if m else None
     return out
 
 
