@@ -510,3 +510,24 @@ def test_prepare_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert err.startswith(f"rtax: error: {bad}:2: not JSON") and err.count("\n") == 1
     assert not (tmp_path / "r.jsonl").exists()  # no recording of a run that never began
     assert main(["traj", "prepare", str(tmp_path / "none")]) == 2
+
+
+# -- the replay plan (issue 13 part 4, first slice: nothing runs) ----------------------
+
+
+def test_replay_plan_real_files() -> None:
+    from rtax_tui.core.traj.replay import replay_plan
+
+    p = replay_plan(one(CLAUDE))
+    assert sum(1 for a in p.actions if a.op == "shell") == 39
+    assert [a.op for a in p.actions].count("write") == 1
+    assert p.skipped == {"read": 9, "other": 16}
+    assert p.with_rc == 2  # only error results print an exit code
+    g = replay_plan(one(GEMINI))
+    rep = next(a for a in g.actions if a.op == "replace")
+    assert rep.path and rep.path.endswith("lead_gemini.txt") and rep.old and rep.new
+    c = replay_plan(one(CODEX))
+    assert c.with_rc == 43 and c.skipped["edit (apply_patch: arguments not replayable)"] == 3
+    m = replay_plan(one(MINI))
+    assert m.actions[0].argv == ("sh", "-c", m.actions[0].command)
+    assert m.actions[0].cwd == "/testbed" and m.with_rc == 63
