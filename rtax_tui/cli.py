@@ -25,6 +25,7 @@ examples:
   rtax project r.jsonl --trajectories 1000000 --steps 150
   rtax doctor
   rtax probe --driver stage,docker       what each substrate keeps out, measured from inside
+  rtax traj inspect session.jsonl        the steps of a real agent trajectory (seven formats)
 """
 
 
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--format", choices=("table", "json"), default="table")
 
     _add_probe_parser(sub)
+    from rtax_tui.traj_cli import add_traj_parser
+
+    add_traj_parser(sub)
 
     d = sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
     add_host_flags(d)
@@ -297,6 +301,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return _project(args)
     if cmd == "probe":
         return _probe(args, ["rtax", *argv])
+    if cmd == "traj":
+        from rtax_tui.traj_cli import run_traj
+
+        return run_traj(args, ["rtax", *argv])
     if cmd == "doctor":
         from rtax_tui.doctor import run_doctor
 

@@ -140,7 +140,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- seed: {run.get('seed')}",
     ]
     out += meta + [""]
-    if report["cells"] or not report.get("probe"):  # a probe recording has no cells
+    if report.get("prep"):  # a `rtax traj prepare -o` recording
+        from rtax_tui.traj_render import prep_markdown
+
+        out += ["## Prefix preparation per trajectory format (ms)", ""]
+        out += [prep_markdown(report["prep"]), ""]
+    if report["cells"] or not (report.get("probe") or report.get("prep")):  # no cells here
         out += ["## Cells (times in ms)", ""]
         rows = [_cell_row(c, capacity) for c in report["cells"]]
         out += [_md_table(_headers(capacity), rows), ""]
@@ -273,6 +278,11 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     """The table, the reasons of failed trials, and the driver differences, for a terminal."""
     if report.get("probe") and not report["cells"]:  # a `rtax probe -o` recording
         print_probe(report["probe"], console)
+        return
+    if report.get("prep") and not report["cells"]:  # a `rtax traj prepare -o` recording
+        from rtax_tui.traj_render import render_prep
+
+        console.print(render_prep(report["prep"]))
         return
     console.print(render_table(report))
     for name, h in (report.get("run", {}).get("hosts") or {}).items():

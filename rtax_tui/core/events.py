@@ -28,7 +28,10 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 #   evidence, promised, kind) and, in the `run` header,
 #   `hosts.<host>.drivers.<driver>.boundary` (the last probe of that pair, or
 #   {"status": "not probed"}). An older rtax rejects a recording that holds `probe`
-#   events (an unknown event type); runs without them read as before.
+#   events (an unknown event type); runs without them read as before;
+# - added `prep` events (`rtax traj prepare -o`: file, format, k, steps, shell, rep,
+#   dur_ns, ok): one timed preparation of a trajectory's first k steps; `rtax report`
+#   adds per-format figures. An older rtax rejects such a recording the same way.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`.
@@ -45,6 +48,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "run_end": ("status", "trials"),
     # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
     "probe": ("host", "driver", "channel", "check", "result", "evidence"),
+    # one timed prefix preparation of `rtax traj prepare` (rtax/1, second addition)
+    "prep": ("file", "format", "k", "steps", "dur_ns", "ok"),
 }
 
 

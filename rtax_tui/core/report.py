@@ -237,6 +237,11 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
         "cells": out_cells,
         "diffs": _diffs(cells, seed),
     }
+    preps = [ev for ev in rec.events if ev["type"] == "prep"]
+    if preps:  # a `rtax traj prepare -o` recording: figures per trajectory format
+        from rtax_tui.core.traj.report import prep_document
+
+        out["prep"] = prep_document(preps, seed=seed)
     probes = [ev for ev in rec.events if ev["type"] == "probe"]
     if probes:  # a `rtax probe -o` recording: the driver x check matrix
         out["probe"] = build_document(

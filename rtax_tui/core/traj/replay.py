@@ -1,0 +1,95 @@
+"""What a replay of a trajectory would do, step by step (issue 13 part 4, first slice):
+shell steps become commands, edits and writes become file operations, the rest is
+skipped and counted. Pure: nothing here runs a command or touches a file; the replay
+workload (not built yet) executes the plan through a cell's channel."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtax_tui.core.traj.model import Step, Trajectory, obj
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayAction:
+    """One replayed step. `op`: `shell` (run `command` through `sh -c` in `cwd`), `write`
+    (`path` gets `content`) or `replace` (`old` -> `new` in `path`, every occurrence when
+    `all`). `expect_rc` is the recorded exit code (None: none recorded, not compared)."""
+
+    i: int
+    op: str
+    command: str | None = None
+    cwd: str | None = None
+    expect_rc: int | None = None
+    path: str | None = None
+    content: str | None = None
+    old: str | None = None
+    new: str | None = None
+    all: bool = False
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return ("sh", "-c", self.command or "")
+
+
+@dataclass
+class ReplayPlan:
+    format: str
+    actions: list[ReplayAction] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)  # why -> steps
+
+    @property
+    def with_rc(self) -> int:
+        """Replayed steps with a recorded exit code: the fidelity denominator."""
+        return sum(1 for a in self.actions if a.op == "shell" and a.expect_rc is not None)
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _file_op(s: Step) -> ReplayAction | None:
+    """The file write or replacement of an edit/write step, from its recorded arguments;
+    None when the arguments are not of a known shape (a patch, a notebook, an insert)."""
+    a = obj(s.args)
+    path = _str(a.get("file_path")) or _str(a.get("path"))
+    if path is None:
+        return None
+    if s.kind == "write":
+        content = a.get("content", a.get("file_text"))
+        if isinstance(content, str):
+            return ReplayAction(s.i, "write", path=path, content=content)
+        return None
+    old = a.get("old_string", a.get("old_str"))
+    new = a.get("new_string", a.get("new_str"))
+    if isinstance(old, str) and isinstance(new, str) and old:
+        return ReplayAction(
+            s.i, "replace", path=path, old=old, new=new, all=a.get("replace_all") is True
+        )
+    if s.tool in ("file_editor", "str_replace_editor") and a.get("command") == "create":
+        text = a.get("file_text")
+        if isinstance(text, str):
+            return ReplayAction(s.i, "write", path=path, content=text)
+    return None
+
+
+def replay_plan(traj: Trajectory) -> ReplayPlan:
+    """Shell steps in order; edits and writes as file operations where their arguments
+    say what to write; reads and `other` steps skipped and counted by kind."""
+    plan = ReplayPlan(traj.format)
+    for s in traj.steps:
+        if s.kind == "shell" and s.command is not None:
+            plan.actions.append(
+                ReplayAction(s.i, "shell", command=s.command, cwd=s.cwd, expect_rc=s.exit_code)
+            )
+        elif s.kind in ("edit", "write"):
+            op = _file_op(s)
+            if op is None:
+                plan.skipped[f"{s.kind} ({s.tool}: arguments not replayable)"] += 1
+            else:
+                plan.actions.append(op)
+        else:
+            plan.skipped[s.kind] += 1
+    return plan
