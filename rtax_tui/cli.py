@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Sequence
 
 from rtax_tui import __version__
+from rtax_tui.argtypes import _nonneg, _positive
 from rtax_tui.core.model import RtaxError
 from rtax_tui.hostflags import add_host_flags, host_overrides
 
@@ -34,20 +35,6 @@ def _csv(value: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list")
     return items
-
-
-def _positive(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return n
-
-
-def _nonneg(value: str) -> int:
-    n = int(value)
-    if n < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return n
 
 
 def build_parser() -> argparse.ArgumentParser:

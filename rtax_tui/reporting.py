@@ -13,6 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rtax_tui.tables import fmt_ms
+from rtax_tui.tables import md_table as _md_table
+
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
 SUMMARY_FIELDS = (
     "n",
@@ -43,24 +46,6 @@ diff      median(b) - median(a) with its 95% bootstrap interval; `faster` names
 worker-h  N * (create + ready + teardown + S * action) / 3600 from the medians,
           with a 95% bootstrap interval
 """
-
-
-def fmt_ms(v: float | None) -> str:
-    """About 3 significant digits, never in exponent notation; "-" for None."""
-    if v is None:
-        return "-"
-    a = abs(v)
-    if a >= 100:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1:
-        return f"{v:.2f}"
-    if a == 0:
-        return "0"
-    if a >= 0.001:
-        return f"{v:.3g}"
-    return f"{v:.1e}"
 
 
 def _fmt_ci(ci: list[float | None]) -> str:
@@ -115,16 +100,6 @@ def render_table(report: dict[str, Any]) -> Table:
     for c in report["cells"]:
         table.add_row(*_cell_row(c, capacity))
     return table
-
-
-def _md_table(headers: list[str], rows: list[list[str]]) -> str:
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|")
-
-    lines = ["| " + " | ".join(esc(h) for h in headers) + " |"]
-    lines.append("|" + "|".join("---" for _ in headers) + "|")
-    lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def render_markdown(report: dict[str, Any]) -> str:

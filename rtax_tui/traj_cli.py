@@ -32,7 +32,7 @@ examples:
 
 
 def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from rtax_tui.cli import _positive
+    from rtax_tui.argtypes import _positive
 
     t = sub.add_parser(
         "traj",

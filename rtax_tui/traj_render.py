@@ -22,7 +22,7 @@ PREP_HEADERS = [
 
 
 def _ms(v: float | None) -> str:
-    from rtax_tui.reporting import fmt_ms
+    from rtax_tui.tables import fmt_ms
 
     return fmt_ms(v)
 
@@ -64,7 +64,7 @@ def render_prep(doc: dict[str, Any]) -> Table:
 
 
 def prep_markdown(doc: dict[str, Any]) -> str:
-    from rtax_tui.reporting import _md_table
+    from rtax_tui.tables import md_table as _md_table
 
     return _md_table(PREP_HEADERS, prep_rows(doc))
 

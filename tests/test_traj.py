@@ -11,12 +11,12 @@ from typing import Any
 
 import orjson
 import pytest
-from rtax_tui.core.traj import TrajError, detect, read_trajectories
-from rtax_tui.core.traj.prepare import prefix_lengths, tree_digest, validate_prefix
 
 from rtax_tui.cli import main
 from rtax_tui.core.recording import read_recording
 from rtax_tui.core.report import build_report
+from rtax_tui.core.traj import TrajError, detect, read_trajectories
+from rtax_tui.core.traj.prepare import prefix_lengths, tree_digest, validate_prefix
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 SWE0 = DATA / "swe-agent" / "pydicom__pydicom-1458.traj"
