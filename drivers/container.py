@@ -465,7 +465,7 @@ class ContainerEnvironment(Environment):
         return (WORKDIR, None) if files else None
 
     def _do_create(self, api: Any) -> str:
-        cid = api.create_container(**self._container_kwargs(api))["Id"]
+        cid = str(api.create_container(**self._container_kwargs(api))["Id"])
         self.cid = cid  # set in the thread: a cancelled create is still torn down
         return cid
 
@@ -901,9 +901,9 @@ class ContainerDriver(Driver):
             if not isinstance(userns, str) or not (
                 userns in cls.userns_values or userns.startswith(cls.userns_prefixes)
             ):
-                allowed = [*cls.userns_values, *(p + "OPTIONS" for p in cls.userns_prefixes)]
+                known = [*cls.userns_values, *(p + "OPTIONS" for p in cls.userns_prefixes)]
                 raise OptionError(
-                    "userns", f"{where}.userns: {userns!r} (allowed: {', '.join(allowed)})"
+                    "userns", f"{where}.userns: {userns!r} (allowed: {', '.join(known)})"
                 )
             kw["userns"] = userns
             if userns != "host" and (kw.get("read_only") or workspace == "bind"):

@@ -241,7 +241,12 @@ class StageEnvironment(Environment):
                 )
             )
             fds_to_close, opened = opened, []
-            self._spawn.add_done_callback(lambda _t: [os.close(fd) for fd in fds_to_close])
+
+            def close_fds(_t: object) -> None:
+                for fd in fds_to_close:
+                    os.close(fd)
+
+            self._spawn.add_done_callback(close_fds)
             try:
                 self.proc = await asyncio.shield(self._spawn)
             except OSError as exc:
@@ -338,12 +343,13 @@ class StageEnvironment(Environment):
             self.proc = None
             self.shell = None
         if self.cg is not None:
+            cg = self.cg
             try:
-                await asyncio.to_thread(self.cg.remove)
-                self.driver.host.untrack("cgroup", self.cg.relpath)
+                await asyncio.to_thread(cg.remove)
+                self.driver.host.untrack("cgroup", cg.relpath)
                 self.cg = None
             except Exception as exc:  # keep going: the workspace still has to go
-                errors.append(f"cgroup {self.cg.relpath}: {exc}")
+                errors.append(f"cgroup {cg.relpath}: {exc}")
         if self._populate is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._populate), 60)

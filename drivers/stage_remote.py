@@ -19,9 +19,9 @@ import platform
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
-from rtax_tui.drivers.base import Environment, Problem, SubTimer
+from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.sandbox import (
     HOSTNAME,
     ROOT_NAMES,
@@ -40,6 +40,7 @@ from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.drivers.workspace import WORKSPACE_PREFIX, close_shell, run_exec, safe_label
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
+from rtax_tui.hosts import Host
 
 READY = b"RTAX-READY"
 REMOTE_TOOLS = (
@@ -142,11 +143,22 @@ for w in "$t/$p"*; do [ -e "$w" ] || continue; rm -rf -- "$w"; n=$((n+1)); done
 echo $n"""
 
 
+class StageSettings(Protocol):
+    """What a remote sandbox reads of its driver (StageDriver; no import of it here)."""
+
+    host: Host
+    uid: int
+    tools: dict[str, str]
+    root: list[tuple[str, str, str]]
+    remote_support: Support | None
+
+
 class RemoteStageEnvironment(Environment):
     """One bubblewrap sandbox on a remote host (see the module docstring)."""
 
-    def __init__(self, driver: Any, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+    def __init__(self, driver: Driver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
+        self.stage = cast(StageSettings, driver)
         self.host = driver.host
         self.workspace: str | None = None
         self.cg_dirs: list[str] = []
@@ -162,7 +174,7 @@ class RemoteStageEnvironment(Environment):
     async def create(self) -> None:
         spec = self.spec
         label = safe_label(spec.label)
-        support = self.driver.remote_support
+        support = self.stage.remote_support
         if support is None:
             raise PhaseFailure("not_created", "stage's support files are not on the host")
         async with self.sub("workspace"):
@@ -183,7 +195,7 @@ class RemoteStageEnvironment(Environment):
             self.host.track("cgroup", self.cg_rel)
             self.cg_settled = False  # until the script is known to have ended
             # the workspace goes to the sandbox uid in the same round trip
-            uid = str(self.driver.uid)
+            uid = str(self.stage.uid)
             res = await self.host.run(
                 ["sh", "-c", 'chown -R -- "$1:$1" "$2" || exit 1; shift 2; ' + CG_CREATE_SH]
                 + ["rtax-cg", uid, self.workspace, f"rtax/{name}", quota, mem, pids],
@@ -196,7 +208,7 @@ class RemoteStageEnvironment(Environment):
             self.procs = res.stdout.decode().split()
             assert {os.path.dirname(p) for p in self.procs} <= set(self.cg_dirs)
         async with self.sub("spawn"):
-            tools = self.driver.tools
+            tools = self.stage.tools
             if self.channel == "shell":
                 cmd: tuple[str, ...] = ("sh",)
                 info_fd = None
@@ -206,14 +218,14 @@ class RemoteStageEnvironment(Environment):
                 tools["bwrap"],
                 self.workspace,
                 cmd,
-                root=self.driver.root,
+                root=self.stage.root,
                 etc=support.etc,
                 seccomp_fd=SECCOMP_FD,
                 info_fd=info_fd,
             )
             # rtax-enter joins the cgroup and drops to the sandbox uid, as locally
             argv = ["sh", "-c", SPAWN_SH, "rtax-bwrap", support.filter, "1" if info_fd else "0"]
-            argv += spawn_argv(support.enter, self.driver.uid, self.procs, bwrap)
+            argv += spawn_argv(support.enter, self.stage.uid, self.procs, bwrap)
             self.proc = await self.host.spawn(
                 argv,
                 cwd="/",
@@ -256,7 +268,7 @@ class RemoteStageEnvironment(Environment):
         if self.channel == "shell":
             return await sandbox_shell_action(self, step, timeout)
         await self._started()
-        support = self.driver.remote_support
+        support = self.stage.remote_support
         assert self.pid is not None and support is not None
         argv = enter_argv(support.enter, support.filter, self.pid, self.procs, step.argv)
         # rtax-enter joins the environment's cgroups itself, first

@@ -201,7 +201,7 @@ def _sentinel(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 
 def _shadow(check: Check, out: Outcome, ctx: Context) -> Verdict:
-    md5 = (facts(out.output).get("md5") or [None])[0]
+    md5 = (facts(out.output).get("md5") or [""])[0]
     if not md5:
         return _v(BLOCKED, "cannot read /etc/shadow", out.output)
     if ctx.shadow_md5 is None:

@@ -116,14 +116,14 @@ async def plant(host: Any) -> HostPlant:
         p.sockets.setdefault(kind, [])
         if path not in p.sockets[kind]:
             p.sockets[kind].append(path)
-    p.shadow_md5 = (f.get("shadow") or [None])[0] or None
+    p.shadow_md5 = (f.get("shadow") or [""])[0] or None
     p.loop = (f.get("loop") or [""])[0]
     for spec in f.get("blockdev") or []:
         maj, mn, name, size, md5 = (spec.split(":") + ["", "", "", "0", ""])[:5]
         p.blockdevs.append((maj, mn, name, int(size) if size.isdigit() else 0, md5))
     mem = (f.get("memavail_kib") or [""])[0]
     p.memavail_mib = int(mem) // 1024 if mem.isdigit() else None
-    p.python3 = sys.executable if is_local(host) else (f.get("python3") or [None])[0]
+    p.python3 = sys.executable if is_local(host) else ((f.get("python3") or [""])[0] or None)
     ident = await host.run(["sh", "-c", S.IDENTIFY, S.ARG0], timeout=PLANT_TIMEOUT_S)
     idf = facts(ident.stdout.decode(errors="replace"))
     p.boot = (idf.get("boot") or [""])[0]

@@ -469,10 +469,17 @@ async def run_probe(
                             send(host_name, d, ch, name, v, promised)
                         continue
                     cell = CellProbe(drv, host_name, ch, plant, limits=limits, label=label)
-                    await cell.run(
-                        lambda name, v, h=host_name, dd=d, c=ch, pr=promised: send(
-                            h, dd, c, name, v, pr
-                        )
-                    )
+
+                    def verdict(
+                        name: str,
+                        v: Verdict,
+                        h: str = host_name,
+                        dd: str = d,
+                        c: str = ch,
+                        pr: frozenset[str] = promised,
+                    ) -> None:
+                        send(h, dd, c, name, v, pr)
+
+                    await cell.run(verdict)
         finally:
             await probe_host.cleanup(plant)

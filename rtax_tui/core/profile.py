@@ -309,9 +309,12 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                     f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
                     f"expected a table for one of {', '.join(known)}"
                 )
-            _check_driver_options(
-                name, body, lambda key, t=f"drivers_options.{name}": where(t, key)
-            )
+            table = f"drivers_options.{name}"
+
+            def locate(key: str, table: str = table) -> str:
+                return where(table, key)
+
+            _check_driver_options(name, body, locate)
         kw["driver_options"] = opts
 
     tables: dict[str, dict[str, Any]] = {}
