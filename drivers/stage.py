@@ -184,6 +184,8 @@ class StageEnvironment(Environment):
         async with self.sub("cgroup"):
             name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
             lim = spec.limits
+            rel = Cgroup.relpath_of(name, spec.cgroup_parent)
+            self.driver.host.track("cgroup", rel)  # before it exists: kill -9 at any moment
             try:
                 self.cg = Cgroup.create(
                     name,
@@ -193,8 +195,8 @@ class StageEnvironment(Environment):
                     parent=spec.cgroup_parent,
                 )
             except (OSError, CgroupError) as exc:
+                self.driver.host.untrack("cgroup", rel)  # create removed what it had made
                 raise PhaseFailure("cgroup_failed", f"cannot make cgroup {name}: {exc}") from exc
-            self.driver.host.track("cgroup", self.cg.relpath)
             self.procs = self.cg.procs_files()
         async with self.sub("spawn"):
             await self._spawn_sandbox(support, binds)

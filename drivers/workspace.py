@@ -13,13 +13,12 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 from typing import Any
 
 from rtax_tui.drivers.base import Problem
 
 from rtax_tui.core.model import ActionResult, PhaseFailure
-from rtax_tui.hosts import Host
+from rtax_tui.hosts import Host, LocalHost
 
 WORKSPACE_PREFIX = "rtax-ws-"
 
@@ -39,10 +38,11 @@ def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> 
 
 
 def make_workspace(host: Host, label: str) -> str:
-    """An empty workspace on the controller (for drivers that fill it themselves)."""
-    path = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{label}-")
-    host.track("path", path)
-    return path
+    """An empty workspace on the controller, tracked before it exists (for drivers that
+    fill it themselves; `host` is the controller: LocalHost)."""
+    if not isinstance(host, LocalHost):
+        raise TypeError("make_workspace makes a directory on the controller: a LocalHost")
+    return host.new_dir(f"{WORKSPACE_PREFIX}{label}-")
 
 
 async def remove_workspace(host: Host, path: str) -> None:

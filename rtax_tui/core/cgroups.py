@@ -130,6 +130,14 @@ class Cgroup:
 
     # -- making ------------------------------------------------------------
 
+    @staticmethod
+    def relpath_of(name: str, parent: str | None = None) -> str:
+        """The path `create(name, parent=parent)` makes, known before it exists (so that
+        it can be registered with the reaper first)."""
+        if "/" in name or not name or name in (".", ".."):
+            raise ValueError(f"bad cgroup name {name!r}")
+        return f"{_clean_rel(parent) if parent else PREFIX}/{name}"
+
     @classmethod
     def create(
         cls,
@@ -148,9 +156,7 @@ class Cgroup:
         kernel does not offer is recorded in `skipped`, not raised. On any error the
         partly made cgroup is removed again.
         """
-        if "/" in name or not name or name in (".", ".."):
-            raise ValueError(f"bad cgroup name {name!r}")
-        rel = f"{_clean_rel(parent) if parent else PREFIX}/{name}"
+        rel = cls.relpath_of(name, parent)
         cg = cls(rel, root=root)
         if cg.exists():
             raise FileExistsError(errno.EEXIST, "cgroup exists", rel)

@@ -124,6 +124,7 @@ def _engine(sock: str, method: str, path: str, timeout: float = 30) -> bytes:
 
 def _remove_containers(spec: str) -> None:
     """Force-remove every container with the label on the engine (`SOCKET KEY=VALUE`)."""
+    import http.client
     import json
     import urllib.parse
 
@@ -137,8 +138,8 @@ def _remove_containers(spec: str) -> None:
             found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
             for c in found:
                 _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
-        except (OSError, ValueError, KeyError, TypeError):
-            return  # the engine is gone: nothing of ours runs there
+        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+            return  # the engine is gone (or answers nonsense): nothing more to do there
         quiet = quiet + 1 if not found else 0
         if quiet >= 2:
             return
@@ -148,8 +149,8 @@ def _remove_containers(spec: str) -> None:
 def _reap(
     groups: set[int], cgroups: set[str], paths: set[str], containers: Iterable[str] = ()
 ) -> None:
-    for spec in containers:  # first: their processes are not in our groups
-        _remove_containers(spec)
+    # Local things first, the engines' containers last: an engine can be slow to
+    # answer (or answer badly), and nothing may keep a workspace or cgroup behind.
     for pgid in groups:
         try:
             os.killpg(pgid, signal.SIGKILL)
@@ -175,6 +176,11 @@ def _reap(
                 os.unlink(path)
             except OSError:
                 pass
+    for spec in containers:
+        try:
+            _remove_containers(spec)
+        except Exception:  # a bad answer (http.client.HTTPException...) ends one engine's
+            pass
 
 
 def main(stdin: IO[bytes]) -> int:

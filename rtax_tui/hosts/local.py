@@ -92,14 +92,27 @@ class LocalHost(Host):
         """SIGKILL a spawned process's whole group (SSHHost does it remotely)."""
         kill_group(proc)
 
+    def new_dir(self, prefix: str) -> str:
+        """`mkdtemp`, but registered with the reaper *before* the directory exists (a
+        kill -9 between the two would leave it): the name is chosen, tracked, then made."""
+        tmp = tempfile.gettempdir()
+        for _ in range(100):
+            path = os.path.join(tmp, prefix + os.urandom(6).hex())
+            self.track("path", path)
+            try:
+                os.mkdir(path, 0o700)
+                return path
+            except FileExistsError:
+                self.untrack("path", path)
+        raise FileExistsError(f"no free name for {prefix}* in {tmp}")
+
     async def make_workspace(self, prefix: str, src: str | None = None) -> str:
         """A fresh temporary directory holding a copy of `src`'s contents.
 
         The copy runs off the event loop (other trials may be in flight); the
         directory is registered with the reaper before anything goes into it.
         """
-        path = tempfile.mkdtemp(prefix=prefix)
-        reaper.current().add_path(path)
+        path = self.new_dir(prefix)
         if src:
             await asyncio.to_thread(shutil.copytree, src, path, symlinks=True, dirs_exist_ok=True)
         return path
