@@ -73,8 +73,9 @@ def leftovers(label: str, *, vms: bool = False, engines: bool = False) -> list[s
     left += glob.glob(os.path.join(tmp, f"rtax-vm-*{label}*"))
     left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
     left += processes(f"rtax-ws-{label}-")
+    if vms or engines:  # QEMU names its guest after the label, conmon its container
+        left += processes(f"rtax-{label}-")
     if vms:
-        left += processes(f"rtax-{label}-")  # QEMU names its guest after the label
         left += domains(label)
     if engines:
         left += containers(label)

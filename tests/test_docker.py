@@ -197,33 +197,6 @@ def test_hanging_action_times_out_and_teardown_cleans(channel):
     assert _ours() == []
 
 
-@pytest.mark.parametrize("channel", CHANNELS)
-def test_teardown_after_cancelled_create_ready_or_action(channel):
-    delays = [0, 0.002, 0.01, 0.05]
-
-    async def run():
-        d = driver()
-        for delay in delays:
-            for phase in ("create", "ready", "action"):
-                env = d.environment(spec(channel))
-                try:
-                    if phase == "create":
-                        await asyncio.wait_for(env.create(), delay)
-                    elif phase == "ready":
-                        await env.create()
-                        await asyncio.wait_for(env.ready(), delay)
-                    else:
-                        await env.create()
-                        await env.ready()
-                        await act(env, "sleep", "5", timeout=delay)
-                except TimeoutError:
-                    pass
-                await asyncio.wait_for(env.teardown(), 30)
-                assert _ours() == [], (phase, delay)
-
-    asyncio.run(run())
-
-
 def test_check_facts_and_cleanup():
     async def run():
         d = driver()
