@@ -64,7 +64,9 @@ def domains(label: str) -> list[str]:
         conn.close()
 
 
-def leftovers(label: str, *, vms: bool = False, engines: bool = False) -> list[str]:
+def leftovers(
+    label: str, *, vms: bool = False, engines: bool = False, monitors: bool = True
+) -> list[str]:
     """Everything of `label` still here: workspaces, VM dirs, cgroups, processes
     (sandboxes, QEMU), and with `engines` containers, with `vms` libvirt domains."""
     label = label[:40]
@@ -73,8 +75,8 @@ def leftovers(label: str, *, vms: bool = False, engines: bool = False) -> list[s
     left += glob.glob(os.path.join(tmp, f"rtax-vm-*{label}*"))
     left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
     left += processes(f"rtax-ws-{label}-")
-    if vms or engines:  # QEMU names its guest after the label, conmon its container
-        left += processes(f"rtax-{label}-")
+    if vms or (engines and monitors):  # QEMU names its guest after the label, conmon
+        left += processes(f"rtax-{label}-")  # its container
     if vms:
         left += domains(label)
     if engines:
