@@ -36,6 +36,7 @@ from rtax_tui.drivers.container import (
     ContainerOptions,
 )
 
+from rtax_tui.core.conmon import conmon_processes
 from rtax_tui.core.model import EnvSpec, OptionError
 
 DEFAULT_SOCKET = "unix:///run/rtax-podman/podman.sock"
@@ -48,33 +49,6 @@ REAP_WAIT_S = 2.0
 
 def _localhost(tag: str) -> str:
     return tag if tag.startswith(LOCAL_PREFIX) else LOCAL_PREFIX + tag
-
-
-def conmon_processes(ids: set[str] | None = None) -> list[int]:
-    """PIDs of the live `conmon` processes (zombies have no command line), or only of
-    those whose command line names one of `ids` (container ids or names) after
-    `-c` (container id) or `-n` (container name)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if not argv or os.path.basename(argv[0]) != b"conmon":
-            continue
-        if ids is not None:
-            named = {
-                argv[i + 1].decode(errors="replace")
-                for i in range(len(argv) - 1)
-                if argv[i] in (b"-c", b"-n", b"--cid", b"--name")
-            }
-            if not named & ids:
-                continue
-        pids.append(int(entry))
-    return pids
 
 
 def reap_conmon(ids: set[str]) -> int:

@@ -124,24 +124,14 @@ def _engine(sock: str, method: str, path: str, timeout: float = 30) -> bytes:
 
 def _end_conmon(ids: set[str]) -> None:
     """SIGKILL the `conmon` monitors Podman leaves behind for these containers (two per
-    exec session, still running after the container is removed)."""
-    if not ids:
-        return
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    exec session, some still running after the container is removed)."""
+    from rtax_tui.core.conmon import conmon_processes
+
+    for pid in conmon_processes(ids) if ids else ():
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if not args or os.path.basename(args[0]) != b"conmon":
-            continue
-        if any(a.decode(errors="replace") in ids for a in args):
-            try:
-                os.kill(int(name), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _remove_containers(spec: str) -> None:
@@ -156,20 +146,21 @@ def _remove_containers(spec: str) -> None:
     # again until the engine shows none twice in a row (bounded: about 10 s).
     quiet = 0
     removed: set[str] = set()
-    for _ in range(20):
-        try:
-            found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
-            for c in found:
-                _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
-                removed.add(str(c["Id"]))
-                _end_conmon(removed)
-        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
-            return  # the engine is gone (or answers nonsense): nothing more to do there
-        quiet = quiet + 1 if not found else 0
-        if quiet >= 2:
-            _end_conmon(removed)  # a monitor that outlived its container's removal
-            return
-        time.sleep(0.5)
+    try:
+        for _ in range(20):
+            try:
+                found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
+                for c in found:
+                    _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
+                    removed.add(str(c["Id"]))
+            except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+                return  # the engine is gone (or answers nonsense): nothing more to do
+            quiet = quiet + 1 if not found else 0
+            if quiet >= 2:
+                return
+            time.sleep(0.5)
+    finally:
+        _end_conmon(removed)  # monitors that outlived their container's removal
 
 
 def _reap(
