@@ -31,8 +31,12 @@ fi
 setsid bash -c 'exec -a {MARK} sleep 300' </dev/null >/dev/null 2>&1 &
 pid=$!
 echo "$pid" >"$PIDFILE"
-# like the real scripts, return once it "answers": here, once it runs as MARK
-until grep -q {MARK} "/proc/$pid/cmdline" 2>/dev/null; do sleep 0.01; done
+# like the real scripts, return once it "answers": here, once it is the sleep named MARK.
+# (Waiting only for MARK in its cmdline returned while setsid or bash -c, whose arguments
+# hold MARK, were still exec'ing: a cmdline read mid-exec is empty, and the Daemon then
+# missed the PID it had started; CI saw it once under load.)
+until [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sleep ] \
+  && grep -q {MARK} "/proc/$pid/cmdline" 2>/dev/null; do sleep 0.01; done
 touch "$READY"
 """
 
