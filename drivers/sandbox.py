@@ -166,18 +166,6 @@ def bwrap_argv(
     return a + ["--", *cmd]
 
 
-def local_root() -> list[tuple[str, str, str]]:
-    """ROOT_NAMES as this host has them: (name, dir|link, target)."""
-    out = []
-    for name in ROOT_NAMES:
-        p = "/" + name
-        if os.path.islink(p):
-            out.append((name, "link", os.readlink(p)))
-        elif os.path.isdir(p):
-            out.append((name, "dir", ""))
-    return out
-
-
 def sandbox_env(extra: dict[str, str]) -> dict[str, str]:
     """The environment variables inside: nothing of the host's."""
     env = {
@@ -356,10 +344,22 @@ async def sandbox_shell_action(env: Any, step: Step, timeout: float | None) -> A
         raise
 
 
-def spawn_argv(enter: str, uid: int, procs: Sequence[str], argv: Sequence[str]) -> list[str]:
+# Where `rtax-enter --spawn` puts the filter and (exec channel) a copy of stdout, for
+# bwrap_argv's seccomp_fd and info_fd.
+SPAWN_SECCOMP_FD = 5
+SPAWN_INFO_FD = 3
+
+
+def spawn_argv(
+    support: Support, uid: int, procs: Sequence[str], argv: Sequence[str], *, info: bool
+) -> list[str]:
     """The command that starts a sandbox: `rtax-enter --spawn` joins the environment's
-    cgroups and becomes `uid` (no supplementary groups), then runs `argv` (bubblewrap)."""
-    return [enter, "--spawn", str(uid), *procs, "--", *argv]
+    cgroups, opens the filter on SPAWN_SECCOMP_FD, copies stdout to SPAWN_INFO_FD when
+    `info`, and becomes `uid` (no supplementary groups), then runs `argv` (bubblewrap)."""
+    return [support.enter, "--spawn", str(uid), support.filter, "1" if info else "0", *procs] + [
+        "--",
+        *argv,
+    ]
 
 
 def enter_argv(

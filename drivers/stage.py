@@ -17,16 +17,20 @@ identity, capabilities and filter.
 The workload's assets (paths under rtax's attrs assets that its steps name) and the
 paths of the driver option `ro_binds` are bound read-only at the same place inside;
 nothing else of the host's files is visible.
+
+One environment class for every host: the workspace, the cgroup and the processes are
+made through the Host API (`make_workspace`, `make_cgroup`, `spawn`), and the sandbox
+is started by the same command everywhere (`rtax-enter --spawn` opens the filter for
+bubblewrap and hands back its info on stdout), so nothing here asks which host it has.
+Only the assets differ: they are the controller's files, so they are bound where the
+host's files are the controller's (`host.controller_local`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 from typing import Any
 
@@ -35,12 +39,11 @@ from rtax_tui.drivers.sandbox import (
     HOSTNAME,
     READY,
     SLEEPER,
-    Support,
+    SPAWN_INFO_FD,
+    SPAWN_SECCOMP_FD,
     SupportError,
     bwrap_argv,
     enter_argv,
-    local_root,
-    local_support,
     public_copy,
     sandbox_env,
     sandbox_shell_action,
@@ -48,36 +51,23 @@ from rtax_tui.drivers.sandbox import (
     uid_option,
 )
 from rtax_tui.drivers.shellframe import FramedShell
-from rtax_tui.drivers.stage_remote import (
-    RemoteStageEnvironment,
-    check_remote,
-    cleanup_remote,
+from rtax_tui.drivers.stage_site import (
+    CLEANUP_SH,
+    TOOLS,
+    Site,
+    find_tools,
+    host_support,
+    list_root,
 )
-from rtax_tui.drivers.workspace import (
-    WORKSPACE_PREFIX,
-    make_workspace,
-    populate,
-    remove_workspace,
-    run_exec,
-    workspace_cleanup,
-)
+from rtax_tui.drivers.workspace import WORKSPACE_PREFIX, run_exec, safe_label
 
 from rtax_tui.core.assets import assets_root
-from rtax_tui.core.cgroups import Cgroup, CgroupError
-from rtax_tui.core.cgroups import cleanup as cgroup_cleanup
-from rtax_tui.core.model import (
-    ActionResult,
-    EnvSpec,
-    PhaseFailure,
-    Step,
-)
+from rtax_tui.core.cgroups import Cgroup
+from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.core.probe import ALL_CHECKS
 
 TEARDOWN_GRACE_S = 2.0
-
-
-def _safe_label(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
+SPAWN_WAIT_S = 10.0  # teardown waits this long for a spawn that a cancelled create left
 
 
 def asset_paths(spec: EnvSpec, extra: list[str]) -> list[str]:
@@ -107,157 +97,88 @@ def asset_paths(spec: EnvSpec, extra: list[str]) -> list[str]:
     return out
 
 
-def chown_tree(path: str, uid: int) -> None:
-    """Give the workspace to the sandbox's uid (root inside), without following links."""
-    os.chown(path, uid, uid)
-    for top, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.chown(os.path.join(top, name), uid, uid, follow_symlinks=False)
-
-
-def _open_ro(path: str) -> int:
-    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-
-
-async def _read_info(fd: int, until: bytes) -> bytes:
-    """Read the info pipe until `until` appears or EOF; closes fd."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    f = os.fdopen(fd, "rb", buffering=0)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), f)
-    data = b""
-    try:
-        while until not in data:
-            chunk = await reader.read(4096)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        transport.close()
-    return data
-
-
 class StageEnvironment(Environment):
+    """One bubblewrap sandbox on the driver's host (see the module docstring)."""
+
     driver: StageDriver
 
     def __init__(self, driver: StageDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
+        self.host = driver.host
         self.workspace: str | None = None
-        self.cg: Cgroup | None = None
+        self.cg: str | None = None  # the cgroup's path below the root, once asked for
         self.procs: list[str] = []
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: Any = None
         self.shell: FramedShell | None = None
-        self.info_r: int | None = None
         self.pid: int | None = None  # the sandbox's init, as the host sees it
         self.broken = False  # the shell is out of step (an action timed out or failed)
-        self._spawn: asyncio.Future[asyncio.subprocess.Process] | None = None
-        self._populate: asyncio.Future[list[tuple[str, str]]] | None = None
+        # Shielded steps that a cancelled create leaves running; teardown awaits them.
+        self._ws: asyncio.Future[str] | None = None
+        self._binds: asyncio.Future[list[tuple[str, str]]] | None = None
+        self._spawn: asyncio.Future[Any] | None = None
         self.env = sandbox_env(spec.env)
 
     # -- create ------------------------------------------------------------
 
-    def _prepare(self, src: str | None, binds: list[str]) -> list[tuple[str, str]]:
-        """Fill the workspace and give it to the sandbox uid; the binds' public copies."""
-        assert self.workspace is not None
-        populate(self.workspace, src)
-        chown_tree(self.workspace, self.driver.uid)
-        out = []
-        for p in binds:
-            try:
-                out.append((public_copy(p, self.driver.uid), p))
-            except OSError as exc:
-                raise PhaseFailure("sandbox_failed", f"cannot bind {p}: {exc}") from exc
-        return out
-
     async def create(self) -> None:
         spec = self.spec
-        label = _safe_label(spec.label)
-        support = await self.driver.support()
+        label = safe_label(spec.label)
+        site = await self.driver.site()
+        uid = self.driver.uid
         async with self.sub("workspace"):
-            self.workspace = make_workspace(self.driver.host, label)
-            wanted = asset_paths(spec, list(self.driver.options.get("ro_binds", ())))
-            # off the event loop: other trials may be in flight
-            self._populate = asyncio.ensure_future(
-                asyncio.to_thread(self._prepare, spec.workspace_src, wanted)
+            self._ws = asyncio.ensure_future(
+                self.host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", spec.workspace_src, uid)
             )
-            binds = await asyncio.shield(self._populate)  # teardown waits for a cancelled copy
+            self.workspace = await asyncio.shield(self._ws)
+            self._binds = asyncio.ensure_future(self.driver.binds(spec))
+            binds = await asyncio.shield(self._binds)
         async with self.sub("cgroup"):
             name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
             lim = spec.limits
-            rel = Cgroup.relpath_of(name, spec.cgroup_parent)
-            self.driver.host.track("cgroup", rel)  # before it exists: kill -9 at any moment
+            self.cg = Cgroup.relpath_of(name, spec.cgroup_parent)
             try:
-                self.cg = Cgroup.create(
-                    name,
-                    cpus=lim.cpus,
-                    memory_mib=lim.memory_mib,
-                    pids=lim.pids,
-                    parent=spec.cgroup_parent,
+                self.procs = await self.host.make_cgroup(
+                    self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=lim.pids
                 )
-            except (OSError, CgroupError) as exc:
-                self.driver.host.untrack("cgroup", rel)  # create removed what it had made
-                raise PhaseFailure("cgroup_failed", f"cannot make cgroup {name}: {exc}") from exc
-            self.procs = self.cg.procs_files()
+            except PhaseFailure:
+                self.cg = None  # the host removed what it had made
+                raise
         async with self.sub("spawn"):
-            await self._spawn_sandbox(support, binds)
-
-    async def _spawn_sandbox(self, support: Support, binds: list[tuple[str, str]]) -> None:
-        """Start bubblewrap as the sandbox uid, handing it root-opened descriptors."""
-        assert self.workspace is not None
-        tools = self.driver.tools
-        if "bwrap" not in tools:
-            raise PhaseFailure("sandbox_failed", "bwrap is not on PATH")
-        opened: list[int] = []
-        try:
-            opened.append(_open_ro(support.filter))
-            info_w: int | None = None
-            if self.channel == "exec":
-                self.info_r, info_w = os.pipe()
-                opened.append(info_w)
-            cmd: tuple[str, ...] = ("sh",) if self.channel == "shell" else SLEEPER
+            if "bwrap" not in site.tools:
+                raise PhaseFailure("sandbox_failed", f"bwrap is not on PATH on {self.host.name}")
+            info = self.channel == "exec"
             bwrap = bwrap_argv(
-                tools["bwrap"],
+                site.tools["bwrap"],
                 self.workspace,
-                cmd,
-                root=self.driver.root,
-                etc=support.etc,
-                seccomp_fd=opened[0],
+                ("sh",) if self.channel == "shell" else SLEEPER,
+                root=site.root,
+                etc=site.support.etc,
+                seccomp_fd=SPAWN_SECCOMP_FD,
                 binds=binds,
-                info_fd=info_w,
+                info_fd=SPAWN_INFO_FD if info else None,
             )
-            # rtax-enter joins the cgroup and drops to the sandbox uid: no pre-exec hook
-            argv = spawn_argv(support.enter, self.driver.uid, self.procs, bwrap)
+            # rtax-enter joins the cgroup, opens the filter and drops to the sandbox uid:
+            # no pre-exec hook (the spawn can vfork) and no descriptor to pass
+            argv = spawn_argv(site.support, uid, self.procs, bwrap, info=info)
             # Shielded: cancelling asyncio's subprocess creation half-way can hang it
             # for good (3.11: it then waits for pipes that a surviving grandchild
             # holds open). A cancelled create leaves the spawn to finish; teardown
             # collects the process.
             self._spawn = asyncio.ensure_future(
-                self.driver.host.spawn(
+                self.host.spawn(
                     argv,
                     cwd="/",
                     env=self.env,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
-                    pass_fds=tuple(opened),
                 )
             )
-            fds_to_close, opened = opened, []
-
-            def close_fds(_t: object) -> None:
-                for fd in fds_to_close:
-                    os.close(fd)
-
-            self._spawn.add_done_callback(close_fds)
             try:
                 self.proc = await asyncio.shield(self._spawn)
             except OSError as exc:
                 raise PhaseFailure("sandbox_failed", f"cannot start {argv[0]}: {exc}") from exc
-        finally:
-            for fd in opened:
-                os.close(fd)
         if self.channel == "shell":
-            assert self.proc.stdin and self.proc.stdout
             self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
 
     # -- ready -------------------------------------------------------------
@@ -270,29 +191,26 @@ class StageEnvironment(Environment):
             out = await asyncio.wait_for(self.proc.stdout.read(65536), 2.0)
         except (TimeoutError, OSError):
             out = b""
-        return out.decode(errors="replace").strip()
+        return bytes(out).decode(errors="replace").strip()
 
     async def _started(self) -> None:
-        """Exec channel: learn the init's host pid and see it print that it is up."""
+        """Exec channel: read bubblewrap's info (the init's host pid, on stdout) and the
+        sleeper's READY line."""
         if self.pid is not None:
             return
-        if self.proc is None or self.proc.stdout is None:
+        if self.proc is None:
             raise PhaseFailure("not_created", "the sandbox was never started")
-        if self.info_r is None:
-            raise PhaseFailure("not_created", "the sandbox's info pipe is gone")
-        fd, self.info_r = self.info_r, None
-        info = await _read_info(fd, b"}")
-        try:
-            pid = int(json.loads(info)["child-pid"])
-        except (ValueError, KeyError, TypeError):
-            out = await self._failure_output()
-            raise PhaseFailure(
-                "sandbox_failed", f"bwrap sandbox did not start: {out or info!r}"
-            ) from None
-        line = await self.proc.stdout.readline()
-        if line != READY:
-            out = (line.decode(errors="replace") + await self._failure_output()).strip()
-            raise PhaseFailure("sandbox_failed", f"bwrap sandbox did not start: {out}")
+        data = b""
+        pid = None
+        while READY.strip() not in data or pid is None:
+            line = await self.proc.stdout.readline()
+            if not line:
+                out = (data.decode(errors="replace") + await self._failure_output()).strip()
+                raise PhaseFailure("sandbox_failed", f"bwrap sandbox did not start: {out}")
+            data += line
+            m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
+            if m and b"}" in data[m.end() :]:
+                pid = int(m.group(1))
         self.pid = pid
 
     async def ready(self) -> None:
@@ -316,94 +234,85 @@ class StageEnvironment(Environment):
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
             return await sandbox_shell_action(self, step, timeout)
-        if self.pid is None:
-            await self._started()
+        await self._started()
         assert self.pid is not None
-        support = await self.driver.support()
+        support = (await self.driver.site()).support
         argv = enter_argv(support.enter, support.filter, self.pid, self.procs, step.argv)
         # no cgroup_procs here: rtax-enter joins them itself (no pre-exec hook, so the
         # spawn can vfork)
-        return await run_exec(self.driver.host, argv, cwd="/", env=self.env, timeout=timeout)
+        return await run_exec(self.host, argv, cwd="/", env=self.env, timeout=timeout)
 
     # -- teardown ----------------------------------------------------------
 
     async def teardown(self) -> None:
         errors: list[str] = []
-        if self.info_r is not None:
-            os.close(self.info_r)
-            self.info_r = None
         if self.proc is None and self._spawn is not None:
             # create was cancelled while spawning: let the spawn finish, then end it.
             try:
-                self.proc = await asyncio.wait_for(asyncio.shield(self._spawn), 10)
+                self.proc = await asyncio.wait_for(asyncio.shield(self._spawn), SPAWN_WAIT_S)
             except Exception:
                 pass
         self._spawn = None
-        proc = self.proc
-        if proc is not None:
-            await _end_init(self.driver.host, proc, self.cg, graceful=not self.broken)
+        if self.proc is not None:
+            await self._end_init(graceful=not self.broken)
             self.proc = None
             self.shell = None
         if self.cg is not None:
-            cg = self.cg
             try:
-                await asyncio.to_thread(cg.remove)
-                self.driver.host.untrack("cgroup", cg.relpath)
+                await self.host.remove_cgroup(self.cg)
                 self.cg = None
-            except Exception as exc:  # keep going: the workspace still has to go
-                errors.append(f"cgroup {cg.relpath}: {exc}")
-        if self._populate is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._populate), 60)
-            except Exception:
-                pass
-            self._populate = None
+            except PhaseFailure as exc:  # keep going: the workspace still has to go
+                errors.append(exc.message)
+        for fut in (self._binds, self._ws):  # a copy a cancelled create left running
+            if fut is not None and not fut.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), 60)
+                except Exception:
+                    pass
+        if self.workspace is None and self._ws is not None and self._ws.done():
+            if not self._ws.cancelled() and self._ws.exception() is None:
+                self.workspace = self._ws.result()
+        self._ws = self._binds = None
         if self.workspace is not None:
-            await remove_workspace(self.driver.host, self.workspace)
+            await self.host.remove_tree(self.workspace)
             self.workspace = None
         if errors:
             raise PhaseFailure("teardown_incomplete", "; ".join(errors))
 
+    async def _end_init(self, graceful: bool) -> None:
+        """End the sandbox: close the init's stdin (the shell or sleeper then exits).
 
-async def _end_init(
-    host: Any, proc: asyncio.subprocess.Process, cg: Cgroup | None, graceful: bool
-) -> None:
-    """End the sandbox: close the init's stdin (the shell or sleeper then exits).
-
-    If it does not exit (or `graceful` is off), kill everything in the cgroup but
-    our own child first, so that bwrap reaps their children and exit
-    themselves (no orphaned zombies), then kill the child's whole group.
-    """
-    if proc.stdin is not None and not proc.stdin.is_closing():
-        try:
-            if graceful:
-                proc.stdin.write(b"exit 0\n")
-            proc.stdin.close()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-    if graceful and proc.returncode is None:
-        try:
-            await asyncio.wait_for(proc.wait(), TEARDOWN_GRACE_S)
-        except TimeoutError:
-            pass
-    if proc.returncode is None and cg is not None:
-        for pid in cg.pids() - {proc.pid}:
+        If it does not exit (or `graceful` is off), kill everything in the cgroup but
+        our own child first, so that bwrap reaps their children and exits itself (no
+        orphaned zombies), then kill the child's whole group.
+        """
+        proc = self.proc
+        if proc.stdin is not None and not proc.stdin.is_closing():
             try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                if graceful:
+                    proc.stdin.write(b"exit 0\n")
+                proc.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
                 pass
-        try:
-            await asyncio.wait_for(proc.wait(), 1.0)
-        except TimeoutError:
-            pass
-    await host.kill(proc)
-    await proc.wait()
-    host.release(proc)
+        if graceful and proc.returncode is None:
+            try:
+                await asyncio.wait_for(proc.wait(), TEARDOWN_GRACE_S)
+            except TimeoutError:
+                pass
+        if proc.returncode is None and self.cg is not None:
+            await self.host.kill_cgroup(self.cg, spare=proc.pid)
+            try:
+                await asyncio.wait_for(proc.wait(), 1.0)
+            except TimeoutError:
+                pass
+        await self.host.kill(proc)
+        await proc.wait()
+        self.host.release(proc)
 
 
 class StageDriver(Driver):
     name = "stage"
-    runs_remote = True  # through drivers/stage_remote.py
+    runs_remote = True
     channels = ("exec", "shell")
     # Every check (sandbox.py says how), locally and on an SSH host alike.
     boundary = ALL_CHECKS
@@ -420,66 +329,115 @@ class StageDriver(Driver):
             raise ValueError(f"stage: option sandbox must be auto or bwrap, not {want!r}")
         self.uid = uid_option(options)
         self.sandbox = "bwrap"
-        self.tools: dict[str, str] = {}
-        self.root: list[tuple[str, str, str]] = []
-        self.remote_support: Support | None = None  # set by check_remote
-        self._support: Support | None = None
-        if not host.controller_local:  # tools are found on the remote host by check()
-            return
-        p = shutil.which("bwrap")
-        if p:
-            self.tools["bwrap"] = p
-        self.root = local_root()
+        self._site: Site | None = None
+        self._site_lock = asyncio.Lock()
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
-        if not self.host.controller_local:
-            return RemoteStageEnvironment(self, spec, sub)
         return StageEnvironment(self, spec, sub)
 
-    async def support(self) -> Support:
-        """The local support files (the helper is compiled once, off the event loop)."""
-        if self._support is None:
-            try:
-                self._support = await asyncio.to_thread(local_support)
-            except (SupportError, OSError) as exc:
-                raise PhaseFailure("sandbox_failed", str(exc)) from exc
-        return self._support
+    async def site(self) -> Site:
+        """The host's tools, root entries and support files, found once (the helper is
+        compiled off the event loop). Raises PhaseFailure("sandbox_failed")."""
+        if self._site is None:
+            async with self._site_lock:
+                if self._site is None:
+                    try:
+                        support = await host_support(self.host)
+                    except (SupportError, OSError) as exc:
+                        raise PhaseFailure("sandbox_failed", str(exc)) from exc
+                    tools = await find_tools(self.host)
+                    self._site = Site(tools, await list_root(self.host), support)
+        return self._site
+
+    async def binds(self, spec: EnvSpec) -> list[tuple[str, str]]:
+        """(a copy the sandbox uid can read, the path inside) for the assets the workload
+        names and `ro_binds`. They are the controller's files: none on another host."""
+        if not self.host.controller_local:
+            return []
+        wanted = asset_paths(spec, list(self.options.get("ro_binds", ())))
+        if not wanted:
+            return []
+
+        def copies() -> list[tuple[str, str]]:
+            out = []
+            for p in wanted:
+                try:
+                    out.append((public_copy(p, self.uid), p))
+                except OSError as exc:
+                    raise PhaseFailure("sandbox_failed", f"cannot bind {p}: {exc}") from exc
+            return out
+
+        return await asyncio.to_thread(copies)
 
     # -- checks ------------------------------------------------------------
 
     async def check(self) -> list[Problem]:
-        if not self.host.controller_local:
-            return await check_remote(self)
-        if os.geteuid() != 0:
+        """Root, the tools, the support files, cgroups, then a real sandbox in each
+        channel, on the driver's host."""
+        host = self.host
+        try:
+            uid = (await host.run(["id", "-u"], timeout=30)).stdout.strip()
+            tools = await find_tools(host)
+        except PhaseFailure as exc:
+            return [
+                Problem(f"host {host.name} does not answer: {exc.message}", "check the network")
+            ]
+        if uid != b"0":
             return [
                 Problem(
-                    "stage needs root: it makes cgroups and hands the sandbox to an "
-                    "unprivileged uid (without root no CPU, memory or pid limits can be applied)",
-                    "run rtax as root (sudo rtax ...)",
+                    f"stage needs root on host {host.name} (running as uid {uid.decode()}): it "
+                    "makes cgroups and hands the sandbox to an unprivileged uid",
+                    "run rtax as root (sudo rtax ...), or log in to the host as root",
                 )
             ]
-        problems: list[Problem] = []
-        if "bwrap" not in self.tools:
-            problems.append(
+        if "bwrap" not in tools:
+            return [
                 Problem(
-                    "bubblewrap (bwrap) is not on PATH: stage's boundary is built with it",
+                    f"bubblewrap (bwrap) is not on PATH on host {host.name}: stage's boundary "
+                    "is built with it",
                     "apt-get install bubblewrap",
                 )
-            )
+            ]
+        missing = [t for t in TOOLS if t not in tools]
+        if missing:
+            return [
+                Problem(
+                    f"not on PATH on host {host.name}: {', '.join(missing)}",
+                    "apt-get install util-linux coreutils tar findutils there",
+                )
+            ]
+        arch = (await host.run(["uname", "-m"], timeout=30)).stdout.decode().strip()
+        if arch != os.uname().machine:
+            return [
+                Problem(
+                    f"host {host.name} is {arch}, this machine {os.uname().machine}: stage's "
+                    "exec helper is built here for this architecture",
+                    "run rtax from a controller of the same architecture",
+                )
+            ]
         try:
-            await asyncio.to_thread(local_support)
-        except SupportError as exc:
-            problems.append(Problem(f"stage cannot make its sandbox files: {exc}", exc.fix))
-        except OSError as exc:
-            problems.append(
-                Problem(f"stage cannot make its sandbox files: {exc}", "check rtax's cache dir")
+            await self.site()
+        except PhaseFailure as exc:
+            cause = exc.__cause__
+            fix = (
+                cause.fix
+                if isinstance(cause, SupportError)
+                else "check that root can write rtax's cache"
             )
-        cg_problem = self._check_cgroups()
-        if cg_problem:
-            problems.append(cg_problem)
-        if problems:
-            return problems
-        # Everything is there: make a real sandbox in each channel and run a command.
+            return [Problem(f"stage cannot make its sandbox files: {exc.message}", fix)]
+        rel = f"rtax/check-{os.urandom(4).hex()}"
+        try:
+            await host.make_cgroup(rel, cpus=1, memory_mib=64, pids=64)
+            await host.remove_cgroup(rel)
+        except PhaseFailure as exc:
+            return [
+                Problem(
+                    f"cannot make cgroups under /sys/fs/cgroup on host {host.name} "
+                    f"({exc.message}): CPU, memory and pid limits can't be applied",
+                    "run as root with /sys/fs/cgroup mounted and writable "
+                    "(in a container: --privileged, or --cgroupns=host with a rw /sys/fs/cgroup)",
+                )
+            ]
         for channel in ("exec", "shell"):
             err = await self.try_environment(
                 channel,
@@ -487,46 +445,28 @@ class StageDriver(Driver):
                 lambda r: r.rc == 0 and r.output.strip() == HOSTNAME.encode(),
             )
             if err:
-                problems.append(
+                return [
                     Problem(
-                        f"bwrap could not run a sandbox ({channel}): {err}",
+                        f"bwrap could not run a sandbox ({channel}) on host {host.name}: {err}",
                         "bubblewrap must be able to make a user namespace as an unprivileged "
                         "user: sysctl -w user.max_user_namespaces=10000 "
                         "(and kernel.unprivileged_userns_clone=1 where the kernel has it)",
                     )
-                )
-                break
-        return problems
-
-    def _check_cgroups(self) -> Problem | None:
-        ver = Cgroup.version()
-        if ver is None:
-            return Problem(
-                "no cgroup filesystem at /sys/fs/cgroup: "
-                "CPU, memory and pid limits can't be applied",
-                "mount one: mount -t cgroup2 none /sys/fs/cgroup",
-            )
-        try:
-            cg = Cgroup.create(f"check-{os.urandom(4).hex()}", cpus=1, memory_mib=64, pids=64)
-            cg.remove()
-        except (OSError, CgroupError) as exc:
-            return Problem(
-                f"cannot make cgroups under /sys/fs/cgroup ({exc}): limits can't be applied",
-                "run as root with /sys/fs/cgroup writable "
-                "(in a container: --privileged, or --cgroupns=host with a rw /sys/fs/cgroup)",
-            )
-        return None
+                ]
+        return []
 
     async def facts(self) -> dict[str, Any]:
-        cgv = Cgroup.version() if self.host.controller_local else "see the host's facts"
         facts: dict[str, Any] = {
             "sandbox": "bwrap",
-            "cgroup": cgv,
             "uid": self.uid,
             "isolation": f"userns (root inside = host uid {self.uid}), no capabilities, "
             "no_new_privs, seccomp, view: /usr + curated /etc, private /tmp, no network",
         }
-        tool = self.tools.get("bwrap")
+        try:
+            site = await self.site()
+        except PhaseFailure:
+            return facts
+        tool = site.tools.get("bwrap")
         if tool:
             try:
                 res = await self.host.run([tool, "--version"], timeout=10, merge_stderr=True)
@@ -540,37 +480,14 @@ class StageDriver(Driver):
     # -- cleanup -----------------------------------------------------------
 
     async def cleanup(self, label: str | None = None) -> int:
-        if not self.host.controller_local:
-            return await cleanup_remote(self.host, label)
-        marker = "/" + WORKSPACE_PREFIX + (f"{_safe_label(label)}-" if label else "")
-        n = _kill_sandboxes(marker)
-        if label:
-            n += await asyncio.to_thread(cgroup_cleanup, f"rtax/env-{_safe_label(label)}-")
-        else:
-            n += await asyncio.to_thread(cgroup_cleanup, "rtax/")
-        n += await workspace_cleanup(self.host, marker.lstrip("/"))
-        return n
-
-
-def _kill_sandboxes(marker: str) -> int:
-    """SIGKILL bwrap sandboxes whose command line names an rtax workspace."""
-    n = 0
-    me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
+        """Sandboxes, env cgroups and workspaces of one run (or of every run)."""
+        prefix = WORKSPACE_PREFIX + (f"{safe_label(label)}-" if label else "")
+        cg = f"env-{safe_label(label)}-" if label else "env-"
+        res = await self.host.run(["sh", "-c", CLEANUP_SH, "rtax-cleanup", prefix, cg], timeout=60)
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if not args or os.path.basename(args[0]) != b"bwrap":
-            continue
-        if not any(marker.encode() in a for a in args[1:]):
-            continue
-        try:
-            os.kill(int(name), signal.SIGKILL)
-            n += 1
-        except (ProcessLookupError, PermissionError):
-            pass
-    return n
+            return int(res.stdout.split()[-1])
+        except (ValueError, IndexError):
+            raise PhaseFailure(
+                "cleanup_failed",
+                f"host {self.host.name}: stage cleanup failed: {res.stderr[-300:]!r}",
+            ) from None

@@ -27,12 +27,16 @@
  *
  * The same binary also starts the sandbox itself:
  *
- *   rtax-enter --spawn UID [CGROUP_PROCS...] -- BWRAP ARGS...
+ *   rtax-enter --spawn UID FILTER INFO [CGROUP_PROCS...] -- BWRAP ARGS...
  *
- * joins the environment's cgroups, drops every supplementary group and becomes UID
- * (uid and gid) before exec'ing bubblewrap. Doing this here rather than in a Python
- * pre-exec hook lets the caller spawn with vfork (a fork of the Python process cost
- * about 4 ms a sandbox), and no setpriv is needed.
+ * joins the environment's cgroups, opens FILTER (as host root) on descriptor 5 for
+ * bubblewrap's --seccomp 5, makes descriptor 3 a copy of stdout when INFO is 1 (for
+ * bubblewrap's --info-fd 3: the sandbox's pid comes back on stdout), drops every
+ * supplementary group and becomes UID (uid and gid) before exec'ing bubblewrap. Doing
+ * this here rather than in a Python pre-exec hook lets the caller spawn with vfork (a
+ * fork of the Python process cost about 4 ms a sandbox), needs no descriptor passed
+ * (so an SSH host starts a sandbox with the same command as the controller), and no
+ * setpriv.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -83,16 +87,23 @@ static int join_cgroups(char **files, int n_files) {
 }
 
 static int spawn_mode(int argc, char **argv) {
-  int sep = 3;
+  int sep = 5;
   while (sep < argc && strcmp(argv[sep], "--") != 0) sep++;
   char *end = NULL;
   unsigned long uid = argc > 2 ? strtoul(argv[2], &end, 10) : 0;
-  if (argc < 5 || sep >= argc - 1 || end == argv[2] || *end != '\0' || uid == 0 ||
-      uid > 4294967294UL) {
-    fprintf(stderr, "usage: rtax-enter --spawn UID [CGROUP_PROCS...] -- ARGV...\n");
+  if (argc < 7 || sep >= argc - 1 || end == argv[2] || *end != '\0' || uid == 0 ||
+      uid > 4294967294UL || (strcmp(argv[4], "0") != 0 && strcmp(argv[4], "1") != 0)) {
+    fprintf(stderr, "usage: rtax-enter --spawn UID FILTER INFO(0|1) [CGROUP_PROCS...] -- ARGV...\n");
     return 125;
   }
-  join_cgroups(argv + 3, sep - 3);
+  join_cgroups(argv + 5, sep - 5);
+  int ffd = open(argv[3], O_RDONLY);
+  if (ffd < 0) fail("cannot open filter", argv[3]);
+  if (ffd != 5) {
+    if (dup2(ffd, 5) != 5) fail("dup2", argv[3]);
+    close(ffd);
+  }
+  if (strcmp(argv[4], "1") == 0 && dup2(1, 3) != 3) fail("dup2", "stdout");
   if (setgroups(0, NULL) != 0) fail("setgroups", NULL);
   if (setresgid((gid_t)uid, (gid_t)uid, (gid_t)uid) != 0) fail("setresgid", NULL);
   if (setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) != 0) fail("setresuid", NULL);

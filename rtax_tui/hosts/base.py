@@ -13,9 +13,11 @@ import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from rtax_tui.core.model import PhaseFailure
+from rtax_tui.hosts import cgroup_sh
 
 # What a host's reaper can end when the run ends, however it ends:
 # "pgid": a process group; "path": a file or directory tree; "cgroup": a cgroup, named
@@ -132,9 +134,12 @@ class Host(ABC):
         """The process and its group are gone: stop tracking them."""
 
     @abstractmethod
-    async def make_workspace(self, prefix: str, src: str | None = None) -> str:
+    async def make_workspace(
+        self, prefix: str, src: str | None = None, owner: int | None = None
+    ) -> str:
         """A fresh directory `<host tmp>/<prefix>XXXX` holding a copy of the controller's
-        directory `src`; tracked as a leftover until `remove_tree`."""
+        directory `src`, given (links not followed) to uid and gid `owner` if set;
+        tracked as a leftover until `remove_tree`."""
 
     @abstractmethod
     async def remove_tree(self, path: str) -> None:
@@ -159,6 +164,72 @@ class Host(ABC):
     @abstractmethod
     def untrack(self, kind: Leftover, value: str) -> None:
         """The leftover is gone (removed by its owner)."""
+
+    # -- cgroups: made, emptied and removed on the host (scripts by default; the local
+    # host does it in-process). A cgroup is tracked with the reaper before it exists.
+
+    async def make_cgroup(
+        self,
+        rel: str,
+        *,
+        cpus: float | None = None,
+        memory_mib: int | None = None,
+        pids: int | None = None,
+    ) -> list[str]:
+        """Make cgroup `rel` (e.g. "rtax/env-x") in every hierarchy with these limits
+        and return its `cgroup.procs` files (to join: `rtax-enter`, `cgroup_procs=`).
+        Tracked before it exists; raises PhaseFailure("cgroup_failed")."""
+        self.track("cgroup", rel)
+        self._unsettled_cgroups.add(rel)  # until the script is known to have ended
+        res = await self.run(
+            [
+                "sh",
+                "-c",
+                cgroup_sh.CREATE_SH,
+                "rtax-cg",
+                rel,
+                *cgroup_sh.limit_args(cpus, memory_mib, pids),
+            ],
+            timeout=30,
+        )
+        self._unsettled_cgroups.discard(rel)
+        if res.returncode != 0:
+            await self.remove_cgroup(rel)
+            err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
+            raise PhaseFailure("cgroup_failed", f"cannot make cgroup {rel} on {self.name}: {err}")
+        return res.stdout.decode().split()
+
+    async def kill_cgroup(self, rel: str, spare: int | None = None) -> None:
+        """SIGKILL every process in cgroup `rel` and below but `spare` (a pid)."""
+        await self.run(
+            [
+                "sh",
+                "-c",
+                cgroup_sh.KILL_SH,
+                "rtax-cg-kill",
+                str(spare or 0),
+                *cgroup_sh.cgroup_dirs(rel),
+            ],
+            timeout=30,
+        )
+
+    async def remove_cgroup(self, rel: str) -> None:
+        """Kill what is inside cgroup `rel`, remove it everywhere and stop tracking it
+        (already gone is fine). Raises PhaseFailure("teardown_incomplete") when it stays
+        busy. A cgroup whose making was cut off stays tracked: the script may still
+        make it after this removal, and the host's reaper removes it at the end."""
+        res = await self.run(
+            ["sh", "-c", cgroup_sh.REMOVE_SH, "rtax-cg-rm", *cgroup_sh.cgroup_dirs(rel)], timeout=30
+        )
+        if res.returncode != 0:
+            raise PhaseFailure("teardown_incomplete", res.stderr.decode(errors="replace").strip())
+        if rel not in self._unsettled_cgroups:
+            self.untrack("cgroup", rel)
+
+    @cached_property
+    def _unsettled_cgroups(self) -> set[str]:
+        """Cgroups whose making was cut off (see remove_cgroup)."""
+        return set()
 
     def cgroup_procs(self, relpath: str) -> list[str]:
         """The `cgroup.procs` files of a cgroup that the controller made (a capacity

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rtax_tui.core import reaper
+from rtax_tui.core.model import PhaseFailure
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 
 __all__ = ["CompletedProcess", "LocalHost", "join_cgroups_before_exec", "kill_group"]
@@ -47,6 +48,20 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
                 pass
 
 
+def _fill(path: str, src: str, owner: int | None) -> None:
+    shutil.copytree(src, path, symlinks=True, dirs_exist_ok=True)
+    if owner is not None:
+        chown_tree(path, owner)
+
+
+def chown_tree(path: str, uid: int) -> None:
+    """Give a tree to uid and gid `uid`, without following links."""
+    os.chown(path, uid, uid)
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.chown(os.path.join(top, name), uid, uid, follow_symlinks=False)
+
+
 class LocalHost(Host):
     name = "local"
     passes_fds = True
@@ -55,6 +70,47 @@ class LocalHost(Host):
     @property
     def path_env(self) -> str:
         return os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+
+    async def make_cgroup(
+        self,
+        rel: str,
+        *,
+        cpus: float | None = None,
+        memory_mib: int | None = None,
+        pids: int | None = None,
+    ) -> list[str]:
+        from rtax_tui.core.cgroups import Cgroup, CgroupError
+
+        parent, _, name = rel.strip("/").rpartition("/")
+        self.track("cgroup", rel)
+        try:
+            cg = Cgroup.create(name, cpus=cpus, memory_mib=memory_mib, pids=pids, parent=parent)
+        except (OSError, CgroupError, ValueError) as exc:
+            self.untrack("cgroup", rel)  # create removed what it had made
+            raise PhaseFailure("cgroup_failed", f"cannot make cgroup {rel}: {exc}") from exc
+        return cg.procs_files()
+
+    async def kill_cgroup(self, rel: str, spare: int | None = None) -> None:
+        from rtax_tui.core.cgroups import Cgroup, CgroupError
+
+        try:
+            pids = Cgroup(rel).pids()
+        except CgroupError:
+            return
+        for pid in pids - {spare}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    async def remove_cgroup(self, rel: str) -> None:
+        from rtax_tui.core.cgroups import Cgroup, CgroupError
+
+        try:
+            await asyncio.to_thread(Cgroup(rel).remove)
+        except (OSError, CgroupError) as exc:
+            raise PhaseFailure("teardown_incomplete", f"cgroup {rel}: {exc}") from exc
+        self.untrack("cgroup", rel)
 
     def cgroup_procs(self, relpath: str) -> list[str]:
         from rtax_tui.core.cgroups import Cgroup
@@ -106,15 +162,20 @@ class LocalHost(Host):
                 self.untrack("path", path)
         raise FileExistsError(f"no free name for {prefix}* in {tmp}")
 
-    async def make_workspace(self, prefix: str, src: str | None = None) -> str:
-        """A fresh temporary directory holding a copy of `src`'s contents.
+    async def make_workspace(
+        self, prefix: str, src: str | None = None, owner: int | None = None
+    ) -> str:
+        """A fresh temporary directory holding a copy of `src`'s contents, given to
+        `owner` if set.
 
         The copy runs off the event loop (other trials may be in flight); the
         directory is registered with the reaper before anything goes into it.
         """
         path = self.new_dir(prefix)
         if src:
-            await asyncio.to_thread(shutil.copytree, src, path, symlinks=True, dirs_exist_ok=True)
+            await asyncio.to_thread(_fill, path, src, owner)
+        elif owner is not None:
+            os.chown(path, owner, owner)
         return path
 
     async def remove_tree(self, path: str) -> None:

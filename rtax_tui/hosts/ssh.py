@@ -26,6 +26,7 @@ from typing import Any
 
 from rtax_tui.core.model import HostLost, RtaxError
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
+from rtax_tui.hosts.cgroup_sh import cgroup_dirs
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./@:+-]+")
@@ -80,10 +81,6 @@ done
 """
 
 
-CG_ROOT = "/sys/fs/cgroup"
-CG_CONTROLLERS = ("cpu", "memory", "pids")  # the v1 hierarchies rtax puts limits in
-
-
 def _reaper_lines(sign: str, kind: Leftover, value: str) -> list[str]:
     """The remote reaper's lines for one leftover (a cgroup: its dir in every hierarchy,
     v2's and v1's, whichever the host has)."""
@@ -95,8 +92,7 @@ def _reaper_lines(sign: str, kind: Leftover, value: str) -> list[str]:
         raise ValueError(f"unsafe {kind} for the remote reaper: {value!r}")
     if kind == "path":
         return [f"{sign}p {value}"]
-    rel = value.strip("/")
-    return [f"{sign}c {CG_ROOT}/{rel}"] + [f"{sign}c {CG_ROOT}/{c}/{rel}" for c in CG_CONTROLLERS]
+    return [f"{sign}c {d}" for d in cgroup_dirs(value)]
 
 
 @dataclass(frozen=True)
@@ -554,19 +550,23 @@ class SSHHost(Host):
             proc.close()
 
     # -- workspaces and facts ------------------------------------------------
-    async def make_workspace(self, prefix: str, src: str | None = None) -> str:
+    async def make_workspace(
+        self, prefix: str, src: str | None = None, owner: int | None = None
+    ) -> str:
         """A fresh directory `<remote tmp>/<prefix>XXXXXXXX`, filled with `src`'s contents
-        (a tar stream on the command's stdin: nothing touches a shared file system)."""
+        (a tar stream on the command's stdin: nothing touches a shared file system) and
+        given to `owner` in the same round trip."""
         if not SAFE_PATH.fullmatch(prefix):
             raise ValueError(f"unsafe workspace prefix {prefix!r}")
         script = (
             'd=$(mktemp -d -p "${TMPDIR:-/tmp}" "$1"XXXXXXXX) || exit 1; '
             'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || { rm -rf "$d"; exit 1; }; fi; '
+            'if [ -n "$3" ]; then chown -R -- "$3:$3" "$d" || { rm -rf "$d"; exit 1; }; fi; '
             'echo "$d"'
         )
         data = await tar_bytes(src) if src else None
         res = await self.run(
-            ["sh", "-c", script, "rtax-ws", prefix, "1" if data else "0"],
+            ["sh", "-c", script, "rtax-ws", prefix, "1" if data else "0", str(owner or "")],
             input=data,
             timeout=120,
         )
