@@ -89,7 +89,7 @@ def test_lifecycle_output_and_isolation(channel):
         cg = None
         try:
             await env.create()
-            cg = env.cg
+            cg = Cgroup(env.cg)
             await env.ready()
             ws = env.workspace
             assert ws and os.path.isdir(ws)
@@ -144,13 +144,13 @@ def test_lifecycle_output_and_isolation(channel):
             # the environment's cgroup, the host's paths are hidden), and so does the init.
             r = await act(env, "cat", "/proc/self/cgroup")
             assert all(ln.endswith(":/") for ln in r.output.decode().splitlines()), r
-            pids = env.cg.pids()
+            pids = Cgroup(env.cg).pids()
             assert env.proc.pid in pids
             # Background processes die with the environment.
             r = await act(env, "sh", "-c", "sleep 300 >/dev/null 2>&1 &")
             assert r.rc == 0
             await asyncio.sleep(0.05)
-            pids = env.cg.pids()
+            pids = Cgroup(env.cg).pids()
             assert len(pids) >= 2
         finally:
             await env.teardown()
@@ -170,7 +170,7 @@ def test_hanging_action_times_out_and_teardown_cleans(channel):
         try:
             await env.create()
             await env.ready()
-            cg = env.cg
+            cg = Cgroup(env.cg)
             t = time.monotonic()
             with pytest.raises(asyncio.TimeoutError):
                 await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=0.5)
@@ -207,7 +207,7 @@ def test_memory_limit_kills_inside_the_sandbox(channel):
             assert (r.rc, r.output) == (0, b"8\n")
             r = await act(env, python, "-c", code, "256", timeout=60)
             assert r.rc in (-9, 137), r  # exec: killed by SIGKILL; shell: sh reports 128+9
-            assert env.cg.memory_peak_bytes() <= (64 << 20) + (1 << 20)
+            assert Cgroup(env.cg).memory_peak_bytes() <= (64 << 20) + (1 << 20)
         finally:
             await env.teardown()
 
@@ -223,12 +223,12 @@ def test_nested_under_a_budget_cgroup():
         try:
             await env.create()
             await env.ready()
-            assert env.cg.relpath.startswith(budget.relpath + "/env-")
-            assert env.proc.pid in env.cg.pids()
+            assert env.cg.startswith(budget.relpath + "/env-")
+            assert env.proc.pid in Cgroup(env.cg).pids()
             # an exec action's process lands in the nested cgroup too
             r = await act(env, "sh", "-c", "sleep 5 >/dev/null 2>&1 &")
             assert r.rc == 0
-            assert len(env.cg.pids() - {env.proc.pid}) >= 1
+            assert len(Cgroup(env.cg).pids() - {env.proc.pid}) >= 1
         finally:
             await env.teardown()
 
@@ -329,7 +329,7 @@ def test_no_privilege_inside(channel):
                 assert r.rc != 0, (attempt, r)
             assert pid is None or pid > 0
             # the host sees the sandbox's processes as the driver's uid, never root
-            for p in env.cg.pids():
+            for p in Cgroup(env.cg).pids():
                 with open(f"/proc/{p}/status") as f:
                     uids = next(ln for ln in f if ln.startswith("Uid:")).split()[1:]
                 if p != env.proc.pid or channel == "shell":
@@ -353,13 +353,11 @@ def test_check_facts_and_cleanup():
         env = d.environment(spec("exec"))
         await env.create()
         await env.ready()
-        proc, ws, cg = env.proc, env.workspace, env.cg
+        proc, ws, cg = env.proc, env.workspace, Cgroup(env.cg)
         assert _procs_left()
         n = await d.cleanup(LABEL)
         assert n >= 3  # a process, a cgroup, a workspace
         await asyncio.wait_for(proc.wait(), 5)
-        if env.info_r is not None:
-            os.close(env.info_r)
         assert not os.path.exists(ws) and not cg.exists()
         assert await d.cleanup(LABEL) == 0
         await env.teardown()  # still safe afterwards; releases the pipes
