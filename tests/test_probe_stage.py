@@ -1,8 +1,8 @@
 """`stage` keeps every boundary check, on both channels: one test per check, measured by
 `rtax probe` in stage's own environments, locally and on an SSH host (the tests' sshd on
-loopback: the same environment class, through the SSH host). An escape attempt must come back `blocked` and a
-guarantee `held`; `breached` or `n/a` fails (a check that cannot be measured here does
-not prove the boundary)."""
+loopback: the same environment class, through the SSH host). An escape attempt must come
+back `blocked` and a guarantee `held`; `breached` or `n/a` fails (a check that cannot be
+measured here does not prove the boundary)."""
 
 from __future__ import annotations
 
