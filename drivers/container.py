@@ -376,7 +376,6 @@ class ContainerEnvironment(Environment):
         self._attach: asyncio.Future[Any] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.shell: FramedShell | None = None
-        self.broken = False
         self._socks: set[socket.socket] = set()
         self._bg: set[asyncio.Task[Any]] = set()
         self._cg_parent: str | None = None  # held on the driver until teardown
@@ -554,18 +553,12 @@ class ContainerEnvironment(Environment):
         return await self._exec_action(step, timeout)
 
     async def _shell_action(self, step: Step, timeout: float | None) -> ActionResult:
-        if self.shell is None or self.broken:
-            raise PhaseFailure(
-                "shell_lost", "the container's shell is unusable (an earlier action timed out)"
-            )
-        try:
+        if self.shell is None:
+            raise PhaseFailure("shell_lost", "the container's shell was never started")
+        try:  # FramedShell keeps the stale-channel rule
             async with asyncio.timeout(timeout):
                 return await self.shell.run(step.argv)
-        except (TimeoutError, asyncio.CancelledError):
-            self.broken = True  # the stream is out of step with the frames now
-            raise
         except PhaseFailure as exc:
-            self.broken = True
             if not await self.d.alive():
                 raise SubstrateLost(f"dockerd went away during an action: {exc.message}") from exc
             raise

@@ -75,7 +75,8 @@ class LocalEnvironment(Environment):
     async def teardown(self) -> None:
         host = self.driver.host
         if self.shell_proc is not None:
-            await close_shell(self.shell_proc, host=host)
+            stale = self.shell is not None and self.shell.broken
+            await close_shell(self.shell_proc, host=host, grace=0.0 if stale else 1.0)
             self.shell_proc = None
         if self.workspace is not None:
             await host.remove_tree(self.workspace)

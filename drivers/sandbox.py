@@ -32,7 +32,6 @@ traverse a directory that is closed to its uid (`/root/.cache`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import platform
@@ -48,7 +47,6 @@ from typing import Any
 from rtax_tui.drivers import seccomp
 
 from rtax_tui.core.assets import cache_dir
-from rtax_tui.core.model import ActionResult, PhaseFailure, Step
 
 HOSTNAME = "rtax"
 READY = b"RTAX-READY\n"
@@ -329,19 +327,6 @@ def _compile(dest: Path) -> None:
 
 
 # -- shared by the local and the remote environment --------------------------------
-
-
-async def sandbox_shell_action(env: Any, step: Step, timeout: float | None) -> ActionResult:
-    """The shell channel of a sandbox, local or remote: a stale shell is never reused."""
-    if env.shell is None:
-        raise PhaseFailure("not_created", "the sandbox's shell was never started")
-    if env.broken:
-        raise PhaseFailure("shell_lost", "an earlier action did not finish; shell is stale")
-    try:
-        return await asyncio.wait_for(env.shell.run(step.argv), timeout)
-    except BaseException:
-        env.broken = True
-        raise
 
 
 # Where `rtax-enter --spawn` puts the filter and (exec channel) a copy of stdout, for

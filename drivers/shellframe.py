@@ -40,6 +40,10 @@ def frame_timed(argv: Sequence[str], sentinel: str) -> bytes:
 
 
 class FramedShell:
+    """One persistent shell. The stale-channel rule lives here, for every driver: once
+    a command did not come back whole (timed out, cancelled, the shell died), the stream
+    is out of step with the frames, so the shell is never used again (`shell_lost`)."""
+
     def __init__(
         self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader, timed: bool = False
     ) -> None:
@@ -51,18 +55,26 @@ class FramedShell:
         self.sentinel = "__RTAX_" + os.urandom(8).hex() + "__"
         self._marker = b"\n" + self.sentinel.encode() + b" "
         self._lock = asyncio.Lock()
+        self.broken = False
 
     async def run(self, argv: Sequence[str]) -> ActionResult:
+        if self.broken:
+            raise PhaseFailure("shell_lost", "an earlier action did not finish: the shell is stale")
         async with self._lock:
-            self._w.write(self._frame(argv, self.sentinel))
             try:
+                self._w.write(self._frame(argv, self.sentinel))
                 await self._w.drain()
                 out = await self._r.readuntil(self._marker)
                 tail = await self._r.readuntil(b"\n")
             except asyncio.IncompleteReadError as exc:
+                self.broken = True
                 raise PhaseFailure("shell_lost", "the environment's shell exited") from exc
             except (BrokenPipeError, ConnectionResetError) as exc:
+                self.broken = True
                 raise PhaseFailure("shell_lost", f"the environment's shell is gone: {exc}") from exc
+            except BaseException:
+                self.broken = True  # cancelled (a timeout) mid-answer
+                raise
             words = tail.split()
             remote = int(words[1]) if len(words) > 1 and int(words[1]) > 0 else None
             return ActionResult(

@@ -46,7 +46,6 @@ from rtax_tui.drivers.sandbox import (
     enter_argv,
     public_copy,
     sandbox_env,
-    sandbox_shell_action,
     spawn_argv,
     uid_option,
 )
@@ -115,7 +114,6 @@ class StageEnvironment(Environment):
         self.proc: Any = None
         self.shell: FramedShell | None = None
         self.pid: int | None = None  # the sandbox's init, as the host sees it
-        self.broken = False  # the shell is out of step (an action timed out or failed)
         # Shielded steps that a cancelled create leaves running; teardown awaits them.
         self._ws: asyncio.Future[str] | None = None
         self._binds: asyncio.Future[list[tuple[str, str]]] | None = None
@@ -237,7 +235,10 @@ class StageEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
-            return await sandbox_shell_action(self, step, timeout)
+            if self.shell is None:
+                raise PhaseFailure("not_created", "the sandbox's shell was never started")
+            # FramedShell keeps the stale-channel rule
+            return await asyncio.wait_for(self.shell.run(step.argv), timeout)
         await self._started()
         assert self.pid is not None
         support = (await self.driver.site()).support
@@ -258,7 +259,7 @@ class StageEnvironment(Environment):
                 pass
         self._spawn = None
         if self.proc is not None:
-            await self._end_init(graceful=not self.broken)
+            await self._end_init(graceful=not (self.shell and self.shell.broken))
             self.proc = None
             self.shell = None
         if self.cg is not None:

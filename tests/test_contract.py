@@ -4,9 +4,11 @@ Each driver that can run on this machine goes through the same tests on each of 
 channels (conftest starts its daemon and builds its images first); one that cannot is
 skipped with its own `check()`'s reason. What a driver must do (drivers/base.py):
 create, ready, actions and teardown in order; a failed action leaves the channel
-usable; a hanging action times out; a phase cancelled at any point still tears down;
-teardown twice is harmless; nothing of the environment is left afterwards (processes,
-cgroups, workspaces, containers, VMs); `cleanup(label)` removes what an environment
+usable; a hanging action (with a child in the background) times out, the shell
+channel is not reused after it, the exec channel is, and nothing of it survives
+teardown; a phase cancelled at any point still tears down; teardown twice is
+harmless; nothing of the environment is left afterwards (processes, cgroups,
+workspaces, containers, VMs); `cleanup(label)` removes what an environment
 abandoned. Per-driver test files keep only what is specific.
 """
 
@@ -19,7 +21,7 @@ import time
 import pytest
 from rtax_tui.drivers import Driver, get_driver, names
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from rtax_tui.hosts.local import LocalHost
 from tests.leftovers import leftovers
 from tests.services import BACKEND_FIXTURES
@@ -134,8 +136,16 @@ def test_hanging_action_times_out_and_tears_down(driver_name, channel):
             t = time.monotonic()
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(1.0):
-                    await act(env, "sleep", "300", timeout=1.0)
+                    await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=1.0)
             assert time.monotonic() - t < 15
+            if channel == "shell":  # out of step now: never reused (the stale-channel rule)
+                with pytest.raises(PhaseFailure):
+                    await act(env, "true")
+            elif driver_name in VMS:  # exec goes through the agent's one stream: stale too
+                with pytest.raises(PhaseFailure):
+                    await act(env, "true")
+            else:  # a new process per action: the next one runs
+                assert (await act(env, "sh", "-c", "echo ok")).output == b"ok\n"
         finally:
             t = time.monotonic()
             await env.teardown()

@@ -198,30 +198,24 @@ def test_lifecycle_output_isolation_labels_limits(channel, tmp_path, image):
     assert sub_names == want + ["start", "first_command", "conmon_reap"]
 
 
-@pytest.mark.parametrize("channel", CHANNELS)
-def test_hanging_action_times_out_and_teardown_cleans(channel):
+def test_a_timed_out_exec_leaves_no_process_in_the_container():
+    """Beyond the contract's hanging action: `docker exec` has no kill, so the driver
+    kills the timed-out action's processes itself (in the background); none is left,
+    not even a zombie, by the next action."""
+
     async def run():
-        env = driver().environment(spec(channel))
+        env = driver().environment(spec("exec"))
         try:
             await env.create()
             await env.ready()
-            t = time.monotonic()
             with pytest.raises(asyncio.TimeoutError):
                 await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=0.5)
-            assert time.monotonic() - t < 3
-            if channel == "shell":
-                with pytest.raises(PhaseFailure):
-                    await act(env, "true")
-            else:
-                assert (await act(env, "sh", "-c", "echo ok")).output == b"ok\n"
-                if env._bg:
-                    await asyncio.wait(set(env._bg), timeout=10)
-                r = await act(env, "ps", "-o", "stat,args")
-                assert b"sleep 300" not in r.output and b"Z" not in r.output, r
+            if env._bg:  # the background kill, if it has not finished yet
+                await asyncio.wait(set(env._bg), timeout=10)
+            r = await act(env, "ps", "-o", "stat,args")
+            assert b"sleep 300" not in r.output and b"Z" not in r.output, r
         finally:
-            t = time.monotonic()
             await env.teardown()
-            assert time.monotonic() - t < 10
 
     asyncio.run(run())
     assert _ours() == []

@@ -164,36 +164,6 @@ def test_lifecycle_output_and_isolation(channel):
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
-def test_hanging_action_times_out_and_teardown_cleans(channel):
-    async def run():
-        env = driver().environment(spec(channel))
-        try:
-            await env.create()
-            await env.ready()
-            cg = Cgroup(env.cg)
-            t = time.monotonic()
-            with pytest.raises(asyncio.TimeoutError):
-                await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=0.5)
-            assert time.monotonic() - t < 5
-            if channel == "shell":
-                with pytest.raises(PhaseFailure):
-                    await act(env, "true")
-            else:
-                assert (await act(env, "sh", "-c", "echo ok")).output == b"ok\n"
-            pids = cg.pids()
-        finally:
-            t = time.monotonic()
-            await env.teardown()
-            assert time.monotonic() - t < 5
-        assert not cg.exists()
-        for pid in pids:
-            assert dead(pid)
-
-    asyncio.run(run())
-    assert_nothing_left()
-
-
-@pytest.mark.parametrize("channel", CHANNELS)
 def test_memory_limit_kills_inside_the_sandbox(channel):
     code = "import sys; b = b'x' * (int(sys.argv[1]) << 20); print(len(b) >> 20)"
     python = "python3"  # the host's python3 in /usr (rtax's own may live under /root)
