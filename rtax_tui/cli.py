@@ -24,6 +24,7 @@ examples:
   rtax report r.jsonl --format markdown
   rtax compare before.jsonl after.jsonl
   rtax project r.jsonl --trajectories 1000000 --steps 150
+  rtax plot r.jsonl --kind breakdown -o breakdown.svg   a figure (also cold-start, cdf, ...)
   rtax doctor
   rtax probe --driver stage,docker       what each substrate keeps out, measured from inside
   rtax traj inspect session.jsonl        the steps of a real agent trajectory (seven formats)
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rtax_tui.traj_cli import add_traj_parser
 
     add_traj_parser(sub)
+    from rtax_tui.plot_cli import add_plot_parser
+
+    add_plot_parser(sub)
 
     d = sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
     add_host_flags(d)
@@ -292,6 +296,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from rtax_tui.traj_cli import run_traj
 
         return run_traj(args, ["rtax", *argv])
+    if cmd == "plot":
+        from rtax_tui.plot_cli import run_plot
+
+        return run_plot(args)
     if cmd == "doctor":
         from rtax_tui.doctor import run_doctor
 
