@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import textwrap
@@ -24,6 +25,8 @@ examples:
   rtax report r.jsonl --format markdown
   rtax compare before.jsonl after.jsonl
   rtax project r.jsonl --trajectories 1000000 --steps 150
+  rtax plot r.jsonl --kind breakdown -o breakdown.svg   a figure (also cold-start, cdf, ...)
+  rtax serve replay r.jsonl              the console in a browser, http://127.0.0.1:8000
   rtax doctor
   rtax probe --driver stage,docker       what each substrate keeps out, measured from inside
   rtax traj inspect session.jsonl        the steps of a real agent trajectory (seven formats)
@@ -110,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     from rtax_tui.traj_cli import add_traj_parser
 
     add_traj_parser(sub)
+    from rtax_tui.plot_cli import add_plot_parser
+
+    add_plot_parser(sub)
+    from rtax_tui.serve import add_serve_parser
+
+    add_serve_parser(sub)
 
     d = sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
     add_host_flags(d)
@@ -292,6 +301,14 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from rtax_tui.traj_cli import run_traj
 
         return run_traj(args, ["rtax", *argv])
+    if cmd == "plot":
+        from rtax_tui.plot_cli import run_plot
+
+        return run_plot(args)
+    if cmd == "serve":
+        from rtax_tui.serve import run_serve
+
+        return run_serve(args)
     if cmd == "doctor":
         from rtax_tui.doctor import run_doctor
 
@@ -339,7 +356,9 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _interactive() -> bool:
-    return sys.stdin.isatty() and sys.stdout.isatty()
+    """A terminal, or the browser's (`rtax serve`: Textual's web driver)."""
+    web = os.environ.get("TEXTUAL_DRIVER", "").endswith(":WebDriver")
+    return web or (sys.stdin.isatty() and sys.stdout.isatty())
 
 
 def _run_console(name: str, profile: object, args: argparse.Namespace, output: str | None) -> int:

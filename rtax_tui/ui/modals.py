@@ -25,6 +25,7 @@ HELP = {
         ("c", "compare this recording with another"),
         ("p", "project worker-hours (N trajectories × S steps)"),
         ("b", "boundaries: what each driver keeps out (its last `rtax probe`)"),
+        ("g", "plot: write this view's figure to recordings/plots/ (SVG)"),
         ("q", "quit (stops the run first, waits for teardown)"),
     ],
     "replay": [
@@ -37,6 +38,7 @@ HELP = {
         ("c", "compare this recording with another"),
         ("p", "project worker-hours (N trajectories × S steps)"),
         ("b", "boundaries: the recording's probe, or each driver's last one"),
+        ("g", "plot: write this view's figure to recordings/plots/ (SVG)"),
         ("q", "quit"),
     ],
 }

@@ -67,6 +67,7 @@ class MonitorScreen(Screen[None]):
         Binding("c", "compare", "compare"),
         Binding("p", "project", "project"),
         Binding("b", "boundary", "boundaries", show=False),
+        Binding("g", "plot", "plot", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_screen", "quit"),
     ]
@@ -390,6 +391,26 @@ class MonitorScreen(Screen[None]):
         from rtax_tui.ui.modals import BoundaryPanel
 
         self.app.push_screen(BoundaryPanel(self.state.header, self.events[1:]))
+
+    def action_plot(self) -> None:
+        """`g`: the figure of what this screen shows (`rtax_tui.plots.kind_for`), drawn
+        in a thread (matplotlib takes a moment) from the events so far."""
+        if self.state.header is None:
+            self.notify("nothing recorded yet", severity="warning")
+            return
+        rec = Recording(self._recording_path() or "console", self.state.header, self.events[1:])
+
+        def draw() -> None:
+            from rtax_tui.plots import plot_view
+
+            try:
+                path = plot_view(rec)
+            except Exception as exc:  # a figure is a convenience: say why, keep running
+                self.app.call_from_thread(self.notify, f"no plot: {exc}", severity="error")
+                return
+            self.app.call_from_thread(self.notify, f"plot: {path}")
+
+        self.run_worker(draw, thread=True, group="plot", name="plot")
 
     def action_help(self) -> None:
         from rtax_tui.ui.modals import HelpScreen

@@ -1,0 +1,292 @@
+"""`rtax serve` for real: the console in headless Chromium, through textual-serve.
+
+The test starts `rtax serve` on a free loopback port, opens the page in Debian's
+`chromium` driven over the DevTools protocol, waits for the page's terminal to get
+its first byte, and then checks what a user would see: the websocket frames the page
+received hold the console's table (the replayed cells and "trials 36/36"), a key
+typed into the page reaches the console (the selection moves to the next cell), and
+a screenshot shows a drawn screen, not a blank page or textual-serve's intro dialog.
+At the end the server is stopped (SIGTERM, as Ctrl-C would) while the browser is
+still connected, and no process of it is left: server, console, engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.procs import dead
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = ROOT / "recordings" / "examples" / "t0-local-stage.jsonl"
+CHROMIUM = shutil.which("chromium")
+ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-B]|\x1b[=>]")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pids_with(marker: str) -> list[int]:
+    """Processes whose command line holds `marker` (the test's own temporary path)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd and not dead(int(d.name), 0):
+                out.append(int(d.name))
+    return out
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"rtax serve exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("rtax serve did not listen in time")
+
+
+class Page:
+    """A Chromium page over the DevTools protocol; keeps the websocket frames it saw."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.n = 0
+        self.received = bytearray()  # what the page's websocket received, decoded
+
+    async def call(self, method: str, **params):
+        self.n += 1
+        me = self.n
+        await self.ws.send_json({"id": me, "method": method, "params": params})
+        while True:
+            msg = await self.ws.receive_json(timeout=30)
+            if msg.get("id") == me:
+                assert "error" not in msg, msg
+                return msg.get("result", {})
+            if msg.get("method") == "Network.webSocketFrameReceived":
+                frame = msg["params"]["response"]
+                data = frame["payloadData"]
+                self.received += base64.b64decode(data) if frame["opcode"] == 2 else data.encode()
+
+    async def js(self, expression: str):
+        res = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return res["result"].get("value")
+
+    def text(self) -> str:
+        """The console's output so far, escape sequences removed."""
+        return ANSI.sub(b"", bytes(self.received)).decode("utf-8", "replace")
+
+    async def until(self, cond, timeout: float = 40) -> None:
+        deadline = time.monotonic() + timeout
+        while not await cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not met in time; page text ends: {self.text()[-800:]!r}")
+            await asyncio.sleep(0.1)
+
+
+async def _browse(url: str, user_dir: Path, shot: Path) -> str:
+    import aiohttp
+
+    chrome = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={user_dir}",
+            "--window-size=1280,800",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        portfile = user_dir / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (portfile.exists() and portfile.read_text().strip()):
+            assert time.monotonic() < deadline and chrome.poll() is None, "chromium did not start"
+            await asyncio.sleep(0.05)
+        port = int(portfile.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+            pages = [p for p in json.load(r) if p["type"] == "page"]
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                page = Page(ws)
+                await page.call("Network.enable")
+                await page.call("Page.enable")
+                await page.call("Page.navigate", url=url)
+
+                async def first_byte() -> bool:
+                    return "-first-byte" in str(await page.js("document.body.className"))
+
+                await page.until(first_byte)
+
+                async def drawn() -> bool:
+                    await page.js("1")  # collect the frames that arrived meanwhile
+                    return "trials 36/36" in page.text()
+
+                await page.until(drawn)
+                text = page.text()
+                assert "local/local/t0/exec" in text and "local/stage/t0/shell" in text
+                assert "selected: local/local/t0/exec" in text
+                # a key typed into the page reaches the console: the next cell
+                await page.js("document.querySelector('.xterm-helper-textarea').focus()")
+                await page.call(
+                    "Input.dispatchKeyEvent",
+                    type="keyDown",
+                    key="s",
+                    text="s",
+                    code="KeyS",
+                    windowsVirtualKeyCode=83,
+                )
+                await page.call(
+                    "Input.dispatchKeyEvent",
+                    type="keyUp",
+                    key="s",
+                    code="KeyS",
+                    windowsVirtualKeyCode=83,
+                )
+
+                async def moved() -> bool:
+                    await page.js("1")
+                    return "selected: local/local/t0/shell" in page.text()
+
+                await page.until(moved)
+                await asyncio.sleep(0.5)  # the browser paints the last frames
+                res = await page.call("Page.captureScreenshot", format="png")
+                shot.write_bytes(base64.b64decode(res["data"]))
+                assert "-closed" not in str(await page.js("document.body.className"))
+                return page.text()
+    finally:
+        os.killpg(chrome.pid, signal.SIGKILL)
+        chrome.wait()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+def test_serve_shows_the_console_in_headless_chromium(tmp_path: Path) -> None:
+    pytest.importorskip("textual_serve", reason="textual-serve is not installed (rtax[serve])")
+    from PIL import Image
+
+    rec = tmp_path / "served-t0.jsonl"  # its path marks every process of this test
+    shutil.copy(T0, rec)
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtax_tui",
+            "serve",
+            "--port",
+            str(port),
+            "replay",
+            str(rec),
+            "--speed",
+            "max",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    shot = tmp_path / "console.png"
+    try:
+        _wait_listening(port, server)
+        with socket.socket() as s:  # loopback only by default
+            assert s.connect_ex((_an_address_not_loopback() or "127.0.0.2", port)) != 0
+        browser_done = asyncio.run(_browse(f"http://127.0.0.1:{port}/", tmp_path / "chr", shot))
+        assert "rtax" in browser_done
+        consoles = [p for p in _pids_with(str(rec)) if p != server.pid]
+        assert consoles, "no console process was started for the page"
+    finally:
+        os.kill(server.pid, signal.SIGTERM)  # what Ctrl-C does: a graceful exit
+        try:
+            server.wait(timeout=20)
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+    deadline = time.monotonic() + 10
+    while _pids_with(str(rec)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _pids_with(str(rec)) == [], "a process of rtax serve outlived it"
+    log.close()
+    assert server.returncode == 0, (tmp_path / "serve.log").read_text()[-2000:]
+
+    img = Image.open(shot).convert("RGB")
+    assert img.size[0] >= 1000 and img.size[1] >= 600
+    colors = img.getcolors(maxcolors=1 << 16) or []
+    assert len(colors) >= 16, "the screenshot is (nearly) blank"
+    intro_bg = (0x0C, 0x18, 0x1F)  # textual-serve's page behind its intro dialog
+    share = sum(n for n, c in colors if c == intro_bg) / (img.size[0] * img.size[1])
+    assert share < 0.5, "the screenshot shows textual-serve's intro, not the console"
+
+
+def _an_address_not_loopback() -> str | None:
+    """One of this machine's own non-loopback IPv4 addresses, if it has one."""
+    try:
+        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=5)
+    except OSError:
+        return None
+    for a in out.stdout.split():
+        if "." in a and not a.startswith("127."):
+            return a
+    return None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "70000"], "--port 70000: at most 65535"),
+        (["--port", "0"], "argument --port"),
+        (["report", "x.jsonl"], "`rtax report` is not a console"),
+    ],
+)
+def test_bad_serve_input_is_one_line_and_exit_2(tmp_path: Path, args, message) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "serve", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_the_served_command_is_this_rtax_quoted_for_the_shell() -> None:
+    from rtax_tui.serve import console_command
+
+    cmd = console_command(["replay", "a file; rm -rf x"])
+    assert cmd == f"{sys.executable} -m rtax_tui replay 'a file; rm -rf x'"
+    assert console_command([]).endswith("-m rtax_tui")
