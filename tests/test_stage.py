@@ -15,7 +15,7 @@ from rtax_tui.drivers.stage import StageDriver
 
 from rtax_tui.core import cgroups
 from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
+from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 from rtax_tui.hosts.local import LocalHost
 from tests.procs import dead
 
