@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from rtax_tui.core.recording import read_recording
-from rtax_tui.core.traj.workload import map_path, trajectory_root, write_argv
+from rtax_tui.core.traj.workload import map_path, shell_argv, trajectory_root, write_argv
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 REAL = {  # one real file per format, the steps its replay runs (shell, reads, writes)
@@ -265,20 +265,47 @@ def test_repo_at_a_commit_and_a_directory_of_trajectories(tmp_path: Path) -> Non
 @pytest.mark.usefixtures("docker_engine")
 def test_replay_on_docker(tmp_path: Path) -> None:
     traj = mini_v1(tmp_path / "t.json", [("sleep 30", 0), ("python3 -c 'print(1)'", 0)])
-    mini = REAL["mini-swe-agent"][0]
-    body = f'[workloads.mini]\ntrajectory = "{mini}"\n[workloads.hang]\ntrajectory = "{traj}"\n'
-    prof = profile(tmp_path, body, 'drivers = ["docker"]\nworkloads = ["mini", "hang"]', 2)
-    rep, events = run_profile(tmp_path, prof, "--channel", "exec,shell")
+    mini, gemini = REAL["mini-swe-agent"][0], REAL["gemini-cli"][0]
+    body = (
+        f'[workloads.mini]\ntrajectory = "{mini}"\n[workloads.hang]\ntrajectory = "{traj}"\n'
+        f'[workloads.gemini]\ntrajectory = "{gemini}"\n'
+    )
+    run = 'drivers = ["docker"]\nworkloads = ["mini", "hang", "gemini"]'
+    rep, events = run_profile(tmp_path, profile(tmp_path, body, run, 2), "--channel", "exec,shell")
     cells = {(c["workload"], c["channel"]): c for c in rep["cells"]}
-    assert len(cells) == 4
+    assert len(cells) == 6
     for key, c in cells.items():
         assert (c["n"], c["failed"], c["invalid"]) == (1, 0, 0), (key, c["errors"])
+    actions = by_cell(events)
     for ch in ("exec", "shell"):
+        # Gemini's write, read, then replacement in what it wrote: in the container
+        assert [a["rc"] for a in actions[cells[("gemini", ch)]["cell"]]][-3:] == [0, 0, 0]
         assert cells[("mini", ch)]["replay"]["steps_run"] == 64
         assert cells[("mini", ch)]["replay"]["with_rc"] == 63
         hang = cells[("hang", ch)]["replay"]
         # killed at 2 s inside the container; python3 (the Debian image) then ran
         assert (hang["timed_out"], hang["matched"], hang["with_rc"]) == (1, 1, 2), ch
+
+
+@pytest.mark.usefixtures("vm_guest")
+def test_replay_on_a_microvm_kills_at_the_guest_timeout(tmp_path: Path) -> None:
+    """In a VM the agent runs the kill by the guest's clock (under TCG it runs apart from
+    ours): a hanging step is still recorded as timed out, and the next one runs."""
+    from tests.vmtools import ensure_guest, nothing_left
+
+    ensure_guest(root=True)
+    traj = mini_v1(tmp_path / "t.json", [("sleep 30", 0), ("python3 -c 'print(1)'", 0)])
+    body = f'[workloads.hang]\ntrajectory = "{traj}"\n'
+    body += '[drivers_options.microvm]\naccel = "tcg"\n'
+    run = 'drivers = ["microvm"]\nworkloads = ["hang"]\n[timeouts]\nready = 120'
+    prof = tmp_path / "replay.toml"
+    prof.write_text(f"[run]\ntrials = 1\nwarmup = 0\n{run}\naction = 3\n{body}")
+    rep, events = run_profile(tmp_path, prof, "--channel", "shell")
+    (c,) = rep["cells"]
+    assert (c["n"], c["failed"], c["invalid"]) == (1, 0, 0), c["errors"]
+    r = c["replay"]
+    assert (r["timed_out"], r["matched"], r["with_rc"]) == (1, 1, 2)
+    assert nothing_left(rep["run"]["run_id"]) == ([], [])
 
 
 # -- rtax project with S from real trajectories ------------------------------------------
@@ -326,6 +353,14 @@ def test_roots_come_from_cwd_else_the_files() -> None:
     assert trajectory_root(plans["mini-swe-agent"]) == "/testbed"
     gemini = "/Users/Jane_Smith/Documents/projects/epm-cdme/assistants"
     assert trajectory_root(plans["gemini-cli"]) == gemini
+
+
+def test_shell_steps_start_in_the_recorded_subdirectory(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    for cwd, where in (("sub", "sub"), (None, tmp_path.name), ("missing", tmp_path.name)):
+        argv = shell_argv('basename "$PWD"; exit 4', "sh", cwd, 5)
+        res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+        assert (res.stdout.strip(), res.returncode) == (where, 4)
 
 
 def test_write_argv_is_exact_for_large_and_awkward_text(tmp_path: Path) -> None:

@@ -208,7 +208,9 @@ class TrialRunner:
                     covered += dur
                     if err is not None:
                         emit(
-                            events.action(pt.id, i, dur, None, False, 0, **step.observed(None, dur))
+                            events.action(
+                                pt.id, i, dur, None, False, 0, **step.observed(None, dur, None)
+                            )
                         )
                         error = TrialError(
                             "action", err.kind, f"step {i} ({step.argv[0]}): {err.message}"
@@ -219,7 +221,7 @@ class TrialRunner:
                     emit(
                         events.action(
                             pt.id, i, dur, res.rc, ok, len(res.output), res.remote_ns,
-                            **step.observed(res.rc, dur),
+                            **step.observed(res.rc, dur, res.remote_ns),
                         )
                     )  # fmt: skip
                     if self.control.stopping:

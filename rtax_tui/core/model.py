@@ -76,9 +76,10 @@ class Step:
         result: ActionResult = await env.action(self, timeout)
         return result
 
-    def observed(self, rc: int | None, dur_ns: int) -> dict[str, Any]:
+    def observed(self, rc: int | None, dur_ns: int, remote_ns: int | None) -> dict[str, Any]:
         """Fields the step adds to its `action` event beyond the common ones (a replayed
-        step: the recorded exit code, whether it was killed at the timeout); none here."""
+        step: the recorded exit code, whether it was killed at the timeout); none here.
+        `remote_ns`: the environment's own duration of the step, where it has one."""
         return {}
 
 
