@@ -104,11 +104,10 @@ async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
 
 def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
     from rtax_tui.core import assets as assets_mod
+    from rtax_tui.core.traj.workload import with_sources
     from rtax_tui.core.workloads import builtin_workloads
 
     paths = assets_mod.prepare(log=log) if profile.needs_assets else None
-    from rtax_tui.core.traj.workload import with_sources
-
     table = dict(builtin_workloads(paths))
     table.update(profile.custom_workloads)
     missing = [w for w in profile.workloads if w not in table]
