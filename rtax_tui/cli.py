@@ -27,6 +27,7 @@ examples:
   rtax project r.jsonl --trajectories 1000000 --steps 150
   rtax plot r.jsonl --kind breakdown -o breakdown.svg   a figure (also cold-start, cdf, ...)
   rtax serve replay r.jsonl              the console in a browser, http://127.0.0.1:8000
+  rtax project r.jsonl --steps-from runs/*.traj   S from real trajectories' step counts
   rtax doctor
   rtax probe --driver stage,docker       what each substrate keeps out, measured from inside
   rtax traj inspect session.jsonl        the steps of a real agent trajectory (seven formats)
@@ -106,7 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("project", help="worker-hours for N trajectories of S steps, per cell")
     pr.add_argument("file")
     pr.add_argument("--trajectories", type=_positive, default=1_000_000)
-    pr.add_argument("--steps", type=_positive, default=150)
+    pr.add_argument("--steps", type=_positive, default=None, help="S (default 150)")
+    pr.add_argument(
+        "--steps-from",
+        nargs="+",
+        metavar="PATH",
+        help="S from real trajectories (files or directories): each one's replayed steps",
+    )
     pr.add_argument("--format", choices=("table", "json"), default="table")
 
     _add_probe_parser(sub)
@@ -441,7 +448,15 @@ def _project(args: argparse.Namespace) -> int:
     from rtax_tui.core.report import project_report
     from rtax_tui.reporting import out_console, render_project
 
-    proj = project_report(read_recording(args.file), args.trajectories, args.steps)
+    dist = None
+    if args.steps_from:
+        if args.steps is not None:
+            raise RtaxError("--steps and --steps-from: give one of them")
+        from rtax_tui.core.traj.workload import step_counts
+
+        dist = step_counts(args.steps_from)
+    steps = 150 if args.steps is None else args.steps
+    proj = project_report(read_recording(args.file), args.trajectories, steps, steps_dist=dist)
     if args.format == "json":
         _print_json(proj)
     else:

@@ -136,6 +136,12 @@ def render_markdown(report: dict[str, Any]) -> str:
             line += f"; {phase} clusters: {parts}"
         out.append(line)
     out.append("")
+    from rtax_tui.traj_render import REPLAY_HEADERS, replay_rows
+
+    replays = replay_rows(report)
+    if replays:
+        out += ["## Replay fidelity (same exit code as recorded)", ""]
+        out += [_md_table(REPLAY_HEADERS, replays), ""]
     bounds = run.get("boundaries") or {}
     if bounds:
         out += ["## Boundaries (the last `rtax probe` when the run began)", ""]
@@ -221,7 +227,15 @@ def _fmt_num(v: float | None, digits: int = 3) -> str:
 def render_project(proj: dict[str, Any]) -> Table:
     """Worker-hours per cell for N trajectories of S steps."""
     n, s = proj["trajectories"], proj["steps"]
-    table = Table(title=f"rtax project: {n:,} trajectories x {s} steps")
+    sf = proj.get("steps_from")
+    if sf:  # S from real trajectories
+        s = (
+            f"{s:.1f} steps (mean of {sf['trajectories']} trajectories: "
+            f"min {sf['min']}, P50 {sf['p50']:g}, max {sf['max']})"
+        )
+    else:
+        s = f"{s} steps"
+    table = Table(title=f"rtax project: {n:,} trajectories x {s}")
     for h in ("cell", "create s", "ready s", "action s", "teardown s", "per traj s", "worker-h"):
         table.add_column(h, justify="left" if h == "cell" else "right")
     table.add_column("95% CI", justify="right")
@@ -260,6 +274,11 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         console.print(render_prep(report["prep"]))
         return
     console.print(render_table(report))
+    from rtax_tui.traj_render import render_replay
+
+    replay = render_replay(report)
+    if replay is not None:
+        console.print(replay)
     for name, h in (report.get("run", {}).get("hosts") or {}).items():
         net = h.get("net") or {}
         if "connect_ms" in net and "exec_rtt_ms" in net:

@@ -97,3 +97,56 @@ def render_steps(doc: dict[str, Any], width: int = 70) -> Table:
             _trim(s["cwd"], 30),
         )
     return t
+
+
+# -- replay fidelity (`rtax report` on a run with replay workloads) ---------------------
+
+REPLAY_HEADERS = [
+    "cell",
+    "trials",
+    "trajectories",
+    "fidelity",
+    "same rc",
+    "steps run",
+    "timed out",
+    "skipped",
+]
+
+
+def replay_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Per replay cell: the fidelity (same exit code / steps with a recorded one), the
+    steps run, killed at the timeout, and not replayed (summed over measured trials)."""
+    rows = []
+    for c in report["cells"]:
+        r = c.get("replay")
+        if not r:
+            continue
+        fid = "-" if r["fidelity"] is None else f"{100 * r['fidelity']:.0f}%"
+        rows.append(
+            [
+                str(c["cell"]),
+                str(r["trials"]),
+                str(r["trajectories"]),
+                fid,
+                f"{r['matched']}/{r['with_rc']}",
+                str(r["steps_run"]),
+                str(r["timed_out"]),
+                str(r["skipped"]),
+            ]
+        )
+    return rows
+
+
+def render_replay(report: dict[str, Any]) -> Table | None:
+    rows = replay_rows(report)
+    if not rows:
+        return None
+    table = Table(
+        title="replay fidelity: steps that got the exit code the trajectory recorded",
+        caption="skipped: steps not replayed (other tools, paths outside the trajectory's root)",
+    )
+    for i, h in enumerate(REPLAY_HEADERS):
+        table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table

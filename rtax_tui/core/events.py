@@ -34,7 +34,10 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 #   adds per-format figures. An older rtax rejects such a recording the same way.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`,
-# `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`.
+# `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
+# replay workloads: `trial_start.replay` ({trajectory, format, steps, skipped}),
+# `action.expect_rc` (the exit code the trajectory recorded for the step) and
+# `action.timed_out` (true: killed at the action timeout, the replay went on).
 FORMAT = "rtax/1"
 
 # The fields a reader requires, per event type; an unknown type is an error.
@@ -79,6 +82,7 @@ class TrialStartEvent(TypedDict):
     steps: NotRequired[int]
     batch_size: NotRequired[int]
     deadline_s: NotRequired[float]
+    replay: NotRequired[dict[str, Any]]
 
 
 class PhaseEvent(TypedDict):
@@ -100,6 +104,8 @@ class ActionEvent(TypedDict):
     ok: bool
     out_bytes: int
     remote_ns: NotRequired[int]
+    expect_rc: NotRequired[int]
+    timed_out: NotRequired[bool]
 
 
 class TrialEndEvent(TypedDict):
@@ -196,6 +202,7 @@ def trial_start(
     steps: int | None,
     batch_size: int | None = None,
     deadline_s: float | None = None,
+    replay: dict[str, Any] | None = None,
 ) -> TrialStartEvent:
     """`steps` (None only in recordings made before it existed), and `batch_size` and
     `deadline_s` (capacity runs) let a live view draw the barrier before the batch's
@@ -216,6 +223,8 @@ def trial_start(
     if batch_size is not None and deadline_s is not None:
         ev["batch_size"] = batch_size
         ev["deadline_s"] = deadline_s
+    if replay is not None:
+        ev["replay"] = replay
     return ev
 
 
@@ -231,6 +240,8 @@ def action(
     ok: bool,
     out_bytes: int,
     remote_ns: int | None = None,
+    expect_rc: int | None = None,
+    timed_out: bool = False,
 ) -> ActionEvent:
     ev: ActionEvent = {
         "type": "action",
@@ -243,6 +254,10 @@ def action(
     }
     if remote_ns is not None:
         ev["remote_ns"] = remote_ns
+    if expect_rc is not None:
+        ev["expect_rc"] = expect_rc
+    if timed_out:
+        ev["timed_out"] = True
     return ev
 
 

@@ -77,6 +77,7 @@ class TrialRunner:
         self.substrates = substrates
         self.hosts = hosts
         self.ended = 0  # trials that emitted their `trial_end`
+        self._nth: dict[str, int] = {}  # trials begun per cell (replay variants)
 
     async def _host_refusal(self, pt: PlannedTrial, barrier: Barrier | None) -> TrialError | None:
         """Why the trial is not attempted: its host is lost and the reconnect failed."""
@@ -119,7 +120,7 @@ class TrialRunner:
             return
         emit = self.emit
         cell = pt.cell
-        workload = self.workloads[cell.workload]
+        workload = self._workload(cell.id, self.workloads[cell.workload])
         to = self.profile.timeouts
         spec = EnvSpec(
             cell=cell,
@@ -145,6 +146,7 @@ class TrialRunner:
                 warmup=pt.warmup,
                 batch=pt.batch,
                 steps=len(workload.steps),
+                replay=None if workload.replay is None else workload.replay.to_json(),
                 batch_size=barrier.size if with_batch and barrier is not None else None,
                 deadline_s=cap.deadline_s if with_batch and cap is not None else None,
             )
@@ -201,18 +203,27 @@ class TrialRunner:
                 current[0] = "action"
                 for i, step in enumerate(workload.steps):
                     timeout = step.timeout_s or to.action
-                    act = functools.partial(env.action, step, timeout)
+                    act = functools.partial(step.perform, env, timeout)
                     dur, res, err = await timed("action", act, timeout, barrier)
                     covered += dur
                     if err is not None:
-                        emit(events.action(pt.id, i, dur, None, False, 0))
+                        emit(
+                            events.action(
+                                pt.id, i, dur, None, False, 0, **step.observed(None, dur, None)
+                            )
+                        )
                         error = TrialError(
                             "action", err.kind, f"step {i} ({step.argv[0]}): {err.message}"
                         )
                         break
                     ok = step.matches(res.rc, res.output)
                     actions_ok = actions_ok and ok
-                    emit(events.action(pt.id, i, dur, res.rc, ok, len(res.output), res.remote_ns))
+                    emit(
+                        events.action(
+                            pt.id, i, dur, res.rc, ok, len(res.output), res.remote_ns,
+                            **step.observed(res.rc, dur, res.remote_ns),
+                        )
+                    )  # fmt: skip
                     if self.control.stopping:
                         error = TrialError("action", ErrorKind.INTERRUPTED, "the run was stopped")
                         break
@@ -243,6 +254,15 @@ class TrialRunner:
             orch = max(0, total - covered - waited)
             emit(events.phase(pt.id, "orchestration", orch, True))
             self._end(pt, error, actions_ok)
+
+    def _workload(self, cell: str, workload: Workload) -> Workload:
+        """The workload a trial of `cell` runs: a replay of several trajectories takes
+        them in turn, trial after trial of the cell (warm-ups included)."""
+        if not workload.variants:
+            return workload
+        k = self._nth.get(cell, 0)
+        self._nth[cell] = k + 1
+        return workload.variants[k % len(workload.variants)]
 
     def _end(self, pt: PlannedTrial, error: TrialError | None, actions_ok: bool) -> None:
         """Classify the trial's error (a dropped host, a lost substrate) and record its end."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # The recording's format (`rtax/1`) and its history live with its events, in `core.events`.
 REPORT_FORMAT = "rtax-report/1"
@@ -69,6 +70,18 @@ class Step:
             return self.expect_out.encode() in output
         return True
 
+    async def perform(self, env: Any, timeout: float | None) -> ActionResult:
+        """Run the step in `env` (an `Environment`): one action through its channel. A
+        replayed file edit overrides this (a read, then a write, through the same channel)."""
+        result: ActionResult = await env.action(self, timeout)
+        return result
+
+    def observed(self, rc: int | None, dur_ns: int, remote_ns: int | None) -> dict[str, Any]:
+        """Fields the step adds to its `action` event beyond the common ones (a replayed
+        step: the recorded exit code, whether it was killed at the timeout); none here.
+        `remote_ns`: the environment's own duration of the step, where it has one."""
+        return {}
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -77,6 +90,32 @@ class Workload:
     files: str | None = None  # asset name copied into each fresh workspace
     needs_assets: bool = False
     description: str = ""
+    # A replay of real agent trajectories (`[workloads.NAME] trajectory = ...`): what its
+    # trials record in `trial_start.replay`; with several trajectories, trial k of a cell
+    # runs `variants[k % len(variants)]` (each a one-trajectory workload of the same name).
+    replay: ReplaySource | None = None
+    variants: tuple[Workload, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """Where a replay workload comes from, and what of it is not replayed."""
+
+    trajectory: str  # the file (or conversation directory), or the directory named
+    format: str  # the trajectory format, or "mixed" for a directory of several
+    steps: int  # the trajectory's steps (calls), replayed or not
+    skipped: int  # steps not replayed (`other` steps, edits whose arguments say nothing)
+    allow_unisolated: bool = False  # the profile lets it run on `local` (no boundary)
+    repo: str | None = None  # the workspace's source (a git directory or tarball)
+    commit: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trajectory": self.trajectory,
+            "format": self.format,
+            "steps": self.steps,
+            "skipped": self.skipped,
+        }
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,13 @@ class Profile:
                     {"argv": list(s.argv), "expect_rc": s.expect_rc, "expect_out": s.expect_out}
                     for s in w.steps
                 ]
+                if w.replay is None
+                else {  # a replay: where its steps come from, not the steps themselves
+                    "trajectory": w.replay.trajectory,
+                    "repo": w.replay.repo,
+                    "commit": w.replay.commit,
+                    "allow_unisolated": w.replay.allow_unisolated,
+                }
                 for name, w in self.custom_workloads.items()
             }
         return d
@@ -349,11 +356,15 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
             raise ProfileError(f"{where(table, None)}: [{table}]: {name!r} is a built-in workload")
         if not isinstance(body, dict):
             raise ProfileError(f"{where('workloads', name)}: workloads.{name}: expected a table")
+        if "trajectory" in body:  # a replay of real agent trajectories
+            custom[name] = _replay_workload(name, body, where, path, kw)
+            continue
         for key, value in body.items():
             if key not in _WORKLOAD_KEYS:
                 raise ProfileError(
                     f"{where(table, key)}: {table}.{key}: unknown key "
-                    f"(allowed: {', '.join(_WORKLOAD_KEYS)})"
+                    f"(allowed: {', '.join(_WORKLOAD_KEYS)}; a replay: trajectory, repo, "
+                    "commit, allow_unisolated)"
                 )
             _check_type(where(table, key), f"{table}.{key}", value, _WORKLOAD_KEYS[key])
         steps = []
@@ -395,6 +406,23 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
     prof = Profile(**kw)
     prof._check_names(lambda key: where("run", key))
     return prof
+
+
+def _replay_workload(
+    name: str, body: dict[str, Any], where: Callable[[str, str | None], str], path: str,
+    kw: dict[str, Any],
+) -> Workload:  # fmt: skip
+    """`[workloads.NAME] trajectory = ...`: checked and read by the replay module."""
+    from rtax_tui.core.traj.workload import parse_replay_table
+
+    def locate(key: str | None) -> str:
+        return where(f"workloads.{name}", key)
+
+    kill_s = kw.get("timeouts", Timeouts()).action
+    try:
+        return parse_replay_table(name, body, locate, Path(path).parent, kill_s)
+    except RtaxError as exc:
+        raise ProfileError(str(exc)) from None
 
 
 def profiles_dir() -> Path:

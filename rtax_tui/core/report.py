@@ -231,6 +231,13 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
                 "capacity": _capacity(cd),
             }
         )
+    if any("replay" in t.meta for cd in cells.values() for t in cd.trials):
+        from rtax_tui.core.traj.fidelity import replay_by_cell
+
+        replays = replay_by_cell(rec.events)  # a replay's fidelity, per cell
+        for row in out_cells:
+            if row["cell"] in replays:
+                row["replay"] = replays[row["cell"]]
     out: dict[str, Any] = {
         "format": REPORT_FORMAT,
         "run": _run_info(rec, n_starts),
@@ -296,15 +303,35 @@ def compare_reports(rec_a: Recording, rec_b: Recording, seed: int = 0) -> dict[s
     }
 
 
-def project_report(rec: Recording, trajectories: int, steps: int, seed: int = 0) -> dict[str, Any]:
-    """Worker-hours for `trajectories` rollouts of `steps` steps, per cell."""
+def project_report(
+    rec: Recording,
+    trajectories: int,
+    steps: int,
+    seed: int = 0,
+    steps_dist: list[int] | None = None,
+) -> dict[str, Any]:
+    """Worker-hours for `trajectories` rollouts of `steps` steps, per cell; with
+    `steps_dist` (real trajectories' step counts) S follows that distribution."""
     cells, _ = _collect(rec)
-    return {
+    out: dict[str, Any] = {
         "format": PROJECT_FORMAT,
         "trajectories": trajectories,
-        "steps": steps,
+        "steps": steps if steps_dist is None else sum(steps_dist) / len(steps_dist),
         "cells": [
-            {"cell": cd.cell, **project(cd.samples, trajectories, steps, seed=seed)}
+            {
+                "cell": cd.cell,
+                **project(cd.samples, trajectories, steps, seed=seed, steps_dist=steps_dist),
+            }
             for cd in cells.values()
         ],
     }
+    if steps_dist is not None:
+        d = sorted(steps_dist)
+        out["steps_from"] = {
+            "trajectories": len(d),
+            "min": d[0],
+            "p50": d[len(d) // 2] if len(d) % 2 else (d[len(d) // 2 - 1] + d[len(d) // 2]) / 2,
+            "max": d[-1],
+            "mean": sum(d) / len(d),
+        }
+    return out

@@ -104,6 +104,7 @@ async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
 
 def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
     from rtax_tui.core import assets as assets_mod
+    from rtax_tui.core.traj.workload import with_sources
     from rtax_tui.core.workloads import builtin_workloads
 
     paths = assets_mod.prepare(log=log) if profile.needs_assets else None
@@ -112,7 +113,7 @@ def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
     missing = [w for w in profile.workloads if w not in table]
     if missing:
         raise RtaxError(f"workloads not available: {', '.join(missing)}")
-    return {w: table[w] for w in profile.workloads}
+    return {w: with_sources(table[w], log) for w in profile.workloads}
 
 
 async def build_session(
@@ -122,6 +123,10 @@ async def build_session(
     argv: list[str],
     log: Any = None,
 ) -> Session:
+    from rtax_tui.core.traj.workload import refuse_unisolated
+
+    custom = profile.custom_workloads
+    refuse_unisolated(profile.drivers, {w: custom[w] for w in profile.workloads if w in custom})
     hosts, left_out = await connect_hosts(profile, log)
     try:
         return await _build(profile, hosts, left_out, sinks=sinks, argv=argv, log=log)

@@ -27,7 +27,7 @@ reproducible from the seed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -248,8 +248,12 @@ def project(
     seed: int = 0,
     *,
     n_boot: int = 2000,
+    steps_dist: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Worker-hours for `trajectories` rollouts of `steps` actions each.
+
+    With `steps_dist` (the step counts of real trajectories), S is their mean and the
+    interval resamples them too (after the phases, with the same generator).
 
     worker_hours = N * (create + ready + teardown + S * action) / 3600 with each
     term the median in seconds of that phase's samples (`per_trial_ns` maps phase
@@ -273,12 +277,19 @@ def project(
             "per_trajectory_s": None,
             "inputs": inputs,
         }
-    weights = {"create": 1, "ready": 1, "teardown": 1, "action": steps}
+    dist = None if steps_dist is None else np.asarray(steps_dist, dtype=np.float64)
+    s_mean = steps if dist is None else float(dist.mean())
+    weights = {"create": 1.0, "ready": 1.0, "teardown": 1.0, "action": s_mean}
     per_traj = sum(weights[p] * inputs[p]["p50_s"] for p in PROJECT_PHASES)
     rng = np.random.default_rng(seed)
     boot = np.zeros(n_boot, dtype=np.float64)
     for p in PROJECT_PHASES:
-        boot += weights[p] * bootstrap_medians(arrays[p], rng, n_boot) / NS_PER_S
+        meds = bootstrap_medians(arrays[p], rng, n_boot) / NS_PER_S
+        if p == "action" and dist is not None:
+            picks = rng.integers(0, dist.shape[0], size=(n_boot, dist.shape[0]))
+            boot += dist[picks].mean(axis=1) * meds
+        else:
+            boot += weights[p] * meds
     boot_hours = trajectories * boot / 3600.0
     return {
         "worker_hours": trajectories * per_traj / 3600.0,

@@ -1,7 +1,7 @@
-"""What a replay of a trajectory would do, step by step (issue 13 part 4, first slice):
-shell steps become commands, edits and writes become file operations, the rest is
-skipped and counted. Pure: nothing here runs a command or touches a file; the replay
-workload (not built yet) executes the plan through a cell's channel."""
+"""What a replay of a trajectory does, step by step: shell steps become commands, edits
+and writes become file operations, reads become reads of the file, the rest is skipped
+and counted. Pure: nothing here runs a command or touches a file; the replay workload
+(`core/traj/workload.py`) executes the plan through a cell's channel."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from rtax_tui.core.traj.model import Step, Trajectory, obj
 
 @dataclass(frozen=True, slots=True)
 class ReplayAction:
-    """One replayed step. `op`: `shell` (run `command` through `sh -c` in `cwd`), `write`
-    (`path` gets `content`) or `replace` (`old` -> `new` in `path`, every occurrence when
-    `all`). `expect_rc` is the recorded exit code (None: none recorded, not compared)."""
+    """One replayed step. `op`: `shell` (run `command` through `shell -c` in `cwd`), `write`
+    (`path` gets `content`), `replace` (`old` -> `new` in `path`, every occurrence when
+    `all`) or `read` (`path` is read). `expect_rc` is the recorded exit code (None: none
+    recorded, not compared)."""
 
     i: int
     op: str
@@ -28,10 +29,16 @@ class ReplayAction:
     old: str | None = None
     new: str | None = None
     all: bool = False
+    shell: str = "sh"
 
     @property
     def argv(self) -> tuple[str, ...]:
-        return ("sh", "-c", self.command or "")
+        return (self.shell, "-c", self.command or "")
+
+
+# The shell each agent runs its commands with: mini-swe-agent's local environment uses
+# `subprocess.run(..., shell=True)` (/bin/sh); the others run bash.
+AGENT_SHELL: dict[str, str] = {"mini-swe-agent": "sh"}
 
 
 @dataclass
@@ -75,15 +82,31 @@ def _file_op(s: Step) -> ReplayAction | None:
     return None
 
 
+def _read_op(s: Step) -> ReplayAction | None:
+    a = obj(s.args)
+    path = _str(a.get("file_path")) or _str(a.get("path")) or _str(a.get("absolute_path"))
+    return None if path is None else ReplayAction(s.i, "read", path=path)
+
+
 def replay_plan(traj: Trajectory) -> ReplayPlan:
     """Shell steps in order; edits and writes as file operations where their arguments
-    say what to write; reads and `other` steps skipped and counted by kind."""
+    say what to write; reads as reads of the file they name; `other` steps skipped and
+    counted by kind."""
     plan = ReplayPlan(traj.format)
+    shell = AGENT_SHELL.get(traj.format, "bash")
     for s in traj.steps:
         if s.kind == "shell" and s.command is not None:
             plan.actions.append(
-                ReplayAction(s.i, "shell", command=s.command, cwd=s.cwd, expect_rc=s.exit_code)
+                ReplayAction(
+                    s.i, "shell", command=s.command, cwd=s.cwd, expect_rc=s.exit_code, shell=shell
+                )
             )
+        elif s.kind == "read":
+            op = _read_op(s)
+            if op is None:
+                plan.skipped[f"read ({s.tool}: no path)"] += 1
+            else:
+                plan.actions.append(op)
         elif s.kind in ("edit", "write"):
             op = _file_op(s)
             if op is None:
