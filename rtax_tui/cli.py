@@ -19,6 +19,7 @@ EXAMPLES = """\
 examples:
   rtax                                   the console on the default profile (T0, T1; local, stage)
   rtax run profiles/t0.toml --trials 50  run a profile in the console (--headless: no console)
+  rtax home                              the launcher: change a run, start it, compare runs
   rtax replay recordings/examples/t0-local-stage.jsonl   play a recording back in the console
   rtax run t2 --driver local,stage -o r.jsonl
   rtax run t0 -o - | jq .                stream events to another program
@@ -95,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="playback speed: recorded pace (1), 2x, 10x or as fast as possible",
     )
 
+    home = sub.add_parser(
+        "home", help="open the console on its launcher: choose, change, run, compare"
+    )
+    home.add_argument("profile", nargs="?", help="the profile to start from (default: default)")
+
     rep = sub.add_parser("report", help="statistics of a recording")
     rep.add_argument("file")
     rep.add_argument("--format", choices=("table", "json", "markdown", "csv"), default="table")
@@ -129,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="which drivers work here, and how to fix those that do not")
     add_host_flags(d)
+    d.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="json: one object a line, each driver as soon as it is checked",
+    )
 
     a = sub.add_parser("assets", help="workload assets (the attrs repository)")
     a.add_argument("action", choices=("prepare", "status"))
@@ -296,6 +308,16 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from rtax_tui.ui.app import run_console_replay
 
         return run_console_replay(args.file, args.speed)
+    if cmd == "home":
+        if not _interactive():
+            raise RtaxError("home needs a terminal; without one use `rtax run PROFILE`")
+        from rtax_tui.core.profile import resolve_profile_path
+        from rtax_tui.ui.app import run_console_home
+
+        path = resolve_profile_path(args.profile) if args.profile else None
+        if path is not None and not path.exists():
+            raise RtaxError(f"{path}: no such profile")
+        return run_console_home(str(path) if path else None)
     if cmd == "report":
         return _report(args)
     if cmd == "compare":

@@ -20,7 +20,7 @@ from rtax_tui.hostflags import ssh_options
 from rtax_tui.reporting import out_console
 
 
-async def _check_host(host: Any) -> list[tuple[str, list, dict]]:
+async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, dict]]:
     rows = []
     for name in names():
         drv = get_driver(name, host)
@@ -37,11 +37,16 @@ async def _check_host(host: Any) -> list[tuple[str, list, dict]]:
             except Exception:
                 facts = {}
         rows.append((name, probs, facts))
+        if on_row is not None:
+            on_row(host.name, name, probs, facts)
     return rows
 
 
-async def _doctor(names: list[str], profile: Profile) -> list[tuple[str, Any, Any]]:
-    """(host name, facts or the error that kept it out, driver rows)."""
+async def _doctor(
+    names: list[str], profile: Profile, on_row: Any = None
+) -> list[tuple[str, Any, Any]]:
+    """(host name, facts or the error that kept it out, driver rows); `on_row` hears
+    of each driver as soon as it is checked."""
     from rtax_tui.core.runner import make_host
 
     out = []
@@ -51,11 +56,13 @@ async def _doctor(names: list[str], profile: Profile) -> list[tuple[str, Any, An
             await host.connect()
         except RtaxError as exc:
             out.append((host.name, exc, []))
+            if on_row is not None:
+                on_row(host.name, None, exc, None)
             continue
         try:
             await host.measure_rtt()
             facts = await host.facts()
-            out.append((host.name, facts, await _check_host(host)))
+            out.append((host.name, facts, await _check_host(host, on_row)))
         finally:
             await host.close()
     return out
@@ -66,6 +73,8 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
     names = (getattr(args, "host", None) or ["local"]) if args is not None else ["local"]
     opts = ssh_options(args) if args is not None else {}
     profile = Profile(name="doctor", path="command line", hosts=tuple(names), ssh_options=opts)
+    if getattr(args, "format", "table") == "json":
+        return _doctor_json(names, profile)
     ok_all = True
     for hname, facts, rows in asyncio.run(_doctor(names, profile)):
         if isinstance(facts, Exception):
@@ -99,6 +108,41 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
             console.print(f"KVM: {asyncio.run(_kvm())}")
         ok_all = ok_all and ok_any
     return 0 if ok_all else 1
+
+
+def _doctor_json(hosts: list[str], profile: Profile) -> int:
+    """One JSON object a line, each as soon as it is known (the console shows them live):
+    `{"drivers": [...]}` first, then per host and driver `{"host", "driver", "ok",
+    "problems": [{"reason", "fix"}], "facts"}`, or `{"host", "unreachable"}`."""
+    import sys
+
+    import orjson
+
+    def emit(obj: dict[str, Any]) -> None:
+        sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
+        sys.stdout.flush()
+
+    ok = {"any": False, "unreachable": False}
+
+    def on_row(host: str, driver: str | None, probs: Any, facts: Any) -> None:
+        if driver is None:
+            ok["unreachable"] = True
+            emit({"host": host, "unreachable": str(probs)})
+            return
+        ok["any"] = ok["any"] or not probs
+        emit(
+            {
+                "host": host,
+                "driver": driver,
+                "ok": not probs,
+                "problems": [{"reason": p.reason, "fix": p.fix} for p in probs],
+                "facts": {k: str(v) for k, v in (facts or {}).items()},
+            }
+        )
+
+    emit({"drivers": list(names()), "hosts": hosts})
+    asyncio.run(_doctor(hosts, profile, on_row))
+    return 0 if ok["any"] and not ok["unreachable"] else 1
 
 
 async def _kvm() -> str:

@@ -22,6 +22,7 @@ from rtax_tui.core.model import (
     Timeouts,
     Workload,
 )
+from rtax_tui.core.profile_toml import profiles_dir
 from rtax_tui.core.workloads import WORKLOAD_NAMES
 
 
@@ -423,15 +424,6 @@ def _replay_workload(
         return parse_replay_table(name, body, locate, Path(path).parent, kill_s)
     except RtaxError as exc:
         raise ProfileError(str(exc)) from None
-
-
-def profiles_dir() -> Path:
-    """The built-in profiles: `profiles/` beside the package (installed or in a checkout)."""
-    here = Path(__file__).resolve().parent.parent
-    for cand in (here / "profiles", here.parent / "profiles"):
-        if (cand / "default.toml").exists():
-            return cand
-    raise RtaxError("the built-in profiles are missing (reinstall rtax)")
 
 
 def resolve_profile_path(arg: str) -> Path:

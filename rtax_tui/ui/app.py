@@ -1,25 +1,80 @@
-"""The console app: a monitor screen on a live run or a replay, and what it opens."""
+"""The console app: a monitor screen on a live run or a replay, and what it opens.
+
+From any screen, `n` opens the launcher (a new run) and `h` the run history;
+ctrl+p is Textual's command palette, listing every key's action of the screen
+below by name, and `?` the same keys as help.
+"""
 
 from __future__ import annotations
 
-from textual.app import App
+from collections.abc import Iterable
+from typing import Any
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
 
 from rtax_tui.ui.monitor import MonitorScreen, replay_screen
 
 SPEED_ARG: dict[str, float | None] = {"1": 1.0, "2": 2.0, "10": 10.0, "max": None}
 
+__all__ = ["RtaxApp", "replay_screen", "run_console_home", "run_console_live"]
+
 
 class RtaxApp(App[int]):
     CSS_PATH = "rtax.tcss"
     TITLE = "rtax"
-    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("n", "launcher", "new run", tooltip="the launcher: choose, change and start a run"),
+        Binding("h", "history", "history",
+                tooltip="the run history: replay, compare, report, rerun with changes"),
+        Binding("question_mark", "help", "help", show=False, tooltip="these keys"),
+    ]  # fmt: skip
 
-    def __init__(self, first: MonitorScreen) -> None:
+    def __init__(self, first: Screen[Any]) -> None:
         super().__init__()
         self.first = first
 
     def on_mount(self) -> None:
         self.push_screen(self.first)
+
+    def action_launcher(self) -> None:
+        from rtax_tui.ui.launcher import LauncherScreen
+
+        if not isinstance(self.screen, LauncherScreen):
+            self.push_screen(LauncherScreen())
+
+    def action_history(self) -> None:
+        from rtax_tui.ui.history import HistoryScreen
+
+        if not isinstance(self.screen, HistoryScreen):
+            self.push_screen(HistoryScreen())
+
+    def action_help(self) -> None:
+        from rtax_tui.ui.modals import HelpScreen, show_help
+
+        if not isinstance(self.screen, HelpScreen):
+            show_help(self.screen)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Every action a key does on this screen, by name, then Textual's own."""
+        seen: set[str] = set()
+        for ab in screen.active_bindings.values():
+            b = ab.binding
+            if not ab.enabled or b.system or b.action in seen:
+                continue
+            seen.add(b.action)
+            keys = self.get_key_display(b)
+            title = f"{b.description or b.action} ({keys})"
+            yield SystemCommand(title, b.tooltip or title, _runner(self, b.action, ab.node))
+        yield from super().get_system_commands(screen)
+
+
+def _runner(app: App[Any], action: str, node: Any) -> Any:
+    async def run() -> None:
+        await app.run_action(action, node)
+
+    return run
 
 
 def run_console_replay(path: str, speed: str = "1") -> int:
@@ -39,3 +94,12 @@ def run_console_live(profile_name: str, argv: list[str], record: str) -> int:
         rc = screen.returncode or 0
     print(f"recording: {record}")
     return rc
+
+
+def run_console_home(profile: str | None = None) -> int:
+    """`rtax home`: the launcher first."""
+    from rtax_tui.ui.launcher import LauncherScreen
+
+    app = RtaxApp(LauncherScreen(profile))
+    app.run()
+    return app.return_code or 0

@@ -5,43 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from rtax_tui.core.history import find_recordings
 from rtax_tui.core.recording import Recording
-
-HELP = {
-    "run": [
-        ("space", "pause / resume scheduling (trials in flight finish)"),
-        ("x", "stop: tear down what runs, keep the recording"),
-        ("s / S", "select the next / previous cell (or arrows in the table)"),
-        ("l", "histograms: log or linear time axis"),
-        ("r", "replay this run's recording (once it ended)"),
-        ("c", "compare this recording with another"),
-        ("p", "project worker-hours (N trajectories × S steps)"),
-        ("b", "boundaries: what each driver keeps out (its last `rtax probe`)"),
-        ("g", "plot: write this view's figure to recordings/plots/ (SVG)"),
-        ("q", "quit (stops the run first, waits for teardown)"),
-    ],
-    "replay": [
-        ("space", "pause / resume playback"),
-        ("1 2 0 m", "speed: recorded pace, 2×, 10×, as fast as possible"),
-        (".", "step: play up to the next trial's end, then pause"),
-        ("r", "restart the replay"),
-        ("s / S", "select the next / previous cell (or arrows in the table)"),
-        ("l", "histograms: log or linear time axis"),
-        ("c", "compare this recording with another"),
-        ("p", "project worker-hours (N trajectories × S steps)"),
-        ("b", "boundaries: the recording's probe, or each driver's last one"),
-        ("g", "plot: write this view's figure to recordings/plots/ (SVG)"),
-        ("q", "quit"),
-    ],
-}
 
 LEGEND = (
     "Histograms: the selected cell's samples in log-spaced bins; ▲ green P50, ▲ yellow P95, "
@@ -51,31 +25,45 @@ LEGEND = (
 
 
 class HelpScreen(ModalScreen[None]):
+    """The keys of the screen below, generated from its bindings (and the app's)."""
+
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, title: str, rows: list[tuple[str, str]], legend: str = "") -> None:
         super().__init__()
-        self.mode = mode
+        self.title_text = title
+        self.rows = rows
+        self.legend = legend
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(f"rtax console: {self.mode} keys", classes="title")
-            for key, what in HELP.get(self.mode, HELP["run"]):
-                yield Static(f"[b]{key:>8}[/b]  {what}")
-            yield Static(LEGEND, classes="legend")
-            yield Static("[dim]escape: close[/dim]")
+            yield Label(self.title_text, classes="title")
+            width = max([8, *(len(k) for k, _ in self.rows)])
+            for key, what in self.rows:
+                yield Static(f"[b]{escape(key):>{width}}[/b]  {escape(what)}")
+            if self.legend:
+                yield Static(self.legend, classes="legend")
+            yield Static("[dim]escape: close · ctrl+p: every action by name[/dim]")
 
 
-def find_recordings(roots: list[Path] | None = None) -> list[Path]:
-    """Recordings under ./recordings and the examples shipped with rtax, newest first."""
-    here = Path(__file__).resolve().parents[2] / "recordings"
-    roots = roots or [Path("recordings"), here]
-    seen: dict[Path, Path] = {}
-    for root in roots:
-        if root.is_dir():
-            for p in root.rglob("*.jsonl"):
-                seen.setdefault(p.resolve(), p)
-    return sorted(seen.values(), key=lambda p: p.stat().st_mtime, reverse=True)
+def binding_rows(screen: Screen[Any]) -> list[tuple[str, str]]:
+    """(keys, what they do) for every binding active on `screen`, the app's included:
+    the text is the binding's tooltip, or its description."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    for ab in screen.active_bindings.values():
+        if not ab.enabled or ab.binding.system:
+            continue
+        what = ab.binding.tooltip or ab.binding.description or ab.binding.action
+        rows.setdefault((ab.binding.action, what), []).append(
+            ab.binding.key_display or screen.app.get_key_display(ab.binding)
+        )
+    return [(" / ".join(dict.fromkeys(keys)), what) for (_, what), keys in rows.items()]
+
+
+def show_help(screen: Screen[Any]) -> None:
+    mode = getattr(screen, "mode", "") or type(screen).__name__.removesuffix("Screen").lower()
+    legend = LEGEND if hasattr(screen, "state") else ""
+    screen.app.push_screen(HelpScreen(f"rtax console: {mode} keys", binding_rows(screen), legend))
 
 
 class PickRecording(ModalScreen[str | None]):

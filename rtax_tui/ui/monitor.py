@@ -53,24 +53,42 @@ class Log(Message):
 
 class MonitorScreen(Screen[None]):
     BINDINGS = [
-        Binding("space", "toggle_pause", "pause/resume"),
-        Binding("x", "stop", "stop run"),
-        Binding("s", "next_cell", "next cell"),
-        Binding("S", "prev_cell", "prev cell", show=False),
-        Binding("l", "toggle_log", "lin/log"),
-        Binding("1", "speed('1')", "1x", show=False),
-        Binding("2", "speed('2')", "2x", show=False),
-        Binding("0", "speed('0')", "10x", show=False),
-        Binding("m", "speed('m')", "max", show=False),
-        Binding(".", "step", "step", show=False),
-        Binding("r", "replay", "replay"),
-        Binding("c", "compare", "compare"),
-        Binding("p", "project", "project"),
-        Binding("b", "boundary", "boundaries", show=False),
-        Binding("g", "plot", "plot", show=False),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "quit_screen", "quit"),
-    ]
+        Binding("space", "toggle_pause", "pause/resume",
+                tooltip="a run: no new trial starts, those in flight finish; a replay: playback"),
+        Binding("x", "stop", "stop run",
+                tooltip="stop the run: tear down what runs, keep the recording"),
+        Binding("s", "next_cell", "next cell", tooltip="select the next cell (or arrows)"),
+        Binding("S", "prev_cell", "prev cell", show=False,
+                tooltip="select the previous cell (or arrows)"),
+        Binding("l", "toggle_log", "lin/log", tooltip="histograms: log or linear time axis"),
+        Binding("1", "speed('1')", "1x", show=False, tooltip="speed: the recorded pace"),
+        Binding("2", "speed('2')", "2x", show=False, tooltip="speed: 2×"),
+        Binding("0", "speed('0')", "10x", show=False, tooltip="speed: 10×"),
+        Binding("m", "speed('m')", "max", show=False, tooltip="speed: as fast as possible"),
+        Binding(".", "step", "step", show=False,
+                tooltip="step: play up to the next trial's end, then pause"),
+        Binding("r", "replay", "replay",
+                tooltip="replay this recording (a run: once it ended; a replay: restart)"),
+        Binding("c", "compare", "compare", tooltip="compare this recording with another"),
+        Binding("p", "project", "project",
+                tooltip="project worker-hours (N trajectories × S steps)"),
+        Binding("b", "boundary", "boundaries", show=False,
+                tooltip="boundaries: what each driver keeps out (its last `rtax probe`)"),
+        Binding("g", "plot", "plot", show=False,
+                tooltip="plot: write this view's figure to recordings/plots/ (SVG)"),
+        Binding("question_mark", "help", "help", tooltip="these keys"),
+        Binding("q", "quit_screen", "quit",
+                tooltip="back, or quit (a running run is stopped and torn down first)"),
+    ]  # fmt: skip
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys that mean nothing in this mode are left out of the footer, the help
+        and the command palette."""
+        if action in ("speed", "step"):
+            return self.mode == "replay"
+        if action == "stop":
+            return self.mode == "run"
+        return True
 
     def __init__(
         self,
@@ -101,6 +119,8 @@ class MonitorScreen(Screen[None]):
         self.returncode: int | None = None
         self.quitting = False
         self._last_event_at = time.monotonic()
+        # a rerun from the history: the compare screen opens against this once it ends
+        self.compare_with: str | None = None
 
     # -- layout ----------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -208,6 +228,10 @@ class MonitorScreen(Screen[None]):
                 )
             elif self.record_path:
                 self.notify(f"recording: {self.record_path}  (r: replay, c: compare)")
+                if self.compare_with and not self.quitting:
+                    from rtax_tui.ui.compare import CompareScreen
+
+                    self.app.push_screen(CompareScreen(self.compare_with, self.record_path))
             if self.quitting:
                 self.app.exit(msg.returncode, return_code=msg.returncode or 0)
 
@@ -413,9 +437,9 @@ class MonitorScreen(Screen[None]):
         self.run_worker(draw, thread=True, group="plot", name="plot")
 
     def action_help(self) -> None:
-        from rtax_tui.ui.modals import HelpScreen
+        from rtax_tui.ui.modals import show_help
 
-        self.app.push_screen(HelpScreen(self.mode))
+        show_help(self)
 
     async def action_quit_screen(self) -> None:
         if self.engine is not None and self.engine.running:

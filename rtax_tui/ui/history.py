@@ -1,0 +1,231 @@
+"""The run history: every recording under ./recordings (and the examples), one a line.
+
+From here a run is opened (replayed), compared with another, shown as its report,
+or run again with changes: the launcher opens filled in with its profile, and once
+the new run ends the compare screen opens against the one it came from. The lines
+come from `core.history` (the recording reader and the one trial fold), read in a
+thread so a large recording never stalls the keys.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.markup import escape
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Input, Label, Static
+
+from rtax_tui.core.history import RunSummary, fmt_duration, history
+
+STATUS_STYLE = {"completed": "green", "interrupted": "yellow", "failed": "red"}
+
+
+class HistoryScreen(Screen[None]):
+    """`h` from any screen."""
+
+    BINDINGS = [
+        Binding("enter,o", "open", "open (replay)", tooltip="replay the highlighted run"),
+        Binding("space", "mark", "mark", tooltip="mark a run (two marked: c compares them)"),
+        Binding("c", "compare", "compare",
+                tooltip="compare the two marked runs (or the marked one and the highlighted)"),
+        Binding("r", "report", "report", tooltip="the highlighted run's report (rtax report)"),
+        Binding("e", "rerun", "rerun with changes",
+                tooltip="the launcher filled in from this run; afterwards, the comparison"),
+        Binding("slash", "filter", "filter",
+                tooltip="filter by text (date, profile, cell, status)"),
+        Binding("escape,q", "back", "back", tooltip="back (or quit when it is the only screen)"),
+    ]  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[RunSummary] = []
+        self.shown: list[RunSummary] = []
+        self.marked: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="τ")
+        with Vertical(id="main"):
+            yield Input(placeholder="/ filter: profile, date, cell, status…", id="filter")
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            yield Static("reading the recordings…", id="runs-note")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "rtax history"
+        self.sub_title = "./recordings and the examples"
+        t = self.query_one("#runs", DataTable)
+        cols = (("", 1), ("date", 16), ("profile", 12), ("cells", 5), ("trials", 6),
+                ("failed", 6), ("status", 11), ("duration", 8), ("recording", 60))  # fmt: skip
+        for col, w in cols:
+            t.add_column(col, key=col or "mark", width=w)
+        t.focus()
+        self.load()
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        runs = history()
+        self.app.call_from_thread(self._loaded, runs)
+
+    def _loaded(self, runs: list[RunSummary]) -> None:
+        self.runs = runs
+        self._draw()
+
+    def _draw(self) -> None:
+        words = self.query_one("#filter", Input).value.lower().split()
+        self.shown = [r for r in self.runs if all(w in r.text for w in words)]
+        t = self.query_one("#runs", DataTable)
+        row = t.cursor_row
+        t.clear()
+        for r in self.shown:
+            t.add_row(*self._row(r), key=r.path)
+        if self.shown:
+            t.move_cursor(row=min(row, len(self.shown) - 1))
+        note = f"{len(self.shown)} of {len(self.runs)} runs"
+        if self.marked:
+            note += f"; marked: {', '.join(Path(p).name for p in self.marked)}"
+        self.query_one("#runs-note", Static).update(
+            note + "  ·  enter open · space mark · c compare · r report · e rerun · / filter"
+        )
+
+    def _row(self, r: RunSummary) -> list[str | Text]:
+        date = r.started_at[:16].replace("T", " ")
+        status = Text(r.status, style=STATUS_STYLE.get(r.status, "dim"))
+        return [
+            "●" if r.path in self.marked else " ",
+            date,
+            r.profile,
+            str(len(r.cells)),
+            str(r.trials),
+            str(r.failed),
+            status,
+            fmt_duration(r.duration_s) if r.duration_s else "-",
+            r.path if r.error is None else f"{r.path}: {r.error}",
+        ]
+
+    @on(Input.Changed, "#filter")
+    def _filter(self) -> None:
+        self._draw()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self) -> None:
+        self.query_one("#runs", DataTable).focus()
+
+    def current(self) -> RunSummary | None:
+        t = self.query_one("#runs", DataTable)
+        if not self.shown or t.cursor_row < 0:
+            return None
+        return self.shown[min(t.cursor_row, len(self.shown) - 1)]
+
+    # -- actions ---------------------------------------------------------------------
+    def action_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_open(self) -> None:
+        if isinstance(self.focused, Input):
+            self.query_one("#runs", DataTable).focus()
+            return
+        r = self.current()
+        if r is not None:
+            from rtax_tui.ui.monitor import open_replay
+
+            open_replay(self.app, r.path)
+
+    @on(DataTable.RowSelected)
+    def _selected(self) -> None:
+        self.action_open()
+
+    def action_mark(self) -> None:
+        r = self.current()
+        if r is None:
+            return
+        if r.path in self.marked:
+            self.marked.remove(r.path)
+        else:
+            self.marked = [*self.marked[-1:], r.path]  # the last two marked
+        self._draw()
+
+    def action_compare(self) -> None:
+        r = self.current()
+        pair = list(self.marked)
+        if len(pair) == 1 and r is not None and r.path != pair[0]:
+            pair.append(r.path)
+        if len(pair) != 2:
+            self.notify("mark two runs with space (or one, then highlight the other)")
+            return
+        from rtax_tui.ui.compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(pair[0], pair[1]))
+
+    def action_report(self) -> None:
+        r = self.current()
+        if r is not None:
+            self.app.push_screen(ReportPanel(r.path))
+
+    def action_rerun(self) -> None:
+        r = self.current()
+        if r is None:
+            return
+        from rtax_tui.ui.launcher import launcher_for_recording
+
+        try:
+            screen = launcher_for_recording(r.path)
+        except Exception as exc:
+            self.notify(f"cannot rerun {r.path}: {exc}", severity="error")
+            return
+        self.app.push_screen(screen)
+
+    def action_back(self) -> None:
+        if isinstance(self.focused, Input):
+            self.query_one("#runs", DataTable).focus()
+            return
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.exit(0, return_code=0)
+
+
+class ReportPanel(ModalScreen[None]):
+    """`rtax report FILE` in a dialog: the same document, drawn by the same code."""
+
+    BINDINGS = [Binding("escape,q,r", "dismiss", "close")]
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="report"):
+            yield Label(f"report: {escape(self.path)}", classes="title")
+            with VerticalScroll(id="report-body"):
+                yield Static("reading…", id="report")
+            yield Static("[dim]escape: close[/dim]")
+
+    def on_mount(self) -> None:
+        self.render_report()
+
+    @work(thread=True, exclusive=True)
+    def render_report(self) -> None:
+        from rich.console import Console
+
+        from rtax_tui.core.recording import read_recording
+        from rtax_tui.core.report import build_report
+        from rtax_tui.reporting import print_report
+
+        try:
+            report = build_report(read_recording(self.path))
+        except Exception as exc:
+            self.app.call_from_thread(self._show, Text(f"cannot report: {exc}", style="red"))
+            return
+        console = Console(width=150, record=True, file=io.StringIO(), color_system="truecolor")
+        print_report(report, console)
+        text = Text.from_ansi(console.export_text(styles=True))
+        self.app.call_from_thread(self._show, text)
+
+    def _show(self, text: Text) -> None:
+        self.query_one("#report", Static).update(text)

@@ -1,0 +1,656 @@
+"""The launcher: choose a profile, change what to run, see what works, start it.
+
+The form edits a profile as the tables of a profile file (`tomllib`'s dict), so
+whatever the launcher does not know (a `[pool]` option, a custom workload) is kept
+as it is. Enter writes those tables as a profile file beside the new recording
+(`recordings/<time>-<name>.toml`, the same command-line profile `rtax run FILE`
+takes) and starts the engine on it: every run made here can be made again without
+the console. Which drivers work is asked of `rtax doctor --format json`, per host,
+in a worker: the console never loads a driver itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.markup import escape
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import (
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Label,
+    OptionList,
+    SelectionList,
+    Static,
+)
+from textual.widgets.option_list import Option
+
+from rtax_tui.core.history import (
+    RunSummary,
+    estimate,
+    find_recordings,
+    history,
+    profile_beside,
+    recording_path,
+)
+from rtax_tui.core.model import CHANNELS
+from rtax_tui.core.plan import build_capacity_plan, build_plan, make_cells
+from rtax_tui.core.profile_toml import dump, from_resolved, profiles_dir
+from rtax_tui.core.workloads import WORKLOAD_NAMES
+from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
+
+# What the profile loader takes when a profile leaves a `[run]` key out
+# (core.profile.Profile's defaults; tests/test_ui_workbench.py checks they agree).
+RUN_DEFAULTS: dict[str, Any] = {
+    "seed": 1,
+    "trials": 30,
+    "warmup": 3,
+    "concurrency": 1,
+    "hosts": ["local"],
+    "drivers": ["local", "stage"],
+    "workloads": ["t0"],
+    "channels": ["exec"],
+}
+CAPACITY_DEFAULTS: dict[str, Any] = {"size": 8, "batches": 3}
+NUMBERS = ("trials", "warmup", "concurrency", "seed")
+CAPACITY_FIELDS = ("size", "batches", "deadline_s", "sizes")
+POOL_FIELDS = ("size", "reset", "refill")
+# which image `rtax images build --driver X` makes for a driver
+IMAGE_OF = {"docker": "docker", "podman": "podman", "libvirt": "vm", "microvm": "vm"}
+# what an image build needs running first
+ENGINE_START = {
+    "docker": "bash scripts/start-dockerd",
+    "podman": "bash scripts/start-podman",
+    "vm": "bash scripts/start-libvirtd (the VM guest needs qemu and debootstrap)",
+}
+
+
+def profile_sources(recent: int = 8) -> list[tuple[str, str, Path]]:
+    """(group, label, path) of the profiles to start from: the built-ins, ./profiles,
+    and those of recent console runs (the files beside their recordings)."""
+    out: list[tuple[str, str, Path]] = []
+    seen: set[Path] = set()
+
+    def add(group: str, p: Path, label: str | None = None) -> None:
+        if p.resolve() not in seen:
+            seen.add(p.resolve())
+            out.append((group, label or p.stem, p))
+
+    builtin = profiles_dir()
+    for p in sorted(builtin.glob("*.toml")):
+        add("built-in", p)
+    local = Path("profiles")
+    if local.is_dir():
+        for p in sorted(local.glob("*.toml")):
+            add("./profiles", p)
+    n = 0
+    for rec in find_recordings([Path("recordings")]):
+        beside = profile_beside(rec)
+        if beside.exists() and n < recent:
+            add("recent", beside, beside.stem)
+            n += 1
+    return out
+
+
+def planned_trials(data: dict[str, Any]) -> dict[str, int]:
+    """Trials per cell of a profile's tables, by the engine's own plan builders."""
+    run = {**RUN_DEFAULTS, **data.get("run", {})}
+    cells = make_cells(
+        tuple(run["hosts"]), tuple(run["drivers"]), tuple(run["workloads"]), tuple(run["channels"])
+    )
+    counts: dict[str, int] = {c.id: 0 for c in cells}
+    cap = data.get("capacity")
+    if isinstance(cap, dict):
+        cap = {**CAPACITY_DEFAULTS, **cap}
+        sizes = cap.get("sizes") or [cap["size"]]
+        for size in sizes:  # a capacity curve runs its batches at every size
+            for b in build_capacity_plan(cells, cap["batches"], size, run["warmup"], run["seed"]):
+                counts[b.cell.id] += len(b.trials)
+    else:
+        for t in build_plan(cells, run["trials"], run["warmup"], run["seed"]):
+            counts[t.cell.id] += 1
+    return counts
+
+
+def host_url(name: str, data: dict[str, Any]) -> str:
+    """What `rtax doctor --host` takes for a profile's host: a `[hosts.NAME]` table
+    becomes its ssh:// address."""
+    table = (data.get("hosts") or {}).get(name)
+    if not isinstance(table, dict):
+        return name
+    user = f"{table['user']}@" if table.get("user") else ""
+    port = f":{table['port']}" if table.get("port") else ""
+    return f"ssh://{user}{table.get('address', name)}{port}"
+
+
+class LauncherScreen(Screen[None]):
+    """`n` from any screen, or `rtax home`."""
+
+    BINDINGS = [
+        Binding("enter", "start", "start run", priority=True,
+                tooltip="write the profile beside a new recording and run it"),
+        Binding("ctrl+d", "check_drivers", "check drivers",
+                tooltip="ask `rtax doctor` again which drivers work on each host"),
+        Binding("ctrl+b", "build_images", "build images",
+                tooltip="build the images of the selected container and VM drivers"),
+        Binding("ctrl+a", "prepare_assets", "prepare assets",
+                tooltip="prepare the attrs repository used by t1, t2 and trajectories"),
+        Binding("ctrl+s", "save_profile", "save to ./profiles",
+                tooltip="write the form as ./profiles/NAME.toml (rtax run profiles/NAME.toml)"),
+        Binding("escape", "back", "back", tooltip="leave the launcher"),
+    ]  # fmt: skip
+
+    def __init__(
+        self,
+        profile: str | Path | None = None,
+        *,
+        data: dict[str, Any] | None = None,
+        rerun_of: str | None = None,
+        check: bool = True,
+    ) -> None:
+        super().__init__()
+        self.source = str(profile or profiles_dir() / "default.toml")
+        self.data: dict[str, Any] = data if data is not None else {}
+        self.rerun_of = rerun_of
+        self.check = check  # run `rtax doctor` on mount (tests of the form turn it off)
+        self.drivers: list[str] = []  # every registered driver, once doctor named them
+        # (host, driver) -> None while checking, "" when ok, or "reason -> fix"
+        self.status: dict[tuple[str, str], str | None] = {}
+        self.checked_hosts: set[str] = set()
+        self.runs: list[RunSummary] | None = None
+        self.error: str | None = None
+        self.started: str | None = None  # the recording of the run started from here
+
+    # -- layout -------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="τ")
+        with Horizontal(id="launch"):
+            with Vertical(id="l-profiles"):
+                yield OptionList(id="profiles")
+            with Vertical(id="l-lists"):
+                yield SelectionList[str](id="drivers")
+                yield SelectionList[str](id="workloads")
+                yield SelectionList[str](id="channels")
+            with Vertical(id="l-form"):
+                with Grid(id="numbers", classes="fields"):
+                    for key in NUMBERS:
+                        yield Label(key)
+                        yield Input(id=f"run-{key}", type="integer", placeholder="default")
+                yield Label("capacity (empty: trials, not batches)", classes="group")
+                with Grid(id="capacity", classes="fields"):
+                    for key in CAPACITY_FIELDS:
+                        yield Label(key)
+                        yield Input(id=f"cap-{key}", placeholder="-")
+                yield Label("pool (empty: no pool)", classes="group")
+                with Grid(id="pool", classes="fields"):
+                    for key in POOL_FIELDS:
+                        yield Label(key)
+                        yield Input(id=f"pool-{key}", placeholder="-")
+                with Horizontal(id="l-hosts"):
+                    yield SelectionList[str](id="hosts")
+                    yield Input(placeholder="add ssh://user@host:port", id="add-host")
+        yield DataTable(id="doctor", cursor_type="row", zebra_stripes=True)
+        yield Static(id="plan")
+        yield WorkLine(id="work")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "rtax launcher"
+        self.sub_title = f"rerun of {self.rerun_of}" if self.rerun_of else "new run"
+        for wid, title in (
+            ("#l-profiles", "profiles (enter: load)"),
+            ("#drivers", "drivers (✓ works, ✗ see below)"),
+            ("#workloads", "workloads"),
+            ("#channels", "channels"),
+            ("#hosts", "hosts"),
+            ("#l-form", "run"),
+        ):
+            self.query_one(wid).border_title = title
+        t = self.query_one("#doctor", DataTable)
+        t.border_title = "drivers per host (rtax doctor)"
+        for col, w in (("host", 22), ("driver", 8), ("status", 9), ("reason → fix", 200)):
+            t.add_column(col, key=col, width=w)
+        self._fill_profiles()
+        if self.data:
+            self._fill_form()
+        else:
+            self.load_profile(self.source)
+        self.query_one("#drivers").focus()
+        self.load_history()
+        if self.check:
+            self.action_check_drivers()
+
+    # -- the profile's tables <-> the form ------------------------------------------------
+    def _fill_profiles(self) -> None:
+        ol = self.query_one("#profiles", OptionList)
+        ol.clear_options()
+        group = None
+        for g, label, path in profile_sources():
+            if g != group:
+                group = g
+                ol.add_option(Option(f"[dim]{g}[/dim]", disabled=True))
+            ol.add_option(Option(f"  {escape(label)}", id=str(path)))
+
+    @on(OptionList.OptionSelected, "#profiles")
+    def _profile_chosen(self, ev: OptionList.OptionSelected) -> None:
+        if ev.option.id:
+            self.rerun_of = None
+            self.sub_title = "new run"
+            self.load_profile(ev.option.id)
+
+    def load_profile(self, path: str | Path) -> None:
+        try:
+            text = Path(path).read_text()
+            data = tomllib.loads(text)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            self.notify(f"{path}: {exc}", severity="error")
+            return
+        data.setdefault("name", Path(path).stem)
+        self.source = str(path)
+        self.data = data
+        self._fill_form()
+
+    def _fill_form(self) -> None:
+        d = self.data
+        run = {**RUN_DEFAULTS, **d.get("run", {})}
+        self._fill_list("#drivers", self._driver_choices(), run["drivers"])
+        wl = list(WORKLOAD_NAMES) + [w for w in d.get("workloads", {}) if w not in WORKLOAD_NAMES]
+        self._fill_list("#workloads", wl, run["workloads"])
+        self._fill_list("#channels", list(CHANNELS), run["channels"])
+        self._fill_list("#hosts", self._host_choices(run["hosts"]), run["hosts"])
+        for key in NUMBERS:
+            v = d.get("run", {}).get(key)
+            self.query_one(f"#run-{key}", Input).value = "" if v is None else str(v)
+            self.query_one(f"#run-{key}", Input).placeholder = f"{RUN_DEFAULTS[key]} (default)"
+        cap = d.get("capacity") or {}
+        for key in CAPACITY_FIELDS:
+            v = cap.get(key)
+            text = ", ".join(map(str, v)) if isinstance(v, list) else "" if v is None else str(v)
+            self.query_one(f"#cap-{key}", Input).value = text
+        pool = d.get("pool") or {}
+        for key in POOL_FIELDS:
+            v = pool.get(key)
+            self.query_one(f"#pool-{key}", Input).value = "" if v is None else str(v)
+        self.query_one("#l-form").border_title = f"run: {d.get('name', '?')}"
+        self._update_plan()
+
+    def _driver_choices(self) -> list[str]:
+        chosen = list(self.data.get("run", {}).get("drivers", RUN_DEFAULTS["drivers"]))
+        return self.drivers + [d for d in chosen if d not in self.drivers]
+
+    def _host_choices(self, chosen: list[str]) -> list[str]:
+        named = list(self.data.get("hosts") or {})
+        return list(dict.fromkeys(["local", *chosen, *named]))
+
+    def _fill_list(self, sel: str, choices: list[str], chosen: list[str]) -> None:
+        sl = self.query_one(sel, SelectionList)
+        sl.clear_options()
+        sl.add_options([(self._label(sel, c), c, c in chosen) for c in choices])
+
+    def _label(self, sel: str, value: str) -> str:
+        if sel != "#drivers":
+            return escape(value)
+        marks = []
+        for host in self._hosts():
+            st = self.status.get((host, value), "?")
+            marks.append("…" if st is None else "?" if st == "?" else "✓" if not st else "✗")
+        return f"{escape(value):8} {' '.join(marks)}"
+
+    def _hosts(self) -> list[str]:
+        return list(self.data.get("run", {}).get("hosts", RUN_DEFAULTS["hosts"]))
+
+    def collect(self) -> dict[str, Any]:
+        """The form read back into the profile's tables (keys it does not show kept)."""
+        d = copy.deepcopy(self.data)
+        run = d.setdefault("run", {})
+        for key in ("drivers", "workloads", "channels", "hosts"):
+            run[key] = list(self.query_one(f"#{key}", SelectionList).selected)
+        for key in NUMBERS:
+            v = self.query_one(f"#run-{key}", Input).value.strip()
+            if v:
+                run[key] = int(v)
+            else:
+                run.pop(key, None)
+        cap = {k: v for k, v in (d.get("capacity") or {}).items() if k not in CAPACITY_FIELDS}
+        for key in CAPACITY_FIELDS:
+            v = self.query_one(f"#cap-{key}", Input).value.strip()
+            if v:
+                cap[key] = _number(v, key) if key != "sizes" else _numbers(v)
+        if cap:
+            d["capacity"] = cap
+        else:
+            d.pop("capacity", None)
+        pool = {k: v for k, v in (d.get("pool") or {}).items() if k not in POOL_FIELDS}
+        for key in POOL_FIELDS:
+            v = self.query_one(f"#pool-{key}", Input).value.strip()
+            if v:
+                pool[key] = _number(v, key) if key == "size" else v
+        if pool:
+            d["pool"] = pool
+        else:
+            d.pop("pool", None)
+        return d
+
+    @on(SelectionList.SelectedChanged)
+    @on(Input.Changed)
+    def _changed(self, ev: Any) -> None:
+        if getattr(ev, "input", None) is not None and ev.input.id == "add-host":
+            return
+        try:
+            self.data = self.collect()
+            self.error = None
+        except ValueError as exc:
+            self.error = str(exc)
+        if isinstance(ev, SelectionList.SelectedChanged) and ev.selection_list.id == "hosts":
+            self._check_new_hosts()
+            self._relabel_drivers()
+        self._update_plan()
+
+    # -- the plan and its estimate ---------------------------------------------------
+    def _update_plan(self) -> None:
+        plan = self.query_one("#plan", Static)
+        if self.error:
+            plan.update(f"[red]{escape(self.error)}[/red]")
+            return
+        run = {**RUN_DEFAULTS, **self.data.get("run", {})}
+        missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
+        if missing:
+            plan.update(f"[red]choose at least one of: {', '.join(missing)}[/red]")
+            return
+        counts = planned_trials(self.data)
+        total = sum(counts.values())
+        est = (
+            estimate(counts, int(run["concurrency"]), self.runs).text()
+            if self.runs is not None
+            else "reading earlier recordings…"
+        )
+        bad = [
+            f"{d} on {h}" for h in run["hosts"] for d in run["drivers"] if self.status.get((h, d))
+        ]
+        warn = f"  [yellow]not usable: {', '.join(bad)}[/yellow]" if bad else ""
+        plan.update(
+            f"plan: {len(counts)} cells, {total} trials (concurrency {run['concurrency']}), "
+            f"duration {est}{warn}   [b]enter[/b]: start"
+        )
+
+    @work(thread=True, exclusive=True, group="history")
+    def load_history(self) -> None:
+        runs = history()
+        self.app.call_from_thread(self._history_loaded, runs)
+
+    def _history_loaded(self, runs: list[RunSummary]) -> None:
+        self.runs = runs
+        self._update_plan()
+
+    # -- drivers per host: `rtax doctor --format json` ----------------------------------
+    def action_check_drivers(self, hosts: list[str] | None = None) -> None:
+        for host in hosts or self._hosts():
+            self.checked_hosts.add(host)
+            self.run_worker(self._doctor(host), group=f"doctor-{host}", exclusive=True)
+
+    def _check_new_hosts(self) -> None:
+        if not self.check:
+            return
+        new = [h for h in self._hosts() if h not in self.checked_hosts]
+        if new:
+            self.action_check_drivers(new)
+
+    async def _doctor(self, host: str) -> None:
+        work = self.query_one("#work", WorkLine)
+        work.start(f"checking drivers on {host}")
+        for d in self.drivers:
+            self.status[(host, d)] = None
+        self._draw_doctor()
+        seen: list[str] = []
+        unreachable: list[str] = []
+
+        def line(text: str) -> None:
+            try:
+                obj = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return
+            if "drivers" in obj and "driver" not in obj:
+                if obj["drivers"] != self.drivers:
+                    self.drivers = list(obj["drivers"])
+                    self._refill_drivers()
+                for d in self.drivers:
+                    self.status.setdefault((host, d), None)
+            elif "unreachable" in obj:
+                unreachable.append(obj["unreachable"])
+                for d in self.drivers:
+                    self.status[(host, d)] = f"host unreachable: {obj['unreachable']}"
+            elif "driver" in obj:
+                probs = obj.get("problems") or []
+                self.status[(host, obj["driver"])] = "; ".join(
+                    f"{p['reason']} → {p['fix']}" for p in probs
+                )
+                seen.append(obj["driver"])
+                mark = "✓" if obj.get("ok") else "✗"
+                work.news(f"{obj['driver']} {mark} ({len(seen)}/{len(self.drivers)})")
+            self._draw_doctor()
+
+        errs: list[str] = []
+        argv = rtax_argv("doctor", "--format", "json", "--host", host_url(host, self.data))
+        rc = await stream_command(argv, line, errs.append)
+        ok = sum(1 for d in seen if not self.status.get((host, d)))
+        if unreachable:
+            work.finish(
+                f"{host} unreachable: {unreachable[0]} — check the address, its key in "
+                "~/.ssh/known_hosts and `ssh` to it by hand",
+                ok=False,
+            )
+        elif not seen:
+            why = errs[-1] if errs else f"exit {rc}"
+            work.finish(f"checking {host} failed: {why} — run `rtax doctor` to see why", False)
+        else:
+            work.finish(f"{host}: {ok} of {len(seen)} drivers work")
+        self._draw_doctor()
+
+    def _refill_drivers(self) -> None:
+        chosen = list(self.query_one("#drivers", SelectionList).selected) or list(
+            self.data.get("run", {}).get("drivers", RUN_DEFAULTS["drivers"])
+        )
+        self._fill_list("#drivers", self._driver_choices(), chosen)
+
+    def _relabel_drivers(self) -> None:
+        sl = self.query_one("#drivers", SelectionList)
+        chosen = list(sl.selected)
+        highlighted = sl.highlighted
+        self._fill_list("#drivers", self._driver_choices(), chosen)
+        if highlighted is not None and highlighted < sl.option_count:
+            sl.highlighted = highlighted
+
+    def _draw_doctor(self) -> None:
+        t = self.query_one("#doctor", DataTable)
+        t.clear()
+        for (host, drv), st in sorted(self.status.items()):
+            if st is None:
+                status = "[dim]checking[/dim]"
+            elif st:
+                status = "[red]✗ no[/red]"
+            else:
+                status = "[green]✓ ok[/green]"
+            from rich.text import Text
+
+            t.add_row(host, drv, Text.from_markup(status), st or "")
+        self._relabel_drivers()
+        self._update_plan()
+
+    # -- hosts ------------------------------------------------------------------------
+    @on(Input.Submitted, "#add-host")
+    def _add_host_submitted(self) -> None:
+        self.add_host()
+
+    def add_host(self) -> None:
+        inp = self.query_one("#add-host", Input)
+        host = inp.value.strip()
+        if not host:
+            return
+        if not host.startswith("ssh://") or len(host) <= len("ssh://"):
+            self.notify("a host is ssh://[user@]host[:port]", severity="error")
+            return
+        inp.value = ""
+        run = self.data.setdefault("run", {})
+        hosts = list(run.get("hosts", RUN_DEFAULTS["hosts"]))
+        if host not in hosts:
+            hosts.append(host)
+        run["hosts"] = hosts
+        self._fill_list("#hosts", self._host_choices(hosts), hosts)
+        if self.check:
+            self.action_check_drivers([host])
+
+    # -- long work ------------------------------------------------------------------------
+    def action_build_images(self) -> None:
+        drivers = self.data.get("run", {}).get("drivers", [])
+        kinds = list(dict.fromkeys(IMAGE_OF[d] for d in drivers if d in IMAGE_OF))
+        if not kinds:
+            self.notify("no selected driver needs an image (docker, podman, libvirt, microvm)")
+            return
+        self.run_worker(self._build(kinds), group="images", exclusive=True)
+
+    async def _build(self, kinds: list[str]) -> None:
+        for kind in kinds:
+            await self._long(
+                f"building the {kind} image",
+                rtax_argv("images", "build", "--driver", kind),
+                fix=f"check its engine runs ({ENGINE_START[kind]}); the whole log: "
+                f"`rtax images build --driver {kind}`",
+            )
+
+    def action_prepare_assets(self) -> None:
+        self.run_worker(
+            self._long(
+                "preparing the attrs assets",
+                rtax_argv("assets", "prepare"),
+                fix="see the whole log with `rtax assets prepare` (the sdist comes from PyPI)",
+            ),
+            group="assets",
+            exclusive=True,
+        )
+
+    async def _long(self, what: str, argv: list[str], fix: str) -> bool:
+        work = self.query_one("#work", WorkLine)
+        work.start(what)
+        last: list[str] = []
+
+        def news(text: str) -> None:
+            last.append(text)
+            work.news(text)
+
+        rc = await stream_command(argv, news, news)
+        if rc == 0:
+            work.finish(f"{what}: done")
+            return True
+        why = last[-1] if last else f"exit {rc}"
+        work.finish(f"{what} failed (exit {rc}): {why} — {fix}", ok=False)
+        return False
+
+    # -- start ---------------------------------------------------------------------------
+    def action_start(self) -> None:
+        focused = self.focused
+        if isinstance(focused, Input) and focused.id == "add-host" and focused.value.strip():
+            self.add_host()
+            return
+        if isinstance(focused, OptionList) and focused.id == "profiles":
+            opt = focused.highlighted_option
+            if opt is not None and opt.id:
+                self.load_profile(opt.id)
+                self.query_one("#drivers").focus()  # the next enter starts it
+                return
+        self.start()
+
+    def start(self) -> str | None:
+        """Write the profile beside a new recording and open the run screen on it."""
+        try:
+            data = self.collect()
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return None
+        run = {**RUN_DEFAULTS, **data.get("run", {})}
+        missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
+        if missing:
+            self.notify(f"choose at least one of: {', '.join(missing)}", severity="error")
+            return None
+        name = str(data.get("name") or "console")
+        record = recording_path(name)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        prof = profile_beside(record)
+        origin = f"rerun of {self.rerun_of}" if self.rerun_of else f"from {self.source}"
+        note = f"made by the rtax console, {origin}"
+        prof.write_text(dump(data, comment=f"{note}\nrun again: rtax run {prof}"))
+        from rtax_tui.ui.feeds import engine_argv
+        from rtax_tui.ui.monitor import MonitorScreen
+
+        screen = MonitorScreen(
+            "run",
+            engine_argv=engine_argv(str(prof), [], str(record)),
+            record_path=str(record),
+            title=f"run {name} → {record}",
+        )
+        screen.compare_with = self.rerun_of
+        self.started = str(record)
+        self.app.push_screen(screen)
+        return str(record)
+
+    def action_save_profile(self) -> None:
+        try:
+            data = self.collect()
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        out = Path("profiles") / f"{data.get('name') or 'console'}.toml"
+        if out.exists() and out.resolve() != Path(self.source).resolve():
+            self.notify(f"{out} exists: rename the profile (its `name`) first", severity="error")
+            return
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(dump(data, comment=f"saved from the rtax console (from {self.source})"))
+        self.notify(f"saved {out}: rtax run {out}")
+        self._fill_profiles()
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.exit(0, return_code=0)
+
+
+def _number(v: str, key: str) -> int | float:
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            raise ValueError(f"{key}: expected a number, got {v!r}") from None
+
+
+def _numbers(v: str) -> list[int]:
+    try:
+        return [int(x) for x in v.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"sizes: expected whole numbers separated by commas, got {v!r}") from None
+
+
+def launcher_for_recording(path: str) -> LauncherScreen:
+    """The launcher filled in from a recording, to run it again with changes: the
+    profile file beside it when the console made it, else its header's resolved profile."""
+    beside = profile_beside(path)
+    if beside.exists():
+        data = tomllib.loads(beside.read_text())
+        data.setdefault("name", beside.stem)
+    else:
+        from rtax_tui.core.recording import read_recording
+
+        header = read_recording(path).header
+        data = from_resolved(header.get("profile") or {})
+    return LauncherScreen(path, data=data, rerun_of=path)
