@@ -120,8 +120,22 @@ def summarize(path: str | Path) -> RunSummary:
 
 
 def history(roots: list[Path] | None = None) -> list[RunSummary]:
-    """Every recording's summary, newest first."""
-    return [summarize(p) for p in find_recordings(roots)]
+    """Every recording's summary, the newest run first (by when it started: copies
+    of recordings share their files' times)."""
+    runs = [summarize(p) for p in find_recordings(roots)]
+    return sorted(runs, key=lambda r: r.started_at, reverse=True)
+
+
+def display_path(path: str | Path) -> str:
+    """A recording's path as a person reads it: relative to here, or to rtax's own
+    recordings (`examples/...`) for the shipped ones."""
+    p = Path(path)
+    for base in (Path.cwd(), SHIPPED):
+        try:
+            return str(p.resolve().relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(p)
 
 
 @dataclass(frozen=True)

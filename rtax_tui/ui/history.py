@@ -21,7 +21,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
-from rtax_tui.core.history import RunSummary, fmt_duration, history
+from rtax_tui.core.history import RunSummary, display_path, fmt_duration, history
 
 STATUS_STYLE = {"completed": "green", "interrupted": "yellow", "failed": "red"}
 
@@ -105,7 +105,7 @@ class HistoryScreen(Screen[None]):
             str(r.failed),
             status,
             fmt_duration(r.duration_s) if r.duration_s else "-",
-            r.path if r.error is None else f"{r.path}: {r.error}",
+            display_path(r.path) if r.error is None else f"{r.path}: {r.error}",
         ]
 
     @on(Input.Changed, "#filter")
@@ -207,10 +207,10 @@ class ReportPanel(ModalScreen[None]):
             yield Static("[dim]escape: close[/dim]")
 
     def on_mount(self) -> None:
-        self.render_report()
+        self.render_report(max(60, int(self.app.size.width * 0.96) - 10))
 
     @work(thread=True, exclusive=True)
-    def render_report(self) -> None:
+    def render_report(self, width: int) -> None:
         from rich.console import Console
 
         from rtax_tui.core.recording import read_recording
@@ -222,7 +222,7 @@ class ReportPanel(ModalScreen[None]):
         except Exception as exc:
             self.app.call_from_thread(self._show, Text(f"cannot report: {exc}", style="red"))
             return
-        console = Console(width=150, record=True, file=io.StringIO(), color_system="truecolor")
+        console = Console(width=width, record=True, file=io.StringIO(), color_system="truecolor")
         print_report(report, console)
         text = Text.from_ansi(console.export_text(styles=True))
         self.app.call_from_thread(self._show, text)
