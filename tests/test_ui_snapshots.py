@@ -63,3 +63,50 @@ def test_compare_screen(snap_compare, monkeypatch) -> None:
     monkeypatch.chdir(EXAMPLES.parents[1])  # relative names: the same picture in any clone
     a = "recordings/examples/t0-local-stage.jsonl"
     assert snap_compare(RtaxApp(CompareScreen(a, a)), terminal_size=SIZE, run_before=_settle)
+
+
+def _workbench_here(monkeypatch, tmp_path) -> None:
+    """An empty working directory: the history is the examples' alone."""
+    from rtax_tui.core import history
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(history, "SHIPPED", EXAMPLES)
+
+
+def test_launcher(snap_compare, monkeypatch, tmp_path) -> None:
+    from rtax_tui.core.profile import profiles_dir
+    from rtax_tui.ui.launcher import LauncherScreen
+
+    _workbench_here(monkeypatch, tmp_path)
+    scr = LauncherScreen(profiles_dir() / "t0.toml", check=False)
+
+    async def before(pilot) -> None:
+        # what `rtax doctor --format json` answers, fed here: the picture must not depend
+        # on which engines this machine runs
+        scr.drivers = ["docker", "libvirt", "local", "microvm", "podman", "stage"]
+        scr.status = {("local", d): "" for d in scr.drivers}
+        scr.status[("local", "podman")] = (
+            "no Podman API socket at /run/rtax-podman/podman.sock → bash scripts/start-podman"
+        )
+        scr._refill_drivers()
+        scr._draw_doctor()
+        while scr.runs is None:
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+
+    assert snap_compare(RtaxApp(scr), terminal_size=SIZE, run_before=before)
+
+
+def test_history(snap_compare, monkeypatch, tmp_path) -> None:
+    from rtax_tui.ui.history import HistoryScreen
+
+    _workbench_here(monkeypatch, tmp_path)
+    scr = HistoryScreen()
+
+    async def before(pilot) -> None:
+        while not scr.runs:
+            await pilot.pause(0.05)
+        await pilot.press("down", "space")
+        await pilot.pause(0.3)
+
+    assert snap_compare(RtaxApp(scr), terminal_size=SIZE, run_before=before)

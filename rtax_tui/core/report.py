@@ -281,26 +281,62 @@ def _diffs(cells: dict[str, _CellData], seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def compare_reports(rec_a: Recording, rec_b: Recording, seed: int = 0) -> dict[str, Any]:
-    """Median differences (b - a) per cell present in both recordings, per phase."""
+def compare_reports(
+    rec_a: Recording, rec_b: Recording, seed: int = 0, pairs: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Median differences (b - a) per cell present in both recordings, per phase.
+    `pairs` (a cell -> b cell) also matches cells that differ (see `changed_cell_pairs`);
+    such a row's cell reads `A → B`."""
     cells_a, _ = _collect(rec_a)
     cells_b, _ = _collect(rec_b)
     rows = []
     for cell, ca in cells_a.items():
-        cb = cells_b.get(cell)
+        other = (pairs or {}).get(cell, cell)
+        cb = cells_b.get(other)
         if cb is None:
             continue
+        name = cell if other == cell else f"{cell} → {other}"
         for p in PHASES:
             a, b = ca.samples[p], cb.samples[p]
             if a.size == 0 or b.size == 0:
                 continue
-            rows.append({"cell": cell, "phase": p, **median_diff(a, b, seed=seed)})
+            rows.append({"cell": name, "phase": p, **median_diff(a, b, seed=seed)})
     return {
         "format": COMPARE_FORMAT,
         "a": rec_a.header.get("run_id"),
         "b": rec_b.header.get("run_id"),
         "rows": rows,
     }
+
+
+CELL_FIELDS = ("host", "driver", "workload", "channel")
+
+
+def changed_cell_pairs(rec_a: Recording, rec_b: Recording) -> dict[str, str]:
+    """Cells of a matched to cells of b: the same cell, or, for a rerun that changed one
+    thing (the channel, the host, a driver), the one cell of b that differs from it in
+    exactly one of host/driver/workload/channel, when no other cell could claim it."""
+
+    def cells(rec: Recording) -> dict[str, tuple[str, ...]]:
+        return {
+            str(ev["cell"]): tuple(str(ev.get(k)) for k in CELL_FIELDS)
+            for ev in rec.events
+            if ev.get("type") == "trial_start"
+        }
+
+    a, b = cells(rec_a), cells(rec_b)
+    pairs = {c: c for c in a if c in b}
+    a_only = [c for c in a if c not in b]
+    b_only = [c for c in b if c not in a]
+
+    def near(x: tuple[str, ...], y: tuple[str, ...]) -> bool:
+        return sum(i != j for i, j in zip(x, y, strict=True)) == 1
+
+    for ca in a_only:
+        cands = [cb for cb in b_only if near(a[ca], b[cb])]
+        if len(cands) == 1 and sum(near(a[o], b[cands[0]]) for o in a_only) == 1:
+            pairs[ca] = cands[0]
+    return pairs
 
 
 def project_report(

@@ -42,10 +42,12 @@ class CompareScreen(Screen[None]):
     @work(thread=True, exclusive=True)
     def load(self) -> None:
         from rtax_tui.core.recording import read_recording
-        from rtax_tui.core.report import compare_reports
+        from rtax_tui.core.report import changed_cell_pairs, compare_reports
 
         try:
-            cmp = compare_reports(read_recording(self.path_a), read_recording(self.path_b))
+            a, b = read_recording(self.path_a), read_recording(self.path_b)
+            # a rerun that changed one thing (the channel, a driver) still lines up
+            cmp = compare_reports(a, b, pairs=changed_cell_pairs(a, b))
         except Exception as exc:  # a bad file: say which and why, stay usable
             self.app.call_from_thread(self._error, str(exc))
             return
@@ -78,7 +80,10 @@ class CompareScreen(Screen[None]):
             )
         note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows"
         if not cmp["rows"]:
-            note = "no cell is in both recordings (cells match by host/driver/workload/channel)"
+            note = (
+                "no cell is in both recordings (cells match by host/driver/workload/channel, "
+                "or differ in one of them)"
+            )
         self.query_one("#cmp-note", Static).update(note)
 
     def action_back(self) -> None:

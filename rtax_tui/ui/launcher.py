@@ -641,7 +641,7 @@ def _numbers(v: str) -> list[int]:
         raise ValueError(f"sizes: expected whole numbers separated by commas, got {v!r}") from None
 
 
-def launcher_for_recording(path: str) -> LauncherScreen:
+def launcher_for_recording(path: str, check: bool = True) -> LauncherScreen:
     """The launcher filled in from a recording, to run it again with changes: the
     profile file beside it when the console made it, else its header's resolved profile."""
     beside = profile_beside(path)
@@ -653,4 +653,4 @@ def launcher_for_recording(path: str) -> LauncherScreen:
 
         header = read_recording(path).header
         data = from_resolved(header.get("profile") or {})
-    return LauncherScreen(path, data=data, rerun_of=path)
+    return LauncherScreen(path, data=data, rerun_of=path, check=check)

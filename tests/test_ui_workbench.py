@@ -1,0 +1,376 @@
+"""The console as a workbench: the launcher, the run history, the rerun and its comparison,
+help and the command palette from the bindings, long work with a progress line.
+
+The runs are real (the engine as its own process, the local driver, T0, a few trials);
+the recordings land in a temporary ./recordings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import sys
+import tomllib
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rtax_tui.core import history as core_history
+from rtax_tui.core.history import estimate, history, profile_beside, summarize
+from rtax_tui.core.plan import build_plan, make_cells
+from rtax_tui.core.profile import Profile, load_profile, parse_profile, profiles_dir
+from rtax_tui.core.profile_toml import dump, from_resolved
+from rtax_tui.core.recording import read_recording
+from rtax_tui.core.report import changed_cell_pairs, compare_reports
+from rtax_tui.ui.app import RtaxApp
+from rtax_tui.ui.compare import CompareScreen
+from rtax_tui.ui.history import HistoryScreen, ReportPanel
+from rtax_tui.ui.launcher import (
+    RUN_DEFAULTS,
+    LauncherScreen,
+    launcher_for_recording,
+    planned_trials,
+)
+from rtax_tui.ui.modals import HelpScreen
+from rtax_tui.ui.monitor import MonitorScreen
+from rtax_tui.ui.tasks import WorkLine, stream_command
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
+SIZE = (120, 40)
+
+
+def aio(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+async def _until(cond, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh working directory whose history is its own ./recordings and the examples."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(core_history, "SHIPPED", EXAMPLES)
+    return tmp_path
+
+
+def tiny_profile(dirpath: Path) -> Path:
+    p = dirpath / "tiny.toml"
+    p.write_text(
+        'name = "tiny"\n[run]\nseed = 5\ntrials = 3\nwarmup = 1\ndrivers = ["local"]\n'
+        'workloads = ["t0"]\nchannels = ["exec"]\n'
+    )
+    return p
+
+
+# -- the profile written beside a recording ------------------------------------------------
+
+
+def test_run_defaults_are_the_loaders() -> None:
+    defaults = {f.name: f.default for f in dataclasses.fields(Profile)}
+    for key, value in RUN_DEFAULTS.items():
+        assert defaults[key] == (tuple(value) if isinstance(value, list) else value), key
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in profiles_dir().glob("*.toml")))
+def test_every_builtin_profile_written_back_loads_to_the_same_profile(name, tmp_path) -> None:
+    src = profiles_dir() / f"{name}.toml"
+    data = tomllib.loads(src.read_text())
+    data.setdefault("name", name)
+    out = tmp_path / "written.toml"
+    out.write_text(dump(data, comment="a comment\nover two lines"))
+    a, b = load_profile(src).to_dict(), load_profile(out).to_dict()
+    a.pop("path"), b.pop("path")
+    assert a == b
+
+
+@pytest.mark.parametrize("name", ["t0-local-stage", "t2-local-stage", "capacity-local-stage"])
+def test_a_recordings_resolved_profile_written_back_resolves_the_same(name, tmp_path) -> None:
+    header = read_recording(EXAMPLES / f"{name}.jsonl").header["profile"]
+    out = tmp_path / "again.toml"
+    out.write_text(dump(from_resolved(header)))
+    again = load_profile(out).to_dict()
+    for d in (header, again):
+        d.pop("path")
+    assert again == header
+
+
+def test_dump_refuses_what_toml_cannot_hold() -> None:
+    with pytest.raises(ValueError):
+        dump({"run": {"seed": float("nan")}})
+    text = dump({"name": 'a "quoted" name', "x.y": {"k": [1, 2.5, "s"], "t": {"u": True}}})
+    assert tomllib.loads(text) == {
+        "name": 'a "quoted" name',
+        "x.y": {"k": [1, 2.5, "s"], "t": {"u": True}},
+    }
+
+
+def test_planned_trials_follow_the_engines_plan_and_a_capacity_table() -> None:
+    data = {"run": {"drivers": ["local"], "workloads": ["t0", "t1"], "trials": 4, "warmup": 2}}
+    assert planned_trials(data) == {"local/local/t0/exec": 6, "local/local/t1/exec": 6}
+    cap = {"run": {"drivers": ["local"], "warmup": 1}, "capacity": {"size": 4, "batches": 2}}
+    assert planned_trials(cap) == {"local/local/t0/exec": 12}  # a warm-up batch, then 2
+    cap["capacity"]["sizes"] = [2, 3]
+    assert planned_trials(cap) == {"local/local/t0/exec": (1 + 2) * 2 + (1 + 2) * 3}
+
+
+# -- history ------------------------------------------------------------------------------
+
+
+def test_history_summaries_count_as_the_report_does(here) -> None:
+    runs = history()
+    assert {Path(r.path).name for r in runs} >= {"t0-local-stage.jsonl", "t2-local-stage.jsonl"}
+    t0 = summarize(EXAMPLES / "t0-local-stage.jsonl")
+    assert t0.profile == "t0" and t0.status == "completed" and t0.trials == 36
+    assert len(t0.cells) == 4 and t0.failed == 0 and t0.duration_s > 0
+    # the estimate: the newest recording's mean trial wall time × the planned trials
+    est = estimate({"local/local/t0/exec": 10, "nowhere/x/t0/exec": 5}, 2, runs)
+    assert est.known == ("local/local/t0/exec",) and est.unknown == ("nowhere/x/t0/exec",)
+    assert est.seconds == pytest.approx(10 * t0.cell_trial_ns["local/local/t0/exec"] / 1e9 / 2)
+    bad = here / "recordings" / "bad.jsonl"
+    bad.parent.mkdir()
+    bad.write_text("not json\n")
+    assert summarize(bad).status == "unreadable" and summarize(bad).error
+
+
+def test_a_rerun_that_changed_the_channel_is_compared_cell_by_cell(tmp_path) -> None:
+    def variant(name: str, rename: bool) -> Path:
+        """The exec cells of the T0 example; with `rename`, local's moved to shell."""
+        out = []
+        for raw in (EXAMPLES / "t0-local-stage.jsonl").read_bytes().splitlines():
+            ev = orjson.loads(raw)
+            if ev.get("cell", "").endswith("/shell"):
+                continue
+            if rename and ev.get("cell") == "local/local/t0/exec":
+                ev["cell"], ev["channel"] = "local/local/t0/shell", "shell"
+            out.append(orjson.dumps(ev))
+        path = tmp_path / name
+        path.write_bytes(b"\n".join(out) + b"\n")
+        return path
+
+    a, b = read_recording(variant("a.jsonl", False)), read_recording(variant("b.jsonl", True))
+    pairs = changed_cell_pairs(a, b)
+    assert pairs == {
+        "local/stage/t0/exec": "local/stage/t0/exec",  # in both: itself
+        "local/local/t0/exec": "local/local/t0/shell",  # one field changed
+    }
+    cmp = compare_reports(a, b, pairs=pairs)
+    assert {r["cell"] for r in cmp["rows"]} == {
+        "local/stage/t0/exec",
+        "local/local/t0/exec → local/local/t0/shell",
+    }
+    # without pairs: what `rtax compare` shows, unchanged
+    assert compare_reports(a, b)["rows"] == [r for r in cmp["rows"] if "→" not in r["cell"]]
+
+
+# -- the console ----------------------------------------------------------------------------
+
+
+async def _run_from_launcher(pilot, scr: LauncherScreen) -> MonitorScreen:
+    await pilot.press("enter")
+    await _until(lambda: isinstance(pilot.app.screen, MonitorScreen))
+    mon = pilot.app.screen
+    await _until(lambda: mon.ended, 120)
+    assert mon.returncode == 0, list(mon.log_lines)
+    return mon
+
+
+@aio
+async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(here) -> None:
+    app = RtaxApp(LauncherScreen(tiny_profile(here), check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        assert isinstance(scr, LauncherScreen)
+        await pilot.pause(0.2)
+        assert list(scr.query_one("#channels").selected) == ["exec"]
+        scr.query_one("#run-trials").value = "4"  # a change in the form
+        await pilot.pause(0.2)
+        assert "1 cells, 5 trials" in str(scr.query_one("#plan").render())
+
+        # launcher -> run
+        first = await _run_from_launcher(pilot, scr)
+        rec1 = Path(first.record_path)
+        assert rec1.parent == Path("recordings") and rec1.exists()
+        # the profile beside it: the normal loader reads it and gives the same plan
+        prof = load_profile(profile_beside(rec1))
+        assert (prof.name, prof.trials, prof.warmup, prof.seed) == ("tiny", 4, 1, 5)
+        plan = build_plan(
+            make_cells(prof.hosts, prof.drivers, prof.workloads, prof.channels),
+            prof.trials, prof.warmup, prof.seed,
+        )  # fmt: skip
+        starts = [e for e in read_recording(rec1).events if e["type"] == "trial_start"]
+        assert [(t.cell.id, t.warmup) for t in plan] == [(e["cell"], e["warmup"]) for e in starts]
+
+        # run -> history: the new run first, filterable
+        await pilot.press("h")
+        await _until(lambda: isinstance(app.screen, HistoryScreen) and app.screen.runs)
+        hist = app.screen
+        assert hist.current().path == str(rec1) and hist.current().status == "completed"
+        await pilot.press("slash", *"capacity")
+        await pilot.pause(0.2)
+        assert [Path(r.path).name for r in hist.shown] == ["capacity-local-stage.jsonl"]
+        hist.query_one("#filter").value = ""
+        await pilot.press("enter")  # back to the table
+        await pilot.pause(0.2)
+        assert len(hist.shown) == len(hist.runs)
+
+        # history -> the report
+        await pilot.press("r")
+        await _until(lambda: isinstance(app.screen, ReportPanel))
+        await _until(lambda: "local/local/t0/exec" in str(app.screen.query_one("#report").render()))
+        await pilot.press("escape")
+
+        # history -> rerun with a changed channel -> compare against the first run
+        await pilot.press("e")
+        await _until(lambda: isinstance(app.screen, LauncherScreen) and app.screen is not scr)
+        again = app.screen
+        assert again.rerun_of == str(rec1)
+        await pilot.pause(0.2)
+        assert again.query_one("#run-trials").value == "4"  # filled in from the first run
+        channels = again.query_one("#channels")
+        channels.select("shell")
+        channels.deselect("exec")
+        await pilot.pause(0.2)
+        await pilot.press("enter")
+        await _until(lambda: isinstance(app.screen, CompareScreen), 120)
+        cmp = app.screen
+        rec2 = Path(cmp.path_b)
+        assert cmp.path_a == str(rec1) and rec2 != rec1
+        table = cmp.query_one("#cmp")
+        await _until(lambda: table.row_count > 0)
+        cells = {table.get_row_at(i)[0] for i in range(table.row_count)}
+        assert cells == {"local/local/t0/exec → local/local/t0/shell"}
+        assert load_profile(profile_beside(rec2)).channels == ("shell",)
+        assert "rerun of" in profile_beside(rec2).read_text()
+
+        # history -> pick two -> compare
+        await pilot.press("escape", "escape")  # compare, then the run screen
+        await pilot.press("h")
+        await _until(lambda: isinstance(app.screen, HistoryScreen) and app.screen.runs)
+        hist = app.screen
+        assert [hist.shown[0].path, hist.shown[1].path] == [str(rec2), str(rec1)]
+        await pilot.press("space", "down", "space", "c")
+        await _until(lambda: isinstance(app.screen, CompareScreen))
+        assert (app.screen.path_a, app.screen.path_b) == (str(rec2), str(rec1))
+
+
+@aio
+async def test_rerun_of_a_recording_made_on_the_command_line_fills_the_launcher(here) -> None:
+    scr = launcher_for_recording(str(EXAMPLES / "t0-local-stage.jsonl"), check=False)
+    app = RtaxApp(scr)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        assert list(scr.query_one("#drivers").selected) == ["local", "stage"]
+        assert list(scr.query_one("#channels").selected) == ["exec", "shell"]
+        assert scr.query_one("#run-trials").value == "8"
+        assert scr.query_one("#run-warmup").value == "1"
+
+
+@aio
+async def test_the_form_keeps_what_it_does_not_show_and_writes_pool_and_capacity(here) -> None:
+    src = here / "p.toml"
+    src.write_text(
+        '[run]\ndrivers = ["local"]\n[limits]\ncpus = 0.5\n'
+        '[workloads.mine]\nsteps = [{argv = ["true"]}]\n'
+    )
+    app = RtaxApp(LauncherScreen(src, check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        await pilot.pause(0.2)
+        scr.query_one("#cap-size").value = "4"
+        scr.query_one("#cap-sizes").value = "2, 4"
+        scr.query_one("#pool-size").value = "2"
+        scr.query_one("#pool-reset").value = "clean"
+        await pilot.pause(0.2)
+        data = scr.collect()
+        assert data["limits"] == {"cpus": 0.5} and "mine" in data["workloads"]
+        assert data["capacity"] == {"size": 4, "sizes": [2, 4]}
+        assert data["pool"] == {"size": 2, "reset": "clean"}
+        assert tomllib.loads(dump(data))["pool"] == {"size": 2, "reset": "clean"}
+        scr.query_one("#pool-size").value = ""
+        scr.query_one("#pool-reset").value = ""
+        scr.query_one("#cap-size").value = "x"
+        await pilot.pause(0.2)
+        assert "size: expected a number" in str(scr.query_one("#plan").render())
+        scr.query_one("#cap-size").value = ""
+        scr.query_one("#cap-sizes").value = ""
+        await pilot.pause(0.2)
+        data = scr.collect()
+        assert "pool" not in data and "capacity" not in data
+        # what the launcher writes, the normal loader reads (no pool: today's loader)
+        out = here / "w.toml"
+        out.write_text(dump(data))
+        assert parse_profile(data, out.read_text(), str(out), "w").limits.cpus == 0.5
+
+
+@aio
+async def test_drivers_per_host_come_from_doctor_live_and_a_bad_host_says_why(here) -> None:
+    app = RtaxApp(LauncherScreen(tiny_profile(here)))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        await _until(
+            lambda: ("local", "local") in scr.status and scr.status[("local", "local")] == "", 120
+        )
+        assert "local" in scr.drivers and "stage" in scr.drivers
+        # an ssh:// host is checked at once; nothing listens on port 1
+        scr.query_one("#add-host").focus()
+        await pilot.press(*"ssh://nobody@127.0.0.1:1", "enter")
+        await pilot.pause(0.2)
+        assert "ssh://nobody@127.0.0.1:1" in scr.query_one("#hosts").selected
+        key = ("ssh://nobody@127.0.0.1:1", "local")
+        await _until(lambda: scr.status.get(key), 120)
+        assert "unreachable" in scr.status[key]
+        await _until(lambda: not scr.query_one("#work", WorkLine).busy, 120)
+        line = str(scr.query_one("#work").render())
+        assert "unreachable" in line and "known_hosts" in line
+        assert "not usable" in str(scr.query_one("#plan").render())
+
+
+@aio
+async def test_long_work_failing_says_what_to_do(here) -> None:
+    app = RtaxApp(LauncherScreen(tiny_profile(here), check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        argv = [sys.executable, "-c", "import sys; print('step 1'); sys.exit('no engine here')"]
+        ok = await scr._long("building the docker image", argv, fix="start the engine")
+        await pilot.pause(0.1)
+        line = str(scr.query_one("#work").render())
+        assert not ok and "failed (exit 1): no engine here — start the engine" in line
+        lines: list[str] = []
+        assert (
+            await stream_command([sys.executable, "-c", "print('a'); print('b')"], lines.append)
+            == 0
+        )
+        assert lines == ["a", "b"]
+
+
+@aio
+async def test_help_and_the_palette_list_the_screens_bindings(here) -> None:
+    app = RtaxApp(HistoryScreen())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        text = " ".join(str(s.render()) for s in app.screen.query("Static"))
+        for what in ("rerun", "compare the two marked runs", "the launcher", "the run history"):
+            assert what in text, what
+        await pilot.press("escape")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert any(t.startswith("rerun with changes (e)") for t in titles)
+        assert any(t.startswith("new run (n)") for t in titles)
+        await pilot.press("n")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, LauncherScreen)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert any(t.startswith("start run") for t in titles)
