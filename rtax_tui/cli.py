@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "home", help="open the console on its launcher: choose, change, run, compare"
     )
     home.add_argument("profile", nargs="?", help="the profile to start from (default: default)")
+    add_host_flags(home)
 
     rep = sub.add_parser("report", help="statistics of a recording")
     rep.add_argument("file")
@@ -309,15 +310,17 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return run_console_replay(args.file, args.speed)
     if cmd == "home":
-        if not _interactive():
-            raise RtaxError("home needs a terminal; without one use `rtax run PROFILE`")
-        from rtax_tui.core.profile import resolve_profile_path
-        from rtax_tui.ui.app import run_console_home
+        from rtax_tui.core.profile import load_profile, resolve_profile_path
 
         path = resolve_profile_path(args.profile) if args.profile else None
-        if path is not None and not path.exists():
-            raise RtaxError(f"{path}: no such profile")
-        return run_console_home(str(path) if path else None)
+        if path is not None:
+            load_profile(path)  # a bad profile: one line naming it, before the terminal
+        if not _interactive():
+            raise RtaxError("home needs a terminal; without one use `rtax run PROFILE`")
+        from rtax_tui.ui.app import run_console_home
+
+        flags = _ssh_flags(args)  # for the ssh:// hosts the launcher checks and runs on
+        return run_console_home(str(path) if path else None, args.host, flags)
     if cmd == "report":
         return _report(args)
     if cmd == "compare":
@@ -413,16 +416,23 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         v = getattr(args, key, None)
         if v:
             overrides += [flag, ",".join(v)]
-    for flag, key in (("--identity", "identity"), ("--known-hosts", "known_hosts")):
-        v = getattr(args, key, None)
-        if v:
-            overrides += [flag, str(v)]
-    if getattr(args, "trust_new_hosts", False):
-        overrides.append("--trust-new-hosts")
+    overrides += _ssh_flags(args)
     path = str(resolve_profile_path(name))
     return run_console_live(
         getattr(profile, "name", name), engine_argv(path, overrides, str(record)), str(record)
     )
+
+
+def _ssh_flags(args: argparse.Namespace) -> list[str]:
+    """The SSH flags given, as flags again: for the engine and the checks the console starts."""
+    flags: list[str] = []
+    for flag, key in (("--identity", "identity"), ("--known-hosts", "known_hosts")):
+        v = getattr(args, key, None)
+        if v:
+            flags += [flag, str(v)]
+    if getattr(args, "trust_new_hosts", False):
+        flags.append("--trust-new-hosts")
+    return flags
 
 
 def _print_json(obj: object) -> None:

@@ -374,3 +374,77 @@ async def test_help_and_the_palette_list_the_screens_bindings(here) -> None:
         assert isinstance(app.screen, LauncherScreen)
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert any(t.startswith("start run") for t in titles)
+
+
+@aio
+async def test_an_ssh_host_added_in_the_launcher_is_checked_at_once_and_runs(here) -> None:
+    """A real sshd on loopback (tests/sshhosts.py): the launcher adds it, doctor checks
+    it over SSH, and a run on it records its cells under the host's URL."""
+    from tests import sshhosts
+
+    why = sshhosts.missing()
+    if why:
+        pytest.skip(why)
+    lab = sshhosts.SSHLab()
+    try:
+        url = lab.serve_loopback().url
+        flags = ["--identity", lab.identity, "--known-hosts", lab.known_hosts]
+        scr = LauncherScreen(tiny_profile(here), ssh_flags=flags)
+        app = RtaxApp(scr)
+        async with app.run_test(size=SIZE) as pilot:
+            scr.query_one("#add-host").focus()
+            await pilot.press(*url, "enter")
+            await _until(lambda: scr.status.get((url, "local")) == "", 180)
+            hosts = scr.query_one("#hosts")
+            hosts.deselect("local")
+            await pilot.pause(0.2)
+            assert scr.collect()["run"]["hosts"] == [url]
+            scr.query_one("#drivers").focus()
+            await _until(lambda: not scr.query_one("#work", WorkLine).busy, 180)
+            mon = await _run_from_launcher(pilot, scr)
+            starts = [e for e in read_recording(mon.record_path).events
+                      if e["type"] == "trial_start"]  # fmt: skip
+            # the engine names it as doctor did; the estimate's cells use that name
+            assert starts and {e["host"] for e in starts} == {scr.host_names[url]}
+            assert url.removeprefix("ssh://") == scr.host_names[url]
+            assert "--identity" in profile_beside(mon.record_path).read_text()
+    finally:
+        lab.close()
+
+
+@aio
+async def test_n_on_a_finished_run_opens_the_launcher_filled_in_from_it(here) -> None:
+    from rtax_tui.ui.app import replay_screen
+
+    path = str(EXAMPLES / "t2-local-stage.jsonl")
+    app = RtaxApp(replay_screen(path, None))
+    async with app.run_test(size=SIZE) as pilot:
+        await _until(lambda: app.screen.ended)
+        await pilot.press("n")
+        await _until(lambda: isinstance(app.screen, LauncherScreen))
+        scr = app.screen
+        assert scr.rerun_of == path and "rerun of" in scr.sub_title
+        await pilot.pause(0.2)
+        assert list(scr.query_one("#workloads").selected) == ["t2"]
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, MonitorScreen)
+
+
+def test_rtax_home_needs_a_terminal_and_doctor_speaks_json(tmp_path) -> None:
+    import subprocess
+
+    def rtax(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rtax_tui", *args],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    res = rtax("home")
+    assert res.returncode == 2 and "home needs a terminal" in res.stderr
+    res = rtax("home", "nonesuch.toml")
+    assert res.returncode == 2 and "nonesuch.toml" in res.stderr
+    res = rtax("doctor", "--format", "json", "--host", "ssh://nobody@127.0.0.1:1")
+    lines = [orjson.loads(x) for x in res.stdout.splitlines()]
+    assert res.returncode == 1 and "local" in lines[0]["drivers"]
+    assert lines[1]["host"] == "nobody@127.0.0.1:1" and "refused" in lines[1]["unreachable"]

@@ -34,15 +34,31 @@ class RtaxApp(App[int]):
     def __init__(self, first: Screen[Any]) -> None:
         super().__init__()
         self.first = first
+        self.ssh_flags: list[str] = []  # `rtax home --identity ...`: for every launch
 
     def on_mount(self) -> None:
         self.push_screen(self.first)
 
     def action_launcher(self) -> None:
-        from rtax_tui.ui.launcher import LauncherScreen
+        """A new run; on a run that ended (or a replay), the launcher is filled in from
+        it, and the run it starts is compared with it at the end: the loop of change
+        one thing, run again, compare."""
+        from pathlib import Path
 
-        if not isinstance(self.screen, LauncherScreen):
-            self.push_screen(LauncherScreen())
+        from rtax_tui.ui.launcher import LauncherScreen, launcher_for_recording
+
+        scr = self.screen
+        if isinstance(scr, LauncherScreen):
+            return
+        if isinstance(scr, MonitorScreen) and (scr.ended or scr.mode == "replay"):
+            path = scr._recording_path()
+            if path and Path(path).exists() and scr.state.header is not None:
+                try:
+                    self.push_screen(launcher_for_recording(path, ssh_flags=self.ssh_flags))
+                    return
+                except Exception as exc:
+                    self.notify(f"cannot fill the launcher from {path}: {exc}", severity="error")
+        self.push_screen(LauncherScreen(ssh_flags=self.ssh_flags))
 
     def action_history(self) -> None:
         from rtax_tui.ui.history import HistoryScreen
@@ -96,10 +112,13 @@ def run_console_live(profile_name: str, argv: list[str], record: str) -> int:
     return rc
 
 
-def run_console_home(profile: str | None = None) -> int:
+def run_console_home(
+    profile: str | None = None, hosts: list[str] | None = None, ssh_flags: list[str] | None = None
+) -> int:
     """`rtax home`: the launcher first."""
     from rtax_tui.ui.launcher import LauncherScreen
 
-    app = RtaxApp(LauncherScreen(profile))
+    app = RtaxApp(LauncherScreen(profile, hosts=hosts, ssh_flags=ssh_flags))
+    app.ssh_flags = ssh_flags or []
     app.run()
     return app.return_code or 0

@@ -174,7 +174,7 @@ class HistoryScreen(Screen[None]):
         from rtax_tui.ui.launcher import launcher_for_recording
 
         try:
-            screen = launcher_for_recording(r.path)
+            screen = launcher_for_recording(r.path, ssh_flags=getattr(self.app, "ssh_flags", []))
         except Exception as exc:
             self.notify(f"cannot rerun {r.path}: {exc}", severity="error")
             return

@@ -12,6 +12,7 @@ in a worker: the console never loads a driver itself.
 from __future__ import annotations
 
 import copy
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -102,11 +103,14 @@ def profile_sources(recent: int = 8) -> list[tuple[str, str, Path]]:
     return out
 
 
-def planned_trials(data: dict[str, Any]) -> dict[str, int]:
-    """Trials per cell of a profile's tables, by the engine's own plan builders."""
+def planned_trials(data: dict[str, Any], names: dict[str, str] | None = None) -> dict[str, int]:
+    """Trials per cell of a profile's tables, by the engine's own plan builders. `names`:
+    the name a host goes by in recordings (`rtax doctor` says: `user@host:port` for
+    `ssh://user@host:port`), so that cells match earlier recordings."""
     run = {**RUN_DEFAULTS, **data.get("run", {})}
+    hosts = tuple((names or {}).get(h, h) for h in run["hosts"])
     cells = make_cells(
-        tuple(run["hosts"]), tuple(run["drivers"]), tuple(run["workloads"]), tuple(run["channels"])
+        hosts, tuple(run["drivers"]), tuple(run["workloads"]), tuple(run["channels"])
     )
     counts: dict[str, int] = {c.id: 0 for c in cells}
     cap = data.get("capacity")
@@ -157,8 +161,13 @@ class LauncherScreen(Screen[None]):
         data: dict[str, Any] | None = None,
         rerun_of: str | None = None,
         check: bool = True,
+        hosts: list[str] | None = None,
+        ssh_flags: list[str] | None = None,
     ) -> None:
         super().__init__()
+        self.start_hosts = hosts  # `rtax home --host ...`: the hosts to start with
+        # --identity / --known-hosts / --trust-new-hosts, given to doctor and the engine
+        self.ssh_flags = list(ssh_flags or [])
         self.source = str(profile or profiles_dir() / "default.toml")
         self.data: dict[str, Any] = data if data is not None else {}
         self.rerun_of = rerun_of
@@ -167,6 +176,7 @@ class LauncherScreen(Screen[None]):
         # (host, driver) -> None while checking, "" when ok, or "reason -> fix"
         self.status: dict[tuple[str, str], str | None] = {}
         self.checked_hosts: set[str] = set()
+        self.host_names: dict[str, str] = {}  # as the engine names them (doctor's answer)
         self.runs: list[RunSummary] | None = None
         self.error: str | None = None
         self.started: str | None = None  # the recording of the run started from here
@@ -256,6 +266,9 @@ class LauncherScreen(Screen[None]):
             self.notify(f"{path}: {exc}", severity="error")
             return
         data.setdefault("name", Path(path).stem)
+        if self.start_hosts:
+            data.setdefault("run", {})["hosts"] = list(self.start_hosts)
+            self.start_hosts = None
         self.source = str(path)
         self.data = data
         self._fill_form()
@@ -367,7 +380,7 @@ class LauncherScreen(Screen[None]):
         if missing:
             plan.update(f"[red]choose at least one of: {', '.join(missing)}[/red]")
             return
-        counts = planned_trials(self.data)
+        counts = planned_trials(self.data, self.host_names)
         total = sum(counts.values())
         est = (
             estimate(counts, int(run["concurrency"]), self.runs).text()
@@ -419,6 +432,8 @@ class LauncherScreen(Screen[None]):
                 obj = orjson.loads(text)
             except orjson.JSONDecodeError:
                 return
+            if "host" in obj:  # the name the engine records it under
+                self.host_names[host] = str(obj["host"])
             if "drivers" in obj and "driver" not in obj:
                 if obj["drivers"] != self.drivers:
                     self.drivers = list(obj["drivers"])
@@ -440,7 +455,9 @@ class LauncherScreen(Screen[None]):
             self._draw_doctor()
 
         errs: list[str] = []
-        argv = rtax_argv("doctor", "--format", "json", "--host", host_url(host, self.data))
+        argv = rtax_argv(
+            "doctor", "--format", "json", "--host", host_url(host, self.data), *self.ssh_flags
+        )
         rc = await stream_command(argv, line, errs.append)
         ok = sum(1 for d in seen if not self.status.get((host, d)))
         if unreachable:
@@ -587,13 +604,14 @@ class LauncherScreen(Screen[None]):
         prof = profile_beside(record)
         origin = f"rerun of {self.rerun_of}" if self.rerun_of else f"from {self.source}"
         note = f"made by the rtax console, {origin}"
-        prof.write_text(dump(data, comment=f"{note}\nrun again: rtax run {prof}"))
+        again = shlex.join(["rtax", "run", str(prof), *self.ssh_flags])
+        prof.write_text(dump(data, comment=f"{note}\nrun again: {again}"))
         from rtax_tui.ui.feeds import engine_argv
         from rtax_tui.ui.monitor import MonitorScreen
 
         screen = MonitorScreen(
             "run",
-            engine_argv=engine_argv(str(prof), [], str(record)),
+            engine_argv=engine_argv(str(prof), self.ssh_flags, str(record)),
             record_path=str(record),
             title=f"run {name} → {record}",
         )
@@ -641,7 +659,9 @@ def _numbers(v: str) -> list[int]:
         raise ValueError(f"sizes: expected whole numbers separated by commas, got {v!r}") from None
 
 
-def launcher_for_recording(path: str, check: bool = True) -> LauncherScreen:
+def launcher_for_recording(
+    path: str, check: bool = True, ssh_flags: list[str] | None = None
+) -> LauncherScreen:
     """The launcher filled in from a recording, to run it again with changes: the
     profile file beside it when the console made it, else its header's resolved profile."""
     beside = profile_beside(path)
@@ -653,4 +673,4 @@ def launcher_for_recording(path: str, check: bool = True) -> LauncherScreen:
 
         header = read_recording(path).header
         data = from_resolved(header.get("profile") or {})
-    return LauncherScreen(path, data=data, rerun_of=path, check=check)
+    return LauncherScreen(path, data=data, rerun_of=path, check=check, ssh_flags=ssh_flags)
