@@ -52,7 +52,16 @@ async def stream_command(
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+        # reaped even when the worker is cancelled (the screen or the app closing): a
+        # killed process is gone in milliseconds, and nothing of it outlives the console
+        cancelled = False
+        while proc.returncode is None:
+            try:
+                await asyncio.shield(proc.wait())
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 class WorkLine(Static):
