@@ -62,7 +62,8 @@ def history_once(root: Path) -> tuple[float, float]:
 
 
 def fmt(xs: list[float]) -> str:
-    return f"median {statistics.median(xs) * 1000:.0f} ms (min {min(xs) * 1000:.0f}, max {max(xs) * 1000:.0f})"
+    med, lo, hi = (round(v * 1000) for v in (statistics.median(xs), min(xs), max(xs)))
+    return f"median {med} ms (min {lo}, max {hi})"
 
 
 def main() -> None:
