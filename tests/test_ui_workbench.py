@@ -49,7 +49,7 @@ def aio(fn):
     return wrapper
 
 
-async def _until(cond, timeout: float = 30.0) -> None:
+async def _until(cond, timeout: float = 60.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not cond():
         if asyncio.get_running_loop().time() > deadline:
@@ -195,8 +195,7 @@ async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(her
         await pilot.pause(0.2)
         assert list(scr.query_one("#channels").selected) == ["exec"]
         scr.query_one("#run-trials").value = "4"  # a change in the form
-        await pilot.pause(0.2)
-        assert "1 cells, 5 trials" in str(scr.query_one("#plan").render())
+        await _until(lambda: "1 cells, 5 trials" in str(scr.query_one("#plan").render()))
 
         # launcher -> run
         first = await _run_from_launcher(pilot, scr)
@@ -218,12 +217,11 @@ async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(her
         hist = app.screen
         assert hist.current().path == str(rec1) and hist.current().status == "completed"
         await pilot.press("slash", *"capacity")
-        await pilot.pause(0.2)
+        await _until(lambda: len(hist.shown) == 1)
         assert [Path(r.path).name for r in hist.shown] == ["capacity-local-stage.jsonl"]
         hist.query_one("#filter").value = ""
         await pilot.press("enter")  # back to the table
-        await pilot.pause(0.2)
-        assert len(hist.shown) == len(hist.runs)
+        await _until(lambda: len(hist.shown) == len(hist.runs))
 
         # history -> the report
         await pilot.press("r")
@@ -301,8 +299,7 @@ async def test_the_form_keeps_what_it_does_not_show_and_writes_pool_and_capacity
         scr.query_one("#pool-size").value = ""
         scr.query_one("#pool-reset").value = ""
         scr.query_one("#cap-size").value = "x"
-        await pilot.pause(0.2)
-        assert "size: expected a number" in str(scr.query_one("#plan").render())
+        await _until(lambda: "size: expected a number" in str(scr.query_one("#plan").render()))
         scr.query_one("#cap-size").value = ""
         scr.query_one("#cap-sizes").value = ""
         await pilot.pause(0.2)

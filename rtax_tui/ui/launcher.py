@@ -598,6 +598,18 @@ class LauncherScreen(Screen[None]):
         if missing:
             self.notify(f"choose at least one of: {', '.join(missing)}", severity="error")
             return None
+        from rtax_tui.ui.monitor import MonitorScreen
+
+        live = [
+            s for s in self.app.screen_stack
+            if isinstance(s, MonitorScreen) and s.engine is not None and s.engine.running
+        ]  # fmt: skip
+        if live:  # two runs at once would each disturb the other's figures
+            self.notify(
+                "a run is still going: stop it (x on its screen) or let it end, then start",
+                severity="warning",
+            )
+            return None
         name = str(data.get("name") or "console")
         record = recording_path(name)
         record.parent.mkdir(parents=True, exist_ok=True)
@@ -607,7 +619,6 @@ class LauncherScreen(Screen[None]):
         again = shlex.join(["rtax", "run", str(prof), *self.ssh_flags])
         prof.write_text(dump(data, comment=f"{note}\nrun again: {again}"))
         from rtax_tui.ui.feeds import engine_argv
-        from rtax_tui.ui.monitor import MonitorScreen
 
         screen = MonitorScreen(
             "run",
