@@ -445,3 +445,34 @@ def test_rtax_home_needs_a_terminal_and_doctor_speaks_json(tmp_path) -> None:
     lines = [orjson.loads(x) for x in res.stdout.splitlines()]
     assert res.returncode == 1 and "local" in lines[0]["drivers"]
     assert lines[1]["host"] == "nobody@127.0.0.1:1" and "refused" in lines[1]["unreachable"]
+
+
+@aio
+async def test_no_second_run_starts_while_one_is_going(here) -> None:
+    from rtax_tui.ui.feeds import engine_argv
+
+    long = here / "long.toml"
+    long.write_text(
+        '[run]\ntrials = 100000\nwarmup = 0\ndrivers = ["local"]\nworkloads = ["t0"]\n'
+        'channels = ["shell"]\n'
+    )
+    record = here / "live.jsonl"
+    mon = MonitorScreen("run", engine_argv=engine_argv(str(long), [], str(record)),
+                        record_path=str(record))  # fmt: skip
+    app = RtaxApp(mon)
+    async with app.run_test(size=SIZE) as pilot:
+        await _until(lambda: mon.state.ended >= 3, 120)
+        await pilot.press("n")
+        await _until(lambda: isinstance(app.screen, LauncherScreen))
+        launcher = app.screen
+        assert launcher.rerun_of is None  # the run is going: a plain launcher
+        launcher.check = False
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert app.screen is launcher and launcher.started is None
+        assert not Path("recordings").exists()
+        await pilot.press("escape")
+        await pilot.press("x")
+        await _until(lambda: mon.ended, 120)
+        await pilot.press("q")
+    assert read_recording(record).end["status"] == "interrupted"
