@@ -419,7 +419,10 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
     overrides += _ssh_flags(args)
     path = str(resolve_profile_path(name))
     return run_console_live(
-        getattr(profile, "name", name), engine_argv(path, overrides, str(record)), str(record)
+        getattr(profile, "name", name),
+        engine_argv(path, overrides, str(record)),
+        str(record),
+        ssh_flags=_ssh_flags(args),
     )
 
 

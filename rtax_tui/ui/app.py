@@ -99,11 +99,14 @@ def run_console_replay(path: str, speed: str = "1") -> int:
     return app.return_code or 0
 
 
-def run_console_live(profile_name: str, argv: list[str], record: str) -> int:
+def run_console_live(
+    profile_name: str, argv: list[str], record: str, ssh_flags: list[str] | None = None
+) -> int:
     screen = MonitorScreen(
         "run", engine_argv=argv, record_path=record, title=f"run {profile_name} → {record}"
     )
     app = RtaxApp(screen)
+    app.ssh_flags = list(ssh_flags or [])  # for the runs the launcher starts later
     app.run()
     rc = app.return_code
     if rc is None:
