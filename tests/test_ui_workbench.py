@@ -476,3 +476,37 @@ async def test_no_second_run_starts_while_one_is_going(here) -> None:
         await _until(lambda: mon.ended, 120)
         await pilot.press("q")
     assert read_recording(record).end["status"] == "interrupted"
+
+
+@aio
+async def test_a_drivers_options_are_edited_in_place_and_written(here) -> None:
+    src = here / "p.toml"
+    src.write_text('[run]\ndrivers = ["local", "stage"]\n[drivers_options.stage]\nuid = 64001\n')
+    app = RtaxApp(LauncherScreen(src, check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        drivers = scr.query_one("#drivers")
+        field = scr.query_one("#driver-opts")
+        drivers.focus()
+        stage = next(i for i in range(drivers.option_count)
+                     if drivers.get_option_at_index(i).value == "stage")  # fmt: skip
+        drivers.highlighted = stage
+        await _until(lambda: scr.opts_driver == "stage")
+        assert field.value == "uid = 64001" and field.border_title == "stage options"
+        field.value = 'uid = 64002, ro_binds = ["/opt"]'
+        await _until(
+            lambda: scr.data.get("drivers_options", {}).get("stage", {}).get("uid") == 64002
+        )
+        field.value = "uid = "
+        await _until(
+            lambda: "stage options: not `key = value" in str(scr.query_one("#plan").render())
+        )
+        field.value = ""
+        await _until(lambda: "drivers_options" not in scr.data)
+        field.value = "uid = 64003"
+        await pilot.press("enter")
+        await _until(lambda: isinstance(app.screen, MonitorScreen))
+        mon = app.screen
+        await _until(lambda: mon.ended, 120)
+        prof = load_profile(profile_beside(mon.record_path))
+        assert prof.driver_options == {"stage": {"uid": 64003}}

@@ -58,6 +58,22 @@ def _value(v: Any) -> str:
     raise ValueError(f"cannot write {type(v).__name__} {v!r} into a profile")
 
 
+def inline(body: Mapping[str, Any]) -> str:
+    """A table's keys as one line, `k = v, ...` (what goes between an inline table's braces)."""
+    return ", ".join(f"{_key(k)} = {_value(v)}" for k, v in body.items() if v is not None)
+
+
+def parse_inline(text: str) -> dict[str, Any]:
+    """The reverse of `inline`; a ValueError says what is wrong."""
+    import tomllib
+
+    try:
+        body: dict[str, Any] = tomllib.loads(f"t = {{{text}}}")["t"]
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not `key = value, ...`: {exc}") from None
+    return body
+
+
 def _table(out: list[str], name: str, body: Mapping[str, Any]) -> None:
     scalars = {k: v for k, v in body.items() if not isinstance(v, Mapping) and v is not None}
     subtables = {k: v for k, v in body.items() if isinstance(v, Mapping)}

@@ -46,7 +46,7 @@ from rtax_tui.core.history import (
 )
 from rtax_tui.core.model import CHANNELS
 from rtax_tui.core.plan import build_capacity_plan, build_plan, make_cells
-from rtax_tui.core.profile_toml import dump, from_resolved, profiles_dir
+from rtax_tui.core.profile_toml import dump, from_resolved, inline, parse_inline, profiles_dir
 from rtax_tui.core.workloads import WORKLOAD_NAMES
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
@@ -180,6 +180,7 @@ class LauncherScreen(Screen[None]):
         self.runs: list[RunSummary] | None = None
         self.error: str | None = None
         self.started: str | None = None  # the recording of the run started from here
+        self.opts_driver: str | None = None  # whose [drivers_options] the options field shows
 
     # -- layout -------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -191,6 +192,7 @@ class LauncherScreen(Screen[None]):
                 yield SelectionList[str](id="drivers")
                 yield SelectionList[str](id="workloads")
                 yield SelectionList[str](id="channels")
+                yield Input(id="driver-opts", placeholder="options: key = value, …")
             with Vertical(id="l-form"):
                 with Grid(id="numbers", classes="fields"):
                     for key in NUMBERS:
@@ -277,6 +279,11 @@ class LauncherScreen(Screen[None]):
         d = self.data
         run = {**RUN_DEFAULTS, **d.get("run", {})}
         self._fill_list("#drivers", self._driver_choices(), run["drivers"])
+        self.opts_driver = None
+        drivers = self.query_one("#drivers", SelectionList)
+        if drivers.option_count:
+            drivers.highlighted = 0  # the options field shows the first driver's
+            self._sync_opts()
         wl = list(WORKLOAD_NAMES) + [w for w in d.get("workloads", {}) if w not in WORKLOAD_NAMES]
         self._fill_list("#workloads", wl, run["workloads"])
         self._fill_list("#channels", list(CHANNELS), run["channels"])
@@ -352,7 +359,38 @@ class LauncherScreen(Screen[None]):
             d["pool"] = pool
         else:
             d.pop("pool", None)
+        if self.opts_driver is not None:
+            text = self.query_one("#driver-opts", Input).value.strip()
+            try:
+                body = parse_inline(text) if text else {}
+            except ValueError as exc:
+                raise ValueError(f"{self.opts_driver} options: {exc}") from None
+            opts = d.setdefault("drivers_options", {})
+            if body:
+                opts[self.opts_driver] = body
+            else:
+                opts.pop(self.opts_driver, None)
+            if not opts:
+                d.pop("drivers_options", None)
         return d
+
+    @on(SelectionList.SelectionHighlighted, "#drivers")
+    def _driver_highlighted(self) -> None:
+        self._sync_opts()
+
+    def _sync_opts(self) -> None:
+        """The options field follows the highlighted driver: its `[drivers_options.X]`."""
+        sl = self.query_one("#drivers", SelectionList)
+        if sl.highlighted is None or sl.highlighted >= sl.option_count:
+            return
+        drv = str(sl.get_option_at_index(sl.highlighted).value)
+        if drv == self.opts_driver:
+            return
+        self.opts_driver = drv
+        body = (self.data.get("drivers_options") or {}).get(drv) or {}
+        field = self.query_one("#driver-opts", Input)
+        field.value = inline(body)
+        field.border_title = f"{drv} options"
 
     @on(SelectionList.SelectedChanged)
     @on(Input.Changed)
@@ -366,7 +404,7 @@ class LauncherScreen(Screen[None]):
             self.error = str(exc)
         if isinstance(ev, SelectionList.SelectedChanged) and ev.selection_list.id == "hosts":
             self._check_new_hosts()
-            self._relabel_drivers()
+            self._refill_drivers()
         self._update_plan()
 
     # -- the plan and its estimate ---------------------------------------------------
@@ -474,18 +512,18 @@ class LauncherScreen(Screen[None]):
         self._draw_doctor()
 
     def _refill_drivers(self) -> None:
-        chosen = list(self.query_one("#drivers", SelectionList).selected) or list(
+        """The drivers list again (new names from doctor, new marks), keeping what is
+        chosen and the highlighted driver (whose options the field shows)."""
+        sl = self.query_one("#drivers", SelectionList)
+        chosen = list(sl.selected) or list(
             self.data.get("run", {}).get("drivers", RUN_DEFAULTS["drivers"])
         )
-        self._fill_list("#drivers", self._driver_choices(), chosen)
-
-    def _relabel_drivers(self) -> None:
-        sl = self.query_one("#drivers", SelectionList)
-        chosen = list(sl.selected)
-        highlighted = sl.highlighted
-        self._fill_list("#drivers", self._driver_choices(), chosen)
-        if highlighted is not None and highlighted < sl.option_count:
-            sl.highlighted = highlighted
+        choices = self._driver_choices()
+        self._fill_list("#drivers", choices, chosen)
+        if choices:
+            keep = self.opts_driver if self.opts_driver in choices else choices[0]
+            sl.highlighted = choices.index(keep)
+        self._sync_opts()
 
     def _draw_doctor(self) -> None:
         t = self.query_one("#doctor", DataTable)
@@ -500,7 +538,7 @@ class LauncherScreen(Screen[None]):
             from rich.text import Text
 
             t.add_row(host, drv, Text.from_markup(status), st or "")
-        self._relabel_drivers()
+        self._refill_drivers()
         self._update_plan()
 
     # -- hosts ------------------------------------------------------------------------

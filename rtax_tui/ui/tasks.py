@@ -73,9 +73,12 @@ class WorkLine(Static):
         self._what = ""
         self._news = ""
         self._busy = 0
+        self._failure: str | None = None
         self.set_interval(0.1, self._tick)
 
     def start(self, what: str) -> None:
+        if not self._busy:
+            self._failure = None
         self._busy += 1
         self._what, self._news = what, ""
         self._draw()
@@ -85,9 +88,17 @@ class WorkLine(Static):
         self._draw()
 
     def finish(self, text: str, ok: bool = True) -> None:
+        """A task ended. With several at once (hosts checked side by side), a failure
+        stays on the line once they all ended: what needs doing is not overwritten by
+        another task's success."""
         self._busy = max(0, self._busy - 1)
-        mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-        self.update(f"{mark} {_escape(text)}")
+        if not ok:
+            self._failure = text
+        if not ok or self._failure is None:
+            mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+            self.update(f"{mark} {_escape(text)}")
+        elif not self._busy:
+            self.update(f"[red]✗[/red] {_escape(self._failure)}")
 
     def _tick(self) -> None:
         if self._busy:
