@@ -79,3 +79,46 @@ def test_replay_in_a_real_terminal_draws_cells_and_histograms_then_quits(tmp_pat
         assert "run completed" not in screen()
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+def test_rtax_home_in_a_real_terminal_runs_what_the_launcher_shows(tmp_path) -> None:
+    """`rtax home PROFILE`: the launcher, enter runs it, the recording and the profile
+    beside it are written in ./recordings; q back to the launcher, escape quits."""
+    sock = f"rtax-test-home-{os.getpid()}"
+    rc_file = tmp_path / "rc"
+    prof = tmp_path / "tiny.toml"
+    prof.write_text(
+        '[run]\ntrials = 3\nwarmup = 0\ndrivers = ["local"]\nworkloads = ["t0"]\n'
+        'channels = ["exec"]\n'
+    )
+    cmd = (
+        f"cd {shlex.quote(str(tmp_path))} && PYTHONPATH={shlex.quote(str(ROOT))} "
+        f"{shlex.quote(sys.executable)} -m rtax_tui home tiny.toml; "
+        f"echo $? > {shlex.quote(str(rc_file))}; sleep 30"
+    )
+    _tmux(sock, "new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
+    try:
+
+        def screen() -> str:
+            return _tmux(sock, "capture-pane", "-t", "t", "-p")
+
+        def showing(*what: str) -> str | None:
+            text = screen()
+            return text if all(w in text for w in what) else None
+
+        # (a capture can catch the first frame half drawn: wait for all of it)
+        _wait_for(lambda: showing("plan: 1 cells, 3 trials", "run: tiny", "drivers per host"),
+                  60, "the launcher")  # fmt: skip
+        _tmux(sock, "send-keys", "-t", "t", "Enter")
+        text = _wait_for(lambda: showing("run completed"), 120, "the run's end")
+        assert "local/local/t0/exec" in text and "trials 3/3" in text
+        recs = sorted((tmp_path / "recordings").iterdir())
+        assert [p.suffix for p in recs] == [".jsonl", ".toml"]
+        assert f"rtax run {Path('recordings') / recs[1].name}" in recs[1].read_text()
+        _tmux(sock, "send-keys", "-t", "t", "q")
+        _wait_for(lambda: "rtax launcher" in screen(), 30, "back in the launcher")
+        _tmux(sock, "send-keys", "-t", "t", "Escape")
+        _wait_for(rc_file.exists, 60, "rtax to exit")
+        assert rc_file.read_text().strip() == "0"
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
