@@ -30,6 +30,7 @@ from rtax_tui.ui.history import HistoryScreen, ReportPanel
 from rtax_tui.ui.launcher import (
     RUN_DEFAULTS,
     LauncherScreen,
+    doctor_host_args,
     launcher_for_recording,
     planned_trials,
 )
@@ -510,3 +511,15 @@ async def test_a_drivers_options_are_edited_in_place_and_written(here) -> None:
         await _until(lambda: mon.ended, 120)
         prof = load_profile(profile_beside(mon.record_path))
         assert prof.driver_options == {"stage": {"uid": 64003}}
+
+
+def test_doctor_checks_a_named_host_by_its_address_and_keys() -> None:
+    data = {"hosts": {"box": {"address": "10.0.0.5", "user": "u", "port": 2222,
+                              "identity": "/k", "known_hosts": "/kh"}}}  # fmt: skip
+    assert doctor_host_args("box", data, []) == [
+        "--host", "ssh://u@10.0.0.5:2222", "--identity", "/k", "--known-hosts", "/kh",
+    ]  # fmt: skip
+    assert doctor_host_args("box", data, ["--identity", "/cli"]) == [
+        "--host", "ssh://u@10.0.0.5:2222", "--identity", "/cli", "--known-hosts", "/kh",
+    ]  # fmt: skip
+    assert doctor_host_args("local", data, []) == ["--host", "local"]

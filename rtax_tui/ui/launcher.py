@@ -126,15 +126,20 @@ def planned_trials(data: dict[str, Any], names: dict[str, str] | None = None) ->
     return counts
 
 
-def host_url(name: str, data: dict[str, Any]) -> str:
-    """What `rtax doctor --host` takes for a profile's host: a `[hosts.NAME]` table
-    becomes its ssh:// address."""
+def doctor_host_args(name: str, data: dict[str, Any], ssh_flags: list[str]) -> list[str]:
+    """`--host` (and key flags) for `rtax doctor` on a profile's host: a `[hosts.NAME]`
+    table becomes its ssh:// address, with its own identity and known_hosts unless the
+    command line gave them (a jump host is not checked here: the run will be)."""
     table = (data.get("hosts") or {}).get(name)
     if not isinstance(table, dict):
-        return name
+        return ["--host", name, *ssh_flags]
     user = f"{table['user']}@" if table.get("user") else ""
     port = f":{table['port']}" if table.get("port") else ""
-    return f"ssh://{user}{table.get('address', name)}{port}"
+    args = ["--host", f"ssh://{user}{table.get('address', name)}{port}", *ssh_flags]
+    for flag, key in (("--identity", "identity"), ("--known-hosts", "known_hosts")):
+        if table.get(key) and flag not in ssh_flags:
+            args += [flag, str(table[key])]
+    return args
 
 
 class LauncherScreen(Screen[None]):
@@ -494,7 +499,7 @@ class LauncherScreen(Screen[None]):
 
         errs: list[str] = []
         argv = rtax_argv(
-            "doctor", "--format", "json", "--host", host_url(host, self.data), *self.ssh_flags
+            "doctor", "--format", "json", *doctor_host_args(host, self.data, self.ssh_flags)
         )
         rc = await stream_command(argv, line, errs.append)
         ok = sum(1 for d in seen if not self.status.get((host, d)))
