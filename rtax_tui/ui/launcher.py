@@ -475,7 +475,9 @@ class LauncherScreen(Screen[None]):
                 obj = orjson.loads(text)
             except orjson.JSONDecodeError:
                 return
-            if "host" in obj:  # the name the engine records it under
+            if "host" in obj and host not in (self.data.get("hosts") or {}):
+                # the name the engine records an ssh:// host under (a [hosts.NAME]
+                # table's host is recorded as NAME)
                 self.host_names[host] = str(obj["host"])
             if "drivers" in obj and "driver" not in obj:
                 if obj["drivers"] != self.drivers:
