@@ -66,11 +66,20 @@ def test_compare_screen(snap_compare, monkeypatch) -> None:
 
 
 def _workbench_here(monkeypatch, tmp_path) -> None:
-    """An empty working directory: the history is the examples' alone."""
+    """An empty working directory; the history: three of the examples (a fixed set, so
+    that a new example recording does not change these pictures)."""
+    import shutil
+
     from rtax_tui.core import history
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(history, "SHIPPED", EXAMPLES)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for name in ("t0-local-stage", "t2-local-stage", "capacity-local-stage"):
+        shutil.copy(EXAMPLES / f"{name}.jsonl", shipped)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(history, "SHIPPED", shipped)
 
 
 def test_launcher(snap_compare, monkeypatch, tmp_path) -> None:
