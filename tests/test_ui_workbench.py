@@ -50,6 +50,11 @@ def aio(fn):
     return wrapper
 
 
+def _on(app, cls) -> bool:
+    """The app shows a screen of this class, composed and mounted."""
+    return isinstance(app.screen, cls) and app.screen.is_mounted
+
+
 async def _until(cond, timeout: float = 60.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not cond():
@@ -180,7 +185,7 @@ def test_a_rerun_that_changed_the_channel_is_compared_cell_by_cell(tmp_path) -> 
 
 async def _run_from_launcher(pilot, scr: LauncherScreen) -> MonitorScreen:
     await pilot.press("enter")
-    await _until(lambda: isinstance(pilot.app.screen, MonitorScreen))
+    await _until(lambda: _on(pilot.app, MonitorScreen))
     mon = pilot.app.screen
     await _until(lambda: mon.ended, 120)
     assert mon.returncode == 0, list(mon.log_lines)
@@ -214,7 +219,7 @@ async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(her
 
         # run -> history: the new run first, filterable
         await pilot.press("h")
-        await _until(lambda: isinstance(app.screen, HistoryScreen) and app.screen.runs)
+        await _until(lambda: _on(app, HistoryScreen) and app.screen.runs)
         hist = app.screen
         assert hist.current().path == str(rec1) and hist.current().status == "completed"
         await pilot.press("slash", *"capacity")
@@ -226,13 +231,13 @@ async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(her
 
         # history -> the report
         await pilot.press("r")
-        await _until(lambda: isinstance(app.screen, ReportPanel))
+        await _until(lambda: _on(app, ReportPanel) and app.screen.query("#report"))
         await _until(lambda: "local/local/t0/exec" in str(app.screen.query_one("#report").render()))
         await pilot.press("escape")
 
         # history -> rerun with a changed channel -> compare against the first run
         await pilot.press("e")
-        await _until(lambda: isinstance(app.screen, LauncherScreen) and app.screen is not scr)
+        await _until(lambda: _on(app, LauncherScreen) and app.screen is not scr)
         again = app.screen
         assert again.rerun_of == str(rec1)
         await pilot.pause(0.2)
@@ -242,10 +247,11 @@ async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(her
         channels.deselect("exec")
         await pilot.pause(0.2)
         await pilot.press("enter")
-        await _until(lambda: isinstance(app.screen, CompareScreen), 120)
+        await _until(lambda: _on(app, CompareScreen), 120)
         cmp = app.screen
         rec2 = Path(cmp.path_b)
         assert cmp.path_a == str(rec1) and rec2 != rec1
+        await _until(lambda: cmp.query("#cmp"))  # composed
         table = cmp.query_one("#cmp")
         await _until(lambda: table.row_count > 0)
         cells = {table.get_row_at(i)[0] for i in range(table.row_count)}
@@ -256,11 +262,11 @@ async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(her
         # history -> pick two -> compare
         await pilot.press("escape", "escape")  # compare, then the run screen
         await pilot.press("h")
-        await _until(lambda: isinstance(app.screen, HistoryScreen) and app.screen.runs)
+        await _until(lambda: _on(app, HistoryScreen) and app.screen.runs)
         hist = app.screen
         assert [hist.shown[0].path, hist.shown[1].path] == [str(rec2), str(rec1)]
         await pilot.press("space", "down", "space", "c")
-        await _until(lambda: isinstance(app.screen, CompareScreen))
+        await _until(lambda: _on(app, CompareScreen))
         assert (app.screen.path_a, app.screen.path_b) == (str(rec2), str(rec1))
 
 
@@ -419,7 +425,7 @@ async def test_n_on_a_finished_run_opens_the_launcher_filled_in_from_it(here) ->
     async with app.run_test(size=SIZE) as pilot:
         await _until(lambda: app.screen.ended)
         await pilot.press("n")
-        await _until(lambda: isinstance(app.screen, LauncherScreen))
+        await _until(lambda: _on(app, LauncherScreen))
         scr = app.screen
         assert scr.rerun_of == path and "rerun of" in scr.sub_title
         await pilot.pause(0.2)
@@ -464,7 +470,7 @@ async def test_no_second_run_starts_while_one_is_going(here) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await _until(lambda: mon.state.ended >= 3, 120)
         await pilot.press("n")
-        await _until(lambda: isinstance(app.screen, LauncherScreen))
+        await _until(lambda: _on(app, LauncherScreen))
         launcher = app.screen
         assert launcher.rerun_of is None  # the run is going: a plain launcher
         launcher.check = False
@@ -506,7 +512,7 @@ async def test_a_drivers_options_are_edited_in_place_and_written(here) -> None:
         await _until(lambda: "drivers_options" not in scr.data)
         field.value = "uid = 64003"
         await pilot.press("enter")
-        await _until(lambda: isinstance(app.screen, MonitorScreen))
+        await _until(lambda: _on(app, MonitorScreen))
         mon = app.screen
         await _until(lambda: mon.ended, 120)
         prof = load_profile(profile_beside(mon.record_path))
