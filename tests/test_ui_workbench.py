@@ -529,3 +529,29 @@ def test_doctor_checks_a_named_host_by_its_address_and_keys() -> None:
         "--host", "ssh://u@10.0.0.5:2222", "--identity", "/cli", "--known-hosts", "/kh",
     ]  # fmt: skip
     assert doctor_host_args("local", data, []) == ["--host", "local"]
+
+
+@aio
+async def test_a_replay_workloads_relative_trajectory_still_holds_beside_the_recording(
+    here,
+) -> None:
+    import shutil
+
+    src_traj = Path(__file__).parent / "data" / "trajectories" / "mini-swe-agent"
+    sub = here / "mine"
+    sub.mkdir()
+    shutil.copy(src_traj / "astropy__astropy-12907.traj.json", sub / "t.json")
+    prof = sub / "p.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["stage"]\nworkloads = ["w"]\n[workloads.w]\ntrajectory = "t.json"\n'
+    )
+    load_profile(prof)  # valid where it is
+    app = RtaxApp(LauncherScreen(prof, check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        data = app.screen.collect()
+    assert data["workloads"]["w"]["trajectory"] == str((sub / "t.json").resolve())
+    elsewhere = here / "recordings" / "x.toml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(dump(data))
+    assert load_profile(elsewhere).workloads == ("w",)

@@ -96,6 +96,26 @@ def dump(data: Mapping[str, Any], comment: str = "") -> str:
     return "\n".join(out).lstrip("\n") + "\n"
 
 
+# `[workloads.NAME]` keys that name a file or directory relative to the profile's own
+# directory (a replay workload's `trajectory` and `repo`: core.traj.workload)
+WORKLOAD_PATH_KEYS = ("trajectory", "repo")
+
+
+def anchor_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """The profile's relative paths made absolute against `base_dir`, so that its tables
+    mean the same written anywhere else (the console writes them beside a recording)."""
+    for body in (data.get("workloads") or {}).values():
+        if not isinstance(body, dict):
+            continue
+        for key in WORKLOAD_PATH_KEYS:
+            value = body.get(key)
+            if isinstance(value, str) and not value.startswith("~"):
+                p = Path(value)
+                if not p.is_absolute():
+                    body[key] = str((base_dir / p).resolve())
+    return data
+
+
 def _no_nones(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 

@@ -46,7 +46,14 @@ from rtax_tui.core.history import (
 )
 from rtax_tui.core.model import CHANNELS
 from rtax_tui.core.plan import build_capacity_plan, build_plan, make_cells
-from rtax_tui.core.profile_toml import dump, from_resolved, inline, parse_inline, profiles_dir
+from rtax_tui.core.profile_toml import (
+    anchor_paths,
+    dump,
+    from_resolved,
+    inline,
+    parse_inline,
+    profiles_dir,
+)
 from rtax_tui.core.workloads import WORKLOAD_NAMES
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
@@ -273,6 +280,7 @@ class LauncherScreen(Screen[None]):
             self.notify(f"{path}: {exc}", severity="error")
             return
         data.setdefault("name", Path(path).stem)
+        anchor_paths(data, Path(path).parent)  # written beside a recording, they still hold
         if self.start_hosts:
             data.setdefault("run", {})["hosts"] = list(self.start_hosts)
             self.start_hosts = None
@@ -722,7 +730,7 @@ def launcher_for_recording(
     profile file beside it when the console made it, else its header's resolved profile."""
     beside = profile_beside(path)
     if beside.exists():
-        data = tomllib.loads(beside.read_text())
+        data = anchor_paths(tomllib.loads(beside.read_text()), beside.parent)
         data.setdefault("name", beside.stem)
     else:
         from rtax_tui.core.recording import read_recording
