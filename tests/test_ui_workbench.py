@@ -33,6 +33,7 @@ from rtax_tui.ui.launcher import (
     doctor_host_args,
     launcher_for_recording,
     planned_trials,
+    profile_sources,
 )
 from rtax_tui.ui.modals import HelpScreen
 from rtax_tui.ui.monitor import MonitorScreen
@@ -555,3 +556,26 @@ async def test_a_replay_workloads_relative_trajectory_still_holds_beside_the_rec
     elsewhere.parent.mkdir()
     elsewhere.write_text(dump(data))
     assert load_profile(elsewhere).workloads == ("w",)
+
+
+@aio
+async def test_a_profile_chosen_from_the_list_fills_the_form_and_ctrl_s_saves_it(here) -> None:
+    app = RtaxApp(LauncherScreen(tiny_profile(here), check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        profiles = scr.query_one("#profiles")
+        t2 = next(i for i in range(profiles.option_count)
+                  if profiles.get_option_at_index(i).id == str(profiles_dir() / "t2.toml"))  # fmt: skip
+        profiles.focus()
+        profiles.highlighted = t2
+        await pilot.press("enter")  # on the list, enter loads the profile
+        await _until(lambda: scr.data.get("name") == "t2")
+        assert _on(app, LauncherScreen)  # not started: the next enter does
+        assert list(scr.query_one("#workloads").selected) == ["t2"]
+        scr.query_one("#run-trials").value = "2"
+        await pilot.press("ctrl+s")
+        await _until(lambda: Path("profiles/t2.toml").exists())
+        saved = load_profile("profiles/t2.toml")
+        assert saved.trials == 2 and saved.workloads == ("t2",)
+        # a second launcher lists it under ./profiles
+        assert ("./profiles", "t2") in [(g, label) for g, label, _ in profile_sources()]
