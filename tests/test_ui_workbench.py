@@ -564,8 +564,8 @@ async def test_a_profile_chosen_from_the_list_fills_the_form_and_ctrl_s_saves_it
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
         profiles = scr.query_one("#profiles")
-        t2 = next(i for i in range(profiles.option_count)
-                  if profiles.get_option_at_index(i).id == str(profiles_dir() / "t2.toml"))  # fmt: skip
+        ids = [profiles.get_option_at_index(i).id for i in range(profiles.option_count)]
+        t2 = ids.index(str(profiles_dir() / "t2.toml"))
         profiles.focus()
         profiles.highlighted = t2
         await pilot.press("enter")  # on the list, enter loads the profile
