@@ -99,13 +99,13 @@ class HistoryScreen(Screen[None]):
         return [
             "●" if r.path in self.marked else " ",
             date,
-            r.profile,
+            Text(r.profile),  # Text: a name or a reason is shown as it is, not as markup
             str(len(r.cells)),
             str(r.trials),
             str(r.failed),
             status,
             fmt_duration(r.duration_s) if r.duration_s else "-",
-            display_path(r.path) if r.error is None else f"{r.path}: {r.error}",
+            Text(display_path(r.path) if r.error is None else f"{r.path}: {r.error}"),
         ]
 
     @on(Input.Changed, "#filter")

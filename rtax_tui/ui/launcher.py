@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 from rich.markup import escape
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -550,9 +551,8 @@ class LauncherScreen(Screen[None]):
                 status = "[red]✗ no[/red]"
             else:
                 status = "[green]✓ ok[/green]"
-            from rich.text import Text
-
-            t.add_row(host, drv, Text.from_markup(status), st or "")
+            # a reason is shown as it is: "[Errno 111]" is not markup
+            t.add_row(Text(host), drv, Text.from_markup(status), Text(st or ""))
         self._refill_drivers()
         self._update_plan()
 
