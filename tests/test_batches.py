@@ -103,6 +103,18 @@ def test_a_batch_budget_cgroup_is_made_and_removed(monkeypatch) -> None:  # type
         def remove(self) -> None:
             removed.append(self.relpath)
 
+        def reset_peak(self) -> None:
+            pass
+
+        def cpu_usage_ns(self) -> int:
+            return 0
+
+        def memory_peak_bytes(self) -> int:
+            return 1 << 20
+
+        def oom_kills_by_dir(self) -> dict[str, int]:
+            return {}
+
     class Reaper:
         def add_cgroup(self, rel: str) -> None:
             pass

@@ -190,7 +190,67 @@ def test_a_batch_over_its_memory_budget_fails_and_keeps_its_denominator(tmp_path
     assert bar["released"] == "settled"  # every environment arrived or failed: no deadline
     ends = [e for e in rec.events if e["type"] == "trial_end"]
     assert sum(not e["valid"] for e in ends) == 4 - bar["arrived"]
+    # the OOM killer's victims fail as such; their neighbours went on and arrived
+    assert bar["oom_kills"] >= 4 - bar["arrived"] >= 1
+    assert {e["error"]["kind"] for e in ends if not e["ok"]} == {"oom"}
+    assert bar["mem_peak_bytes"] >= 40 << 20  # the budget filled up before the kills
     assert leftover_cgroups(rec.header["run_id"]) == []
+
+
+def _capacity_run(tmp_path: Path, driver: str, channel: str, cap: str):
+    _, out = run(
+        tmp_path,
+        f'[run]\nwarmup = 0\ndrivers = ["{driver}"]\nworkloads = ["capacity"]\n'
+        f'channels = ["{channel}"]\n[capacity]\nbatches = 1\ndeadline_s = 120\n{cap}',
+    )
+    rec = read_recording(out)
+    return rec, next(e for e in rec.events if e["type"] == "barrier")
+
+
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+def test_held_memory_stays_until_the_release_and_the_peak_covers_it(tmp_path, channel):
+    # Four stage environments hold 64 MiB each: the budget's peak shows them all held at
+    # once (three holders and every process's own overhead stay well below 4 x 64 MiB),
+    # and each let go through its channel after the release.
+    rec, bar = _capacity_run(
+        tmp_path, "stage", channel, "size = 4\ntouch_mib = 64\ncpus = 2.0\nmemory_mib = 1024\n"
+    )
+    assert bar["ok"] and bar["arrived"] == 4 and bar["oom_kills"] == 0
+    assert bar["mem_peak_bytes"] >= 4 * (64 << 20)
+    assert bar["cpu_ns"] > 0
+    releases = [e for e in rec.events if e["type"] == "phase" and e["name"] == "barrier.release"]
+    assert len(releases) == 4 and all(e["ok"] for e in releases)
+    # timed from the release decision until the last one let go: covers every release step
+    assert max(e["dur_ns"] for e in releases) <= bar["release_dur_ns"] < 30e9
+    assert all(e["ok"] and e["valid"] for e in rec.events if e["type"] == "trial_end")
+    assert leftover_cgroups(rec.header["run_id"]) == []
+
+
+def test_a_batch_holding_more_than_its_budget_fails_with_oom_and_one_within_it_passes(tmp_path):
+    # 4 x 64 MiB held cannot fit in 160 MiB: some environments are OOM-killed (kind oom),
+    # the others go on and arrive; the batch fails. The same batch within 1 GiB passes.
+    (tmp_path / "over").mkdir()
+    rec, bar = _capacity_run(
+        tmp_path / "over",
+        "stage",
+        "exec",
+        "size = 4\ntouch_mib = 64\ncpus = 2.0\nmemory_mib = 160\n",
+    )
+    assert bar["ok"] is False and bar["released"] == "settled"
+    ends = [e for e in rec.events if e["type"] == "trial_end"]
+    failed = [e for e in ends if not e["ok"]]
+    assert failed and {e["error"]["kind"] for e in failed} == {"oom"}
+    assert 1 <= bar["arrived"] == 4 - len(failed) and bar["oom_kills"] >= len(failed)
+    assert bar["mem_peak_bytes"] <= 160 << 20
+    assert leftover_cgroups(rec.header["run_id"]) == []
+    (tmp_path / "within").mkdir()
+    rec, bar = _capacity_run(
+        tmp_path / "within",
+        "stage",
+        "exec",
+        "size = 4\ntouch_mib = 64\ncpus = 2.0\nmemory_mib = 1024\n",
+    )
+    assert bar["ok"] and bar["arrived"] == 4 and bar["oom_kills"] == 0
 
 
 def test_an_environment_that_never_arrives_fails_the_batch_at_the_deadline(tmp_path):

@@ -352,6 +352,44 @@ class Cgroup:
         except (OSError, ValueError, IndexError):
             return None
 
+    def reset_peak(self) -> None:
+        """Start the peak memory afresh (v1 `max_usage_in_bytes`; v2 `memory.peak`, which
+        kernels before 6.12 cannot reset: a new cgroup starts from zero anyway)."""
+        d = self._dir("memory")
+        if d is None:
+            return
+        fname = "memory.peak" if self.ver == "v2" else "memory.max_usage_in_bytes"
+        try:
+            _write(os.path.join(d, fname), "0")
+        except OSError:
+            pass
+
+    def oom_kills_by_dir(self) -> dict[str, int]:
+        """OOM kills so far, per memory cgroup directory of this one's tree.
+
+        v2's `memory.events` counts the kills of the whole subtree in this cgroup; v1's
+        `memory.oom_control` counts only those of processes in that very cgroup (the
+        victim's), so v1 reads every descendant: the caller keeps the largest count seen
+        per directory, since a descendant's count goes with it when it is removed."""
+        d = self._dir("memory")
+        if d is None:
+            return {}
+        out: dict[str, int] = {}
+        if self.ver == "v2":
+            dirs, fname = [d], "memory.events"
+        else:
+            dirs, fname = [cur for cur, _s, _f in os.walk(d)], "memory.oom_control"
+        for cur in dirs:
+            try:
+                text = _read(os.path.join(cur, fname))
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, val = line.partition(" ")
+                if key == "oom_kill":
+                    out[cur] = int(val)
+        return out
+
     def cpu_usage_ns(self) -> int | None:
         if self.ver == "v2":
             try:

@@ -21,6 +21,7 @@ class ErrorKind(StrEnum):
     BARRIER_DEADLINE = "barrier_deadline"  # a capacity batch's deadline passed first
     SUBSTRATE_LOST = "substrate_lost"  # the substrate went away (SubstrateLost)
     HOST_LOST = "host_lost"  # the connection to a remote host dropped (HostLost)
+    OOM = "oom"  # killed by the OOM killer under a capacity batch's memory budget
 
 
 def timeout_kind(phase: str) -> str:

@@ -37,7 +37,11 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
 # replay workloads: `trial_start.replay` ({trajectory, format, steps, skipped}),
 # `action.expect_rc` (the exit code the trajectory recorded for the step) and
-# `action.timed_out` (true: killed at the action timeout, the replay went on).
+# `action.timed_out` (true: killed at the action timeout, the replay went on);
+# `barrier.release_dur_ns` (the release decision until the last arrived environment
+# let go of what it held), `barrier.mem_peak_bytes`, `barrier.oom_kills` and
+# `barrier.cpu_ns` (the batch's budget cgroup: peak memory, OOM kills, CPU time; null
+# without a budget), with the `barrier.release` phase and the `oom` error kind.
 FORMAT = "rtax/1"
 
 # The fields a reader requires, per event type; an unknown type is an error.
@@ -129,6 +133,10 @@ class BarrierEvent(TypedDict):
     deadline_s: float
     warmup: bool
     release_ns: int
+    release_dur_ns: NotRequired[int]
+    mem_peak_bytes: NotRequired[int | None]
+    oom_kills: NotRequired[int | None]
+    cpu_ns: NotRequired[int | None]
 
 
 class RunEndEvent(TypedDict):
@@ -277,8 +285,14 @@ def barrier(
     deadline_s: float,
     warmup: bool,
     release_ns: int,
+    release_dur_ns: int | None = None,
+    mem_peak_bytes: int | None = None,
+    oom_kills: int | None = None,
+    cpu_ns: int | None = None,
 ) -> BarrierEvent:
-    return {
+    """`release_dur_ns` and the budget's figures are written whenever the engine gives
+    `release_dur_ns` (the budget's as null when the batch had none)."""
+    ev: BarrierEvent = {
         "type": "barrier",
         "batch": batch,
         "cell": cell,
@@ -290,6 +304,12 @@ def barrier(
         "warmup": warmup,
         "release_ns": release_ns,
     }
+    if release_dur_ns is not None:
+        ev["release_dur_ns"] = release_dur_ns
+        ev["mem_peak_bytes"] = mem_peak_bytes
+        ev["oom_kills"] = oom_kills
+        ev["cpu_ns"] = cpu_ns
+    return ev
 
 
 def run_end(status: str, trials: int, error: str | None = None) -> RunEndEvent:

@@ -1,4 +1,4 @@
-"""One trial's lifecycle: create, ready, the actions, (the barrier), teardown.
+"""One trial's lifecycle: create, ready, the actions, (the barrier and its release), teardown.
 
 Every phase is timed here with `time.monotonic_ns()` around the awaited call;
 what the phases do not cover, from scheduling to the end of teardown, is recorded
@@ -49,6 +49,28 @@ async def timed(
     except Exception as exc:
         err = TrialError(phase, ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
     return time.monotonic_ns() - t, result, err
+
+
+def _oom_killed(barrier: Barrier | None, rc: int) -> bool:
+    """A step killed by SIGKILL (rc 137 from a shell, -9 from a direct child) in a batch
+    whose budget has seen an OOM kill: the OOM killer's work."""
+    return barrier is not None and rc in (137, -9) and barrier.oom_seen() > 0
+
+
+def _channel_lost(err: TrialError) -> bool:
+    """An action that failed because its channel broke (not a timeout or a stop)."""
+    return err.kind not in (ErrorKind.INTERRUPTED, ErrorKind.BARRIER_DEADLINE) and not str(
+        err.kind
+    ).endswith("_timeout")
+
+
+def _oom_error(phase: str, what: str, barrier: Barrier | None) -> TrialError:
+    kills = barrier.oom_seen() if barrier is not None else 0
+    return TrialError(
+        phase,
+        ErrorKind.OOM,
+        f"{what}: killed by the OOM killer (the batch's budget saw {kills} OOM kill(s))",
+    )
 
 
 class TrialRunner:
@@ -212,9 +234,13 @@ class TrialRunner:
                                 pt.id, i, dur, None, False, 0, **step.observed(None, dur, None)
                             )
                         )
-                        error = TrialError(
-                            "action", err.kind, f"step {i} ({step.argv[0]}): {err.message}"
-                        )
+                        if _channel_lost(err) and barrier is not None and barrier.oom_seen():
+                            # the environment's shell or agent died under an OOM kill
+                            error = _oom_error("action", f"step {i} ({step.argv[0]})", barrier)
+                        else:
+                            error = TrialError(
+                                "action", err.kind, f"step {i} ({step.argv[0]}): {err.message}"
+                            )
                         break
                     ok = step.matches(res.rc, res.output)
                     actions_ok = actions_ok and ok
@@ -224,6 +250,9 @@ class TrialRunner:
                             **step.observed(res.rc, dur, res.remote_ns),
                         )
                     )  # fmt: skip
+                    if not ok and _oom_killed(barrier, res.rc):
+                        error = _oom_error("action", f"step {i} ({step.argv[0]})", barrier)
+                        break
                     if self.control.stopping:
                         error = TrialError("action", ErrorKind.INTERRUPTED, "the run was stopped")
                         break
@@ -239,10 +268,35 @@ class TrialRunner:
                     pass
                 waited = time.monotonic_ns() - t
                 emit(events.phase(pt.id, "barrier.wait", waited, not barrier.expired))
+                release = workload.release
+                if release is not None and env is not None and not self.control.stopping:
+                    # the release, through the cell's channel: the environment lets go
+                    current[0] = "barrier"
+                    rto = release.timeout_s or to.action
+                    rel = functools.partial(env.action, release, rto)
+                    dur, res, rerr = await timed("barrier.release", rel, rto, barrier)
+                    covered += dur
+                    held = rerr is None and release.matches(res.rc, res.output)
+                    emit(events.phase(pt.id, "barrier.release", dur, held))
+                    barrier.let_go(pt.id, held)
+                    if not held:
+                        if barrier.oom_seen():
+                            error = _oom_error("barrier.release", "the held memory", barrier)
+                        elif rerr is not None:
+                            error = rerr
+                        else:
+                            out = res.output.decode(errors="replace").strip()[-200:]
+                            error = TrialError(
+                                "barrier.release",
+                                ErrorKind.ERROR,
+                                f"nothing held at the release (rc {res.rc}): {out}",
+                            )
         finally:
             self.control.interruptible.pop(pt.id, None)
             if barrier is not None and not arrived:
                 barrier.fail(pt.id)
+            if barrier is not None and arrived:
+                barrier.let_go(pt.id)  # no-op when its release step already let go
             if env is not None:
                 current[0] = "teardown"
                 dur, _, terr = await timed("teardown", env.teardown, to.teardown)

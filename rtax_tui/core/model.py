@@ -90,6 +90,9 @@ class Workload:
     files: str | None = None  # asset name copied into each fresh workspace
     needs_assets: bool = False
     description: str = ""
+    # Run when a capacity batch's barrier releases, through the cell's channel: it makes
+    # the environment let go of what it holds (the capacity workload's held memory).
+    release: Step | None = None
     # A replay of real agent trajectories (`[workloads.NAME] trajectory = ...`): what its
     # trials record in `trial_start.replay`; with several trajectories, trial k of a cell
     # runs `variants[k % len(variants)]` (each a one-trajectory workload of the same name).

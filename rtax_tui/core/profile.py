@@ -53,6 +53,8 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "cpus": (int, float),
         "memory_mib": (int,),
         "swap_mib": (int,),
+        "touch_mib": (int,),
+        "sizes": (list,),
     },
 }
 _STEP_KEYS = {
@@ -82,6 +84,13 @@ class Capacity:
     cpus: float | None = None
     memory_mib: int | None = None
     swap_mib: int | None = 0
+    touch_mib: int = 32  # the capacity workload's held private memory per environment
+    sizes: tuple[int, ...] = ()  # a capacity curve: `batches` batches at each size
+
+    @property
+    def curve(self) -> tuple[int, ...]:
+        """The sizes to run: `sizes`, or the single `size`."""
+        return self.sizes or (self.size,)
 
 
 @dataclass(frozen=True)
@@ -189,6 +198,10 @@ class Profile:
             raise ProfileError(f"{locate('concurrency')}: concurrency: must be at least 1")
         if self.capacity is not None and self.capacity.size < 1:
             raise ProfileError(f"{locate('capacity')}: capacity.size: must be at least 1")
+        if self.capacity is not None and any(n < 1 for n in self.capacity.sizes):
+            raise ProfileError(f"{locate('capacity')}: capacity.sizes: each must be at least 1")
+        if self.capacity is not None and self.capacity.touch_mib < 1:
+            raise ProfileError(f"{locate('capacity')}: capacity.touch_mib: must be at least 1")
 
     @property
     def needs_assets(self) -> bool:
@@ -288,8 +301,11 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                 )
             _check_type(where(table, key), f"{table}.{key}", value, _SCHEMA[table][key])
             if isinstance(value, list):
+                item_types: tuple[type, ...] = (
+                    (int,) if (table, key) == ("capacity", "sizes") else (str,)
+                )
                 for item in value:
-                    _check_type(where(table, key), f"{table}.{key}", item, (str,))
+                    _check_type(where(table, key), f"{table}.{key}", item, item_types)
             if isinstance(value, (int, float)) and value < 0:
                 raise ProfileError(f"{where(table, key)}: {table}.{key}: must not be negative")
 
@@ -305,7 +321,10 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
     if "limits" in data:
         kw["limits"] = Limits(**data["limits"])
     if "capacity" in data:
-        kw["capacity"] = Capacity(**data["capacity"])
+        cap = dict(data["capacity"])
+        if "sizes" in cap:
+            cap["sizes"] = tuple(cap["sizes"])
+        kw["capacity"] = Capacity(**cap)
     if "drivers_options" in data:
         from rtax_tui.drivers import names as driver_names
 

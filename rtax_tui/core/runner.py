@@ -108,7 +108,12 @@ def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
     from rtax_tui.core.workloads import builtin_workloads
 
     paths = assets_mod.prepare(log=log) if profile.needs_assets else None
-    table = dict(builtin_workloads(paths))
+    cap = profile.capacity
+    if cap is not None:  # the holder outlives neither the batch's deadline nor its release
+        hold_s = cap.deadline_s + profile.timeouts.action + profile.timeouts.teardown
+        table = dict(builtin_workloads(paths, touch_mib=cap.touch_mib, hold_s=hold_s))
+    else:
+        table = dict(builtin_workloads(paths))
     table.update(profile.custom_workloads)
     missing = [w for w in profile.workloads if w not in table]
     if missing:

@@ -138,6 +138,7 @@ class Session:
                     control=self.control,
                     progress=self.progress,
                     launch=self.trials.run,
+                    let_go_s=p.timeouts.action,
                 )
                 await batches.run(self.cells, p.warmup, p.seed)
             else:

@@ -44,7 +44,68 @@ for p in sorted(pathlib.Path("src/attr").rglob("*.py")):
                         break
 """
 
-CAPACITY_PY = "b=bytearray(32<<20); b[::4096]=b'x'*len(b[::4096]); print(len(b))"
+# The capacity workload's held memory (pVisor: each task touches its private memory and
+# holds it until the common barrier releases the batch). HOLD_PY forks a holder that
+# touches argv[1] MiB, page by page, and keeps it in its address space, listening on
+# the unix socket HOLD_SOCKET in the workspace; the step returns once the memory is
+# touched ("held <bytes>"), or says how the holder died (an OOM kill is a SIGKILL,
+# rc 137). The holder ends on its own after argv[2] seconds, so nothing outlives a
+# driver that does not end its environment's processes (local without a budget).
+# RELEASE_PY is the release sent through the channel: it connects, asks the holder
+# to go, and returns at end of file on the socket, which the kernel gives only after
+# the holder's address space is gone (exit_mm runs before exit_files): "released"
+# means the memory was let go.
+HOLD_SOCKET = ".rtax-hold"
+HOLD_PY = f"""\
+import os, socket, sys
+n = int(sys.argv[1]) << 20
+s = socket.socket(socket.AF_UNIX)
+s.bind({HOLD_SOCKET!r})
+s.listen(1)
+s.settimeout(float(sys.argv[2]))
+r, w = os.pipe()
+pid = os.fork()
+if pid:
+    os.close(w)
+    s.close()
+    if os.read(r, 1):
+        print("held", n)
+        sys.exit(0)
+    _, st = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(st):
+        print("holder killed by signal", os.WTERMSIG(st))
+        sys.exit(128 + os.WTERMSIG(st))
+    print("holder exited with", os.WEXITSTATUS(st))
+    sys.exit(1)
+os.close(r)
+os.setsid()
+fd = os.open(os.devnull, os.O_RDWR)
+for i in (0, 1, 2):
+    os.dup2(fd, i)
+b = bytearray(n)
+b[::4096] = b"x" * len(b[::4096])
+os.write(w, b"1")
+os.close(w)
+try:
+    c, _ = s.accept()
+    c.recv(1)
+except OSError:
+    pass
+os._exit(0)
+"""
+RELEASE_PY = f"""\
+import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect({HOLD_SOCKET!r})
+except OSError as exc:
+    raise SystemExit(f"no holder: {{exc}}")
+s.sendall(b"x")
+while s.recv(64):
+    pass
+print("released")
+"""
+TOUCH_MIB = 32  # pVisor's figure: 32 MiB of private data per task
 CAPACITY_GIT = (
     "git init -q g && "
     "git -C g -c user.name=r -c user.email=r@r -c commit.gpgsign=false "
@@ -181,14 +242,24 @@ def _t0() -> Workload:
     )
 
 
-def _capacity() -> Workload:
+def capacity_workload(touch_mib: int = TOUCH_MIB, hold_s: float = 600.0) -> Workload:
+    """Touch `touch_mib` MiB of private memory and hold it (a Python holder process),
+    run a git step while holding it, then wait at the barrier; its release step ends
+    the holder. `hold_s` bounds the holder's life if no release ever comes."""
     return Workload(
         name="capacity",
         steps=(
-            Step(("python3", "-c", CAPACITY_PY), expect_out=str(32 << 20)),
+            Step(
+                ("python3", "-c", HOLD_PY, str(touch_mib), f"{hold_s:g}"),
+                expect_out=f"held {touch_mib << 20}",
+            ),
             Step(("sh", "-c", CAPACITY_GIT), expect_out="rtax-capacity"),
         ),
-        description="touch 32 MiB of private memory in Python, then a git step",
+        release=Step(("python3", "-c", RELEASE_PY), expect_out="released"),
+        description=(
+            f"touch {touch_mib} MiB of private memory and hold it in a Python process, "
+            "a git step, then the barrier; the release lets the memory go"
+        ),
     )
 
 
@@ -242,14 +313,17 @@ def _trajectory(n: int, assets: A.AssetPaths) -> Workload:
     )
 
 
-def builtin_workloads(assets: A.AssetPaths | None) -> dict[str, Workload]:
+def builtin_workloads(
+    assets: A.AssetPaths | None, *, touch_mib: int = TOUCH_MIB, hold_s: float = 600.0
+) -> dict[str, Workload]:
     """The built-in workloads by name, in WORKLOAD_NAMES order; without assets only
-    those that need none (t0, capacity)."""
+    those that need none (t0, capacity). `touch_mib` and `hold_s`: the capacity
+    workload's held memory and the longest its holder waits for the release."""
     out: dict[str, Workload] = {"t0": _t0()}
     if assets is not None:
         out["t1"] = _t1(assets)
         out["t2"] = _t2(assets)
         for n in TRAJECTORY_LENGTHS:
             out[f"trajectory-{n}"] = _trajectory(n, assets)
-    out["capacity"] = _capacity()
+    out["capacity"] = capacity_workload(touch_mib, hold_s)
     return {name: out[name] for name in WORKLOAD_NAMES if name in out}
