@@ -29,3 +29,14 @@ def one_line_errors(parser: argparse.ArgumentParser, name: str) -> None:
         raise SystemExit(2)
 
     parser.error = error  # type: ignore[method-assign,assignment]
+
+
+def _sizes(value: str) -> tuple[int, ...]:
+    """A comma-separated list of batch sizes, each at least 1 (`--sizes 16,32,48`)."""
+    try:
+        sizes = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {value!r}") from None
+    if not sizes or any(n < 1 for n in sizes):
+        raise argparse.ArgumentTypeError("each size must be at least 1")
+    return sizes

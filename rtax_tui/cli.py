@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Sequence
 
 from rtax_tui import __version__
-from rtax_tui.argtypes import _nonneg, _positive
+from rtax_tui.argtypes import _nonneg, _positive, _sizes
 from rtax_tui.core.model import RtaxError
 from rtax_tui.hostflags import add_host_flags, host_overrides
 
@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workload", type=_csv, help="workloads, comma-separated (t0,t1,t2,...)")
     r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
     r.add_argument("--concurrency", type=_positive, help="trials in flight at once")
+    r.add_argument(
+        "--sizes",
+        type=_sizes,
+        help="capacity curve: batch sizes, comma-separated (replaces [capacity] sizes/size)",
+    )
     add_host_flags(r)
     r.add_argument(
         "--record",
@@ -373,6 +378,8 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
         concurrency=getattr(args, "concurrency", None),
         **host_overrides(args),
     )
+    if getattr(args, "sizes", None):
+        profile = profile.with_sizes(args.sizes)
     output = getattr(args, "output", None)
     headless = getattr(args, "headless", False) or output == "-" or getattr(args, "control", False)
     if headless or not _interactive():
@@ -417,6 +424,8 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         if v:
             overrides += [flag, ",".join(v)]
     overrides += _ssh_flags(args)
+    if getattr(args, "sizes", None):
+        overrides += ["--sizes", ",".join(map(str, args.sizes))]
     path = str(resolve_profile_path(name))
     return run_console_live(
         getattr(profile, "name", name),

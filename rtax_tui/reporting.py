@@ -40,7 +40,10 @@ P50/P95   median and 95th percentile in milliseconds, over trials that are not
           of one trial
 [lo, hi]  95% bootstrap interval of the median (fixed seed, reproducible)
 capacity  passed/batches: batches in which all N environments reached the barrier;
-          arrived/tasks: environments that arrived over all that were started
+          arrived/tasks: environments that arrived over all that were started;
+          per size: the budget cgroup's peak memory (MiB, the largest of the
+          size's batches) and its OOM kills; largest passing: the largest size
+          whose batches all passed
 diff      median(b) - median(a) with its 95% bootstrap interval; `faster` names
           the cell with the smaller median when the interval excludes 0
 worker-h  N * (create + ready + teardown + S * action) / 3600 from the medians,
@@ -56,7 +59,57 @@ def _fmt_ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
 
-def _capacity_text(cap: dict[str, int] | None) -> str:
+CAPACITY_HEADS = [
+    "cell",
+    "size",
+    "passed/batches",
+    "arrived/tasks",
+    "peak MiB",
+    "OOM kills",
+    "largest passing",
+]
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / (1 << 20):.0f}"
+
+
+def capacity_rows(report: dict[str, Any]) -> list[list[str]]:
+    """pVisor's capacity table: per cell and size, passed/batches, arrived/tasks, the
+    budget's peak memory and OOM kills; the largest passing size on the cell's first row."""
+    rows: list[list[str]] = []
+    for c in report["cells"]:
+        cap = c.get("capacity") or {}
+        sizes = cap.get("sizes") or []
+        lp = cap.get("largest_passing_size")
+        for i, s in enumerate(sizes):
+            rows.append(
+                [
+                    str(c["cell"]) if i == 0 else "",
+                    str(s["size"]),
+                    f"{s['passed']}/{s['batches']}",
+                    f"{s['arrived']}/{s['tasks']}",
+                    _mib(s.get("mem_peak_bytes")),
+                    "-" if s.get("oom_kills") is None else str(s["oom_kills"]),
+                    ("-" if lp is None else str(lp)) if i == 0 else "",
+                ]
+            )
+    return rows
+
+
+def render_capacity(report: dict[str, Any]) -> Table | None:
+    rows = capacity_rows(report)
+    if not rows:
+        return None
+    table = Table(title="capacity per cell and size (measured batches)")
+    for i, h in enumerate(CAPACITY_HEADS):
+        table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def _capacity_text(cap: dict[str, Any] | None) -> str:
     if not cap:
         return "-"
     return f"{cap['passed_batches']}/{cap['batches']}, {cap['arrived_tasks']}/{cap['tasks']}"
@@ -124,6 +177,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += ["## Cells (times in ms)", ""]
         rows = [_cell_row(c, capacity) for c in report["cells"]]
         out += [_md_table(_headers(capacity), rows), ""]
+        if capacity_rows(report):
+            out += ["## Capacity per cell and size", ""]
+            out += [_md_table(CAPACITY_HEADS, capacity_rows(report)), ""]
         out += ["## Cell ids", ""]
     for c in report["cells"]:
         errs = ", ".join(f"{k}: {v}" for k, v in c.get("errors", {}).items())
@@ -279,6 +335,9 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     replay = render_replay(report)
     if replay is not None:
         console.print(replay)
+    cap_table = render_capacity(report)
+    if cap_table is not None:
+        console.print(cap_table)
     for name, h in (report.get("run", {}).get("hosts") or {}).items():
         net = h.get("net") or {}
         if "connect_ms" in net and "exec_rtt_ms" in net:

@@ -154,7 +154,16 @@ def test_capacity_batches_pass_with_the_builtin_workload(tmp_path, driver, reque
         ).stdout
     )
     cap = rep["cells"][0]["capacity"]
-    assert cap == {"batches": 2, "passed_batches": 2, "tasks": 16, "arrived_tasks": 16}
+    assert {k: cap[k] for k in ("batches", "passed_batches", "tasks", "arrived_tasks")} == {
+        "batches": 2,
+        "passed_batches": 2,
+        "tasks": 16,
+        "arrived_tasks": 16,
+    }
+    [point] = cap["sizes"]
+    assert (point["size"], point["passed"], point["arrived"], point["oom_kills"]) == (8, 2, 16, 0)
+    assert point["mem_peak_bytes"] >= 8 * (32 << 20)  # every environment held its 32 MiB
+    assert cap["largest_passing_size"] == 8
     run_id = rec.header["run_id"]
     assert leftover_cgroups(run_id) == []
     if client is not None:
@@ -273,3 +282,41 @@ def test_an_environment_that_never_arrives_fails_the_batch_at_the_deadline(tmp_p
     assert len(failed) == 1 and failed[0]["error"]["kind"] == "barrier_deadline"
     assert leftover_cgroups(rec.header["run_id"]) == []
     assert subprocess.run(["pgrep", "-f", "sleep 301"], capture_output=True).stdout == b""
+
+
+def test_a_capacity_curve_finds_the_largest_passing_size(tmp_path):
+    # 64 MiB held per environment in a 200 MiB budget: 2 fit, 4 do not. `--sizes`
+    # replaces the profile's `size`; the report gives pVisor's table per size.
+    prof = (
+        '[run]\nwarmup = 0\ndrivers = ["stage"]\nworkloads = ["capacity"]\n'
+        "[capacity]\nsize = 8\nbatches = 2\ndeadline_s = 120\ntouch_mib = 64\n"
+        "cpus = 2.0\nmemory_mib = 200\n"
+    )
+    _, out = run(tmp_path, prof, "--sizes", "2,4")
+    rec = read_recording(out)
+    bars = [e for e in rec.events if e["type"] == "barrier"]
+    assert sorted(b["size"] for b in bars) == [2, 2, 4, 4]
+    rep = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "rtax_tui", "report", str(out), "--format", "json"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    )
+    cap = rep["cells"][0]["capacity"]
+    small, large = cap["sizes"]
+    assert (small["size"], small["batches"], small["passed"], small["tasks"]) == (2, 2, 2, 4)
+    assert small["arrived"] == 4 and small["oom_kills"] == 0
+    assert small["mem_peak_bytes"] >= 2 * (64 << 20)
+    assert (large["size"], large["batches"], large["passed"], large["tasks"]) == (4, 2, 0, 8)
+    assert large["arrived"] < 8 and large["oom_kills"] >= 2
+    assert cap["largest_passing_size"] == 2
+    md = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "report", str(out), "--format", "markdown"],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    assert "| local/stage/capacity/exec | 2 | 2/2 | 4/4 |" in md
+    assert f"|  | 4 | 0/2 | {large['arrived']}/8 |" in md
+    assert leftover_cgroups(rec.header["run_id"]) == []

@@ -35,3 +35,20 @@ def test_capacity_plan_batches():
     assert all(t.batch == b.id for b in plan for t in b.trials)
     ids = [t.id for b in plan for t in b.trials]
     assert ids == sorted(set(ids))
+
+
+def test_capacity_curve_plan_runs_every_size_per_cell_interleaved():
+    plan = build_capacity_plan(cells(), batches=3, size=(2, 5, 3), warmup=1, seed=4)
+    warm = [b for b in plan if b.warmup]
+    assert len(warm) == 4 and all(len(b.trials) == 2 for b in warm)  # the smallest size
+    measured = [b for b in plan if not b.warmup]
+    assert Counter((b.cell, len(b.trials)) for b in measured) == {
+        (c, n): 3 for c in cells() for n in (2, 5, 3)
+    }
+    # interleaved across cells and sizes, and seeded
+    keys = [(b.cell, len(b.trials)) for b in measured]
+    assert sum(1 for a, b in zip(keys, keys[1:], strict=False) if a != b) > len(keys) // 2
+    again = build_capacity_plan(cells(), batches=3, size=(2, 5, 3), warmup=1, seed=4)
+    assert [(b.cell, len(b.trials)) for b in again] == [(b.cell, len(b.trials)) for b in plan]
+    ids = [t.id for b in plan for t in b.trials]
+    assert ids == list(range(1, len(ids) + 1))

@@ -63,3 +63,23 @@ def test_custom_workload(tmp_path):
     assert prof.custom_workloads["mine"].steps[0].argv == ("echo", "hi")
     msg = err(tmp_path, '[workloads.mine]\nsteps = [{argv = ["x"], expect = 1}]\n')
     assert "p.toml:2: workloads.mine.steps[0].expect: unknown key" in msg
+
+
+def test_capacity_curve_sizes_and_touch_mib(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[capacity]\nsize = 8\nsizes = [16, 32]\ntouch_mib = 16\n")
+    cap = load_profile(p).capacity
+    assert cap is not None and cap.sizes == (16, 32) and cap.curve == (16, 32)
+    assert cap.touch_mib == 16
+    p.write_text("[capacity]\nsize = 8\n")
+    cap = load_profile(p).capacity
+    assert cap is not None and cap.curve == (8,) and cap.touch_mib == 32  # `size` still works
+    assert load_profile(p).with_sizes((2, 4)).capacity.curve == (2, 4)  # --sizes
+    assert "p.toml:2: capacity.sizes: expected integer" in err(
+        tmp_path, '[capacity]\nsizes = [16, "x"]\n'
+    )
+    assert "capacity.sizes: each must be at least 1" in err(tmp_path, "[capacity]\nsizes = [0]\n")
+    assert "capacity.touch_mib: must be at least 1" in err(tmp_path, "[capacity]\ntouch_mib = 0\n")
+    p.write_text("[run]\nseed = 1\n")
+    with pytest.raises(ProfileError, match="--sizes: the profile has no \\[capacity\\] table"):
+        load_profile(p).with_sizes((2,))

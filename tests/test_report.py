@@ -214,12 +214,27 @@ def test_report_phase_statistics_use_only_good_trials(report):
 
 
 def test_report_capacity(report):
-    assert _cell(report, CAP)["capacity"] == {
+    cap = _cell(report, CAP)["capacity"]
+    assert {k: cap[k] for k in ("batches", "passed_batches", "tasks", "arrived_tasks")} == {
         "batches": 2,
         "passed_batches": 1,
         "tasks": 8,
         "arrived_tasks": 7,
     }
+    # one size (4), one of its two batches failed: no size passed; recordings made before
+    # the budget's figures existed give null for them
+    assert cap["sizes"] == [
+        {
+            "size": 4,
+            "batches": 2,
+            "passed": 1,
+            "tasks": 8,
+            "arrived": 7,
+            "mem_peak_bytes": None,
+            "oom_kills": None,
+        }
+    ]
+    assert cap["largest_passing_size"] is None
     remote = _cell(report, REMOTE_CAP)
     assert (remote["host"], remote["driver"], remote["channel"]) == (
         "ssh://u@h:22",
@@ -228,7 +243,13 @@ def test_report_capacity(report):
     )
     assert remote["n"] == 0
     assert remote["phases"]["total"]["p50_ms"] is None
-    assert remote["capacity"] == {"batches": 1, "passed_batches": 0, "tasks": 2, "arrived_tasks": 0}
+    rcap = remote["capacity"]
+    assert {k: rcap[k] for k in ("batches", "passed_batches", "tasks", "arrived_tasks")} == {
+        "batches": 1,
+        "passed_batches": 0,
+        "tasks": 2,
+        "arrived_tasks": 0,
+    }
 
 
 def test_report_diffs(report):

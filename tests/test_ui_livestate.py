@@ -142,3 +142,47 @@ def test_linear_axis_puts_equal_gaps_at_equal_distances() -> None:
     log = Layout(counts, [], 100, log=True)
     l1, l2, l3 = (log.col_of_ns(v) for v in (1e7, 2e7, 3e7))
     assert (l2 - l1) > (l3 - l2) + 3  # on a log axis the gap shrinks
+
+
+def _batch_events(batch: str, first: int, size: int, arrive: int, peak: int) -> list[dict]:
+    cell = "local/stage/capacity/exec"
+    evs: list[dict] = []
+    for k in range(size):
+        evs.append(
+            {"type": "trial_start", "t_ns": 1, "trial": first + k, "cell": cell, "host": "local",
+             "driver": "stage", "workload": "capacity", "channel": "exec", "warmup": False,
+             "batch": batch, "steps": 1, "batch_size": size, "deadline_s": 60}
+        )  # fmt: skip
+    for k in range(arrive):
+        evs.append({"type": "action", "t_ns": 2, "trial": first + k, "i": 0, "dur_ns": 5,
+                    "rc": 0, "ok": True, "out_bytes": 1})  # fmt: skip
+    evs.append(
+        {"type": "barrier", "t_ns": 3, "batch": batch, "cell": cell, "size": size,
+         "arrived": arrive, "released": "settled", "ok": arrive == size, "deadline_s": 60,
+         "warmup": False, "release_ns": 9, "release_dur_ns": 4, "mem_peak_bytes": peak,
+         "oom_kills": size - arrive, "cpu_ns": 1}
+    )  # fmt: skip
+    return evs
+
+
+def test_capacity_curve_per_size_and_a_dense_barrier_view() -> None:
+    from rtax_tui.ui.widgets import DENSE_OVER, density_bar
+
+    st = LiveState()
+    prof = {"drivers": ["stage"], "workloads": ["capacity"], "warmup": 0,
+            "capacity": {"size": 8, "sizes": [2, 1000], "batches": 1}}  # fmt: skip
+    st.ingest({"type": "run", "t_ns": 0, "profile": prof})
+    assert st.planned == 1002
+    for ev in _batch_events("b1", 1, 2, 2, 70 << 20) + _batch_events("b2", 3, 1000, 990, 2 << 30):
+        st.ingest(ev)
+    sizes = st.cells["local/stage/capacity/exec"].sizes
+    assert (sizes[2].passed, sizes[2].batches, sizes[2].arrived, sizes[2].tasks) == (1, 1, 2, 2)
+    assert (sizes[1000].passed, sizes[1000].arrived, sizes[1000].oom_kills) == (0, 990, 10)
+    assert sizes[1000].mem_peak_bytes == 2 << 30
+    # a batch of 1,000: counts per state on two lines, not a thousand marks
+    marks = st.batch_marks()
+    assert len(marks) == 1000 > DENSE_OVER
+    counts = {k: marks.count(k) for k in set(marks)}
+    text = density_bar(counts, 1000).plain
+    assert len(text.splitlines()) == 2 and max(len(line) for line in text.splitlines()) < 80
+    assert "arrived 990" in text and "working 10" in text

@@ -164,7 +164,7 @@ class CapacityRun:
 
     async def run(self, cells: list[Cell], warmup: int, seed: int) -> None:
         cap = self.capacity
-        plan = build_capacity_plan(cells, cap.batches, cap.size, warmup, seed)
+        plan = build_capacity_plan(cells, cap.batches, cap.curve, warmup, seed)
         self.progress.planned = sum(len(b.trials) for b in plan)
         for batch in plan:
             await self.control.gate.wait()

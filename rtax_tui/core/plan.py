@@ -46,18 +46,21 @@ def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[P
 
 
 def build_capacity_plan(
-    cells: list[Cell], batches: int, size: int, warmup: int, seed: int
+    cells: list[Cell], batches: int, size: int | tuple[int, ...], warmup: int, seed: int
 ) -> list[PlannedBatch]:
-    """Warm-up batches (one per cell when warmup > 0) then the measured batches, interleaved."""
-    order: list[tuple[Cell, bool]] = [(c, True) for c in cells if warmup > 0]
-    measured = [(c, False) for c in cells for _ in range(batches)]
+    """Warm-up batches (one per cell, at the smallest size, when warmup > 0), then
+    `batches` measured batches per cell and size, interleaved in a seeded order, so that
+    a capacity curve's sizes and cells share the machine's drifts."""
+    curve = (size,) if isinstance(size, int) else tuple(size)
+    order: list[tuple[Cell, bool, int]] = [(c, True, min(curve)) for c in cells if warmup > 0]
+    measured = [(c, False, n) for c in cells for n in curve for _ in range(batches)]
     random.Random(seed).shuffle(measured)
     order.extend(measured)
     plan: list[PlannedBatch] = []
     next_id = 1
-    for b, (cell, warm) in enumerate(order, 1):
+    for b, (cell, warm, n) in enumerate(order, 1):
         bid = f"b{b}"
-        trials = tuple(PlannedTrial(next_id + k, cell, warm, bid) for k in range(size))
-        next_id += size
+        trials = tuple(PlannedTrial(next_id + k, cell, warm, bid) for k in range(n))
+        next_id += n
         plan.append(PlannedBatch(bid, cell, warm, trials))
     return plan

@@ -164,6 +164,12 @@ class Profile:
         prof._check_names(lambda key: "command line" if key in kw else self.path)
         return prof
 
+    def with_sizes(self, sizes: tuple[int, ...]) -> Profile:
+        """The capacity curve from the command line (`--sizes`)."""
+        if self.capacity is None:
+            raise ProfileError(f"{self.path}: --sizes: the profile has no [capacity] table")
+        return replace(self, capacity=replace(self.capacity, sizes=tuple(sizes)))
+
     def _check_names(self, locate: Callable[[str], str]) -> None:
         def bad(key: str, value: Any, allowed: tuple[str, ...]) -> None:
             raise ProfileError(

@@ -142,14 +142,43 @@ def _finish(cd: _CellData) -> None:
     cd.subsamples = {k: np.asarray(v, dtype=np.int64) for k, v in sub_lists.items()}
 
 
-def _capacity(cd: _CellData) -> dict[str, int] | None:
+def _capacity(cd: _CellData) -> dict[str, Any] | None:
+    """The cell's measured batches (warm-ups left out): totals, then per size pVisor's
+    figures (passed/batches, arrived/tasks, the budget's peak memory, OOM kills) and
+    the largest size whose batches all passed."""
     if not cd.barriers:
         return None
+    bars = [b for b in cd.barriers if not b.get("warmup")]
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for b in bars:
+        by_size.setdefault(int(b.get("size") or 0), []).append(b)
+    sizes: list[dict[str, Any]] = []
+    passing: list[int] = []
+    for size in sorted(by_size):
+        group = by_size[size]
+        peaks = [b["mem_peak_bytes"] for b in group if b.get("mem_peak_bytes") is not None]
+        kills = [b["oom_kills"] for b in group if b.get("oom_kills") is not None]
+        passed = sum(1 for b in group if b.get("ok"))
+        if passed == len(group):
+            passing.append(size)
+        sizes.append(
+            {
+                "size": size,
+                "batches": len(group),
+                "passed": passed,
+                "tasks": sum(int(b.get("size") or 0) for b in group),
+                "arrived": sum(int(b.get("arrived") or 0) for b in group),
+                "mem_peak_bytes": max(peaks) if peaks else None,
+                "oom_kills": sum(kills) if kills else None,
+            }
+        )
     return {
-        "batches": len(cd.barriers),
-        "passed_batches": sum(1 for b in cd.barriers if b.get("ok")),
-        "tasks": sum(int(b.get("size") or 0) for b in cd.barriers),
-        "arrived_tasks": sum(int(b.get("arrived") or 0) for b in cd.barriers),
+        "batches": len(bars),
+        "passed_batches": sum(1 for b in bars if b.get("ok")),
+        "tasks": sum(int(b.get("size") or 0) for b in bars),
+        "arrived_tasks": sum(int(b.get("arrived") or 0) for b in bars),
+        "sizes": sizes,
+        "largest_passing_size": max(passing) if passing else None,
     }
 
 

@@ -100,6 +100,19 @@ class CellState:
     )
     batches: int = 0
     passed_batches: int = 0
+    sizes: dict[int, SizeState] = field(default_factory=dict)  # the capacity curve
+
+
+@dataclass
+class SizeState:
+    """One point of a cell's capacity curve: its measured batches so far."""
+
+    batches: int = 0
+    passed: int = 0
+    tasks: int = 0
+    arrived: int = 0
+    mem_peak_bytes: int | None = None
+    oom_kills: int = 0
 
 
 @dataclass
@@ -156,9 +169,9 @@ class LiveState:
             n_cells *= max(1, len(prof.get(k) or ()))
         cap = prof.get("capacity")
         if isinstance(cap, dict) and cap.get("batches"):
-            warm_batch = 1 if int(prof.get("warmup") or 0) > 0 else 0  # one per cell
-            batches = int(cap["batches"]) + warm_batch
-            self.planned = batches * int(cap.get("size") or 1) * n_cells
+            curve = [int(n) for n in cap.get("sizes") or ()] or [int(cap.get("size") or 1)]
+            warm = min(curve) if int(prof.get("warmup") or 0) > 0 else 0  # one per cell
+            self.planned = (int(cap["batches"]) * sum(curve) + warm) * n_cells
         else:
             per_cell = int(prof.get("trials") or 0) + int(prof.get("warmup") or 0)
             self.planned = per_cell * n_cells
@@ -282,6 +295,18 @@ class LiveState:
             cs.batches += 1
             if ev.get("ok"):
                 cs.passed_batches += 1
+            size = int(ev.get("size") or 0)
+            ss = cs.sizes.get(size)
+            if ss is None:
+                ss = cs.sizes[size] = SizeState()
+            ss.batches += 1
+            ss.passed += 1 if ev.get("ok") else 0
+            ss.tasks += size
+            ss.arrived += int(ev.get("arrived") or 0)
+            ss.oom_kills += int(ev.get("oom_kills") or 0)
+            peak = ev.get("mem_peak_bytes")
+            if isinstance(peak, int):
+                ss.mem_peak_bytes = max(peak, ss.mem_peak_bytes or 0)
         self.batches_done += 1
         if self.batch is not None and self.batch.batch == ev.get("batch"):
             self.batch.released = str(ev.get("released"))

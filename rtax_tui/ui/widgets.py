@@ -7,7 +7,7 @@ from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
 from rtax_tui.ui.histogram import fmt_ms
-from rtax_tui.ui.livestate import LiveState
+from rtax_tui.ui.livestate import LiveState, SizeState
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
 SHORT = {"teardown": "tdown"}
@@ -62,8 +62,31 @@ class CellTable(DataTable):
         return str(self.coordinate_to_cell_key((row, 0)).row_key.value)
 
 
+DENSE_OVER = 64  # a batch larger than this is drawn as counts per state, not marks
+DENSITY_WIDTH = 40
+
+
+def density_bar(counts: dict[str, int], size: int, width: int = DENSITY_WIDTH) -> Text:
+    """A large batch at a glance: one bar split in proportion to the states' counts, then
+    each state's count (a thousand marks would not fit, nor be read)."""
+    t = Text()
+    order = ("done", "arrived", "working", "failed", "waiting")
+    cols = {k: round(width * counts.get(k, 0) / size) if size else 0 for k in order}
+    for k in order:
+        ch, style = MARK[k]
+        t.append(ch * cols[k], style=style)
+    t.append("\n")
+    for k in ("waiting", "working", "arrived", "failed"):
+        ch, style = MARK[k]
+        n = counts.get(k, 0) + (counts.get("done", 0) if k == "arrived" else 0)
+        t.append(f"{ch} {k} {n}  ", style=style)
+    t.append("\n")
+    return t
+
+
 class BarrierView(Static):
-    """The current capacity batch: a mark per environment and its deadline countdown."""
+    """The current capacity batch: a mark per environment (counts per state when the
+    batch is large), its deadline countdown, and per cell and size the batches so far."""
 
     def update_from(self, state: LiveState) -> None:
         b = state.batch
@@ -71,14 +94,18 @@ class BarrierView(Static):
             self.update(Text("capacity: no batch yet", style="dim"))
             return
         t = Text()
-        t.append(f"batch {b.batch}  {b.cell}\n", style="bold")
-        for m in state.batch_marks():
-            ch, style = MARK.get(m, ("?", ""))
-            t.append(ch + " ", style=style)
-        t.append("\n")
+        t.append(f"batch {b.batch}  {b.cell}  N={b.size}\n", style="bold")
+        marks = state.batch_marks()
         counts = {k: 0 for k in MARK}
-        for m in state.batch_marks():
+        for m in marks:
             counts[m] = counts.get(m, 0) + 1
+        if b.size > DENSE_OVER:
+            t.append_text(density_bar(counts, b.size))
+        else:
+            for m in marks:
+                ch, style = MARK.get(m, ("?", ""))
+                t.append(ch + " ", style=style)
+            t.append("\n")
         t.append(
             f"arrived {counts['arrived'] + counts['done']}/{b.size}  "
             f"working {counts['working']}  failed {counts['failed']}\n"
@@ -92,9 +119,30 @@ class BarrierView(Static):
             t.append(f"deadline in {max(0.0, left):.1f}s\n", style="yellow")
         per = state.batches_per_cell()
         for cs in state.cells.values():
-            t.append(f"{cs.driver}/{cs.workload}: passed {cs.passed_batches}/{cs.batches}")
-            t.append(f" of {per}\n" if per else "\n")
+            name = f"{cs.driver}/{cs.workload}/{cs.channel}"
+            if len(cs.sizes) <= 1:
+                t.append(f"{name}: passed {cs.passed_batches}/{cs.batches}")
+                t.append(f" of {per}" if per else "")
+                for ss in cs.sizes.values():
+                    t.append(f", arrived {ss.arrived}/{ss.tasks}{_peak(ss)}")
+                t.append("\n")
+                continue
+            t.append(f"{name}:\n")
+            for size in sorted(cs.sizes):
+                ss = cs.sizes[size]
+                t.append(
+                    f"  N={size}: passed {ss.passed}/{ss.batches}"
+                    f", arrived {ss.arrived}/{ss.tasks}{_peak(ss)}\n",
+                    style="" if ss.passed == ss.batches else "red",
+                )
         self.update(t)
+
+
+def _peak(ss: SizeState) -> str:
+    if ss.mem_peak_bytes is None:
+        return ""
+    kills = f", {ss.oom_kills} OOM kills" if ss.oom_kills else ""
+    return f", peak {ss.mem_peak_bytes / (1 << 20):.0f} MiB{kills}"
 
 
 class FailureLog(Static):
