@@ -39,6 +39,7 @@ from rtax_tui.drivers.vmguest import (
     SerialWatch,
     TrialDir,
     connect_unix,
+    join_budget,
     overlay,
     parse_options,
     resolve_accel,
@@ -209,6 +210,9 @@ class LibvirtEnvironment(Environment):
         self.pgid = _own_group(self.pid) if self.pid is not None else None
         if self.pgid is not None:
             self.d.host.track("pgid", str(self.pgid))
+        # libvirtd starts QEMU in its own cgroups; a capacity batch's budget takes it
+        # while the guest is still paused, before the guest touches its memory
+        join_budget(self.d.host, self.spec, self.pid)
 
     async def ready(self) -> None:
         assert self.agent is not None and self.serial is not None

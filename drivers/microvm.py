@@ -35,6 +35,7 @@ from rtax_tui.drivers.vmguest import (
     Qmp,
     SerialWatch,
     TrialDir,
+    budget_procs,
     connect_unix,
     microvm_argv,
     overlay,
@@ -113,7 +114,12 @@ class MicrovmEnvironment(Environment):
         )
         async with self.sub("launch"):
             with open(self.dir("qemu.log"), "wb") as log:
-                self.proc = await self.d.host.spawn(argv, stdout=log.fileno(), stderr=log.fileno())
+                self.proc = await self.d.host.spawn(
+                    argv,
+                    stdout=log.fileno(),
+                    stderr=log.fileno(),
+                    cgroup_procs=budget_procs(self.d.host, self.spec),  # joined before exec
+                )
             self.qmp = await Qmp.connect(self.dir("qmp.sock"), self._alive)
             r, w = await connect_unix(self.dir("serial.sock"), 10, self._alive)
             self.serial = SerialWatch(r, w)

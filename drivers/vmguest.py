@@ -399,6 +399,33 @@ def microvm_argv(
     return argv
 
 
+def budget_procs(host: Any, spec: Any) -> list[str]:
+    """The `cgroup.procs` files of the capacity batch's budget cgroup, or none: QEMU runs
+    inside the budget, so the guest's memory and CPU count against it like any
+    other substrate's."""
+    if not spec.cgroup_parent:
+        return []
+    procs: list[str] = host.cgroup_procs(spec.cgroup_parent)
+    return procs
+
+
+def join_budget(host: Any, spec: Any, pid: int | None) -> None:
+    """Move a running QEMU (all its threads) into the batch's budget cgroup. What it
+    had touched before (its start-up, and the kernel and initramfs loaded into the
+    paused guest's RAM) stays charged where it was: v1 no longer moves charges."""
+    procs = budget_procs(host, spec)
+    if not procs:
+        return
+    if pid is None:
+        raise PhaseFailure("cgroup_failed", "no QEMU pid to put into the batch's budget")
+    for f in procs:
+        try:
+            with open(f, "w") as fh:
+                fh.write(str(pid))
+        except OSError as exc:
+            raise PhaseFailure("cgroup_failed", f"cannot move QEMU {pid} into {f}: {exc}") from exc
+
+
 def workload_problems(workloads: list[Workload], start: str) -> list[Problem]:
     """What keeps these workloads off a VM (both VM drivers say the same)."""
 

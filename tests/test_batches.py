@@ -95,6 +95,10 @@ def test_a_batch_budget_cgroup_is_made_and_removed(monkeypatch) -> None:  # type
         def __init__(self, name: str) -> None:
             self.relpath = f"rtax/{name}"
 
+        @staticmethod
+        def relpath_of(name: str) -> str:
+            return f"rtax/{name}"
+
         @classmethod
         def create(cls, name: str, **kw: object) -> FakeCgroup:
             made.append(name)

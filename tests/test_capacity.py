@@ -320,3 +320,27 @@ def test_a_capacity_curve_finds_the_largest_passing_size(tmp_path):
     assert "| local/stage/capacity/exec | 2 | 2/2 | 4/4 |" in md
     assert f"|  | 4 | 0/2 | {large['arrived']}/8 |" in md
     assert leftover_cgroups(rec.header["run_id"]) == []
+
+
+@pytest.mark.parametrize("driver", ["microvm", "libvirt"])
+def test_a_vm_batch_runs_inside_its_budget(tmp_path, driver, request):
+    # The budget cgroup holds nothing but the batch's QEMU processes: its peak memory
+    # and CPU time are the guests', the 32 MiB each guest holds included.
+    request.getfixturevalue("vm_guest")
+    if driver == "libvirt":
+        request.getfixturevalue("libvirtd")
+    _, out = run(
+        tmp_path,
+        f'[run]\nwarmup = 0\ndrivers = ["{driver}"]\nworkloads = ["capacity"]\n'
+        "[timeouts]\nready = 300\naction = 300\n"
+        "[capacity]\nsize = 2\nbatches = 1\ndeadline_s = 600\ncpus = 2.0\nmemory_mib = 2048\n"
+        f'[drivers_options.{driver}]\naccel = "tcg"\nmemory_mib = 256\n',
+    )
+    rec = read_recording(out)
+    bar = next(e for e in rec.events if e["type"] == "barrier")
+    assert bar["ok"] and bar["arrived"] == 2 and bar["oom_kills"] == 0
+    assert bar["mem_peak_bytes"] >= 2 * (32 << 20) + (64 << 20)
+    assert bar["cpu_ns"] >= 1e9  # booting two guests under TCG: seconds of CPU
+    releases = [e for e in rec.events if e["type"] == "phase" and e["name"] == "barrier.release"]
+    assert len(releases) == 2 and all(e["ok"] for e in releases)
+    assert leftover_cgroups(rec.header["run_id"]) == []

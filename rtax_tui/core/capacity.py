@@ -172,14 +172,20 @@ class CapacityRun:
                 break
             budget = None
             if cap.cpus or cap.memory_mib:
-                budget = Cgroup.create(
-                    f"batch-{self.run_id}-{batch.id}",
-                    cpus=cap.cpus,
-                    memory_mib=cap.memory_mib,
-                    swap_mib=cap.swap_mib,
-                    pids=None,
-                )
-                reaper.current().add_cgroup(budget.relpath)
+                name = f"batch-{self.run_id}-{batch.id}"
+                rel = Cgroup.relpath_of(name)
+                reaper.current().add_cgroup(rel)  # before it exists: kill -9 at any moment
+                try:
+                    budget = Cgroup.create(
+                        name,
+                        cpus=cap.cpus,
+                        memory_mib=cap.memory_mib,
+                        swap_mib=cap.swap_mib,
+                        pids=None,
+                    )
+                except BaseException:
+                    reaper.current().drop_cgroup(rel)  # create removed what it had made
+                    raise
             try:
                 await self.run_batch(batch, cap.deadline_s, budget)
             finally:
