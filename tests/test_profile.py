@@ -7,7 +7,9 @@ import pytest
 from rtax_tui.core.profile import ProfileError, load_profile, profiles_dir
 
 
-@pytest.mark.parametrize("name", ["default", "t0", "t1", "t2", "trajectory", "capacity"])
+@pytest.mark.parametrize(
+    "name", ["default", "t0", "t1", "t2", "trajectory", "capacity", "capacity-pvisor"]
+)
 def test_builtin_profiles_load(name):
     prof = load_profile(profiles_dir() / f"{name}.toml")
     assert prof.name == name and prof.trials >= 1 and prof.drivers
@@ -83,3 +85,17 @@ def test_capacity_curve_sizes_and_touch_mib(tmp_path):
     p.write_text("[run]\nseed = 1\n")
     with pytest.raises(ProfileError, match="--sizes: the profile has no \\[capacity\\] table"):
         load_profile(p).with_sizes((2,))
+
+
+def test_the_pvisor_capacity_profile_is_pvisors_budget():
+    prof = load_profile(profiles_dir() / "capacity-pvisor.toml")
+    cap = prof.capacity
+    assert cap is not None
+    assert (cap.cpus, cap.memory_mib, cap.swap_mib, cap.touch_mib, cap.batches) == (
+        2.0,
+        2048,
+        0,
+        32,
+        5,
+    )
+    assert prof.drivers == ("stage", "docker", "podman", "libvirt", "microvm")
