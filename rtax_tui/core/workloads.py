@@ -49,8 +49,9 @@ for p in sorted(pathlib.Path("src/attr").rglob("*.py")):
 # touches argv[1] MiB, page by page, keeps it in its address space and writes its pid
 # to HOLD_PID in the workspace; the step returns once the memory is touched ("held
 # <bytes>"), or says how the holder died (an OOM kill is a SIGKILL, rc 137). The holder
-# ends on its own after argv[2] seconds, so nothing outlives a driver that does not end
-# its environment's processes (local without a budget).
+# stays in the step's process group (a shell channel's teardown ends it with the shell)
+# and ends on its own after argv[2] seconds, so nothing outlives a driver that does not
+# end its environment's processes (`local` over exec without a budget cgroup).
 # RELEASE_SH is the release sent through the channel: it ends the holder (SIGTERM) and
 # returns once the holder is gone or a zombie, whose memory the kernel has already
 # taken back (exit_mm comes first in do_exit): "released" means the memory was let go.
@@ -76,7 +77,6 @@ if pid:
     print("holder exited with", os.WEXITSTATUS(st))
     sys.exit(1)
 os.close(r)
-os.setsid()
 fd = os.open(os.devnull, os.O_RDWR)
 for i in (0, 1, 2):
     os.dup2(fd, i)
