@@ -142,3 +142,45 @@ def test_a_batch_budget_cgroup_is_made_and_removed(monkeypatch) -> None:  # type
     assert removed == [f"rtax/{n}" for n in made]
     assert parents == [f"rtax/{made[0]}"] * 2 + [f"rtax/{made[1]}"] * 2
     assert all(b["ok"] for b in by_type(ev, "barrier"))
+
+
+def test_a_thousand_environments_pass_one_barrier_and_all_let_go():
+    drv = FakeDriver()
+    p = prof(warmup=0, capacity=Capacity(size=1000, batches=1, deadline_s=60))
+    s, ev = run(p, drv, {"w": W_OK})
+    [bar] = by_type(ev, "barrier")
+    assert bar["ok"] and bar["arrived"] == 1000 and bar["released"] == "all_arrived"
+    assert bar["release_dur_ns"] > 0  # the last of the 1,000 let go after the decision
+    assert bar["mem_peak_bytes"] is None and bar["oom_kills"] is None  # no budget cgroup
+    assert len(by_type(ev, "trial_end")) == 1000 and drv.live == 0
+
+
+def test_a_release_step_runs_through_the_channel_after_the_barrier():
+    from rtax_tui.core.model import Step, Workload
+
+    drv = FakeDriver()
+    held = Workload("h", (Step(("echo", "held"), expect_out="held"),))
+    held = Workload("h", held.steps, release=Step(("echo", "released"), expect_out="released"))
+    s, ev = run(
+        prof(warmup=0, capacity=Capacity(size=3, batches=1, deadline_s=5)), drv, {"w": held}
+    )
+    phases = [e for e in by_type(ev, "phase") if e["name"].startswith("barrier.")]
+    assert [e["name"] for e in phases].count("barrier.release") == 3
+    # every environment waits for the release before its release step
+    order = [e["name"] for e in phases]
+    assert order.index("barrier.release") > max(
+        i for i, n in enumerate(order) if n == "barrier.wait"
+    )
+    [bar] = by_type(ev, "barrier")
+    assert bar["ok"] and bar["release_dur_ns"] >= max(
+        e["dur_ns"] for e in phases if e["name"] == "barrier.release"
+    )
+
+    # a release that finds nothing held: the trial fails and does not count as arrived
+    lost = Workload("h", held.steps, release=Step(("false",)))
+    s, ev = run(
+        prof(warmup=0, capacity=Capacity(size=2, batches=1, deadline_s=5)), drv, {"w": lost}
+    )
+    [bar] = by_type(ev, "barrier")
+    assert bar["ok"] is False and bar["arrived"] == 0
+    assert {e["error"]["phase"] for e in by_type(ev, "trial_end")} == {"barrier.release"}
