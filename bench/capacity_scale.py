@@ -122,8 +122,7 @@ def main() -> int:
         rows.append(r)
         print(
             f"run {i + 1}: rc {r['rc']}, passed {r['ok']}, arrived {r['arrived']}/{args.size}, "
-            f"failed {r['failed']}; "
-            + ", ".join(f"{k} {r[k]:.2f}" for k in keys),
+            f"failed {r['failed']}; " + ", ".join(f"{k} {r[k]:.2f}" for k in keys),
             flush=True,
         )
     print("median: " + ", ".join(f"{k} {statistics.median(r[k] for r in rows):.2f}" for k in keys))
