@@ -69,6 +69,7 @@ DRIVER_LABEL = "rtax.driver=swerex"  # which rtax.run containers are this driver
 DOCKER_SOCK = "/var/run/docker.sock"
 CONTAINER_WORKSPACE = "/workspace"
 SESSION = "rtax"
+STARTUP_S = 30.0
 # the prompt variables SWE-ReX's session set for itself: kept when the rest is unset
 _KEEP = '[ "$v" = PS1 ] || [ "$v" = PS2 ] || [ "$v" = PS0 ]'
 # uvicorn's line once the server listens: the port it bound (we ask for port 0).
@@ -314,9 +315,11 @@ class SwerexEnvironment(Environment):
             from swerex.runtime.abstract import CreateBashSessionRequest
 
             async with self.sub("session"):
-                await self._rex(
-                    self.runtime.create_session(CreateBashSessionRequest(session=SESSION))
-                )
+                # its default of 1 s for bash to print its prompt is missed on a loaded
+                # machine when bash sources a ~/.bashrc (the local runtime's bash has
+                # rtax's HOME): the engine's ready timeout is the limit instead
+                req = CreateBashSessionRequest(session=SESSION, startup_timeout=STARTUP_S)
+                await self._rex(self.runtime.create_session(req))
                 self._note_session()
                 # SWE-ReX's bash starts where its runtime runs, with its environment (the
                 # local runtime: rtax's own, TERM included, which makes readline add
