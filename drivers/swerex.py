@@ -191,6 +191,7 @@ class SwerexEnvironment(Environment):
         self.drain: asyncio.Task[None] | None = None
         self.docker: DockerDeployment | None = None
         self.session_pgids: list[int] = []
+        self.broken = False  # a session action that did not finish: never reused
 
     # -- create ----------------------------------------------------------------------
 
@@ -370,7 +371,13 @@ class SwerexEnvironment(Environment):
         if self.runtime is None:
             raise PhaseFailure("not_created", "SWE-ReX's runtime was never started")
         if self.channel == "shell":
-            return await self._session(shlex.join(step.argv), timeout)
+            if self.broken:  # the stale-channel rule: its prompt may still be coming
+                raise PhaseFailure("shell_lost", "an earlier action did not finish; stale")
+            try:
+                return await self._session(shlex.join(step.argv), timeout)
+            except BaseException:
+                self.broken = True
+                raise
         from swerex.exceptions import CommandTimeoutError
         from swerex.runtime.abstract import Command
 
