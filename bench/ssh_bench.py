@@ -44,9 +44,12 @@ def report(path: Path) -> dict:
     return json.loads(rtax("report", str(path), "--format", "json").stdout)
 
 
-async def bare_asyncssh(lab: SSHLab, n: int) -> tuple[float, float]:
-    """Median ms of `conn.run("true")`, and of one framed round trip on an open shell."""
+async def bare_asyncssh(lab: SSHLab, n: int) -> tuple[float, float, float, float]:
+    """Median ms of `conn.run("true")`, of one bare round trip on an open shell, and on
+    the same shell of rtax's framing (drivers/shellframe.py) without and with the
+    remote clock reads: what each layer adds over the bare round trip."""
     import asyncssh
+    from rtax_tui.drivers.shellframe import FramedShell
 
     h = lab.hosts[0]
     conn = await asyncssh.connect(
@@ -66,11 +69,23 @@ async def bare_asyncssh(lab: SSHLab, n: int) -> tuple[float, float]:
             proc.stdin.write(b"true; echo __x $?\n")
             await proc.stdout.readuntil(b"__x 0\n")
             shells.append((time.monotonic_ns() - t) / 1e6)
+        framed: dict[bool, list[float]] = {False: [], True: []}
+        shells_fr = {timed: FramedShell(proc.stdin, proc.stdout, timed=timed) for timed in framed}
+        for _ in range(n):  # interleaved, so that load falls on both alike
+            for timed, sh in shells_fr.items():
+                t = time.monotonic_ns()
+                await sh.run(("true",))
+                framed[timed].append((time.monotonic_ns() - t) / 1e6)
         proc.stdin.write_eof()
         await proc.wait()
     finally:
         conn.close()
-    return statistics.median(execs), statistics.median(shells)
+    return (
+        statistics.median(execs),
+        statistics.median(shells),
+        statistics.median(framed[False]),
+        statistics.median(framed[True]),
+    )
 
 
 def main() -> int:
@@ -120,10 +135,17 @@ def main() -> int:
             f"   network cost recorded for the ssh host: connect {net['connect_ms']:.1f} ms, "
             f"empty command {net['exec_rtt_ms']:.2f} ms"
         )
-        bare_exec, bare_shell = asyncio.run(bare_asyncssh(lab, 200))
+        bare_exec, bare_shell, framed, framed_clock = asyncio.run(bare_asyncssh(lab, 200))
         print(
             f"   second way, bare asyncssh on the same sshd (200 each, median): "
             f"conn.run('true') {bare_exec:.3f} ms, shell round trip {bare_shell:.3f} ms"
+        )
+        rtax_shell = p50[(lo.name, "shell")]
+        print(
+            f"   on that shell: rtax's framing {framed:.3f} ms, with the remote clock reads "
+            f"{framed_clock:.3f} ms; the engine's action {rtax_shell:.3f} ms = "
+            f"{rtax_shell / bare_shell:.2f}x the bare round trip (target <= 1.2x: "
+            f"{'met' if rtax_shell <= 1.2 * bare_shell else 'NOT met'})"
         )
 
         # 2. trials per second over three hosts

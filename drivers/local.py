@@ -62,7 +62,9 @@ class LocalEnvironment(Environment):
         if self.channel == "shell":
             if self.shell is None:
                 raise PhaseFailure("not_created", "the shell was never started")
-            return await asyncio.wait_for(self.shell.run(step.argv), timeout)
+            # asyncio.timeout, not wait_for: no task per action (3.11's wait_for makes one)
+            async with asyncio.timeout(timeout):
+                return await self.shell.run(step.argv)
         return await run_exec(
             self.driver.host,
             list(step.argv),

@@ -238,7 +238,8 @@ class StageEnvironment(Environment):
             if self.shell is None:
                 raise PhaseFailure("not_created", "the sandbox's shell was never started")
             # FramedShell keeps the stale-channel rule
-            return await asyncio.wait_for(self.shell.run(step.argv), timeout)
+            async with asyncio.timeout(timeout):  # no task per action, unlike wait_for
+                return await self.shell.run(step.argv)
         await self._started()
         assert self.pid is not None
         support = (await self.driver.site()).support

@@ -155,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     im = sub.add_parser("images", help="build the substrates' images locally (no registry)")
     im.add_argument("action", choices=("build",))
     im.add_argument(
-        "--driver", choices=("docker", "podman", "vm", "libvirt", "microvm"), default="docker"
+        "--driver",
+        choices=("docker", "podman", "vm", "libvirt", "microvm", "swerex"),
+        default="docker",
     )
     im.add_argument("--force", action="store_true", help="rebuild even when cached")
 

@@ -48,6 +48,22 @@ def processes(needle: str) -> list[str]:
     return out
 
 
+def working_in(prefix: str) -> list[str]:
+    """Processes whose working directory is under `prefix` (a workspace's): what a
+    driver started there, whatever its command line says (a shell, a server)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{name}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(prefix):
+            out.append(f"{name}: cwd {cwd}")
+    return out
+
+
 def domains(label: str) -> list[str]:
     """libvirt domains whose name carries the label (where libvirtd answers)."""
     try:
@@ -75,6 +91,7 @@ def leftovers(
     left += glob.glob(os.path.join(tmp, f"rtax-vm-*{label}*"))
     left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
     left += processes(f"rtax-ws-{label}-")
+    left += working_in(os.path.join(tmp, f"rtax-ws-{label}-"))
     if vms or (engines and monitors):  # QEMU names its guest after the label, conmon
         left += processes(f"rtax-{label}-")  # its container
     if vms:

@@ -26,6 +26,7 @@ BACKEND_FIXTURES = {
     "podman": ("podman_engine",),
     "libvirt": ("libvirtd", "vm_guest"),
     "microvm": ("vm_guest",),
+    "swerex[docker]": ("dockerd",),
 }
 SCRIPT_TIMEOUT_S = 180
 STOP_WAIT_S = 60

@@ -9,7 +9,9 @@ channel is not reused after it, the exec channel is, and nothing of it survives
 teardown; a phase cancelled at any point still tears down; teardown twice is
 harmless; nothing of the environment is left afterwards (processes, cgroups,
 workspaces, containers, VMs); `cleanup(label)` removes what an environment
-abandoned. Per-driver test files keep only what is specific.
+abandoned. Per-driver test files keep only what is specific. A driver whose option
+picks among several ways of running (swerex's `deployment`) goes through the suite once
+per way, as `name[value]`.
 """
 
 from __future__ import annotations
@@ -28,21 +30,42 @@ from tests.services import BACKEND_FIXTURES
 
 CHANNELS = ("exec", "shell")
 VMS = {"libvirt", "microvm"}
-ENGINES = {"docker", "podman"}
+ENGINES = {"docker", "podman", "swerex[docker]"}
+# Drivers run once per value of the option that picks how they run.
+VARIANTS = {"swerex": ("deployment", ("local", "remote", "docker"))}
 _why: dict[str, str | None] = {}
 
 
-def _problem(name: str) -> str | None:
-    if name not in _why:
+def _params() -> list[str]:
+    out = []
+    for name in names():
+        if name in VARIANTS:
+            out += [f"{name}[{v}]" for v in VARIANTS[name][1]]
+        else:
+            out.append(name)
+    return out
+
+
+def _split(param: str) -> tuple[str, dict[str, str]]:
+    """`swerex[remote]` -> ("swerex", {"deployment": "remote"})."""
+    name, _, value = param.partition("[")
+    if not value:
+        return name, {}
+    return name, {VARIANTS[name][0]: value.rstrip("]")}
+
+
+def _problem(param: str) -> str | None:
+    if param not in _why:
         try:
-            probs = asyncio.run(get_driver(name, LocalHost(), {}).check())
-            _why[name] = "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs) or None
+            name, options = _split(param)
+            probs = asyncio.run(get_driver(name, LocalHost(), options).check())
+            _why[param] = "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs) or None
         except Exception as exc:
-            _why[name] = f"{type(exc).__name__}: {exc}"
-    return _why[name]
+            _why[param] = f"{type(exc).__name__}: {exc}"
+    return _why[param]
 
 
-@pytest.fixture(params=names())
+@pytest.fixture(params=_params())
 def driver_name(request: pytest.FixtureRequest) -> str:
     """Every registered driver, its daemon and images up (conftest); skipped, with the
     driver's reason, where it can't run."""
@@ -63,16 +86,17 @@ def _label() -> str:
     return f"ct{os.getpid()}{os.urandom(3).hex()}"
 
 
-def _driver(name: str, channel: str) -> Driver:
-    drv = get_driver(name, LocalHost(), {})
+def _driver(param: str, channel: str) -> Driver:
+    name, options = _split(param)
+    drv = get_driver(name, LocalHost(), options)
     if channel not in drv.channels:
         pytest.skip(f"{name} has no {channel} channel")
     return drv
 
 
-def _spec(name: str, channel: str, label: str) -> EnvSpec:
+def _spec(param: str, channel: str, label: str) -> EnvSpec:
     return EnvSpec(
-        cell=Cell("local", name, "contract", channel),
+        cell=Cell("local", _split(param)[0], "contract", channel),
         workload=Workload("contract", (Step(("true",)),)),
         limits=Limits(cpus=1, memory_mib=256, pids=128),
         label=label,

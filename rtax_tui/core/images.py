@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from typing import Any
@@ -43,6 +44,9 @@ from rtax_tui.core.vmimage import build_guest
 RECIPE_VERSION = 1
 BUSYBOX_REPO = "rtax/busybox"
 DEBIAN_REPO = "rtax/workload"
+SWEREX_REPO = "rtax/swerex"
+# Bump when the SWE-ReX image's recipe changes.
+SWEREX_RECIPE_VERSION = 1
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 GROUP = "root:x:0:\nnobody:x:65534:\n"
 # (path, mode) of the directories of the root filesystem.
@@ -206,6 +210,78 @@ def build_debian_image(
     return tag
 
 
+def _swerex_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("swe-rex")
+    except PackageNotFoundError:
+        raise RtaxError(
+            "images: SWE-ReX is not installed here (pip install 'rtax[swerex]'): the image "
+            "gets the same version as the controller's client"
+        ) from None
+
+
+def swerex_image_tag() -> str:
+    """`rtax/swerex:<hash>`: the Debian workload image plus the controller's own version of
+    swe-rex (so that its server speaks what the client expects)."""
+    recipe = {
+        "version": SWEREX_RECIPE_VERSION,
+        "base": debian_image_tag(),
+        "swe-rex": _swerex_version(),
+        "python": "cp311",
+    }
+    return f"{SWEREX_REPO}:{recipe_digest(recipe)}"
+
+
+# pip is not in the Debian image: it runs from its own wheel, offline, from the context.
+SWEREX_DOCKERFILE = """FROM {base}
+COPY wheels /tmp/rtax-wheels
+RUN python3 /tmp/rtax-wheels/{pip}/pip install --no-index --find-links /tmp/rtax-wheels \
+    --break-system-packages --no-cache-dir --root-user-action=ignore \
+    swe-rex=={version} aiohttp && rm -rf /tmp/rtax-wheels && swerex-remote --version
+"""
+
+
+def build_swerex_image(*, force: bool = False, log: Log | None = None) -> str:
+    """SWE-ReX's Docker deployment's image, with no registry: the wheels are fetched on
+    the controller by pip (the image's Python is Debian 12's 3.11, manylinux wheels),
+    then `docker build --network none` installs them from the build context."""
+    say = log or (lambda _msg: None)
+    tag = swerex_image_tag()
+    exe = _client("docker")
+    if not force and image_exists(tag, "docker"):
+        say(f"{tag}: already built")
+        return tag
+    base = build_debian_image("docker", log=log)
+    version = _swerex_version()
+    with tempfile.TemporaryDirectory(prefix="rtax-image-") as ctx:
+        wheels = os.path.join(ctx, "wheels")
+        pip = [sys.executable, "-m", "pip", "download", "-q", "-d", wheels]
+        pip += ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp"]
+        for plat in ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"):
+            pip += ["--platform", plat]
+        res = subprocess.run(
+            [*pip, f"swe-rex=={version}", "aiohttp", "pip"], capture_output=True, timeout=600
+        )
+        if res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip()[-500:]
+            raise RtaxError(f"images: pip download of swe-rex failed: {err}")
+        pip_whl = next(f for f in sorted(os.listdir(wheels)) if f.startswith("pip-"))
+        with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+            f.write(SWEREX_DOCKERFILE.format(base=base, pip=pip_whl, version=version))
+        res = subprocess.run(
+            [exe, "build", "-q", "--network", "none", "-t", tag, ctx],
+            capture_output=True,
+            timeout=900,
+        )
+        if res.returncode != 0:
+            err = (res.stderr or res.stdout).decode(errors="replace").strip()[-500:]
+            raise RtaxError(f"images: docker build of {tag} failed: {err}")
+    say(f"{tag}: built from {base} with swe-rex {version}")
+    return tag
+
+
 def build(driver: str, *, force: bool = False, log: Log | None = None) -> list[str]:
     """What `rtax images build --driver DRIVER` builds; returns the tags."""
     if driver in VM_KINDS:
@@ -216,5 +292,7 @@ def build(driver: str, *, force: bool = False, log: Log | None = None) -> list[s
             build_busybox_image(driver, force=force, log=log),
             build_debian_image(driver, force=force, log=log),
         ]
-    known = ", ".join(KINDS + VM_KINDS)
+    if driver == "swerex":
+        return [build_swerex_image(force=force, log=log)]
+    known = ", ".join(KINDS + VM_KINDS + ("swerex",))
     raise RtaxError(f"images: driver {driver!r} has no images to build (known: {known})")

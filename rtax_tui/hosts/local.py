@@ -13,6 +13,7 @@ from typing import Any
 
 from rtax_tui.core import reaper
 from rtax_tui.core.model import PhaseFailure
+from rtax_tui.hosts import spawn
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 
 __all__ = ["CompletedProcess", "LocalHost", "join_cgroups_before_exec", "kill_group"]
@@ -34,6 +35,13 @@ def join_cgroups_before_exec(procs_files: Sequence[str]) -> Callable[[], None] |
                 os.close(fd)
 
     return join
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -279,70 +287,104 @@ class LocalHost(Host):
     ) -> tuple[int, bytes]:
         """The exec channel's path: stdout+stderr in one pipe, the exit seen through a pidfd.
 
-        asyncio's subprocess transport costs about 0.3 ms a process more than this on
-        Python 3.11 (measured against hyperfine in bench/); the spawn is the same
-        synchronous fork+exec that asyncio itself does in the loop's thread.
+        The spawn is glibc's posix_spawn (`hosts/spawn.py`: vfork semantics, no Python
+        between fork and exec); a process that must join cgroups before it runs (a
+        capacity budget) goes through Popen with a pre-exec hook instead, as does a C
+        library without posix_spawn's extensions. asyncio's subprocess transport would
+        cost about 0.3 ms a process more on Python 3.11 (measured against hyperfine in
+        bench/).
         """
         loop = asyncio.get_running_loop()
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            preexec_fn=join_cgroups_before_exec(cgroup_procs),
-        )
-        reaper.current().add_pgid(proc.pid)
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        os.set_blocking(fd, False)
-        pidfd = os.pidfd_open(proc.pid)
+        popen: subprocess.Popen[bytes] | None = None
+        if not cgroup_procs and spawn.available():
+            rfd, wfd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            try:
+                pid = spawn.spawn_to_pipe(argv, wfd, cwd=cwd, env=env)
+            except BaseException:
+                os.close(rfd)
+                raise
+            finally:
+                os.close(wfd)
+        else:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                preexec_fn=join_cgroups_before_exec(cgroup_procs),
+            )
+            assert popen.stdout is not None
+            pid = popen.pid
+            rfd = os.dup(popen.stdout.fileno())
+            popen.stdout.close()
+            os.set_blocking(rfd, False)
+        reaper.current().add_pgid(pid)
         chunks: list[bytes] = []
         eof: asyncio.Future[None] = loop.create_future()
-        exited: asyncio.Future[None] = loop.create_future()
 
         def on_output() -> None:
-            try:
-                data = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if data:
+            while True:  # drain what is there: often the output and the EOF at once
+                try:
+                    data = os.read(rfd, 1 << 16)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    data = b""
+                if not data:
+                    break
                 chunks.append(data)
-                return
-            loop.remove_reader(fd)
+            loop.remove_reader(rfd)
             if not eof.done():
                 eof.set_result(None)
 
-        def on_exit() -> None:
-            loop.remove_reader(pidfd)
-            if not exited.done():
-                exited.set_result(None)
-
-        loop.add_reader(fd, on_output)
-        loop.add_reader(pidfd, on_exit)
+        loop.add_reader(rfd, on_output)
+        rc: int | None = None
+        pidfd = -1
         try:
             await eof
-            await exited
+            # the pipe closes as the process exits: its status is mostly there already,
+            # else the pidfd says when (no thread, no SIGCHLD handler)
+            if popen is None:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    rc = os.waitstatus_to_exitcode(status)
+            elif popen.poll() is not None:
+                rc = popen.returncode
+            if rc is None:
+                pidfd = os.pidfd_open(pid)
+                exited: asyncio.Future[None] = loop.create_future()
+
+                def on_exit() -> None:
+                    if not exited.done():
+                        exited.set_result(None)
+
+                loop.add_reader(pidfd, on_exit)
+                await exited
         except BaseException:
-            kill_group(proc)  # type: ignore[arg-type]
+            _killpg(pid)
             raise
         finally:
-            loop.remove_reader(fd)
-            loop.remove_reader(pidfd)
-            proc.stdout.close()
-            os.close(pidfd)
-            proc.wait()  # exited, or killed just now: does not block for long
-            reaper.current().drop_pgid(proc.pid)
-        return proc.returncode, b"".join(chunks)
+            loop.remove_reader(rfd)
+            os.close(rfd)
+            if pidfd >= 0:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+            if rc is None:  # exited, or killed just now: does not block for long
+                if popen is not None:
+                    rc = popen.wait()
+                else:
+                    rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            reaper.current().drop_pgid(pid)
+        assert rc is not None
+        return rc, b"".join(chunks)
 
-    def _reap_spawned(self, spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
-        if spawn.cancelled() or spawn.exception() is not None:
+    def _reap_spawned(self, fut: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
             return
-        proc = spawn.result()
+        proc = fut.result()
         kill_group(proc)
 
         async def reap() -> None:

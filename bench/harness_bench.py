@@ -1,0 +1,194 @@
+"""The harness at the limit: rtax's local exec of `true` against `hyperfine -N`, and where
+the microseconds between them go. Prints measured figures; asserts nothing.
+
+    python3 bench/harness_bench.py [--rounds 3] [--runs 2000] [--trials 20] [--actions 100]
+
+Per round, in this order: `hyperfine -N --output=pipe true` (before), then rtax's own
+figure (one `rtax run`: local, exec, `true` x ACTIONS per trial, the engine's action
+P50), then the layers under it, each `true` timed with time.monotonic_ns() in this
+process, then hyperfine again (after):
+
+- `posix_spawn`: os.posix_spawn + os.waitpid, stdout to /dev/null: the floor of a
+  spawn from Python (glibc's posix_spawn is clone(CLONE_VM|CLONE_VFORK) + exec);
+- `Popen`: subprocess.Popen with rtax's arguments (pipe for stdout+stderr, own
+  session, cwd, env), read to EOF, wait: vfork too, plus subprocess's Python (what the
+  exec path used before);
+- `rtax spawn`: rtax's own posix_spawn (hosts/spawn.py, through ctypes: pipe for
+  stdout+stderr, cwd, own session, other descriptors closed), read to EOF, waitpid,
+  blocking: the spawn of the exec path without the event loop;
+- `host.run`: LocalHost.run(merge_stderr=True) in an event loop: that spawn, the pipe
+  in the loop (add_reader), the exit status (a pidfd if it is not there at EOF);
+- `engine`: the `rtax run` figure: host.run plus the driver, the lifecycle's timing
+  and the reaper's two registrations (the event's writing falls between actions).
+
+The machine may be loaded (the 1-minute load is printed); medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TRUE = shutil.which("true") or "/bin/true"
+
+
+def hyperfine(runs: int) -> float:
+    out = Path(tempfile.mkstemp(suffix=".json")[1])
+    try:
+        subprocess.run(
+            ["hyperfine", "-N", "--output=pipe", "--warmup", "20", "--runs", str(runs),
+             "--export-json", str(out), "true"],
+            capture_output=True, check=True, timeout=600,
+        )  # fmt: skip
+        return float(json.loads(out.read_text())["results"][0]["median"]) * 1000
+    finally:
+        out.unlink()
+
+
+def engine(trials: int, actions: int) -> float:
+    tmp = Path(tempfile.mkdtemp(prefix="rtax-harness-"))
+    try:
+        steps = ", ".join(['{argv = ["true"]}'] * actions)
+        prof = tmp / "p.toml"
+        prof.write_text(
+            f'[run]\ntrials = {trials}\nwarmup = 2\ndrivers = ["local"]\n'
+            f'workloads = ["truex"]\nchannels = ["exec"]\n'
+            f"[workloads.truex]\nsteps = [{steps}]\n"
+        )
+        rec = tmp / "r.jsonl"
+        subprocess.run(
+            [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
+            capture_output=True, check=True, timeout=1800,
+        )  # fmt: skip
+        warm = set()
+        durs = []
+        for line in rec.read_text().splitlines():
+            e = json.loads(line)
+            if e["type"] == "trial_start" and e["warmup"]:
+                warm.add(e["trial"])
+            elif e["type"] == "action" and e["trial"] not in warm:
+                durs.append(e["dur_ns"])
+        return statistics.median(durs) / 1e6
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _p50(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
+    for _ in range(20):
+        fn()
+    durs = []
+    for _ in range(runs):
+        t = time.monotonic_ns()
+        fn()
+        durs.append(time.monotonic_ns() - t)
+    return statistics.median(durs) / 1e6
+
+
+def layers(runs: int) -> dict[str, float]:
+    ws = tempfile.mkdtemp(prefix="rtax-harness-ws-")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": ws, "LANG": "C.UTF-8"}
+    devnull = os.open(os.devnull, os.O_WRONLY)
+
+    def spawn() -> None:
+        pid = os.posix_spawn(TRUE, [TRUE], env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+        os.waitpid(pid, 0)
+
+    def popen() -> None:
+        p = subprocess.Popen(
+            [TRUE], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=ws, env=env, start_new_session=True,
+        )  # fmt: skip
+        assert p.stdout is not None
+        p.stdout.read()
+        p.stdout.close()
+        p.wait()
+
+    def rtax_spawn() -> None:
+        from rtax_tui.hosts.spawn import spawn_to_pipe
+
+        r, w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = spawn_to_pipe([TRUE], w, cwd=ws, env=env)
+        finally:
+            os.close(w)
+        while os.read(r, 1 << 16):
+            pass
+        os.close(r)
+        os.waitpid(pid, 0)
+
+    out = {"posix_spawn": _p50(spawn, runs), "Popen": _p50(popen, runs)}
+    out["rtax spawn"] = _p50(rtax_spawn, runs)
+
+    async def host_run() -> float:
+        from rtax_tui.hosts.local import LocalHost
+
+        host = LocalHost()
+        for _ in range(20):
+            await host.run([TRUE], cwd=ws, env=env, merge_stderr=True)
+        durs = []
+        for _ in range(runs):
+            t = time.monotonic_ns()
+            await host.run([TRUE], cwd=ws, env=env, merge_stderr=True)
+            durs.append(time.monotonic_ns() - t)
+        return statistics.median(durs) / 1e6
+
+    out["host.run"] = asyncio.run(host_run())
+    os.close(devnull)
+    shutil.rmtree(ws, ignore_errors=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=2000)
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--actions", type=int, default=100)
+    args = ap.parse_args()
+    if not shutil.which("hyperfine"):
+        print("hyperfine is not installed (apt-get install hyperfine)", file=sys.stderr)
+        return 2
+    rows: dict[str, list[float]] = {}
+    loads = [os.getloadavg()[0]]
+    for r in range(args.rounds):
+        got = {"hyperfine (before)": hyperfine(args.runs)}
+        got["engine"] = engine(args.trials, args.actions)
+        got.update(layers(args.runs))
+        got["hyperfine (after)"] = hyperfine(args.runs)
+        loads.append(os.getloadavg()[0])
+        hf = (got["hyperfine (before)"] + got["hyperfine (after)"]) / 2
+        print(
+            f"round {r + 1}: "
+            + ", ".join(f"{k} {v * 1000:.0f} us" for k, v in got.items())
+            + f"; engine / hyperfine {got['engine'] / hf:.2f}x",
+            flush=True,
+        )
+        for k, v in got.items():
+            rows.setdefault(k, []).append(v)
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    hf = (med["hyperfine (before)"] + med["hyperfine (after)"]) / 2
+    print(
+        f"\nmedians over {args.rounds} rounds ({args.runs} runs each; engine: {args.trials} "
+        f"trials x {args.actions} actions); 1-minute load {min(loads):.1f}-{max(loads):.1f} "
+        "on 2 cores"
+    )
+    for k in ("hyperfine (before)", "hyperfine (after)", "posix_spawn", "Popen", "rtax spawn",
+              "host.run", "engine"):  # fmt: skip
+        print(f"  {k:<20} {med[k] * 1000:7.0f} us   {med[k] / hf:5.2f}x hyperfine")
+    steps = [("posix_spawn", "rtax spawn"), ("rtax spawn", "host.run"), ("host.run", "engine")]
+    for a, b in steps:
+        print(f"  {a} -> {b}: +{(med[b] - med[a]) * 1000:.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""The exec channel's spawn (hosts/spawn.py through LocalHost.run): what Popen gave,
+kept: merged output, the working directory, a session of its own, nothing inherited,
+the PATH of the environment given, errors as Popen raised them, signals as -N."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+
+import pytest
+
+from rtax_tui.hosts import spawn
+from rtax_tui.hosts.local import LocalHost
+
+pytestmark = pytest.mark.skipif(not spawn.available(), reason="no glibc posix_spawn extensions")
+
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+def run(argv: list[str], **kw):  # type: ignore[no-untyped-def]
+    return asyncio.run(LocalHost().run(argv, merge_stderr=True, **kw))
+
+
+def test_output_cwd_session_and_rc(tmp_path):
+    script = 'echo out; echo err >&2; pwd; cat /proc/self/stat | cut -d" " -f6; echo $$; exit 3'
+    res = run(["sh", "-c", script], cwd=str(tmp_path), env=ENV)
+    out, err, cwd, sid, pid = res.stdout.decode().split()
+    assert (res.returncode, out, err, cwd) == (3, "out", "err", str(tmp_path))
+    assert sid == pid  # its own session, as Popen(start_new_session=True)
+
+
+def test_nothing_inherited_and_stdin_is_devnull(tmp_path):
+    r, w = os.pipe()
+    os.set_inheritable(w, True)  # Popen's close_fds would have closed it: so must we
+    try:
+        res = run(["sh", "-c", "ls /proc/self/fd; readlink /proc/self/fd/0"], env=ENV)
+    finally:
+        os.close(r)
+        os.close(w)
+    fds = res.stdout.decode().split()
+    assert fds[-1] == "/dev/null"
+    assert set(fds[:-1]) <= {"0", "1", "2", "3"}  # 3: ls's own directory
+
+
+def test_path_comes_from_the_env_given(tmp_path):
+    tool = tmp_path / "rtax-spawn-probe"
+    tool.write_text("#!/bin/sh\necho found-in-env-path\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    res = run(["rtax-spawn-probe"], env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert res.stdout == b"found-in-env-path\n"
+    with pytest.raises(FileNotFoundError):
+        run(["rtax-spawn-probe"], env=ENV)  # not in this PATH, though cached for the other
+
+
+def test_errors_and_signals(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        run(["/nonexistent/rtax-nothing"], env=ENV)
+    with pytest.raises(FileNotFoundError):
+        run(["true"], cwd=str(tmp_path / "missing"), env=ENV)
+    assert run(["sh", "-c", "kill -TERM $$"], env=ENV).returncode == -15
+
+
+def test_timeout_kills_the_whole_session(tmp_path):
+    mark = tmp_path / "bg"
+    with pytest.raises(TimeoutError):
+        run(["sh", "-c", f"(sleep 2; touch {mark}) & sleep 30"], env=ENV, timeout=0.3)
+    asyncio.run(asyncio.sleep(2.5))
+    assert not mark.exists()  # the background child died with its group
