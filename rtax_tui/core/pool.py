@@ -85,8 +85,10 @@ class EnvPool:
         self.pending = 0  # creates and resets in flight (each brings one environment)
         self.in_use = 0
         self.closed = False
-        self._tasks: set[asyncio.Task[None]] = set()  # creates and resets: cancelled at close
-        self._teardowns: set[asyncio.Task[None]] = set()  # never cancelled: awaited at close
+        self._tasks: set[asyncio.Task[None]] = set()  # creates: cancelled at close
+        # resets and teardowns: never cancelled (a task cancelled before it ran would
+        # leave its environment behind), awaited at close
+        self._held: set[asyncio.Task[None]] = set()
         self._next = 0
         # counters (the report recomputes them from the recording)
         self.hits = 0
@@ -100,7 +102,7 @@ class EnvPool:
         """Fill the pool (eager): `size` environments start now."""
         if self.conf.refill == "eager":
             for _ in range(self.conf.size):
-                self._spawn(self._create())
+                self._start_create()
 
     async def acquire(self) -> tuple[PooledEnv, int]:
         """A ready environment, and how long the trial waited for one (0: it was ready)."""
@@ -132,6 +134,7 @@ class EnvPool:
         replacement made, under `recreate` or when its trial failed)."""
         self.in_use -= 1
         if healthy and not self.closed and self.reset in REUSABLE:
+            self.pending += 1
             self._spawn(self._reset(pe))
             return
         self._spawn(self._teardown(pe))
@@ -146,12 +149,12 @@ class EnvPool:
         self.waiters.clear()
         for task in list(self._tasks):
             task.cancel()
-        while self._tasks:  # each task tears down what it had when cancelled
+        while self._tasks:  # each create tears down what it had made when cancelled
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        while self.ready:
-            self._spawn(self._teardown(self.ready.popleft()))
-        while self._teardowns:
-            await asyncio.gather(*list(self._teardowns), return_exceptions=True)
+        while self._held or self.ready:  # a finished reset delivers to a closed pool:
+            while self.ready:  # torn down
+                self._spawn(self._teardown(self.ready.popleft()))
+            await asyncio.gather(*list(self._held), return_exceptions=True)
 
     # -- the background work ---------------------------------------------------
     def _take(self, pe: PooledEnv) -> None:
@@ -183,11 +186,15 @@ class EnvPool:
             )
             want = max(want, len(self.waiters) - self.pending)
         for _ in range(max(0, want)):
-            self._spawn(self._create())
+            self._start_create()
+
+    def _start_create(self) -> None:
+        self.pending += 1  # counted now: an acquire before the task runs must see it
+        self._spawn(self._create())
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        held = self._teardowns if coro.__name__ == "_teardown" else self._tasks
+        held = self._tasks if coro.__name__ == "_create" else self._held
         held.add(task)
         task.add_done_callback(held.discard)
 
@@ -234,7 +241,6 @@ class EnvPool:
         )
 
     async def _create(self) -> None:
-        self.pending += 1
         self._next += 1
         try:
             env = self.driver.environment(self.spec)
@@ -272,7 +278,6 @@ class EnvPool:
         self._deliver(pe)
 
     async def _reset(self, pe: PooledEnv) -> None:
-        self.pending += 1
         t0, cpu0, env0 = time.monotonic_ns(), time.process_time_ns(), pe.env.cpu_ns()
         err: str | None = None
         try:
@@ -281,11 +286,6 @@ class EnvPool:
                     await pe.env.reset_clean()
                 else:
                     await pe.env.reset_snapshot()
-        except asyncio.CancelledError:
-            self._record("reset", pe, t0, cpu0, env0, "interrupted: the pool was closed")
-            self.pending -= 1
-            self._spawn(self._teardown(pe))
-            raise
         except TimeoutError:
             err = "timeout: the reset did not finish in time"
         except PhaseFailure as exc:
