@@ -24,6 +24,7 @@ from rtax_tui.core.events import Emitter
 from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Timeouts, Workload
 from rtax_tui.core.pool import EnvPool, effective_reset
 from rtax_tui.core.poolspec import PoolSpec
+from rtax_tui.core.probe import reuse_verdict
 
 TIMEOUT_S = 60.0
 
@@ -50,6 +51,15 @@ case "$(env)" in *"RTAX_REUSE_$t"*) found="$found env:RTAX_REUSE";; esac
 [ "$PWD" = /tmp ] && found="$found cwd:/tmp"
 if [ -n "$found" ]; then echo "LEFT$found"; else echo CLEAN; fi
 """
+
+
+def in_place_reset(driver: Any, channel: str) -> tuple[str | None, str]:
+    """The driver's in-place reset for `channel` (clean, else snapshot), or None and why."""
+    got = driver.pool_resets(channel)
+    for reset in ("clean", "snapshot"):
+        if got.get(reset) is None:
+            return reset, ""
+    return None, f"no in-place reset: clean: {got.get('clean')}; snapshot: {got.get('snapshot')}"
 
 
 @dataclass(frozen=True)
@@ -125,9 +135,5 @@ async def check_reuse(
             pool.release(pe, True)
     finally:
         await pool.close()
-    out = res.output.decode(errors="replace").strip()
-    if "LEFT" in out:
-        return ReuseResult("breached", f"after a {reset} reset the next trial saw: {out[-300:]}")
-    if "CLEAN" in out:
-        return ReuseResult("held", f"{reset} reset: no file, process, variable or cwd was left")
-    return ReuseResult("n/a", f"the checking trial gave rc {res.rc}: {out[-200:]!r}")
+    v = reuse_verdict(res.output.decode(errors="replace").strip())
+    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}")
