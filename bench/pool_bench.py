@@ -62,8 +62,11 @@ def figures(rec_path: Path) -> dict[str, dict[str, object]]:
     pool_work: dict[str, list[int]] = {}
     pool_cpu: dict[str, list[int]] = {}
     acts: dict[int, list[int]] = {}
+    served: dict[str, int] = {}  # pooled trials, warm-ups included: the pool served them all
     for e in rec.events:
         t = e["type"]
+        if t == "trial_start":
+            served[e["cell"]] = served.get(e["cell"], 0) + 1
         if t == "trial_start" and not e["warmup"]:
             start[e["trial"]] = e
             per[e["trial"]] = {}
@@ -79,12 +82,15 @@ def figures(rec_path: Path) -> dict[str, dict[str, object]]:
         cell = str(ev["cell"])
         d = out.setdefault(cell, {"driver": ev["driver"], "mode": ev.get("mode", "cold"),
                                   "start": [], "hits": 0, "n": 0, "first": [],
-                                  "rest": []})  # fmt: skip
+                                  "rest": [], "end": []})  # fmt: skip
         ph = per[tid]
         a = acts.get(tid, [])
         d["first"].extend(a[:1])  # type: ignore[union-attr]
         d["rest"].extend(a[1:])  # type: ignore[union-attr]
         d["n"] = int(d["n"]) + 1  # type: ignore[call-overload]
+        end = ph.get("release", ph.get("teardown"))
+        if end is not None:
+            d["end"].append(end)  # type: ignore[union-attr]
         if d["mode"] == "pool":
             if "acquire" in ph:
                 d["start"].append(ph["acquire"])  # type: ignore[union-attr]
@@ -94,11 +100,12 @@ def figures(rec_path: Path) -> dict[str, dict[str, object]]:
     for cell, d in out.items():
         d["start_p50_ms"] = p50(d.pop("start"))  # type: ignore[arg-type]
         d["first_p50_ms"] = p50(d.pop("first"))  # type: ignore[arg-type]
+        d["end_p50_ms"] = p50(d.pop("end"))  # type: ignore[arg-type]
         d["rest_p50_ms"] = p50(d.pop("rest"))  # type: ignore[arg-type]
         if d["mode"] == "pool":
-            served = max(1, int(d["n"]))  # type: ignore[call-overload]
-            d["pool_ms_per_trial"] = sum(pool_work.get(cell, [])) / served / 1e6
-            d["pool_cpu_ms_per_trial"] = sum(pool_cpu.get(cell, [])) / served / 1e6
+            n = max(1, served.get(cell, 0))
+            d["pool_ms_per_trial"] = sum(pool_work.get(cell, [])) / n / 1e6
+            d["pool_cpu_ms_per_trial"] = sum(pool_cpu.get(cell, [])) / n / 1e6
             d["reset"] = resets.get(cell, {}).get("reset")
     return out
 
@@ -148,18 +155,28 @@ def main() -> int:
               f"{pool['first_p50_ms']:.2f} | {cold['rest_p50_ms']:.2f} / "
               f"{pool['rest_p50_ms']:.2f} |")  # fmt: skip
     print(f"\nworker-hours per {N:,} trajectories (rtax project; pooled: acquire + release "
-          "+ the pool's own work per trajectory)\n")  # fmt: skip
-    print("| substrate | steps | cold | pooled | saved | saved % |")
-    print("|---|---|---|---|---|---|")
+          "+ the pool's own work per trajectory; `saved` also carries the difference of the "
+          "two cells' action medians, `start-up saved` only create+ready+teardown against "
+          "acquire+release+pool work)\n")  # fmt: skip
+    print("| substrate | steps | cold | pooled | saved | start-up saved | of cold |")
+    print("|---|---|---|---|---|---|---|")
     for drv in drivers:
-        cells = {f["mode"]: c for c, f in figs.items() if f["driver"] == drv}
-        if "cold" not in cells or "pool" not in cells:
+        by = {str(f["mode"]): (c, f) for c, f in figs.items() if f["driver"] == drv}
+        if "cold" not in by or "pool" not in by:
             continue
+        (cc, cf), (pc, pf) = by["cold"], by["pool"]
+        # start-up and end only (the actions' medians differ by noise, not by the pool):
+        # cold create+ready+teardown against acquire+release+the pool's work, per trajectory
+        cold_ms = float(cf["start_p50_ms"]) + float(cf["end_p50_ms"])  # type: ignore[arg-type]
+        pool_ms = (float(pf["start_p50_ms"]) + float(pf["end_p50_ms"])  # type: ignore[arg-type]
+                   + float(pf["pool_ms_per_trial"]))  # type: ignore[arg-type]  # fmt: skip
+        startup_h = N * (cold_ms - pool_ms) / 1000 / 3600
         for s in STEPS:
-            c, p = proj[cells["cold"]].get(s), proj[cells["pool"]].get(s)
+            c, p = proj[cc].get(s), proj[pc].get(s)
             if c is None or p is None:
                 continue
-            print(f"| {drv} | {s} | {c:,.1f} | {p:,.1f} | {c - p:,.1f} | {(c - p) / c:.1%} |")
+            print(f"| {drv} | {s} | {c:,.1f} | {p:,.1f} | {c - p:,.1f} | "
+                  f"{startup_h:,.1f} | {startup_h / c:.1%} |")  # fmt: skip
     return 0
 
 
