@@ -217,3 +217,43 @@ def test_compare_sets_a_cold_recording_beside_a_pooled_one_by_start_up() -> None
     start = [r for r in rows if r["phase"] == "startup"]
     assert len(start) == 1 and "acquire" in start[0]["note"]
     assert start[0]["b_p50_ms"] < start[0]["a_p50_ms"]
+
+
+def test_the_report_prints_the_pools_per_host() -> None:
+    from rich.console import Console
+
+    from rtax_tui.reporting import print_report
+
+    drv = FakeDriver()
+    drv.delays = {"create": 0.01}
+    p = prof(warmup=0, trials=3, pool=PoolSpec(size=1), modes=("cold", "pool"))
+    s, ev = run(p, drv, {"w": W_OK})
+    rep = build_report(read_bytes("mem", b"".join(encode(e) for e in ev)))
+    con = Console(record=True, width=200)
+    print_report(rep, con)
+    text = con.export_text()
+    assert "warm pools" in text and "host local" in text and "local/local/w/exec+pool" in text
+
+
+def test_dash_dash_pool_runs_the_profile_pooled(tmp_path: Path) -> None:
+    """`rtax run --pool N` on the real local driver: pooled cells, the pool's events."""
+    import subprocess
+    import sys
+
+    prof_path = tmp_path / "p.toml"
+    prof_path.write_text(
+        '[run]\ntrials = 4\nwarmup = 0\ndrivers = ["local"]\nworkloads = ["t0"]\n'
+        'channels = ["exec"]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "rtax_tui", "run", str(prof_path), "--pool", "2"]
+    res = subprocess.run(cmd + ["--headless", "--quiet", "-o", str(out)], capture_output=True)
+    assert res.returncode == 0, res.stderr
+    rec = read_bytes("r", out.read_bytes())
+    assert rec.header["profile"]["pool"]["size"] == 2
+    assert {e["cell"] for e in rec.events if e["type"] == "trial_start"} == {
+        "local/local/t0/exec+pool"
+    }
+    assert sum(1 for e in rec.events if e["type"] == "pool" and e["op"] == "create") >= 4
+    bad = subprocess.run(cmd[:-1] + ["0", "--headless"], capture_output=True)
+    assert bad.returncode == 2 and b"--pool" in bad.stderr
