@@ -257,3 +257,26 @@ def test_dash_dash_pool_runs_the_profile_pooled(tmp_path: Path) -> None:
     assert sum(1 for e in rec.events if e["type"] == "pool" and e["op"] == "create") >= 4
     bad = subprocess.run(cmd[:-1] + ["0", "--headless"], capture_output=True)
     assert bad.returncode == 2 and b"--pool" in bad.stderr
+
+
+def test_locality_a_trial_whose_host_has_a_ready_environment_goes_first() -> None:
+    from collections import deque
+
+    from rtax_tui.core.control import RunControl
+    from rtax_tui.core.health import HostHealth
+    from rtax_tui.core.model import Cell
+    from rtax_tui.core.plan import PlannedTrial
+    from rtax_tui.core.scheduling import Scheduler
+
+    a = Cell("a", "stage", "w", "exec", "pool")
+    b = Cell("b", "stage", "w", "exec", "pool")
+    cold = Cell("a", "stage", "w", "exec")
+    sch = Scheduler({"a": None, "b": None}, 4, RunControl(), HostHealth({}))
+    pending = deque([PlannedTrial(1, a, False), PlannedTrial(2, b, False)])
+    assert sch.next_with_room(pending) == 0  # no preference: the plan's order
+    sch.prefer = lambda cell: cell.host == "b"  # only host b has a ready environment
+    assert sch.next_with_room(pending) == 1
+    sch.prefer = lambda cell: True
+    assert sch.next_with_room(pending) == 0
+    sch.prefer = lambda cell: cell.host == "b"
+    assert sch.next_with_room(deque([PlannedTrial(3, cold, False), *pending])) == 0  # cold first
