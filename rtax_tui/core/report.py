@@ -444,7 +444,6 @@ def project_report(
     return out
 
 
-
 def _project_cell(
     cd: _CellData,
     trajectories: int,
