@@ -156,7 +156,9 @@ def _finish(cd: _CellData) -> None:
         remote.extend(t.remote)
         totals.append(total + sum(t.actions))
         ph = t.phases
-        startup.append(ph["acquire"] if "acquire" in ph else ph.get("create", 0) + ph.get("ready", 0))
+        startup.append(
+            ph["acquire"] if "acquire" in ph else ph.get("create", 0) + ph.get("ready", 0)
+        )
     samples = {p: np.asarray(v, dtype=np.int64) for p, v in phase_lists.items()}
     samples["action"] = np.asarray(actions, dtype=np.int64)
     samples["total"] = np.asarray(totals, dtype=np.int64)
