@@ -10,6 +10,7 @@ Needs root (stage) and, for docker/podman, the daemons and images
 
     python3 bench/pool_bench.py [--trials 40] [--size 2] [--reset clean]
                                 [--drivers stage,docker,podman] [--channel exec]
+                                [--vm-start boot|restore]  (with --drivers microvm)
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def rtax(*args: str) -> bytes:
     return subprocess.run(cmd, capture_output=True, check=True).stdout
 
 
-def profile(path: Path, drivers: list[str], trials: int, size: int, reset: str, ch: str) -> None:
+def profile(
+    path: Path, drivers: list[str], trials: int, size: int, reset: str, ch: str, vm_start: str
+) -> None:
     path.write_text(
         f"[run]\ntrials = {trials}\nwarmup = 3\nconcurrency = 1\n"
         f'drivers = {json.dumps(drivers)}\nworkloads = ["true10"]\nchannels = ["{ch}"]\n'
@@ -42,6 +45,8 @@ def profile(path: Path, drivers: list[str], trials: int, size: int, reset: str, 
         f'[pool]\nsize = {size}\nreset = "{reset}"\nrefill = "eager"\n'
         "[drivers_options.docker]\nread_only = true\n"
         "[drivers_options.podman]\nread_only = true\n"
+        f'[drivers_options.microvm]\nstart = "{vm_start}"\n'
+        "[timeouts]\ncreate = 120\nready = 240\n"
         "[workloads.true10]\n"
         'description = "10 x true: start-up and steady actions"\n'
         "steps = [" + ", ".join(['{ argv = ["true"] }'] * 10) + "]\n"
@@ -128,11 +133,17 @@ def main() -> int:
     ap.add_argument("--reset", default="clean", choices=("recreate", "clean", "snapshot"))
     ap.add_argument("--drivers", default="stage,docker,podman")
     ap.add_argument("--channel", default="exec", choices=("exec", "shell"))
+    ap.add_argument(
+        "--vm-start",
+        default="boot",
+        choices=("boot", "restore"),
+        help="microvm: boot each guest, or restore the saved one (the snapshot reset)",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rtax-poolbench-"))
     prof, rec = tmp / "pool.toml", tmp / "pool.jsonl"
     drivers = args.drivers.split(",")
-    profile(prof, drivers, args.trials, args.size, args.reset, args.channel)
+    profile(prof, drivers, args.trials, args.size, args.reset, args.channel, args.vm_start)
     rtax("run", str(prof), "--headless", "--quiet", "-o", str(rec))
     figs = figures(rec)
     proj = projections(rec)
