@@ -68,6 +68,28 @@ class Environment(ABC):
     @abstractmethod
     async def teardown(self) -> None: ...
 
+    # -- warm pools (core.pool) ---------------------------------------------
+    async def reset_clean(self) -> None:
+        """Make this environment as a fresh one for the next trial, in place: none of the
+        last trial's workspace files, /tmp files, processes, environment changes or
+        network state may remain (the probe's `pool_reuse_clean` checks it). Only called
+        when `Driver.pool_resets` says `clean` is supported for this channel."""
+        raise PhaseFailure("reset_unsupported", f"{self.driver.name}: no clean reset")
+
+    async def reset_snapshot(self) -> None:
+        """Restore this environment from its snapshot, in place (as `reset_clean`)."""
+        raise PhaseFailure("reset_unsupported", f"{self.driver.name}: no snapshot reset")
+
+    def cpu_ns(self) -> int | None:
+        """CPU time the substrate attributes to this environment so far (e.g. its cgroup's
+        usage), or None when the driver cannot tell. The pool records it per piece of work."""
+        return None
+
+
+# Why a reset is not offered, per reset; None means supported. `recreate` needs nothing of
+# a driver (create and teardown), so every driver has it.
+RESET_UNSUPPORTED = "not supported by this driver (the pool uses recreate)"
+
 
 class Driver(ABC):
     name: str = ""
@@ -108,6 +130,12 @@ class Driver(ABC):
     async def facts(self) -> dict[str, Any]:
         """Versions of the substrate software, for the recording header."""
         return {}
+
+    def pool_resets(self, channel: str) -> dict[str, str | None]:
+        """The warm pool's resets for `channel`: `recreate`, `clean`, `snapshot`, each
+        None when supported, else why not (`rtax doctor` prints it). A driver that
+        offers `clean` or `snapshot` overrides the Environment's `reset_*` too."""
+        return {"recreate": None, "clean": RESET_UNSUPPORTED, "snapshot": RESET_UNSUPPORTED}
 
     @abstractmethod
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment: ...

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.shellframe import FramedShell
-from rtax_tui.drivers.workspace import make_workspace, populate, remove_workspace
+from rtax_tui.drivers.workspace import empty_dir, make_workspace, populate, remove_workspace
 
 from rtax_tui.core.model import (
     ActionResult,
@@ -67,6 +67,21 @@ ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The exec channel's PID 1: a shell that waits, so it also reaps orphans (a bare
 # `sleep` as PID 1 would leave every killed background process a zombie).
 SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
+# A pooled environment's clean reset, inside (core.pool; read_only containers only, where
+# nothing but these places and /workspace is writable): every process but PID 1 (the
+# sleeper loop) and this one killed, then /tmp, /dev/shm and anything made in /dev gone.
+RESET_SH = r"""kill -9 -1 2>/dev/null
+for d in /tmp /dev/shm; do
+  [ -d "$d" ] && for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
+    [ -e "$f" ] || [ -L "$f" ] || continue; rm -rf "$f" || exit 1; done
+done
+for f in /dev/* /dev/.[!.]*; do
+  case "$f" in /dev/pts|/dev/shm|/dev/mqueue) continue;; esac
+  [ -L "$f" ] && continue
+  if [ -f "$f" ] || [ -d "$f" ]; then rm -rf "$f" || exit 1; fi
+done
+echo reset
+"""
 API_TIMEOUT_S = 60
 POOL_SIZE = 64  # concurrent API connections (capacity batches); the SDK's default is 10
 KILL_GRACE_S = 5.0
@@ -493,18 +508,24 @@ class ContainerEnvironment(Environment):
                 raise
             except Exception as exc:
                 raise _map_error(exc, "container create") from exc
-        plan = self._archive_plan()
-        if plan is not None:
-            path, top = plan
-            src = self.spec.workspace_src if self.d.workspace == "copy" else None
+        if self._archive_plan() is not None:
             async with self.sub("workspace"):
-                data = await asyncio.to_thread(_tar_workspace, src, opts.uid, opts.gid, top)
-                await _call(
-                    "copying the workspace", api.put_archive, self.cid, path, data, container=True
-                )
+                await self._put_workspace(api)
         if self.channel == "shell":
             async with self.sub("attach"):
                 await self._attach_shell(api)
+
+    async def _put_workspace(self, api: Any) -> None:
+        """The workspace archive through the API, where `_archive_plan` says (at create,
+        and again after a clean reset)."""
+        plan = self._archive_plan()
+        if plan is None:
+            return
+        path, top = plan
+        opts = self.d.opts
+        src = self.spec.workspace_src if self.d.workspace == "copy" else None
+        data = await asyncio.to_thread(_tar_workspace, src, opts.uid, opts.gid, top)
+        await _call("copying the workspace", api.put_archive, self.cid, path, data, container=True)
 
     async def _attach_shell(self, api: Any) -> None:
         params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -640,6 +661,26 @@ class ContainerEnvironment(Environment):
         task = asyncio.get_running_loop().create_task(kill())
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
+
+    # -- warm pools: the clean reset --------------------------------------------
+
+    async def reset_clean(self) -> None:
+        """The next trial gets a fresh environment in this container (exec channel, a
+        read-only root: `ContainerDriver.pool_resets`): RESET_SH inside, then the host's
+        /workspace directory emptied and filled again as at create."""
+        if self.d.pool_resets(self.channel)["clean"] is not None or self.host_workspace is None:
+            raise PhaseFailure("reset_unsupported", f"{self.d.name}: no clean reset here")
+        res = await self._exec_action(Step(("sh", "-c", RESET_SH)), API_TIMEOUT_S)
+        if res.rc != 0 or b"reset" not in res.output:
+            raise PhaseFailure("reset_failed", f"rc {res.rc}: {res.output[-300:]!r}")
+        opts = self.d.opts
+        ws = self.host_workspace
+        await asyncio.to_thread(empty_dir, ws)
+        if self.d.workspace == "bind":
+            await asyncio.to_thread(populate, ws, self.spec.workspace_src)
+        if opts.uid is not None:
+            await asyncio.to_thread(_own_tree, ws, opts.uid, opts.gid)
+        await self._put_workspace(await self.d.api())
 
     # -- teardown ------------------------------------------------------------
 
@@ -935,6 +976,24 @@ class ContainerDriver(Driver):
         archive into a read-only root filesystem; podman writes it, under a /workspace
         that then stays read-only)."""
         return self.opts.read_only or (self.workspace == "bind" and bool(spec.workspace_src))
+
+    def pool_resets(self, channel: str) -> dict[str, str | None]:
+        out = super().pool_resets(channel)
+        if channel == "shell":
+            out["clean"] = (
+                "shell channel: the persistent shell is the container's init, its variables "
+                "and working directory would survive"
+            )
+        elif not self.opts.read_only:
+            out["clean"] = (
+                "the root filesystem is writable: what a trial wrote outside /workspace and "
+                "/tmp cannot be proven gone (set read_only = true)"
+            )
+        elif not self.local:
+            out["clean"] = "read_only needs the engine on this machine"
+        else:
+            out["clean"] = None
+        return out
 
     def promised_checks(self) -> frozenset[str]:
         if self.network != "none":  # a network mode that reaches the host's loopback, maybe

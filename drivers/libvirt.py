@@ -298,6 +298,14 @@ class LibvirtDriver(Driver):
     # Every check: its own kernel, no network, no shared file system, the VM's memory.
     boundary = ALL_CHECKS
 
+    def pool_resets(self, channel: str) -> dict[str, str | None]:
+        out = super().pool_resets(channel)
+        out["snapshot"] = (
+            "libvirt restores a saved domain under its own name, one at a time: a pool "
+            "holds several (use microvm with start = restore)"
+        )
+        return out
+
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.opts = parse_options(self.name, options, ("uri", "append"))

@@ -171,6 +171,16 @@ class MicrovmEnvironment(Environment):
         )
         return res
 
+    async def reset_snapshot(self) -> None:
+        """A pooled guest back to the saved snapshot (start = restore): this QEMU ends,
+        a new one loads the snapshot over fresh overlays; the guest's memory, disks and
+        processes are the snapshot's, nothing of the last trial's."""
+        if not self.restore:
+            raise PhaseFailure("reset_unsupported", "microvm: snapshot reset needs start = restore")
+        await self.teardown()
+        await self.create()
+        await self.ready()
+
     async def teardown(self) -> None:
         for part in (self.agent, self.serial, self.qmp):
             if part is not None:
@@ -208,6 +218,13 @@ class MicrovmDriver(Driver):
         self.snapshot: str | None = None
         self._snap_dir: TrialDir | None = None
         self._snap_registered = False
+
+    def pool_resets(self, channel: str) -> dict[str, str | None]:
+        out = super().pool_resets(channel)
+        out["snapshot"] = (
+            None if self.opts.start == "restore" else "needs start = restore (a saved guest)"
+        )
+        return out
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)

@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
+import signal
 import subprocess
 from typing import Any
 
@@ -58,7 +60,13 @@ from rtax_tui.drivers.stage_site import (
     host_support,
     list_root,
 )
-from rtax_tui.drivers.workspace import WORKSPACE_PREFIX, run_exec, safe_label
+from rtax_tui.drivers.workspace import (
+    WORKSPACE_PREFIX,
+    empty_dir,
+    populate,
+    run_exec,
+    safe_label,
+)
 
 from rtax_tui.core.assets import assets_root
 from rtax_tui.core.cgroups import Cgroup
@@ -119,6 +127,8 @@ class StageEnvironment(Environment):
         self._binds: asyncio.Future[list[tuple[str, str]]] | None = None
         self._spawn: asyncio.Future[Any] | None = None
         self.env = sandbox_env(spec.env)
+        self.dev_names: set[str] = set()  # /dev as the sandbox started (clean reset)
+        self.init_pids: set[int] = set()  # bwrap, its pid-1 bwrap, the sleeper (clean reset)
 
     # -- create ------------------------------------------------------------
 
@@ -214,6 +224,14 @@ class StageEnvironment(Environment):
             if m and b"}" in data[m.end() :]:
                 pid = int(m.group(1))
         self.pid = pid
+        if self.host.controller_local and self.cg is not None and self.proc is not None:
+            try:  # for a clean reset: /dev as it started, the sandbox's own processes
+                self.dev_names = set(os.listdir(f"/proc/{pid}/root/dev"))
+                self.init_pids = _init_chain(pid, self.proc.pid) | {
+                    p for p in Cgroup(self.cg).pids() if _ppid(p) == pid
+                }
+            except (OSError, PhaseFailure, ValueError, IndexError):
+                pass
 
     async def ready(self) -> None:
         if self.channel == "exec":
@@ -247,6 +265,47 @@ class StageEnvironment(Environment):
         # no cgroup_procs here: rtax-enter joins them itself (no pre-exec hook, so the
         # spawn can vfork)
         return await run_exec(self.host, argv, cwd="/", env=self.env, timeout=timeout)
+
+    # -- warm pools: the clean reset ------------------------------------------
+
+    async def reset_clean(self) -> None:
+        """The next trial gets a fresh environment in this sandbox (exec channel, on the
+        controller's host: the driver's `pool_resets`): every process in the cgroup but
+        the sandbox's own bwrap and sleeper killed, the workspace emptied and filled
+        again, the private /tmp and /dev/shm emptied and anything made in /dev removed
+        (seen from the host through /proc/PID/root). No network, no capabilities and one
+        process per action leave no other state to carry: sockets die with their
+        processes."""
+        if self.channel != "exec" or not self.init_pids or self.cg is None:
+            raise PhaseFailure("reset_unsupported", "stage: clean reset needs a live exec sandbox")
+        await _kill_all_but(Cgroup(self.cg), self.init_pids)
+        gone = [p for p in self.init_pids if not os.path.exists(f"/proc/{p}")]
+        if gone:
+            raise PhaseFailure("reset_failed", f"the sandbox's init processes died: {gone}")
+        await asyncio.to_thread(self._clean_files, f"/proc/{self.pid}/root")
+
+    def _clean_files(self, root: str) -> None:
+        from rtax_tui.hosts.local import chown_tree
+
+        assert self.workspace is not None
+        for d in ("/tmp", "/dev/shm"):
+            if os.path.isdir(root + d):
+                empty_dir(root + d)
+        dev = root + "/dev"
+        for name in set(os.listdir(dev)) - self.dev_names:
+            p = os.path.join(dev, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+        empty_dir(self.workspace)
+        populate(self.workspace, self.spec.workspace_src)
+        chown_tree(self.workspace, self.driver.uid)
+
+    def cpu_ns(self) -> int | None:
+        if self.cg is None or not self.host.controller_local:
+            return None
+        return Cgroup(self.cg).cpu_usage_ns()
 
     # -- teardown ----------------------------------------------------------
 
@@ -316,6 +375,39 @@ class StageEnvironment(Environment):
         self.host.release(proc)
 
 
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _init_chain(pid: int, top: int) -> set[int]:
+    """`pid` and its ancestors up to `top` (the sandbox's bwrap processes)."""
+    chain = {pid, top}
+    try:
+        while pid not in (top, 0, 1):
+            pid = _ppid(pid)
+            chain.add(pid)
+    except (OSError, ValueError, IndexError) as exc:
+        raise PhaseFailure("reset_failed", f"the sandbox's init is gone: {exc}") from exc
+    return chain
+
+
+async def _kill_all_but(cg: Cgroup, keep: set[int], tries: int = 200) -> None:
+    """SIGKILL every process of the cgroup outside `keep` until none is left (a process
+    may fork while its siblings die: the pid limit bounds how often)."""
+    for _ in range(tries):
+        others = cg.pids() - keep
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        await asyncio.sleep(0.001)
+    raise PhaseFailure("reset_failed", "processes kept appearing in the environment's cgroup")
+
+
 class StageDriver(Driver):
     name = "stage"
     runs_remote = True
@@ -337,6 +429,19 @@ class StageDriver(Driver):
         self.sandbox = "bwrap"
         self._site: Site | None = None
         self._site_lock = asyncio.Lock()
+
+    def pool_resets(self, channel: str) -> dict[str, str | None]:
+        out = super().pool_resets(channel)
+        if not self.host.controller_local:
+            out["clean"] = "on an SSH host: not yet (the pool uses recreate)"
+        elif channel == "shell":
+            out["clean"] = (
+                "shell channel: the persistent shell is the sandbox's init, its variables "
+                "and working directory would survive (the pool uses recreate)"
+            )
+        else:
+            out["clean"] = None
+        return out
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return StageEnvironment(self, spec, sub)

@@ -59,6 +59,18 @@ def populate(workspace: str, src: str | None) -> None:
         shutil.copytree(src, workspace, symlinks=True, dirs_exist_ok=True)
 
 
+def empty_dir(path: str) -> None:
+    """Remove everything inside `path` (not `path` itself), without following links: a
+    pooled environment's clean reset (core.pool) empties its writable places so."""
+    with os.scandir(path) as it:
+        entries = list(it)
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path, ignore_errors=False)
+        else:
+            os.unlink(e.path)
+
+
 async def run_exec(
     host: Any,
     argv: list[str],

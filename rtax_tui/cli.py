@@ -9,11 +9,16 @@ import re
 import sys
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rtax_tui import __version__
 from rtax_tui.argtypes import _nonneg, _positive, _sizes
 from rtax_tui.core.model import RtaxError
 from rtax_tui.hostflags import add_host_flags, host_overrides
+
+if TYPE_CHECKING:
+    from rtax_tui.core.poolspec import PoolSpec
+    from rtax_tui.core.profile import Profile
 
 EXAMPLES = """\
 examples:
@@ -78,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--sizes",
         type=_sizes,
         help="capacity curve: batch sizes, comma-separated (replaces [capacity] sizes/size)",
+    )
+    r.add_argument(
+        "--pool",
+        type=_positive,
+        metavar="N",
+        help="run pooled: N environments kept ready per cell and host ([pool] size)",
     )
     add_host_flags(r)
     r.add_argument(
@@ -378,6 +389,7 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
         workloads=getattr(args, "workload", None),
         channels=getattr(args, "channel", None),
         concurrency=getattr(args, "concurrency", None),
+        pool=_pool_override(profile, getattr(args, "pool", None)),
         **host_overrides(args),
     )
     if getattr(args, "sizes", None):
@@ -394,6 +406,15 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
             quiet=getattr(args, "quiet", False),
         )
     return _run_console(name, profile, args, output)
+
+
+def _pool_override(profile: Profile, size: int | None) -> PoolSpec | None:
+    """`--pool N`: the profile's [pool] (or the defaults) with size N; None without it."""
+    if size is None:
+        return None
+    from dataclasses import replace
+
+    return replace(profile.pool_spec, size=size)
 
 
 def _interactive() -> bool:
@@ -416,7 +437,7 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         raise RtaxError(f"{record}: already exists; rtax never overwrites a recording")
     overrides: list[str] = []
     for flag, key in (("--seed", "seed"), ("--trials", "trials"), ("--warmup", "warmup"),
-                      ("--concurrency", "concurrency")):  # fmt: skip
+                      ("--concurrency", "concurrency"), ("--pool", "pool")):  # fmt: skip
         v = getattr(args, key, None)
         if v is not None:
             overrides += [flag, str(v)]

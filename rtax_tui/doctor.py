@@ -20,7 +20,7 @@ from rtax_tui.hostflags import ssh_options
 from rtax_tui.reporting import out_console
 
 
-async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, dict]]:
+async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, dict, dict]]:
     rows = []
     for name in names():
         drv = get_driver(name, host)
@@ -36,7 +36,8 @@ async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, di
                 facts = await drv.facts()
             except Exception:
                 facts = {}
-        rows.append((name, probs, facts))
+        resets = {ch: drv.pool_resets(ch) for ch in drv.channels}  # for this host
+        rows.append((name, probs, facts, resets))
         if on_row is not None:
             on_row(host.name, name, probs, facts)
     return rows
@@ -94,7 +95,7 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
         )
         table = Table("driver", "status", "details / fix", title=f"drivers on {hname}")
         ok_any = False
-        for name, probs, dfacts in rows:
+        for name, probs, dfacts, _ in rows:
             if probs:
                 detail = "\n".join(f"{p.reason} -> fix: {p.fix}" for p in probs)
                 table.add_row(name, "[red]not usable[/red]", detail)
@@ -104,6 +105,7 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
                     name, "[green]ok[/green]", ", ".join(f"{k} {v}" for k, v in dfacts.items())
                 )
         console.print(table)
+        console.print(_pool_table(hname, [(n, r) for n, probs, _, r in rows if not probs]))
         if hname == "local":
             console.print(f"KVM: {asyncio.run(_kvm())}")
         ok_all = ok_all and ok_any
@@ -143,6 +145,21 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
     emit({"drivers": list(names()), "hosts": hosts})
     asyncio.run(_doctor(hosts, profile, on_row))
     return 0 if ok["any"] and not ok["unreachable"] else 1
+
+
+def _pool_table(hname: str, usable: list[tuple[str, dict[str, Any]]]) -> Table:
+    """Which warm-pool resets (`[pool] reset`) each usable driver offers, per channel;
+    for one it lacks, why (a pool asked for it uses `recreate`)."""
+    from rtax_tui.core.poolspec import RESETS
+
+    table = Table("driver", "channel", *RESETS, title=f"warm pool resets on {hname}")
+    for name, per_channel in usable:
+        for ch, got in per_channel.items():
+            cells = [
+                "[green]yes[/green]" if got.get(r) is None else f"no: {got.get(r)}" for r in RESETS
+            ]
+            table.add_row(name, ch, *cells)
+    return table
 
 
 async def _kvm() -> str:

@@ -338,6 +338,10 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     cap_table = render_capacity(report)
     if cap_table is not None:
         console.print(cap_table)
+    if report.get("pools"):  # a run with pooled cells
+        from rtax_tui.pool_render import render_pools
+
+        console.print(render_pools(report["pools"]))
     for name, h in (report.get("run", {}).get("hosts") or {}).items():
         net = h.get("net") or {}
         if "connect_ms" in net and "exec_rtt_ms" in net:

@@ -227,3 +227,58 @@ def test_cleanup_removes_an_abandoned_environment(driver_name):
         await env.teardown()  # still safe afterwards
 
     asyncio.run(run())
+
+
+def test_pool_acquire_release_and_every_reset(driver_name, channel):
+    """Warm pools (core.pool): for each reset the driver offers on this channel, a pool of
+    one hands out an environment, takes it back, resets (or replaces) it, hands it out
+    again, and leaves nothing when closed; every in-place reset passes the probe's
+    `pool_reuse_clean` (a planting trial, then a checking trial on the same environment)."""
+    from rtax_tui.core.events import Emitter
+    from rtax_tui.core.model import Timeouts
+    from rtax_tui.core.pool import EnvPool
+    from rtax_tui.core.poolspec import PoolSpec
+    from rtax_tui.core.probe_reuse import check_reuse
+
+    drv = _driver(driver_name, channel)
+    resets = [r for r, why in drv.pool_resets(channel).items() if why is None]
+    assert "recreate" in resets
+
+    async def run(reset: str) -> None:
+        label = _label()
+        spec = _spec(driver_name, channel, label)
+        spec = EnvSpec(spec.cell, spec.workload, spec.limits, label=label)
+        evs: list[dict] = []
+        pool = EnvPool(
+            Cell("local", driver_name, "contract", channel, "pool"),
+            drv,
+            spec,
+            PoolSpec(size=1, reset=reset, refill="eager"),
+            Timeouts(create=120, ready=120, teardown=60),
+            Emitter([evs.append]),
+        )
+        pool.start()
+        try:
+            seen = []
+            for i in range(2):
+                pe, _ = await pool.acquire()
+                seen.append(pe.n)
+                r = await act(pe.env, "sh", "-c", f"echo {i} > mark; cat mark")
+                assert (r.rc, r.output) == (0, f"{i}\n".encode()), r
+                pool.release(pe, True)
+            if reset == "recreate":
+                assert seen[0] != seen[1]
+            else:
+                assert seen[0] == seen[1], evs
+        finally:
+            await pool.close()
+        assert all(e["ok"] for e in evs if e["op"] != "create"), evs
+        ops = [e["op"] for e in evs]
+        assert ops.count("teardown") == sum(1 for e in evs if e["op"] == "create"), evs
+        assert await _settled(driver_name, label) == []
+        if reset != "recreate":
+            got = await check_reuse(drv, "local", channel, reset, _spec("x", "exec", "x").limits)
+            assert got.result == "held", got
+
+    for reset in resets:
+        asyncio.run(run(reset))

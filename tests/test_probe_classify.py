@@ -131,6 +131,8 @@ CASES = [
     ("workspace_persists", "cat: ./.rtax-probe-mark: No such file", {}, BREACHED),
     ("fresh_env", "looked for x", {}, HELD),
     ("fresh_env", "@found=/tmp/x\nrtax-probe-fresh-ggg", {}, BREACHED),
+    ("pool_reuse_clean", "CLEAN", {}, HELD),
+    ("pool_reuse_clean", "LEFT file:/tmp process:/proc/12", {}, BREACHED),
 ]  # fmt: skip
 
 

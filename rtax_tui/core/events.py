@@ -31,9 +31,14 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 #   events (an unknown event type); runs without them read as before;
 # - added `prep` events (`rtax traj prepare -o`: file, format, k, steps, shell, rep,
 #   dur_ns, ok): one timed preparation of a trajectory's first k steps; `rtax report`
-#   adds per-format figures. An older rtax rejects such a recording the same way.
+#   adds per-format figures. An older rtax rejects such a recording the same way;
+# - added `pool` events (a warm pool's own work, `core.pool`: host, cell, env, op
+#   `create`|`reset`|`teardown`, dur_ns, ok, cpu_ns, env_cpu_ns, error) and, for a
+#   pooled trial, `trial_start.mode` ("pool"; absent means cold) and the phases
+#   `acquire`, `acquire.wait`, `release` in place of create, ready and teardown.
+#   An older rtax rejects a recording with `pool` events the same way.
 # Optional fields added within rtax/1 (readers must not require them):
-# `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`,
+# `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
 # replay workloads: `trial_start.replay` ({trajectory, format, steps, skipped}),
 # `action.expect_rc` (the exit code the trajectory recorded for the step) and
@@ -57,6 +62,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "probe": ("host", "driver", "channel", "check", "result", "evidence"),
     # one timed prefix preparation of `rtax traj prepare` (rtax/1, second addition)
     "prep": ("file", "format", "k", "steps", "dur_ns", "ok"),
+    # one piece of a warm pool's background work (rtax/1, third addition)
+    "pool": ("host", "cell", "env", "op", "dur_ns", "ok"),
 }
 
 
@@ -87,6 +94,7 @@ class TrialStartEvent(TypedDict):
     batch_size: NotRequired[int]
     deadline_s: NotRequired[float]
     replay: NotRequired[dict[str, Any]]
+    mode: NotRequired[str]
 
 
 class PhaseEvent(TypedDict):
@@ -147,6 +155,20 @@ class RunEndEvent(TypedDict):
     error: NotRequired[str]
 
 
+class PoolEvent(TypedDict):
+    type: Literal["pool"]
+    t_ns: NotRequired[int]
+    host: str
+    cell: str
+    env: int
+    op: str
+    dur_ns: int
+    ok: bool
+    cpu_ns: int
+    env_cpu_ns: int | None
+    error: str | None
+
+
 class ProbeEvent(TypedDict):
     type: Literal["probe"]
     t_ns: NotRequired[int]
@@ -169,6 +191,7 @@ Event = (
     | BarrierEvent
     | RunEndEvent
     | ProbeEvent
+    | PoolEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -211,6 +234,7 @@ def trial_start(
     batch_size: int | None = None,
     deadline_s: float | None = None,
     replay: dict[str, Any] | None = None,
+    mode: str = "cold",
 ) -> TrialStartEvent:
     """`steps` (None only in recordings made before it existed), and `batch_size` and
     `deadline_s` (capacity runs) let a live view draw the barrier before the batch's
@@ -233,6 +257,8 @@ def trial_start(
         ev["deadline_s"] = deadline_s
     if replay is not None:
         ev["replay"] = replay
+    if mode != "cold":
+        ev["mode"] = mode
     return ev
 
 
@@ -310,6 +336,36 @@ def barrier(
         ev["oom_kills"] = oom_kills
         ev["cpu_ns"] = cpu_ns
     return ev
+
+
+def pool(
+    *,
+    host: str,
+    cell: str,
+    env: int,
+    op: str,
+    dur_ns: int,
+    ok: bool,
+    cpu_ns: int,
+    env_cpu_ns: int | None,
+    error: str | None,
+) -> PoolEvent:
+    """One piece of a pool's background work on environment `env` (the pool's own number):
+    `create` (create + ready), `reset` (clean or snapshot), `teardown`. `cpu_ns` is
+    rtax's process CPU time over the work (shared with whatever else ran meanwhile: an
+    upper bound), `env_cpu_ns` what the driver attributes to the environment, if it can."""
+    return {
+        "type": "pool",
+        "host": host,
+        "cell": cell,
+        "env": env,
+        "op": op,
+        "dur_ns": dur_ns,
+        "ok": ok,
+        "cpu_ns": cpu_ns,
+        "env_cpu_ns": env_cpu_ns,
+        "error": error,
+    }
 
 
 def run_end(status: str, trials: int, error: str | None = None) -> RunEndEvent:

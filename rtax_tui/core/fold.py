@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from rtax_tui.core.model import TIMED_PHASES
+from rtax_tui.core.model import POOL_PHASES, TIMED_PHASES
 
-_TIMED = frozenset(TIMED_PHASES)
+_TIMED = frozenset(TIMED_PHASES + POOL_PHASES)
 
 Verdict = Literal["warmup", "incomplete", "failed", "invalid", "measured"]
 
@@ -108,7 +108,7 @@ class TrialFold:
         self.starts = 0  # trial_start events seen
         self.on_start = on_start
         self.on_end = on_end
-        self.on_other = on_other  # any other event: run, barrier, run_end, probe
+        self.on_other = on_other  # any other event: run, barrier, run_end, probe, pool
 
     def add(self, ev: dict[str, Any]) -> TrialOutcome | None:
         """Fold one event; returns the trial it concerned, if any."""

@@ -22,8 +22,9 @@ from rtax_tui.core.control import Progress, RunControl
 from rtax_tui.core.errors import ErrorKind, TrialError, interrupted, timeout_kind
 from rtax_tui.core.events import Emitter
 from rtax_tui.core.health import HostHealth, SubstrateHealth
-from rtax_tui.core.model import EnvSpec, PhaseFailure, Workload
+from rtax_tui.core.model import Cell, EnvSpec, PhaseFailure, Workload
 from rtax_tui.core.plan import PlannedTrial
+from rtax_tui.core.pool import PooledEnv, Pools
 from rtax_tui.core.profile import Profile
 
 
@@ -88,6 +89,7 @@ class TrialRunner:
         progress: Progress,
         substrates: SubstrateHealth,
         hosts: HostHealth,
+        pools: Pools | None = None,
     ) -> None:
         self.profile = profile
         self.drivers = drivers
@@ -98,6 +100,7 @@ class TrialRunner:
         self.progress = progress
         self.substrates = substrates
         self.hosts = hosts
+        self.pools = pools  # the warm pools of pooled cells (core.pool)
         self.ended = 0  # trials that emitted their `trial_end`
         self._nth: dict[str, int] = {}  # trials begun per cell (replay variants)
 
@@ -129,6 +132,22 @@ class TrialRunner:
             return None
         return TrialError("create", ErrorKind.SUBSTRATE_LOST, why)
 
+    def spec_for(
+        self, cell: Cell, cgroup_parent: str | None = None, workload: Workload | None = None
+    ) -> EnvSpec:
+        """What a driver needs to build an environment of `cell` (a trial's, with the
+        workload it runs, or a pool's, with the cell's)."""
+        if workload is None:
+            workload = self.workloads[cell.workload]
+        return EnvSpec(
+            cell=cell,
+            workload=workload,
+            limits=self.profile.limits,
+            workspace_src=workload.files,
+            cgroup_parent=cgroup_parent,
+            label=self.run_id,
+        )
+
     async def run(
         self,
         pt: PlannedTrial,
@@ -144,14 +163,7 @@ class TrialRunner:
         cell = pt.cell
         workload = self._workload(cell.id, self.workloads[cell.workload])
         to = self.profile.timeouts
-        spec = EnvSpec(
-            cell=cell,
-            workload=workload,
-            limits=self.profile.limits,
-            workspace_src=workload.files,
-            cgroup_parent=cgroup_parent,
-            label=self.run_id,
-        )
+        spec = self.spec_for(cell, cgroup_parent, workload)
         prog = self.progress
         prog.started += 1
         prog.in_flight += 1
@@ -171,6 +183,7 @@ class TrialRunner:
                 replay=None if workload.replay is None else workload.replay.to_json(),
                 batch_size=barrier.size if with_batch and barrier is not None else None,
                 deadline_s=cap.deadline_s if with_batch and cap is not None else None,
+                mode=cell.mode,
             )
         )
         current = ["create"]
@@ -194,6 +207,7 @@ class TrialRunner:
         error: TrialError | None = None
         actions_ok = True
         env = None
+        pooled: PooledEnv | None = None
         arrived = False
         key = (cell.host, cell.driver)
         try:
@@ -205,12 +219,17 @@ class TrialRunner:
                     covered += dur
                     emit(events.phase(pt.id, "create", dur, False))
                     break
-            if error is None:
+            if error is None and cell.mode == "pool":
+                current[0] = "acquire"
+                pooled, dur, error = await self._acquire(pt, barrier)
+                covered += dur
+                env = None if pooled is None else pooled.env
+            elif error is None:
                 try:
                     env = self.drivers[key].environment(spec, sub)
                 except Exception as exc:
                     error = TrialError("create", ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
-            if env is not None:
+            if env is not None and pooled is None:
                 for phase, fn, timeout in (
                     ("create", env.create, to.create),
                     ("ready", env.ready, to.ready),
@@ -297,7 +316,15 @@ class TrialRunner:
                 barrier.fail(pt.id)
             if barrier is not None and arrived:
                 barrier.let_go(pt.id)  # no-op when its release step already let go
-            if env is not None:
+            if pooled is not None:
+                current[0] = "release"
+                t = time.monotonic_ns()
+                assert self.pools is not None
+                self.pools.get(cell).release(pooled, healthy=error is None)
+                dur = time.monotonic_ns() - t
+                covered += dur
+                emit(events.phase(pt.id, "release", dur, True))
+            elif env is not None:
                 current[0] = "teardown"
                 dur, _, terr = await timed("teardown", env.teardown, to.teardown)
                 covered += dur
@@ -317,6 +344,25 @@ class TrialRunner:
         k = self._nth.get(cell, 0)
         self._nth[cell] = k + 1
         return workload.variants[k % len(workload.variants)]
+
+    async def _acquire(
+        self, pt: PlannedTrial, barrier: Barrier | None
+    ) -> tuple[PooledEnv | None, int, TrialError | None]:
+        """A pooled trial's start: a ready environment from its cell's pool. Emits
+        `acquire` (and `acquire.wait`, when the pool had none ready)."""
+        if self.pools is None:
+            raise RuntimeError("a pooled cell without pools")
+        pool = self.pools.get(pt.cell)
+        to = self.profile.timeouts
+        dur, got, error = await timed("acquire", pool.acquire, to.create + to.ready, barrier)
+        if got is not None:
+            pe, waited = got
+            if waited:
+                self.emit(events.phase(pt.id, "acquire.wait", waited, True))
+            self.emit(events.phase(pt.id, "acquire", dur, True))
+            return pe, dur, None
+        self.emit(events.phase(pt.id, "acquire", dur, False))
+        return None, dur, error
 
     def _end(self, pt: PlannedTrial, error: TrialError | None, actions_ok: bool) -> None:
         """Classify the trial's error (a dropped host, a lost substrate) and record its end."""

@@ -11,6 +11,9 @@ REPORT_FORMAT = "rtax-report/1"
 PHASES = ("create", "ready", "action", "teardown", "orchestration", "total")
 # Phases recorded as `phase` events; `action` and `total` are derived.
 TIMED_PHASES = ("create", "ready", "teardown", "orchestration")
+# A pooled trial's phases in place of create + ready and teardown (core.pool): in a
+# report only where a cell has them, so that a cold run's report keeps its shape.
+POOL_PHASES = ("acquire", "release")
 CHANNELS = ("exec", "shell")
 
 
@@ -137,16 +140,25 @@ class Timeouts:
     barrier: float = 120.0
 
 
+# How a cell's trials get their environment: `cold` (created and torn down by the
+# trial) or `pool` (acquired ready from a warm pool, released for reset; core.pool).
+MODES = ("cold", "pool")
+
+
 @dataclass(frozen=True)
 class Cell:
     host: str
     driver: str
     workload: str
     channel: str
+    mode: str = "cold"
 
     @property
     def id(self) -> str:
-        return f"{self.host}/{self.driver}/{self.workload}/{self.channel}"
+        """`host/driver/workload/channel`, with `+pool` on the channel's part for a pooled
+        cell: the mode is a part of the cell's name, and a cold cell's id is what it was."""
+        base = f"{self.host}/{self.driver}/{self.workload}/{self.channel}"
+        return base if self.mode == "cold" else f"{base}+{self.mode}"
 
 
 @dataclass(frozen=True)

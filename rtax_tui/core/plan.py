@@ -33,8 +33,16 @@ def make_cells(
     drivers: tuple[str, ...],
     workloads: tuple[str, ...],
     channels: tuple[str, ...],
+    modes: tuple[str, ...] = ("cold",),
 ) -> list[Cell]:
-    return [Cell(h, d, w, c) for h in hosts for d in drivers for w in workloads for c in channels]
+    return [
+        Cell(h, d, w, c, m)
+        for h in hosts
+        for d in drivers
+        for w in workloads
+        for c in channels
+        for m in modes
+    ]
 
 
 def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[PlannedTrial]:

@@ -99,7 +99,11 @@ CHECKS: tuple[Check, ...] = (
           "a file written in the workspace is there at a later action of the same trial"),
     Check("fresh_env", GUARANTEE, "guarantees",
           "a fresh environment sees nothing of an earlier one's files (workspace, /tmp)"),
+    Check("pool_reuse_clean", GUARANTEE, "guarantees",
+          "a pooled environment after its clean (or snapshot) reset shows the next trial "
+          "nothing of the last one: files, processes, variables, cwd (core.probe_reuse)"),
 )  # fmt: skip
+POOL_CHECK = "pool_reuse_clean"  # promised only where the driver has an in-place reset
 BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 ALL_CHECKS: frozenset[str] = frozenset(BY_NAME)
 SOCKET_CHECKS = {"docker_socket": "docker", "podman_socket": "podman", "libvirt_socket": "libvirt"}
@@ -429,6 +433,20 @@ def _fresh(check: Check, out: Outcome, ctx: Context) -> Verdict:
     return _v(HELD, "nothing of the earlier environment is visible", out.output)
 
 
+def reuse_verdict(output: str) -> Verdict:
+    """`pool_reuse_clean` from its checking trial's output (core.probe_reuse): `LEFT
+    file:/tmp process:/proc/12 ...` where it found the last trial's state, else CLEAN."""
+    if "LEFT" in output:
+        return _v(BREACHED, "the next trial saw the last one's state", output)
+    if "CLEAN" in output:
+        return _v(HELD, "nothing of the last trial was left", output)
+    return _v(NA, "the checking trial said nothing", output)
+
+
+def _reuse(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    return reuse_verdict(out.output)
+
+
 _CLASSIFIERS = {
     "tmp_sentinel": _sentinel,
     "cache_sentinel": _sentinel,
@@ -452,6 +470,7 @@ _CLASSIFIERS = {
     "other_env": _other,
     "workspace_persists": _persists,
     "fresh_env": _fresh,
+    POOL_CHECK: _reuse,
 }
 assert set(_CLASSIFIERS) == ALL_CHECKS
 

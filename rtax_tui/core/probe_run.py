@@ -30,6 +30,7 @@ from rtax_tui.core.probe import (
     BY_NAME,
     CHECKS,
     NA,
+    POOL_CHECK,
     SOCKET_CHECKS,
     Context,
     Outcome,
@@ -39,6 +40,7 @@ from rtax_tui.core.probe import (
     trim,
 )
 from rtax_tui.core.probe_host import HostPlant
+from rtax_tui.core.probe_reuse import check_reuse, in_place_reset
 
 # The probe's environments get these limits: the checks need limits to test.
 PROBE_LIMITS = Limits(cpus=1, memory_mib=256, pids=128)
@@ -57,7 +59,9 @@ DOCKER_REQUEST = r"GET /version HTTP/1.0\r\nHost: rtax-probe\r\n\r\n"
 Emit = Callable[[events.Event], None]  # an event without `t_ns`: the caller stamps it
 # Checks decided after the escape attempts, in their own order (other environments, the
 # guarantees, and last the fork bomb and the hog that may take environment A down).
-_LATER = frozenset({"workspace_persists", "other_env", "fresh_env", "pids_limit", "memory_limit"})
+_LATER = frozenset(
+    {"workspace_persists", "other_env", "fresh_env", "pids_limit", "memory_limit", POOL_CHECK}
+)
 
 
 def _step(script: str, *args: str, timeout: float = STEP_TIMEOUT_S) -> Step:
@@ -205,6 +209,7 @@ class CellProbe:
             await _down(env_a)
         if self.marks_written:
             await self._run_fresh(decide)
+        await self._run_reuse(decide)
         for c in CHECKS:  # anything not decided above (a step that was never run)
             if c.name not in self.verdicts:
                 decide(c.name, Verdict(NA, "not measured (see the other checks' evidence)"))
@@ -349,6 +354,20 @@ class CellProbe:
         finally:
             await _down(env_c)
 
+    async def _run_reuse(self, decide: Callable[[str, Verdict], None]) -> None:
+        """`pool_reuse_clean` through a real pool of one (core.probe_reuse), with the
+        driver's in-place reset for this channel: clean, else snapshot; n/a without one."""
+        reset, why = in_place_reset(self.drv, self.channel)
+        if reset is None:
+            decide(POOL_CHECK, Verdict(NA, trim(why)))
+            return
+        try:
+            got = await check_reuse(self.drv, self.host_name, self.channel, reset, self.limits)
+        except Exception as exc:
+            decide(POOL_CHECK, Verdict(NA, trim(f"the pooled environment failed: {_why(exc)}")))
+            return
+        decide(POOL_CHECK, Verdict(got.result, trim(got.evidence)))
+
 
 def _why(exc: BaseException) -> str:
     if isinstance(exc, PhaseFailure):
@@ -470,13 +489,17 @@ async def run_probe(
                         continue
                     cell = CellProbe(drv, host_name, ch, plant, limits=limits, label=label)
 
+                    pr_ch = promised  # the reuse check: promised only with an in-place reset
+                    if in_place_reset(drv, ch)[0] is None:
+                        pr_ch = promised - {POOL_CHECK}
+
                     def verdict(
                         name: str,
                         v: Verdict,
                         h: str = host_name,
                         dd: str = d,
                         c: str = ch,
-                        pr: frozenset[str] = promised,
+                        pr: frozenset[str] = pr_ch,
                     ) -> None:
                         send(h, dd, c, name, v, pr)
 

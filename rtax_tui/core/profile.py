@@ -22,6 +22,7 @@ from rtax_tui.core.model import (
     Timeouts,
     Workload,
 )
+from rtax_tui.core.poolspec import POOL_KEYS, PoolSpec, check_modes, parse_pool
 from rtax_tui.core.profile_toml import profiles_dir
 from rtax_tui.core.workloads import WORKLOAD_NAMES
 
@@ -43,6 +44,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "drivers": (list,),
         "workloads": (list,),
         "channels": (list,),
+        "modes": (list,),
     },
     "timeouts": {k: (int, float) for k in ("create", "ready", "action", "teardown", "barrier")},
     "limits": {"cpus": (int, float), "memory_mib": (int,), "pids": (int,)},
@@ -56,6 +58,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "touch_mib": (int,),
         "sizes": (list,),
     },
+    "pool": POOL_KEYS,  # checked by core.poolspec.parse_pool
 }
 _STEP_KEYS = {
     "argv": (list,),
@@ -109,6 +112,8 @@ class Profile:
     timeouts: Timeouts = field(default_factory=Timeouts)
     limits: Limits = field(default_factory=Limits)
     capacity: Capacity | None = None
+    pool: PoolSpec | None = None  # [pool] or --pool N
+    modes: tuple[str, ...] | None = None  # [run] modes; None: pool if [pool], else cold
     custom_workloads: dict[str, Workload] = field(default_factory=dict)
     driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -134,6 +139,9 @@ class Profile:
             "capacity": vars(self.capacity).copy() if self.capacity else None,
             "driver_options": self.driver_options,
         }
+        if self.pool is not None or self.modes is not None:  # older headers keep their shape
+            d["pool"] = self.pool_spec.to_dict()
+            d["modes"] = list(self.run_modes)
         if self.host_tables:
             d["host_tables"] = self.host_tables
         if self.ssh_options:
@@ -208,6 +216,22 @@ class Profile:
             raise ProfileError(f"{locate('capacity')}: capacity.sizes: each must be at least 1")
         if self.capacity is not None and self.capacity.touch_mib < 1:
             raise ProfileError(f"{locate('capacity')}: capacity.touch_mib: must be at least 1")
+        if self.capacity is not None and "pool" in self.run_modes:
+            raise ProfileError(
+                f"{locate('modes')}: pool: a capacity run starts its batches cold "
+                "(remove [pool] or [capacity])"
+            )
+
+    @property
+    def run_modes(self) -> tuple[str, ...]:
+        """The cell modes of this run: `[run] modes`, else `pool` when a pool is set."""
+        if self.modes is not None:
+            return self.modes
+        return ("pool",) if self.pool is not None else ("cold",)
+
+    @property
+    def pool_spec(self) -> PoolSpec:
+        return self.pool or PoolSpec()
 
     @property
     def needs_assets(self) -> bool:
@@ -295,7 +319,7 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
         _check_type(where("", key), key, value, _SCHEMA[""][key])
         kw[key] = value
 
-    for table in ("run", "timeouts", "limits", "capacity"):
+    for table in ("run", "timeouts", "limits", "capacity"):  # [pool]: parse_pool
         if table not in data:
             continue
         body = data[table]
@@ -331,6 +355,13 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
         if "sizes" in cap:
             cap["sizes"] = tuple(cap["sizes"])
         kw["capacity"] = Capacity(**cap)
+    try:
+        if "pool" in data:
+            kw["pool"] = parse_pool(data["pool"], lambda key: where("pool", key))
+        if "modes" in run:
+            kw["modes"] = check_modes(run["modes"], where("run", "modes"))
+    except RtaxError as exc:
+        raise ProfileError(str(exc)) from None
     if "drivers_options" in data:
         from rtax_tui.drivers import names as driver_names
 

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from rtax_tui.core.fold import TrialFold, TrialOutcome
-from rtax_tui.core.model import PHASES, REPORT_FORMAT, TIMED_PHASES
+from rtax_tui.core.model import PHASES, POOL_PHASES, REPORT_FORMAT, TIMED_PHASES
+from rtax_tui.core.pool_report import STARTUP_NOTE, pool_document, pooled_project_inputs
 from rtax_tui.core.probe import build_document
 from rtax_tui.core.recording import Recording
 from rtax_tui.core.stats import clusters, median_diff, project, summarize
@@ -46,6 +47,14 @@ class _CellData:
         self.errors: dict[str, int] = {}
         self.samples: dict[str, np.ndarray] = {}
         self.subsamples: dict[str, np.ndarray] = {}
+        self.pool_events: list[dict[str, Any]] = []  # a pooled cell's background work
+        # per measured trial, what it waited before its first action: create + ready
+        # (cold) or acquire (pooled); `rtax compare` sets the two side by side
+        self.startup = np.zeros(0, dtype=np.int64)
+
+    @property
+    def pooled(self) -> bool:
+        return self.meta.get("mode") == "pool"
 
 
 def _meta_from_id(cell: str) -> dict[str, Any]:
@@ -78,6 +87,8 @@ def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
         cd = cells.get(t.cell)
         if cd is None:
             meta = {k: t.meta[k] for k in ("host", "driver", "workload", "channel")}
+            if "mode" in t.meta:  # a pooled cell (a cold one's meta keeps its shape)
+                meta["mode"] = t.meta["mode"]
             cd = cells[t.cell] = _CellData(t.cell, meta)
         cd.trials.append(t)
 
@@ -88,20 +99,31 @@ def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
             if cd is None:
                 cd = cells[cell] = _CellData(cell, _meta_from_id(cell))
             cd.barriers.append(ev)
+        elif ev["type"] == "pool":
+            cd = cells.get(ev["cell"])
+            if cd is not None:
+                cd.pool_events.append(ev)
+            else:
+                orphan_pool.append(ev)
 
+    orphan_pool: list[dict[str, Any]] = []  # events of a pool before its cell's first trial
     fold = TrialFold(on_start=started, on_other=other)
     fold.feed(rec.events)
+    for ev in orphan_pool:
+        if ev["cell"] in cells:
+            cells[ev["cell"]].pool_events.append(ev)
     for cd in cells.values():
         _finish(cd)
     return cells, fold.starts
 
 
 def _finish(cd: _CellData) -> None:
-    phase_lists: dict[str, list[int]] = {p: [] for p in TIMED_PHASES}
+    phase_lists: dict[str, list[int]] = {p: [] for p in TIMED_PHASES + POOL_PHASES}
     actions: list[int] = []
     totals: list[int] = []
     sub_lists: dict[str, list[int]] = {}
     remote: list[int] = []
+    startup: list[int] = []
     for t in cd.trials:
         verdict = t.verdict
         if verdict == "warmup":
@@ -133,10 +155,18 @@ def _finish(cd: _CellData) -> None:
         actions.extend(t.actions)
         remote.extend(t.remote)
         totals.append(total + sum(t.actions))
+        ph = t.phases
+        startup.append(
+            ph["acquire"] if "acquire" in ph else ph.get("create", 0) + ph.get("ready", 0)
+        )
     samples = {p: np.asarray(v, dtype=np.int64) for p, v in phase_lists.items()}
     samples["action"] = np.asarray(actions, dtype=np.int64)
     samples["total"] = np.asarray(totals, dtype=np.int64)
     cd.samples = {p: samples[p] for p in PHASES}
+    cd.startup = np.asarray(startup, dtype=np.int64)
+    for p in POOL_PHASES:  # a pooled cell's acquire and release
+        if samples[p].size:
+            cd.samples[p] = samples[p]
     if remote:  # the same actions timed by the remote side: the rest is network + framing
         sub_lists["action.remote"] = remote
     cd.subsamples = {k: np.asarray(v, dtype=np.int64) for k, v in sub_lists.items()}
@@ -253,11 +283,12 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
                 "failed": cd.failed,
                 "invalid": cd.invalid,
                 "warmup": cd.warmup,
-                "phases": {p: summarize(cd.samples[p], seed=seed) for p in PHASES},
+                "phases": {p: summarize(v, seed=seed) for p, v in cd.samples.items()},
                 "subphases": {k: summarize(v, seed=seed) for k, v in cd.subsamples.items()},
                 "errors": dict(cd.errors),
                 "clusters": clus,
                 "capacity": _capacity(cd),
+                **({"startup": STARTUP_NOTE} if cd.pooled else {}),
             }
         )
     if any("replay" in t.meta for cd in cells.values() for t in cd.trials):
@@ -273,6 +304,11 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
         "cells": out_cells,
         "diffs": _diffs(cells, seed),
     }
+    if any(cd.pooled for cd in cells.values()):
+        out["pools"] = pool_document(
+            (t for cd in cells.values() if cd.pooled for t in cd.trials),
+            [ev for cd in cells.values() for ev in cd.pool_events],
+        )
     preps = [ev for ev in rec.events if ev["type"] == "prep"]
     if preps:  # a `rtax traj prepare -o` recording: figures per trajectory format
         from rtax_tui.core.traj.report import prep_document
@@ -325,11 +361,23 @@ def compare_reports(
         if cb is None:
             continue
         name = cell if other == cell else f"{cell} → {other}"
-        for p in PHASES:
+        for p in ca.samples:  # a pooled cell's acquire and release too
+            if p not in cb.samples:
+                continue
             a, b = ca.samples[p], cb.samples[p]
             if a.size == 0 or b.size == 0:
                 continue
             rows.append({"cell": name, "phase": p, **median_diff(a, b, seed=seed)})
+        if (ca.pooled or cb.pooled) and ca.startup.size and cb.startup.size:
+            # cold against pooled: start-up is create + ready on one side, acquire on the other
+            rows.append(
+                {
+                    "cell": name,
+                    "phase": "startup",
+                    "note": STARTUP_NOTE,
+                    **median_diff(ca.startup, cb.startup, seed=seed),
+                }
+            )
     return {
         "format": COMPARE_FORMAT,
         "a": rec_a.header.get("run_id"),
@@ -338,13 +386,13 @@ def compare_reports(
     }
 
 
-CELL_FIELDS = ("host", "driver", "workload", "channel")
+CELL_FIELDS = ("host", "driver", "workload", "channel", "mode")  # mode: None when cold
 
 
 def changed_cell_pairs(rec_a: Recording, rec_b: Recording) -> dict[str, str]:
     """Cells of a matched to cells of b: the same cell, or, for a rerun that changed one
     thing (the channel, the host, a driver), the one cell of b that differs from it in
-    exactly one of host/driver/workload/channel, when no other cell could claim it."""
+    exactly one of host/driver/workload/channel/mode, when no other cell could claim it."""
 
     def cells(rec: Recording) -> dict[str, tuple[str, ...]]:
         return {
@@ -383,11 +431,7 @@ def project_report(
         "trajectories": trajectories,
         "steps": steps if steps_dist is None else sum(steps_dist) / len(steps_dist),
         "cells": [
-            {
-                "cell": cd.cell,
-                **project(cd.samples, trajectories, steps, seed=seed, steps_dist=steps_dist),
-            }
-            for cd in cells.values()
+            _project_cell(cd, trajectories, steps, seed, steps_dist) for cd in cells.values()
         ],
     }
     if steps_dist is not None:
@@ -399,4 +443,37 @@ def project_report(
             "max": d[-1],
             "mean": sum(d) / len(d),
         }
+    return out
+
+
+def _project_cell(
+    cd: _CellData,
+    trajectories: int,
+    steps: int,
+    seed: int,
+    steps_dist: list[int] | None = None,
+) -> dict[str, Any]:
+    """A cold cell: create + ready + teardown + S actions. A pooled cell: acquire as its
+    start-up, release as its end, plus the pool's own worker-time per trajectory."""
+    if not cd.pooled:
+        return {
+            "cell": cd.cell,
+            **project(cd.samples, trajectories, steps, seed=seed, steps_dist=steps_dist),
+        }
+    served = sum(1 for t in cd.trials if "acquire" in t.phases)
+    work = sum(int(ev["dur_ns"]) for ev in cd.pool_events)
+    p = pooled_project_inputs(cd.samples, work, served)
+    out = {
+        "cell": cd.cell,
+        **project(p["samples"], trajectories, steps, seed=seed, steps_dist=steps_dist),
+    }
+    extra = p["pool_s_per_trajectory"]
+    out["startup"] = STARTUP_NOTE
+    out["pool_s_per_trajectory"] = extra
+    if extra is not None and out["worker_hours"] is not None:
+        add = trajectories * extra / 3600.0
+        out["worker_hours"] += add
+        out["ci95"] = [None if v is None else v + add for v in out["ci95"]]
+        if out.get("per_trajectory_s") is not None:
+            out["per_trajectory_s"] += extra
     return out

@@ -4,6 +4,11 @@ The plan's order is kept except where a host has no room: then the next planned
 trial of another host goes first, so that a full (or hanging) host never holds the
 other hosts' trials back. A lost host gets one trial at a time, which waits for
 its reconnect (see `health.HostHealth`).
+
+Locality (warm pools, `core.pool`): with `prefer` set, a pending trial whose host has a
+ready environment for its cell goes before the plan's next trial when that one would
+have to wait for its pool (looked for among the next `LOCALITY_WINDOW` trials, so the
+plan's interleaving is only locally disturbed).
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from typing import Any
 
 from rtax_tui.core.control import RunControl
 from rtax_tui.core.health import HostHealth
+from rtax_tui.core.model import Cell
 from rtax_tui.core.plan import PlannedTrial
+
+LOCALITY_WINDOW = 64
 
 # Runs one trial: (the planned trial, time.monotonic_ns() when it was scheduled).
 Launch = Callable[[PlannedTrial, int], Coroutine[Any, Any, None]]
@@ -37,6 +45,7 @@ class Scheduler:
         self._control = control
         self._host_health = host_health
         self.in_flight: dict[str, int] = {}  # trials in flight per host
+        self.prefer: Callable[[Cell], bool] | None = None  # a ready pool for this cell
 
     async def run(self, plan: Sequence[PlannedTrial], launch: Launch) -> None:
         """Start every planned trial (until stopped), then wait for all of them."""
@@ -86,14 +95,32 @@ class Scheduler:
         await ctl.drain()
 
     def next_with_room(self, pending: deque[PlannedTrial]) -> int | None:
-        """Index of the first pending trial whose host can take it now."""
+        """Index of the first pending trial whose host can take it now (a trial with a
+        ready pooled environment first, see the module's docstring)."""
+        first = self._first_with_room(pending)
+        prefer = self.prefer
+        if first is None or prefer is None:
+            return first
+        pt = pending[first]
+        if pt.cell.mode != "pool" or prefer(pt.cell):
+            return first
+        for i in range(first + 1, min(len(pending), first + LOCALITY_WINDOW)):
+            cand = pending[i]
+            if cand.cell.mode == "pool" and prefer(cand.cell) and self._has_room(cand):
+                return i
+        return first
+
+    def _has_room(self, pt: PlannedTrial) -> bool:
+        h = pt.cell.host
+        if self._host_health.is_lost(h) and self.in_flight.get(h, 0):
+            return False  # a lost host: one trial at a time waits for its reconnect
+        hs = self._host_sems.get(h)
+        return hs is None or not hs.locked()
+
+    def _first_with_room(self, pending: deque[PlannedTrial]) -> int | None:
         if not self._host_sems and not self._host_health.any_lost:
             return 0 if pending else None
         for i, pt in enumerate(pending):
-            h = pt.cell.host
-            if self._host_health.is_lost(h) and self.in_flight.get(h, 0):
-                continue  # a lost host: one trial at a time waits for its reconnect
-            hs = self._host_sems.get(h)
-            if hs is None or not hs.locked():
+            if self._has_room(pt):
                 return i
         return None

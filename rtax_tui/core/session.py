@@ -5,6 +5,7 @@
 - `lifecycle`: one trial, its phases timed and its teardown guaranteed;
 - `health`: lost substrates (rechecked) and lost hosts (reconnected with backoff);
 - `capacity`: batches released by a barrier, under a budget cgroup;
+- `pool`: warm pools of pooled cells (one per host and cell), their own work recorded;
 - `events`: the `rtax/1` events, built, encoded and decoded in one place;
 - `control`: stop/pause, the run's tasks and its progress counters.
 
@@ -29,6 +30,7 @@ from rtax_tui.core.hostfacts import local_facts
 from rtax_tui.core.lifecycle import TrialRunner
 from rtax_tui.core.model import RtaxError, Workload
 from rtax_tui.core.plan import build_plan, make_cells
+from rtax_tui.core.pool import Pools
 from rtax_tui.core.profile import Profile
 from rtax_tui.core.scheduling import Scheduler
 
@@ -67,7 +69,13 @@ class Session:
         for (h, _d), drv in drivers.items():
             self.hosts.setdefault(h, drv.host)
         self.left_out_hosts = left_out_hosts or {}
-        cells = make_cells(tuple(self.hosts), profile.drivers, profile.workloads, profile.channels)
+        cells = make_cells(
+            tuple(self.hosts),
+            profile.drivers,
+            profile.workloads,
+            profile.channels,
+            profile.run_modes,
+        )
         self.cells = [c for c in cells if (c.host, c.driver) in drivers]
         self.progress = Progress()
         self.status = "completed"
@@ -81,6 +89,7 @@ class Session:
             self.control,
             self.host_health,
         )
+        self.pools: Pools | None = None
         self.trials = TrialRunner(
             profile,
             drivers=drivers,
@@ -92,6 +101,16 @@ class Session:
             substrates=self.substrate_health,
             hosts=self.host_health,
         )
+        if any(c.mode == "pool" for c in self.cells):
+            self.pools = Pools(
+                profile.pool_spec,
+                drivers=drivers,
+                spec_for=self.trials.spec_for,
+                timeouts=profile.timeouts,
+                emit=self.emit,
+            )
+            self.trials.pools = self.pools
+            self.scheduler.prefer = self.pools.has_ready  # locality: a ready pool first
 
     # -- control -------------------------------------------------------------
     def stop(self) -> None:
@@ -118,13 +137,16 @@ class Session:
         facts = self.host_facts
         if facts is None:
             facts = await self._gather_facts()
+        prof = self.profile.to_dict()
+        if self.pools is not None:  # the reset each pooled cell really gets, and why
+            prof["pool"]["resets"] = self.pools.resets(self.cells)
         self.emit(
             events.run(
                 run_id=self.run_id,
                 started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
                 seed=self.profile.seed,
                 argv=self.argv,
-                profile=self.profile.to_dict(),
+                profile=prof,
                 hosts=facts,
             )
         )
@@ -144,13 +166,22 @@ class Session:
             else:
                 plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
                 self.progress.planned = len(plan)
+                if self.pools is not None:
+                    self.pools.start(self.cells)
                 await self.scheduler.run(plan, self.trials.run)
+                if self.pools is not None:
+                    await self.pools.close()  # every pooled environment torn down
         except Exception as exc:  # an engine bug must still tear down and end the recording
             self.stop()
             await self.control.drain()
+            if self.pools is not None:
+                await self.pools.close()
             self.status = "failed"
             self.emit(events.run_end("failed", self.trials.ended, error=repr(exc)))
             raise
+        finally:  # cancelled: the pools' environments still go (close is idempotent)
+            if self.pools is not None:
+                await self.pools.close()
         self.emit(events.run_end(self.status, self.trials.ended))
         return self.status
 

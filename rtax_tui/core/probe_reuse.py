@@ -1,0 +1,139 @@
+"""The probe's `pool_reuse_clean` check: a planting trial, then a checking trial, on the
+same environment of a real warm pool (`core.pool`, size 1) between which it was reset.
+
+The planting trial leaves a token in every place a trial can leave state: a file in
+the workspace, in /tmp and in /dev/shm, a process still running (its command line
+holds the token), and, on a persistent shell, an exported variable and a changed
+working directory. The checking trial looks for the token in each and prints where
+it found it. The token is passed in two halves that only the scripts join, so the
+checking script's own command line never holds it.
+
+Held: the checking trial ran on the same environment (the pool's event says so) and
+found nothing. Breached: it found something (the reset let the last trial's state
+through). n/a: the driver has no clean (or snapshot) reset for this channel, or an
+environment did not start.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from rtax_tui.core.events import Emitter
+from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Timeouts, Workload
+from rtax_tui.core.pool import EnvPool, effective_reset
+from rtax_tui.core.poolspec import PoolSpec
+from rtax_tui.core.probe import reuse_verdict
+
+TIMEOUT_S = 60.0
+
+PLANT = r"""t="$1$2"
+cd /workspace 2>/dev/null || cd /
+echo "$t" > "/workspace/.rtax-reuse-$t" 2>/dev/null
+echo "$t" > "/tmp/.rtax-reuse-$t" 2>/dev/null
+[ -d /dev/shm ] && echo "$t" > "/dev/shm/.rtax-reuse-$t" 2>/dev/null
+sh -c "sleep 3600; : $t" </dev/null >/dev/null 2>&1 &
+echo planted
+"""
+# a persistent shell's own state: run in that shell (no `sh -c`), after PLANT
+PLANT_SHELL = "export RTAX_REUSE_{a}{b}=1; cd /tmp; echo planted-shell"
+
+CHECK = r"""t="$1$2"
+found=""
+for d in /workspace /tmp /dev/shm; do
+  [ -e "$d/.rtax-reuse-$t" ] && found="$found file:$d"
+done
+for f in /proc/[0-9]*/cmdline; do
+  case "$(tr '\0' ' ' < "$f" 2>/dev/null)" in *"$t"*) found="$found process:${f%/cmdline}";; esac
+done
+case "$(env)" in *"RTAX_REUSE_$t"*) found="$found env:RTAX_REUSE";; esac
+[ "$PWD" = /tmp ] && found="$found cwd:/tmp"
+if [ -n "$found" ]; then echo "LEFT$found"; else echo CLEAN; fi
+"""
+
+
+def in_place_reset(driver: Any, channel: str) -> tuple[str | None, str]:
+    """The driver's in-place reset for `channel` (clean, else snapshot), or None and why."""
+    got = driver.pool_resets(channel)
+    for reset in ("clean", "snapshot"):
+        if got.get(reset) is None:
+            return reset, ""
+    return None, f"no in-place reset: clean: {got.get('clean')}; snapshot: {got.get('snapshot')}"
+
+
+@dataclass(frozen=True)
+class ReuseResult:
+    result: str  # "held", "breached", "n/a"
+    evidence: str
+
+
+def _steps(channel: str) -> tuple[Step, Step, list[Step]]:
+    a, b = os.urandom(4).hex(), os.urandom(4).hex()
+    plant = Step(("sh", "-c", PLANT, "plant", a, b), timeout_s=TIMEOUT_S)
+    check = Step(("sh", "-c", CHECK, "check", a, b), timeout_s=TIMEOUT_S)
+    extra = []
+    if channel == "shell":  # the shell's own variables and cwd: the framed shell runs argv
+        extra.append(Step(("eval", PLANT_SHELL.format(a=a, b=b)), timeout_s=TIMEOUT_S))
+    return plant, check, extra
+
+
+async def check_reuse(
+    driver: Any, host: str, channel: str, reset: str = "clean", limits: Limits | None = None
+) -> ReuseResult:
+    """Plant, release, reset, acquire the same environment, look (see the docstring)."""
+    got, why = effective_reset(driver, channel, reset)
+    if got != reset:
+        return ReuseResult("n/a", why or "")
+    plant, check, extra = _steps(channel)
+    spec = EnvSpec(
+        cell=Cell(host, driver.name, "probe-reuse", channel, "pool"),
+        workload=Workload("probe-reuse", (plant, *extra, check)),
+        limits=limits or Limits(),
+        label=f"reuse-{os.urandom(3).hex()}",
+    )
+    pool_events: list[dict[str, Any]] = []
+    pool = EnvPool(
+        spec.cell,
+        driver,
+        spec,
+        PoolSpec(size=1, reset=reset, refill="eager"),
+        Timeouts(create=TIMEOUT_S, ready=TIMEOUT_S, teardown=TIMEOUT_S),
+        Emitter([pool_events.append]),
+    )
+    pool.start()
+    try:
+        try:
+            pe, _ = await pool.acquire()
+        except PhaseFailure as exc:
+            return ReuseResult("n/a", f"the environment did not start: {exc.message}")
+        first = pe.n
+        healthy = True
+        try:
+            for step in (plant, *extra):
+                res = await pe.env.action(step, TIMEOUT_S)
+                if b"planted" not in res.output:
+                    return ReuseResult(
+                        "n/a", f"the planting trial failed: rc {res.rc} {res.output[-200:]!r}"
+                    )
+        except Exception:
+            healthy = False
+            raise
+        finally:
+            pool.release(pe, healthy)
+        try:
+            pe, _ = await pool.acquire()
+        except PhaseFailure as exc:
+            return ReuseResult("n/a", f"no environment after the reset: {exc.message}")
+        try:
+            if pe.n != first:
+                resets = [e for e in pool_events if e["op"] == "reset"]
+                why = resets[-1]["error"] if resets else "no reset ran"
+                return ReuseResult("n/a", f"the pool did not hand the same environment back: {why}")
+            res = await pe.env.action(check, TIMEOUT_S)
+        finally:
+            pool.release(pe, True)
+    finally:
+        await pool.close()
+    v = reuse_verdict(res.output.decode(errors="replace").strip())
+    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}")

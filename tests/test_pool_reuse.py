@@ -1,0 +1,93 @@
+"""The probe's `pool_reuse_clean` on real stage sandboxes: a working clean reset holds,
+a deliberately broken one (a test double over stage that skips parts of the reset) is
+caught, with the places the next trial found the last one's state."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from rtax_tui.drivers.stage import StageDriver, StageEnvironment
+
+from rtax_tui.core.model import EnvSpec, Limits
+from rtax_tui.core.probe_reuse import check_reuse
+from rtax_tui.hosts.local import LocalHost
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="stage needs root and cgroups")
+LIMITS = Limits(cpus=1, memory_mib=256, pids=128)
+
+
+class FilesOnlyReset(StageEnvironment):
+    """Broken on purpose: empties the workspace, leaves /tmp and the processes."""
+
+    async def reset_clean(self) -> None:
+        from rtax_tui.drivers.workspace import empty_dir
+
+        assert self.workspace is not None
+        await asyncio.to_thread(empty_dir, self.workspace)
+
+
+class BrokenStage(StageDriver):
+    def environment(self, spec: EnvSpec, sub=None):  # type: ignore[no-untyped-def]
+        return FilesOnlyReset(self, spec, sub)
+
+
+def test_stage_clean_reset_holds_on_exec() -> None:
+    got = asyncio.run(check_reuse(StageDriver(LocalHost(), {}), "local", "exec", "clean", LIMITS))
+    assert got.result == "held", got
+
+
+def test_a_broken_reset_is_caught_as_a_dirty_reuse() -> None:
+    got = asyncio.run(check_reuse(BrokenStage(LocalHost(), {}), "local", "exec", "clean", LIMITS))
+    assert got.result == "breached", got
+    assert "file:/tmp" in got.evidence and "process:" in got.evidence
+    assert "file:/workspace" not in got.evidence
+
+
+def test_no_clean_reset_on_the_shell_channel_is_not_measured() -> None:
+    got = asyncio.run(check_reuse(StageDriver(LocalHost(), {}), "local", "shell", "clean", LIMITS))
+    assert got.result == "n/a" and "persistent shell" in got.evidence
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_container_clean_reset_holds_with_a_read_only_root(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    """docker and podman offer `clean` only with read_only = true on the exec channel
+    (a writable root could keep anything); there, the reuse check holds."""
+    from rtax_tui.drivers import get_driver
+
+    request.getfixturevalue(f"{engine}_engine")  # conftest: the daemon and the images
+    drv = get_driver(engine, LocalHost(), {"read_only": True})
+    assert drv.pool_resets("exec")["clean"] is None
+    assert "writable" in (get_driver(engine, LocalHost(), {}).pool_resets("exec")["clean"] or "")
+    assert "shell" in (drv.pool_resets("shell")["clean"] or "")
+    got = asyncio.run(check_reuse(drv, "local", "exec", "clean", LIMITS))
+    assert got.result == "held", got
+
+
+def test_microvm_snapshot_reset_holds(request: pytest.FixtureRequest) -> None:
+    """microvm with start = restore: a pooled guest is reset by loading the snapshot."""
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.core.model import Step, Workload
+
+    request.getfixturevalue("vm_guest")
+    drv = get_driver("microvm", LocalHost(), {"start": "restore"})
+    assert drv.pool_resets("exec")["snapshot"] is None
+    assert get_driver("microvm", LocalHost(), {}).pool_resets("exec")["snapshot"] is not None
+
+    async def run() -> object:
+        probs = await drv.check()
+        assert probs == [], probs
+        probs = await drv.check_workloads([Workload("x", (Step(("true",)),))])
+        assert probs == [], probs
+        try:
+            # the snapshot's own size: a restore needs the memory it was saved with
+            return await check_reuse(drv, "local", "exec", "snapshot", Limits())
+        finally:
+            drv.forget_snapshot()  # type: ignore[attr-defined]
+
+    got = asyncio.run(run())
+    assert got.result == "held", got  # type: ignore[attr-defined]
