@@ -83,6 +83,10 @@ class Daemon:
     needs_root: bool = True
     prerequisite: Callable[[], str | None] | None = None  # another reason it cannot run
     started: list[int] = field(default_factory=list)  # PIDs this session started
+    # Processes the daemon can leave behind once stopped (dockerd's containerd shims
+    # outlive it): those that appeared while this session's daemon ran end with it.
+    strays: Callable[[], set[int]] | None = None
+    _strays_before: set[int] = field(default_factory=set)
 
     def cannot_run(self) -> str | None:
         """Why this machine cannot run the daemon at all, or None."""
@@ -116,6 +120,8 @@ class Daemon:
         will not come up; the caller first asks cannot_run())."""
         if self.answers() is None:
             return
+        if self.strays is not None:
+            self._strays_before = self.strays()
         self.started += self._run_script()
         why = self.answers()
         if why is not None:
@@ -150,7 +156,39 @@ class Daemon:
                 os.kill(pid, signal.SIGKILL)
             ended.append(pid)
         self.started.clear()
+        if ended and self.strays is not None:
+            for pid in sorted(self.strays() - self._strays_before):
+                _kill_tree(pid)
         return ended
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and everything below it (children first)."""
+    for child in _children(pid):
+        _kill_tree(child)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def containerd_shims(address: str) -> set[int]:
+    """containerd shims serving the containerd at `address` (a socket path)."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            args = cmdline(int(name))
+            if b"containerd-shim" in args and address.encode() in args:
+                found.add(int(name))
+    return found
 
 
 # -- the three daemons ---------------------------------------------------------------
@@ -186,6 +224,7 @@ def dockerd() -> Daemon:
             PidFile(os.environ.get("RTAX_DOCKERD_PIDFILE", "/run/rtax-dockerd.pid"), b"dockerd"),
         ),
         answers=lambda: docker_api_answers(DEFAULT_SOCKET, "dockerd", "start-dockerd"),
+        strays=lambda: containerd_shims("/var/run/docker/containerd/containerd.sock"),
     )
 
 

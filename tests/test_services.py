@@ -195,3 +195,42 @@ def test_only_engine_tests_ask_for_a_daemon():
     engine = _plan("tests/test_docker.py", "tests/test_podman.py", "tests/test_vm_libvirt.py")
     for name in ("dockerd", "podman_service", "libvirtd", "vm_guest"):
         assert f"SETUP    S {name}" in engine, name
+
+
+def test_strays_the_daemon_leaves_end_with_it_only_if_they_came_while_it_ran(tmp_path):
+    """dockerd's containerd shims outlive it: those that appeared while this session's
+    daemon ran are ended by stop(); an older one (someone else's) is left alone."""
+    stray_mark = f"rtax-fake-stray-{os.getpid()}"
+
+    def strays() -> set[int]:
+        out = set()
+        for name in os.listdir("/proc"):
+            if name.isdigit() and stray_mark.encode() in services.cmdline(int(name)):
+                if alive(int(name)):
+                    out.add(int(name))
+        return out
+
+    def start_stray() -> int:
+        p = subprocess.Popen(
+            ["setsid", "bash", "-c", f"exec -a {stray_mark} sleep 300"],
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 5
+        while p.pid not in strays() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return p.pid
+
+    older = start_stray()
+    d = fake(tmp_path)
+    d.strays = strays
+    try:
+        d.ensure()
+        newer = start_stray()  # as a shim started for a container of this daemon
+        d.stop()
+        deadline = time.monotonic() + 5
+        while alive(newer) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not alive(newer) and alive(older)
+    finally:
+        for pid in strays():
+            _end(pid)
