@@ -74,11 +74,7 @@ from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.core.probe import ALL_CHECKS
 
 TEARDOWN_GRACE_S = 2.0
-SPAWN_WAIT_S = 10.0
-CGROUP_VERSION_SH = (
-    "if [ -e /sys/fs/cgroup/cgroup.controllers ]; then echo v2; "
-    "elif [ -d /sys/fs/cgroup/memory ]; then echo v1; fi"
-)  # teardown waits this long for a spawn that a cancelled create left
+SPAWN_WAIT_S = 10.0  # teardown waits this long for a spawn that a cancelled create left
 
 
 def asset_paths(spec: EnvSpec, extra: list[str]) -> list[str]:
@@ -577,8 +573,7 @@ class StageDriver(Driver):
             site = await self.site()
         except PhaseFailure:
             return facts
-        res = await self.host.run(["sh", "-c", CGROUP_VERSION_SH], timeout=10)
-        facts["cgroup"] = res.stdout.decode(errors="replace").strip() or None
+        facts["cgroup"] = (await self.host.facts()).get("cgroup")  # v1, v2 or None
         tool = site.tools.get("bwrap")
         if tool:
             try:
