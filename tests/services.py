@@ -180,15 +180,19 @@ def _kill_tree(pid: int) -> None:
         pass
 
 
-def containerd_shims(address: str) -> set[int]:
-    """containerd shims serving the containerd at `address` (a socket path)."""
+def processes_with(*needles: bytes) -> set[int]:
+    """Live processes whose command line contains every one of `needles`."""
     found = set()
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            args = cmdline(int(name))
-            if b"containerd-shim" in args and address.encode() in args:
+        if name.isdigit() and all(n in cmdline(int(name)) for n in needles):
+            if alive(int(name)):
                 found.add(int(name))
     return found
+
+
+def containerd_shims(address: str) -> set[int]:
+    """containerd shims serving the containerd at `address` (a socket path)."""
+    return processes_with(b"containerd-shim", address.encode())
 
 
 # -- the three daemons ---------------------------------------------------------------

@@ -203,12 +203,7 @@ def test_strays_the_daemon_leaves_end_with_it_only_if_they_came_while_it_ran(tmp
     stray_mark = f"rtax-fake-stray-{os.getpid()}"
 
     def strays() -> set[int]:
-        out = set()
-        for name in os.listdir("/proc"):
-            if name.isdigit() and stray_mark.encode() in services.cmdline(int(name)):
-                if alive(int(name)):
-                    out.add(int(name))
-        return out
+        return services.processes_with(stray_mark.encode())
 
     def start_stray() -> int:
         p = subprocess.Popen(
