@@ -23,6 +23,16 @@ One bubblewrap sandbox per environment. What it keeps out, and how:
 The exec channel starts each action with `rtax-enter` (`stage_enter.c`), which joins
 the sandbox's namespaces and takes on the same identity, capabilities (none) and
 filter; nsenter would leave the action root of its namespace with every capability.
+It names the sandbox by its init's PID and start time, so a reused PID is never
+entered.
+
+The sandbox's pid 1 is `rtax-enter --init` itself (bubblewrap's `--as-pid-1`: no
+bubblewrap process inside), and the shell channel's shell is its only child. Both are
+execute-only copies (`INIT_BIN`, `SHELL_BIN`, mode 0111, owned by host root): the
+kernel makes a process whose file it cannot read non-dumpable, so no process of the
+sandbox can open their `/proc/PID/mem`, `process_vm_writev` them or take their
+descriptors. A step can therefore neither change the init a clean reset trusts, nor
+rewrite the shell that frames every later step's result.
 
 Because bubblewrap runs unprivileged, the filter arrives as a file descriptor that
 rtax opens as root, and what it binds (the curated `/etc`, the assets) are
@@ -50,8 +60,16 @@ from rtax_tui.core.assets import cache_dir
 
 HOSTNAME = "rtax"
 READY = b"RTAX-READY\n"
-# The exec channel's init: say it is up, then wait for stdin to close.
-SLEEPER = ("sh", "-c", f"echo {READY.decode().strip()}; read x")
+# Inside the sandbox, the execute-only copies of rtax-enter (the init) and of the
+# host's /bin/sh (the shell channel's shell); see the module docstring.
+INIT_BIN = "/.rtax/init"
+SHELL_BIN = "/.rtax/sh"
+# The sandbox's pid 1 per channel: exec says READY, then waits for stdin to close;
+# shell runs the shell as its child on the same stdin and stdout.
+INIT_CMD = {
+    "exec": (INIT_BIN, "--init", "exec"),
+    "shell": (INIT_BIN, "--init", "shell", SHELL_BIN),
+}
 # Not a user of this machine (Debian leaves 60000-64999 to its packages' fixed ids and
 # hands out none of them itself); environments can't see each other whatever uid they
 # share (separate PID, IPC, network and mount namespaces).
@@ -112,6 +130,21 @@ if [ ! -d "$d" ]; then
 fi
 echo "$d"
 """
+# Makes the execute-only copies of rtax-enter (as `init`) and of the host's /bin/sh
+# (as `sh`) under BASE, once per content, and prints the directory. Args: BASE ENTER
+BIN_SH = r"""base=$1 enter=$2
+sh=$(readlink -f /bin/sh) || exit 1
+key=$(cat -- "$enter" "$sh" | cksum | tr ' ' -)
+d=$base/bin-$key
+if [ ! -d "$d" ]; then
+  mkdir -p "$base" && chmod 755 "$base" "${base%/*}" || exit 1
+  t=$(mktemp -d "$base/.tmp-bin-XXXXXX") || exit 1
+  cp -- "$enter" "$t/init" && cp -- "$sh" "$t/sh" && chown 0:0 "$t/init" "$t/sh" &&
+    chmod 0111 "$t/init" "$t/sh" && chmod 755 "$t" || { rm -rf "$t"; exit 1; }
+  mv -T "$t" "$d" 2>/dev/null || rm -rf "$t"  # another run made it first
+fi
+echo "$d"
+"""
 ENTER_SOURCE = Path(__file__).with_name("stage_enter.c")
 # Copies of the assets a sandbox binds, where its unprivileged uid can reach them
 # (bubblewrap resolves a bind's source as that uid; rtax's cache is under /root).
@@ -133,6 +166,7 @@ def bwrap_argv(
     *,
     root: list[tuple[str, str, str]],
     etc: str,
+    bin_dir: str,
     seccomp_fd: int,
     binds: Sequence[tuple[str, str]] = (),
     info_fd: int | None = None,
@@ -140,11 +174,12 @@ def bwrap_argv(
     """bubblewrap's arguments for one sandbox (the caller runs it as the sandbox uid).
 
     `root`: (name, "dir"|"link", link target) for the entries of ROOT_NAMES the host
-    has; `etc`: the curated /etc on the host; `seccomp_fd`: the filter, open for
+    has; `etc`: the curated /etc on the host; `bin_dir`: the execute-only init and
+    shell on the host (`BIN_SH`); `seccomp_fd`: the filter, open for
     bubblewrap to read; `binds`: (a host path the sandbox uid can reach, the path
     inside), read-only.
     """
-    a = [bwrap, "--die-with-parent", "--new-session"]
+    a = [bwrap, "--die-with-parent", "--new-session", "--as-pid-1"]
     a += ["--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns"]
     a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
     a += ["--unshare-cgroup-try", "--hostname", HOSTNAME]
@@ -158,6 +193,7 @@ def bwrap_argv(
     a += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
     for src, dest in binds:
         a += ["--ro-bind", src, dest]
+    a += ["--ro-bind", f"{bin_dir}/init", INIT_BIN, "--ro-bind", f"{bin_dir}/sh", SHELL_BIN]
     a += ["--bind", workspace, "/workspace", "--remount-ro", "/", "--chdir", "/workspace"]
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
@@ -184,6 +220,12 @@ def etc_argv() -> list[str]:
     return ["sh", "-c", ETC_SH, "rtax-etc", PUBLIC, PASSWD, GROUP, *ETC_ENTRIES]
 
 
+def bin_argv(enter: str) -> list[str]:
+    """The command that makes (or finds) the execute-only init and shell on a host, from
+    the host's copy of rtax-enter, and prints their directory."""
+    return ["sh", "-c", BIN_SH, "rtax-bin", PUBLIC, enter]
+
+
 # -- the support files: the filter and the exec channel's helper ---------------------
 
 
@@ -202,6 +244,7 @@ class Support:
     enter: str
     filter: str
     etc: str
+    bin: str  # the execute-only init and shell (BIN_SH)
 
 
 def support_files() -> dict[str, bytes]:
@@ -241,12 +284,17 @@ def local_support() -> Support:
         if not enter.exists():
             _compile(enter)
         res = subprocess.run(etc_argv(), capture_output=True, timeout=60)
+        bres = subprocess.run(bin_argv(str(enter)), capture_output=True, timeout=60)
     etc = res.stdout.decode(errors="replace").strip()
     if res.returncode != 0 or not etc.startswith(PUBLIC + "/"):
         err = res.stderr.decode(errors="replace").strip()[-300:]
         raise SupportError(f"cannot make the sandbox's /etc under {PUBLIC}: {err}", "run as root")
+    bin_dir = bres.stdout.decode(errors="replace").strip()
+    if bres.returncode != 0 or not bin_dir.startswith(PUBLIC + "/"):
+        err = bres.stderr.decode(errors="replace").strip()[-300:]
+        raise SupportError(f"cannot make the sandbox's init under {PUBLIC}: {err}", "run as root")
     flt = next(n for n in files if n.endswith(".bpf"))
-    return Support(str(enter), str(d / flt), etc)
+    return Support(str(enter), str(d / flt), etc, bin_dir)
 
 
 def public_copy(path: str, uid: int) -> str:
@@ -347,9 +395,27 @@ def spawn_argv(
     ]
 
 
+# rtax-enter's status when the sandbox it was to enter is gone (its init exited, or
+# the PID is another process's now). A command may exit 124 too (timeout(1) does):
+# the environment checks its init before it calls the sandbox lost.
+ENTER_GONE = 124
+
+
 def enter_argv(
-    enter: str, filter_path: str, pid: int, procs: Sequence[str], argv: tuple[str, ...]
+    enter: str,
+    filter_path: str,
+    pid: int,
+    start: int,
+    procs: Sequence[str],
+    argv: Sequence[str],
+    cwd: str = "/workspace",
 ) -> list[str]:
-    """The exec channel's command for one action in the sandbox whose init is `pid`;
-    it joins the cgroups of `procs` (their `cgroup.procs` files) itself, first."""
-    return [enter, str(pid), filter_path, "/workspace", *procs, "--", *argv]
+    """The exec channel's command for one action in the sandbox whose init is `pid`,
+    started at `start` (field 22 of its /proc/PID/stat); it joins the cgroups of
+    `procs` (their `cgroup.procs` files) itself, first."""
+    return [enter, f"{pid}:{start}", filter_path, cwd, *procs, "--", *argv]
+
+
+def start_time(stat: str) -> int:
+    """Field 22 (start time, clock ticks since boot) of a /proc/PID/stat line."""
+    return int(stat.rsplit(")", 1)[1].split()[19])

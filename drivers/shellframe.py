@@ -1,10 +1,28 @@
-"""The `shell` channel: one persistent shell, commands framed with a sentinel.
+"""The `shell` channel: one persistent shell, each command framed with a sentinel.
 
-Each command is sent as `{ CMD
-} </dev/null 2>&1; printf '\\n%s %d\\n' SENTINEL "$?"`. The output is every
-byte before the newline that precedes the sentinel, so output that does not
-end in a newline is returned exactly. The command runs in the shell itself (no
-subshell), so builtins cost no fork and `cd` persists, as in an agent's shell.
+Each command is sent as
+
+    { CMD
+    } </dev/null 2>&1; \\set -- "$?"; \\unset -f printf read; \\printf '\\n%s %d\\n' SENTINEL "$1"
+
+The output is every byte before the newline that precedes the sentinel, so output
+that does not end in a newline is returned exactly. The command runs in the shell
+itself (no subshell), so builtins cost no fork and `cd` persists, as in an agent's
+shell.
+
+The shell runs code written by a model under training, which may try to make a later
+step's failure read as a success. The frame therefore trusts nothing a step can
+redefine: `set` and `unset` are POSIX special builtins (found before any function, and
+no function may take their names), the exit status is saved in `$1` by `set` (a
+variable could have been made readonly), functions named `printf` and `read` are
+removed before the builtins are called, and the backslashes stop alias expansion.
+The sentinel is new for every command (16 random bytes), so a step that prints a
+frame cannot know the one its own command, or a later one, will be answered with.
+What the frame cannot stop (a step that replaces the shell with `exec`, or rewrites
+its memory) is for the driver to rule out: `CredReader` tells which process wrote
+the answer, and `FramedShell`'s `verify` lets the driver check the shell is still the
+one it started (the stage driver does both; see drivers/stage.py). The probe's
+`result_integrity` check measures it.
 """
 
 from __future__ import annotations
@@ -12,19 +30,27 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-from collections.abc import Sequence
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Sequence
 
 from rtax_tui.core.model import ActionResult, PhaseFailure
+
+# What follows a command: its status saved by a special builtin, any function named
+# printf removed, then the builtin printf writes the frame.
+_TAIL = '\\set -- "$?"; \\unset -f printf read; '
 
 
 def frame(argv: Sequence[str], sentinel: str) -> bytes:
     cmd = shlex.join(argv)
-    return f"{{ {cmd}\n}} </dev/null 2>&1; printf '\\n%s %d\\n' {sentinel} \"$?\"\n".encode()
+    return (
+        f"{{ {cmd}\n}} </dev/null 2>&1; {_TAIL}\\printf '\\n%s %d\\n' {sentinel} \"$1\"\n"
+    ).encode()
 
 
 # The remote side's own clock, with no process started: the kernel's monotonic "now"
 # from the third line of /proc/timer_list (root only; ~25 us a read). Empty if unreadable.
-_CLOCK = "{ read _r _r; read _r _r; read _r _r %s _r; } 2>/dev/null </proc/timer_list"
+_CLOCK = "{ \\read _r _r; \\read _r _r; \\read _r _r %s _r; } 2>/dev/null </proc/timer_list"
 
 
 def frame_timed(argv: Sequence[str], sentinel: str) -> bytes:
@@ -33,39 +59,168 @@ def frame_timed(argv: Sequence[str], sentinel: str) -> bytes:
     t0 = _CLOCK % "__rtax_t0"
     t1 = _CLOCK % "__rtax_t1"
     return (
-        f"__rtax_t0=; __rtax_t1=; {t0}; {{ {cmd}\n}} </dev/null 2>&1; __rtax_rc=$?; {t1}; "
-        f"printf '\\n%s %d %s\\n' {sentinel} \"$__rtax_rc\" "
+        f"__rtax_t0=; __rtax_t1=; \\unset -f read; {t0}; "
+        f"{{ {cmd}\n}} </dev/null 2>&1; {_TAIL}{t1}; "
+        f"\\printf '\\n%s %d %s\\n' {sentinel} \"$1\" "
         f'"$(( ${{__rtax_t1:-0}} - ${{__rtax_t0:-0}} ))"\n'
     ).encode()
 
 
+def new_sentinel() -> str:
+    return "__RTAX_" + os.urandom(16).hex() + "__"
+
+
+class CredReader:
+    """The reading end of a unix stream socket whose every byte comes with the pid of the
+    process that wrote it (SO_PASSCRED: the kernel's word, in the reader's pid namespace,
+    that no process without CAP_SYS_ADMIN can change; the kernel never joins two writers'
+    bytes in one read). `readuntil(sep, writer)` finds `sep` only where `writer` wrote all
+    of it: the same bytes written by any other process are output like any other."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self._sock = sock
+        self._buf = bytearray()
+        self._pids: list[tuple[int, int]] = []  # (end offset in _buf, writer pid)
+        self._eof = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.matched_by: int | None = None  # who wrote the last `readuntil`'s separator
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self._sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, anc = b"", []
+        if not data:
+            self._eof = True
+            self._loop.remove_reader(self._sock.fileno())
+        else:
+            pid = 0
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = struct.unpack("i", payload[:4])[0]
+            self._buf += data
+            if self._pids and self._pids[-1][1] == pid:
+                self._pids[-1] = (len(self._buf), pid)
+            else:
+                self._pids.append((len(self._buf), pid))
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        if self._eof:
+            raise asyncio.IncompleteReadError(bytes(self._buf), None)
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _writers(self, start: int, end: int) -> set[int]:
+        """The pids that wrote bytes [start, end) of the buffer."""
+        out = set()
+        begin = 0
+        for stop, pid in self._pids:
+            if stop > start and begin < end:
+                out.add(pid)
+            begin = stop
+        return out
+
+    def _take(self, n: int) -> bytes:
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        self._pids = [(stop - n, pid) for stop, pid in self._pids if stop > n]
+        return data
+
+    async def readuntil(self, sep: bytes, writer: int | None = None) -> bytes:
+        """Everything up to and including the first `sep` that `writer` wrote whole (any
+        writer when None)."""
+        start = 0
+        while True:
+            i = self._buf.find(sep, start)
+            while i >= 0:
+                who = self._writers(i, i + len(sep))
+                if writer is None or who == {writer}:
+                    self.matched_by = who.pop() if len(who) == 1 else None
+                    return self._take(i + len(sep))
+                i = self._buf.find(sep, i + 1)
+            start = max(0, len(self._buf) - len(sep) + 1)
+            await self._wait()
+
+    async def readline(self) -> bytes:
+        try:
+            return await self.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            self._take(len(self._buf))
+            return exc.partial
+
+    async def read(self, n: int) -> bytes:
+        while not self._buf and not self._eof:
+            await self._wait()
+        return self._take(min(n, len(self._buf)))
+
+    def close(self) -> None:
+        if not self._eof:
+            self._eof = True
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+
+
+Reader = asyncio.StreamReader | CredReader
+
+
 class FramedShell:
     """One persistent shell. The stale-channel rule lives here, for every driver: once
-    a command did not come back whole (timed out, cancelled, the shell died), the stream
-    is out of step with the frames, so the shell is never used again (`shell_lost`)."""
+    a command did not come back whole (timed out, cancelled, the shell died, its result
+    could not be trusted), the stream is out of step with the frames, so the shell is
+    never used again (`shell_lost`, or `integrity` when the driver's check failed)."""
 
     def __init__(
-        self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader, timed: bool = False
+        self,
+        stdin: asyncio.StreamWriter,
+        stdout: Reader,
+        timed: bool = False,
+        verify: Callable[[int | None], Awaitable[None]] | None = None,
     ) -> None:
         """`timed`: also take the remote side's own duration of each command
-        (`ActionResult.remote_ns`, None where /proc/timer_list is unreadable)."""
+        (`ActionResult.remote_ns`, None where /proc/timer_list is unreadable).
+        `stdout` a CredReader: the frame is read only where one process wrote it: the
+        first answer's writer (the shell, before any step ran) from then on.
+        `verify(writer)`: awaited after every answer, with that writer's pid (None on a
+        plain stream); raises PhaseFailure("integrity") when the shell can no longer be
+        trusted (the driver knows how to tell)."""
         self._w = stdin
         self._r = stdout
         self._frame = frame_timed if timed else frame
-        self.sentinel = "__RTAX_" + os.urandom(8).hex() + "__"
-        self._marker = b"\n" + self.sentinel.encode() + b" "
+        self._verify = verify
         self._lock = asyncio.Lock()
         self.broken = False
+        self.writer: int | None = None  # the shell's pid, as its CredReader reports it
 
     async def run(self, argv: Sequence[str]) -> ActionResult:
         if self.broken:
             raise PhaseFailure("shell_lost", "an earlier action did not finish: the shell is stale")
         async with self._lock:
+            sentinel = new_sentinel()
+            marker = b"\n" + sentinel.encode() + b" "
             try:
-                self._w.write(self._frame(argv, self.sentinel))
+                self._w.write(self._frame(argv, sentinel))
                 await self._w.drain()
-                out = await self._r.readuntil(self._marker)
-                tail = await self._r.readuntil(b"\n")
+                if isinstance(self._r, CredReader):
+                    out = await self._r.readuntil(marker, self.writer)
+                    if self.writer is None:  # the first answer: the shell itself wrote it
+                        self.writer = self._r.matched_by
+                    tail = await self._r.readuntil(b"\n", self.writer)
+                else:
+                    out = await self._r.readuntil(marker)
+                    tail = await self._r.readuntil(b"\n")
+                if self._verify is not None:
+                    await self._verify(self.writer)
             except asyncio.IncompleteReadError as exc:
                 self.broken = True
                 raise PhaseFailure("shell_lost", "the environment's shell exited") from exc
@@ -73,10 +228,8 @@ class FramedShell:
                 self.broken = True
                 raise PhaseFailure("shell_lost", f"the environment's shell is gone: {exc}") from exc
             except BaseException:
-                self.broken = True  # cancelled (a timeout) mid-answer
+                self.broken = True  # cancelled (a timeout) mid-answer, or not to be trusted
                 raise
             words = tail.split()
             remote = int(words[1]) if len(words) > 1 and int(words[1]) > 0 else None
-            return ActionResult(
-                rc=int(words[0]), output=out[: -len(self._marker)], remote_ns=remote
-            )
+            return ActionResult(rc=int(words[0]), output=out[: -len(marker)], remote_ns=remote)

@@ -31,16 +31,18 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
+import select
 import signal
+import socket
 import subprocess
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.sandbox import (
+    ENTER_GONE,
     HOSTNAME,
+    INIT_CMD,
     READY,
-    SLEEPER,
     SPAWN_INFO_FD,
     SPAWN_SECCOMP_FD,
     SupportError,
@@ -49,9 +51,10 @@ from rtax_tui.drivers.sandbox import (
     public_copy,
     sandbox_env,
     spawn_argv,
+    start_time,
     uid_option,
 )
-from rtax_tui.drivers.shellframe import FramedShell
+from rtax_tui.drivers.shellframe import CredReader, FramedShell, Reader
 from rtax_tui.drivers.stage_site import (
     CLEANUP_SH,
     TOOLS,
@@ -62,8 +65,6 @@ from rtax_tui.drivers.stage_site import (
 )
 from rtax_tui.drivers.workspace import (
     WORKSPACE_PREFIX,
-    empty_dir,
-    populate,
     run_exec,
     safe_label,
 )
@@ -123,8 +124,11 @@ class StageEnvironment(Environment):
         self._binds: asyncio.Future[list[tuple[str, str]]] | None = None
         self._spawn: asyncio.Future[Any] | None = None
         self.env = sandbox_env(spec.env)
-        self.dev_names: set[str] = set()  # /dev as the sandbox started (clean reset)
-        self.init_pids: set[int] = set()  # bwrap, its pid-1 bwrap, the sleeper (clean reset)
+        self.reader: Reader | None = None  # the sandbox's stdout (a CredReader locally)
+        self.start: int | None = None  # the init's start time: with pid, its identity
+        self.pidfd: int | None = None  # the init, held (controller's host): is it alive?
+        self.dev: list[str] = []  # /dev as the sandbox started: NAME:KIND:TARGET (reset)
+        self._auxv: bytes | None = None  # the shell's, when it was trusted (shell channel)
 
     # -- create ------------------------------------------------------------
 
@@ -154,20 +158,26 @@ class StageEnvironment(Environment):
         async with self.sub("spawn"):
             if "bwrap" not in site.tools:
                 raise PhaseFailure("sandbox_failed", f"bwrap is not on PATH on {self.host.name}")
-            info = self.channel == "exec"
             bwrap = bwrap_argv(
                 site.tools["bwrap"],
                 self.workspace,
-                ("sh",) if self.channel == "shell" else SLEEPER,
+                INIT_CMD[self.channel],
                 root=site.root,
                 etc=site.support.etc,
+                bin_dir=site.support.bin,
                 seccomp_fd=SPAWN_SECCOMP_FD,
                 binds=binds,
-                info_fd=SPAWN_INFO_FD if info else None,
+                info_fd=SPAWN_INFO_FD,
             )
             # rtax-enter joins the cgroup, opens the filter and drops to the sandbox uid:
             # no pre-exec hook (the spawn can vfork) and no descriptor to pass
-            argv = spawn_argv(site.support, uid, self.procs, bwrap, info=info)
+            argv = spawn_argv(site.support, uid, self.procs, bwrap, info=True)
+            # The controller's own shell channel reads a unix socket that says which
+            # process wrote each byte, so only the shell itself can answer a frame.
+            theirs: socket.socket | None = None
+            if self.channel == "shell" and self.host.controller_local:
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.reader = CredReader(ours)
             # Shielded: cancelling asyncio's subprocess creation half-way can hang it
             # for good (3.11: it then waits for pipes that a surviving grandchild
             # holds open). A cancelled create leaves the spawn to finish; teardown
@@ -178,7 +188,7 @@ class StageEnvironment(Environment):
                     cwd="/",
                     env=self.env,
                     stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
+                    stdout=theirs.fileno() if theirs is not None else subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                 )
             )
@@ -186,32 +196,39 @@ class StageEnvironment(Environment):
                 self.proc = await asyncio.shield(self._spawn)
             except OSError as exc:
                 raise PhaseFailure("sandbox_failed", f"cannot start {argv[0]}: {exc}") from exc
+            finally:
+                if theirs is not None:
+                    theirs.close()
+            if self.reader is None:
+                self.reader = self.proc.stdout
         if self.channel == "shell":
-            self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
+            verify = self._verify_shell if self.host.controller_local else None
+            self.shell = FramedShell(self.proc.stdin, self.reader, verify=verify)
 
     # -- ready -------------------------------------------------------------
 
     async def _failure_output(self) -> str:
         """What the sandbox printed before it died (for the error message)."""
-        if self.proc is None or self.proc.stdout is None:
+        if self.reader is None:
             return ""
         try:
-            out = await asyncio.wait_for(self.proc.stdout.read(65536), 2.0)
-        except (TimeoutError, OSError):
+            out = await asyncio.wait_for(self.reader.read(65536), 2.0)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError):
             out = b""
         return bytes(out).decode(errors="replace").strip()
 
     async def _started(self) -> None:
-        """Exec channel: read bubblewrap's info (the init's host pid, on stdout) and the
-        sleeper's READY line."""
+        """Read bubblewrap's info (the init's host pid, first on stdout) and the init's
+        READY line (the sandbox is set up); then take the init's identity (pid and start
+        time, and locally a pidfd) and /dev as it started."""
         if self.pid is not None:
             return
-        if self.proc is None:
+        if self.proc is None or self.reader is None:
             raise PhaseFailure("not_created", "the sandbox was never started")
         data = b""
         pid = None
-        while READY.strip() not in data or pid is None:
-            line = await self.proc.stdout.readline()
+        while pid is None or READY.strip() not in data:
+            line = await self.reader.readline()
             if not line:
                 out = (data.decode(errors="replace") + await self._failure_output()).strip()
                 raise PhaseFailure("sandbox_failed", f"bwrap sandbox did not start: {out}")
@@ -219,19 +236,26 @@ class StageEnvironment(Environment):
             m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
             if m and b"}" in data[m.end() :]:
                 pid = int(m.group(1))
+        if self.host.controller_local:
+            try:
+                fd = os.pidfd_open(pid)
+                with open(f"/proc/{pid}/stat") as f:  # after the pidfd: the same process
+                    self.start = start_time(f.read())
+                self.pidfd = fd
+                self.dev = await asyncio.to_thread(_dev_listing, f"/proc/{pid}/root/dev")
+            except (OSError, ValueError, IndexError) as exc:
+                raise PhaseFailure("sandbox_failed", f"the sandbox's init is gone: {exc}") from exc
+        else:
+            res = await self.host.run(["cat", f"/proc/{pid}/stat"], timeout=30)
+            try:
+                self.start = start_time(res.stdout.decode(errors="replace"))
+            except (ValueError, IndexError) as exc:
+                raise PhaseFailure("sandbox_failed", f"the sandbox's init is gone: {exc}") from exc
         self.pid = pid
-        if self.host.controller_local and self.cg is not None and self.proc is not None:
-            try:  # for a clean reset: /dev as it started, the sandbox's own processes
-                self.dev_names = set(os.listdir(f"/proc/{pid}/root/dev"))
-                self.init_pids = _init_chain(pid, self.proc.pid) | {
-                    p for p in Cgroup(self.cg).pids() if _ppid(p) == pid
-                }
-            except (OSError, PhaseFailure, ValueError, IndexError):
-                pass
 
     async def ready(self) -> None:
+        await self._started()
         if self.channel == "exec":
-            await self._started()
             await super().ready()
             return
         try:
@@ -245,6 +269,37 @@ class StageEnvironment(Environment):
                 "sandbox_failed", f"bwrap sandbox did not start: {out or exc.message}"
             ) from exc
 
+    async def _verify_shell(self, writer: int | None) -> None:
+        """After every answer of the controller's shell channel: the frame was written by
+        the init's child (the shell rtax started), and that process has not exec'd since
+        it was first trusted. An exec changes its auxiliary vector (new random bytes and
+        addresses, whatever it runs), which only root on the host reads here: a step
+        that replaced the shell (`exec`, with or without LD_PRELOAD) could read the next
+        frame and answer it, so the shell is not used again."""
+        try:
+            if writer is None:
+                raise OSError("no writer for the answer")
+            with open(f"/proc/{writer}/auxv", "rb") as f:
+                auxv = f.read()
+            if self._auxv is None:
+                if _ppid(writer) != self.pid:
+                    raise OSError(f"pid {writer} is not the sandbox init's child")
+                self._auxv = auxv
+                return
+        except (OSError, ValueError, IndexError) as exc:
+            raise PhaseFailure("integrity", f"the shell's answer can't be trusted: {exc}") from exc
+        if auxv != self._auxv:
+            raise PhaseFailure(
+                "integrity",
+                "a step replaced the sandbox's shell (exec): no later result can be trusted",
+            )
+
+    def _init_alive(self) -> bool | None:
+        """Is the sandbox's init still running? None where rtax can't tell cheaply."""
+        if self.pidfd is None:
+            return None
+        return not select.select([self.pidfd], [], [], 0)[0]
+
     # -- actions -----------------------------------------------------------
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
@@ -255,48 +310,71 @@ class StageEnvironment(Environment):
             async with asyncio.timeout(timeout):  # no task per action, unlike wait_for
                 return await self.shell.run(step.argv)
         await self._started()
-        assert self.pid is not None
+        assert self.pid is not None and self.start is not None
         support = (await self.driver.site()).support
-        argv = enter_argv(support.enter, support.filter, self.pid, self.procs, step.argv)
+        argv = enter_argv(
+            support.enter, support.filter, self.pid, self.start, self.procs, step.argv
+        )
         # no cgroup_procs here: rtax-enter joins them itself (no pre-exec hook, so the
         # spawn can vfork)
-        return await run_exec(self.host, argv, cwd="/", env=self.env, timeout=timeout)
+        res = await run_exec(self.host, argv, cwd="/", env=self.env, timeout=timeout)
+        if res.rc == ENTER_GONE and await self._lost():
+            raise PhaseFailure("env_lost", "the sandbox's init is gone: the environment is lost")
+        return res
+
+    async def _lost(self) -> bool:
+        """The init is dead or its PID is another process's (after an action's status
+        said the sandbox may be gone: a command may exit with that status too)."""
+        alive = self._init_alive()
+        if alive is not None:
+            return not alive
+        res = await self.host.run(["cat", f"/proc/{self.pid}/stat"], timeout=30)
+        try:
+            return start_time(res.stdout.decode(errors="replace")) != self.start
+        except (ValueError, IndexError):
+            return True
 
     # -- warm pools: the clean reset ------------------------------------------
 
     async def reset_clean(self) -> None:
-        """The next trial gets a fresh environment in this sandbox (exec channel, on the
-        controller's host: the driver's `pool_resets`): every process in the cgroup but
-        the sandbox's own bwrap and sleeper killed, the workspace emptied and filled
-        again, the private /tmp and /dev/shm emptied and anything made in /dev removed
-        (seen from the host through /proc/PID/root). No network, no capabilities and one
-        process per action leave no other state to carry: sockets die with their
-        processes."""
-        if self.channel != "exec" or not self.init_pids or self.cg is None:
+        """The next trial gets an environment it can't tell from a fresh one (exec channel,
+        on the controller's host: the driver's `pool_resets`).
+
+        On the host: every process of the cgroup but the sandbox's bubblewrap and init is
+        killed; the init must be the same process (its pidfd) running the same file. The
+        init cannot have been changed by a step (not dumpable, see sandbox.py), so
+        nothing of the last trial runs. Inside the sandbox, as its own unprivileged uid
+        (so a link a step left can't lead anywhere the sandbox could not write itself):
+        `RESET_SH` removes SysV IPC objects, rebuilds /dev from its listing at start,
+        empties /tmp, /dev/shm and the workspace, and fills the workspace again from a
+        tar stream. No network, no capability and one process per action leave no other
+        state: sockets die with their processes, variables and cwd with the action."""
+        if (
+            self.channel != "exec"
+            or not self.host.controller_local
+            or self.cg is None
+            or self.pid is None
+            or self.proc is None
+        ):
             raise PhaseFailure("reset_unsupported", "stage: clean reset needs a live exec sandbox")
-        await _kill_all_but(Cgroup(self.cg), self.init_pids)
-        gone = [p for p in self.init_pids if not os.path.exists(f"/proc/{p}")]
-        if gone:
-            raise PhaseFailure("reset_failed", f"the sandbox's init processes died: {gone}")
-        await asyncio.to_thread(self._clean_files, f"/proc/{self.pid}/root")
-
-    def _clean_files(self, root: str) -> None:
-        from rtax_tui.hosts.local import chown_tree
-
-        assert self.workspace is not None
-        for d in ("/tmp", "/dev/shm"):
-            if os.path.isdir(root + d):
-                empty_dir(root + d)
-        dev = root + "/dev"
-        for name in set(os.listdir(dev)) - self.dev_names:
-            p = os.path.join(dev, name)
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p)
-            else:
-                os.unlink(p)
-        empty_dir(self.workspace)
-        populate(self.workspace, self.spec.workspace_src)
-        chown_tree(self.workspace, self.driver.uid)
+        await _kill_all_but(Cgroup(self.cg), {self.proc.pid, self.pid})
+        if not self._init_alive():
+            raise PhaseFailure("reset_failed", "the sandbox's init died")
+        support = (await self.driver.site()).support
+        data = await tar_of(self.spec.workspace_src) if self.spec.workspace_src else b""
+        argv = enter_argv(
+            support.enter,
+            support.filter,
+            self.pid,
+            self.start or 0,
+            self.procs,
+            ["/bin/sh", "-c", RESET_SH, "rtax-reset", "1" if data else "0", *self.dev],
+            cwd="/",
+        )
+        res = await self.host.run(argv, input=data, env=self.env, timeout=120, merge_stderr=True)
+        if res.returncode != 0:
+            out = res.stdout.decode(errors="replace").strip()[-300:]
+            raise PhaseFailure("reset_failed", f"stage reset inside the sandbox: {out}")
 
     def cpu_ns(self) -> int | None:
         if self.cg is None or not self.host.controller_local:
@@ -318,6 +396,12 @@ class StageEnvironment(Environment):
             await self._end_init(graceful=not (self.shell and self.shell.broken))
             self.proc = None
             self.shell = None
+        if isinstance(self.reader, CredReader):
+            self.reader.close()
+        self.reader = None
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
         if self.cg is not None:
             try:
                 await self.host.remove_cgroup(self.cg)
@@ -376,16 +460,62 @@ def _ppid(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def _init_chain(pid: int, top: int) -> set[int]:
-    """`pid` and its ancestors up to `top` (the sandbox's bwrap processes)."""
-    chain = {pid, top}
-    try:
-        while pid not in (top, 0, 1):
-            pid = _ppid(pid)
-            chain.add(pid)
-    except (OSError, ValueError, IndexError) as exc:
-        raise PhaseFailure("reset_failed", f"the sandbox's init is gone: {exc}") from exc
-    return chain
+def _dev_listing(dev: str) -> list[str]:
+    """`NAME:KIND:TARGET` for each entry of a sandbox's /dev as it starts (read by root
+    through /proc/PID/root before any step ran): KIND `d` directory, `l` link (TARGET
+    its target), `o` anything else (device nodes: bind mounts a step cannot remove)."""
+    out = []
+    for name in sorted(os.listdir(dev)):
+        p = os.path.join(dev, name)
+        if os.path.islink(p):
+            out.append(f"{name}:l:{os.readlink(p)}")
+        elif os.path.isdir(p):
+            out.append(f"{name}:d:")
+        else:
+            out.append(f"{name}:o:")
+    return out
+
+
+# The clean reset's work inside the sandbox, as the sandbox's uid, with the host's own
+# tools (read-only /usr). Args: FILL ENTRY... (FILL 1: a tar of the workspace on stdin;
+# ENTRY: /dev at start, NAME:KIND:TARGET). Exits non-zero, saying what, if anything
+# it must remove is still there.
+RESET_SH = r"""fill=$1; shift
+cd / || exit 1
+ipcrm --all 2>/dev/null
+# /dev: what was not there at start goes; what was, comes back as it was
+want=" "
+for e in "$@"; do want="$want${e%%:*} "; done
+for p in /dev/* /dev/.[!.]* /dev/..?*; do
+  [ -e "$p" ] || [ -L "$p" ] || continue
+  n=${p#/dev/}
+  case $want in *" $n "*) ;; *) chmod -R u+rwX -- "$p" 2>/dev/null; rm -rf -- "$p" ;; esac
+done
+for e in "$@"; do
+  n=${e%%:*}; r=${e#*:}; k=${r%%:*}; t=${r#*:}
+  case $k in
+    l) [ -L "/dev/$n" ] && [ "$(readlink "/dev/$n")" = "$t" ] && continue
+       chmod -R u+rwX -- "/dev/$n" 2>/dev/null; rm -rf -- "/dev/$n"; ln -s -- "$t" "/dev/$n" ;;
+    d) [ -d "/dev/$n" ] && [ ! -L "/dev/$n" ] && continue
+       rm -f -- "/dev/$n"; mkdir -- "/dev/$n" ;;
+  esac
+done
+chmod 1777 /dev/shm 2>/dev/null
+for d in /tmp /dev/shm /workspace; do
+  chmod -R u+rwX -- "$d" 2>/dev/null
+  find "$d" -xdev -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} +
+  [ -z "$(ls -A -- "$d")" ] || { echo "not emptied: $d: $(ls -A -- "$d" | head -5)"; exit 3; }
+done
+[ "$fill" = 1 ] && { tar -x -f - -C /workspace || exit 4; }
+exit 0
+"""
+
+
+async def tar_of(src: str) -> bytes:
+    """The contents of directory `src` as a tar stream (made once per run)."""
+    from rtax_tui.hosts.ssh import tar_bytes
+
+    return await tar_bytes(src)
 
 
 async def _kill_all_but(cg: Cgroup, keep: set[int], tries: int = 200) -> None:

@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from rtax_tui.drivers.sandbox import ROOT_NAMES, Support, etc_argv, local_support
+from rtax_tui.drivers.sandbox import ROOT_NAMES, Support, bin_argv, etc_argv, local_support
 
 from rtax_tui.core.model import PhaseFailure
 from rtax_tui.hosts import Host
@@ -139,4 +139,11 @@ async def host_support(host: Host) -> Support:
         raise PhaseFailure(
             "sandbox_failed", f"cannot make the sandbox's /etc on {host.name}: {err}"
         )
-    return Support(enter=paths["enter"], filter=paths["filter"], etc=etc)
+    res = await host.run(bin_argv(paths["enter"]), timeout=60)
+    bin_dir = res.stdout.decode(errors="replace").strip()
+    if res.returncode != 0 or not bin_dir.startswith("/"):
+        err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
+        raise PhaseFailure(
+            "sandbox_failed", f"cannot make the sandbox's init on {host.name}: {err}"
+        )
+    return Support(enter=paths["enter"], filter=paths["filter"], etc=etc, bin=bin_dir)
