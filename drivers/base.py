@@ -122,6 +122,13 @@ class Driver(ABC):
         e.g. the images they need exist."""
         return []
 
+    def integrity(self, channel: str) -> str | None:
+        """None when a step's exit status, output and timing reach rtax on `channel`
+        through something no step can write (so no step can make a later one's failure
+        read as a success; the probe's `result_integrity` checks it), else why not. The
+        default states nothing."""
+        return "not stated by this driver"
+
     def promised_checks(self) -> frozenset[str]:
         """The checks promised with this driver's options (`boundary` unless an option
         opens a hole, e.g. a container with a network)."""

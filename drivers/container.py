@@ -1040,6 +1040,17 @@ class ContainerDriver(Driver):
         except BaseException:
             return False
 
+    def integrity(self, channel: str) -> str | None:
+        """exec: the engine reports each exec's status, outside the container. shell: the
+        container's shell is an ordinary process of the workload's uid, which a step can
+        rewrite (/proc/PID/mem) or replace (exec)."""
+        if channel == "shell":
+            return (
+                "shell: the container's shell is a process of the workload's own uid, "
+                "which a step can rewrite (/proc/PID/mem) or replace (exec)"
+            )
+        return None
+
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return ContainerEnvironment(self, spec, sub)
 

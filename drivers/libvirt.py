@@ -35,6 +35,7 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     CMDLINE,
+    VM_INTEGRITY,
     AgentChannel,
     SerialWatch,
     TrialDir,
@@ -324,6 +325,9 @@ class LibvirtDriver(Driver):
         self._snap_xml: str | None = None
         self.snap_name: str | None = None
         self._snap_path = ""
+
+    def integrity(self, channel: str) -> str | None:
+        return VM_INTEGRITY
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LibvirtEnvironment(self, spec, sub)

@@ -94,6 +94,9 @@ class LocalDriver(Driver):
     async def check(self) -> list[Problem]:
         return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))
 
+    def integrity(self, channel: str) -> str | None:
+        return "unsandboxed: a step runs as rtax's own user and can rewrite anything, rtax included"
+
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LocalEnvironment(self, spec, sub)
 

@@ -31,6 +31,7 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     DIR_PREFIX,
+    VM_INTEGRITY,
     AgentChannel,
     Qmp,
     SerialWatch,
@@ -225,6 +226,9 @@ class MicrovmDriver(Driver):
             None if self.opts.start == "restore" else "needs start = restore (a saved guest)"
         )
         return out
+
+    def integrity(self, channel: str) -> str | None:
+        return VM_INTEGRITY
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)

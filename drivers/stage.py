@@ -569,6 +569,18 @@ class StageDriver(Driver):
             out["clean"] = None
         return out
 
+    def integrity(self, channel: str) -> str | None:
+        """exec: each status is rtax-enter's, a host process no step can reach. shell on
+        the controller: the frame's answer is taken only from the shell's own pid (the
+        kernel's SO_PASSCRED) while it has not exec'd (its auxv), and the shell is not
+        dumpable. Over SSH the answer comes through sshd, which hides the writer."""
+        if channel == "shell" and not self.host.controller_local:
+            return (
+                "shell over SSH: the answer comes through sshd, so rtax can't tell which "
+                "process wrote it nor whether the shell was replaced (exec)"
+            )
+        return None
+
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return StageEnvironment(self, spec, sub)
 

@@ -569,6 +569,12 @@ class SwerexDriver(Driver):
             facts["image"] = self.image
         return facts
 
+    def integrity(self, channel: str) -> str | None:
+        return (
+            "the SWE-ReX server that reports each status runs inside the environment, as "
+            "the workload's own user"
+        )
+
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return SwerexEnvironment(self, spec, sub)
 

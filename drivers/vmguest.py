@@ -35,6 +35,12 @@ from rtax_tui.core.vmimage import HELLO, INIT_MARK
 from rtax_tui.hosts import Host
 
 DIR_PREFIX = "rtax-vm-"
+# Why a VM's results are not stated to hold (Driver.integrity): the guest agent that
+# reports every status is a shell run as the guest's root, as is the workload.
+VM_INTEGRITY = (
+    "the guest agent that reports each status runs as the guest's root, as the workload "
+    "does: a step can rewrite or replace it"
+)
 OVERLAY_TIMEOUT_S = 60.0  # qemu-img create of an overlay
 ACCELS = ("auto", "tcg", "kvm")
 STARTS = ("boot", "restore")

@@ -133,6 +133,11 @@ CASES = [
     ("fresh_env", "@found=/tmp/x\nrtax-probe-fresh-ggg", {}, BREACHED),
     ("pool_reuse_clean", "CLEAN", {}, HELD),
     ("pool_reuse_clean", "LEFT file:/tmp process:/proc/12", {}, BREACHED),
+    ("result_integrity", "looked", {"truth": [("false", 1, 1)]}, BLOCKED),
+    ("result_integrity", "looked", {"truth": [("false", 1, "shell_lost: x")]}, BLOCKED),
+    ("result_integrity", "looked", {"truth": [("false", 1, 0)]}, BREACHED),
+    ("result_integrity", "@memwritable=7", {"truth": [("false", 1, 1)]}, BREACHED),
+    ("result_integrity", "", {}, NA),
 ]  # fmt: skip
 
 

@@ -242,8 +242,8 @@ def test_the_example_probe_recording_reports_every_driver() -> None:
     rep = json.loads(rtax("report", str(ex / "all-drivers.jsonl"), "--format", "json").stdout)
     drivers = rep["probe"]["drivers"]
     assert list(drivers) == ["local", "stage", "docker", "podman", "libvirt", "microvm"]
-    for d in drivers.values():  # recorded before pool_reuse_clean existed
-        assert set(d["checks"]) == ALL_CHECKS - {"pool_reuse_clean"}
+    for d in drivers.values():  # recorded before pool_reuse_clean and result_integrity
+        assert set(d["checks"]) == ALL_CHECKS - {"pool_reuse_clean", "result_integrity"}
     assert rep["cells"] == []
     md = rtax("report", str(ex / "all-drivers.jsonl"), "--format", "markdown").stdout
     assert "## Cells" not in md and "| check | local | stage | docker" in md

@@ -102,8 +102,13 @@ CHECKS: tuple[Check, ...] = (
     Check("pool_reuse_clean", GUARANTEE, "guarantees",
           "a pooled environment after its clean (or snapshot) reset shows the next trial "
           "nothing of the last one: files, processes, variables, cwd (core.probe_reuse)"),
+    Check("result_integrity", ESCAPE, "results",
+          "earlier steps make a later step's failure read as a success: functions and "
+          "aliases over the framing's tools, writing the shell's or init's memory, a "
+          "background process printing frames (the recorded status differs from the real)"),
 )  # fmt: skip
 POOL_CHECK = "pool_reuse_clean"  # promised only where the driver has an in-place reset
+INTEGRITY_CHECK = "result_integrity"  # promised per channel: Driver.integrity(channel)
 BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 ALL_CHECKS: frozenset[str] = frozenset(BY_NAME)
 SOCKET_CHECKS = {"docker_socket": "docker", "podman_socket": "podman", "libvirt_socket": "libvirt"}
@@ -447,6 +452,28 @@ def _reuse(check: Check, out: Outcome, ctx: Context) -> Verdict:
     return reuse_verdict(out.output)
 
 
+def _integrity(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """`observed["truth"]`: (step, the real status, what rtax recorded or the error) for
+    each step run after the attacks; `@memwritable=PID` lines: a process whose memory a
+    step could open for writing (the shell or the init)."""
+    truth = out.observed.get("truth") or []
+    if not truth:
+        return _v(NA, "the attacks' environment did not run its checking steps", out.output)
+    forged = [f"`{cmd}` exited {real}, recorded {got}" for cmd, real, got in truth if got == 0]
+    if forged:
+        why = "a later step's failure was recorded as a success: " + "; ".join(forged)
+        return _v(BREACHED, why, out.output)
+    mem = facts(out.output).get("memwritable")
+    if mem:
+        why = f"a step can write the memory of pid {', '.join(mem)} (the shell or init)"
+        return _v(BREACHED, why, out.output)
+    refused = [f"`{cmd}`: {got}" for cmd, real, got in truth if isinstance(got, str)]
+    if refused:
+        why = "the channel stopped answering rather than forge: " + "; ".join(refused)
+        return _v(BLOCKED, why, out.output)
+    return _v(BLOCKED, "every later step's status was the real one", out.output)
+
+
 _CLASSIFIERS = {
     "tmp_sentinel": _sentinel,
     "cache_sentinel": _sentinel,
@@ -471,6 +498,7 @@ _CLASSIFIERS = {
     "workspace_persists": _persists,
     "fresh_env": _fresh,
     POOL_CHECK: _reuse,
+    INTEGRITY_CHECK: _integrity,
 }
 assert set(_CLASSIFIERS) == ALL_CHECKS
 

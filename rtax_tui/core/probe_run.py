@@ -29,6 +29,7 @@ from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workl
 from rtax_tui.core.probe import (
     BY_NAME,
     CHECKS,
+    INTEGRITY_CHECK,
     NA,
     POOL_CHECK,
     SOCKET_CHECKS,
@@ -60,8 +61,18 @@ Emit = Callable[[events.Event], None]  # an event without `t_ns`: the caller sta
 # Checks decided after the escape attempts, in their own order (other environments, the
 # guarantees, and last the fork bomb and the hog that may take environment A down).
 _LATER = frozenset(
-    {"workspace_persists", "other_env", "fresh_env", "pids_limit", "memory_limit", POOL_CHECK}
+    {
+        "workspace_persists",
+        "other_env",
+        "fresh_env",
+        "pids_limit",
+        "memory_limit",
+        POOL_CHECK,
+        INTEGRITY_CHECK,
+    }
 )
+# The steps after result_integrity's attacks, and the status each really has.
+TRUTH: tuple[tuple[tuple[str, ...], int], ...] = ((("false",), 1), (("sh", "-c", "exit 3"), 3))
 
 
 def _step(script: str, *args: str, timeout: float = STEP_TIMEOUT_S) -> Step:
@@ -210,6 +221,7 @@ class CellProbe:
         if self.marks_written:
             await self._run_fresh(decide)
         await self._run_reuse(decide)
+        await self._run_integrity(decide)
         for c in CHECKS:  # anything not decided above (a step that was never run)
             if c.name not in self.verdicts:
                 decide(c.name, Verdict(NA, "not measured (see the other checks' evidence)"))
@@ -354,6 +366,60 @@ class CellProbe:
         finally:
             await _down(env_c)
 
+    def integrity_steps(self) -> tuple[list[Step], list[Step]]:
+        """result_integrity's attacks, then its checking steps (TRUTH). On the shell
+        channel the attacks run in the persistent shell itself (`eval`), so what they
+        define and start stays for the steps after them; on exec each is its own
+        process (a background forger would hold the action's output open: none)."""
+        if self.channel == "shell":
+            attacks = [
+                Step(("eval", S.FORGE_BACKGROUND), timeout_s=STEP_TIMEOUT_S),
+                Step(("eval", S.FORGE_FUNCTIONS), timeout_s=STEP_TIMEOUT_S),
+            ]
+        else:
+            attacks = [_step(S.FORGE_FUNCTIONS)]
+        attacks.append(_step(S.FORGE_MEMORY))
+        return attacks, [Step(argv, timeout_s=STEP_TIMEOUT_S) for argv, _ in TRUTH]
+
+    async def _run_integrity(self, decide: Callable[[str, Verdict], None]) -> None:
+        """`result_integrity` in its own environment (the attacks may cost it its shell):
+        the attacks, then steps whose real status is known; a status recorded as 0 for
+        a step that failed is a breach, a channel that stops answering is not."""
+        attacks, checking = self.integrity_steps()
+        try:
+            env = await _up(self.drv, self._spec("d", attacks + checking))
+        except Exception as exc:
+            decide(
+                INTEGRITY_CHECK,
+                Verdict(NA, trim(f"an environment for the attacks did not start: {_why(exc)}")),
+            )
+            return
+        output: list[str] = []
+        truth: list[tuple[str, int, int | str]] = []
+        try:
+            for step in attacks:
+                out = await self._act(env, step)
+                output.append(out.output if out.error is None else f"({out.error})")
+            await asyncio.sleep(0.3)  # the background forger is printing by now
+            for step, (argv, real) in zip(checking, TRUTH, strict=True):
+                out = await self._act(env, step)
+                got: int | str = (
+                    out.rc
+                    if out.error is None and out.rc is not None
+                    else (out.error or "no status")
+                )
+                truth.append((" ".join(argv), real, got))
+        finally:
+            await _down(env)
+        decide(
+            INTEGRITY_CHECK,
+            classify(
+                INTEGRITY_CHECK,
+                Outcome(output="\n".join(output), observed={"truth": truth}),
+                self.ctx,
+            ),
+        )
+
     async def _run_reuse(self, decide: Callable[[str, Verdict], None]) -> None:
         """`pool_reuse_clean` through a real pool of one (core.probe_reuse), with the
         driver's in-place reset for this channel: clean, else snapshot; n/a without one."""
@@ -398,6 +464,16 @@ async def _down(env: Any) -> None:
 def na_verdicts(why: str) -> dict[str, Verdict]:
     """Every check `n/a` for the same reason (a driver or host that cannot run here)."""
     return {c.name: Verdict(NA, trim(why)) for c in CHECKS}
+
+
+def integrity_of(driver: Any, channel: str) -> str | None:
+    """None where the driver states that a step's result reaches rtax through nothing a
+    step can write on `channel` (`Driver.integrity`), else why it does not."""
+    fn = getattr(driver, "integrity", None)
+    if fn is None:
+        return "not stated by this driver"
+    got: str | None = fn(channel)
+    return got
 
 
 def promised_of(driver: Any) -> frozenset[str]:
@@ -491,7 +567,9 @@ async def run_probe(
 
                     pr_ch = promised  # the reuse check: promised only with an in-place reset
                     if in_place_reset(drv, ch)[0] is None:
-                        pr_ch = promised - {POOL_CHECK}
+                        pr_ch = pr_ch - {POOL_CHECK}
+                    if integrity_of(drv, ch) is not None:  # and integrity where stated
+                        pr_ch = pr_ch - {INTEGRITY_CHECK}
 
                     def verdict(
                         name: str,
