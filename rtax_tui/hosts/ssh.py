@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtax_tui.core import runlock
 from rtax_tui.core.model import HostLost, RtaxError
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.hosts.cgroup_sh import cgroup_dirs
@@ -36,6 +37,7 @@ CONNECT_TIMEOUT_S = 15.0
 
 # The remote reaper: remembers process groups, paths and cgroup dirs; at EOF it ends them.
 REAPER_AWK = r"""
+$1 == "+l" { if (lock != "") { print $2 >> lock; fflush(lock) }; next }
 $1 == "+g" { g[$2] = 1; next }
 $1 == "-g" { delete g[$2]; next }
 $1 == "+p" { p[$2] = 1; next }
@@ -59,8 +61,20 @@ END {
     if (!left) break
     system("sleep 0.1")
   }
+  if (lock != "") system("rm -f -- '" lock "'")
 }
 """
+
+# Starts the reaper holding the run lock (core/runlock.py) on fd 9: the lock outlives
+# the connection until the reaper has removed what was left. Args: LOCK_ID AWK_PROGRAM
+REAPER_SH = (
+    runlock.RUNS_DIR_SH
+    + r"""
+f="$d/$1.lock"
+if mkdir -p "$d" 2>/dev/null && exec 9>>"$f"; then flock -n 9 2>/dev/null || :; else f=; fi
+exec awk -v lock="$f" "$2"
+"""
+)
 
 # One command for the facts of the host, `key=value` a line.
 FACTS_SH = r"""
@@ -262,6 +276,7 @@ class SSHHost(Host):
         self._jump: Any = None
         self._reaper: Any = None
         self._lock = asyncio.Lock()
+        self._held = self._hold_remote  # the run lock's labels, sent to the reaper
         self.net: dict[str, Any] = {}
         self._closing = False
 
@@ -351,13 +366,18 @@ class SSHHost(Host):
             self._conn = conn
             self._closing = False
             try:
+                lock_id = runlock.remote_lock_id()
                 self._reaper = await conn.create_process(
-                    shlex.join(["awk", REAPER_AWK]), encoding=None, stderr=subprocess.DEVNULL
+                    shlex.join(["sh", "-c", REAPER_SH, "rtax-reaper", lock_id, REAPER_AWK]),
+                    encoding=None,
+                    stderr=subprocess.DEVNULL,
                 )
             except (OSError, asyncssh.Error) as exc:
                 conn.close()
                 self._conn = None
                 raise RtaxError(f"host {self.name}: cannot start a command: {exc}") from None
+            runlock.unsubscribe(self._held)
+            runlock.subscribe(self._held)  # the labels held so far, and each later one
 
     def _key_message(self, why: str) -> str:
         t = self.target
@@ -384,6 +404,7 @@ class SSHHost(Host):
     async def close(self) -> None:
         """Close the reaper's stdin (it ends what is left), then the connection."""
         self._closing = True
+        runlock.unsubscribe(self._held)
         if self._reaper is not None:
             try:
                 self._reaper.stdin.write_eof()
@@ -401,6 +422,9 @@ class SSHHost(Host):
         if self._jump is not None:
             self._jump.close()
             self._jump = None
+
+    def _hold_remote(self, label: str) -> None:
+        self._register(f"+l {label}")
 
     def _register(self, line: str) -> None:
         if self._reaper is None:

@@ -1,0 +1,97 @@
+"""Run locks (core/runlock.py): a live process's labels are seen by cleanups, a dead
+one's (kill -9 included) are not; the shell reading (any host) agrees with Python's;
+the workspace cleanup spares a live run's workspaces."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rtax_tui.core import runlock
+
+HOLDER = """
+import sys, time
+from rtax_tui.core import runlock
+for label in sys.argv[1:]:
+    runlock.hold(label)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("RTAX_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp
+
+
+def _holder(*labels: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, *labels], stdout=subprocess.PIPE, env=os.environ.copy()
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"held\n"
+    return proc
+
+
+def _live_sh() -> tuple[set[str], int]:
+    res = subprocess.run(["sh", "-c", runlock.script(runlock.LIVE_SH)], capture_output=True, check=True)
+    return runlock._parse(res.stdout.decode())
+
+
+def test_a_live_lock_is_seen_and_a_killed_one_is_not(isolated: Path) -> None:
+    proc = _holder("run-a", "probe x")
+    try:
+        assert runlock.live_runs() == [{"run-a", "probe_x"}]
+        assert _live_sh() == ({"run-a", "probe_x"}, 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert runlock.live_runs() == []
+    assert _live_sh() == (set(), 0)
+    assert os.listdir(os.environ["RTAX_RUNS_DIR"]) == []  # the dead lock's file is gone
+
+
+def test_the_lock_file_goes_with_a_normal_exit(isolated: Path) -> None:
+    code = "from rtax_tui.core import runlock; runlock.hold('r1')"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert os.listdir(os.environ["RTAX_RUNS_DIR"]) == []
+
+
+def test_workspace_cleanup_spares_the_live_run(isolated: Path) -> None:
+    from rtax_tui.drivers.workspace import workspace_cleanup
+    from rtax_tui.hosts import LocalHost
+
+    live = isolated / "rtax-ws-20261201T000000Z-aaaaaa-x1"
+    dead = isolated / "rtax-ws-20261201T000000Z-bbbbbb-x2"
+    live.mkdir()
+    dead.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"], cwd=dead)  # a process left in the dead one
+    proc = _holder("20261201T000000Z-aaaaaa")
+    try:
+        runlock.take_spared()
+        n = asyncio.run(workspace_cleanup(LocalHost(), "rtax-ws-"))
+        assert (n, runlock.take_spared()) == (1, 1)
+        assert live.exists() and not dead.exists()
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+    deadline = time.monotonic() + 5
+    while runlock.live_runs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert asyncio.run(workspace_cleanup(LocalHost(), "rtax-ws-")) == 1
+    assert not live.exists()
