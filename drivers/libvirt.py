@@ -513,7 +513,7 @@ class LibvirtDriver(Driver):
             doms = []
         live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
         spared = 0
-        lv = _libvirt() if doms else None
+        lv: Any = _libvirt() if doms else None
         n = 0
         for dom in doms:
             try:

@@ -581,7 +581,7 @@ class SwerexDriver(Driver):
         if which("docker") is None:
             return n
         sel = f"{LABEL_KEY}={label}" if label else LABEL_KEY
-        fmt = "{{.ID}} {{.Label \"" + LABEL_KEY + "\"}}"
+        fmt = '{{.ID}} {{.Label "' + LABEL_KEY + '"}}'
         argv = ["docker", "ps", "-a", "--format", fmt, "--filter", f"label={sel}"]
         res = await self.host.run([*argv, "--filter", f"label={DRIVER_LABEL}"], timeout=60)
         found = (

@@ -45,7 +45,8 @@ def _holder(*labels: str) -> subprocess.Popen[bytes]:
 
 
 def _live_sh() -> tuple[set[str], int]:
-    res = subprocess.run(["sh", "-c", runlock.script(runlock.LIVE_SH)], capture_output=True, check=True)
+    argv = ["sh", "-c", runlock.script(runlock.LIVE_SH)]
+    res = subprocess.run(argv, capture_output=True, check=True)
     return runlock._parse(res.stdout.decode())
 
 
@@ -70,6 +71,7 @@ def test_the_lock_file_goes_with_a_normal_exit(isolated: Path) -> None:
 
 def test_workspace_cleanup_spares_the_live_run(isolated: Path) -> None:
     from rtax_tui.drivers.workspace import workspace_cleanup
+
     from rtax_tui.hosts import LocalHost
 
     live = isolated / "rtax-ws-20261201T000000Z-aaaaaa-x1"
