@@ -37,7 +37,6 @@ CONNECT_TIMEOUT_S = 15.0
 
 # The remote reaper: remembers process groups, paths and cgroup dirs; at EOF it ends them.
 REAPER_AWK = r"""
-$1 == "+l" { if (lock != "") { print $2 >> lock; fflush(lock) }; next }
 $1 == "+g" { g[$2] = 1; next }
 $1 == "-g" { delete g[$2]; next }
 $1 == "+p" { p[$2] = 1; next }
@@ -66,13 +65,20 @@ END {
 """
 
 # Starts the reaper holding the run lock (core/runlock.py) on fd 9: the lock outlives
-# the connection until the reaper has removed what was left. Args: LOCK_ID AWK_PROGRAM
+# the connection until the reaper has removed what was left. A shell loop in front
+# appends `+l LABEL` lines to the lock at once (awk may read its input in blocks) and
+# hands the rest to awk. Args: LOCK_ID AWK_PROGRAM
 REAPER_SH = (
     runlock.RUNS_DIR_SH
     + r"""
 f="$d/$1.lock"
-if mkdir -p "$d" 2>/dev/null && exec 9>>"$f"; then flock -n 9 2>/dev/null || :; else f=; fi
-exec awk -v lock="$f" "$2"
+if mkdir -p "$d" 2>/dev/null && [ -w "$d" ]; then exec 9>>"$f"; flock -n 9 2>/dev/null; else f=; fi
+while IFS= read -r l; do
+  case $l in
+    "+l "*) [ -z "$f" ] || printf '%s\n' "${l#+l }" >&9 ;;
+    *) printf '%s\n' "$l" ;;
+  esac
+done | awk -v lock="$f" "$2"
 """
 )
 
