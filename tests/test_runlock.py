@@ -97,3 +97,29 @@ def test_workspace_cleanup_spares_the_live_run(isolated: Path) -> None:
         time.sleep(0.05)
     assert asyncio.run(workspace_cleanup(LocalHost(), "rtax-ws-")) == 1
     assert not live.exists()
+
+
+def test_vm_cleanup_spares_a_live_run_s_directories(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """microvm's cleanup (libvirt's does the same with its directories and domains)."""
+    import tempfile
+
+    from rtax_tui.drivers import get_driver
+    from rtax_tui.hosts import LocalHost
+
+    monkeypatch.setattr(tempfile, "tempdir", str(isolated))
+    live = isolated / "rtax-vm-rtax-20261201T000000Z-aaaaaa-0011-x"
+    dead = isolated / "rtax-vm-rtax-20261201T000000Z-bbbbbb-0022-y"
+    live.mkdir()
+    dead.mkdir()
+    proc = _holder("20261201T000000Z-aaaaaa")
+    try:
+        runlock.take_spared()
+        # a label both share: no other QEMU on the machine is concerned
+        asyncio.run(get_driver("microvm", LocalHost(), {}).cleanup("20261201T000000Z"))
+        assert runlock.take_spared() == 1
+        assert live.exists() and not dead.exists()
+    finally:
+        proc.kill()
+        proc.wait()
