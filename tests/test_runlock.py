@@ -106,6 +106,7 @@ def test_vm_cleanup_spares_a_live_run_s_directories(
     import tempfile
 
     from rtax_tui.drivers import get_driver
+
     from rtax_tui.hosts import LocalHost
 
     monkeypatch.setattr(tempfile, "tempdir", str(isolated))

@@ -127,8 +127,10 @@ def _open() -> None:
     d = runs_dir()
     os.makedirs(d, mode=0o755, exist_ok=True)
     path = os.path.join(d, f"{_lock.id}.lock")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    # locked under another name, then renamed: a cleanup never sees it unlocked
+    fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a new name: nobody else holds it
+    os.rename(path + ".new", path)
     _lock.fd, _lock.path = fd, path
     atexit.register(_release)
 

@@ -72,7 +72,9 @@ REAPER_SH = (
     runlock.RUNS_DIR_SH
     + r"""
 f="$d/$1.lock"
-if mkdir -p "$d" 2>/dev/null && [ -w "$d" ]; then exec 9>>"$f"; flock -n 9 2>/dev/null; else f=; fi
+if mkdir -p "$d" 2>/dev/null && [ -w "$d" ]; then  # locked, then named: see runlock
+  exec 9>>"$f.new"; flock -n 9 2>/dev/null; mv -f "$f.new" "$f"
+else f=; fi
 while IFS= read -r l; do
   case $l in
     "+l "*) [ -z "$f" ] || printf '%s\n' "${l#+l }" >&9 ;;
