@@ -124,3 +124,37 @@ def test_vm_cleanup_spares_a_live_run_s_directories(
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.usefixtures("docker_engine")  # conftest: dockerd answering, rtax's images
+def test_container_cleanup_spares_a_live_run_s_containers(isolated: Path) -> None:
+    """docker's cleanup (podman's is the same code): by the `rtax.run` label, only this
+    test's two labels, so no other run's containers are concerned."""
+    import docker
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.hosts import LocalHost
+
+    live, dead = f"lock-live-{os.getpid()}", f"lock-dead-{os.getpid()}"
+    api = docker.APIClient(base_url="unix:///var/run/docker.sock", timeout=60)
+    image = next(t for i in api.images() for t in i.get("RepoTags") or () if "busybox" in t)
+    made = [
+        api.create_container(image, ["true"], labels={"rtax.run": x})["Id"] for x in (live, dead)
+    ]
+    proc = _holder(live)
+    try:
+        drv = get_driver("docker", LocalHost(), {})
+        runlock.take_spared()
+        assert asyncio.run(drv.cleanup(dead)) == 1
+        assert asyncio.run(drv.cleanup(live)) == 0 and runlock.take_spared() == 1
+        left = {c["Id"] for c in api.containers(all=True, filters={"label": "rtax.run"})}
+        assert made[0] in left and made[1] not in left
+    finally:
+        proc.kill()
+        proc.wait()
+        for c in made:
+            try:
+                api.remove_container(c, force=True)
+            except docker.errors.NotFound:
+                pass
+        api.close()
