@@ -48,6 +48,7 @@ from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.drivers.workspace import empty_dir, make_workspace, populate, remove_workspace
 
+from rtax_tui.core import runlock
 from rtax_tui.core.model import (
     ActionResult,
     EnvSpec,
@@ -1256,11 +1257,16 @@ class ContainerDriver(Driver):
             )
         except PhaseFailure:
             return 0  # no daemon, nothing of ours can be running
-        n = 0
+        live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
+        n = spared = 0
         for c in found:
+            if runlock.safe_label((c.get("Labels") or {}).get(LABEL_KEY, "")) in live:
+                spared += 1
+                continue
             try:
                 await asyncio.to_thread(api.remove_container, c["Id"], v=True, force=True)
                 n += 1
             except Exception:
                 pass
+        runlock.note_spared(spared)
         return n

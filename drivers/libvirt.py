@@ -48,6 +48,7 @@ from rtax_tui.drivers.vmguest import (
     workload_problems,
 )
 
+from rtax_tui.core import runlock
 from rtax_tui.core.model import (
     ActionResult,
     Cell,
@@ -455,7 +456,7 @@ class LibvirtDriver(Driver):
         spec = EnvSpec(
             Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
         )
-        self._snap_dir = TrialDir(self.host, "snapshot")
+        self._snap_dir = TrialDir(self.host, f"rtax-{safe(runlock.owner())}-snapshot")
         path = self._snap_dir("guest.state")
         env = LibvirtEnvironment(self, spec)
         env.restore = False
@@ -500,33 +501,45 @@ class LibvirtDriver(Driver):
         return facts
 
     async def cleanup(self, label: str | None = None) -> int:
-        """Destroy domains named `rtax-*` whose `<rtax:run>` is `label` (or any)."""
-        try:
-            conn = await asyncio.wait_for(self.connection(), 60)
-            doms = await asyncio.to_thread(conn.listAllDomains, 0)
-        except Exception:
-            return 0
-        lv = _libvirt()
-        n = 0
-        for dom in doms:
-            try:
-                if not dom.name().startswith("rtax-"):
-                    continue
-                run = dom.metadata(lv.VIR_DOMAIN_METADATA_ELEMENT, NS, 0)
-                if label is not None and f">{escape(label)}<" not in run:
-                    continue
-                await asyncio.to_thread(dom.destroy)
-                n += 1
-            except Exception:
-                continue
+        """Destroy domains named `rtax-*` whose `<rtax:run>` is `label` (or any), and
+        remove their directories; a live run's (core/runlock.py) are spared."""
         import glob
         import tempfile
 
         from rtax_tui.drivers.vmguest import DIR_PREFIX
 
         pat = f"{DIR_PREFIX}rtax-{safe(label)}-*" if label else f"{DIR_PREFIX}*"
-        for d in glob.glob(os.path.join(tempfile.gettempdir(), pat)):
-            shutil.rmtree(d, ignore_errors=True)
+        dirs = glob.glob(os.path.join(tempfile.gettempdir(), pat))
+        try:
+            conn = await asyncio.wait_for(self.connection(), 60)
+            doms = await asyncio.to_thread(conn.listAllDomains, 0)
+        except Exception:
+            doms = []
+        live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
+        spared = 0
+        lv: Any = _libvirt() if doms else None
+        n = 0
+        for dom in doms:
+            try:
+                name = dom.name()
+                if not name.startswith("rtax-"):
+                    continue
+                run = dom.metadata(lv.VIR_DOMAIN_METADATA_ELEMENT, NS, 0)
+                if label is not None and f">{escape(label)}<" not in run:
+                    continue
+                if runlock.is_live(name, live, lambda s: f"rtax-{safe(s)}-"):
+                    spared += 1
+                    continue
+                await asyncio.to_thread(dom.destroy)
+                n += 1
+            except Exception:
+                continue
+        for d in dirs:
+            if runlock.is_live(os.path.basename(d), live, lambda s: f"{DIR_PREFIX}rtax-{safe(s)}-"):
+                spared += 1
+            else:
+                shutil.rmtree(d, ignore_errors=True)
+        runlock.note_spared(spared)
         if self._snap_dir is not None:
             self._snap_dir.remove()
             self._snap_dir = None

@@ -46,6 +46,7 @@ from rtax_tui.drivers.vmguest import (
     workload_problems,
 )
 
+from rtax_tui.core import runlock
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step, Workload
 from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
@@ -304,7 +305,7 @@ class MicrovmDriver(Driver):
         spec = EnvSpec(
             Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
         )
-        self._snap_dir = TrialDir(self.host, "snapshot")
+        self._snap_dir = TrialDir(self.host, f"rtax-{safe(runlock.owner())}-snapshot")
         path = self._snap_dir("guest.state")
         env = MicrovmEnvironment(self, spec)
         env.restore = False
@@ -358,26 +359,39 @@ class MicrovmDriver(Driver):
         }
 
     async def cleanup(self, label: str | None = None) -> int:
-        """Kill QEMU processes named `rtax-<label>-*` (or any `rtax-*`), remove their dirs."""
+        """Kill QEMU processes named `rtax-<label>-*` (or any `rtax-*`), remove their dirs;
+        a live run's (core/runlock.py) are spared."""
+        import glob
+        import tempfile
+
         prefix = f"rtax-{safe(label)}-" if label else "rtax-"
-        n = 0
+        pat = f"{DIR_PREFIX}{prefix}*" if label else f"{DIR_PREFIX}*"
+        dirs = glob.glob(os.path.join(tempfile.gettempdir(), pat))
+        procs = []
         for pid, argv in _qemu_processes():
             try:
                 name = argv[argv.index("-name") + 1]
             except (ValueError, IndexError):
                 continue
             if name.startswith(prefix):  # libvirt's QEMUs are `guest=NAME,...`: not ours
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    n += 1
-                except ProcessLookupError:
-                    pass
-        import glob
-        import tempfile
-
-        pat = f"{DIR_PREFIX}{prefix}*" if label else f"{DIR_PREFIX}*"
-        for d in glob.glob(os.path.join(tempfile.gettempdir(), pat)):
-            shutil.rmtree(d, ignore_errors=True)
+                procs.append((pid, name))
+        live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
+        n = spared = 0
+        for pid, name in procs:
+            if runlock.is_live(name, live, lambda s: f"rtax-{safe(s)}-"):
+                spared += 1
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+                n += 1
+            except ProcessLookupError:
+                pass
+        for d in dirs:
+            if runlock.is_live(os.path.basename(d), live, lambda s: f"{DIR_PREFIX}rtax-{safe(s)}-"):
+                spared += 1
+            else:
+                shutil.rmtree(d, ignore_errors=True)
+        runlock.note_spared(spared)
         self.forget_snapshot()
         return n
 

@@ -65,10 +65,12 @@ from rtax_tui.drivers.stage_site import (
 )
 from rtax_tui.drivers.workspace import (
     WORKSPACE_PREFIX,
+    counts,
     run_exec,
     safe_label,
 )
 
+from rtax_tui.core import cgroups, runlock
 from rtax_tui.core.assets import assets_root
 from rtax_tui.core.cgroups import Cgroup
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
@@ -674,7 +676,7 @@ class StageDriver(Driver):
                 else "check that root can write rtax's cache"
             )
             return [Problem(f"stage cannot make its sandbox files: {exc.message}", fix)]
-        rel = f"rtax/check-{os.urandom(4).hex()}"
+        rel = f"{cgroups.PREFIX}/env-{runlock.owner()}-{os.urandom(4).hex()}"
         try:
             await host.make_cgroup(rel, cpus=1, memory_mib=64, pids=64)
             await host.remove_cgroup(rel)
@@ -733,9 +735,11 @@ class StageDriver(Driver):
         """Sandboxes, env cgroups and workspaces of one run (or of every run)."""
         prefix = WORKSPACE_PREFIX + (f"{safe_label(label)}-" if label else "")
         cg = f"env-{safe_label(label)}-" if label else "env-"
-        res = await self.host.run(["sh", "-c", CLEANUP_SH, "rtax-cleanup", prefix, cg], timeout=60)
+        script = runlock.script(CLEANUP_SH)
+        argv = ["sh", "-c", script, "rtax-cleanup", prefix, cg, cgroups.PREFIX]
+        res = await self.host.run(argv, timeout=60)
         try:
-            return int(res.stdout.split()[-1])
+            return counts(res.stdout)
         except (ValueError, IndexError):
             raise PhaseFailure(
                 "cleanup_failed",

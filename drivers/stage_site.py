@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rtax_tui.drivers.sandbox import ROOT_NAMES, Support, bin_argv, etc_argv, local_support
+from rtax_tui.drivers.workspace import WORKSPACE_PREFIX
 
 from rtax_tui.core.model import PhaseFailure
+from rtax_tui.core.runlock import LIVE_SH
 from rtax_tui.hosts import Host
 
 # What a host needs for stage (make_workspace's mktemp and tar included).
@@ -55,29 +57,47 @@ LIST_ROOT_SH = r"""for e in /* /.[!.]*; do
 done"""
 
 # Cleanup by label: sandboxes (bwrap naming the workspace), env cgroups (and what is
-# below them), workspaces. Args: WORKSPACE_PREFIX CGROUP_PREFIX; prints how many.
-CLEANUP_SH = r"""p=$1 cg=$2 n=0 t=${TMPDIR:-/tmp}
-for d in /proc/[0-9]*; do
-  case $(tr '\0' ' ' < $d/cmdline 2>/dev/null) in
-    *bwrap*"$t/$p"*) kill -9 "${d#/proc/}" 2>/dev/null && n=$((n+1)) ;;
-  esac
+# below them), workspaces; each spared when it carries a live run's label
+# (core/runlock.py), read after the candidates are listed. Args: WORKSPACE_PREFIX
+# CGROUP_PREFIX CGROUP_ROOT; prints `removed spared`.
+CLEANUP_SH = (
+    r"""p=$1 cg=$2 r=$3 n=0 s=0 t=${TMPDIR:-/tmp}
+ws=; for w in "$t/$p"*; do [ -e "$w" ] && ws="$ws $w"; done
+cgs=; for d in /sys/fs/cgroup/$r /sys/fs/cgroup/*/$r; do
+  [ -d "$d" ] && cgs="$cgs $(find "$d" -mindepth 1 -type d -name "$cg*" 2>/dev/null)"
 done
-for d in /sys/fs/cgroup/rtax /sys/fs/cgroup/*/rtax; do
-  [ -d "$d" ] || continue
-  for c in $(find "$d" -mindepth 1 -type d -name "$cg*" 2>/dev/null); do
-    [ -d "$c" ] || continue
-    for i in 1 2 3 4 5 6 7 8 9 10; do
-      for s in $(find "$c" -depth -type d 2>/dev/null); do
-        for q in $(cat "$s/cgroup.procs" 2>/dev/null); do kill -9 $q 2>/dev/null; done
-        rmdir "$s" 2>/dev/null
-      done
-      [ -d "$c" ] || { n=$((n+1)); break; }
-      sleep 0.05
+bw=; for d in /proc/[0-9]*; do
+  case $(tr '\0' ' ' < $d/cmdline 2>/dev/null) in *bwrap*"$t/$p"*) bw="$bw ${d#/proc/}" ;; esac
+done
+live=$( (
+"""
+    + LIVE_SH
+    + r"""
+) | grep -v '^#')
+for q in $bw; do
+  a=$(tr '\0' ' ' < /proc/$q/cmdline 2>/dev/null) || continue
+  k=; for l in $live; do case $a in *"$t/$WS$l-"*) k=1; break ;; esac; done
+  [ -n "$k" ] || { kill -9 "$q" 2>/dev/null && n=$((n+1)); }
+done
+for c in $cgs; do
+  [ -d "$c" ] || continue
+  k=; for l in $live; do case ${c##*/} in "env-$l-"*) k=1; break ;; esac; done
+  if [ -n "$k" ]; then s=$((s+1)); continue; fi
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    for x in $(find "$c" -depth -type d 2>/dev/null); do
+      for q in $(cat "$x/cgroup.procs" 2>/dev/null); do kill -9 $q 2>/dev/null; done
+      rmdir "$x" 2>/dev/null
     done
+    [ -d "$c" ] || { n=$((n+1)); break; }
+    sleep 0.05
   done
 done
-for w in "$t/$p"*; do [ -e "$w" ] || continue; rm -rf -- "$w"; n=$((n+1)); done
-echo $n"""
+for w in $ws; do
+  k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
+  if [ -n "$k" ]; then s=$((s+1)); else rm -rf -- "$w"; n=$((n+1)); fi
+done
+echo $n $s"""
+).replace("$WS", WORKSPACE_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from rtax_tui.drivers.workspace import (
     workspace_cleanup,
 )
 
+from rtax_tui.core import runlock
 from rtax_tui.core.model import ActionResult, EnvSpec, OptionError, PhaseFailure, Step
 
 if TYPE_CHECKING:
@@ -586,9 +587,15 @@ class SwerexDriver(Driver):
         if which("docker") is None:
             return n
         sel = f"{LABEL_KEY}={label}" if label else LABEL_KEY
-        argv = ["docker", "ps", "-aq", "--filter", f"label={sel}"]
+        fmt = '{{.ID}} {{.Label "' + LABEL_KEY + '"}}'
+        argv = ["docker", "ps", "-a", "--format", fmt, "--filter", f"label={sel}"]
         res = await self.host.run([*argv, "--filter", f"label={DRIVER_LABEL}"], timeout=60)
-        ids = res.stdout.decode().split() if res.returncode == 0 else []
+        found = (
+            [ln.split() for ln in res.stdout.decode().splitlines()] if res.returncode == 0 else []
+        )
+        live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
+        ids = [f[0] for f in found if f and runlock.safe_label(" ".join(f[1:])) not in live]
+        runlock.note_spared(len([f for f in found if f]) - len(ids))
         if ids:
             await self.host.run(["docker", "rm", "-f", *ids], timeout=120)
         return n + len(ids)

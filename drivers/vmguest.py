@@ -301,7 +301,9 @@ async def probe_kvm(
     guest = guest_files()
     if guest is None:
         return False, "no guest built to probe with (rtax images build --driver vm)"
-    d = TrialDir(host, "kvmprobe")
+    from rtax_tui.core import runlock
+
+    d = TrialDir(host, f"rtax-{safe(runlock.owner())}-kvmprobe")  # a live run's: spared
     proc = None
     try:
         argv = microvm_argv(

@@ -17,6 +17,7 @@ from typing import Any
 
 from rtax_tui.drivers.base import Problem
 
+from rtax_tui.core import runlock
 from rtax_tui.core.model import ActionResult, PhaseFailure
 from rtax_tui.hosts import Host, LocalHost
 
@@ -124,22 +125,48 @@ async def tools_problems(host: Host, tools: tuple[str, ...]) -> list[Problem]:
     return []
 
 
-# Kills what runs in matching workspaces (by cwd), then removes them; prints how many.
-CLEANUP_SH = r"""p=$1; n=0; t=${TMPDIR:-/tmp}
-for d in /proc/[0-9]*; do
-  c=$(readlink "$d/cwd" 2>/dev/null) || continue
-  case $c in "$t/$p"*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac
-done
-for w in "$t/$p"*; do [ -e "$w" ] || continue; rm -rf -- "$w"; n=$((n+1)); done
-echo $n
+# Workspaces named `prefix*` and what runs in them (by cwd), spared when their name
+# carries a live run's label (core/runlock.py): candidates first, then the live labels,
+# so a run that started meanwhile made nothing listed. Prints `removed spared`.
+CLEANUP_SH = (
+    r"""p=$1; n=0; s=0; t=${TMPDIR:-/tmp}
+c=; for w in "$t/$p"*; do [ -e "$w" ] && c="$c $w"; done
+live=$( (
 """
+    + runlock.LIVE_SH
+    + r"""
+) | grep -v '^#')
+dead=
+for w in $c; do
+  k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
+  if [ -n "$k" ]; then s=$((s+1)); else dead="$dead $w"; fi
+done
+if [ -n "$dead" ]; then
+  for d in /proc/[0-9]*; do
+    x=$(readlink "$d/cwd" 2>/dev/null) || continue
+    for w in $dead; do case $x in "$w"|"$w"/*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac; done
+  done
+fi
+for w in $dead; do rm -rf -- "$w"; n=$((n+1)); done
+echo $n $s
+"""
+).replace("$WS", WORKSPACE_PREFIX)
+
+
+def counts(out: bytes) -> int:
+    """A cleanup script's last line, `removed spared`: the removed (the spared are noted
+    for `rtax cleanup`'s report)."""
+    removed, spared = out.split()[-2:]
+    runlock.note_spared(int(spared))
+    return int(removed)
 
 
 async def workspace_cleanup(host: Host, prefix: str) -> int:
     """Leftover workspaces named `prefix*` on a host, and processes inside them."""
-    res = await host.run(["sh", "-c", CLEANUP_SH, "rtax-cleanup", prefix], timeout=60)
+    argv = ["sh", "-c", runlock.script(CLEANUP_SH), "rtax-cleanup", prefix]
+    res = await host.run(argv, timeout=60)
     try:
-        return int(res.stdout.split()[-1])
+        return counts(res.stdout)
     except (ValueError, IndexError):
         raise PhaseFailure(
             "cleanup_failed", f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -173,7 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--force", action="store_true", help="rebuild even when cached")
 
     cl = sub.add_parser("cleanup", help="remove leftovers of earlier runs")
-    cl.add_argument("--run", help="only this run id")
+    cl.add_argument(
+        "--run", help="only this run id (refused while the run is alive: stop it first)"
+    )
+    cl.add_argument(
+        "--driver",
+        action="append",
+        metavar="NAME",
+        help="only these drivers' leftovers (repeatable; then no budget cgroups)",
+    )
     add_host_flags(cl)
     return p
 
@@ -543,19 +550,41 @@ def _assets(args: argparse.Namespace) -> int:
 
 
 def _cleanup(args: argparse.Namespace) -> int:
+    """Leftovers of dead runs: what a live run (one holding its run lock, see
+    core/runlock.py) made is spared, and `--run` of a live run is refused."""
+    from rtax_tui.core import runlock
+
+    if args.run and (args.host is None or "local" in args.host):
+        for labels in runlock.live_runs():
+            if runlock.safe_label(args.run) in labels:
+                print(
+                    f"rtax: run {args.run} is still running; stop it first "
+                    "(its reaper removes what it made)",
+                    file=sys.stderr,
+                )
+                return 2
     if args.host and "local" not in args.host:  # remote hosts only
         from rtax_tui.hostflags import cleanup_remote_hosts
 
         n = cleanup_remote_hosts(args)
+        if n < 0:
+            return 2
         print(f"removed {n} leftovers" if n else "nothing to clean up")
+        _print_spared(runlock.take_spared())
         return 0
     from rtax_tui.core import cgroups
     from rtax_tui.drivers import get_driver, names
     from rtax_tui.hosts import LocalHost
 
+    chosen = [d for d in names() if not args.driver or d in args.driver]
+    unknown = sorted(set(args.driver or ()) - set(names()))
+    if unknown:
+        print(f"rtax: unknown driver {', '.join(unknown)}", file=sys.stderr)
+        return 2
+
     async def go() -> int:
         total = 0
-        for name in names():
+        for name in chosen:
             n = await get_driver(name, LocalHost()).cleanup(args.run)
             if n:
                 print(f"{name}: removed {n}")
@@ -566,13 +595,34 @@ def _cleanup(args: argparse.Namespace) -> int:
     if args.host:
         from rtax_tui.hostflags import cleanup_remote_hosts
 
-        total += cleanup_remote_hosts(args)
+        r = cleanup_remote_hosts(args)
+        if r < 0:
+            return 2
+        total += r
+    live: list[set[str]] = []
+
+    def spare(name: str) -> bool:  # asked once the candidates are listed
+        if not live:
+            live.append(runlock.live_labels())
+        if any(name.startswith((f"env-{s}-", f"batch-{s}-")) for s in live[0]):
+            runlock.note_spared(1)
+            return True
+        return False
+
+    n = 0
     if args.run:  # only this run's: its budget cgroups and its environments' cgroups
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", args.run)[:40]
-        n = cgroups.cleanup(f"rtax/batch-{args.run}-") + cgroups.cleanup(f"rtax/env-{safe}-")
-    else:
-        n = cgroups.cleanup()
+        safe = runlock.safe_label(args.run)
+        n = cgroups.cleanup(f"{cgroups.PREFIX}/batch-{args.run}-", spare=spare)
+        n += cgroups.cleanup(f"{cgroups.PREFIX}/env-{safe}-", spare=spare)
+    elif not args.driver:
+        n = cgroups.cleanup(spare=spare)
     if n:
         print(f"cgroups: removed {n}")
     print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
+    _print_spared(runlock.take_spared())
     return 0
+
+
+def _print_spared(n: int) -> None:
+    if n:
+        print(f"spared {n} of live runs")

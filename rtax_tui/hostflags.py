@@ -57,9 +57,11 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def cleanup_remote_hosts(args: argparse.Namespace) -> int:
     """`rtax cleanup --host ssh://...`: leftovers of the drivers that run over SSH, on each
-    remote host named (workspaces, sandboxes and cgroups of one run with --run)."""
+    remote host named (workspaces, sandboxes and cgroups of one run with --run); -1 when
+    the run of --run is alive on one of them."""
     import asyncio
 
+    from rtax_tui.core import runlock
     from rtax_tui.core.model import RtaxError
     from rtax_tui.core.profile import Profile
     from rtax_tui.core.runner import make_host
@@ -81,6 +83,13 @@ def cleanup_remote_hosts(args: argparse.Namespace) -> int:
                 print(f"rtax: {exc}", file=sys.stderr)
                 continue
             try:
+                run = getattr(args, "run", None)
+                if run and runlock.safe_label(run) in await runlock.live_labels_on(host):
+                    print(
+                        f"rtax: run {run} is still running on {host.name}; stop it first",
+                        file=sys.stderr,
+                    )
+                    return -1
                 for drv in [d for d in driver_names() if driver_class(d).runs_remote]:
                     n = await get_driver(drv, host, {}).cleanup(getattr(args, "run", None))
                     if n:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 import subprocess
 import time
@@ -189,3 +190,39 @@ def test_jump_host(lab: SSHLab) -> None:
             await bad.connect()
 
     asyncio.run(go())
+
+
+def test_the_remote_reaper_holds_the_run_lock(lab: SSHLab) -> None:
+    """The remote reaper holds a run lock (core/runlock.py) with the labels held before
+    the connection and after; it lets go when the connection closes."""
+    from rtax_tui.core import runlock
+
+    before, after = f"lockb{os.getpid()}", f"locka{os.getpid()}"
+
+    def remote_live() -> set[str]:  # the labels of this process's live remote locks
+        out: set[str] = set()
+        # the lab's remote host is this machine (as root: /run/rtax/runs)
+        for f in glob.glob(f"/run/rtax/runs/ssh{runlock.TOKEN}-*.lock"):
+            if subprocess.run(["flock", "-n", "-s", f, "true"]).returncode != 0:
+                with open(f) as fh:
+                    out |= set(fh.read().split())
+        return out
+
+    async def go() -> None:
+        runlock.hold(before)
+        host = _host(lab)
+        await host.connect()
+        runlock.hold(after)
+        deadline = time.monotonic() + 10
+        while remote_live() != {before, after} and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert remote_live() == {before, after}
+        # this process's own cleanup does not count its own locks as another run's
+        assert await runlock.live_labels_on(host) & {before, after} == set()
+        await host.close()
+
+    asyncio.run(go())
+    deadline = time.monotonic() + 10
+    while remote_live() & {after} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert after not in remote_live()

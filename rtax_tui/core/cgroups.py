@@ -17,10 +17,14 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 DEFAULT_ROOT = "/sys/fs/cgroup"
-PREFIX = "rtax"
+# Everything's parent; another name (RTAX_CGROUP_ROOT) keeps a test's cgroups, and its
+# cleanups, apart from other rtax runs on the machine.
+PREFIX = os.environ.get("RTAX_CGROUP_ROOT") or "rtax"
+if not PREFIX.replace("-", "").replace("_", "").isalnum():
+    raise ValueError(f"RTAX_CGROUP_ROOT: not a plain name: {PREFIX!r}")
 CPU_PERIOD_US = 100_000
 V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
 V2_CONTROLLERS = ("cpu", "memory", "pids")
@@ -418,11 +422,19 @@ def _all_bases(root: str) -> list[str]:
     return []
 
 
-def cleanup(prefix: str = PREFIX + "/", *, root: str = DEFAULT_ROOT, timeout: float = 5.0) -> int:
+def cleanup(
+    prefix: str = PREFIX + "/",
+    *,
+    root: str = DEFAULT_ROOT,
+    timeout: float = 5.0,
+    spare: Callable[[str], bool] | None = None,
+) -> int:
     """Remove leftover cgroups whose path starts with `prefix`; return how many.
 
     `prefix` is `dir/` (everything under dir; dir itself is removed when it ends up
     empty) or `dir/name-start` (children of dir whose name starts so, at any depth).
+    `spare(name)`, asked once every candidate is listed, keeps a cgroup (and what is
+    below it): a live run's (core/runlock.py).
     """
     p = prefix.strip("/")
     if prefix.endswith("/") or "/" not in p:
@@ -444,6 +456,8 @@ def cleanup(prefix: str = PREFIX + "/", *, root: str = DEFAULT_ROOT, timeout: fl
     # Shallow ones first would also remove the deep ones; sort for a stable order.
     n = 0
     for rel in sorted(found):
+        if spare is not None and spare(rel.rpartition("/")[2]):
+            continue
         cg = Cgroup(rel, root=root)
         if not cg.exists():
             continue

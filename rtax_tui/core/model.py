@@ -173,6 +173,12 @@ class EnvSpec:
     cgroup_parent: str | None = None  # a budget cgroup to nest under (capacity)
     label: str = ""  # run id, carried by everything the driver creates
 
+    def __post_init__(self) -> None:
+        # held before anything carrying the label exists: `rtax cleanup` spares it
+        from rtax_tui.core import runlock
+
+        runlock.hold(self.label)
+
 
 @dataclass
 class ActionResult:

@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from rtax_tui.core import events, probe_state
+from rtax_tui.core import events, probe_state, runlock
 from rtax_tui.core.capacity import Barrier, CapacityRun
 from rtax_tui.core.control import Progress, RunControl
 from rtax_tui.core.events import Emitter, Sink
@@ -62,6 +62,7 @@ class Session:
         self.drivers = drivers
         self.workloads = workloads
         self.run_id = run_id or new_run_id()
+        runlock.hold(self.run_id)  # its budget cgroups carry it too (capacity)
         self.host_facts = host_facts
         # Hosts by name, as the drivers hold them (remote hosts left out at the start are
         # not among them); cells are made only for (host, driver) pairs that exist.

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtax_tui.core import runlock
 from rtax_tui.core.model import HostLost, RtaxError
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.hosts.cgroup_sh import cgroup_dirs
@@ -59,8 +60,29 @@ END {
     if (!left) break
     system("sleep 0.1")
   }
+  if (lock != "") system("rm -f -- '" lock "'")
 }
 """
+
+# Starts the reaper holding the run lock (core/runlock.py) on fd 9: the lock outlives
+# the connection until the reaper has removed what was left. A shell loop in front
+# appends `+l LABEL` lines to the lock at once (awk may read its input in blocks) and
+# hands the rest to awk. Args: LOCK_ID AWK_PROGRAM
+REAPER_SH = (
+    runlock.RUNS_DIR_SH
+    + r"""
+f="$d/$1.lock"
+if mkdir -p "$d" 2>/dev/null && [ -w "$d" ]; then  # locked, then named: see runlock
+  exec 9>>"$f.new"; flock -n 9 2>/dev/null; mv -f "$f.new" "$f"
+else f=; fi
+while IFS= read -r l; do
+  case $l in
+    "+l "*) [ -z "$f" ] || printf '%s\n' "${l#+l }" >&9 ;;
+    *) printf '%s\n' "$l" ;;
+  esac
+done | awk -v lock="$f" "$2"
+"""
+)
 
 # One command for the facts of the host, `key=value` a line.
 FACTS_SH = r"""
@@ -262,6 +284,7 @@ class SSHHost(Host):
         self._jump: Any = None
         self._reaper: Any = None
         self._lock = asyncio.Lock()
+        self._held = self._hold_remote  # the run lock's labels, sent to the reaper
         self.net: dict[str, Any] = {}
         self._closing = False
 
@@ -351,13 +374,18 @@ class SSHHost(Host):
             self._conn = conn
             self._closing = False
             try:
+                lock_id = runlock.remote_lock_id()
                 self._reaper = await conn.create_process(
-                    shlex.join(["awk", REAPER_AWK]), encoding=None, stderr=subprocess.DEVNULL
+                    shlex.join(["sh", "-c", REAPER_SH, "rtax-reaper", lock_id, REAPER_AWK]),
+                    encoding=None,
+                    stderr=subprocess.DEVNULL,
                 )
             except (OSError, asyncssh.Error) as exc:
                 conn.close()
                 self._conn = None
                 raise RtaxError(f"host {self.name}: cannot start a command: {exc}") from None
+            runlock.unsubscribe(self._held)
+            runlock.subscribe(self._held)  # the labels held so far, and each later one
 
     def _key_message(self, why: str) -> str:
         t = self.target
@@ -384,6 +412,7 @@ class SSHHost(Host):
     async def close(self) -> None:
         """Close the reaper's stdin (it ends what is left), then the connection."""
         self._closing = True
+        runlock.unsubscribe(self._held)
         if self._reaper is not None:
             try:
                 self._reaper.stdin.write_eof()
@@ -401,6 +430,9 @@ class SSHHost(Host):
         if self._jump is not None:
             self._jump.close()
             self._jump = None
+
+    def _hold_remote(self, label: str) -> None:
+        self._register(f"+l {label}")
 
     def _register(self, line: str) -> None:
         if self._reaper is None:
