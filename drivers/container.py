@@ -70,7 +70,8 @@ ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
 # A pooled environment's clean reset, inside (core.pool; read_only containers only, where
 # nothing but these places and /workspace is writable): every process but PID 1 (the
-# sleeper loop) and this one killed, then /tmp, /dev/shm and anything made in /dev gone.
+# sleeper loop) and this one killed, then /tmp, /dev/shm and anything made in /dev gone,
+# the links of a container's /dev back, and every SysV IPC object removed.
 RESET_SH = r"""kill -9 -1 2>/dev/null
 for d in /tmp /dev/shm; do
   [ -d "$d" ] && for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
@@ -80,6 +81,16 @@ for f in /dev/* /dev/.[!.]*; do
   case "$f" in /dev/pts|/dev/shm|/dev/mqueue) continue;; esac
   [ -L "$f" ] && continue
   if [ -f "$f" ] || [ -d "$f" ]; then rm -rf "$f" || exit 1; fi
+done
+for l in fd:/proc/self/fd stdin:/proc/self/fd/0 stdout:/proc/self/fd/1 \
+    stderr:/proc/self/fd/2 core:/proc/kcore ptmx:pts/ptmx; do
+  [ -e "/dev/${l%%:*}" ] || [ -L "/dev/${l%%:*}" ] || ln -s "${l#*:}" "/dev/${l%%:*}"
+done
+for k in m q s; do
+  for id in $(ipcs -$k 2>/dev/null | awk '$1 ~ /^0x/ {print $2}'); do ipcrm -$k "$id"; done
+done
+for f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do  # no ipcrm: not clean
+  [ ! -r "$f" ] || [ "$(wc -l < "$f")" -le 1 ] || { echo "SysV IPC left: $f"; exit 1; }
 done
 echo reset
 """

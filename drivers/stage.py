@@ -485,6 +485,9 @@ def _dev_listing(dev: str) -> list[str]:
 RESET_SH = r"""fill=$1; shift
 cd / || exit 1
 ipcrm --all 2>/dev/null
+for f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do
+  [ "$(wc -l < "$f")" -le 1 ] || { echo "SysV IPC left: $f"; exit 2; }
+done
 # /dev: what was not there at start goes; what was, comes back as it was
 want=" "
 for e in "$@"; do want="$want${e%%:*} "; done

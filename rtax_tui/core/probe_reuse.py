@@ -2,8 +2,11 @@
 same environment of a real warm pool (`core.pool`, size 1) between which it was reset.
 
 The planting trial leaves a token in every place a trial can leave state: a file in
-the workspace, in /tmp and in /dev/shm, a process still running (its command line
-holds the token), and, on a persistent shell, an exported variable and a changed
+the workspace, in /tmp, in /dev/shm and in /dev itself, a /dev entry of the start
+rebuilt as something else (`/dev/fd`, a link, made a directory), a process still
+running (its command line holds the token) and one that hides (a new session,
+renamed, the token only in its environment), SysV shared memory, a message queue and
+a semaphore set, and, on a persistent shell, an exported variable and a changed
 working directory. The checking trial looks for the token in each and prints where
 it found it. The token is passed in two halves that only the scripts join, so the
 checking script's own command line never holds it.
@@ -33,7 +36,11 @@ cd /workspace 2>/dev/null || cd /
 echo "$t" > "/workspace/.rtax-reuse-$t" 2>/dev/null
 echo "$t" > "/tmp/.rtax-reuse-$t" 2>/dev/null
 [ -d /dev/shm ] && echo "$t" > "/dev/shm/.rtax-reuse-$t" 2>/dev/null
+echo "$t" > "/dev/.rtax-reuse-$t" 2>/dev/null
+if [ -L /dev/fd ]; then rm -f /dev/fd 2>/dev/null && mkdir /dev/fd 2>/dev/null; fi
 sh -c "sleep 3600; : $t" </dev/null >/dev/null 2>&1 &
+RTAX_REUSE_HIDDEN=$t setsid sh -c 'exec -a kworker sleep 3600' </dev/null >/dev/null 2>&1 &
+command -v ipcmk >/dev/null && { ipcmk -M 4096; ipcmk -Q; ipcmk -S 1; } >/dev/null 2>&1
 echo planted
 """
 # a persistent shell's own state: run in that shell (no `sh -c`), after PLANT
@@ -41,12 +48,19 @@ PLANT_SHELL = "export RTAX_REUSE_{a}{b}=1; cd /tmp; echo planted-shell"
 
 CHECK = r"""t="$1$2"
 found=""
-for d in /workspace /tmp /dev/shm; do
+for d in /workspace /tmp /dev/shm /dev; do
   [ -e "$d/.rtax-reuse-$t" ] && found="$found file:$d"
 done
-for f in /proc/[0-9]*/cmdline; do
-  case "$(tr '\0' ' ' < "$f" 2>/dev/null)" in *"$t"*) found="$found process:${f%/cmdline}";; esac
+[ -d /dev/fd ] && [ ! -L /dev/fd ] && found="$found dev:/dev/fd"
+for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) $(tr '\0' ' ' < "$p/environ" 2>/dev/null)" in
+    *"$t"*) found="$found process:$p";;
+  esac
 done
+if command -v ipcs >/dev/null; then
+  n=$(ipcs 2>/dev/null | grep -c '^0x')
+  [ "$n" -gt 0 ] && found="$found ipc:$n"
+fi
 case "$(env)" in *"RTAX_REUSE_$t"*) found="$found env:RTAX_REUSE";; esac
 [ "$PWD" = /tmp ] && found="$found cwd:/tmp"
 if [ -n "$found" ]; then echo "LEFT$found"; else echo CLEAN; fi
