@@ -202,6 +202,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if bounds:
         out += ["## Boundaries (the last `rtax probe` when the run began)", ""]
         out += [f"- {boundary_line(k, b)}" for k, b in bounds.items()] + [""]
+    forgeable = run.get("forgeable") or {}
+    if forgeable:
+        out += ["## Results a workload could forge (the driver does not state they hold)", ""]
+        out += [f"- {k}: {why}" for k, why in forgeable.items()] + [""]
     if report.get("probe"):
         out += ["## Boundary checks (rtax probe)", "", _probe_markdown(report["probe"]), ""]
     if report.get("diffs"):
@@ -358,6 +362,11 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")
         for key, b in bounds.items():
             console.print("  " + escape(boundary_line(key, b)), soft_wrap=True)
+    forgeable = report.get("run", {}).get("forgeable") or {}
+    if forgeable:
+        console.print("results a workload could forge (the driver does not state they hold):")
+        for key, why in forgeable.items():
+            console.print(f"  [yellow]{escape(key)}[/yellow]: {escape(why)}", soft_wrap=True)
     if report.get("probe"):
         print_probe(report["probe"], console)
     for c in report["cells"]:

@@ -29,6 +29,10 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 #   `hosts.<host>.drivers.<driver>.boundary` (the last probe of that pair, or
 #   {"status": "not probed"}). An older rtax rejects a recording that holds `probe`
 #   events (an unknown event type); runs without them read as before;
+# - added, in the `run` header, `hosts.<host>.drivers.<driver>.integrity`: per channel,
+#   null where the driver states that a step's status, output and timing reach rtax
+#   through nothing a step can write, else why not (`Driver.integrity`; the probe's
+#   `result_integrity` measures it). Absent in older recordings: not stated;
 # - added `prep` events (`rtax traj prepare -o`: file, format, k, steps, shell, rep,
 #   dur_ns, ok): one timed preparation of a trajectory's first k steps; `rtax report`
 #   adds per-format figures. An older rtax rejects such a recording the same way;

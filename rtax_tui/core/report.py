@@ -232,7 +232,30 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
     bounds = _boundaries(h.get("hosts"))
     if bounds:  # recordings made before `rtax probe` existed keep their shape
         info["boundaries"] = bounds
+    forgeable = _forgeable(h.get("hosts"))
+    if forgeable:  # recordings made before the header said it keep their shape
+        info["forgeable"] = forgeable
     return info
+
+
+def _forgeable(hosts: Any) -> dict[str, str]:
+    """`host/driver/channel` -> why a workload could forge a later step's result there,
+    for every channel whose driver does not state that results hold (header's
+    `integrity`)."""
+    out: dict[str, str] = {}
+    if not isinstance(hosts, dict):
+        return out
+    for name, f in hosts.items():
+        drivers = f.get("drivers") if isinstance(f, dict) else None
+        if not isinstance(drivers, dict):
+            continue
+        for d, facts in drivers.items():
+            got = facts.get("integrity") if isinstance(facts, dict) else None
+            if isinstance(got, dict):
+                for ch, why in got.items():
+                    if why is not None:
+                        out[f"{name}/{d}/{ch}"] = str(why)
+    return out
 
 
 def _boundaries(hosts: Any) -> dict[str, Any]:

@@ -207,6 +207,9 @@ class Session:
                         drivers[d] = {"error": str(exc)}
                     # what the substrate kept out when last measured (`rtax probe`)
                     drivers[d]["boundary"] = probe_state.boundary(host, d)
+                    # per channel: null where a step's result reaches rtax through
+                    # nothing a step can write, else why not (Driver.integrity)
+                    drivers[d]["integrity"] = {ch: drv.integrity(ch) for ch in drv.channels}
             f["drivers"] = drivers
             facts[host] = f
         for host, why in self.left_out_hosts.items():
