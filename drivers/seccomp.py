@@ -22,8 +22,9 @@ nothing else. Any other family gets EAFNOSUPPORT, what a kernel built without it
 says (so programs take their usual fallback): AF_VSOCK above all, whose port space
 is the host's and not a network namespace's (a bind to a port the host listens on
 said EADDRINUSE), and AF_PACKET, AF_ALG, AF_BLUETOOTH, AF_XDP and the rest of the
-kernel's rarely used socket code. Another netlink protocol gets EPROTONOSUPPORT:
-some are host-wide (the audit log, uevents, the process-event connector). x86_64 has
+kernel's rarely used socket code. Another netlink protocol gets EPROTONOSUPPORT
+(so `ss`, which reads sock_diag, fails inside): some are host-wide (the audit log,
+uevents, the process-event connector). x86_64 has
 no `socketcall` (i386's, whose family sits in memory a filter cannot read, dies with
 the rest of that ABI), and io_uring, whose IORING_OP_SOCKET would bypass this, is
 refused.
