@@ -19,6 +19,33 @@ One bubblewrap sandbox per environment. What it keeps out, and how:
   Read-only binds made by a more privileged mount namespace are locked: they cannot
   be remounted read-write from inside, even with a capability.
 - new PID, IPC, UTS (hostname `rtax`), cgroup and network (only `lo`) namespaces.
+- **less of the host's kernel and installs** (`_masks`): `/proc/cmdline`,
+  `/proc/kallsyms` and `/proc/keys` read as empty files (`MASKED_PROC`); an empty
+  read-only tmpfs covers `/usr/local` (`HIDDEN_DIRS`), so the distribution's programs
+  (`sh`, `python3`, `git` in /usr/bin) run, and the host's own installs are not seen.
+  A host whose only python3 is in /usr/local (the python:3 Docker images) gives
+  sandboxes without it.
+
+What stays visible, and why:
+
+- `/proc/self/mountinfo` names the bind sources as the host's file system has them:
+  `/usr`; the curated /etc as `/var/cache/rtax/stage-public/etc-<key>` (the key is
+  a checksum of the sizes and times of the host's /etc entries); the masks'
+  `.../stage-public/empty`; each asset as `.../stage-public/assets/<hash>/<name>`;
+  and the workspace's host path (`/tmp/rtax-ws-<label>-...`) until workspaces get a
+  file system of their own. bubblewrap can only bind, and a bind shows its path in
+  its file system; only a separate file system per source would hide them. The
+  PUBLIC paths are constants of rtax's source; `rtax probe`'s `host_paths` check
+  looks for the host-specific ones (the workspace's path, rtax's cache, the host's
+  temporary directory). The super options show the host's devtmpfs size (its RAM)
+  and the root device (`/dev/vda`).
+- host-wide statistics of the shared kernel: `/proc/loadavg`, `/proc/uptime`,
+  `/proc/stat`, `/proc/meminfo`, `/proc/vmstat`, `/proc/cpuinfo`, `/proc/diskstats`,
+  `/proc/partitions`, `/proc/modules`, `/proc/interrupts`, `/proc/version` (and
+  `uname`). They tell the host's size, load and hardware, and let an environment
+  watch the load other environments put on the machine; programs read them to size
+  themselves or report (`free`, `top`, `uptime`, psutil, build tools), so blank files would
+  break them, and virtualizing them (lxcfs) is not done. No /sys is mounted.
 
 The exec channel starts each action with `rtax-enter` (`stage_enter.c`), which joins
 the sandbox's namespaces and takes on the same identity, capabilities (none) and
@@ -45,6 +72,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import posixpath
 import shutil
 import subprocess
 import tempfile
@@ -128,6 +156,9 @@ if [ ! -d "$d" ]; then
     chmod -R a+rX "$t" && chmod 755 "$t" || { rm -rf "$t"; exit 1; }
   mv -T "$t" "$d" 2>/dev/null || rm -rf "$t"  # another run made it first
 fi
+if [ ! -f "$base/empty" ]; then  # bound over the masked /proc files
+  e=$(mktemp "$base/.tmp-empty-XXXXXX") && chmod 444 "$e" && mv -f "$e" "$base/empty" || exit 1
+fi
 echo "$d"
 """
 # Makes the execute-only copies of rtax-enter (as `init`) and of the host's /bin/sh
@@ -191,6 +222,7 @@ def bwrap_argv(
             a += ["--ro-bind", "/" + name, "/" + name]
     a += ["--ro-bind", etc, "/etc"]
     a += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+    a += _masks(root, etc)
     for src, dest in binds:
         a += ["--ro-bind", src, dest]
     a += ["--ro-bind", f"{bin_dir}/init", INIT_BIN, "--ro-bind", f"{bin_dir}/sh", SHELL_BIN]
@@ -198,6 +230,29 @@ def bwrap_argv(
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
     return a + ["--", *cmd]
+
+
+# /proc files of the host's kernel that say more than programs need: its boot command
+# line (where a VM's host may pass tokens) and the key and symbol tables. Read as empty
+# files inside: ETC_SH's empty file (`empty` beside the curated /etc) is bound over
+# them (/dev/null, as runc does, cannot be: a read-only bind is nodev). The root-only
+# ones (kcore, sched_debug, timer_list, ...) are closed to the sandbox uid anyway.
+MASKED_PROC = ("/proc/cmdline", "/proc/kallsyms", "/proc/keys")
+# Under the read-only /usr, an empty read-only tmpfs: the host's own installs (here
+# CUDA, docker, terraform, postgres) are not the distribution's programs a workload runs.
+HIDDEN_DIRS = ("/usr/local",)
+
+
+def _masks(root: Sequence[tuple[str, str, str]], etc: str) -> list[str]:
+    """What bwrap_argv hides of what it binds (after /usr and /proc are in place)."""
+    a: list[str] = []
+    empty = posixpath.join(posixpath.dirname(etc), "empty")
+    for path in MASKED_PROC:
+        a += ["--ro-bind", empty, path]
+    if any(name == "usr" and kind == "dir" for name, kind, _ in root):
+        for d in HIDDEN_DIRS:  # FHS hosts have it; bwrap cannot make it in a read-only /usr
+            a += ["--perms", "0755", "--tmpfs", d, "--remount-ro", d]
+    return a
 
 
 def sandbox_env(extra: dict[str, str]) -> dict[str, str]:

@@ -11,6 +11,31 @@ filter cannot read, and the C library then falls back to `clone`. A system call
 of another ABI (i386's int 0x80, x32) kills the process: that is the classic way
 around a filter written for one architecture.
 
+Sockets: `socket` and `socketpair` are allowed for AF_UNIX, AF_INET and AF_INET6
+(the sandbox's network namespace has only `lo`), and for AF_NETLINK with the
+NETLINK_ROUTE protocol only. Route netlink is what glibc's getaddrinfo asks with
+AI_ADDRCONFIG (`__check_pf`; without it glibc assumes both IPv4 and IPv6), what
+`ip`, `if_nameindex()` (python's `socket.if_nameindex`) and `hostname -I` read,
+and it answers only about the sandbox's own network namespace. Python's
+`socket` module and git (no network inside, so never `getaddrinfo` anyway) need
+nothing else. Any other family gets EAFNOSUPPORT, what a kernel built without it
+says (so programs take their usual fallback): AF_VSOCK above all, whose port space
+is the host's and not a network namespace's (a bind to a port the host listens on
+said EADDRINUSE), and AF_PACKET, AF_ALG, AF_BLUETOOTH, AF_XDP and the rest of the
+kernel's rarely used socket code. Another netlink protocol gets EPROTONOSUPPORT
+(so `ss`, which reads sock_diag, fails inside): some are host-wide (the audit log,
+uevents, the process-event connector). x86_64 has
+no `socketcall` (i386's, whose family sits in memory a filter cannot read, dies with
+the rest of that ABI), and io_uring, whose IORING_OP_SOCKET would bypass this, is
+refused.
+
+Other processes' memory and files: `process_vm_readv`, `process_vm_writev`,
+`pidfd_getfd`, `process_madvise` and `kcmp` are refused, as is ptrace: the only
+processes in view are the environment's own, but a grader or harness process that
+runs in the environment must not be read or borrowed from. `pidfd_open` and
+`pidfd_send_signal` stay allowed: they reach only processes in the sandbox's PID
+namespace and signal with the same permission checks as kill(2).
+
 The program is classic BPF written here by hand (no libseccomp binding needed), in
 the `struct sock_filter` layout that bubblewrap's `--seccomp FD` and the exec
 channel's `rtax-enter` load. `evaluate()` runs it in Python, for the tests.
@@ -30,6 +55,8 @@ RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
 EPERM = 1
 ENOSYS = 38
+EPROTONOSUPPORT = 93
+EAFNOSUPPORT = 97
 BPF_LD_W_ABS = 0x20
 BPF_JEQ_K = 0x15
 BPF_JGE_K = 0x35
@@ -39,6 +66,16 @@ BPF_RET_K = 0x06
 OFF_NR = 0
 OFF_ARCH = 4
 OFF_ARG0_LOW = 16  # little endian: the low 32 bits of args[0]
+OFF_ARG2_LOW = 32  # ... of args[2] (a socket's protocol)
+
+AF_UNIX = 1
+AF_INET = 2
+AF_INET6 = 10
+AF_NETLINK = 16
+AF_VSOCK = 40
+NETLINK_ROUTE = 0
+# socket(2)'s families that the filter lets through (AF_NETLINK: NETLINK_ROUTE only).
+ALLOWED_FAMILIES = (AF_UNIX, AF_INET, AF_INET6)
 
 CLONE_NEWTIME = 0x00000080
 CLONE_NEWNS = 0x00020000
@@ -101,6 +138,8 @@ DENIED_X86_64: dict[str, int] = {
     "kexec_file_load": 320,
     "bpf": 321,
     "userfaultfd": 323,
+    "pidfd_getfd": 438,
+    "process_madvise": 440,
     "io_uring_setup": 425,
     "io_uring_enter": 426,
     "io_uring_register": 427,
@@ -116,6 +155,8 @@ DENIED_X86_64: dict[str, int] = {
 # Allowed unless a namespace flag is set in the first argument.
 FLAG_CHECKED_X86_64 = {"clone": 56, "unshare": 272}
 ENOSYS_X86_64 = {"clone3": 435}
+# Allowed only for the families above (args[0]), netlink only for NETLINK_ROUTE (args[2]).
+FAMILY_CHECKED_X86_64 = {"socket": 41, "socketpair": 53}
 
 
 class SeccompUnsupported(Exception):
@@ -146,7 +187,20 @@ def _program() -> list[Insn | str]:
         prog.append(Insn(BPF_JEQ_K, nr, jt="flags"))
     for nr in sorted(ENOSYS_X86_64.values()):
         prog.append(Insn(BPF_JEQ_K, nr, jt="enosys"))
+    for nr in sorted(FAMILY_CHECKED_X86_64.values()):
+        prog.append(Insn(BPF_JEQ_K, nr, jt="family"))
     prog += [
+        Insn(BPF_RET_K, RET_ALLOW),
+        "family",  # classic BPF jumps only forward: this block has its own allow
+        Insn(BPF_LD_W_ABS, OFF_ARG0_LOW),
+        *(Insn(BPF_JEQ_K, af, jt="family_ok") for af in ALLOWED_FAMILIES),
+        Insn(BPF_JEQ_K, AF_NETLINK, jt=0, jf="eafnosupport"),
+        Insn(BPF_LD_W_ABS, OFF_ARG2_LOW),
+        Insn(BPF_JEQ_K, NETLINK_ROUTE, jt="family_ok"),
+        Insn(BPF_RET_K, RET_ERRNO | EPROTONOSUPPORT),
+        "eafnosupport",
+        Insn(BPF_RET_K, RET_ERRNO | EAFNOSUPPORT),
+        "family_ok",
         Insn(BPF_RET_K, RET_ALLOW),
         "flags",
         Insn(BPF_LD_W_ABS, OFF_ARG0_LOW),
@@ -202,9 +256,13 @@ def filter_bytes() -> bytes:
     return b"".join(struct.pack("<HBBI", c, jt, jf, k) for c, jt, jf, k in instructions())
 
 
-def evaluate(nr: int, arg0: int = 0, arch: int = AUDIT_ARCH_X86_64) -> int:
-    """The filter's verdict (a SECCOMP_RET_* value) for one system call: for tests."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+def evaluate(nr: int, *args: int, arch: int = AUDIT_ARCH_X86_64) -> int:
+    """The filter's verdict (a SECCOMP_RET_* value) for one system call with up to six
+    arguments (missing ones are 0): for tests."""
+    if len(args) > 6:
+        raise ValueError("a system call has at most six arguments")
+    full = [a & 0xFFFFFFFFFFFFFFFF for a in args] + [0] * (6 - len(args))
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *full)
     prog = instructions()
     acc = 0
     pc = 0

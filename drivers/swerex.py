@@ -509,8 +509,9 @@ class SwerexDriver(Driver):
 
         # Docker's defaults (root, default capabilities, seccomp) with rtax's limits as
         # flags; the published port needs a bridge network: the host's loopback may be
-        # reachable, so that one is not promised.
-        return ALL_CHECKS - {"loopback_tcp"}
+        # reachable, so that one is not promised; nor what Docker's defaults let through
+        # (the docker driver's `boundary`: vsock, /proc/cmdline).
+        return ALL_CHECKS - {"loopback_tcp", "vsock", "proc_cmdline"}
 
     def track_label(self, label: str) -> None:
         if label and label not in self._tracked:

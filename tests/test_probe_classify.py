@@ -39,6 +39,8 @@ TOK = {
     "other_env": "rtax-probe-mark-fff",
     "workspace_persists": "rtax-probe-mark-fff",
     "fresh_env": "rtax-probe-fresh-ggg",
+    "usr_local": "rtax-probe-usr-hhh",
+    "process_vm": "rtax-probe-pvm-iii",
 }
 
 
@@ -49,10 +51,12 @@ def ctx(**kw) -> Context:
             "tmp_sentinel": "/tmp/rtax-probe-1/sentinel",
             "cache_sentinel": "/c/probe-1/sentinel",
             "root_home": "/root/.rtax-probe-1/sentinel",
+            "usr_local": "/usr/local/.rtax-probe-1/sentinel",
             "probe_socket": "/tmp/rtax-probe-sock-1/probe.sock",
         },
         sockets={"docker": ["/run/docker.sock"], "podman": ["/p.sock"], "libvirt": ["/l.sock"]},
         shadow_md5="0123",
+        cmdline_md5="c0ffee",
         blockdevs=[("loop0", 4096, "beef"), ("vda", 0, "")],
         host_boot="B1",
         host_mntns="mnt:[1]",
@@ -67,6 +71,19 @@ def verdict(name: str, output: str = "", c: Context | None = None, **kw) -> str:
     return classify(name, Outcome(output=output, **kw), c or ctx()).result
 
 
+HOST_PATHS = ["/tmp/rtax-ws-probe-1a2b", "/root/.cache/rtax", "/tmp/rtax-"]
+MOUNTINFO_STAGE = """== /proc/self/mountinfo
+66 65 254:0 /usr /usr ro,nosuid,nodev,relatime - ext4 /dev/vda rw
+67 65 254:0 /var/cache/rtax/stage-public/etc-1-2 /etc ro,nosuid,nodev,relatime - ext4 /dev/vda rw
+78 65 0:50 / /workspace rw,nosuid,nodev,relatime - tmpfs tmpfs rw
+== /proc/self/cgroup
+0::/
+== /proc/1/cmdline
+sh"""
+MOUNTINFO_WS = MOUNTINFO_STAGE.replace(
+    "0:50 / /workspace", "254:0 /tmp/rtax-ws-probe-1a2b /workspace"
+)
+
 # (check, output, observed, expected): a passing and a failing case for every check
 CASES = [
     ("tmp_sentinel", "cat: no such file", {}, BLOCKED),
@@ -76,6 +93,27 @@ CASES = [
     ("cache_sentinel", "rtax-probe-cache-bbb", {}, BREACHED),
     ("root_home", "No such file", {}, BLOCKED),
     ("root_home", "rtax-probe-root-ccc", {}, BREACHED),
+    ("usr_local", "cat: /usr/local/.rtax-probe-1/sentinel: No such file", {}, BLOCKED),
+    ("usr_local", "rtax-probe-usr-hhh", {}, BREACHED),
+    ("usr_local", "@exists=/usr/local/.rtax-probe-1/sentinel", {}, BREACHED),
+    ("host_paths", MOUNTINFO_STAGE, {"host_paths": HOST_PATHS}, BLOCKED),
+    ("host_paths", MOUNTINFO_WS, {"host_paths": HOST_PATHS}, BREACHED),
+    ("host_paths", "== /proc/self/environ\nHOME=/root/.cache/rtax/x", {"host_paths": HOST_PATHS},
+     BREACHED),
+    ("vsock", "socket(AF_VSOCK): [Errno 97] Address family not supported by protocol", {},
+     BLOCKED),
+    ("vsock", "@made\n@bound=1234", {}, BREACHED),
+    ("vsock", "@made\nbind: [Errno 98] Address in use", {}, BREACHED),
+    ("proc_cmdline", "/proc/cmdline: cannot read it", {}, BLOCKED),
+    ("proc_cmdline", "@md5=d41d8cd98f00b204e9800998ecf8427e\n/proc/cmdline: 0 bytes", {},
+     BLOCKED),  # masked: reads empty
+    ("proc_cmdline", "@md5=c0ffee\n/proc/cmdline: 520 bytes", {}, BREACHED),
+    ("proc_cmdline", "@md5=beef\n/proc/cmdline: 80 bytes", {}, BLOCKED),  # another kernel's
+    ("process_vm", "process_vm_readv: EPERM\npidfd_open: ok\npidfd_getfd: EPERM", {}, BLOCKED),
+    ("process_vm", "@read=rtax-probe-pvm-iii\nprocess_vm_readv: read 18 bytes", {}, BREACHED),
+    ("process_vm", "process_vm_readv: EPERM\npidfd_getfd: took a descriptor\n@took", {},
+     BREACHED),
+    ("process_vm", "@read=rtax-probe-pvm-zzz", {}, BLOCKED),  # not the sibling's token
     ("etc_shadow", "/etc/shadow: cannot read it", {}, BLOCKED),
     ("etc_shadow", "@md5=9999\n/etc/shadow: readable", {}, BLOCKED),  # its own shadow
     ("etc_shadow", "@md5=0123\n/etc/shadow: readable", {}, BREACHED),
@@ -301,11 +339,15 @@ def test_driver_promises_name_known_checks() -> None:
         promised = drv.promised_checks()
         assert promised <= ALL_CHECKS, name
     assert get_driver("local", LocalHost(), {}).promised_checks() == {"workspace_persists"}
-    assert get_driver("docker", LocalHost(), {}).promised_checks() == ALL_CHECKS
+    # measured with the engines here (issue 19): see their `boundary`
+    docker = ALL_CHECKS - {"vsock", "proc_cmdline"}
+    assert get_driver("docker", LocalHost(), {}).promised_checks() == docker
+    assert get_driver("podman", LocalHost(), {}).promised_checks() == docker - {"process_vm"}
+    assert get_driver("stage", LocalHost(), {}).promised_checks() == ALL_CHECKS
     open_net = get_driver("docker", LocalHost(), {"network": "host"}).promised_checks()
     assert "loopback_tcp" not in open_net
     for vm in ("libvirt", "microvm"):
-        assert get_driver(vm, LocalHost(), {}).promised_checks() == ALL_CHECKS
+        assert get_driver(vm, LocalHost(), {}).promised_checks() == ALL_CHECKS - {"process_vm"}
 
 
 ENV_SCRIPTS = {
@@ -314,7 +356,8 @@ ENV_SCRIPTS = {
         "IDENTIFY", "FILE_SENTINEL", "SHADOW", "UNIX_SOCKETS", "LOOPBACK_TCP", "REMOUNT",
         "BLOCK_DEVICES", "PROC_SYS", "SYS_WRITE", "MODULE", "CGROUP", "FORK_BOMB",
         "MEMORY_HOG", "PROCESSES_SEE", "PROCESSES_SIGNAL", "WRITE_MARKS", "READ_FILE",
-        "OTHER_ENV", "FRESH", "HOST_PLANT", "HOST_WROTE", "HOST_CLEANUP",
+        "OTHER_ENV", "FRESH", "HOST_PLANT", "HOST_WROTE", "HOST_CLEANUP", "VSOCK",
+        "PROCESS_VM", "PROC_CMDLINE", "HOST_PATHS",
     )
 }  # fmt: skip
 SHELLS = [s for s in (["dash"], ["busybox", "sh"]) if shutil.which(s[0])]
@@ -327,7 +370,9 @@ def test_scripts_parse_under_dash_and_busybox(name: str, shell: list[str]) -> No
     assert res.returncode == 0, res.stderr
 
 
-@pytest.mark.parametrize("name", ["PY_UNIX", "PY_TCP", "PY_INIT_MODULE", "LISTENER"])
+@pytest.mark.parametrize(
+    "name", ["PY_UNIX", "PY_TCP", "PY_INIT_MODULE", "LISTENER", "PY_VSOCK", "PY_PROCESS_VM"]
+)
 def test_python_snippets_compile(name: str) -> None:
     compile(getattr(S, name), name, "exec")
 
@@ -337,3 +382,19 @@ def test_the_workload_names_python3_as_a_word() -> None:
     import shlex
 
     assert "python3" in shlex.split(S.IDENTIFY)
+
+
+def test_the_new_checks_rest_on_the_hosts_knowledge() -> None:
+    """issue 19: a VM's vsock is its own; the host's own mount namespace shows every host
+    path; a readable /proc/cmdline without the host's own to compare is not a pass."""
+    vm = ctx(env_boot="B2")
+    assert verdict("vsock", "@made\n@bound=1234", vm) == BLOCKED
+    same = ctx(env_mntns="mnt:[1]")
+    assert verdict("host_paths", "== /proc/self/mountinfo", same, observed={}) == BREACHED
+    assert verdict("host_paths", MOUNTINFO_WS, observed={}) == NA  # nothing to look for
+    assert verdict("proc_cmdline", "@md5=c0ffee", ctx(cmdline_md5=None)) == NA
+    assert verdict("vsock", "@notool") == NA
+    assert verdict("process_vm", "@notool") == NA
+    # the evidence names the path and the line that showed it
+    v = classify("host_paths", Outcome(MOUNTINFO_WS, observed={"host_paths": HOST_PATHS}), ctx())
+    assert "/tmp/rtax-ws-probe-1a2b /workspace" in v.evidence

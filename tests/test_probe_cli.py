@@ -17,12 +17,14 @@ from rtax_tui.core.probe import ALL_CHECKS, BREACHED, HELD, PROBE_FORMAT
 from rtax_tui.core.recording import read_recording
 
 # What an environment with no boundary cannot keep out on this kind of machine (module
-# loading is left out: a kernel without modules makes it n/a even for the host itself;
+# loading and vsock are left out: a kernel without modules makes the first n/a even for
+# the host itself, one without vsock blocks the second;
 # block devices too: some machines refuse root reading them).
 LOCAL_BREACHES = {
     "tmp_sentinel", "cache_sentinel", "etc_shadow", "root_home", "probe_socket",
     "remount_rw", "proc_sys", "sys_write", "cgroup_escape", "pids_limit", "memory_limit",
     "loopback_tcp", "host_processes", "host_signal", "other_env", "fresh_env",
+    "usr_local", "host_paths", "proc_cmdline", "process_vm",
 }  # fmt: skip
 ROOT = os.geteuid() == 0
 
@@ -79,6 +81,7 @@ def _ours_left() -> list[str]:
 
     tmp = tempfile.gettempdir()
     found = glob.glob(f"{tmp}/rtax-probe-*") + glob.glob("/root/.rtax-probe-*")
+    found += glob.glob("/usr/local/.rtax-probe-*")
     found += glob.glob(f"{tmp}/.rtax-probe-*") + glob.glob("/tmp/.rtax-probe-*")
     for d in ("/", "/etc", "/root", "/usr", "/var", "/var/tmp"):
         found += glob.glob(f"{d}/.rtax-probe-rw-*")
@@ -242,8 +245,10 @@ def test_the_example_probe_recording_reports_every_driver() -> None:
     rep = json.loads(rtax("report", str(ex / "all-drivers.jsonl"), "--format", "json").stdout)
     drivers = rep["probe"]["drivers"]
     assert list(drivers) == ["local", "stage", "docker", "podman", "libvirt", "microvm"]
-    for d in drivers.values():  # recorded before pool_reuse_clean and result_integrity
-        assert set(d["checks"]) == ALL_CHECKS - {"pool_reuse_clean", "result_integrity"}
+    later = {"pool_reuse_clean", "usr_local", "host_paths", "vsock", "proc_cmdline", "process_vm"}
+    later.add("result_integrity")
+    for d in drivers.values():  # recorded before these checks existed
+        assert set(d["checks"]) == ALL_CHECKS - later
     assert rep["cells"] == []
     md = rtax("report", str(ex / "all-drivers.jsonl"), "--format", "markdown").stdout
     assert "## Cells" not in md and "| check | local | stage | docker" in md

@@ -12,6 +12,12 @@ from tests.probetools import by_run, failures, probe
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 PODMAN_SOCKET = "unix:///run/rtax-podman/podman.sock"
+# What the engines' defaults let through, measured here (docker 20.10.24 and podman 4.3.1
+# of Debian 12): their drivers do not promise these (issue 19).
+NOT_KEPT = {
+    "docker": {"vsock", "proc_cmdline"},
+    "podman": {"vsock", "proc_cmdline", "process_vm"},
+}
 
 
 def _labelled(engine_socket: str, label: str) -> list[str]:
@@ -28,7 +34,8 @@ def _labelled(engine_socket: str, label: str) -> list[str]:
 )
 def test_the_container_keeps_every_check_on_both_channels(driver, socket, request) -> None:
     """Root in the container with the engine's default capabilities, network none and the
-    probe's limits: every escape is blocked and every guarantee holds, as promised."""
+    probe's limits: every escape is blocked and every guarantee holds, as promised, but
+    for what the engine's defaults let through (NOT_KEPT), which is breached."""
     request.getfixturevalue(f"{driver}_engine")  # conftest: the engine and its images
     label = f"pyprb{os.getpid()}{driver}"
     doc = probe([driver], ["exec", "shell"], label=label)
@@ -36,6 +43,8 @@ def test_the_container_keeps_every_check_on_both_channels(driver, socket, reques
     assert set(runs) == {("local", "exec"), ("local", "shell")}
     for results in runs.values():
         assert set(results) == ALL_CHECKS
-    assert failures(doc, driver) == []
+    bad = failures(doc, driver)
+    assert {b.split()[1].rstrip(":") for b in bad} == NOT_KEPT[driver], bad
+    assert all(": breached: " in b for b in bad), bad
     assert doc["drivers"][driver]["summary"]["broken_promises"] == []
     assert _labelled(socket, label) == []  # the probe's containers are gone

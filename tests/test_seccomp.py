@@ -42,6 +42,29 @@ def test_namespace_flags_are_refused_on_clone_and_unshare_only():
     assert S.evaluate(S.ENOSYS_X86_64["clone3"]) == S.RET_ERRNO | S.ENOSYS
 
 
+def test_sockets_only_of_the_allowed_families():
+    eafnosupport = S.RET_ERRNO | S.EAFNOSUPPORT
+    stream, dgram, raw = 1, 2, 3
+    for call in S.FAMILY_CHECKED_X86_64.values():  # socket, socketpair
+        for af in (S.AF_UNIX, S.AF_INET, S.AF_INET6):
+            assert S.evaluate(call, af, stream) == S.RET_ALLOW, af
+            assert S.evaluate(call, af, dgram | 0o2000000) == S.RET_ALLOW, af  # SOCK_CLOEXEC
+        assert S.evaluate(call, S.AF_NETLINK, raw, S.NETLINK_ROUTE) == S.RET_ALLOW
+        assert S.evaluate(call, S.AF_NETLINK, raw, 9) == S.RET_ERRNO | S.EPROTONOSUPPORT  # audit
+        for af in (0, S.AF_VSOCK, 17, 38, 44, 31, 255, 0xFFFF):  # packet, alg, xdp, bluetooth
+            assert S.evaluate(call, af, stream) == eafnosupport, af
+        # the kernel reads an int: the high half of the register does not matter, either way
+        assert S.evaluate(call, (1 << 32) | S.AF_VSOCK) == eafnosupport
+        assert S.evaluate(call, (1 << 32) | S.AF_UNIX) == S.RET_ALLOW
+
+
+def test_other_processes_memory_and_files_are_refused():
+    for name in ("process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "ptrace"):
+        assert S.evaluate(S.DENIED_X86_64[name]) == EPERM, name
+    for nr in (424, 434):  # pidfd_send_signal, pidfd_open: kill(2)'s checks, own PID namespace
+        assert S.evaluate(nr) == S.RET_ALLOW, nr
+
+
 def test_other_abis_are_killed():
     assert S.evaluate(0, arch=0x40000003) == S.RET_KILL_PROCESS  # i386
     assert S.evaluate(S.X32_SYSCALL_BIT | 1) == S.RET_KILL_PROCESS  # x32 write
@@ -75,6 +98,35 @@ print("keyctl", call(250, 0, 0, 0, 0, 0))
 print("bpf", call(321, 0, 0, 0))
 print("clone3", call(435, 0, 0))
 print("getpid", call(39))
+import socket
+def sock(af, proto=0, kind=socket.SOCK_STREAM):
+    try:
+        socket.socket(af, kind, proto).close()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("vsock", sock(40))
+print("packet", sock(17, 0, socket.SOCK_DGRAM))
+print("unix", sock(socket.AF_UNIX))
+print("inet6", sock(socket.AF_INET6))
+print("netlink_route", sock(16, 0, socket.SOCK_RAW))
+print("netlink_audit", sock(16, 9, socket.SOCK_RAW))
+try:
+    socket.socketpair(40)
+    print("socketpair_vsock ok")
+except OSError as e:
+    print("socketpair_vsock", errno.errorcode[e.errno])
+print("socketpair_unix", "ok" if socket.socketpair() else "no")
+socket.getaddrinfo("localhost", 80, flags=socket.AI_ADDRCONFIG)
+print("getaddrinfo ok")
+class Iov(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(8)
+iov = Iov(ctypes.cast(buf, ctypes.c_void_p), 8)
+print("process_vm_readv", call(310, os.getpid(), ctypes.byref(iov), 1, ctypes.byref(iov), 1, 0))
+pidfd = libc.syscall(434, os.getpid(), 0)
+print("pidfd_open", "ok" if pidfd >= 0 else errno.errorcode[ctypes.get_errno()])
+print("pidfd_getfd", call(438, pidfd, 0, 0))
 pid = os.fork()
 if pid == 0:
     os._exit(7)
@@ -96,5 +148,17 @@ def test_the_kernel_enforces_the_same_program():
         "bpf": "EPERM",
         "clone3": "ENOSYS",
         "getpid": "ok",
+        "vsock": "EAFNOSUPPORT",
+        "packet": "EAFNOSUPPORT",
+        "unix": "ok",
+        "inet6": "ok",
+        "netlink_route": "ok",
+        "netlink_audit": "EPROTONOSUPPORT",
+        "socketpair_vsock": "EAFNOSUPPORT",
+        "socketpair_unix": "ok",
+        "getaddrinfo": "ok",
+        "process_vm_readv": "EPERM",
+        "pidfd_open": "ok",
+        "pidfd_getfd": "EPERM",
         "fork": "7",
     }

@@ -33,6 +33,7 @@ ESCAPE = "escape"  # an attempt that must fail: passes as `blocked`
 GUARANTEE = "guarantee"  # a property that must hold: passes as `held`
 
 EVIDENCE_CHARS = 400
+EMPTY_MD5 = "d41d8cd98f00b204e9800998ecf8427e"  # md5 of nothing
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,14 @@ CHECKS: tuple[Check, ...] = (
           "the host's /etc/shadow is readable (the same md5 as the host's own)"),
     Check("root_home", ESCAPE, "host files",
           "a file rtax planted in the host's /root is visible or readable"),
+    Check("usr_local", ESCAPE, "host files",
+          "a file rtax planted in the host's /usr/local (the host's own installs) is visible "
+          "or readable"),
+    Check("host_paths", ESCAPE, "host files",
+          "/proc (the mount table, cgroup paths, environment, pid 1's command line) names a "
+          "path only the host knows: the environment's workspace on the host, rtax's cache, "
+          "rtax's files in the host's temporary directory (stage's fixed /var/cache/rtax/"
+          "stage-public is rtax's source, not the host's)"),
     Check("docker_socket", ESCAPE, "host sockets",
           "the Docker engine's socket on the host accepts a connection (root on the host)"),
     Check("podman_socket", ESCAPE, "host sockets",
@@ -68,6 +77,9 @@ CHECKS: tuple[Check, ...] = (
     Check("probe_socket", ESCAPE, "host sockets",
           "a unix socket the probe opened on the host accepts a connection "
           "(seen by the host)"),
+    Check("vsock", ESCAPE, "host sockets",
+          "a vsock socket is made and bound on the host's kernel (its port space is the "
+          "host's, not a network namespace's)"),
     Check("remount_rw", ESCAPE, "mounts",
           "a host directory is written from inside, after remounting it read-write where "
           "needed (the file appears on the host)"),
@@ -80,6 +92,9 @@ CHECKS: tuple[Check, ...] = (
     Check("module_load", ESCAPE, "kernel",
           "the host kernel's module loader accepts the call (the image is refused: "
           "nothing is loaded)"),
+    Check("proc_cmdline", ESCAPE, "kernel",
+          "the host kernel's boot command line is readable (/proc/cmdline with the same md5 "
+          "as the host's own)"),
     Check("cgroup_escape", ESCAPE, "cgroups",
           "a process moves itself out of its environment's cgroup"),
     Check("pids_limit", GUARANTEE, "cgroups",
@@ -93,6 +108,10 @@ CHECKS: tuple[Check, ...] = (
           "host processes are visible (the probe's host process, by its command line)"),
     Check("host_signal", ESCAPE, "processes",
           "a host process receives a signal sent from inside (SIGCONT, seen by the host)"),
+    Check("process_vm", ESCAPE, "processes",
+          "a process of the environment reads another one's memory (process_vm_readv) or "
+          "takes its descriptors (pidfd_getfd), as it could a grader's running beside it; "
+          "no host process is reached"),
     Check("other_env", ESCAPE, "environments",
           "another live environment's workspace is visible"),
     Check("workspace_persists", GUARANTEE, "guarantees",
@@ -112,7 +131,7 @@ INTEGRITY_CHECK = "result_integrity"  # promised per channel: Driver.integrity(c
 BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 ALL_CHECKS: frozenset[str] = frozenset(BY_NAME)
 SOCKET_CHECKS = {"docker_socket": "docker", "podman_socket": "podman", "libvirt_socket": "libvirt"}
-SENTINEL_CHECKS = ("tmp_sentinel", "cache_sentinel", "root_home")
+SENTINEL_CHECKS = ("tmp_sentinel", "cache_sentinel", "root_home", "usr_local")
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,7 @@ class Context:
     paths: dict[str, str] = field(default_factory=dict)  # check -> planted path
     sockets: dict[str, list[str]] = field(default_factory=dict)  # docker/podman/libvirt
     shadow_md5: str | None = None
+    cmdline_md5: str | None = None  # the host's own /proc/cmdline
     blockdevs: list[tuple[str, int, str]] = field(default_factory=list)  # name, bytes, md5
     host_boot: str = ""
     host_mntns: str = ""
@@ -218,6 +238,60 @@ def _shadow(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if md5 == ctx.shadow_md5:
         return _v(BREACHED, "reads the host's /etc/shadow (same md5; contents not recorded)")
     return _v(BLOCKED, "reads only its own /etc/shadow (its md5 differs from the host's)")
+
+
+def _cmdline(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    f = facts(out.output)
+    md5 = (f.get("md5") or [""])[0]
+    if not md5:
+        return _v(BLOCKED, "cannot read /proc/cmdline", out.output)
+    if md5 == EMPTY_MD5:
+        return _v(BLOCKED, "/proc/cmdline reads empty", out.output)
+    if ctx.cmdline_md5 is None:
+        return _v(NA, "a /proc/cmdline is readable, but the host's own could not be read")
+    if md5 == ctx.cmdline_md5:
+        return _v(BREACHED, "reads the host's /proc/cmdline (same md5)", out.output)
+    return _v(BLOCKED, "reads another kernel's command line (its md5 differs)", out.output)
+
+
+def _host_paths(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    if ctx.same_mntns:
+        return _v(BREACHED, "the host's own mount namespace: every host path is in view")
+    paths = [p for p in out.observed.get("host_paths") or [] if p and p != "/"]
+    if not paths:
+        return _v(NA, "the host knows none of its paths to look for")
+    lines = out.output.splitlines()
+    for p in paths:
+        hit = next((ln for ln in lines if p in ln and not ln.startswith("== ")), None)
+        if hit is not None:
+            return _v(BREACHED, f"/proc names the host's {p}: {hit.strip()}")
+    return _v(BLOCKED, f"/proc names none of {', '.join(paths)}")
+
+
+def _vsock(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    f = facts(out.output)
+    if "notool" in f:
+        return _v(NA, "no python3 inside to make a socket", out.output)
+    if "made" not in f:
+        return _v(BLOCKED, "no vsock socket could be made", out.output)
+    if ctx.own_kernel:
+        why = "its own kernel: a vsock socket there is the guest's (its own port space)"
+        return _v(BLOCKED, why, out.output)
+    if f.get("bound"):
+        return _v(BREACHED, f"bound vsock port {f['bound'][0]} of the host's kernel", out.output)
+    return _v(BREACHED, "made a vsock socket on the host's kernel (the bind failed)", out.output)
+
+
+def _process_vm(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    f = facts(out.output)
+    if "notool" in f:
+        return _v(NA, "no python3 inside to make the calls", out.output)
+    token = ctx.tokens.get(check.name, "\0")
+    if token in (f.get("read") or []):
+        return _v(BREACHED, "process_vm_readv read another process's memory", out.output)
+    if "took" in f:
+        return _v(BREACHED, "pidfd_getfd took another process's descriptor", out.output)
+    return _v(BLOCKED, "neither call reached the other process", out.output)
 
 
 def _socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
@@ -478,6 +552,11 @@ _CLASSIFIERS = {
     "tmp_sentinel": _sentinel,
     "cache_sentinel": _sentinel,
     "root_home": _sentinel,
+    "usr_local": _sentinel,
+    "host_paths": _host_paths,
+    "vsock": _vsock,
+    "proc_cmdline": _cmdline,
+    "process_vm": _process_vm,
     "etc_shadow": _shadow,
     "docker_socket": _socket,
     "podman_socket": _socket,

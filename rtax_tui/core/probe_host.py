@@ -63,6 +63,7 @@ class HostPlant:
     paths: dict[str, str] = field(default_factory=dict)
     sockets: dict[str, list[str]] = field(default_factory=dict)
     shadow_md5: str | None = None
+    cmdline_md5: str | None = None
     blockdevs: list[tuple[str, str, str, int, str]] = field(default_factory=list)
     boot: str = ""
     mntns: str = ""
@@ -89,7 +90,7 @@ async def plant(host: Any) -> HostPlant:
         p.rtax_pid = os.getpid()
     else:
         tmp, cache = "", ""
-    keys = ("tmp_sentinel", "cache_sentinel", "root_home", "block_devices")
+    keys = ("tmp_sentinel", "cache_sentinel", "root_home", "block_devices", "usr_local")
     toks = {k: token(k.split("_")[0]) for k in keys}
     p.tokens.update(toks)
     data = (" ".join(toks[k] for k in keys) + "\n").encode()
@@ -111,6 +112,9 @@ async def plant(host: Any) -> HostPlant:
             p.paths[key] = f[key][0]
     if f.get("root_sentinel"):
         p.paths["root_home"] = f["root_sentinel"][0]
+    if f.get("usr_local_sentinel"):
+        p.paths["usr_local"] = f["usr_local_sentinel"][0]
+    p.cmdline_md5 = (f.get("cmdline") or [""])[0] or None
     for kv in f.get("socket") or []:
         kind, _, path = kv.partition(":")
         p.sockets.setdefault(kind, [])
@@ -141,7 +145,7 @@ async def plant(host: Any) -> HostPlant:
 
 
 def _planted_paths(hex_: str, tmp: str, cache: str) -> list[str]:
-    out = [f"/root/.rtax-probe-{hex_}"]
+    out = [f"/root/.rtax-probe-{hex_}", f"/usr/local/.rtax-probe-{hex_}"]
     if tmp:
         out += [f"{tmp}/rtax-probe-{hex_}", f"{tmp}/rtax-probe-sock-{hex_}"]
         out.append(f"{tmp}/rtax-probe-blk-{hex_}")

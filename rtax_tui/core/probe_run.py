@@ -32,6 +32,7 @@ from rtax_tui.core.probe import (
     INTEGRITY_CHECK,
     NA,
     POOL_CHECK,
+    SENTINEL_CHECKS,
     SOCKET_CHECKS,
     Context,
     Outcome,
@@ -88,6 +89,7 @@ class _Names:
     fresh: str
     fresh_token: str
     rw: str
+    pvm_token: str
 
     @classmethod
     def new(cls) -> _Names:
@@ -98,6 +100,7 @@ class _Names:
             fresh=f".rtax-probe-fresh-{h}",
             fresh_token=probe_host.token("fresh"),
             rw=f".rtax-probe-rw-{h}",
+            pvm_token=probe_host.token("pvm"),
         )
 
 
@@ -127,10 +130,12 @@ class CellProbe:
                 "other_env": self.n.mark_token,
                 "workspace_persists": self.n.mark_token,
                 "fresh_env": self.n.fresh_token,
+                "process_vm": self.n.pvm_token,
             },
             paths=dict(plant.paths),
             sockets=plant.sockets,
             shadow_md5=plant.shadow_md5,
+            cmdline_md5=plant.cmdline_md5,
             blockdevs=[(name, size, md5) for _, _, name, size, md5 in plant.blockdevs],
             host_boot=plant.boot,
             host_mntns=plant.mntns,
@@ -147,6 +152,17 @@ class CellProbe:
             dirs.append(self.plant.cache)
         return dirs
 
+    def _host_paths(self, env: Any) -> list[str]:
+        """Paths only the host knows (`host_paths`): the environment's workspace there,
+        rtax's cache, and rtax's prefix in the host's temporary directory."""
+        ws = getattr(env, "workspace", None) or getattr(env, "host_workspace", None)
+        out = [str(ws)] if isinstance(ws, str) and ws.startswith("/") else []
+        if self.plant.cache:
+            out.append(self.plant.cache)
+        if self.plant.tmp:
+            out.append(self.plant.tmp.rstrip("/") + "/rtax-")
+        return out
+
     def _steps_of_a(self) -> dict[str, Step]:
         p, n, lst = self.plant, self.n, self.plant.listener
         ns = (p.boot or "-", p.mntns or "-")
@@ -154,10 +170,14 @@ class CellProbe:
             "identify": _step(S.IDENTIFY),
             "write_marks": _step(S.WRITE_MARKS, n.mark, n.mark_token, n.fresh, n.fresh_token),
         }
-        for check in ("tmp_sentinel", "cache_sentinel", "root_home"):
+        for check in SENTINEL_CHECKS:
             if check in p.paths:
                 steps[check] = _step(S.FILE_SENTINEL, p.paths[check])
         steps["etc_shadow"] = _step(S.SHADOW)
+        steps["host_paths"] = _step(S.HOST_PATHS)
+        steps["vsock"] = _step(S.VSOCK)
+        steps["proc_cmdline"] = _step(S.PROC_CMDLINE)
+        steps["process_vm"] = _step(S.PROCESS_VM, n.pvm_token)
         for check, kind in SOCKET_CHECKS.items():
             if p.sockets.get(kind):
                 req = "" if kind == "libvirt" else DOCKER_REQUEST
@@ -268,6 +288,8 @@ class CellProbe:
                     "tcp_conns": new.count("conn tcp"),
                     "signals": new.count("signal CONT"),
                 }
+            if name == "host_paths":
+                observed = {"host_paths": self._host_paths(env)}
             if name == "remount_rw":
                 wrote = facts(out.output).get("wrote") or []
                 dirs = sorted(set(self._remount_dirs()) | set(wrote))

@@ -326,6 +326,101 @@ if kill -CONT "$2" 2>/dev/null; then echo "kill -CONT $2 (the probe's host proce
 else echo "kill -CONT $2: refused, or no such process"; fi
 """
 
+PY_VSOCK = r"""
+import socket
+try:
+    s = socket.socket(40, socket.SOCK_STREAM)  # AF_VSOCK
+except OSError as e:
+    print("socket(AF_VSOCK): " + str(e))
+    raise SystemExit
+print("@made")
+try:
+    s.bind((0xFFFFFFFF, 0xFFFFFFFF))  # any CID, any port
+    print("@bound=%d" % s.getsockname()[1])
+except OSError as e:
+    print("bind: " + str(e))
+"""
+
+# A vsock socket: made, then bound to a port of whatever port space the kernel has.
+VSOCK = (
+    r"""
+if command -v python3 >/dev/null 2>&1; then python3 -c "$PY" 2>&1
+else echo "@notool"; fi
+"""
+).replace('"$PY"', "'" + PY_VSOCK.replace("'", "'\"'\"'") + "'")
+
+PY_PROCESS_VM = r"""
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+token = sys.argv[1].encode()
+buf = ctypes.create_string_buffer(token, len(token))
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:  # the sibling: holds the token in its memory, and a pipe open
+    os.close(r)
+    os.read(os.open("/dev/zero", os.O_RDONLY), 1)
+    import time
+    time.sleep(10)
+    os._exit(0)
+os.close(w)
+def err():
+    e = ctypes.get_errno()
+    return errno.errorcode.get(e, str(e))
+class Iov(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+got = ctypes.create_string_buffer(len(token))
+local = Iov(ctypes.cast(got, ctypes.c_void_p), len(token))
+remote = Iov(ctypes.cast(buf, ctypes.c_void_p), len(token))
+nr = {"x86_64": (310, 434, 438), "aarch64": (270, 434, 438)}.get(os.uname().machine)
+try:
+    if nr is None:
+        print("@notool (no syscall numbers for " + os.uname().machine + ")")
+        raise SystemExit
+    n = libc.syscall(nr[0], pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if n > 0:
+        print("@read=" + got.raw[:n].decode(errors="replace"))
+    print("process_vm_readv: " + ("read %d bytes" % n if n >= 0 else err()))
+    fd = libc.syscall(nr[1], pid, 0)
+    if fd < 0:
+        print("pidfd_open: " + err())
+    else:
+        t = libc.syscall(nr[2], fd, w, 0)
+        print("pidfd_getfd: " + ("took a descriptor" if t >= 0 else err()))
+        if t >= 0:
+            print("@took")
+finally:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+"""
+
+# Another process of the environment (a child: the kernel's most lenient case) read with
+# process_vm_readv, and a descriptor taken from it with pidfd_getfd (arg: the token).
+PROCESS_VM = (
+    r"""
+if command -v python3 >/dev/null 2>&1; then python3 -c "$PY" "$1" 2>&1
+else echo "@notool"; fi
+"""
+).replace('"$PY"', "'" + PY_PROCESS_VM.replace("'", "'\"'\"'") + "'")
+
+# The host's boot command line: its md5 and size (compared with the host's own).
+PROC_CMDLINE = r"""
+if c=$(md5sum 2>/dev/null </proc/cmdline); then
+  echo "@md5=${c%% *}"; echo "/proc/cmdline: $(wc -c </proc/cmdline | tr -d ' ') bytes"
+else echo "/proc/cmdline: cannot read it"; fi
+"""
+
+# What /proc tells of paths: the mount table (sources, targets and options), the
+# cgroup paths, the environment variables and command line of the first process.
+# The host looks in it for its own paths (core.probe: `host_paths`).
+HOST_PATHS = r"""
+for f in /proc/self/mountinfo /proc/self/cgroup; do
+  echo "== $f"; cat "$f" 2>&1
+done
+for f in /proc/self/environ /proc/1/environ /proc/1/cmdline; do
+  echo "== $f"; tr '\0' '\n' <"$f" 2>&1
+done
+"""
+
 # Files written by one environment: its workspace marker (for a second live
 # environment) and, for the next fresh one, a file in the workspace and in /tmp.
 WRITE_MARKS = r"""
@@ -366,13 +461,16 @@ echo "looked for $1 in ./ /tmp ${TMPDIR:-/tmp}"
 # stdin, so they never appear in a command line.
 HOST_PLANT = r"""
 hex=$1; tmp=${2:-${TMPDIR:-/tmp}}; cache=${3:-${RTAX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rtax}}
-read -r t_tmp t_cache t_root t_blk
+read -r t_tmp t_cache t_root t_blk t_usr
 plant() { mkdir -m 0755 "$1" && printf '%s\n' "$3" >"$1/$2" && chmod 0644 "$1/$2"; }
 plant "$tmp/rtax-probe-$hex" sentinel "$t_tmp" && echo "@tmp_sentinel=$tmp/rtax-probe-$hex/sentinel"
 mkdir -p "$cache" && plant "$cache/probe-$hex" sentinel "$t_cache" \
   && echo "@cache_sentinel=$cache/probe-$hex/sentinel"
 plant "/root/.rtax-probe-$hex" sentinel "$t_root" 2>/dev/null \
   && echo "@root_sentinel=/root/.rtax-probe-$hex/sentinel"
+[ -d /usr/local ] && plant "/usr/local/.rtax-probe-$hex" sentinel "$t_usr" 2>/dev/null \
+  && echo "@usr_local_sentinel=/usr/local/.rtax-probe-$hex/sentinel"
+if c=$(md5sum 2>/dev/null </proc/cmdline); then echo "@cmdline=${c%% *}"; fi
 mkdir -m 0755 "$tmp/rtax-probe-sock-$hex" && echo "@sock_dir=$tmp/rtax-probe-sock-$hex"
 echo "@cache=$cache"
 echo "@tmp=$tmp"
@@ -419,7 +517,7 @@ HOST_CLEANUP = r"""
 hex=$1; tmp=$2; cache=$3; loop=$4; shift 4
 [ -n "$loop" ] && losetup -d "$loop" 2>/dev/null
 rm -rf -- "$tmp/rtax-probe-$hex" "$tmp/rtax-probe-sock-$hex" "$tmp/rtax-probe-blk-$hex" \
-  "$cache/probe-$hex" "/root/.rtax-probe-$hex"
+  "$cache/probe-$hex" "/root/.rtax-probe-$hex" "/usr/local/.rtax-probe-$hex"
 rm -f -- "$@"
 """
 
