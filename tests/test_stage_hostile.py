@@ -359,3 +359,28 @@ def test_b5_a_reused_pid_is_never_entered() -> None:
             await env.teardown()
 
     asyncio.run(run())
+
+
+def test_b3_posix_message_queues_are_refused() -> None:
+    """B3: a POSIX message queue lives in the IPC namespace with no file a reset could
+    list (no mqueue file system inside): the filter refuses to make one."""
+    script = (
+        "import ctypes, os\n"
+        "rt = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+        "rt.mq_open.restype = ctypes.c_int\n"
+        "fd = rt.mq_open(b'/rtax-left', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+        "print(fd, ctypes.get_errno())\n"
+    )
+
+    async def run() -> None:
+        env = env_of("exec")
+        try:
+            await env.create()
+            await env.ready()
+            r = await env.action(Step(("python3", "-c", script)), 30)
+            fd, err = r.output.split()
+            assert int(fd) == -1 and int(err) == 1, r  # EPERM
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
