@@ -30,6 +30,7 @@ TOOLS = (
     "mkdir",
     "rmdir",
     "chown",
+    "umount",
     "mv",
     "uname",
     "find",
@@ -76,7 +77,8 @@ for d in /sys/fs/cgroup/rtax /sys/fs/cgroup/*/rtax; do
     done
   done
 done
-for w in "$t/$p"*; do [ -e "$w" ] || continue; rm -rf -- "$w"; n=$((n+1)); done
+for w in "$t/$p"*; do [ -e "$w" ] || continue; umount -l "$w" 2>/dev/null
+  rm -rf --one-file-system -- "$w"; n=$((n+1)); done
 echo $n"""
 
 
