@@ -818,11 +818,9 @@ def _tar_workspace(
 
 def _own_tree(path: str, uid: int, gid: int | None) -> None:
     """chown -R (without following links) a host workspace to the container's user."""
-    g = -1 if gid is None else gid
-    for root, dirs, files in os.walk(path):
-        os.lchown(root, uid, g)
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            os.lchown(os.path.join(root, name), uid, g)
+    from rtax_tui.core import safefs
+
+    safefs.chown_tree(path, uid, -1 if gid is None else gid)
 
 
 # -- the driver ----------------------------------------------------------------

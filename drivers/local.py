@@ -15,6 +15,7 @@ from rtax_tui.drivers.workspace import (
     safe_label,
     tools_problems,
     workspace_cleanup,
+    workspace_mib,
 )
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
@@ -39,7 +40,9 @@ class LocalEnvironment(Environment):
         async with self.sub("workspace"):
             # Through the host: a copy here, a tar stream on a remote host's stdin there.
             prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
-            self.workspace = await host.make_workspace(prefix, self.spec.workspace_src)
+            self.workspace = await host.make_workspace(
+                prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+            )
             self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.channel == "shell":
             async with self.sub("spawn"):

@@ -52,6 +52,7 @@ from rtax_tui.drivers.workspace import (
     base_env,
     safe_label,
     workspace_cleanup,
+    workspace_mib,
 )
 
 from rtax_tui.core import runlock
@@ -210,7 +211,9 @@ class SwerexEnvironment(Environment):
         host = self.driver.host
         async with self.sub("workspace"):
             prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
-            self.workspace = await host.make_workspace(prefix, self.spec.workspace_src)
+            self.workspace = await host.make_workspace(
+                prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+            )
             self.cwd = self.workspace
             self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.deployment == "local":

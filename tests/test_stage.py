@@ -401,3 +401,48 @@ def test_latency_report(capsys):
         for line in lines:
             print("  " + line)
     assert_nothing_left()
+
+
+def test_a_2_gib_write_into_the_workspace_stops_at_its_limit(monkeypatch):
+    """B8: /workspace is its own tmpfs: a 2 GiB write fails with ENOSPC at the limit, the
+    host's disk does not grow, and teardown leaves no mount."""
+    import dataclasses
+
+    from rtax_tui.drivers import workspace
+
+    limits = Limits(cpus=1, memory_mib=256, pids=128)
+    if "workspace_mib" in {f.name for f in dataclasses.fields(Limits)}:
+        limits = dataclasses.replace(limits, workspace_mib=64)  # type: ignore[call-arg]
+    else:
+        monkeypatch.setattr(workspace, "DEFAULT_WORKSPACE_MIB", 64)
+
+    def free() -> int:
+        st = os.statvfs(tempfile.gettempdir())
+        return st.f_bavail * st.f_frsize
+
+    async def run() -> str:
+        env = driver().environment(spec("exec", limits=limits))
+        try:
+            await env.create()
+            await env.ready()
+            before = free()
+            r = await act(
+                env, "sh", "-c", "dd if=/dev/zero of=/workspace/big bs=1M count=2048 2>&1",
+                timeout=120,
+            )  # fmt: skip
+            assert r.rc != 0 and b"No space left on device" in r.output, r
+            r = await act(env, "sh", "-c", "du -m /workspace/big | cut -f1")
+            assert 60 <= int(r.output) <= 64, r
+            assert before - free() < 64 << 20
+            with open("/proc/self/mountinfo") as f:
+                assert f" {env.workspace} " in f.read()
+            r = await act(env, "cat", "/proc/self/mountinfo")
+            assert env.workspace.encode() not in r.output  # the host's path is not shown
+            return str(env.workspace)
+        finally:
+            await env.teardown()
+
+    ws = asyncio.run(run())
+    with open("/proc/self/mountinfo") as f:
+        assert f" {ws} " not in f.read()
+    assert_nothing_left()

@@ -45,7 +45,7 @@ $1 == "+c" { c[$2] = 1; next }
 $1 == "-c" { delete c[$2]; next }
 END {
   for (k in g) system("kill -9 -" k " 2>/dev/null")
-  for (k in p) system("rm -rf -- " k)
+  for (k in p) system("umount -l " k " 2>/dev/null; rm -rf --one-file-system -- " k)
   # cgroups: kill what is inside, rmdir; a killed process leaves its cgroup a little
   # later on a busy host, so every dir left is retried, round after round, for 30 s
   # (one not there is awaited 3 s)
@@ -583,22 +583,40 @@ class SSHHost(Host):
 
     # -- workspaces and facts ------------------------------------------------
     async def make_workspace(
-        self, prefix: str, src: str | None = None, owner: int | None = None
+        self,
+        prefix: str,
+        src: str | None = None,
+        owner: int | None = None,
+        size_mib: int | None = 1024,
     ) -> str:
         """A fresh directory `<remote tmp>/<prefix>XXXXXXXX`, filled with `src`'s contents
         (a tar stream on the command's stdin: nothing touches a shared file system) and
-        given to `owner` in the same round trip."""
+        given to `owner` in the same round trip. With `size_mib`, the directory is its own
+        tmpfs (root's, 0700, until filled); `chown -R -P -h` changes links, never their
+        targets, and rm --one-file-system leaves what is mounted below."""
         if not SAFE_PATH.fullmatch(prefix):
             raise ValueError(f"unsafe workspace prefix {prefix!r}")
         script = (
             'd=$(mktemp -d -p "${TMPDIR:-/tmp}" "$1"XXXXXXXX) || exit 1; '
-            'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || { rm -rf "$d"; exit 1; }; fi; '
-            'if [ -n "$3" ]; then chown -R -- "$3:$3" "$d" || { rm -rf "$d"; exit 1; }; fi; '
+            'f() { umount -l "$d" 2>/dev/null; rm -rf --one-file-system "$d"; exit 1; }; '
+            'if [ -n "$4" ]; then mount -t tmpfs -o "size=$4m,mode=0700,nosuid,nodev" '
+            'tmpfs "$d" || f; fi; '
+            'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || f; fi; '
+            'if [ -n "$3" ]; then chown -R -P -h -- "$3:$3" "$d" || f; fi; '
             'echo "$d"'
         )
         data = await tar_bytes(src) if src else None
         res = await self.run(
-            ["sh", "-c", script, "rtax-ws", prefix, "1" if data else "0", str(owner or "")],
+            [
+                "sh",
+                "-c",
+                script,
+                "rtax-ws",
+                prefix,
+                "1" if data else "0",
+                "" if owner is None else str(owner),
+                "" if size_mib is None else str(int(size_mib)),
+            ],  # fmt: skip
             input=data,
             timeout=120,
         )
@@ -612,7 +630,10 @@ class SSHHost(Host):
         return path
 
     async def remove_tree(self, path: str) -> None:
-        await self.run(["rm", "-rf", "--", path], timeout=60)
+        if not SAFE_PATH.fullmatch(path):
+            raise ValueError(f"unsafe path {path!r}")
+        script = 'umount -l "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"'
+        await self.run(["sh", "-c", script, "rtax-rm", path], timeout=60)
         self._register(f"-p {path}")
 
     async def facts(self) -> dict[str, Any]:
