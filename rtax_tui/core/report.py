@@ -225,6 +225,9 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
         "status": end.get("status") if end is not None else "incomplete",
         "torn_tail": rec.torn_tail,
         "trials": n_starts,
+        # the limits every environment got (run.limits); "unknown" in a recording made
+        # before rtax recorded them
+        "limits": h["limits"] if isinstance(h.get("limits"), dict) else "unknown",
     }
     hosts = _host_info(h.get("hosts"))
     if hosts:  # remote hosts only: a local run's report keeps its shape

@@ -148,6 +148,7 @@ class Session:
                 argv=self.argv,
                 profile=prof,
                 hosts=facts,
+                limits=self.profile.limits.to_json(),
             )
         )
         try:
