@@ -160,6 +160,11 @@ class LibvirtEnvironment(Environment):
         self.restore = driver.opts.start == "restore"
         self._create: asyncio.Future[Any] | None = None
 
+    # The limits of a VM are its size: cpus its vCPUs (whole, at least one), memory_mib
+    # its RAM (the default limits too: the options `vcpus` and `memory_mib` size a
+    # guest only when the profile says "unlimited"); pids inside the guest are the
+    # guest kernel's business (its own pid table, not the host's); the workspace is the
+    # guest's disk image, sized by its contents.
     def _vcpus(self) -> int:
         cpus = self.spec.limits.cpus
         return max(1, int(cpus)) if cpus else self.d.opts.vcpus
@@ -482,6 +487,8 @@ class LibvirtDriver(Driver):
             "vcpus": self.opts.vcpus,
             "memory_mib": self.opts.memory_mib,
             "channel": "virtio-serial",
+            "limits": "cpus, memory_mib: the vCPUs and RAM; pids: the guest kernel's own; "
+            "workspace_mib: not applied (a disk image sized by its contents)",
         }
         g = guest_files()
         facts["guest_kernel"] = g.kver if g else None

@@ -1,9 +1,16 @@
-"""`local`: no isolation, a fresh temporary workspace per trial. The baseline."""
+"""`local`: no isolation, a fresh temporary workspace per trial. The baseline.
+
+Limits: none. Commands run as they are, as the user rtax runs as, in no cgroup of their
+own (only under a capacity run's budget cgroup, when there is one): the profile's
+`[limits]` (cpus, memory_mib, pids, workspace_mib) are not applied, and the driver's
+facts in the recording's header say so. A fork bomb or a memory hog here is the host's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
+from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.shellframe import FramedShell
@@ -96,6 +103,9 @@ class LocalDriver(Driver):
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LocalEnvironment(self, spec, sub)
+
+    async def facts(self) -> dict[str, Any]:
+        return {"limits": "none applied: no cgroup, no sandbox (the baseline)"}
 
     async def cleanup(self, label: str | None = None) -> int:
         prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")

@@ -144,6 +144,11 @@ class MicrovmEnvironment(Environment):
         if mig.get("status") not in (None, "completed"):
             raise PhaseFailure("restore_failed", f"migration {mig.get('status')}: {mig}")
 
+    # The limits of a VM are its size: cpus its vCPUs (whole, at least one), memory_mib
+    # its RAM (the default limits too: the options `vcpus` and `memory_mib` size a
+    # guest only when the profile says "unlimited"); pids inside the guest are the
+    # guest kernel's business (its own pid table, not the host's); the workspace is the
+    # guest's disk image, sized by its contents.
     def spec_vcpus(self) -> int:
         cpus = self.spec.limits.cpus
         return max(1, int(cpus)) if cpus else self.d.opts.vcpus
@@ -351,6 +356,8 @@ class MicrovmDriver(Driver):
             "memory_mib": self.opts.memory_mib,
             "guest_kernel": g.kver if g else None,
             "channel": "virtio-serial",
+            "limits": "cpus, memory_mib: the vCPUs and RAM; pids: the guest kernel's own; "
+            "workspace_mib: not applied (a disk image sized by its contents)",
         }
 
     async def cleanup(self, label: str | None = None) -> int:

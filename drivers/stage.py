@@ -568,6 +568,8 @@ class StageDriver(Driver):
             "uid": self.uid,
             "isolation": f"userns (root inside = host uid {self.uid}), no capabilities, "
             "no_new_privs, seccomp, view: /usr + curated /etc, private /tmp, no network",
+            "limits": "cpus, memory_mib, pids: the environment's cgroup; "
+            "workspace_mib: not applied (a host directory)",
         }
         try:
             site = await self.site()

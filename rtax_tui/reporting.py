@@ -378,6 +378,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             console.print(f"[yellow]{name}/{d} left out[/yellow]: {why}")
     for line in limits_lines(report.get("run", {}).get("limits")):
         console.print(line, soft_wrap=True)
+    for key, how in (report.get("run", {}).get("limits_applied") or {}).items():
+        console.print(f"  {escape(key)}: {escape(how)}", soft_wrap=True)
     bounds = report.get("run", {}).get("boundaries") or {}
     if bounds:
         console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")

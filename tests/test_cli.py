@@ -249,6 +249,7 @@ def test_limits_default_and_unlimited_in_header_and_report(tmp_path):
         text = rep.stdout.decode()
         assert f"pids {want_pids}" in text
         assert ("warning: unlimited pids" in text) == (want_pids == "unlimited"), text
+        assert "local/stage: cpus, memory_mib, pids: the environment's cgroup" in text
         rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
         assert rep["run"]["limits"] == limits
 

@@ -232,10 +232,28 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
     hosts = _host_info(h.get("hosts"))
     if hosts:  # remote hosts only: a local run's report keeps its shape
         info["hosts"] = hosts
+    applied = _limits_applied(h.get("hosts"))
+    if applied:  # what each driver did with the limits (its facts say)
+        info["limits_applied"] = applied
     bounds = _boundaries(h.get("hosts"))
     if bounds:  # recordings made before `rtax probe` existed keep their shape
         info["boundaries"] = bounds
     return info
+
+
+def _limits_applied(hosts: Any) -> dict[str, str]:
+    """`host/driver` -> how the driver applied the limits (its `limits` fact)."""
+    out: dict[str, str] = {}
+    if not isinstance(hosts, dict):
+        return out
+    for name, f in hosts.items():
+        drivers = f.get("drivers") if isinstance(f, dict) else None
+        if not isinstance(drivers, dict):
+            continue
+        for d, facts in drivers.items():
+            if isinstance(facts, dict) and isinstance(facts.get("limits"), str):
+                out[f"{name}/{d}"] = facts["limits"]
+    return out
 
 
 def _boundaries(hosts: Any) -> dict[str, Any]:
