@@ -99,6 +99,9 @@ def test_the_pvisor_capacity_profile_is_pvisors_budget():
         5,
     )
     assert prof.drivers == ("stage", "docker", "podman", "libvirt", "microvm")
+    # per environment: pVisor's guests' size (a VM's limits are its vCPUs and RAM), not
+    # the default limits' 4096 MiB
+    assert (prof.limits.cpus, prof.limits.memory_mib) == (1.0, 256)
 
 
 # -- [limits]: given by default, lifted only by "unlimited" --------------------------
