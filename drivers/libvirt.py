@@ -48,6 +48,8 @@ from rtax_tui.drivers.vmguest import (
 )
 
 from rtax_tui.core.model import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY_MIB,
     ActionResult,
     Cell,
     EnvSpec,
@@ -57,6 +59,7 @@ from rtax_tui.core.model import (
     Step,
     SubstrateLost,
     Workload,
+    vm_size,
 )
 from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
@@ -160,17 +163,14 @@ class LibvirtEnvironment(Environment):
         self.restore = driver.opts.start == "restore"
         self._create: asyncio.Future[Any] | None = None
 
-    # The limits of a VM are its size: cpus its vCPUs (whole, at least one), memory_mib
-    # its RAM (the default limits too: the options `vcpus` and `memory_mib` size a
-    # guest only when the profile says "unlimited"); pids inside the guest are the
+    # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
     # guest kernel's business (its own pid table, not the host's); the workspace is the
     # guest's disk image, sized by its contents.
     def _vcpus(self) -> int:
-        cpus = self.spec.limits.cpus
-        return max(1, int(cpus)) if cpus else self.d.opts.vcpus
+        return vm_size(self.spec.limits.cpus, DEFAULT_CPUS, self.d.opts.vcpus)
 
     def _memory(self) -> int:
-        return self.spec.limits.memory_mib or self.d.opts.memory_mib
+        return vm_size(self.spec.limits.memory_mib, DEFAULT_MEMORY_MIB, self.d.opts.memory_mib)
 
     def xml(self, guest: GuestFiles, disks: list[tuple[str, str, str]]) -> str:
         assert self.dir is not None
@@ -487,7 +487,8 @@ class LibvirtDriver(Driver):
             "vcpus": self.opts.vcpus,
             "memory_mib": self.opts.memory_mib,
             "channel": "virtio-serial",
-            "limits": "cpus, memory_mib: the vCPUs and RAM; pids: the guest kernel's own; "
+            "limits": "cpus, memory_mib: the vCPUs and RAM (at the defaults: the options, up to "
+            "them); pids: the guest kernel's own; "
             "workspace_mib: not applied (a disk image sized by its contents)",
         }
         g = guest_files()

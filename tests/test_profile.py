@@ -177,3 +177,14 @@ def test_unlimited_is_explicit_and_round_trips(tmp_path):
 def test_bad_limits_are_one_line_naming_key_and_line(tmp_path, line, needle):
     msg = err(tmp_path, f"[run]\ntrials = 1\n\n[limits]\n# the bad line is the sixth\n{line}\n")
     assert f"p.toml:6: {needle}" in msg, msg
+
+
+def test_a_vms_size_under_limits():
+    from rtax_tui.core.model import DEFAULT_MEMORY_MIB as MIB
+    from rtax_tui.core.model import vm_size
+
+    assert vm_size(None, MIB, 512) == 512  # unlimited: the driver's option
+    assert vm_size(MIB, MIB, 512) == 512  # the default limit: the option, up to it
+    assert vm_size(MIB, MIB, 8192) == MIB
+    assert vm_size(1024, MIB, 512) == 1024  # a profile's own limit: the guest's size
+    assert vm_size(2.5, 1.0, 1) == 2 and vm_size(0.5, 1.0, 4) == 1  # whole vCPUs

@@ -167,6 +167,18 @@ class Limits:
         return {k: UNLIMITED if getattr(self, k) is None else getattr(self, k) for k in LIMIT_KEYS}
 
 
+def vm_size(limit: float | None, default: float, option: int) -> int:
+    """A VM's vCPUs or MiB of RAM: the limit (whole, at least one) when the profile set
+    one; at the default limit, the driver's own option (`vcpus`, `memory_mib`) up to
+    it, so that a guest sized by its options stays so and never exceeds the default;
+    "unlimited": the option."""
+    if limit is None:
+        return option
+    if limit == default:
+        return min(option, max(1, int(limit)))
+    return max(1, int(limit))
+
+
 @dataclass(frozen=True)
 class Timeouts:
     create: float = 60.0
