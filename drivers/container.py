@@ -14,6 +14,12 @@ leaves a thread blocked.
   `/workspace`, the boundary options: `ContainerOptions`), then `create.workspace`
   when the workload has files or /workspace must be given to `user` (put_archive)
   and, channel `shell`, `create.attach` (the container's stdin/stdout/stderr).
+  Limits: cpus as `nano_cpus`, memory_mib as `mem_limit`, pids as `pids_limit`
+  (`--cpus`, `--memory`, `--pids-limit`), each left out when "unlimited".
+  `workspace_mib` is not applied: /workspace is the container's writable layer
+  (`copy`; a size needs `--storage-opt size=`, which overlay2 takes only on xfs
+  with project quotas) or a host directory (`bind`); a tmpfs /workspace would
+  refuse the engines' copies into it.
 - ready: `ready.start`, then `ready.first_command` (the probe `true` through the channel).
 - action: channel `exec` makes an exec instance per action (create, start, inspect:
   three API calls, the same as `exec_run`); channel `shell` frames the command
@@ -1226,6 +1232,8 @@ class ContainerDriver(Driver):
             "workload_image": self.workload_image,
             "workspace": self.workspace,
             "boundary_options": self.opts.boundary(),
+            "limits": "cpus, memory_mib, pids: the engine's (--cpus, --memory, --pids-limit); "
+            "workspace_mib: not applied",
         }
         try:
             api = await self.api()

@@ -50,6 +50,8 @@ from rtax_tui.drivers.vmguest import (
 
 from rtax_tui.core import runlock
 from rtax_tui.core.model import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY_MIB,
     ActionResult,
     Cell,
     EnvSpec,
@@ -59,6 +61,7 @@ from rtax_tui.core.model import (
     Step,
     SubstrateLost,
     Workload,
+    vm_size,
 )
 from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
@@ -162,12 +165,14 @@ class LibvirtEnvironment(Environment):
         self.restore = driver.opts.start == "restore"
         self._create: asyncio.Future[Any] | None = None
 
+    # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
+    # guest kernel's business (its own pid table, not the host's); the workspace is the
+    # guest's disk image, sized by its contents.
     def _vcpus(self) -> int:
-        cpus = self.spec.limits.cpus
-        return max(1, int(cpus)) if cpus else self.d.opts.vcpus
+        return vm_size(self.spec.limits.cpus, DEFAULT_CPUS, self.d.opts.vcpus)
 
     def _memory(self) -> int:
-        return self.spec.limits.memory_mib or self.d.opts.memory_mib
+        return vm_size(self.spec.limits.memory_mib, DEFAULT_MEMORY_MIB, self.d.opts.memory_mib)
 
     def xml(self, guest: GuestFiles, disks: list[tuple[str, str, str]]) -> str:
         assert self.dir is not None
@@ -488,6 +493,9 @@ class LibvirtDriver(Driver):
             "vcpus": self.opts.vcpus,
             "memory_mib": self.opts.memory_mib,
             "channel": "virtio-serial",
+            "limits": "cpus, memory_mib: the vCPUs and RAM (at the defaults: the options, up to "
+            "them); pids: the guest kernel's own; "
+            "workspace_mib: not applied (a disk image sized by its contents)",
         }
         g = guest_files()
         facts["guest_kernel"] = g.kver if g else None

@@ -1,9 +1,17 @@
-"""`local`: no isolation, a fresh temporary workspace per trial. The baseline."""
+"""`local`: no isolation, a fresh temporary workspace per trial. The baseline.
+
+Limits: only the workspace's size (its own tmpfs, `workspace_mib`). Commands run as they
+are, as the user rtax runs as, in no cgroup of their own (only under a capacity run's
+budget cgroup, when there is one): the profile's cpus, memory_mib and pids are not
+applied, and the driver's facts in the recording's header say so. A fork bomb or a
+memory hog here is the host's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
+from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.shellframe import FramedShell
@@ -102,6 +110,12 @@ class LocalDriver(Driver):
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LocalEnvironment(self, spec, sub)
+
+    async def facts(self) -> dict[str, Any]:
+        return {
+            "limits": "cpus, memory_mib, pids: none applied (no cgroup, no sandbox: the "
+            "baseline); workspace_mib: the workspace's own tmpfs"
+        }
 
     async def cleanup(self, label: str | None = None) -> int:
         prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")

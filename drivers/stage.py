@@ -718,6 +718,8 @@ class StageDriver(Driver):
             "uid": self.uid,
             "isolation": f"userns (root inside = host uid {self.uid}), no capabilities, "
             "no_new_privs, seccomp, view: /usr + curated /etc, private /tmp, no network",
+            "limits": "cpus, memory_mib, pids: the environment's cgroup; "
+            "workspace_mib: the workspace's own tmpfs (its pages count in the memory limit)",
         }
         try:
             site = await self.site()

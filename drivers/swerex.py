@@ -19,6 +19,10 @@ missing. Option `deployment` picks how SWE-ReX runs (`[drivers_options.swerex]`)
   flags; its published port needs a bridge network, so the host's loopback is not
   promised.
 
+Limits: deployment `docker` passes cpus, memory_mib and pids as `--cpus`, `--memory`
+(and `--memory-swap`), `--pids-limit`; deployments `local` and `remote` apply none
+(no cgroup, as the `local` driver). `workspace_mib` is applied by none of them.
+
 Channels: `shell` is a SWE-ReX bash session (`create_session`, then `run_in_session`
 per action: pexpect on a pty, a `bash -n` syntax check and a second round trip for the
 exit code, all SWE-ReX's own); `exec` is `execute` (a `subprocess.run` per action on
@@ -565,11 +569,22 @@ class SwerexDriver(Driver):
         return []
 
     async def facts(self) -> dict[str, Any]:
+        limits = (
+            "cpus, memory_mib, pids: docker run's (--cpus, --memory, --pids-limit); "
+            "workspace_mib: not applied"
+            if self.deployment == "docker"
+            else "cpus, memory_mib, pids: none applied, no cgroup (as the local driver); "
+            "workspace_mib: the workspace's own tmpfs"
+        )
         try:
             import swerex
         except ImportError:
-            return {"deployment": self.deployment}
-        facts: dict[str, Any] = {"swerex": swerex.__version__, "deployment": self.deployment}
+            return {"deployment": self.deployment, "limits": limits}
+        facts: dict[str, Any] = {
+            "swerex": swerex.__version__,
+            "deployment": self.deployment,
+            "limits": limits,
+        }
         if self.deployment == "docker":
             facts["image"] = self.image
         return facts

@@ -50,13 +50,10 @@ async def remove_workspace(host: Host, path: str) -> None:
     host.untrack("path", path)
 
 
-DEFAULT_WORKSPACE_MIB = 1024
-
-
 def workspace_mib(spec: Any) -> int | None:
-    """The size of a spec's workspace tmpfs: its limits' `workspace_mib` when the model
-    has the key (None there: a plain directory, no limit), else DEFAULT_WORKSPACE_MIB."""
-    v = getattr(spec.limits, "workspace_mib", DEFAULT_WORKSPACE_MIB)
+    """The size of a spec's workspace tmpfs: its limits' `workspace_mib` (None,
+    "unlimited" in the profile: a plain directory)."""
+    v = spec.limits.workspace_mib
     return None if v is None else int(v)
 
 

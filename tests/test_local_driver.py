@@ -98,3 +98,9 @@ def test_cleanup_removes_leftover_workspaces():
     n = asyncio.run(LocalDriver(LocalHost(), {}).cleanup("cleanuptest"))
     assert n == 1 and not os.path.exists(d)
     assert glob.glob(os.path.join(tempfile.gettempdir(), "rtax-ws-cleanuptest-*")) == []
+
+
+def test_says_it_applies_no_limits():
+    # the baseline has no cgroup of its own: the recording's header says so
+    facts = asyncio.run(LocalDriver(LocalHost(), {}).facts())
+    assert facts["limits"].startswith("none applied")

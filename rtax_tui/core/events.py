@@ -40,7 +40,11 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 #   `create`|`reset`|`teardown`, dur_ns, ok, cpu_ns, env_cpu_ns, error) and, for a
 #   pooled trial, `trial_start.mode` ("pool"; absent means cold) and the phases
 #   `acquire`, `acquire.wait`, `release` in place of create, ready and teardown.
-#   An older rtax rejects a recording with `pool` events the same way.
+#   An older rtax rejects a recording with `pool` events the same way;
+# - added `run.limits` (optional): the limits every environment of the run was given,
+#   {cpus, memory_mib, pids, workspace_mib}, each a number or "unlimited" (rtax gives
+#   limits by default since; a profile lifts one only by saying "unlimited"). A
+#   recording without it (made before) reports its limits as "unknown".
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -81,6 +85,7 @@ class RunEvent(TypedDict):
     argv: list[str]
     profile: dict[str, Any]
     hosts: dict[str, Any]
+    limits: NotRequired[dict[str, Any]]
 
 
 class TrialStartEvent(TypedDict):
@@ -211,8 +216,9 @@ def run(
     argv: Sequence[str],
     profile: dict[str, Any],
     hosts: dict[str, Any],
+    limits: dict[str, Any] | None = None,
 ) -> RunEvent:
-    return {
+    ev: RunEvent = {
         "type": "run",
         "format": FORMAT,
         "run_id": run_id,
@@ -222,6 +228,9 @@ def run(
         "profile": profile,
         "hosts": hosts,
     }
+    if limits is not None:
+        ev["limits"] = limits
+    return ev
 
 
 def trial_start(

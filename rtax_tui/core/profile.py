@@ -15,6 +15,7 @@ from typing import Any
 
 from rtax_tui.core.model import (
     CHANNELS,
+    UNLIMITED,
     Limits,
     OptionError,
     RtaxError,
@@ -47,7 +48,13 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "modes": (list,),
     },
     "timeouts": {k: (int, float) for k in ("create", "ready", "action", "teardown", "barrier")},
-    "limits": {"cpus": (int, float), "memory_mib": (int,), "pids": (int,)},
+    # a number, or "unlimited" (checked by _limit)
+    "limits": {
+        "cpus": (int, float, str),
+        "memory_mib": (int, str),
+        "pids": (int, str),
+        "workspace_mib": (int, str),
+    },
     "capacity": {
         "size": (int,),
         "batches": (int,),
@@ -135,7 +142,7 @@ class Profile:
             "workloads": list(self.workloads),
             "channels": list(self.channels),
             "timeouts": vars(self.timeouts).copy(),
-            "limits": vars(self.limits).copy(),
+            "limits": self.limits.to_json(),
             "capacity": vars(self.capacity).copy() if self.capacity else None,
             "driver_options": self.driver_options,
         }
@@ -273,6 +280,38 @@ def _check_type(where: str, key: str, value: Any, types: tuple[type, ...]) -> No
         raise ProfileError(f"{where}: {key}: expected {_type_name(types)}, got {value!r}")
 
 
+# The largest limit each key takes: a MiB count whose bytes still fit in a signed
+# 64-bit integer (what cgroups, docker and the kernel take), a pid count the same.
+_LIMIT_MAX = {"cpus": 1 << 20, "memory_mib": (1 << 43) - 1, "pids": (1 << 63) - 1}
+_LIMIT_MAX["workspace_mib"] = _LIMIT_MAX["memory_mib"]
+
+
+def _limit(where: str, key: str, value: Any) -> float | int | None:
+    """One `[limits]` value: a positive number (an integer but for cpus), or
+    "unlimited" (None); anything else is a one-line ProfileError naming the key."""
+    if value == UNLIMITED:
+        return None
+    want = "a positive number" if key == "cpus" else "a positive integer"
+    allowed = f'{want} or "unlimited"'
+    ok_type = (int, float) if key == "cpus" else (int,)
+    if isinstance(value, bool) or not isinstance(value, ok_type):
+        raise ProfileError(f"{where}: limits.{key}: expected {allowed}, got {value!r}")
+    if isinstance(value, float) and value != value:  # nan
+        raise ProfileError(f"{where}: limits.{key}: expected {allowed}, got {value!r}")
+    least = 0.01 if key == "cpus" else 1
+    if value < least:
+        raise ProfileError(
+            f"{where}: limits.{key}: must be at least {least} "
+            f'(no limit is "unlimited"), got {value!r}'
+        )
+    if value > _LIMIT_MAX[key]:
+        raise ProfileError(
+            f"{where}: limits.{key}: at most {_LIMIT_MAX[key]} "
+            f'(no limit is "unlimited"), got {value!r}'
+        )
+    return float(value) if key == "cpus" else value
+
+
 def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str], str]) -> None:
     """The driver's own check of its `[drivers_options.NAME]` table (the driver knows
     its options), reported here with the file and the line of the field."""
@@ -329,6 +368,9 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                     f"{where(table, key)}: {table}.{key}: unknown key "
                     f"(allowed: {', '.join(_SCHEMA[table])})"
                 )
+            if table == "limits":
+                _limit(where(table, key), key, value)
+                continue
             _check_type(where(table, key), f"{table}.{key}", value, _SCHEMA[table][key])
             if isinstance(value, list):
                 item_types: tuple[type, ...] = (
@@ -349,7 +391,10 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
     if "timeouts" in data:
         kw["timeouts"] = Timeouts(**{k: float(v) for k, v in data["timeouts"].items()})
     if "limits" in data:
-        kw["limits"] = Limits(**data["limits"])
+        given: dict[str, Any] = {
+            k: _limit(where("limits", k), k, v) for k, v in data["limits"].items()
+        }
+        kw["limits"] = Limits(**given)
     if "capacity" in data:
         cap = dict(data["capacity"])
         if "sizes" in cap:
