@@ -563,7 +563,7 @@ class SwerexDriver(Driver):
             return [
                 Problem(
                     f"no SWE-ReX image {self.image}",
-                    "python3 -m rtax_tui images build --driver swerex",
+                    "rtax images build --driver swerex",
                 )
             ]
         return []

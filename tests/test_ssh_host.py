@@ -108,6 +108,11 @@ def test_spawn_shell_workspace_and_reaper(lab: SSHLab) -> None:
         assert res.rc == 7
         # something the shell leaves running: the reaper must end it when we go
         await shell.run(["sh", "-c", f"sh -c 'sleep 300; : {TAG}' >/dev/null 2>&1 &"])
+        # the background shell is forked when the command returns, but may still be in its
+        # execve: a process's command line reads empty there, so look until it shows
+        seen = time.monotonic() + 5
+        while TAG not in _ps_args() and time.monotonic() < seen:
+            await asyncio.sleep(0.02)
         assert TAG in _ps_args()
         facts = await host.facts()
         assert facts["kernel"] == os.uname().release and facts["cpus"] == os.cpu_count()
