@@ -304,7 +304,9 @@ class LibvirtDriver(Driver):
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
-    boundary = ALL_CHECKS - {"process_vm"}
+    # Nor `workspace_size` (the limits are vCPUs and RAM: workspace_mib is not applied) nor
+    # `deep_tree` (the workspace is in the VM's disk image: no host path to look at).
+    boundary = ALL_CHECKS - {"process_vm", "workspace_size", "deep_tree"}
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
