@@ -188,6 +188,7 @@ CASES = [
      BREACHED),  # a later action ran somewhere without the marker
     ("init_kill", "", {"marked": True, "killed": "@samepidns=pid:[1]"}, BREACHED),
     ("init_kill", "rtax-probe-init-jjj", {"marked": False}, NA),
+    ("init_kill", "", {"marked": True, "killed": "@nohostns"}, NA),
     ("deep_tree", "@made=/workspace:1200\n@made=/tmp:1200",
      {"host_path": "/tmp/rtax-ws-x", "left": False, "teardown_error": None}, HELD),
     ("deep_tree", "@made=/workspace:1200", {"host_path": "/tmp/rtax-ws-x", "left": True}, BREACHED),

@@ -548,6 +548,8 @@ def _init_kill(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if "@samepidns" in killed:
         why = "runs in the host's own pid namespace: `kill -9 -1` would kill the host's processes"
         return _v(BREACHED, why + " (not sent)")
+    if "@nohostns" in killed:
+        return _v(NA, "the host's pid namespace is unknown: the kills were not sent")
     if not out.observed.get("marked"):
         return _v(NA, "the marker could not be written first", killed)
     if out.error is not None:

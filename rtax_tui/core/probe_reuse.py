@@ -46,7 +46,7 @@ if [ -n "$L" ]; then
     [ -d "$d" ] && ln -s "$L" "$d/.rtax-reuse-link-$t" 2>/dev/null && echo "@link=$d"
   done
   b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); m=$(readlink /proc/self/ns/mnt 2>/dev/null)
-  if [ "$b" != "$4" ] || [ "$m" != "$5" ]; then
+  if [ "$5" != - ] && { [ "$b" != "$4" ] || [ "$m" != "$5" ]; }; then
     mv /dev/shm "/dev/.rtax-shm-$t" 2>/dev/null && ln -s "$L" /dev/shm 2>/dev/null \
       && echo "@link=/dev/shm (replaced)"
   fi

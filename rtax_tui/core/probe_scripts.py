@@ -11,7 +11,8 @@ then `n/a`, never a guess).
 Nothing here may harm the host, even on the `local` driver, where the
 environment *is* the host: sysctl and sysfs writes put back the value just read;
 device nodes are read (4 KiB), never written; the fork bomb is bounded and its
-processes end by themselves in 3 s; the module "loaded" is 64 bytes of text that
+processes end by themselves in 3 s (`default_limits`': 10 s, in a cgroup's limit, and
+torn down with their environment); the module "loaded" is 64 bytes of text that
 the kernel's loader refuses; remounts are tried only in a mount namespace that is
 not the host's; every file written carries a random name and is removed.
 """
@@ -465,8 +466,12 @@ printf '%s\n' "$2" >"./$1" && echo "wrote ./$1 in $(pwd)"
 
 # Kills the environment's pid 1, then every process it can signal (`kill -9 -1`).
 # Never in the host's own pid namespace (args: the host's boot_id and pid namespace):
-# there it would kill the host's processes; `@samepidns` says so and nothing is sent.
+# there it would kill the host's processes; `@samepidns` says so and nothing is sent
+# (nor where the host's namespace is unknown: `@nohostns`).
 INIT_KILL = r"""
+if [ -z "$2" ] || [ "$2" = - ]; then
+  echo "@nohostns"; echo "the host's pid namespace is unknown: not sent"; exit 0
+fi
 b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); ns=$(readlink /proc/self/ns/pid 2>/dev/null)
 if [ "$b" = "$1" ] && [ -n "$ns" ] && [ "$ns" = "$2" ]; then
   echo "@samepidns=$ns"; echo "the host's own pid namespace: not sent"; exit 0
