@@ -481,14 +481,19 @@ kill -9 1 2>&1 && echo "kill -9 1: sent"
 kill -9 -1 2>&1 && echo "kill -9 -1: sent"
 """
 
-# A directory chain $1 deep (made relative, one level at a time: no path is ever
-# longer than PATH_MAX) in the working directory and in /tmp, under a name of ours ($2).
+# A directory chain at least $1 deep in the working directory and in /tmp, under a name
+# of ours ($2): 200 levels of `dddd/` a call, nested by renaming the chain so far into
+# a new one's deepest level, so no path a call is given reaches PATH_MAX while the
+# deepest absolute path does (1,200 levels: over 6,000 bytes); few processes.
 DEEP_TREE = r"""
-n=$1; top=$(pwd)
+n=$1; top=$(pwd); seg=""; k=0
+while [ "$k" -lt 200 ]; do seg="${seg}dddd/"; k=$((k+1)); done
 for base in "$top" /tmp; do
-  ( cd "$base" 2>/dev/null && mkdir "$2" && cd "$2" || exit 0
-    i=0
-    while [ "$i" -lt "$n" ] && mkdir d 2>/dev/null && cd d; do i=$((i+1)); done
+  ( cd "$base" 2>/dev/null && mkdir "$2" && cd "$2" && mkdir -p "t/$seg" || exit 0
+    i=200
+    while [ "$i" -lt "$n" ] && mkdir -p "n/$seg" && mv t "n/${seg}t" && mv n t; do
+      i=$((i+201))
+    done
     echo "@made=$base:$i" )
 done
 """
