@@ -333,6 +333,20 @@ def test_document_shape_and_promises() -> None:
     assert loc["summary"]["broken_promises"] == []  # local promised nothing
 
 
+def test_a_channel_that_does_not_promise_a_check_does_not_break_it() -> None:
+    """pool_reuse_clean/reset_links: promised on exec (an in-place reset), n/a on shell."""
+    evs = [
+        _ev("stage", "exec", "reset_links", HELD, True),
+        _ev("stage", "shell", "reset_links", NA, False),
+        _ev("stage", "exec", "root_home", BLOCKED, True),
+        _ev("stage", "shell", "root_home", NA, True),
+    ]
+    st = build_document(evs)["drivers"]["stage"]
+    assert st["checks"]["reset_links"]["result"] == NA  # not measured everywhere
+    assert st["summary"]["promised"] == 2
+    assert st["summary"]["broken_promises"] == ["root_home"]
+
+
 def test_summarize_counts_every_result() -> None:
     s = summarize({"a": {"result": NA}, "root_home": {"result": BLOCKED, "promised": True}})
     assert s[NA] == 1 and s[BLOCKED] == 1 and s["broken_promises"] == []

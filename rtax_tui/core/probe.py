@@ -744,6 +744,7 @@ def build_document(events: Iterable[Mapping[str, Any]], **meta: Any) -> dict[str
                 "channel": ev["channel"],
                 "result": ev["result"],
                 "evidence": ev["evidence"],
+                "promised": bool(ev.get("promised")),
             }
         )
         c["promised"] = c["promised"] or bool(ev.get("promised"))
@@ -770,7 +771,11 @@ def summarize(checks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             breached.append(name)
         if c.get("promised"):
             promised += 1
-            if not passed(name, c["result"]):
+            # broken where a run that promised it did not pass (a channel that does not
+            # promise it, e.g. without an in-place reset, says n/a without breaking it)
+            runs = [r for r in c.get("runs") or [] if r.get("promised", True)]
+            results = [r["result"] for r in runs] if runs else [c["result"]]
+            if not all(passed(name, r) for r in results):
                 broken.append(name)
     return {
         **counts,
