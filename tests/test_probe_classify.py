@@ -410,7 +410,7 @@ def test_driver_promises_name_known_checks() -> None:
     assert not swx & ws
     for vm in ("libvirt", "microvm"):
         got = get_driver(vm, LocalHost(), {}).promised_checks()
-        assert got == ALL_CHECKS - {"process_vm"} - ws
+        assert got == ALL_CHECKS - {"process_vm", "default_limits"} - ws
 
 
 ENV_SCRIPTS = {
