@@ -842,7 +842,9 @@ class ContainerDriver(Driver):
     # `vsock` (dockerd 20.10.24 of Debian 12, measured: its default profile lets
     # socket(AF_VSOCK) through; moby #44562 refuses it from 23.0) nor `proc_cmdline`
     # (not among its masked paths); a `seccomp=PATH` security_opt can close the first.
-    boundary = ALL_CHECKS - {"vsock", "proc_cmdline"}
+    # Nor `workspace_size` (workspace_mib is not applied: /workspace is the container's
+    # layer) nor `deep_tree` (that layer has no host path the probe can look at).
+    boundary = ALL_CHECKS - {"vsock", "proc_cmdline", "workspace_size", "deep_tree"}
     # Hooks for a server that speaks the same API through the same SDK code
     # (drivers/podman.py): where it listens, what the messages call it, how to start it.
     default_socket = DEFAULT_SOCKET

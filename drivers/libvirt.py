@@ -304,7 +304,11 @@ class LibvirtDriver(Driver):
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
-    boundary = ALL_CHECKS - {"process_vm"}
+    # Nor `workspace_size` (the limits are vCPUs and RAM: workspace_mib is not applied),
+    # `default_limits` (nor pids: a fork bomb of 2 x 1024 fills the guest's RAM first;
+    # not measured under TCG) or `deep_tree` (the workspace is in the VM's disk image: no
+    # host path to look at).
+    boundary = ALL_CHECKS - {"process_vm", "workspace_size", "deep_tree", "default_limits"}
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)

@@ -99,8 +99,12 @@ class LocalEnvironment(Environment):
 class LocalDriver(Driver):
     name = "local"
     runs_remote = True
-    # No isolation: the baseline keeps nothing out. It does keep a trial's own writes.
-    boundary = frozenset({"workspace_persists"})
+    # No isolation: the baseline keeps nothing out. It does keep a trial's own writes, in
+    # a workspace of its own tmpfs (its size, removed at teardown) that `rtax cleanup`
+    # spares while the run lives (measured by `rtax probe`).
+    boundary = frozenset(
+        {"workspace_persists", "workspace_size", "deep_tree", "cleanup_spares_live"}
+    )
 
     async def check(self) -> list[Problem]:
         return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))

@@ -517,8 +517,9 @@ class SwerexDriver(Driver):
         # Docker's defaults (root, default capabilities, seccomp) with rtax's limits as
         # flags; the published port needs a bridge network: the host's loopback may be
         # reachable, so that one is not promised; nor what Docker's defaults let through
-        # (the docker driver's `boundary`: vsock, /proc/cmdline).
-        return ALL_CHECKS - {"loopback_tcp", "vsock", "proc_cmdline"}
+        # (the docker driver's `boundary`: vsock, /proc/cmdline); nor the workspace's size
+        # (not applied) nor `deep_tree` (the container's layer: no host path to look at).
+        return ALL_CHECKS - {"loopback_tcp", "vsock", "proc_cmdline", "workspace_size", "deep_tree"}
 
     def track_label(self, label: str) -> None:
         if label and label not in self._tracked:
