@@ -1,0 +1,121 @@
+"""Bad input (issue 21): every reader checks types and ranges against one schema, every
+input is bounded, and a mistake is one line naming the file, line and field (exit 2)."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from rtax_tui.cli import main
+from rtax_tui.core.events import EVENT_CHECKS, EVENT_SCHEMA, check_event
+from rtax_tui.core.profile import ProfileError, load_profile
+from rtax_tui.core.recording import RecordingError, read_recording
+
+HEADER = {
+    "type": "run", "t_ns": 0, "format": "rtax/1", "run_id": "r", "started_at": "x",
+    "seed": 1, "argv": [], "profile": {"name": "p"}, "hosts": {},
+}  # fmt: skip
+PHASE = {"type": "phase", "t_ns": 2, "trial": 1, "name": "create", "dur_ns": 5, "ok": True}
+
+
+def write_lines(path, events) -> None:
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("5", "expected an integer 0..2**63-1, got '5'"),
+        (None, "got null"),
+        ([1], "got an array"),
+        (2**63, "got an integer of 64 bits"),
+        (-1, "got -1"),
+        (1.5, "got 1.5"),
+        (True, "got True"),
+    ],
+)
+def test_a_duration_of_the_wrong_type_names_file_line_and_field(tmp_path, value, words):
+    path = tmp_path / "r.jsonl"
+    write_lines(path, [HEADER, {**PHASE, "dur_ns": value}])
+    with pytest.raises(RecordingError) as exc:
+        read_recording(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}:2: phase.dur_ns: expected an integer 0..2**63-1, ")
+    assert msg.endswith(words)
+
+
+def test_the_fast_check_and_the_worded_one_agree():
+    good = {**PHASE}
+    assert EVENT_CHECKS["phase"](good) and check_event(good) is None
+    for etype, (required, optional) in EVENT_SCHEMA.items():
+        for field in (*required, *optional):
+            ev = {"type": etype, **dict.fromkeys(required, None), field: {"x": 1}}
+            kind = {**required, **optional}[field]
+            if kind in ("dict", "dict?", "any"):
+                continue
+            assert not EVENT_CHECKS[etype](ev)
+            assert check_event(ev) is not None
+
+
+def test_inputs_that_are_not_regular_files_are_refused_at_once(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(RecordingError, match="not a regular file"):
+        read_recording(fifo)
+    with pytest.raises(ProfileError, match="not a regular file"):
+        load_profile(fifo)
+    with pytest.raises(RecordingError, match="a directory"):
+        read_recording(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[run]\ntrials = 99999999999999999999\n", ":2: run.trials: at most 100000"),
+        ("[run]\nseed = 18446744073709551615\n", ":2: run.seed: at most 9223372036854775807"),
+        ("\n[capacity]\ncpus = 0\n", ":3: capacity.cpus: must be at least 0.01"),
+        ("[capacity]\nbatches = 0\n", ":2: capacity.batches: must be at least 1"),
+        ("[timeouts]\naction = nan\n", ":2: timeouts.action: expected a finite number"),
+        ("[timeouts]\nbarrier = inf\n", ":2: timeouts.barrier: expected a finite number"),
+        ("[pool]\nsize = 9223372036854775808\n", ":2: pool.size: at most 4096"),
+        ('[hosts.a]\naddress = "x"\nport = 70000\n', ":3: hosts.a.port: at most 65535"),
+        ("x = " + "[" * 600 + "]" * 600 + "\n", ": not valid TOML: nested too deeply"),
+    ],
+)
+def test_profile_numbers_are_bounded_at_their_own_line(tmp_path, text, message):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as exc:
+        load_profile(path)
+    assert str(exc.value).startswith(f"{path}{message}")
+
+
+def test_a_profile_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_bytes(b'[run]\nname = "\xff"\n')
+    with pytest.raises(ProfileError, match=r"p.toml:2: the profile is not UTF-8"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["run", "t0", "--trials", "9223372036854775807"],
+            "--trials: expected an integer 1..100000",
+        ),
+        (["run", "t0", "--trials", "x"], "--trials: expected an integer 1..100000, got 'x'"),
+        (["run", "t0", "--seed", "9" * 5000], "--seed: expected an integer"),
+        (["run", "t0", "--sizes", "1,0"], "--sizes: each size: expected an integer 1..4096"),
+        (["run", "t0", "--pool", str(2**70)], "--pool: expected an integer 1..4096"),
+        (["traj", "prepare", "x", "--repeat", str(2**70)], "--repeat: expected an integer 1..1000"),
+    ],
+)
+def test_command_line_values_are_bounded_in_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "usage" not in err and "_positive" not in err
