@@ -119,3 +119,51 @@ def test_command_line_values_are_bounded_in_one_line(capsys, argv, message):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "usage" not in err and "_positive" not in err
+
+
+def mini(path, content: str, output: str, regex: str | None = None):
+    doc: dict = {
+        "trajectory_format": "mini-swe-agent-1",
+        "info": {"config": {"environment": {"cwd": "/r"}}},
+        "messages": [
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": output},
+        ],
+    }
+    if regex is not None:
+        doc["info"]["config"]["agent"] = {"action_regex": regex}
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+def test_a_trajectory_regex_with_catastrophic_backtracking_runs_in_linear_time(tmp_path):
+    import time
+
+    from rtax_tui.core.traj import read_trajectories
+
+    path = mini(tmp_path / "t.json", "a" * 50_000 + "b", "<returncode>0</returncode>", "(a+)+$")
+    t0 = time.monotonic()
+    read_trajectories(path)
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_regex_re2_does_not_take_is_one_line_naming_the_field(tmp_path, capsys):
+    path = mini(tmp_path / "t.json", "x", "y", r"(a)\1")
+    assert main(["traj", "inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "action_regex" in err and err.count("\n") == 1
+
+
+def test_a_5000_digit_exit_code_is_unknown_not_a_crash(tmp_path):
+    from rtax_tui.core.traj import read_trajectories
+
+    out = f"<returncode>{'9' * 5000}</returncode>"
+    (traj,) = read_trajectories(mini(tmp_path / "t.json", "```bash\nls\n```", out))
+    assert [s.exit_code for s in traj.steps] == [None]
+
+
+def test_a_fifo_given_as_a_trajectory_is_refused_at_once(tmp_path, capsys):
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    assert main(["traj", "inspect", str(fifo)]) == 2
+    assert "not a regular file" in capsys.readouterr().err

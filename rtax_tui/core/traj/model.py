@@ -85,10 +85,18 @@ class Trajectory:
 
 
 def int_or_none(v: Any) -> int | None:
-    """An exit code as recorded: ints (not bools) only; -1 means unknown."""
-    if isinstance(v, bool) or not isinstance(v, int):
+    """An exit code as recorded: ints (not bools) of 64 bits only; -1 means unknown."""
+    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 63) <= v < (1 << 63):
         return None
     return None if v == -1 else v
+
+
+def code_of(digits: str) -> int | None:
+    """An exit code written out in a tool's output (`-?\\d+`): None past 64 bits (a
+    5,000-digit code would reach Python's limit on int() of a string)."""
+    if len(digits.lstrip("-")) > 19:
+        return None
+    return int_or_none(int(digits))
 
 
 def text_of(v: Any) -> str | None:

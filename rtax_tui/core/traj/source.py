@@ -9,14 +9,13 @@ from typing import Any
 
 import orjson
 
+from rtax_tui.core.inputs import TRAJECTORY_MAX, read_input
 from rtax_tui.core.traj.model import TrajError
 
 
 def read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise TrajError(f"{path}:1: cannot read ({exc.strerror})") from None
+    """A trajectory file's bytes: a regular file of bounded size only (core.inputs)."""
+    return read_input(path, "the trajectory", TRAJECTORY_MAX, TrajError, ":1")
 
 
 def json_error(path: Path | str, data: bytes, first_line: int = 1) -> TrajError:
