@@ -167,3 +167,15 @@ def test_a_fifo_given_as_a_trajectory_is_refused_at_once(tmp_path, capsys):
     os.mkfifo(fifo)
     assert main(["traj", "inspect", str(fifo)]) == 2
     assert "not a regular file" in capsys.readouterr().err
+
+
+def test_ssh_urls_without_a_user_or_with_a_huge_port():
+    from rtax_tui.core.model import RtaxError
+    from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url
+
+    t = parse_ssh_url("ssh://example")
+    assert t.user is None and "username" not in SSHHost(t)._options()  # asyncssh's default
+    for url in ("ssh://h:70000", "ssh://h:" + "9" * 5000):
+        with pytest.raises(RtaxError) as exc:
+            parse_ssh_url(url)
+        assert len(str(exc.value)) < 200
