@@ -514,7 +514,13 @@ def _compare(args: argparse.Namespace) -> int:
     from rtax_tui.core.report import compare_reports
     from rtax_tui.reporting import out_console, render_compare
 
-    cmp = compare_reports(read_recording(args.a), read_recording(args.b))
+    rec_a, rec_b = read_recording(args.a), read_recording(args.b)
+    cmp = compare_reports(rec_a, rec_b)
+    if not cmp["rows"]:  # an empty table that exits 0 would read as "no difference"
+        raise RtaxError(
+            f"{args.a} and {args.b}: no cell with samples in common "
+            "(compare runs of the same host, driver, workload and channel)"
+        )
     if args.format == "json":
         _print_json(cmp)
     else:

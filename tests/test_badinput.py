@@ -179,3 +179,28 @@ def test_ssh_urls_without_a_user_or_with_a_huge_port():
         with pytest.raises(RtaxError) as exc:
             parse_ssh_url(url)
         assert len(str(exc.value)) < 200
+
+
+EXAMPLES = __import__("pathlib").Path(__file__).parent.parent / "recordings" / "examples"
+
+
+def test_plot_never_writes_onto_its_recording_nor_an_existing_file(tmp_path, capsys):
+    rec = tmp_path / "r.jsonl"
+    rec.write_bytes((EXAMPLES / "t0-local-stage.jsonl").read_bytes())
+    before = rec.read_bytes()
+    link = tmp_path / "r.svg"
+    link.symlink_to(rec)
+    for out in (rec, link):
+        assert main(["plot", str(rec), "--kind", "cdf", "-o", str(out), "--force"]) == 2
+    assert "is the recording" in capsys.readouterr().err
+    assert rec.read_bytes() == before
+    other = tmp_path / "x.svg"
+    other.write_text("mine")
+    assert main(["plot", str(rec), "--kind", "cdf", "-o", str(other)]) == 2
+    assert "--force" in capsys.readouterr().err and other.read_text() == "mine"
+
+
+def test_compare_with_no_cell_in_common_is_an_error(capsys):
+    a, b = EXAMPLES / "t0-local-stage.jsonl", EXAMPLES / "t2-local-stage.jsonl"
+    assert main(["compare", str(a), str(b)]) == 2
+    assert "no cell with samples in common" in capsys.readouterr().err
