@@ -204,3 +204,83 @@ def test_compare_with_no_cell_in_common_is_an_error(capsys):
     a, b = EXAMPLES / "t0-local-stage.jsonl", EXAMPLES / "t2-local-stage.jsonl"
     assert main(["compare", str(a), str(b)]) == 2
     assert "no cell with samples in common" in capsys.readouterr().err
+
+
+# -- property tests: mutants end in exit 0 or 2 (one line), in time, inputs unchanged ---
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests import mutants  # noqa: E402
+
+SEEDED = settings(
+    derandomize=True,  # the same corpus every run: a failure names its seed
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(SEEDED, max_examples=40)
+@given(seed=st.integers(0, 2**32))
+def test_mutated_recordings_report_compare_project(tmp_path, seed):
+    mutants.run_case("recordings", seed, tmp_path)
+
+
+@settings(SEEDED, max_examples=40)
+@given(seed=st.integers(0, 2**32))
+def test_mutated_trajectories_inspect_and_prepare(tmp_path, seed):
+    mutants.run_case("trajectories", seed, tmp_path)
+
+
+@settings(SEEDED, max_examples=80)
+@given(seed=st.integers(0, 2**32))
+def test_mutated_profiles_load_or_fail_in_one_line(tmp_path, seed):
+    mutants.run_case("profiles", seed, tmp_path)
+
+
+@settings(SEEDED, max_examples=60)
+@given(data=st.data())
+def test_any_value_in_any_field_of_an_event_is_read_or_refused(tmp_path, data):
+    """Hypothesis's own JSON values in an event's fields: the recording is refused with
+    the line and field named, or read, and then a report of it never fails."""
+    from rtax_tui.core.report import build_report
+
+    lines = (mutants.EXAMPLES / "t0-local-stage.jsonl").read_bytes().split(b"\n")
+    i = data.draw(st.integers(0, len(lines) - 2))
+    ev = orjson.loads(lines[i])
+    key = data.draw(st.sampled_from(sorted(ev)))
+    ev[key] = data.draw(JSON)
+    lines[i] = mutants.dumps(ev)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    try:
+        rec = read_recording(path)
+    except RecordingError as exc:
+        assert f"r.jsonl:{i + 1}: " in str(exc) and "\n" not in str(exc)
+        return
+    build_report(rec)
+
+
+@pytest.mark.parametrize("kind", ["recordings", "trajectories"])
+def test_exit_status_of_a_mutant_from_a_real_process(tmp_path, kind):
+    """A few runs as a person makes them: `rtax` in its own process, bounded in time."""
+    import subprocess
+    import sys
+
+    argv, inputs = mutants.CASES[kind](7, tmp_path)[0]
+    before = inputs[0].read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode in (0, 2), proc.stderr
+    assert "Traceback" not in proc.stderr
+    if proc.returncode == 2:
+        assert proc.stderr.count("\n") == 1
+    assert inputs[0].read_bytes() == before

@@ -125,13 +125,18 @@ def read_trajectories(path: Path | str) -> list[Trajectory]:
     conversation directory."""
     p = Path(path)
     name = str(p)
-    if p.is_dir():
-        detect(p)
-        return [read_openhands_v1(name, p)]
-    data = read_bytes(p)
-    fmt, doc = _detect_data(p, data)
+    data, doc = b"", None
     try:
+        if p.is_dir():
+            detect(p)
+            return [read_openhands_v1(name, p)]
+        data = read_bytes(p)
+        fmt, doc = _detect_data(p, data)
         return _read(name, p, data, fmt, doc)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError) as exc:
+        # the readers check the fields they use (ShapeError, below); a value of a type
+        # none of them expected is still one line, never a traceback (issue 21)
+        raise TrajError(f"{name}:1: an unexpected shape ({exc.__class__.__name__})") from None
     except ShapeError as exc:
         if exc.line is not None:
             line = exc.line

@@ -37,6 +37,12 @@ def load_whole(data: bytes) -> tuple[bool, Any]:
         return False, None
 
 
+# The fields every format's readers branch on, where a record has them: strings (a list or
+# an object there would reach a set or dict lookup). The formats' own fields are checked
+# by their readers (`ShapeError`, naming the field).
+RECORD_STRINGS = ("type", "record_type", "role", "kind")
+
+
 def iter_lines(path: Path | str, data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line; a bad line is an error."""
     loads = orjson.loads
@@ -49,6 +55,10 @@ def iter_lines(path: Path | str, data: bytes) -> Iterator[tuple[int, dict[str, A
             raise json_error(path, raw, lineno) from None
         if not isinstance(obj, dict):
             raise TrajError(f"{path}:{lineno}: a record must be a JSON object")
+        for key in RECORD_STRINGS:
+            v = obj.get(key)
+            if v is not None and not isinstance(v, str):
+                raise TrajError(f"{path}:{lineno}: {key}: expected a string")
         yield lineno, obj
 
 
