@@ -92,6 +92,16 @@ def test_profile_numbers_are_bounded_at_their_own_line(tmp_path, text, message):
     assert str(exc.value).startswith(f"{path}{message}")
 
 
+@pytest.mark.parametrize(
+    "text", ['# c\nname = "x"\nrun.trials = 0\n', "# c\n\nrun = { seed = 1, trials = 0 }\n"]
+)
+def test_dotted_keys_and_inline_tables_are_found_at_their_line(tmp_path, text):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=r"p.toml:3: run.trials: must be at least 1"):
+        load_profile(path)
+
+
 def test_a_profile_that_is_not_utf8_names_its_line(tmp_path):
     path = tmp_path / "p.toml"
     path.write_bytes(b'[run]\nname = "\xff"\n')

@@ -315,6 +315,12 @@ def _line_of(text: str, table: str, key: str | None) -> int:
             and re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line)
         ):
             return n
+    if key is not None and table:  # `run.trials = 0`, `run = { trials = 0 }`
+        last = re.escape(table.rsplit(".", 1)[-1])
+        both = re.compile(rf"\b{last}\"?\s*[.=].*?\b{re.escape(key)}\"?\s*=")
+        for n, line in enumerate(text.splitlines(), 1):
+            if both.search(line):
+                return n
     return header_line
 
 
