@@ -294,3 +294,22 @@ def test_exit_status_of_a_mutant_from_a_real_process(tmp_path, kind):
     if proc.returncode == 2:
         assert proc.stderr.count("\n") == 1
     assert inputs[0].read_bytes() == before
+
+
+def test_integers_past_64_bits_in_a_drivers_options_table(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("[run]\ntrials = 3\n[drivers_options.docker]\nx = 99999999999999999999\n")
+    with pytest.raises(ProfileError, match=r"p.toml:4: drivers_options.docker.x: integers are"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("kind", ["report", "traj"])
+def test_a_line_nested_100000_deep_is_one_line_not_a_crash(tmp_path, capsys, kind):
+    deep = b'{"type":"phase","a":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    path = tmp_path / "x.jsonl"
+    head = orjson.dumps(HEADER) + b"\n" if kind == "report" else b""
+    path.write_bytes(head + deep)
+    argv = ["report", str(path)] if kind == "report" else ["traj", "inspect", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "x.jsonl" in err

@@ -390,10 +390,31 @@ def load_profile(path: str | Path) -> Profile:
     return parse_profile(data, text, str(p), default_name=p.stem)
 
 
+def _check_integers(data: dict[str, Any], where: Callable[[str, str | None], str]) -> None:
+    """No integer past 64 bits in `data`: what a profile holds goes into the recording's
+    header, which holds 64-bit integers (a driver's own option too)."""
+    todo: list[tuple[str, str, Any]] = [("", k, v) for k, v in data.items()]
+    while todo:
+        table, key, value = todo.pop()
+        if isinstance(value, dict):
+            sub = f"{table}.{key}" if table else key
+            todo += [(sub, k, v) for k, v in value.items()]
+        elif isinstance(value, list):
+            todo += [(table, key, v) for v in value]
+        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            name = f"{table}.{key}" if table else key
+            raise ProfileError(
+                f"{where(table, key)}: {name}: integers are of 64 bits at most "
+                f"(got one of {value.bit_length()} bits)"
+            )
+
+
 def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str) -> Profile:
     def where(table: str, key: str | None) -> str:
         return f"{path}:{_line_of(text, table, key)}"
 
+    # the tables the schema below does not bound number by number
+    _check_integers({k: v for k, v in data.items() if k in ("drivers_options", "workloads")}, where)
     known_tables = set(_SCHEMA) - {""} | {"workloads", "drivers_options", "hosts"}
     kw: dict[str, Any] = {"name": default_name, "path": path}
     for key, value in data.items():
