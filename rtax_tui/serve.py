@@ -60,8 +60,6 @@ def console_command(args: list[str]) -> str:
 
 def run_serve(args: argparse.Namespace) -> int:
     command = console_command(list(args.args))
-    if args.port > 65535:
-        raise RtaxError(f"--port {args.port}: at most 65535")
     try:
         from textual_serve.server import Server
     except ImportError:
