@@ -313,3 +313,36 @@ def test_a_line_nested_100000_deep_is_one_line_not_a_crash(tmp_path, capsys, kin
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "x.jsonl" in err
+
+
+OPTIONS = [
+    ["run", "t0", "--trials"], ["run", "t0", "--warmup"], ["run", "t0", "--seed"],
+    ["run", "t0", "--concurrency"], ["run", "t0", "--pool"], ["run", "t0", "--sizes"],
+    ["project", "r.jsonl", "--trajectories"], ["project", "r.jsonl", "--steps"],
+    ["traj", "prepare", "x", "--repeat"], ["traj", "prepare", "x", "--max-prefixes"],
+    ["traj", "prepare", "x", "--seed"], ["serve", "--port"],
+]  # fmt: skip
+
+
+@settings(SEEDED, max_examples=150)
+@given(
+    option=st.sampled_from(OPTIONS),
+    value=st.integers().map(str)
+    | st.text(max_size=30).filter(lambda s: not s.startswith("-"))
+    | st.sampled_from(["9" * 5000, "1e3", "0x10", " 5 ", "1,2,0", "nan", "", "٣"]),
+)
+def test_any_option_value_parses_or_is_one_line(capsys, option, value):
+    """Parsing only (no run): a bounded value, or exit 2 with one line naming the option."""
+    from rtax_tui.cli import build_parser
+
+    try:
+        args = build_parser().parse_args([*option, value])
+    except SystemExit as exc:
+        assert exc.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and option[-1] in err and "usage" not in err
+        return
+    for v in vars(args).values():
+        for n in v if isinstance(v, tuple) else (v,):
+            if isinstance(n, int):
+                assert -(2**63) <= n < 2**63
