@@ -346,3 +346,19 @@ def test_any_option_value_parses_or_is_one_line(capsys, option, value):
         for n in v if isinstance(v, tuple) else (v,):
             if isinstance(n, int):
                 assert -(2**63) <= n < 2**63
+
+
+def test_traj_prepare_refuses_more_samples_than_it_holds(tmp_path, capsys):
+    msgs = []
+    for _ in range(1100):
+        msgs += [
+            {"role": "assistant", "content": "```bash\nls\n```"},
+            {"role": "user", "content": "<returncode>0</returncode>"},
+        ]
+    doc = {"trajectory_format": "mini-swe-agent-1", "info": {}, "messages": msgs}
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(doc))
+    out = tmp_path / "p.jsonl"
+    argv = ["traj", "prepare", str(path), "--repeat", "1000", "--max-prefixes", "5000"]
+    assert main([*argv, "-o", str(out)]) == 2
+    assert "more than 1000000 samples" in capsys.readouterr().err and not out.exists()
