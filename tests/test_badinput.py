@@ -362,3 +362,11 @@ def test_traj_prepare_refuses_more_samples_than_it_holds(tmp_path, capsys):
     argv = ["traj", "prepare", str(path), "--repeat", "1000", "--max-prefixes", "5000"]
     assert main([*argv, "-o", str(out)]) == 2
     assert "more than 1000000 samples" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_run_of_more_trials_than_rtax_plans_is_refused_at_load(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('[run]\ndrivers = ["local"]\nworkloads = ["capacity"]\n'
+                    "[capacity]\nsize = 4096\nbatches = 10000\n")  # fmt: skip
+    with pytest.raises(ProfileError, match="40964096 trials in one run"):
+        load_profile(path)

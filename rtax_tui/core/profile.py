@@ -271,6 +271,20 @@ class Profile:
             raise ProfileError(f"{locate('capacity')}: capacity.sizes: each must be at least 1")
         if self.capacity is not None and self.capacity.touch_mib < 1:
             raise ProfileError(f"{locate('capacity')}: capacity.touch_mib: must be at least 1")
+        from rtax_tui.core.plan import PLAN_MAX
+
+        cells = len(self.hosts) * len(self.drivers) * len(self.workloads) * len(self.channels)
+        cells *= len(self.run_modes)
+        if self.capacity is not None:
+            curve = self.capacity.curve
+            total, key = cells * (sum(curve) * self.capacity.batches + min(curve)), "capacity"
+        else:
+            total, key = cells * (self.trials + self.warmup), "trials"
+        if total > PLAN_MAX:
+            raise ProfileError(
+                f"{locate(key)}: {key}: {total} trials in one run ({cells} cells); "
+                f"at most {PLAN_MAX}"
+            )
         if self.capacity is not None and "pool" in self.run_modes:
             raise ProfileError(
                 f"{locate('modes')}: pool: a capacity run starts its batches cold "
