@@ -370,3 +370,8 @@ def test_a_run_of_more_trials_than_rtax_plans_is_refused_at_load(tmp_path):
                     "[capacity]\nsize = 4096\nbatches = 10000\n")  # fmt: skip
     with pytest.raises(ProfileError, match="40964096 trials in one run"):
         load_profile(path)
+
+
+def test_a_normalized_step_of_the_wrong_type_names_its_field(tmp_path, capsys):
+    """seed 1682636654 of tests/mutants.py: a record's output was `true`."""
+    assert mutants.run_case("trajectories", 1682636654, tmp_path) is None
