@@ -124,7 +124,7 @@ def test_compare_and_project(tmp_path):
         (["run", "PROFILE", "--driver", "nope"], "command line: drivers: unknown 'nope'"),
         (["run", "PROFILE", "--workload", "t7"], "command line: workloads: unknown 't7'"),
         (["run", "PROFILE", "--channel", "pipe"], "command line: channels: unknown 'pipe'"),
-        (["run", "missing.toml"], "missing.toml: cannot read profile"),
+        (["run", "missing.toml"], "missing.toml: cannot open profile"),
         (["report", "BADREC"], "bad.jsonl:2: not JSON"),
         (["run", "PROFILE", "-o", "BADREC"], "bad.jsonl: already exists; rtax never overwrites"),
         (["run", "PROFILE", "-o", "/proc/x.jsonl"], "/proc/x.jsonl: cannot write the recording"),

@@ -136,18 +136,20 @@ class SSHTarget:
 
 def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     """`ssh://[user@]host[:port]` -> SSHTarget named `user@host:port`."""
+    shown = url if len(url) <= 80 else url[:77] + "..."  # an error is one short line
     if not url.startswith("ssh://"):
-        raise RtaxError(f"host {url!r}: expected `local` or ssh://[user@]host[:port]")
+        raise RtaxError(f"host {shown!r}: expected `local` or ssh://[user@]host[:port]")
     rest = url[len("ssh://") :].rstrip("/")
     user, _, hostport = rest.rpartition("@")
     host, port = hostport, 22
-    m = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:]+)(?::(\d+))?", hostport)
+    # a port of at most 5 digits: int() of thousands would hit Python's limit
+    m = re.fullmatch(r"\[([^\]]+)\](?::(\d{1,5}))?|([^:]+)(?::(\d{1,5}))?", hostport)
     if not m:
-        raise RtaxError(f"host {url!r}: cannot read host and port")
+        raise RtaxError(f"host {shown!r}: cannot read host and port")
     host = m.group(1) or m.group(3)
     port = int(m.group(2) or m.group(4) or 22)
     if not host or not (0 < port < 65536):
-        raise RtaxError(f"host {url!r}: bad host or port")
+        raise RtaxError(f"host {shown!r}: bad host or port")
     name = f"{user + '@' if user else ''}{host}:{port}"
     return SSHTarget(name=name, address=host, user=user or None, port=port, **kw)
 
@@ -297,7 +299,6 @@ class SSHHost(Host):
         t = self.target
         kw: dict[str, Any] = {
             "port": t.port,
-            "username": t.user,
             "keepalive_interval": t.keepalive_s,
             "keepalive_count_max": KEEPALIVE_COUNT,
             "connect_timeout": CONNECT_TIMEOUT_S,
@@ -306,6 +307,8 @@ class SSHHost(Host):
             "kbdint_auth": False,
             "password_auth": False,
         }
+        if t.user:  # else asyncssh's default (the local user, or ~/.ssh/config's); None breaks it
+            kw["username"] = t.user
         if t.identity:
             kw["client_keys"] = [t.identity]
         if t.trust_new:
@@ -322,7 +325,9 @@ class SSHHost(Host):
         assert jump is not None  # called only for a target with a jump host
         j = parse_ssh_url(jump if "://" in jump else "ssh://" + jump)
         kw = self._options()
-        kw.update(port=j.port, username=j.user or self.target.user)
+        kw["port"] = j.port
+        if j.user:
+            kw["username"] = j.user
         try:
             return await asyncssh.connect(j.address, **kw)
         except asyncssh.HostKeyNotVerifiable as exc:
