@@ -14,9 +14,11 @@ docker = pytest.importorskip("docker", reason="the docker Python SDK is not inst
 PODMAN_SOCKET = "unix:///run/rtax-podman/podman.sock"
 # What the engines' defaults let through, measured here (docker 20.10.24 and podman 4.3.1
 # of Debian 12): their drivers do not promise these (issue 19).
+# Neither sizes the workspace (it is the container's layer), and the shell channel's
+# shell is a process of the workload's own uid, whose memory a step can write.
 NOT_KEPT = {
-    "docker": {"vsock", "proc_cmdline"},
-    "podman": {"vsock", "proc_cmdline", "process_vm"},
+    "docker": {"vsock", "proc_cmdline", "workspace_size", "result_integrity"},
+    "podman": {"vsock", "proc_cmdline", "process_vm", "workspace_size", "result_integrity"},
 }
 
 
@@ -43,8 +45,17 @@ def test_the_container_keeps_every_check_on_both_channels(driver, socket, reques
     assert set(runs) == {("local", "exec"), ("local", "shell")}
     for results in runs.values():
         assert set(results) == ALL_CHECKS
-    bad = failures(doc, driver)
+    # an engine's socket the host does not have (libvirtd not started yet) proves nothing
+    # and a container's workspace is its own layer: no host path for deep_tree to look at
+    bad = [
+        b
+        for b in failures(doc, driver)
+        if "socket on the host" not in b and "no host path rtax can look at" not in b
+    ]
     assert {b.split()[1].rstrip(":") for b in bad} == NOT_KEPT[driver], bad
     assert all(": breached: " in b for b in bad), bad
-    assert doc["drivers"][driver]["summary"]["broken_promises"] == []
+    integrity = [b for b in bad if " result_integrity:" in b]
+    assert integrity and all(b.startswith("local/shell ") for b in integrity), integrity
+    broken = doc["drivers"][driver]["summary"]["broken_promises"]
+    assert set(broken) <= {"libvirt_socket"}, broken  # n/a without libvirtd, as above
     assert _labelled(socket, label) == []  # the probe's containers are gone

@@ -643,8 +643,8 @@ def _reuse(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _integrity(check: Check, out: Outcome, ctx: Context) -> Verdict:
     """`observed["truth"]`: (step, the real status, what rtax recorded or the error) for
-    each step run after the attacks; `@memwritable=PID` lines: a process whose memory a
-    step could open for writing (the shell or the init)."""
+    each step run after the attacks; `@memwritable=PID` lines: the step's parent, which
+    reports its result (the shell, or rtax itself), opened for writing."""
     truth = out.observed.get("truth") or []
     if not truth:
         return _v(NA, "the attacks' environment did not run its checking steps", out.output)
@@ -654,7 +654,7 @@ def _integrity(check: Check, out: Outcome, ctx: Context) -> Verdict:
         return _v(BREACHED, why, out.output)
     mem = facts(out.output).get("memwritable")
     if mem:
-        why = f"a step can write the memory of pid {', '.join(mem)} (the shell or init)"
+        why = f"a step can write the memory of pid {', '.join(mem)}, which reports its result"
         return _v(BREACHED, why, out.output)
     refused = [f"`{cmd}`: {got}" for cmd, real, got in truth if isinstance(got, str)]
     if refused:

@@ -646,12 +646,13 @@ alias read=true
 set -v
 :
 """
-# A child tries to open the memory of its parent (the persistent shell on the shell
-# channel) and of pid 1 (the sandbox's init, or the container's) for writing.
-FORGE_MEMORY = r"""for p in $PPID 1; do
-  [ "$p" -gt 0 ] 2>/dev/null || continue
-  if (exec 3<>/proc/$p/mem) 2>/dev/null; then echo "@memwritable=$p"; fi
-done
+# A child tries to open, for writing, the memory of its parent: the process that reports
+# the step's result (the persistent shell on the shell channel; rtax itself for an
+# unsandboxed exec; nothing, pid 0, where the parent is outside the environment).
+FORGE_MEMORY = r"""p=$PPID
+if [ "$p" -gt 0 ] 2>/dev/null && (exec 3<>/proc/$p/mem) 2>/dev/null; then
+  echo "@memwritable=$p"
+fi
 echo looked"""
 # A background process that keeps printing frames with every sentinel-looking word it
 # can read (other processes' command lines and environments, /tmp), for 20 seconds.
