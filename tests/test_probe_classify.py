@@ -174,6 +174,12 @@ CASES = [
     ("fresh_env", "@found=/tmp/x\nrtax-probe-fresh-ggg", {}, BREACHED),
     ("pool_reuse_clean", "CLEAN", {}, HELD),
     ("pool_reuse_clean", "LEFT file:/tmp process:/proc/12", {}, BREACHED),
+    # a fresh root on the host's disk: its /usr's root is under /var/tmp/rtax-..., which
+    # does not name the host's /tmp/rtax-
+    ("host_paths", "102 101 254:0 /var/tmp/rtax-newcomer/r/usr /usr ro - ext4",
+     {"host_paths": ["/tmp/rtax-"]}, BLOCKED),
+    ("host_paths", "99 98 0:5 /tmp/rtax-ws-x /workspace rw - tmpfs",
+     {"host_paths": ["/tmp/rtax-"]}, BREACHED),
     ("result_integrity", "looked", {"truth": [("false", 1, 1)]}, BLOCKED),
     ("result_integrity", "looked", {"truth": [("false", 1, "shell_lost: x")]}, BLOCKED),
     ("result_integrity", "looked", {"truth": [("false", 1, 0)]}, BREACHED),

@@ -17,6 +17,7 @@ This module is pure (no I/O): `core.probe_run` runs the steps and calls
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -286,9 +287,11 @@ def _host_paths(check: Check, out: Outcome, ctx: Context) -> Verdict:
     paths = [p for p in out.observed.get("host_paths") or [] if p and p != "/"]
     if not paths:
         return _v(NA, "the host knows none of its paths to look for")
-    lines = out.output.splitlines()
+    lines = [ln for ln in out.output.splitlines() if not ln.startswith("== ")]
     for p in paths:
-        hit = next((ln for ln in lines if p in ln and not ln.startswith("== ")), None)
+        # a path starts where a word does: /var/tmp/rtax-x does not name the host's /tmp/rtax-
+        named = re.compile(r"(?:^|[\s=:\"'(])" + re.escape(p))
+        hit = next((ln for ln in lines if named.search(ln)), None)
         if hit is not None:
             return _v(BREACHED, f"/proc names the host's {p}: {hit.strip()}")
     return _v(BLOCKED, f"/proc names none of {', '.join(paths)}")
