@@ -35,7 +35,6 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     CMDLINE,
-    VM_INTEGRITY,
     AgentChannel,
     SerialWatch,
     TrialDir,
@@ -329,7 +328,7 @@ class LibvirtDriver(Driver):
         self._snap_path = ""
 
     def integrity(self, channel: str) -> str | None:
-        return VM_INTEGRITY
+        return None  # the guest agent (root) reports each status; workloads run as a user
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LibvirtEnvironment(self, spec, sub)

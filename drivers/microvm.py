@@ -31,7 +31,6 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     DIR_PREFIX,
-    VM_INTEGRITY,
     AgentChannel,
     Qmp,
     SerialWatch,
@@ -230,7 +229,7 @@ class MicrovmDriver(Driver):
         return out
 
     def integrity(self, channel: str) -> str | None:
-        return VM_INTEGRITY
+        return None  # the guest agent (root) reports each status; workloads run as a user
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)
