@@ -17,9 +17,10 @@
  * shell is gone) or `integrity` (the shell is no longer the one the agent started).
  *
  *   P  ping: no output, RC 0.
- *   E  the N lines are a command: `/bin/sh -c` as the user, one process; its stdout
- *      and stderr (a socket) go to the port until it exits; RC from the agent's own
- *      waitpid (128 + signal when killed).
+ *   E  the N lines are a command: busybox `sh -c` as the user (the execute-only copy
+ *      below, so busybox's applets run without an exec, as under the old agent), one
+ *      process; its stdout and stderr (a socket) go to the port until it exits; RC
+ *      from the agent's own waitpid (128 + signal when killed).
  *   S  the N lines are a framed command (drivers/shellframe.py's `frame`) for the
  *      persistent shell: an execute-only busybox (mode 0111, root's: the kernel makes
  *      a process whose file it can't read non-dumpable, so no step can write its
@@ -177,7 +178,7 @@ static int run_exec(const char *cmd) {
   pid_t pid = fork();
   if (pid == 0) {
     char *argv[] = {"sh", "-c", (char *)cmd, NULL};
-    become_user_and_exec(nul, sv[1], "/bin/sh", argv);
+    become_user_and_exec(nul, sv[1], SHELL, argv);  /* busybox sh, as the old agent's */
   }
   close(sv[1]);
   close(nul);
