@@ -297,7 +297,8 @@ class LibvirtDriver(Driver):
     name = "libvirt"
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
+    # VM's memory. The workload (the guest user) reads its own other processes in the guest
+    # (nothing of the host).
     boundary = ALL_CHECKS - {"process_vm"}
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:

@@ -8,8 +8,9 @@
 - ready: QMP `cont`, then `ready.firmware_kernel` (until `/init` prints its mark on
   the serial console) and `ready.agent` (until the agent's hello); after a restore,
   only `ready.agent` (a ping round trip: the agent was already serving).
-- action: through the agent over virtio-serial: channel `shell` runs the command in
-  the agent's own shell, `exec` in a fresh `sh -c` process.
+- action: through the agent over virtio-serial (root in the guest; the command runs
+  as the guest user `rtax`, see rtax_tui/core/vmagent.c): channel `shell` in one
+  persistent user shell, `exec` in a fresh `sh -c` process.
 - teardown: SIGKILL to QEMU's process group, the trial's directory removed.
 
 QEMU is spawned through the host, so it is in the reaper's process groups; the
@@ -201,7 +202,8 @@ class MicrovmDriver(Driver):
     name = "microvm"
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
+    # VM's memory. The workload (the guest user) reads its own other processes in the guest
+    # (nothing of the host).
     boundary = ALL_CHECKS - {"process_vm"}
     extra_options: tuple[str, ...] = ("append",)
 

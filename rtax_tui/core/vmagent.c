@@ -510,8 +510,10 @@ int main(int argc, char **argv) {
   }
   if (fd > 2) close(fd);
   signal(SIGPIPE, SIG_IGN);
-  mkdir("/tmp", 01777);
-  chmod("/tmp", 01777);
+  if (getpid() == 1) {  /* in the guest (tests run it on the host) */
+    mkdir("/tmp", 01777);
+    chmod("/tmp", 01777);
+  }
   for (;;) {
     reap();
     port = open(argv[1], O_RDWR | O_CLOEXEC);
