@@ -24,7 +24,7 @@
  *   S  the N lines are a framed command (drivers/shellframe.py's `frame`) for the
  *      persistent shell: an execute-only busybox (mode 0111, root's: the kernel makes
  *      a process whose file it can't read non-dumpable, so no step can write its
- *      memory) run as the user, started on the first S. Its stdout and stderr are a
+ *      memory) run as the user, started before the hello. Its stdout and stderr are a
  *      unix socket with SO_PASSCRED: the frame `\nSENTINEL RC\n` counts only where the
  *      shell's own pid wrote all of it (a background process printing frames is
  *      output); the bytes before it are the output, sent as they are. After each
@@ -436,8 +436,7 @@ static int shell_start(void) {
 static void run_shell(const char *id, const char *mark, const char *sent, const char *text,
                       size_t n) {
   long long t0 = now_ns();
-  if (!sh.dead && sh.pid < 0 && shell_start() != 0) shell_gone();
-  if (sh.dead) {
+  if (sh.dead || sh.pid < 0) {
     trailer(mark, id, 255, now_ns() - t0, "lost");
     return;
   }
@@ -514,6 +513,8 @@ int main(int argc, char **argv) {
     mkdir("/tmp", 01777);
     chmod("/tmp", 01777);
   }
+  /* the persistent shell before the hello: part of `ready`, not of the first step */
+  if (shell_start() != 0) shell_gone();
   for (;;) {
     reap();
     port = open(argv[1], O_RDWR | O_CLOEXEC);
