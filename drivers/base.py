@@ -152,11 +152,15 @@ class Driver(ABC):
     ) -> str | None:
         """One throw-away environment through create, ready and `step`, for `check()`:
         None when `ok` accepts the step's result, else what went wrong."""
+        from rtax_tui.core import runlock
+
         spec = EnvSpec(
             cell=Cell("local", self.name, "check", channel),
             workload=Workload("check", ()),
             limits=Limits(),
-            label="check",
+            # this process's own: a label shared by every rtax would let one run's reaper
+            # (after a kill -9) remove another live run's check environment by its label
+            label=f"check-{runlock.owner()}",
         )
         env = self.environment(spec)
         try:

@@ -14,6 +14,12 @@ leaves a thread blocked.
   `/workspace`, the boundary options: `ContainerOptions`), then `create.workspace`
   when the workload has files or /workspace must be given to `user` (put_archive)
   and, channel `shell`, `create.attach` (the container's stdin/stdout/stderr).
+  Limits: cpus as `nano_cpus`, memory_mib as `mem_limit`, pids as `pids_limit`
+  (`--cpus`, `--memory`, `--pids-limit`), each left out when "unlimited".
+  `workspace_mib` is not applied: /workspace is the container's writable layer
+  (`copy`; a size needs `--storage-opt size=`, which overlay2 takes only on xfs
+  with project quotas) or a host directory (`bind`); a tmpfs /workspace would
+  refuse the engines' copies into it.
 - ready: `ready.start`, then `ready.first_command` (the probe `true` through the channel).
 - action: channel `exec` makes an exec instance per action (create, start, inspect:
   three API calls, the same as `exec_run`); channel `shell` frames the command
@@ -818,11 +824,9 @@ def _tar_workspace(
 
 def _own_tree(path: str, uid: int, gid: int | None) -> None:
     """chown -R (without following links) a host workspace to the container's user."""
-    g = -1 if gid is None else gid
-    for root, dirs, files in os.walk(path):
-        os.lchown(root, uid, g)
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            os.lchown(os.path.join(root, name), uid, g)
+    from rtax_tui.core import safefs
+
+    safefs.chown_tree(path, uid, -1 if gid is None else gid)
 
 
 # -- the driver ----------------------------------------------------------------
@@ -838,7 +842,9 @@ class ContainerDriver(Driver):
     # `vsock` (dockerd 20.10.24 of Debian 12, measured: its default profile lets
     # socket(AF_VSOCK) through; moby #44562 refuses it from 23.0) nor `proc_cmdline`
     # (not among its masked paths); a `seccomp=PATH` security_opt can close the first.
-    boundary = ALL_CHECKS - {"vsock", "proc_cmdline"}
+    # Nor `workspace_size` (workspace_mib is not applied: /workspace is the container's
+    # layer) nor `deep_tree` (that layer has no host path the probe can look at).
+    boundary = ALL_CHECKS - {"vsock", "proc_cmdline", "workspace_size", "deep_tree"}
     # Hooks for a server that speaks the same API through the same SDK code
     # (drivers/podman.py): where it listens, what the messages call it, how to start it.
     default_socket = DEFAULT_SOCKET
@@ -1228,6 +1234,8 @@ class ContainerDriver(Driver):
             "workload_image": self.workload_image,
             "workspace": self.workspace,
             "boundary_options": self.opts.boundary(),
+            "limits": "cpus, memory_mib, pids: the engine's (--cpus, --memory, --pids-limit); "
+            "workspace_mib: not applied",
         }
         try:
             api = await self.api()

@@ -49,6 +49,8 @@ from rtax_tui.drivers.vmguest import (
 
 from rtax_tui.core import runlock
 from rtax_tui.core.model import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY_MIB,
     ActionResult,
     Cell,
     EnvSpec,
@@ -58,6 +60,7 @@ from rtax_tui.core.model import (
     Step,
     SubstrateLost,
     Workload,
+    vm_size,
 )
 from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
@@ -161,12 +164,14 @@ class LibvirtEnvironment(Environment):
         self.restore = driver.opts.start == "restore"
         self._create: asyncio.Future[Any] | None = None
 
+    # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
+    # guest kernel's business (its own pid table, not the host's); the workspace is the
+    # guest's disk image, sized by its contents.
     def _vcpus(self) -> int:
-        cpus = self.spec.limits.cpus
-        return max(1, int(cpus)) if cpus else self.d.opts.vcpus
+        return vm_size(self.spec.limits.cpus, DEFAULT_CPUS, self.d.opts.vcpus)
 
     def _memory(self) -> int:
-        return self.spec.limits.memory_mib or self.d.opts.memory_mib
+        return vm_size(self.spec.limits.memory_mib, DEFAULT_MEMORY_MIB, self.d.opts.memory_mib)
 
     def xml(self, guest: GuestFiles, disks: list[tuple[str, str, str]]) -> str:
         assert self.dir is not None
@@ -298,8 +303,11 @@ class LibvirtDriver(Driver):
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. The workload (the guest user) reads its own other processes in the guest
-    # (nothing of the host).
-    boundary = ALL_CHECKS - {"process_vm"}
+    # (nothing of the host). Nor `workspace_size` (the limits are vCPUs and RAM:
+    # workspace_mib is not applied), `default_limits` (nor pids: a fork bomb of 2 x 1024
+    # fills the guest's RAM first; not measured under TCG) or `deep_tree` (the workspace
+    # is in the VM's disk image: no host path to look at).
+    boundary = ALL_CHECKS - {"process_vm", "workspace_size", "deep_tree", "default_limits"}
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
@@ -488,6 +496,9 @@ class LibvirtDriver(Driver):
             "vcpus": self.opts.vcpus,
             "memory_mib": self.opts.memory_mib,
             "channel": "virtio-serial",
+            "limits": "cpus, memory_mib: the vCPUs and RAM (at the defaults: the options, up to "
+            "them); pids: the guest kernel's own; "
+            "workspace_mib: not applied (a disk image sized by its contents)",
         }
         g = guest_files()
         facts["guest_kernel"] = g.kver if g else None

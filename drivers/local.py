@@ -1,9 +1,17 @@
-"""`local`: no isolation, a fresh temporary workspace per trial. The baseline."""
+"""`local`: no isolation, a fresh temporary workspace per trial. The baseline.
+
+Limits: only the workspace's size (its own tmpfs, `workspace_mib`). Commands run as they
+are, as the user rtax runs as, in no cgroup of their own (only under a capacity run's
+budget cgroup, when there is one): the profile's cpus, memory_mib and pids are not
+applied, and the driver's facts in the recording's header say so. A fork bomb or a
+memory hog here is the host's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
+from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.shellframe import FramedShell
@@ -15,6 +23,7 @@ from rtax_tui.drivers.workspace import (
     safe_label,
     tools_problems,
     workspace_cleanup,
+    workspace_mib,
 )
 
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
@@ -39,7 +48,9 @@ class LocalEnvironment(Environment):
         async with self.sub("workspace"):
             # Through the host: a copy here, a tar stream on a remote host's stdin there.
             prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
-            self.workspace = await host.make_workspace(prefix, self.spec.workspace_src)
+            self.workspace = await host.make_workspace(
+                prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+            )
             self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.channel == "shell":
             async with self.sub("spawn"):
@@ -88,8 +99,12 @@ class LocalEnvironment(Environment):
 class LocalDriver(Driver):
     name = "local"
     runs_remote = True
-    # No isolation: the baseline keeps nothing out. It does keep a trial's own writes.
-    boundary = frozenset({"workspace_persists"})
+    # No isolation: the baseline keeps nothing out. It does keep a trial's own writes, in
+    # a workspace of its own tmpfs (its size, removed at teardown) that `rtax cleanup`
+    # spares while the run lives (measured by `rtax probe`).
+    boundary = frozenset(
+        {"workspace_persists", "workspace_size", "deep_tree", "cleanup_spares_live"}
+    )
 
     async def check(self) -> list[Problem]:
         return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))
@@ -99,6 +114,12 @@ class LocalDriver(Driver):
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LocalEnvironment(self, spec, sub)
+
+    async def facts(self) -> dict[str, Any]:
+        return {
+            "limits": "cpus, memory_mib, pids: none applied (no cgroup, no sandbox: the "
+            "baseline); workspace_mib: the workspace's own tmpfs"
+        }
 
     async def cleanup(self, label: str | None = None) -> int:
         prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")

@@ -47,7 +47,16 @@ from rtax_tui.drivers.vmguest import (
 )
 
 from rtax_tui.core import runlock
-from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step, Workload
+from rtax_tui.core.model import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY_MIB,
+    ActionResult,
+    EnvSpec,
+    PhaseFailure,
+    Step,
+    Workload,
+    vm_size,
+)
 from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
@@ -146,12 +155,14 @@ class MicrovmEnvironment(Environment):
         if mig.get("status") not in (None, "completed"):
             raise PhaseFailure("restore_failed", f"migration {mig.get('status')}: {mig}")
 
+    # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
+    # guest kernel's business (its own pid table, not the host's); the workspace is the
+    # guest's disk image, sized by its contents.
     def spec_vcpus(self) -> int:
-        cpus = self.spec.limits.cpus
-        return max(1, int(cpus)) if cpus else self.d.opts.vcpus
+        return vm_size(self.spec.limits.cpus, DEFAULT_CPUS, self.d.opts.vcpus)
 
     def spec_memory(self) -> int:
-        return self.spec.limits.memory_mib or self.d.opts.memory_mib
+        return vm_size(self.spec.limits.memory_mib, DEFAULT_MEMORY_MIB, self.d.opts.memory_mib)
 
     async def ready(self) -> None:
         assert self.qmp is not None and self.agent is not None and self.serial is not None
@@ -203,8 +214,11 @@ class MicrovmDriver(Driver):
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. The workload (the guest user) reads its own other processes in the guest
-    # (nothing of the host).
-    boundary = ALL_CHECKS - {"process_vm"}
+    # (nothing of the host). Nor `workspace_size` (the limits are vCPUs and RAM:
+    # workspace_mib is not applied), `default_limits` (nor pids: a fork bomb of 2 x 1024
+    # fills the guest's RAM first; not measured under TCG) or `deep_tree` (the workspace
+    # is in the VM's disk image: no host path to look at).
+    boundary = ALL_CHECKS - {"process_vm", "workspace_size", "deep_tree", "default_limits"}
     extra_options: tuple[str, ...] = ("append",)
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
@@ -358,6 +372,9 @@ class MicrovmDriver(Driver):
             "memory_mib": self.opts.memory_mib,
             "guest_kernel": g.kver if g else None,
             "channel": "virtio-serial",
+            "limits": "cpus, memory_mib: the vCPUs and RAM (at the defaults: the options, up to "
+            "them); pids: the guest kernel's own; "
+            "workspace_mib: not applied (a disk image sized by its contents)",
         }
 
     async def cleanup(self, label: str | None = None) -> int:

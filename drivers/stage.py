@@ -68,6 +68,7 @@ from rtax_tui.drivers.workspace import (
     counts,
     run_exec,
     safe_label,
+    workspace_mib,
 )
 
 from rtax_tui.core import cgroups, runlock
@@ -141,7 +142,9 @@ class StageEnvironment(Environment):
         uid = self.driver.uid
         async with self.sub("workspace"):
             self._ws = asyncio.ensure_future(
-                self.host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", spec.workspace_src, uid)
+                self.host.make_workspace(
+                    f"{WORKSPACE_PREFIX}{label}-", spec.workspace_src, uid, workspace_mib(spec)
+                )
             )
             self.workspace = await asyncio.shield(self._ws)
             self._binds = asyncio.ensure_future(self.driver.binds(spec))
@@ -715,6 +718,8 @@ class StageDriver(Driver):
             "uid": self.uid,
             "isolation": f"userns (root inside = host uid {self.uid}), no capabilities, "
             "no_new_privs, seccomp, view: /usr + curated /etc, private /tmp, no network",
+            "limits": "cpus, memory_mib, pids: the environment's cgroup; "
+            "workspace_mib: the workspace's own tmpfs (its pages count in the memory limit)",
         }
         try:
             site = await self.site()

@@ -32,6 +32,7 @@ TOOLS = (
     "mkdir",
     "rmdir",
     "chown",
+    "umount",
     "mv",
     "uname",
     "find",
@@ -94,7 +95,8 @@ for c in $cgs; do
 done
 for w in $ws; do
   k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
-  if [ -n "$k" ]; then s=$((s+1)); else rm -rf -- "$w"; n=$((n+1)); fi
+  if [ -n "$k" ]; then s=$((s+1)); continue; fi
+  umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1))
 done
 echo $n $s"""
 ).replace("$WS", WORKSPACE_PREFIX)

@@ -19,6 +19,10 @@ missing. Option `deployment` picks how SWE-ReX runs (`[drivers_options.swerex]`)
   flags; its published port needs a bridge network, so the host's loopback is not
   promised.
 
+Limits: deployment `docker` passes cpus, memory_mib and pids as `--cpus`, `--memory`
+(and `--memory-swap`), `--pids-limit`; deployments `local` and `remote` apply none
+(no cgroup, as the `local` driver). `workspace_mib` is applied by none of them.
+
 Channels: `shell` is a SWE-ReX bash session (`create_session`, then `run_in_session`
 per action: pexpect on a pty, a `bash -n` syntax check and a second round trip for the
 exit code, all SWE-ReX's own); `exec` is `execute` (a `subprocess.run` per action on
@@ -52,6 +56,7 @@ from rtax_tui.drivers.workspace import (
     base_env,
     safe_label,
     workspace_cleanup,
+    workspace_mib,
 )
 
 from rtax_tui.core import runlock
@@ -210,7 +215,9 @@ class SwerexEnvironment(Environment):
         host = self.driver.host
         async with self.sub("workspace"):
             prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
-            self.workspace = await host.make_workspace(prefix, self.spec.workspace_src)
+            self.workspace = await host.make_workspace(
+                prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+            )
             self.cwd = self.workspace
             self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.deployment == "local":
@@ -510,8 +517,9 @@ class SwerexDriver(Driver):
         # Docker's defaults (root, default capabilities, seccomp) with rtax's limits as
         # flags; the published port needs a bridge network: the host's loopback may be
         # reachable, so that one is not promised; nor what Docker's defaults let through
-        # (the docker driver's `boundary`: vsock, /proc/cmdline).
-        return ALL_CHECKS - {"loopback_tcp", "vsock", "proc_cmdline"}
+        # (the docker driver's `boundary`: vsock, /proc/cmdline); nor the workspace's size
+        # (not applied) nor `deep_tree` (the container's layer: no host path to look at).
+        return ALL_CHECKS - {"loopback_tcp", "vsock", "proc_cmdline", "workspace_size", "deep_tree"}
 
     def track_label(self, label: str) -> None:
         if label and label not in self._tracked:
@@ -556,17 +564,28 @@ class SwerexDriver(Driver):
             return [
                 Problem(
                     f"no SWE-ReX image {self.image}",
-                    "python3 -m rtax_tui images build --driver swerex",
+                    "rtax images build --driver swerex",
                 )
             ]
         return []
 
     async def facts(self) -> dict[str, Any]:
+        limits = (
+            "cpus, memory_mib, pids: docker run's (--cpus, --memory, --pids-limit); "
+            "workspace_mib: not applied"
+            if self.deployment == "docker"
+            else "cpus, memory_mib, pids: none applied, no cgroup (as the local driver); "
+            "workspace_mib: the workspace's own tmpfs"
+        )
         try:
             import swerex
         except ImportError:
-            return {"deployment": self.deployment}
-        facts: dict[str, Any] = {"swerex": swerex.__version__, "deployment": self.deployment}
+            return {"deployment": self.deployment, "limits": limits}
+        facts: dict[str, Any] = {
+            "swerex": swerex.__version__,
+            "deployment": self.deployment,
+            "limits": limits,
+        }
         if self.deployment == "docker":
             facts["image"] = self.image
         return facts

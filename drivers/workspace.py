@@ -12,12 +12,11 @@ import asyncio
 import os
 import re
 import shlex
-import shutil
 from typing import Any
 
 from rtax_tui.drivers.base import Problem
 
-from rtax_tui.core import runlock
+from rtax_tui.core import runlock, safefs
 from rtax_tui.core.model import ActionResult, PhaseFailure
 from rtax_tui.hosts import Host, LocalHost
 
@@ -47,29 +46,37 @@ def make_workspace(host: Host, label: str) -> str:
 
 
 async def remove_workspace(host: Host, path: str) -> None:
-    await asyncio.to_thread(shutil.rmtree, path, True)
+    await asyncio.to_thread(safefs.remove_workspace, path)
     host.untrack("path", path)
+
+
+def workspace_mib(spec: Any) -> int | None:
+    """The size of a spec's workspace tmpfs: its limits' `workspace_mib` (None,
+    "unlimited" in the profile: a plain directory)."""
+    v = spec.limits.workspace_mib
+    return None if v is None else int(v)
 
 
 def safe_label(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
 
 
-def populate(workspace: str, src: str | None) -> None:
+def populate(workspace: str, src: str | None, uid: int | None = None) -> None:
+    """Copy `src`'s contents into `workspace` (which an environment may be writing): every
+    entry made beneath the workspace's fd with O_EXCL | O_NOFOLLOW, given to `uid`."""
     if src:
-        shutil.copytree(src, workspace, symlinks=True, dirs_exist_ok=True)
+        fd = os.open(workspace, safefs.DIR_FLAGS)
+        try:
+            safefs.copy_into(src, fd, uid)
+        finally:
+            os.close(fd)
 
 
-def empty_dir(path: str) -> None:
-    """Remove everything inside `path` (not `path` itself), without following links: a
+def empty_dir(path: str, root: str | None = None) -> list[str]:
+    """Remove everything inside `path` (not `path` itself), without following links or
+    crossing mounts (`safefs.empty_dir`; with `root`, `path` is resolved beneath it): a
     pooled environment's clean reset (core.pool) empties its writable places so."""
-    with os.scandir(path) as it:
-        entries = list(it)
-    for e in entries:
-        if e.is_dir(follow_symlinks=False):
-            shutil.rmtree(e.path, ignore_errors=False)
-        else:
-            os.unlink(e.path)
+    return safefs.empty_dir(path, root)
 
 
 async def run_exec(
@@ -147,7 +154,7 @@ if [ -n "$dead" ]; then
     for w in $dead; do case $x in "$w"|"$w"/*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac; done
   done
 fi
-for w in $dead; do rm -rf -- "$w"; n=$((n+1)); done
+for w in $dead; do umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1)); done
 echo $n $s
 """
 ).replace("$WS", WORKSPACE_PREFIX)

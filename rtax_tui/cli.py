@@ -10,8 +10,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rtax_tui import __version__
-from rtax_tui.argtypes import _nonneg, _positive, _sizes
+from rtax_tui import __version__, argtypes
+from rtax_tui.argtypes import _sizes, one_line_errors_everywhere
 from rtax_tui.core.model import RtaxError
 from rtax_tui.hostflags import add_host_flags, host_overrides
 
@@ -71,13 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="recording path, or - to stream events to stdout "
         "(default: recordings/<UTC time>-<profile>.jsonl)",
     )
-    r.add_argument("--seed", type=int, help="seed of the trial order")
-    r.add_argument("--trials", type=_positive, help="measured trials per cell")
-    r.add_argument("--warmup", type=_nonneg, help="warm-up trials per cell (recorded, not counted)")
+    r.add_argument("--seed", type=argtypes.seed, help="seed of the trial order")
+    r.add_argument("--trials", type=argtypes.trials, help="measured trials per cell")
+    r.add_argument(
+        "--warmup", type=argtypes.warmup, help="warm-up trials per cell (recorded, not counted)"
+    )
     r.add_argument("--driver", type=_csv, help="drivers, comma-separated (local,stage)")
     r.add_argument("--workload", type=_csv, help="workloads, comma-separated (t0,t1,t2,...)")
     r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
-    r.add_argument("--concurrency", type=_positive, help="trials in flight at once")
+    r.add_argument("--concurrency", type=argtypes.concurrency, help="trials in flight at once")
     r.add_argument(
         "--sizes",
         type=_sizes,
@@ -85,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--pool",
-        type=_positive,
+        type=argtypes.concurrency,
         metavar="N",
         help="run pooled: N environments kept ready per cell and host ([pool] size)",
     )
@@ -128,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("project", help="worker-hours for N trajectories of S steps, per cell")
     pr.add_argument("file")
-    pr.add_argument("--trajectories", type=_positive, default=1_000_000)
-    pr.add_argument("--steps", type=_positive, default=None, help="S (default 150)")
+    pr.add_argument("--trajectories", type=argtypes.trajectories, default=1_000_000)
+    pr.add_argument("--steps", type=argtypes.steps, default=None, help="S (default 150)")
     pr.add_argument(
         "--steps-from",
         nargs="+",
@@ -182,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only these drivers' leftovers (repeatable; then no budget cgroups)",
     )
     add_host_flags(cl)
+    one_line_errors_everywhere(p)
     return p
 
 
@@ -313,6 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args, args_list)
     except RtaxError as exc:
         print(f"rtax: error: {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:  # a reader's last line of defence: inputs are bounded before
+        print("rtax: error: an input is nested too deeply", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rtax: interrupted", file=sys.stderr)
@@ -508,7 +514,13 @@ def _compare(args: argparse.Namespace) -> int:
     from rtax_tui.core.report import compare_reports
     from rtax_tui.reporting import out_console, render_compare
 
-    cmp = compare_reports(read_recording(args.a), read_recording(args.b))
+    rec_a, rec_b = read_recording(args.a), read_recording(args.b)
+    cmp = compare_reports(rec_a, rec_b)
+    if not cmp["rows"]:  # an empty table that exits 0 would read as "no difference"
+        raise RtaxError(
+            f"{args.a} and {args.b}: no cell with samples in common "
+            "(compare runs of the same host, driver, workload and channel)"
+        )
     if args.format == "json":
         _print_json(cmp)
     else:

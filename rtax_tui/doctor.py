@@ -70,6 +70,11 @@ async def _doctor(
 
 
 def run_doctor(args: argparse.Namespace | None = None) -> int:
+    from rtax_tui.core import reaper
+
+    # The checks start processes (the KVM probe's QEMU, a sandbox per channel): a
+    # doctor killed half-way (the console closing, kill -9) must leave none of them.
+    reaper.start()
     console = out_console()
     names = (getattr(args, "host", None) or ["local"]) if args is not None else ["local"]
     opts = ssh_options(args) if args is not None else {}

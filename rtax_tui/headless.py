@@ -329,7 +329,7 @@ async def _probe(
             "channels": channels,
             "trials": 0,
             "warmup": 0,
-            "limits": vars(PROBE_LIMITS).copy(),
+            "limits": PROBE_LIMITS.to_json(),
         }
         emit(
             run_header(
@@ -339,6 +339,7 @@ async def _probe(
                 argv=argv,
                 profile=header_profile,
                 hosts=facts,
+                limits=PROBE_LIMITS.to_json(),
             )
         )
         loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 PLOT_HELP = """\
 kinds:
@@ -42,14 +43,22 @@ def add_plot_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("recordings", nargs="+", metavar="REC", help="rtax/1 recordings")
     p.add_argument("--kind", required=True, choices=KINDS, help=", ".join(KINDS))
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.svg or FILE.png")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     one_line_errors(p, "plot")
 
 
 def run_plot(args: argparse.Namespace) -> int:
+    from rtax_tui.core.inputs import same_file
+    from rtax_tui.core.model import RtaxError
     from rtax_tui.core.recording import read_recording
     from rtax_tui.plots import check_output, plot
 
     check_output(args.output)  # before reading a large recording
+    for rec in args.recordings:
+        if same_file(args.output, rec):  # even with --force: a figure never replaces its data
+            raise RtaxError(f"-o {args.output}: is the recording {rec}; name another file")
+    if os.path.lexists(args.output) and not args.force:
+        raise RtaxError(f"-o {args.output}: exists; overwrite it with --force")
     recs = [read_recording(path) for path in args.recordings]
     out = plot(recs, args.kind, args.output)
     print(out)

@@ -323,6 +323,29 @@ def out_console(stderr: bool = False) -> Console:
     return c
 
 
+_LIMIT_UNITS = {"cpus": "", "memory_mib": " MiB", "pids": "", "workspace_mib": " MiB"}
+
+
+def limits_lines(limits: Any) -> list[str]:
+    """The run's limits as a line, and a warning line when any was lifted ("unlimited");
+    nothing for a report without a `run` (a probe's)."""
+    if limits is None:
+        return []
+    if not isinstance(limits, dict):
+        return ["limits: unknown (the recording predates recorded limits)"]
+    parts = [
+        f"{k} {v}{_LIMIT_UNITS.get(k, '') if v != 'unlimited' else ''}" for k, v in limits.items()
+    ]
+    out = ["limits: " + ", ".join(parts)]
+    lifted = [k for k, v in limits.items() if v == "unlimited"]
+    if lifted:
+        out.append(
+            f"[bold yellow]warning[/bold yellow]: unlimited {', '.join(lifted)}: "
+            "an environment could take all of the host's share of it"
+        )
+    return out
+
+
 def print_report(report: dict[str, Any], console: Console) -> None:
     """The table, the reasons of failed trials, and the driver differences, for a terminal."""
     if report.get("probe") and not report["cells"]:  # a `rtax probe -o` recording
@@ -357,6 +380,10 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             console.print(f"[red]host {name}: left out[/red]: {h['unreachable']}")
         for d, why in (h.get("drivers_left_out") or {}).items():
             console.print(f"[yellow]{name}/{d} left out[/yellow]: {why}")
+    for line in limits_lines(report.get("run", {}).get("limits")):
+        console.print(line, soft_wrap=True)
+    for key, how in (report.get("run", {}).get("limits_applied") or {}).items():
+        console.print(f"  {escape(key)}: {escape(how)}", soft_wrap=True)
     bounds = report.get("run", {}).get("boundaries") or {}
     if bounds:
         console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")

@@ -34,7 +34,7 @@ examples:
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from rtax_tui.argtypes import _positive, one_line_errors
+    from rtax_tui.argtypes import one_line_errors, port
 
     s = sub.add_parser(
         "serve",
@@ -44,7 +44,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on ({DEFAULT_HOST})")
-    s.add_argument("--port", type=_positive, default=DEFAULT_PORT, help=f"({DEFAULT_PORT})")
+    s.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"({DEFAULT_PORT})")
     s.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the console's command")
     one_line_errors(s, "serve")
 
@@ -60,8 +60,6 @@ def console_command(args: list[str]) -> str:
 
 def run_serve(args: argparse.Namespace) -> int:
     command = console_command(list(args.args))
-    if args.port > 65535:
-        raise RtaxError(f"--port {args.port}: at most 65535")
     try:
         from textual_serve.server import Server
     except ImportError:

@@ -32,7 +32,7 @@ examples:
 
 
 def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from rtax_tui.argtypes import _positive
+    from rtax_tui import argtypes
 
     t = sub.add_parser(
         "traj",
@@ -56,10 +56,10 @@ def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "events; `rtax report REC` shows P50/P95 per format.",
     )
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
-    p.add_argument("--repeat", type=_positive, default=3, help="samples per prefix (3)")
+    p.add_argument("--repeat", type=argtypes.repeat, default=3, help="samples per prefix (3)")
     p.add_argument("--shuffle", action="store_true", help="run the samples in a seeded order")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-prefixes", type=_positive, default=60, help="per trajectory (60)")
+    p.add_argument("--seed", type=argtypes.seed, default=0)
+    p.add_argument("--max-prefixes", type=argtypes.prefixes, default=60, help="per trajectory (60)")
     p.add_argument("--workspace", help="a directory that must stay unchanged (hashed)")
     p.add_argument("-o", "--output", help="the recording (default recordings/<time>-traj.jsonl)")
     p.add_argument("--format", choices=("table", "json"), default="table")

@@ -124,7 +124,7 @@ def test_compare_and_project(tmp_path):
         (["run", "PROFILE", "--driver", "nope"], "command line: drivers: unknown 'nope'"),
         (["run", "PROFILE", "--workload", "t7"], "command line: workloads: unknown 't7'"),
         (["run", "PROFILE", "--channel", "pipe"], "command line: channels: unknown 'pipe'"),
-        (["run", "missing.toml"], "missing.toml: cannot read profile"),
+        (["run", "missing.toml"], "missing.toml: cannot open profile"),
         (["report", "BADREC"], "bad.jsonl:2: not JSON"),
         (["run", "PROFILE", "-o", "BADREC"], "bad.jsonl: already exists; rtax never overwrites"),
         (["run", "PROFILE", "-o", "/proc/x.jsonl"], "/proc/x.jsonl: cannot write the recording"),
@@ -223,3 +223,50 @@ def test_cleanup_of_one_run_leaves_other_runs_alone():
         other.remove()
         if mine.exists():
             mine.remove()
+
+
+# -- limits: given by default, recorded, reported; "unlimited" only when said --------
+
+
+def test_limits_default_and_unlimited_in_header_and_report(tmp_path):
+    from rtax_tui.core.cgroups import Cgroup
+
+    if os.geteuid() != 0 or Cgroup.version() is None:
+        pytest.skip("stage needs root and cgroups")
+    prof = tmp_path / "p.toml"
+    body = (
+        '[run]\ntrials = 1\nwarmup = 0\ndrivers = ["stage"]\nworkloads = ["w"]\n'
+        'channels = ["exec"]\n{extra}\n[workloads.w]\nsteps = [{{argv = ["true"]}}]\n'
+    )
+    for extra, want_pids in (("", 1024), ('[limits]\npids = "unlimited"\n', "unlimited")):
+        prof.write_text(body.format(extra=extra))
+        out = tmp_path / f"r-{want_pids}.jsonl"
+        res = rtax("run", str(prof), "--headless", "-o", str(out))
+        assert res.returncode == 0, res.stderr
+        limits = read_recording(out).header["limits"]
+        assert limits == {"cpus": 1.0, "memory_mib": 4096, "pids": want_pids, "workspace_mib": 2048}
+        rep = rtax("report", str(out))
+        text = rep.stdout.decode()
+        assert f"pids {want_pids}" in text
+        assert ("warning: unlimited pids" in text) == (want_pids == "unlimited"), text
+        assert "local/stage: cpus, memory_mib, pids: the environment's cgroup" in text
+        rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
+        assert rep["run"]["limits"] == limits
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("pids = -1", "limits.pids: must be at least 1"),
+        ("pids = 0", "limits.pids: must be at least 1"),
+        ('memory_mib = "lots"', "limits.memory_mib: expected a positive integer or"),
+        ("pids = 2.5", "limits.pids: expected a positive integer or"),
+        ("memory_mib = 9223372036854775808", "limits.memory_mib: at most"),
+    ],
+)
+def test_bad_limits_exit_2_with_one_line(tmp_path, line, needle):
+    prof = custom_profile(tmp_path, '{argv = ["true"]}', extra=f"[limits]\n{line}\n")
+    res = rtax("run", str(prof), "--headless", cwd=tmp_path)
+    err = res.stderr.decode().strip()
+    assert res.returncode == 2, err
+    assert f"p.toml:8: {needle}" in err and len(err.splitlines()) == 1, err

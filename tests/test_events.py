@@ -97,3 +97,11 @@ def test_the_reader_uses_the_same_field_table() -> None:
                 read_bytes("x", data + bad + data)
     with pytest.raises(RecordingError, match="unknown event type 'nope'"):
         read_bytes("x", data + events.encode({"type": "nope"}) + data)
+
+
+def test_run_limits_is_optional() -> None:
+    head = events.run(run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={})
+    assert "limits" not in head  # an older header's shape, read as "unknown"
+    lim = {"cpus": 1.0, "memory_mib": 4096, "pids": "unlimited", "workspace_mib": 2048}
+    head = events.run(run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={}, limits=lim)
+    assert head["limits"] == lim and list(head)[-1] == "limits"

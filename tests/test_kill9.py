@@ -127,3 +127,45 @@ def test_the_leftover_scan_sees_a_live_sandbox(tmp_path):
     assert any("/sys/fs/cgroup" in x for x in seen), seen  # its cgroup
     assert any(": " in x for x in seen), seen  # its sandbox's processes
     _assert_nothing_left(run_id, ("stage",))
+
+
+def test_kill_9_of_doctor_during_its_kvm_probe_leaves_no_qemu():
+    """`rtax doctor` boots a KVM guest to see whether KVM works (microvm's accel auto);
+    the console's launcher kills doctor when it closes. Its reaper ends the guest."""
+    from rtax_tui.core.vmimage import guest_files
+
+    if not os.path.exists("/dev/kvm") or guest_files() is None:
+        pytest.skip("no /dev/kvm or no VM guest built: doctor starts no KVM probe here")
+
+    def probes(ppid: int) -> list[int]:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/cmdline", "rb") as f:
+                        cmd = f.read()
+                except OSError:
+                    continue
+                if b"kvmprobe" in cmd and b"qemu" in cmd and f"-p{ppid}-".encode() in cmd:
+                    found.append(int(name))
+        return found
+
+    doctor = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "doctor", "--format", "json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not probes(doctor.pid) and doctor.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if doctor.poll() is not None:
+            pytest.skip("doctor ended before its KVM probe started (KVM answered at once?)")
+        assert probes(doctor.pid), "no KVM probe seen within 60 s"
+    finally:
+        doctor.send_signal(signal.SIGKILL)
+        doctor.wait()
+    deadline = time.monotonic() + 10
+    while probes(doctor.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert probes(doctor.pid) == []

@@ -98,3 +98,10 @@ def test_cleanup_removes_leftover_workspaces():
     n = asyncio.run(LocalDriver(LocalHost(), {}).cleanup("cleanuptest"))
     assert n == 1 and not os.path.exists(d)
     assert glob.glob(os.path.join(tempfile.gettempdir(), "rtax-ws-cleanuptest-*")) == []
+
+
+def test_says_it_applies_no_limits_but_the_workspace_size():
+    # the baseline has no cgroup of its own: the recording's header says so
+    facts = asyncio.run(LocalDriver(LocalHost(), {}).facts())
+    assert facts["limits"].startswith("cpus, memory_mib, pids: none applied")
+    assert "workspace_mib: the workspace's own tmpfs" in facts["limits"]

@@ -15,6 +15,7 @@ from rtax_tui.core.probe import (
     BREACHED,
     BY_NAME,
     CHECKS,
+    FAILING_STEPS,
     HELD,
     NA,
     PROBE_FORMAT,
@@ -41,6 +42,8 @@ TOK = {
     "fresh_env": "rtax-probe-fresh-ggg",
     "usr_local": "rtax-probe-usr-hhh",
     "process_vm": "rtax-probe-pvm-iii",
+    "init_kill": "rtax-probe-init-jjj",
+    "cleanup_spares_live": "rtax-probe-life-kkk",
 }
 
 
@@ -176,6 +179,36 @@ CASES = [
     ("result_integrity", "looked", {"truth": [("false", 1, 0)]}, BREACHED),
     ("result_integrity", "@memwritable=7", {"truth": [("false", 1, 1)]}, BREACHED),
     ("result_integrity", "", {}, NA),
+    ("reset_links", "@link=/tmp\n@link=/dev/shm (replaced)\nplanted",
+     {"intact": True, "host": "intact"}, HELD),
+    ("reset_links", "@link=/tmp\nplanted", {"intact": False, "host": "gone"}, BREACHED),
+    ("reset_links", "planted", {"intact": True}, NA),  # no link could be planted
+    ("init_kill", "rtax-probe-init-jjj", {"marked": True, "killed": "kill -9 1: sent"}, BLOCKED),
+    ("init_kill", "cat: ./.rtax-probe-init: No such file", {"marked": True, "killed": "sent"},
+     BREACHED),  # a later action ran somewhere without the marker
+    ("init_kill", "", {"marked": True, "killed": "@samepidns=pid:[1]"}, BREACHED),
+    ("init_kill", "rtax-probe-init-jjj", {"marked": False}, NA),
+    ("init_kill", "", {"marked": True, "killed": "@nohostns"}, NA),
+    ("deep_tree", "@made=/workspace:1200\n@made=/tmp:1200",
+     {"host_path": "/tmp/rtax-ws-x", "left": False, "teardown_error": None}, HELD),
+    ("deep_tree", "@made=/workspace:1200", {"host_path": "/tmp/rtax-ws-x", "left": True}, BREACHED),
+    ("deep_tree", "@made=/workspace:1200",
+     {"host_path": "/tmp/rtax-ws-x", "teardown_error": "teardown_failed: rm"}, BREACHED),
+    ("deep_tree", "@made=/workspace:1200", {"host_path": "", "no_path": "a VM's disk"}, NA),
+    ("deep_tree", "@made=/workspace:0", {"host_path": "/tmp/rtax-ws-x"}, NA),
+    ("default_limits", "@spawned=1019", {"attempts": 2048, "host_ms": 3}, HELD),
+    ("default_limits", "@spawned=2048", {"attempts": 2048, "host_ms": 3}, BREACHED),
+    ("default_limits", "", {"stated_none": "pids: none applied"}, BREACHED),
+    ("workspace_size", "@wrote_mib=63\n@enospc",
+     {"limit_mib": 64, "host_drop_mib": 63, "host_fs": "/tmp/rtax-ws-x"}, HELD),
+    ("workspace_size", "@wrote_mib=128", {"limit_mib": 64, "host_drop_mib": None}, BREACHED),
+    ("workspace_size", "@wrote_mib=60\n@enospc",  # the host's disk filled: not the limit
+     {"limit_mib": 64, "host_drop_mib": 128, "host_fs": "/"}, BREACHED),
+    ("workspace_size", "@wrote_mib=10", {"limit_mib": 64}, NA),  # stopped, not for space
+    ("workspace_size", "@wrote_mib=1\n@enospc", {}, NA),  # no size asked for
+    ("cleanup_spares_live", "rtax-probe-life-kkk", {"cleanup": "removed 0"}, HELD),
+    ("cleanup_spares_live", "cat: ./.rtax-probe-life: No such file", {"cleanup": "removed 3"},
+     BREACHED),
 ]  # fmt: skip
 
 
@@ -193,9 +226,19 @@ def test_every_check_has_a_passing_and_a_failing_case() -> None:
 
 def test_a_failed_step_is_not_a_pass() -> None:
     for c in CHECKS:
-        if c.name in ("pids_limit", "memory_limit"):
+        if c.name in FAILING_STEPS:
             continue
         assert verdict(c.name, "", error="action_timeout: slow") == NA, c.name
+
+
+def test_a_lost_environment_after_init_kill_is_blocked_and_a_failed_cleanup_check_breached():
+    """init_kill: a later action failing as lost is no escape; cleanup_spares_live: a live
+    environment that cannot answer after the cleanup lost to it."""
+    obs = {"marked": True, "killed": "kill -9 1: sent"}
+    assert verdict("init_kill", "", error="substrate_lost: gone", observed=obs) == BLOCKED
+    obs = {"cleanup": "removed 2"}
+    v = classify("cleanup_spares_live", Outcome("", error="shell_lost: gone", observed=obs), ctx())
+    assert v.result == BREACHED and "shell_lost" in v.evidence
 
 
 def test_the_memory_hog_taking_the_environment_down_is_contained() -> None:
@@ -290,6 +333,20 @@ def test_document_shape_and_promises() -> None:
     assert loc["summary"]["broken_promises"] == []  # local promised nothing
 
 
+def test_a_channel_that_does_not_promise_a_check_does_not_break_it() -> None:
+    """pool_reuse_clean/reset_links: promised on exec (an in-place reset), n/a on shell."""
+    evs = [
+        _ev("stage", "exec", "reset_links", HELD, True),
+        _ev("stage", "shell", "reset_links", NA, False),
+        _ev("stage", "exec", "root_home", BLOCKED, True),
+        _ev("stage", "shell", "root_home", NA, True),
+    ]
+    st = build_document(evs)["drivers"]["stage"]
+    assert st["checks"]["reset_links"]["result"] == NA  # not measured everywhere
+    assert st["summary"]["promised"] == 2
+    assert st["summary"]["broken_promises"] == ["root_home"]
+
+
 def test_summarize_counts_every_result() -> None:
     s = summarize({"a": {"result": NA}, "root_home": {"result": BLOCKED, "promised": True}})
     assert s[NA] == 1 and s[BLOCKED] == 1 and s["broken_promises"] == []
@@ -338,16 +395,22 @@ def test_driver_promises_name_known_checks() -> None:
         drv = get_driver(name, LocalHost(), {})
         promised = drv.promised_checks()
         assert promised <= ALL_CHECKS, name
-    assert get_driver("local", LocalHost(), {}).promised_checks() == {"workspace_persists"}
+    local = {"workspace_persists", "workspace_size", "deep_tree", "cleanup_spares_live"}
+    assert get_driver("local", LocalHost(), {}).promised_checks() == local
     # measured with the engines here (issue 19): see their `boundary`
-    docker = ALL_CHECKS - {"vsock", "proc_cmdline"}
+    # workspace_mib applied (and a host path to look at) only by stage, local, swerex-local
+    ws = {"workspace_size", "deep_tree"}
+    docker = ALL_CHECKS - {"vsock", "proc_cmdline"} - ws
     assert get_driver("docker", LocalHost(), {}).promised_checks() == docker
     assert get_driver("podman", LocalHost(), {}).promised_checks() == docker - {"process_vm"}
     assert get_driver("stage", LocalHost(), {}).promised_checks() == ALL_CHECKS
     open_net = get_driver("docker", LocalHost(), {"network": "host"}).promised_checks()
     assert "loopback_tcp" not in open_net
+    swx = get_driver("swerex", LocalHost(), {"deployment": "docker"}).promised_checks()
+    assert not swx & ws
     for vm in ("libvirt", "microvm"):
-        assert get_driver(vm, LocalHost(), {}).promised_checks() == ALL_CHECKS - {"process_vm"}
+        got = get_driver(vm, LocalHost(), {}).promised_checks()
+        assert got == ALL_CHECKS - {"process_vm", "default_limits"} - ws
 
 
 ENV_SCRIPTS = {
@@ -357,7 +420,8 @@ ENV_SCRIPTS = {
         "BLOCK_DEVICES", "PROC_SYS", "SYS_WRITE", "MODULE", "CGROUP", "FORK_BOMB",
         "MEMORY_HOG", "PROCESSES_SEE", "PROCESSES_SIGNAL", "WRITE_MARKS", "READ_FILE",
         "OTHER_ENV", "FRESH", "HOST_PLANT", "HOST_WROTE", "HOST_CLEANUP", "VSOCK",
-        "PROCESS_VM", "PROC_CMDLINE", "HOST_PATHS",
+        "PROCESS_VM", "PROC_CMDLINE", "HOST_PATHS", "WRITE_MARK", "INIT_KILL", "DEEP_TREE",
+        "WORKSPACE_FILL", "FILL_REMOVE", "HOST_FREE",
     )
 }  # fmt: skip
 SHELLS = [s for s in (["dash"], ["busybox", "sh"]) if shutil.which(s[0])]

@@ -24,7 +24,7 @@ LOCAL_BREACHES = {
     "tmp_sentinel", "cache_sentinel", "etc_shadow", "root_home", "probe_socket",
     "remount_rw", "proc_sys", "sys_write", "cgroup_escape", "pids_limit", "memory_limit",
     "loopback_tcp", "host_processes", "host_signal", "other_env", "fresh_env",
-    "usr_local", "host_paths", "proc_cmdline", "process_vm",
+    "usr_local", "host_paths", "proc_cmdline", "process_vm", "init_kill", "default_limits",
 }  # fmt: skip
 ROOT = os.geteuid() == 0
 
@@ -127,7 +127,7 @@ def test_the_open_local_driver_comes_back_breached(local_probe) -> None:
         assert checks[name]["evidence"]
     assert checks["workspace_persists"]["result"] == HELD
     summary = doc["drivers"]["local"]["summary"]
-    assert summary["promised"] == 1 and summary["broken_promises"] == []
+    assert summary["promised"] == 4 and summary["broken_promises"] == []
     assert _ours_left() == []
 
 
@@ -246,7 +246,8 @@ def test_the_example_probe_recording_reports_every_driver() -> None:
     drivers = rep["probe"]["drivers"]
     assert list(drivers) == ["local", "stage", "docker", "podman", "libvirt", "microvm"]
     later = {"pool_reuse_clean", "usr_local", "host_paths", "vsock", "proc_cmdline", "process_vm"}
-    later.add("result_integrity")
+    later |= {"result_integrity", "reset_links", "init_kill", "deep_tree", "default_limits"}
+    later |= {"workspace_size", "cleanup_spares_live"}
     for d in drivers.values():  # recorded before these checks existed
         assert set(d["checks"]) == ALL_CHECKS - later
     assert rep["cells"] == []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rtax_tui.core.probe import BY_NAME, CHECKS
+from rtax_tui.core.probe import BY_NAME, CHECKS, RESET_CHECKS
 from tests.probetools import probe
 from tests.sshhosts import SSHLab, missing
 
@@ -47,12 +47,12 @@ def ssh_doc() -> dict[str, Any]:
 
 def _assert_kept(doc: dict[str, Any], check: str, reuse: tuple[str, ...] = ()) -> None:
     """`reuse`: the channels where stage has an in-place (clean) reset here; elsewhere
-    `pool_reuse_clean` is not measured, and says why."""
+    `pool_reuse_clean` and `reset_links` (the same pool) are not measured, and say why."""
     c = doc["drivers"]["stage"]["checks"][check]
     runs = {r["channel"]: r for r in c["runs"]}
     assert set(runs) == set(CHANNELS)
     want = BY_NAME[check].passed
-    if check == "pool_reuse_clean":
+    if check in RESET_CHECKS:
         for ch in set(CHANNELS) - set(reuse):
             r = runs.pop(ch)
             assert r["result"] == "n/a" and "no in-place reset" in r["evidence"], r

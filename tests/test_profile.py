@@ -47,7 +47,7 @@ def test_wrong_type(tmp_path):
     msg = err(tmp_path, '[run]\ntrials = "many"\n')
     assert msg.endswith("p.toml:2: run.trials: expected integer, got 'many'")
     msg = err(tmp_path, "[limits]\ncpus = true\n")
-    assert "p.toml:2: limits.cpus: expected integer or number, got True" in msg
+    assert 'p.toml:2: limits.cpus: expected a positive number or "unlimited", got True' in msg
 
 
 def test_unknown_table_and_bad_toml(tmp_path):
@@ -99,3 +99,92 @@ def test_the_pvisor_capacity_profile_is_pvisors_budget():
         5,
     )
     assert prof.drivers == ("stage", "docker", "podman", "libvirt", "microvm")
+    # per environment: pVisor's guests' size (a VM's limits are its vCPUs and RAM), not
+    # the default limits' 4096 MiB
+    assert (prof.limits.cpus, prof.limits.memory_mib) == (1.0, 256)
+
+
+# -- [limits]: given by default, lifted only by "unlimited" --------------------------
+
+
+def test_limits_by_default_without_a_limits_table(tmp_path):
+    from rtax_tui.core.model import (
+        DEFAULT_CPUS,
+        DEFAULT_MEMORY_MIB,
+        DEFAULT_PIDS,
+        DEFAULT_WORKSPACE_MIB,
+    )
+
+    path = tmp_path / "p.toml"
+    path.write_text('[run]\ntrials = 1\ndrivers = ["stage"]\n')
+    lim = load_profile(path).limits
+    assert (lim.cpus, lim.memory_mib, lim.pids, lim.workspace_mib) == (
+        DEFAULT_CPUS,
+        DEFAULT_MEMORY_MIB,
+        DEFAULT_PIDS,
+        DEFAULT_WORKSPACE_MIB,
+    )
+    assert None not in (DEFAULT_CPUS, DEFAULT_MEMORY_MIB, DEFAULT_PIDS, DEFAULT_WORKSPACE_MIB)
+    assert lim.unlimited() == []
+    # a table that sets one key keeps the defaults of the others
+    path.write_text("[limits]\nmemory_mib = 512\n")
+    lim = load_profile(path).limits
+    assert (lim.memory_mib, lim.pids, lim.workspace_mib) == (512, DEFAULT_PIDS, 2048)
+
+
+def test_unlimited_is_explicit_and_round_trips(tmp_path):
+    from rtax_tui.core.profile_toml import dump, from_resolved
+
+    path = tmp_path / "p.toml"
+    path.write_text('[limits]\npids = "unlimited"\nworkspace_mib = "unlimited"\ncpus = 2\n')
+    prof = load_profile(path)
+    assert prof.limits.pids is None and prof.limits.workspace_mib is None
+    assert prof.limits.cpus == 2.0 and prof.limits.unlimited() == ["pids", "workspace_mib"]
+    resolved = prof.to_dict()["limits"]
+    assert resolved == {
+        "cpus": 2.0,
+        "memory_mib": 4096,
+        "pids": "unlimited",
+        "workspace_mib": "unlimited",
+    }
+    # the profile written back from a recording's header lifts the same limits
+    again = tmp_path / "again.toml"
+    again.write_text(dump(from_resolved(prof.to_dict())))
+    assert load_profile(again).limits == prof.limits
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("pids = -1", 'limits.pids: must be at least 1 (no limit is "unlimited"), got -1'),
+        ("pids = 0", "limits.pids: must be at least 1"),
+        ("memory_mib = 0", "limits.memory_mib: must be at least 1"),
+        ('memory_mib = "lots"', "limits.memory_mib: expected a positive integer or"),
+        ('pids = "Unlimited"', "limits.pids: expected a positive integer or"),
+        ("pids = 10.5", "limits.pids: expected a positive integer or"),
+        ("memory_mib = 1024.0", "limits.memory_mib: expected a positive integer"),
+        ("workspace_mib = 1e3", "limits.workspace_mib: expected a positive integer"),
+        ("pids = true", "limits.pids: expected a positive integer"),
+        ("cpus = 0", "limits.cpus: must be at least 0.01"),
+        ("cpus = nan", "limits.cpus: expected a positive number"),
+        ("cpus = inf", "limits.cpus: at most"),
+        ("pids = 9223372036854775808", "limits.pids: at most 9223372036854775807"),
+        ("memory_mib = 9223372036854775807", "limits.memory_mib: at most 8796093022207"),
+        ("workspace_mib = 99999999999999999999", "limits.workspace_mib: at most"),
+        ("stack_mib = 8", "limits.stack_mib: unknown key"),
+    ],
+)
+def test_bad_limits_are_one_line_naming_key_and_line(tmp_path, line, needle):
+    msg = err(tmp_path, f"[run]\ntrials = 1\n\n[limits]\n# the bad line is the sixth\n{line}\n")
+    assert f"p.toml:6: {needle}" in msg, msg
+
+
+def test_a_vms_size_under_limits():
+    from rtax_tui.core.model import DEFAULT_MEMORY_MIB as MIB
+    from rtax_tui.core.model import vm_size
+
+    assert vm_size(None, MIB, 512) == 512  # unlimited: the driver's option
+    assert vm_size(MIB, MIB, 512) == 512  # the default limit: the option, up to it
+    assert vm_size(MIB, MIB, 8192) == MIB
+    assert vm_size(1024, MIB, 512) == 1024  # a profile's own limit: the guest's size
+    assert vm_size(2.5, 1.0, 1) == 2 and vm_size(0.5, 1.0, 4) == 1  # whole vCPUs

@@ -164,6 +164,7 @@ def test_report_run_block(report):
         "status": "incomplete",
         "torn_tail": True,
         "trials": 11,
+        "limits": "unknown",  # a header without `limits`: made before they were recorded
     }
     done = build_report(_main_lines(run_end=True).recording())
     assert done["run"]["status"] == "completed"
@@ -386,3 +387,18 @@ def test_core_does_not_import_rich():
         "sys.exit(any(m.split('.')[0] in ('rich', 'textual') for m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_limits_lines_say_the_limits_and_warn_of_unlimited_ones(report):
+    from rtax_tui.reporting import limits_lines, print_report
+
+    # a recording made before limits were recorded
+    assert report["run"]["limits"] == "unknown"
+    console = Console(record=True, width=400, file=io.StringIO())
+    print_report(report, console)
+    assert "limits: unknown" in console.export_text()
+    lines = limits_lines({"cpus": 1.0, "memory_mib": 4096, "pids": 1024, "workspace_mib": 2048})
+    assert lines == ["limits: cpus 1.0, memory_mib 4096 MiB, pids 1024, workspace_mib 2048 MiB"]
+    lines = limits_lines({"cpus": 1.0, "memory_mib": 4096, "pids": "unlimited"})
+    assert lines[0] == "limits: cpus 1.0, memory_mib 4096 MiB, pids unlimited"
+    assert "warning" in lines[1] and "unlimited pids" in lines[1]

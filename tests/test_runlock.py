@@ -158,3 +158,21 @@ def test_container_cleanup_spares_a_live_run_s_containers(isolated: Path) -> Non
             except docker.errors.NotFound:
                 pass
         api.close()
+
+
+def test_as_another_process_sees_its_own_locks_live(isolated: Path) -> None:
+    """What a separate `rtax cleanup` sees (the probe's `cleanup_spares_live`): its own
+    labels are spared only inside `as_another_process`."""
+    code = """
+import subprocess
+from rtax_tui.core import runlock
+runlock.hold("mine")
+sh = lambda: runlock._parse(subprocess.run(["sh", "-c", runlock.script(runlock.LIVE_SH)],
+                            capture_output=True, check=True).stdout.decode())
+print(runlock.live_labels(), sh()[0])
+with runlock.as_another_process():
+    print(runlock.live_labels(), sh()[0])
+print(runlock.live_labels())
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.splitlines() == ["set() set()", "{'mine'} {'mine'}", "set()"]

@@ -265,7 +265,7 @@ def _an_address_not_loopback() -> str | None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--port", "70000"], "--port 70000: at most 65535"),
+        (["--port", "70000"], "--port: expected an integer 1..65535, got 70000"),
         (["--port", "0"], "argument --port"),
         (["report", "x.jsonl"], "`rtax report` is not a console"),
     ],

@@ -99,6 +99,7 @@ def test_spawn_shell_workspace_and_reaper(lab: SSHLab) -> None:
         await host.connect()
         ws = await host.make_workspace(f"rtax-ws-t{os.getpid()}-", src)
         assert ws != src and not ws.startswith(lab.dir)
+        assert f" {ws} " in _mountinfo()  # its own tmpfs
         proc = await host.spawn(["sh"], cwd=ws, env={"PATH": host.path_env}, stdin=subprocess.PIPE)
         shell = FramedShell(proc.stdin, proc.stdout)
         res = await shell.run(["cat", "sub/f.txt"])
@@ -107,6 +108,11 @@ def test_spawn_shell_workspace_and_reaper(lab: SSHLab) -> None:
         assert res.rc == 7
         # something the shell leaves running: the reaper must end it when we go
         await shell.run(["sh", "-c", f"sh -c 'sleep 300; : {TAG}' >/dev/null 2>&1 &"])
+        # the background shell is forked when the command returns, but may still be in its
+        # execve: a process's command line reads empty there, so look until it shows
+        seen = time.monotonic() + 5
+        while TAG not in _ps_args() and time.monotonic() < seen:
+            await asyncio.sleep(0.02)
         assert TAG in _ps_args()
         facts = await host.facts()
         assert facts["kernel"] == os.uname().release and facts["cpus"] == os.cpu_count()
@@ -120,8 +126,50 @@ def test_spawn_shell_workspace_and_reaper(lab: SSHLab) -> None:
     while time.monotonic() < deadline and (os.path.exists(ws) or TAG in _ps_args()):
         time.sleep(0.05)
     assert not os.path.exists(ws)
+    assert f" {ws} " not in _mountinfo()  # the remote reaper unmounted it
     assert dead(pid, 0.1)
     assert TAG not in _ps_args()
+
+
+def _mountinfo() -> str:
+    with open("/proc/self/mountinfo") as f:
+        return f.read()
+
+
+def test_sized_workspace_deep_tree_and_links_removed_safely(lab: SSHLab) -> None:
+    """A remote workspace stops writes at its size; a 1,500-deep tree and a link to a host
+    directory inside it go with remove_tree, the host directory stays, no mount is left."""
+    host_dir = os.path.join(lab.dir, "hostdir")
+    os.makedirs(host_dir, exist_ok=True)
+    with open(os.path.join(host_dir, "keep"), "w") as f:
+        f.write("keep\n")
+
+    async def go() -> str:
+        host = _host(lab)
+        await host.connect()
+        try:
+            ws = await host.make_workspace(f"rtax-ws-t{os.getpid()}-", None, 4321, size_mib=4)
+            st = os.stat(ws)
+            assert (st.st_uid, st.st_gid) == (4321, 4321)
+            res = await host.run(
+                ["sh", "-c", f"dd if=/dev/zero of={ws}/big bs=1M count=8 2>&1"], timeout=30
+            )
+            assert res.returncode != 0 and b"No space left" in res.stdout
+            script = (
+                f"cd {ws} && ln -s {host_dir} link && i=0; while [ $i -lt 1500 ]; do "
+                f"mkdir n && cd n || exit 1; i=$((i+1)); done; ln -s {host_dir} deep"
+            )
+            res = await host.run(["sh", "-c", script], timeout=60)
+            assert res.returncode == 0, res
+            await host.remove_tree(ws)
+            return ws
+        finally:
+            await host.close()
+
+    ws = asyncio.run(go())
+    assert not os.path.exists(ws)
+    assert f" {ws} " not in _mountinfo()
+    assert os.listdir(host_dir) == ["keep"]
 
 
 def test_unknown_host_key_refused_and_trust_flag(lab: SSHLab) -> None:

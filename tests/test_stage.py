@@ -401,3 +401,173 @@ def test_latency_report(capsys):
         for line in lines:
             print("  " + line)
     assert_nothing_left()
+
+
+def test_a_2_gib_write_into_the_workspace_stops_at_its_limit(monkeypatch):
+    """B8: /workspace is its own tmpfs: a 2 GiB write fails with ENOSPC at the limit, the
+    host's disk does not grow, and teardown leaves no mount."""
+    import dataclasses
+
+    limits = dataclasses.replace(Limits(cpus=1, memory_mib=256, pids=128), workspace_mib=64)
+
+    def free() -> int:
+        st = os.statvfs(tempfile.gettempdir())
+        return st.f_bavail * st.f_frsize
+
+    async def run() -> str:
+        env = driver().environment(spec("exec", limits=limits))
+        try:
+            await env.create()
+            await env.ready()
+            before = free()
+            r = await act(
+                env, "sh", "-c", "dd if=/dev/zero of=/workspace/big bs=1M count=2048 2>&1",
+                timeout=120,
+            )  # fmt: skip
+            assert r.rc != 0 and b"No space left on device" in r.output, r
+            r = await act(env, "sh", "-c", "du -m /workspace/big | cut -f1")
+            assert 60 <= int(r.output) <= 64, r
+            assert before - free() < 64 << 20
+            with open("/proc/self/mountinfo") as f:
+                assert f" {env.workspace} " in f.read()
+            r = await act(env, "cat", "/proc/self/mountinfo")
+            assert env.workspace.encode() not in r.output  # the host's path is not shown
+            return str(env.workspace)
+        finally:
+            await env.teardown()
+
+    ws = asyncio.run(run())
+    with open("/proc/self/mountinfo") as f:
+        assert f" {ws} " not in f.read()
+
+
+# -- the default limits (no `[limits]` in the profile), against hostile code ----------
+
+BOMB = (
+    "import subprocess, sys\n"
+    "started = 0\n"
+    "for _ in range(int(sys.argv[1])):\n"
+    "    try:\n"
+    "        subprocess.Popen(['sleep', '120'], stdin=subprocess.DEVNULL,\n"
+    "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    "        started += 1\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "print(started)\n"
+)
+
+
+def _uid_processes(uid: int) -> int:
+    """How many of the host's processes belong to `uid` (what the red team counted)."""
+    n = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                n += os.stat(f"/proc/{name}").st_uid == uid
+            except OSError:
+                pass
+    return n
+
+
+def _uid_listing(uid: int) -> list[str]:
+    out = []
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid:
+                with open(f"/proc/{name}/stat") as f:
+                    out.append(f.read())
+        except OSError:
+            pass
+    return out
+
+
+def test_default_limits_stop_a_fork_bomb_of_5000_sleeps():
+    from rtax_tui.core.model import DEFAULT_PIDS
+
+    # a sandbox uid of this test's own, so that the host's count is this test's alone
+    uid = 61000 + os.getpid() % 2000
+    assert _uid_processes(uid) == 0
+    peak = 0
+
+    async def watch(stop: asyncio.Event) -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, await asyncio.to_thread(_uid_processes, uid))
+            await asyncio.sleep(0.05)
+
+    async def run():
+        nonlocal peak
+        env = driver(uid=uid).environment(spec("exec", limits=Limits()))
+        try:
+            await env.create()
+            await env.ready()
+            stop = asyncio.Event()
+            watcher = asyncio.ensure_future(watch(stop))
+            r = await act(env, "python3", "-c", BOMB, "5000", timeout=120)
+            stop.set()
+            await watcher
+            peak = max(peak, _uid_processes(uid))
+            assert r.rc == 0, r
+            started = int(r.output.split()[-1])
+            # stopped at the pids limit: most of the 5,000 never started
+            assert 0.5 * DEFAULT_PIDS < started < DEFAULT_PIDS, started
+            assert len(Cgroup(env.cg).pids()) <= DEFAULT_PIDS
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
+    assert 0 < peak <= DEFAULT_PIDS, peak
+    deadline = time.monotonic() + 10
+    while _uid_processes(uid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _uid_processes(uid) == 0, _uid_listing(uid)
+    assert_nothing_left()
+
+
+def test_default_memory_limit_kills_a_hog():
+    from rtax_tui.core.model import DEFAULT_MEMORY_MIB
+
+    code = "import sys; b = b'x' * (int(sys.argv[1]) << 20); print(len(b) >> 20)"
+
+    async def run():
+        env = driver().environment(spec("exec", limits=Limits()))
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, "python3", "-c", code, "64", timeout=60)
+            assert (r.rc, r.output) == (0, b"64\n")
+            r = await act(env, "python3", "-c", code, str(DEFAULT_MEMORY_MIB + 256), timeout=120)
+            assert r.rc in (-9, 137), r
+            peak = Cgroup(env.cg).memory_peak_bytes()
+            assert peak <= (DEFAULT_MEMORY_MIB << 20) + (1 << 20), peak
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
+    assert_nothing_left()
+
+
+def _cg_file(cg: Cgroup, controller: str, name: str) -> str:
+    d = cg._dir(controller)
+    assert d is not None
+    with open(os.path.join(d, name)) as f:
+        return f.read().strip()
+
+
+def test_unlimited_pids_is_no_pids_limit():
+    from rtax_tui.core.model import DEFAULT_MEMORY_MIB
+
+    async def run():
+        env = driver().environment(spec("exec", limits=Limits(pids=None)))
+        try:
+            await env.create()
+            cg = Cgroup(env.cg)
+            assert _cg_file(cg, "pids", "pids.max") == "max"
+            v1 = cg.ver == "v1"
+            mem = _cg_file(cg, "memory", "memory.limit_in_bytes" if v1 else "memory.max")
+            assert mem == str(DEFAULT_MEMORY_MIB << 20)  # the others keep their defaults
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
+    assert_nothing_left()

@@ -36,7 +36,8 @@ def test_boundary_per_deployment():
             "workspace_persists"
         }
     docker = get_driver("swerex", host, {"deployment": "docker", "image": "x"})
-    assert docker.promised_checks() == ALL_CHECKS - {"loopback_tcp", "vsock", "proc_cmdline"}
+    not_kept = {"loopback_tcp", "vsock", "proc_cmdline", "workspace_size", "deep_tree"}
+    assert docker.promised_checks() == ALL_CHECKS - not_kept
 
 
 def test_without_swerex_check_says_how_to_install():

@@ -362,7 +362,14 @@ async def test_long_work_failing_says_what_to_do(here) -> None:
     app = RtaxApp(LauncherScreen(tiny_profile(here), check=False))
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
-        argv = [sys.executable, "-c", "import sys; print('step 1'); sys.exit('no engine here')"]
+        # the error on stderr, then more on stdout: the line keeps the error whichever of
+        # the two pipes is read last (under load either can be)
+        code = (
+            "import sys, time; print('step 1', flush=True); "
+            "sys.stderr.write('no engine here\\n'); sys.stderr.flush(); time.sleep(0.2); "
+            "print('cleaning up', flush=True); sys.exit(1)"
+        )
+        argv = [sys.executable, "-c", code]
         ok = await scr._long("building the docker image", argv, fix="start the engine")
         await pilot.pause(0.1)
         line = str(scr.query_one("#work").render())

@@ -22,7 +22,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.core.archive import safe_extract
 from rtax_tui.core.model import RtaxError
 
 ATTRS_VERSION = "26.1.0"
@@ -271,14 +271,7 @@ def _extract(sdist: Path, dest: Path) -> None:
     """Extract the sdist's single top directory as `dest`."""
     staging = dest.parent / (dest.name + ".extract")
     staging.mkdir()
-    with tarfile.open(sdist, "r:gz") as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(staging, filter="data")
-        else:  # pragma: no cover - Python < 3.11.4
-            for m in tar.getmembers():
-                if m.name.startswith("/") or ".." in Path(m.name).parts:
-                    raise RtaxError(f"unsafe path in {sdist}: {m.name}")
-            tar.extractall(staging)
+    safe_extract(sdist, staging)
     tops = list(staging.iterdir())
     if len(tops) != 1 or not tops[0].is_dir():
         raise RtaxError(f"unexpected layout in {sdist}: {[t.name for t in tops]}")

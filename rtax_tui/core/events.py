@@ -40,7 +40,11 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 #   `create`|`reset`|`teardown`, dur_ns, ok, cpu_ns, env_cpu_ns, error) and, for a
 #   pooled trial, `trial_start.mode` ("pool"; absent means cold) and the phases
 #   `acquire`, `acquire.wait`, `release` in place of create, ready and teardown.
-#   An older rtax rejects a recording with `pool` events the same way.
+#   An older rtax rejects a recording with `pool` events the same way;
+# - added `run.limits` (optional): the limits every environment of the run was given,
+#   {cpus, memory_mib, pids, workspace_mib}, each a number or "unlimited" (rtax gives
+#   limits by default since; a profile lifts one only by saying "unlimited"). A
+#   recording without it (made before) reports its limits as "unknown".
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -53,22 +57,159 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 # without a budget), with the `barrier.release` phase and the `oom` error kind.
 FORMAT = "rtax/1"
 
+# The schema of every event, declared once: per type, its required fields and its
+# optional ones, each with its kind. The kinds (`_KINDS`): `int` a signed 64-bit integer,
+# `count` an integer 0..2**63-1 (durations in ns, sizes), `num` a finite number >= 0
+# (seconds), `id` (a trial's) an integer of 64 bits or a string, `str`, `bool`, `list`,
+# `dict`, `any` (a field readers only show); a trailing `?` admits null. Readers check
+# every event against it (`check_event`), so that what a report folds has these types;
+# fields not named here pass through (a newer rtax/1 may add some).
+EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "run": (
+        {"format": "str", "run_id": "str", "started_at": "str", "seed": "int", "argv": "list",
+         "profile": "dict", "hosts": "dict"},
+        {"t_ns": "count", "limits": "dict"},
+    ),
+    "trial_start": (
+        {"trial": "id", "cell": "str", "host": "str", "driver": "str", "workload": "str",
+         "channel": "str", "warmup": "bool", "batch": "str?"},
+        {"t_ns": "count", "steps": "count", "batch_size": "count", "deadline_s": "num",
+         "replay": "dict", "mode": "str"},
+    ),
+    "phase": (
+        {"trial": "id", "name": "str", "dur_ns": "count", "ok": "bool"},
+        {"t_ns": "count"},
+    ),
+    "action": (
+        {"trial": "id", "i": "count", "dur_ns": "count", "rc": "int?", "ok": "bool",
+         "out_bytes": "count"},
+        {"t_ns": "count", "remote_ns": "count", "expect_rc": "int", "timed_out": "bool"},
+    ),
+    "trial_end": (
+        {"trial": "id", "ok": "bool", "valid": "bool", "error": "dict?"},
+        {"t_ns": "count"},
+    ),
+    "barrier": (
+        {"batch": "str", "cell": "str", "size": "count", "arrived": "count",
+         "released": "any", "ok": "bool", "deadline_s": "num"},
+        {"t_ns": "count", "warmup": "bool", "release_ns": "count", "release_dur_ns": "count",
+         "mem_peak_bytes": "count?", "oom_kills": "count?", "cpu_ns": "count?"},
+    ),
+    "run_end": ({"status": "str", "trials": "count"}, {"t_ns": "count", "error": "str"}),
+    # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
+    "probe": (
+        {"host": "str", "driver": "str", "channel": "str", "check": "str", "result": "str",
+         "evidence": "str"},
+        {"t_ns": "count", "promised": "bool", "kind": "str"},
+    ),
+    # one timed prefix preparation of `rtax traj prepare` (rtax/1, second addition)
+    "prep": (
+        {"file": "str", "format": "str", "k": "count", "steps": "count", "dur_ns": "count",
+         "ok": "bool"},
+        {"t_ns": "count", "shell": "count", "rep": "count"},
+    ),
+    # one piece of a warm pool's background work (rtax/1, third addition)
+    "pool": (
+        {"host": "str", "cell": "str", "env": "count", "op": "str", "dur_ns": "count",
+         "ok": "bool"},
+        {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?"},
+    ),
+}  # fmt: skip
+
 # The fields a reader requires, per event type; an unknown type is an error.
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
-    "run": ("format", "run_id", "started_at", "seed", "argv", "profile", "hosts"),
-    "trial_start": ("trial", "cell", "host", "driver", "workload", "channel", "warmup", "batch"),
-    "phase": ("trial", "name", "dur_ns", "ok"),
-    "action": ("trial", "i", "dur_ns", "rc", "ok", "out_bytes"),
-    "trial_end": ("trial", "ok", "valid", "error"),
-    "barrier": ("batch", "cell", "size", "arrived", "released", "ok", "deadline_s"),
-    "run_end": ("status", "trials"),
-    # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
-    "probe": ("host", "driver", "channel", "check", "result", "evidence"),
-    # one timed prefix preparation of `rtax traj prepare` (rtax/1, second addition)
-    "prep": ("file", "format", "k", "steps", "dur_ns", "ok"),
-    # one piece of a warm pool's background work (rtax/1, third addition)
-    "pool": ("host", "cell", "env", "op", "dur_ns", "ok"),
+    etype: tuple(required) for etype, (required, _) in EVENT_SCHEMA.items()
 }
+
+_INT_MAX = (1 << 63) - 1
+_INT_MIN = -(1 << 63)
+# kind -> (the test that fails a value `v`, as Python source; what the kind is, in words)
+_KINDS: dict[str, tuple[str, str]] = {
+    "int": ("type(v) is not int or not MIN <= v <= MAX", "an integer of 64 bits"),
+    "count": ("type(v) is not int or not 0 <= v <= MAX", "an integer 0..2**63-1"),
+    "num": (
+        "not ((type(v) is int and 0 <= v <= MAX) or (type(v) is float and 0.0 <= v < INF))",
+        "a finite number >= 0",
+    ),
+    "id": (
+        "type(v) is not str and (type(v) is not int or not MIN <= v <= MAX)",
+        "an integer of 64 bits or a string",
+    ),
+    "str": ("type(v) is not str", "a string"),
+    "any": ("False", "anything"),
+    "bool": ("type(v) is not bool", "true or false"),
+    "list": ("type(v) is not list", "an array"),
+    "dict": ("type(v) is not dict", "an object"),
+}
+
+
+def _compile_checks() -> dict[str, Callable[[dict[str, Any]], bool]]:
+    """One function per event type, generated from `EVENT_SCHEMA`: True when the event fits.
+    Generated, not interpreted: a report checks a million events with them."""
+    env: dict[str, Any] = {"MIN": _INT_MIN, "MAX": _INT_MAX, "INF": float("inf")}
+    checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
+    for etype, (required, optional) in EVENT_SCHEMA.items():
+        lines = [
+            f"def check_{etype}(ev, type=type, int=int, float=float, str=str, bool=bool, "
+            "list=list, dict=dict, MIN=MIN, MAX=MAX, INF=INF):"
+        ]
+        for name, kind in (*required.items(), *optional.items()):
+            test = _KINDS[kind.rstrip("?")][0]
+            if kind.endswith("?"):
+                test = f"v is not None and ({test})"
+            if name in required:
+                lines.append(f"    v = ev[{name!r}]")
+            else:
+                lines.append(f"    v = ev.get({name!r})")
+                test = f"{name!r} in ev and ({test})"
+            lines.append(f"    if {test}: return False")
+        lines.append("    return True")
+        exec("\n".join(lines), env)  # noqa: S102 - source built above from constants only
+        checks[etype] = env[f"check_{etype}"]
+    return checks
+
+
+# event type -> its check (True: fits); a missing required field raises KeyError
+EVENT_CHECKS = _compile_checks()
+
+
+def check_event(ev: Any) -> str | None:
+    """Why `ev` is not a valid event (naming the field), or None. The slow path: readers
+    call the generated `EVENT_CHECKS` first and this only to word an error."""
+    if not isinstance(ev, dict):
+        return "an event must be a JSON object"
+    etype = ev.get("type")
+    if not isinstance(etype, str) or etype not in EVENT_SCHEMA:
+        return f"unknown event type {etype!r}"
+    required, optional = EVENT_SCHEMA[etype]
+    missing = [f for f in required if f not in ev]
+    if missing:
+        return f"{etype} event lacks {', '.join(missing)}"
+    for name, kind in (*required.items(), *optional.items()):
+        if name not in ev:
+            continue
+        v = ev[name]
+        if v is None and kind.endswith("?"):
+            continue
+        test, words = _KINDS[kind.rstrip("?")]
+        env = {"v": v, "MIN": _INT_MIN, "MAX": _INT_MAX, "INF": float("inf")}
+        if eval(test, env):  # noqa: S307 - the tests are the constants above
+            null = " or null" if kind.endswith("?") else ""
+            return f"{etype}.{name}: expected {words}{null}, got {_show(v)}"
+    return None
+
+
+def _show(v: Any) -> str:
+    """A bad value, short: an error is one line (never the whole of a nested value, nor
+    the digits of a huge integer, which Python refuses to print past 4300)."""
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, int) and not isinstance(v, bool) and not _INT_MIN <= v <= _INT_MAX:
+        return f"an integer of {v.bit_length()} bits"
+    text = "null" if v is None else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class RunEvent(TypedDict):
@@ -81,6 +222,7 @@ class RunEvent(TypedDict):
     argv: list[str]
     profile: dict[str, Any]
     hosts: dict[str, Any]
+    limits: NotRequired[dict[str, Any]]
 
 
 class TrialStartEvent(TypedDict):
@@ -211,8 +353,9 @@ def run(
     argv: Sequence[str],
     profile: dict[str, Any],
     hosts: dict[str, Any],
+    limits: dict[str, Any] | None = None,
 ) -> RunEvent:
-    return {
+    ev: RunEvent = {
         "type": "run",
         "format": FORMAT,
         "run_id": run_id,
@@ -222,6 +365,9 @@ def run(
         "profile": profile,
         "hosts": hosts,
     }
+    if limits is not None:
+        ev["limits"] = limits
+    return ev
 
 
 def trial_start(

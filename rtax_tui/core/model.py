@@ -124,11 +124,59 @@ class ReplaySource:
         }
 
 
+# Every environment of every driver gets these unless the profile's `[limits]` says
+# otherwise; "no limit" is never a silent default (red team B7: 5,000 `sleep`s all
+# started on a profile without `[limits]`). Chosen for one coding agent's rollout:
+# - pids 1024: a build (`make -j`, pytest-xdist) and an agent's shells stay far below
+#   it; a fork bomb stops at it instead of at the host's pid table;
+# - memory 4096 MiB: a test suite, a compiler or a language server fit; a runaway
+#   allocation is OOM-killed in its environment instead of by the host's OOM killer;
+# - cpus 1.0: an agent's tool calls run one at a time; what the shipped profiles use,
+#   and a CPU count that docker accepts on any host (it refuses more than the host has);
+# - workspace 2048 MiB: a repository checkout, its dependencies and build outputs; a
+#   trial's writes stop there instead of filling the host's disk (B8).
+DEFAULT_CPUS = 1.0
+DEFAULT_MEMORY_MIB = 4096
+DEFAULT_PIDS = 1024
+DEFAULT_WORKSPACE_MIB = 2048
+# the value that lifts a limit, in a profile and in the recording's header (None here)
+UNLIMITED = "unlimited"
+LIMIT_KEYS = ("cpus", "memory_mib", "pids", "workspace_mib")
+
+
 @dataclass(frozen=True)
 class Limits:
-    cpus: float | None = None
-    memory_mib: int | None = None
-    pids: int | None = None
+    """An environment's limits; None is unlimited (said so explicitly by a profile)."""
+
+    cpus: float | None = DEFAULT_CPUS
+    memory_mib: int | None = DEFAULT_MEMORY_MIB
+    pids: int | None = DEFAULT_PIDS
+    workspace_mib: int | None = DEFAULT_WORKSPACE_MIB  # the workspace's size
+
+    @classmethod
+    def none(cls) -> Limits:
+        """No limit at all (a test's or a check's own environment)."""
+        return cls(cpus=None, memory_mib=None, pids=None, workspace_mib=None)
+
+    def unlimited(self) -> list[str]:
+        """The keys without a limit."""
+        return [k for k in LIMIT_KEYS if getattr(self, k) is None]
+
+    def to_json(self) -> dict[str, Any]:
+        """Every key, an unlimited one as "unlimited" (the header's and a profile's form)."""
+        return {k: UNLIMITED if getattr(self, k) is None else getattr(self, k) for k in LIMIT_KEYS}
+
+
+def vm_size(limit: float | None, default: float, option: int) -> int:
+    """A VM's vCPUs or MiB of RAM: the limit (whole, at least one) when the profile set
+    one; at the default limit, the driver's own option (`vcpus`, `memory_mib`) up to
+    it, so that a guest sized by its options stays so and never exceeds the default;
+    "unlimited": the option."""
+    if limit is None:
+        return option
+    if limit == default:
+        return min(option, max(1, int(limit)))
+    return max(1, int(limit))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rtax_tui.core.model import Cell
+from rtax_tui.core.model import Cell, RtaxError
+
+# the most trials one run plans (each is an object in memory before the first one runs)
+PLAN_MAX = 2_000_000
+
+
+def _bounded(total: int, what: str) -> None:
+    if total > PLAN_MAX:
+        raise RtaxError(f"{what}: {total} trials in one run; at most {PLAN_MAX}")
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ def make_cells(
 
 
 def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[PlannedTrial]:
+    _bounded(len(cells) * (trials + warmup), "cells x (trials + warmup)")
     order: list[tuple[Cell, bool]] = [(c, True) for c in cells for _ in range(warmup)]
     measured = [(c, False) for c in cells for _ in range(trials)]
     random.Random(seed).shuffle(measured)
@@ -60,6 +69,7 @@ def build_capacity_plan(
     `batches` measured batches per cell and size, interleaved in a seeded order, so that
     a capacity curve's sizes and cells share the machine's drifts."""
     curve = (size,) if isinstance(size, int) else tuple(size)
+    _bounded(len(cells) * (sum(curve) * batches + min(curve)), "cells x sizes x batches")
     order: list[tuple[Cell, bool, int]] = [(c, True, min(curve)) for c in cells if warmup > 0]
     measured = [(c, False, n) for c in cells for n in curve for _ in range(batches)]
     random.Random(seed).shuffle(measured)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rtax_tui.core.inputs import CONCURRENCY_MAX, number_error
 from rtax_tui.core.model import MODES, RtaxError
 
 RESETS = ("recreate", "clean", "snapshot")
@@ -45,8 +46,9 @@ def parse_pool(body: Any, where: Callable[[str | None], str]) -> PoolSpec:
         if not isinstance(value, types) or isinstance(value, bool):
             raise RtaxError(f"{where(key)}: pool.{key}: expected {types[0].__name__}")
     size = body.get("size", PoolSpec.size)
-    if size < 1:
-        raise RtaxError(f"{where('size')}: pool.size: must be at least 1")
+    why = number_error(size, 1, CONCURRENCY_MAX, integer=True)
+    if why is not None:
+        raise RtaxError(f"{where('size')}: pool.size: {why}")
     reset = body.get("reset", PoolSpec.reset)
     if reset not in RESETS:
         raise RtaxError(f"{where('reset')}: pool.reset: {reset!r} (allowed: {', '.join(RESETS)})")

@@ -102,6 +102,12 @@ CHECKS: tuple[Check, ...] = (
     Check("memory_limit", GUARANTEE, "cgroups",
           "a memory hog past the limit is killed inside the environment, and the host "
           "still answers"),
+    Check("default_limits", GUARANTEE, "cgroups",
+          "an environment with the default limits (no probe overrides) stops a bounded fork "
+          "bomb of twice its default pids, and the host still answers"),
+    Check("workspace_size", GUARANTEE, "cgroups",
+          "a write of 64 MiB past the workspace's size stops at it (ENOSPC), and the free "
+          "space of the workspace's filesystem on the host drops by no more than the size"),
     Check("loopback_tcp", ESCAPE, "network",
           "a TCP listener the probe opened on the host's loopback is reachable"),
     Check("host_processes", ESCAPE, "processes",
@@ -112,6 +118,10 @@ CHECKS: tuple[Check, ...] = (
           "a process of the environment reads another one's memory (process_vm_readv) or "
           "takes its descriptors (pidfd_getfd), as it could a grader's running beside it; "
           "no host process is reached"),
+    Check("init_kill", ESCAPE, "processes",
+          "a step kills the environment's pid 1 and every process it can (`kill -9 1`, "
+          "`kill -9 -1`), and a later action succeeds without its environment's marker (it "
+          "ran somewhere else); failing as lost, or seeing the marker, is blocked"),
     Check("other_env", ESCAPE, "environments",
           "another live environment's workspace is visible"),
     Check("workspace_persists", GUARANTEE, "guarantees",
@@ -121,12 +131,28 @@ CHECKS: tuple[Check, ...] = (
     Check("pool_reuse_clean", GUARANTEE, "guarantees",
           "a pooled environment after its clean (or snapshot) reset shows the next trial "
           "nothing of the last one: files, processes, variables, cwd (core.probe_reuse)"),
+    Check("reset_links", GUARANTEE, "guarantees",
+          "a pooled environment's planting trial points links in /tmp, /workspace and "
+          "/dev/shm (and /dev/shm itself, where it can) at a host directory: after the "
+          "reset and the teardown, that directory and its file are intact on the host"),
+    Check("deep_tree", GUARANTEE, "guarantees",
+          "a 1,200-deep directory chain in the workspace and /tmp: the teardown does not "
+          "fail and the workspace's path on the host is gone"),
+    Check("cleanup_spares_live", GUARANTEE, "guarantees",
+          "`rtax cleanup` (the driver's cleanup of every run) while an environment is "
+          "alive: a later action in it succeeds and sees its marker"),
     Check("result_integrity", ESCAPE, "results",
           "earlier steps make a later step's failure read as a success: functions and "
           "aliases over the framing's tools, writing the shell's or init's memory, a "
           "background process printing frames (the recorded status differs from the real)"),
 )  # fmt: skip
 POOL_CHECK = "pool_reuse_clean"  # promised only where the driver has an in-place reset
+LINKS_CHECK = "reset_links"  # measured by the same pool: promised as POOL_CHECK
+RESET_CHECKS = frozenset({POOL_CHECK, LINKS_CHECK})
+# Checks whose step may fail by design (a failure is their evidence, not n/a).
+FAILING_STEPS = frozenset(
+    {"pids_limit", "memory_limit", "default_limits", "init_kill", "cleanup_spares_live"}
+)
 INTEGRITY_CHECK = "result_integrity"  # promised per channel: Driver.integrity(channel)
 BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 ALL_CHECKS: frozenset[str] = frozenset(BY_NAME)
@@ -210,7 +236,7 @@ def _own(check: str) -> str:
 def classify(name: str, out: Outcome, ctx: Context) -> Verdict:
     """The verdict of check `name` from its step's outcome and the host's observations."""
     check = BY_NAME[name]
-    if out.error is not None and name not in ("pids_limit", "memory_limit"):
+    if out.error is not None and name not in FAILING_STEPS:
         return _v(NA, f"the step failed: {out.error}", out.output)
     fn = _CLASSIFIERS[name]
     return fn(check, out, ctx)
@@ -426,6 +452,9 @@ def _host_answer(out: Outcome) -> tuple[bool, str]:
 
 
 def _pids(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    stated = out.observed.get("stated_none")
+    if stated:
+        return _v(BREACHED, f"the driver states it applies no pid limit ({stated}): not run")
     answered, host = _host_answer(out)
     if not answered:
         return _v(BREACHED, host, out.output)
@@ -512,6 +541,92 @@ def _fresh(check: Check, out: Outcome, ctx: Context) -> Verdict:
     return _v(HELD, "nothing of the earlier environment is visible", out.output)
 
 
+def _init_kill(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """`out`: the action after the kills; `observed`: `marked` (the marker was written
+    first), `killed` (the kill step's output or error)."""
+    killed = str(out.observed.get("killed", ""))
+    if "@samepidns" in killed:
+        why = "runs in the host's own pid namespace: `kill -9 -1` would kill the host's processes"
+        return _v(BREACHED, why + " (not sent)")
+    if "@nohostns" in killed:
+        return _v(NA, "the host's pid namespace is unknown: the kills were not sent")
+    if not out.observed.get("marked"):
+        return _v(NA, "the marker could not be written first", killed)
+    if out.error is not None:
+        return _v(BLOCKED, f"the later action failed as lost ({out.error})", killed)
+    if ctx.tokens.get(check.name, "\0") in out.output:
+        return _v(BLOCKED, "the later action ran in the same environment (its marker)", killed)
+    why = f"a later action succeeded (rc {out.rc}) without its environment's marker"
+    return _v(BREACHED, why, out.output)
+
+
+def _deep_tree(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """`observed`: `host_path` (the workspace's path on the host, or None and
+    `no_path`: why), `left` (the host still has it), `teardown_error`."""
+    path = out.observed.get("host_path")
+    if not path:
+        return _v(NA, str(out.observed.get("no_path") or "the workspace has no host path"))
+    made = [m for m in facts(out.output).get("made") or [] if not m.endswith(":0")]
+    if not made:
+        return _v(NA, "no directory chain could be made", out.output)
+    err = out.observed.get("teardown_error")
+    if err:
+        return _v(BREACHED, f"the teardown failed: {err}", out.output)
+    if out.observed.get("left"):
+        return _v(BREACHED, f"the host still has {path} after the teardown", out.output)
+    return _v(HELD, f"torn down: the host's {path} is gone", out.output)
+
+
+WORKSPACE_SLACK_MIB = 8  # a filesystem's own blocks, rounding
+
+
+def _workspace_size(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """`observed`: `limit_mib`, `host_drop_mib` (free space lost on the workspace's
+    filesystem on the host while the file was there; None: not measurable, `host_fs`)."""
+    limit = out.observed.get("limit_mib")
+    if not limit:
+        return _v(NA, "no workspace size was asked for")
+    f = facts(out.output)
+    wrote_s = (f.get("wrote_mib") or [""])[0]
+    if not wrote_s.isdigit():
+        return _v(NA, "the write did not report", out.output)
+    wrote, cap = int(wrote_s), int(limit) + WORKSPACE_SLACK_MIB
+    drop = out.observed.get("host_drop_mib")
+    fs = out.observed.get("host_fs") or "?"
+    host = "" if drop is None else f"; the host's {fs} lost {drop} MiB"
+    if drop is not None and float(drop) > cap:
+        why = f"the host's {fs} lost {drop} MiB for a {limit} MiB workspace"
+        return _v(BREACHED, why, out.output)
+    if wrote > cap:
+        return _v(BREACHED, f"wrote {wrote} MiB into a {limit} MiB workspace{host}", out.output)
+    if "enospc" in f or "edquot" in f:
+        stop = "ENOSPC" if "enospc" in f else "EDQUOT"
+        return _v(HELD, f"stopped at {wrote} MiB of {limit} ({stop}){host}", out.output)
+    return _v(NA, f"stopped at {wrote} MiB, but not for lack of space{host}", out.output)
+
+
+def _cleanup_spares(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """`out`: the action after the cleanup; `observed`: `cleanup` (what it said)."""
+    said = str(out.observed.get("cleanup", ""))
+    if out.error is not None:
+        return _v(BREACHED, f"after the cleanup ({said}) the live environment failed: {out.error}")
+    if ctx.tokens.get(check.name, "\0") in out.output:
+        return _v(HELD, f"the live environment survived the cleanup ({said})", out.output)
+    return _v(BREACHED, f"the cleanup ({said}) took the live environment's marker", out.output)
+
+
+def _reset_links(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """`out.output`: the planting trial's (`@link=` lines); `observed`: `intact`, `host`
+    (what the host found at the links' target after the reset and the teardown)."""
+    links = facts(out.output).get("link") or []
+    if not links:
+        return _v(NA, "no link could be planted", out.output)
+    where = ", ".join(links)
+    if out.observed.get("intact"):
+        return _v(HELD, f"links from {where}: {out.observed.get('host')}")
+    return _v(BREACHED, f"links from {where}: {out.observed.get('host')}")
+
+
 def reuse_verdict(output: str) -> Verdict:
     """`pool_reuse_clean` from its checking trial's output (core.probe_reuse): `LEFT
     file:/tmp process:/proc/12 ...` where it found the last trial's state, else CLEAN."""
@@ -577,6 +692,12 @@ _CLASSIFIERS = {
     "workspace_persists": _persists,
     "fresh_env": _fresh,
     POOL_CHECK: _reuse,
+    LINKS_CHECK: _reset_links,
+    "default_limits": _pids,
+    "workspace_size": _workspace_size,
+    "init_kill": _init_kill,
+    "deep_tree": _deep_tree,
+    "cleanup_spares_live": _cleanup_spares,
     INTEGRITY_CHECK: _integrity,
 }
 assert set(_CLASSIFIERS) == ALL_CHECKS
@@ -623,6 +744,7 @@ def build_document(events: Iterable[Mapping[str, Any]], **meta: Any) -> dict[str
                 "channel": ev["channel"],
                 "result": ev["result"],
                 "evidence": ev["evidence"],
+                "promised": bool(ev.get("promised")),
             }
         )
         c["promised"] = c["promised"] or bool(ev.get("promised"))
@@ -649,7 +771,11 @@ def summarize(checks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             breached.append(name)
         if c.get("promised"):
             promised += 1
-            if not passed(name, c["result"]):
+            # broken where a run that promised it did not pass (a channel that does not
+            # promise it, e.g. without an in-place reset, says n/a without breaking it)
+            runs = [r for r in c.get("runs") or [] if r.get("promised", True)]
+            results = [r["result"] for r in runs] if runs else [c["result"]]
+            if not all(passed(name, r) for r in results):
                 broken.append(name)
     return {
         **counts,

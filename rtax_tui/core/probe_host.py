@@ -67,6 +67,7 @@ class HostPlant:
     blockdevs: list[tuple[str, str, str, int, str]] = field(default_factory=list)
     boot: str = ""
     mntns: str = ""
+    pidns: str = ""
     memavail_mib: int | None = None
     loop: str = ""  # a loop device on a file holding a token (the block device sentinel)
     python3: str | None = None
@@ -107,7 +108,7 @@ async def plant(host: Any) -> HostPlant:
     if not is_local(host):
         for path in _planted_paths(p.hex, p.tmp, p.cache):
             track(host, path)
-    for key in ("tmp_sentinel", "cache_sentinel", "sock_dir"):
+    for key in ("tmp_sentinel", "cache_sentinel", "sock_dir", "links_dir"):
         if f.get(key):
             p.paths[key] = f[key][0]
     if f.get("root_sentinel"):
@@ -132,6 +133,7 @@ async def plant(host: Any) -> HostPlant:
     idf = facts(ident.stdout.decode(errors="replace"))
     p.boot = (idf.get("boot") or [""])[0]
     p.mntns = (idf.get("mntns") or [""])[0]
+    p.pidns = (idf.get("pidns") or [""])[0]
     try:
         p.listener = await _listen(p)
     except Exception as exc:  # the checks that need it say n/a, with this reason
@@ -228,6 +230,24 @@ async def host_answer(host: Any, timeout: float = 10.0) -> dict[str, Any]:
     if res.returncode != 0:
         return {"host_ms": None, "host_error": f"`true` returned {res.returncode}"}
     return {"host_ms": round((time.monotonic_ns() - t) / 1e6, 1)}
+
+
+async def free_mib(host: Any, path: str) -> tuple[int | None, str]:
+    """The free space (MiB) of the host's filesystem holding `path`, and its mount point."""
+    try:
+        res = await host.run(["sh", "-c", S.HOST_FREE, S.ARG0, path], timeout=30)
+    except Exception:
+        return None, ""
+    f = facts(res.stdout.decode(errors="replace"))
+    got = (f.get("free_mib") or [""])[0]
+    return (int(got) if got.isdigit() else None), (f.get("fs") or [""])[0]
+
+
+async def path_exists(host: Any, path: str) -> bool:
+    """`path` exists on the host (a link included)."""
+    script = 'test -e "$1" || test -L "$1"'
+    res = await host.run(["sh", "-c", script, S.ARG0, path], timeout=30)
+    return bool(res.returncode == 0)
 
 
 async def reached_host(p: HostPlant, name: str, dirs: list[str]) -> list[str]:

@@ -13,7 +13,9 @@ checking script's own command line never holds it.
 
 Held: the checking trial ran on the same environment (the pool's event says so) and
 found nothing. Breached: it found something (the reset let the last trial's state
-through). n/a: the driver has no clean (or snapshot) reset for this channel, or an
+through). `reset_links`: held when, after the reset and the teardown, the host
+directory and its file are intact (the host checks), breached when not.
+n/a: the driver has no clean (or snapshot) reset for this channel, or an
 environment did not start.
 """
 
@@ -27,7 +29,7 @@ from rtax_tui.core.events import Emitter
 from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Timeouts, Workload
 from rtax_tui.core.pool import EnvPool, effective_reset
 from rtax_tui.core.poolspec import PoolSpec
-from rtax_tui.core.probe import reuse_verdict
+from rtax_tui.core.probe import LINKS_CHECK, Context, Outcome, Verdict, classify, reuse_verdict
 
 TIMEOUT_S = 60.0
 
@@ -38,6 +40,17 @@ echo "$t" > "/tmp/.rtax-reuse-$t" 2>/dev/null
 [ -d /dev/shm ] && echo "$t" > "/dev/shm/.rtax-reuse-$t" 2>/dev/null
 echo "$t" > "/dev/.rtax-reuse-$t" 2>/dev/null
 if [ -L /dev/fd ]; then rm -f /dev/fd 2>/dev/null && mkdir /dev/fd 2>/dev/null; fi
+L=$3
+if [ -n "$L" ]; then
+  for d in /workspace /tmp /dev/shm; do
+    [ -d "$d" ] && ln -s "$L" "$d/.rtax-reuse-link-$t" 2>/dev/null && echo "@link=$d"
+  done
+  b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); m=$(readlink /proc/self/ns/mnt 2>/dev/null)
+  if [ "$5" != - ] && { [ "$b" != "$4" ] || [ "$m" != "$5" ]; }; then
+    mv /dev/shm "/dev/.rtax-shm-$t" 2>/dev/null && ln -s "$L" /dev/shm 2>/dev/null \
+      && echo "@link=/dev/shm (replaced)"
+  fi
+fi
 sh -c "sleep 3600; : $t" </dev/null >/dev/null 2>&1 &
 RTAX_REUSE_HIDDEN=$t setsid sh -c 'exec -a kworker sleep 3600' </dev/null >/dev/null 2>&1 &
 command -v ipcmk >/dev/null && { ipcmk -M 4096; ipcmk -Q; ipcmk -S 1; } >/dev/null 2>&1
@@ -50,7 +63,10 @@ CHECK = r"""t="$1$2"
 found=""
 for d in /workspace /tmp /dev/shm /dev; do
   [ -e "$d/.rtax-reuse-$t" ] && found="$found file:$d"
+  [ -L "$d/.rtax-reuse-link-$t" ] && found="$found link:$d"
 done
+[ -L /dev/shm ] && found="$found dev:/dev/shm"
+[ -e "/dev/.rtax-shm-$t" ] && found="$found dev:/dev/.rtax-shm"
 [ -d /dev/fd ] && [ ! -L /dev/fd ] && found="$found dev:/dev/fd"
 for p in /proc/[0-9]*; do
   case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) $(tr '\0' ' ' < "$p/environ" 2>/dev/null)" in
@@ -66,6 +82,13 @@ case "$(env)" in *"RTAX_REUSE_$t"*) found="$found env:RTAX_REUSE";; esac
 if [ -n "$found" ]; then echo "LEFT$found"; else echo CLEAN; fi
 """
 
+# On the host: the links' target directory, a real directory still holding its file.
+HOST_LINKS = r"""d=$1
+if [ -L "$d" ]; then echo "a link now"
+elif [ -d "$d" ]; then cat -- "$d/keep" 2>&1
+else echo "gone"; fi
+"""
+
 
 def in_place_reset(driver: Any, channel: str) -> tuple[str | None, str]:
     """The driver's in-place reset for `channel` (clean, else snapshot), or None and why."""
@@ -77,14 +100,27 @@ def in_place_reset(driver: Any, channel: str) -> tuple[str | None, str]:
 
 
 @dataclass(frozen=True)
+class LinksTarget:
+    """The host directory (holding `keep` with `token`) the planting trial links to,
+    and the host's boot_id and mount namespace (no /dev/shm is moved in the host's)."""
+
+    path: str
+    token: str
+    host_boot: str = ""
+    host_mntns: str = ""
+
+
+@dataclass(frozen=True)
 class ReuseResult:
     result: str  # "held", "breached", "n/a"
     evidence: str
+    links: Verdict | None = None  # `reset_links`, when a LinksTarget was given
 
 
-def _steps(channel: str) -> tuple[Step, Step, list[Step]]:
+def _steps(channel: str, links: LinksTarget | None) -> tuple[Step, Step, list[Step]]:
     a, b = os.urandom(4).hex(), os.urandom(4).hex()
-    plant = Step(("sh", "-c", PLANT, "plant", a, b), timeout_s=TIMEOUT_S)
+    ln = (links.path, links.host_boot or "-", links.host_mntns or "-") if links else ("", "", "")
+    plant = Step(("sh", "-c", PLANT, "plant", a, b, *ln), timeout_s=TIMEOUT_S)
     check = Step(("sh", "-c", CHECK, "check", a, b), timeout_s=TIMEOUT_S)
     extra = []
     if channel == "shell":  # the shell's own variables and cwd: the framed shell runs argv
@@ -92,14 +128,35 @@ def _steps(channel: str) -> tuple[Step, Step, list[Step]]:
     return plant, check, extra
 
 
+async def links_intact(host: Any, links: LinksTarget) -> tuple[bool, str]:
+    """On the host: is the directory still a directory, its file still the token?"""
+    res = await host.run(["sh", "-c", HOST_LINKS, "rtax-probe", links.path], timeout=TIMEOUT_S)
+    said = res.stdout.decode(errors="replace").strip()
+    if links.token in said:
+        return True, f"the host's {links.path}/keep is intact"
+    return False, f"the host's {links.path}: {said or 'gone'}"
+
+
+def _links_verdict(links: LinksTarget, planted: str, intact: bool, said: str) -> Verdict:
+    out = Outcome(output=planted, observed={"intact": intact, "host": said})
+    return classify(LINKS_CHECK, out, Context())
+
+
 async def check_reuse(
-    driver: Any, host: str, channel: str, reset: str = "clean", limits: Limits | None = None
+    driver: Any,
+    host: str,
+    channel: str,
+    reset: str = "clean",
+    limits: Limits | None = None,
+    links: LinksTarget | None = None,
 ) -> ReuseResult:
-    """Plant, release, reset, acquire the same environment, look (see the docstring)."""
+    """Plant, release, reset, acquire the same environment, look (see the docstring);
+    with `links`, then (after the pool's teardown) look on the host at its directory."""
     got, why = effective_reset(driver, channel, reset)
     if got != reset:
         return ReuseResult("n/a", why or "")
-    plant, check, extra = _steps(channel)
+    plant, check, extra = _steps(channel, links)
+    planted = ""
     spec = EnvSpec(
         cell=Cell(host, driver.name, "probe-reuse", channel, "pool"),
         workload=Workload("probe-reuse", (plant, *extra, check)),
@@ -130,6 +187,7 @@ async def check_reuse(
                     return ReuseResult(
                         "n/a", f"the planting trial failed: rc {res.rc} {res.output[-200:]!r}"
                     )
+                planted += res.output.decode(errors="replace")
         except Exception:
             healthy = False
             raise
@@ -149,5 +207,10 @@ async def check_reuse(
             pool.release(pe, True)
     finally:
         await pool.close()
+        if links is not None and planted:
+            intact, said = await links_intact(driver.host, links)
+            lv: Verdict | None = _links_verdict(links, planted, intact, said)
+        else:
+            lv = None
     v = reuse_verdict(res.output.decode(errors="replace").strip())
-    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}")
+    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}", lv)

@@ -7,7 +7,15 @@ For one host, driver and channel, three environments live, each as in a trial:
   last (`workspace_persists`), then, last, a bounded fork bomb and a memory hog;
 - **B** is started while A is alive and looks for A's marker (`other_env`);
 - **C** is started after A is torn down and looks for what A wrote in its
-  workspace and in /tmp (`fresh_env`).
+  workspace and in /tmp (`fresh_env`);
+- **D** runs `result_integrity`'s attacks (core.probe_reuse's pool runs the reuse
+  checks, `pool_reuse_clean` and `reset_links`);
+- **E**, with the default limits (`Limits()`), lives through the driver's `cleanup`
+  of every run (`cleanup_spares_live`), makes a deep directory chain and is torn
+  down (`deep_tree`), after a fork bomb of twice its default pids (`default_limits`);
+- **F** has its pid 1 and every process killed, then one more action (`init_kill`).
+
+A also fills its workspace past its size (`workspace_size`, PROBE_LIMITS' 64 MiB).
 
 Every step is declared in the environment's workload before it is created (the
 driver sees the same workload it would in a run: image choice, paths a workload
@@ -23,15 +31,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.core import events, probe_host
+from rtax_tui.core import events, probe_host, runlock
 from rtax_tui.core import probe_scripts as S
 from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from rtax_tui.core.probe import (
     BY_NAME,
     CHECKS,
     INTEGRITY_CHECK,
+    LINKS_CHECK,
     NA,
     POOL_CHECK,
+    RESET_CHECKS,
     SENTINEL_CHECKS,
     SOCKET_CHECKS,
     Context,
@@ -42,16 +52,21 @@ from rtax_tui.core.probe import (
     trim,
 )
 from rtax_tui.core.probe_host import HostPlant
-from rtax_tui.core.probe_reuse import check_reuse, in_place_reset
+from rtax_tui.core.probe_reuse import LinksTarget, check_reuse, in_place_reset
 
 # The probe's environments get these limits: the checks need limits to test.
-PROBE_LIMITS = Limits(cpus=1, memory_mib=256, pids=128)
+PROBE_LIMITS = Limits(cpus=1, memory_mib=256, pids=128, workspace_mib=64)
 STEP_TIMEOUT_S = 30.0
 HOG_TIMEOUT_S = 90.0
 ENV_TIMEOUT_S = 240.0  # create and ready each: a VM under TCG, a first libvirt connection
 TEARDOWN_TIMEOUT_S = 120.0
 BOMB_FACTOR = 3  # the fork bomb tries pids x 3 processes
 BOMB_DRAIN_S = 3.5  # its `sleep 3` processes end by themselves
+DEFAULT_BOMB_FACTOR = 2  # default_limits: twice the default pids
+DEFAULT_BOMB_SLEEP_S = 10  # long enough for every fork to start while the first still sleep
+FILL_PAST_MIB = 64  # workspace_size writes the limit and this much more
+DEEP_TREE_LEVELS = 1200
+NO_PID_LIMIT = "pids: none applied"  # in a driver's facts()["limits"]: it states no pid limit
 HOG_FACTOR = 2  # the memory hog asks for twice the limit
 HOG_HOST_MARGIN_MIB = 1024  # never hog on a host with less free memory than this, beyond it
 # Host directories the remount check writes into (a random dotfile, removed at once).
@@ -69,7 +84,13 @@ _LATER = frozenset(
         "pids_limit",
         "memory_limit",
         POOL_CHECK,
+        LINKS_CHECK,
         INTEGRITY_CHECK,
+        "default_limits",
+        "workspace_size",
+        "init_kill",
+        "deep_tree",
+        "cleanup_spares_live",
     }
 )
 # The steps after result_integrity's attacks, and the status each really has.
@@ -90,6 +111,12 @@ class _Names:
     fresh_token: str
     rw: str
     pvm_token: str
+    life: str
+    life_token: str
+    init: str
+    init_token: str
+    deep: str
+    fill: str
 
     @classmethod
     def new(cls) -> _Names:
@@ -101,6 +128,12 @@ class _Names:
             fresh_token=probe_host.token("fresh"),
             rw=f".rtax-probe-rw-{h}",
             pvm_token=probe_host.token("pvm"),
+            life=f".rtax-probe-life-{h}",
+            life_token=probe_host.token("life"),
+            init=f".rtax-probe-init-{h}",
+            init_token=probe_host.token("init"),
+            deep=f".rtax-probe-deep-{h}",
+            fill=f".rtax-probe-fill-{h}",
         )
 
 
@@ -131,6 +164,8 @@ class CellProbe:
                 "workspace_persists": self.n.mark_token,
                 "fresh_env": self.n.fresh_token,
                 "process_vm": self.n.pvm_token,
+                "cleanup_spares_live": self.n.life_token,
+                "init_kill": self.n.init_token,
             },
             paths=dict(plant.paths),
             sockets=plant.sockets,
@@ -198,6 +233,10 @@ class CellProbe:
             steps["host_processes"] = _step(S.PROCESSES_SEE, rtax_pid, str(lst.pid))
             steps["host_signal"] = _step(S.PROCESSES_SIGNAL, rtax_pid, str(lst.pid))
         steps["workspace_persists"] = _step(S.READ_FILE, n.mark)
+        if self.limits.workspace_mib:
+            fill = str(self.limits.workspace_mib + FILL_PAST_MIB)
+            steps["workspace_size"] = _step(S.WORKSPACE_FILL, fill, n.fill, timeout=HOG_TIMEOUT_S)
+            steps["fill_remove"] = _step(S.FILL_REMOVE, n.fill)
         if self.limits.pids:
             steps["pids_limit"] = _step(S.FORK_BOMB, str(self.limits.pids * BOMB_FACTOR))
         if self.limits.memory_mib:
@@ -205,11 +244,11 @@ class CellProbe:
             steps["memory_limit"] = _step(S.MEMORY_HOG, str(mib), timeout=HOG_TIMEOUT_S)
         return steps
 
-    def _spec(self, role: str, steps: list[Step]) -> EnvSpec:
+    def _spec(self, role: str, steps: list[Step], limits: Limits | None = None) -> EnvSpec:
         return EnvSpec(
             cell=Cell(self.host_name, self.drv.name, f"probe-{role}", self.channel),
             workload=Workload(f"probe-{role}", tuple(steps)),
-            limits=self.limits,
+            limits=limits or self.limits,
             label=self.label,
         )
 
@@ -242,6 +281,8 @@ class CellProbe:
             await self._run_fresh(decide)
         await self._run_reuse(decide)
         await self._run_integrity(decide)
+        await self._run_life(decide)
+        await self._run_init_kill(decide)
         for c in CHECKS:  # anything not decided above (a step that was never run)
             if c.name not in self.verdicts:
                 decide(c.name, Verdict(NA, "not measured (see the other checks' evidence)"))
@@ -305,6 +346,7 @@ class CellProbe:
             why = trim(f"the first action could not write its markers: {self.marks_output}")
             for name in ("workspace_persists", "other_env", "fresh_env"):
                 decide(name, Verdict(NA, why))
+        await self._run_fill(env, decide)
         await self._run_bomb(env, decide)
         await self._run_hog(env, decide)
 
@@ -326,10 +368,18 @@ class CellProbe:
         finally:
             await _down(env_b)
 
-    async def _run_bomb(self, env: Any, decide: Callable[[str, Verdict], None]) -> None:
-        step = self.steps.get("pids_limit")
+    async def _run_bomb(
+        self,
+        env: Any,
+        decide: Callable[[str, Verdict], None],
+        name: str = "pids_limit",
+        attempts: int = 0,
+        step: Step | None = None,
+    ) -> None:
+        step = step or self.steps.get(name)
+        attempts = attempts or (self.limits.pids or 0) * BOMB_FACTOR
         if step is None:
-            decide("pids_limit", Verdict(NA, "no pid limit was asked for"))
+            decide(name, Verdict(NA, "no pid limit was asked for"))
             return
 
         async def host_during() -> dict[str, Any]:
@@ -339,12 +389,131 @@ class CellProbe:
         act = asyncio.ensure_future(self._act(env, step))
         host = await host_during()
         out = await act
-        observed = {**host, "attempts": (self.limits.pids or 0) * BOMB_FACTOR}
+        observed = {**host, "attempts": attempts}
+        decide(name, classify(name, Outcome(out.output, out.rc, out.error, observed), self.ctx))
+        if name == "pids_limit":
+            await asyncio.sleep(BOMB_DRAIN_S)
+
+    async def _run_fill(self, env: Any, decide: Callable[[str, Verdict], None]) -> None:
+        """`workspace_size`: the host's free space on the workspace's filesystem before,
+        and while the file past the size is there; then the file is removed."""
+        step = self.steps.get("workspace_size")
+        if step is None:
+            decide("workspace_size", Verdict(NA, "no workspace size was asked for"))
+            return
+        path = _host_workspace(env)
+        before, fs = await probe_host.free_mib(self.plant.host, path) if path else (None, "")
+        out = await self._act(env, step)
+        after = (await probe_host.free_mib(self.plant.host, path))[0] if path else None
+        await self._act(env, self.steps["fill_remove"])
+        drop = before - after if before is not None and after is not None else None
+        observed = {"limit_mib": self.limits.workspace_mib, "host_drop_mib": drop, "host_fs": fs}
         decide(
-            "pids_limit",
-            classify("pids_limit", Outcome(out.output, out.rc, out.error, observed), self.ctx),
+            "workspace_size",
+            classify("workspace_size", Outcome(out.output, out.rc, out.error, observed), self.ctx),
         )
-        await asyncio.sleep(BOMB_DRAIN_S)
+
+    async def _run_life(self, decide: Callable[[str, Verdict], None]) -> None:
+        """Environment E, with the default limits: `cleanup_spares_live`, `deep_tree`
+        and `default_limits` (see the module's docstring)."""
+        n, dl = self.n, Limits()
+        mark, read = _step(S.WRITE_MARK, n.life, n.life_token), _step(S.READ_FILE, n.life)
+        deep = _step(S.DEEP_TREE, str(DEEP_TREE_LEVELS), n.deep, timeout=HOG_TIMEOUT_S)
+        stated = await _states_no_pid_limit(self.drv)
+        bomb = None
+        if dl.pids and not stated:
+            bomb = _step(
+                S.FORK_BOMB,
+                str(dl.pids * DEFAULT_BOMB_FACTOR),
+                str(DEFAULT_BOMB_SLEEP_S),
+                timeout=HOG_TIMEOUT_S,
+            )
+        names = ("cleanup_spares_live", "deep_tree", "default_limits")
+        try:
+            env = await _up(
+                self.drv, self._spec("e", [mark, read, deep, *([bomb] if bomb else [])], dl)
+            )
+        except Exception as exc:
+            why = trim(f"an environment with the default limits did not start: {_why(exc)}")
+            for name in names:
+                decide(name, Verdict(NA, why))
+            return
+        for path in (f"{self.plant.tmp}/{n.deep}", f"/tmp/{n.deep}"):
+            self.plant.extra_files.add(path)  # the local driver writes the host's /tmp
+            probe_host.track(self.plant.host, path)
+        torn = False
+        try:
+            wrote = await self._act(env, mark)
+            if wrote.error is None and f"wrote ./{n.life}" in wrote.output:
+                try:  # as `rtax cleanup` would, from another process: ours are live
+                    with runlock.as_another_process():
+                        got = await self.drv.cleanup(None)
+                    said = f"it removed {got} leftover(s), spared {runlock.take_spared()}"
+                except Exception as exc:
+                    said = f"it failed: {_why(exc)}"
+                out = await self._act(env, read)
+                out = Outcome(out.output, out.rc, out.error, {"cleanup": said})
+                decide("cleanup_spares_live", classify("cleanup_spares_live", out, self.ctx))
+            else:
+                why = trim(f"the marker could not be written: {wrote.error or wrote.output}")
+                decide("cleanup_spares_live", Verdict(NA, why))
+            path = _host_workspace(env)
+            made = await self._act(env, deep) if path else Outcome()
+            if bomb is None:
+                why = "no default pid limit" if not dl.pids else f"its facts: {stated}"
+                decide(
+                    "default_limits",
+                    classify("default_limits", Outcome(observed={"stated_none": why}), self.ctx)
+                    if stated
+                    else Verdict(NA, why),
+                )
+            else:
+                attempts = (dl.pids or 0) * DEFAULT_BOMB_FACTOR
+                await self._run_bomb(env, decide, "default_limits", attempts, bomb)
+            torn = True
+            err = await _down_err(env)
+            observed: dict[str, Any] = {"host_path": path, "teardown_error": err}
+            if not path:
+                observed["no_path"] = (
+                    "the driver keeps the workspace at no host path rtax can look at (a VM's "
+                    "disk image, a container's own layer: removed with them)"
+                )
+            elif made.error is None:
+                observed["left"] = await probe_host.path_exists(self.plant.host, path)
+            decide(
+                "deep_tree",
+                classify(
+                    "deep_tree", Outcome(made.output, made.rc, made.error, observed), self.ctx
+                ),
+            )
+        finally:
+            if not torn:
+                await _down(env)
+
+    async def _run_init_kill(self, decide: Callable[[str, Verdict], None]) -> None:
+        """Environment F: a marker, `kill -9 1` and `kill -9 -1`, then the marker read
+        back by a later action (`init_kill`)."""
+        n, p = self.n, self.plant
+        mark, read = _step(S.WRITE_MARK, n.init, n.init_token), _step(S.READ_FILE, n.init)
+        kill = _step(S.INIT_KILL, p.boot or "-", p.pidns or "-")
+        try:
+            env = await _up(self.drv, self._spec("f", [mark, kill, read]))
+        except Exception as exc:
+            decide("init_kill", Verdict(NA, trim(f"an environment did not start: {_why(exc)}")))
+            return
+        try:
+            wrote = await self._act(env, mark)
+            marked = wrote.error is None and f"wrote ./{n.init}" in wrote.output
+            killed = await self._act(env, kill) if marked else Outcome()
+            said = killed.output + (f"\n({killed.error})" if killed.error else "")
+            out = await self._act(env, read) if marked else Outcome()
+            observed = {"marked": marked, "killed": said}
+            decide(
+                "init_kill",
+                classify("init_kill", Outcome(out.output, out.rc, out.error, observed), self.ctx),
+            )
+        finally:
+            await _down(env)
 
     async def _run_hog(self, env: Any, decide: Callable[[str, Verdict], None]) -> None:
         step = self.steps.get("memory_limit")
@@ -447,14 +616,30 @@ class CellProbe:
         driver's in-place reset for this channel: clean, else snapshot; n/a without one."""
         reset, why = in_place_reset(self.drv, self.channel)
         if reset is None:
-            decide(POOL_CHECK, Verdict(NA, trim(why)))
+            for name in (POOL_CHECK, LINKS_CHECK):
+                decide(name, Verdict(NA, trim(why)))
             return
+        p = self.plant
+        links_dir = p.paths.get("links_dir")
+        links = (
+            LinksTarget(links_dir, p.tokens["tmp_sentinel"], p.boot, p.mntns) if links_dir else None
+        )
         try:
-            got = await check_reuse(self.drv, self.host_name, self.channel, reset, self.limits)
+            got = await check_reuse(
+                self.drv, self.host_name, self.channel, reset, self.limits, links
+            )
         except Exception as exc:
-            decide(POOL_CHECK, Verdict(NA, trim(f"the pooled environment failed: {_why(exc)}")))
+            why = trim(f"the pooled environment failed: {_why(exc)}")
+            for name in (POOL_CHECK, LINKS_CHECK):
+                decide(name, Verdict(NA, why))
             return
         decide(POOL_CHECK, Verdict(got.result, trim(got.evidence)))
+        if got.links is not None:
+            decide(LINKS_CHECK, got.links)
+        elif links is None:
+            decide(LINKS_CHECK, Verdict(NA, "the probe could not plant a directory on the host"))
+        else:
+            decide(LINKS_CHECK, Verdict(NA, trim(f"not measured: {got.evidence}")))
 
 
 def _why(exc: BaseException) -> str:
@@ -474,6 +659,30 @@ async def _up(drv: Any, spec: EnvSpec) -> Any:
         await _down(env)
         raise
     return env
+
+
+def _host_workspace(env: Any) -> str:
+    """The environment's workspace on the host, when the driver keeps one there."""
+    ws = getattr(env, "workspace", None) or getattr(env, "host_workspace", None)
+    return ws if isinstance(ws, str) and ws.startswith("/") else ""
+
+
+async def _states_no_pid_limit(drv: Any) -> str:
+    """What the driver's facts say of its limits, where they state no pid limit."""
+    try:
+        got = (await drv.facts()).get("limits")
+    except Exception:
+        return ""
+    return got if isinstance(got, str) and NO_PID_LIMIT in got else ""
+
+
+async def _down_err(env: Any) -> str | None:
+    """The teardown, and what went wrong with it (None: nothing)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(env.teardown()), TEARDOWN_TIMEOUT_S)
+    except Exception as exc:
+        return _why(exc)
+    return None
 
 
 async def _down(env: Any) -> None:
@@ -587,9 +796,9 @@ async def run_probe(
                         continue
                     cell = CellProbe(drv, host_name, ch, plant, limits=limits, label=label)
 
-                    pr_ch = promised  # the reuse check: promised only with an in-place reset
+                    pr_ch = promised  # the reuse checks: promised only with an in-place reset
                     if in_place_reset(drv, ch)[0] is None:
-                        pr_ch = pr_ch - {POOL_CHECK}
+                        pr_ch = pr_ch - RESET_CHECKS
                     if integrity_of(drv, ch) is not None:  # and integrity where stated
                         pr_ch = pr_ch - {INTEGRITY_CHECK}
 

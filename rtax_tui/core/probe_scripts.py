@@ -11,7 +11,8 @@ then `n/a`, never a guess).
 Nothing here may harm the host, even on the `local` driver, where the
 environment *is* the host: sysctl and sysfs writes put back the value just read;
 device nodes are read (4 KiB), never written; the fork bomb is bounded and its
-processes end by themselves in 3 s; the module "loaded" is 64 bytes of text that
+processes end by themselves in 3 s (`default_limits`': 10 s, in a cgroup's limit, and
+torn down with their environment); the module "loaded" is 64 bytes of text that
 the kernel's loader refuses; remounts are tried only in a mount namespace that is
 not the host's; every file written carries a random name and is removed.
 """
@@ -27,6 +28,7 @@ ARG0 = "rtax-probe"
 IDENTIFY = r"""
 echo "@boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
 echo "@mntns=$(readlink /proc/self/ns/mnt 2>/dev/null)"
+echo "@pidns=$(readlink /proc/self/ns/pid 2>/dev/null)"
 echo "@uid=$(id -u 2>/dev/null)"
 echo "@pwd=$(pwd)"
 command -v python3 >/dev/null 2>&1 && echo "@python3=yes"
@@ -281,10 +283,12 @@ echo "after: $(tr '\n' ' ' </proc/self/cgroup)"
 # A bounded fork bomb: up to $1 background `sleep 3`, counted with builtins only (no
 # fork is needed to report once forks fail); they all end by themselves in 3 s.
 FORK_BOMB = r"""
-n=$1; c=./.rtax-probe-forks; e=./.rtax-probe-forkerr
+n=$1; s=${2:-3}; c=./.rtax-probe-forks; e=./.rtax-probe-forkerr
 echo 0 >"$c"
 ( i=0
-  while [ "$i" -lt "$n" ]; do sleep 3 </dev/null >/dev/null 2>&1 & i=$((i+1)); echo "$i" >"$c"; done
+  while [ "$i" -lt "$n" ]; do
+    sleep "$s" </dev/null >/dev/null 2>&1 & i=$((i+1)); echo "$i" >"$c"
+  done
 ) 2>"$e"
 read -r k <"$c"; echo "@spawned=$k"; echo "started $k of $n processes"
 if read -r err <"$e"; then echo "fork refused: $err"; fi
@@ -454,6 +458,67 @@ done
 echo "looked for $1 in ./ /tmp ${TMPDIR:-/tmp}"
 """
 
+# The environment's own marker (args: its name, its token), for the checks that must
+# tell a later action in the same environment from one that ran somewhere else.
+WRITE_MARK = r"""
+printf '%s\n' "$2" >"./$1" && echo "wrote ./$1 in $(pwd)"
+"""
+
+# Kills the environment's pid 1, then every process it can signal (`kill -9 -1`).
+# Never in the host's own pid namespace (args: the host's boot_id and pid namespace):
+# there it would kill the host's processes; `@samepidns` says so and nothing is sent
+# (nor where the host's namespace is unknown: `@nohostns`).
+INIT_KILL = r"""
+if [ -z "$2" ] || [ "$2" = - ]; then
+  echo "@nohostns"; echo "the host's pid namespace is unknown: not sent"; exit 0
+fi
+b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); ns=$(readlink /proc/self/ns/pid 2>/dev/null)
+if [ "$b" = "$1" ] && [ -n "$ns" ] && [ "$ns" = "$2" ]; then
+  echo "@samepidns=$ns"; echo "the host's own pid namespace: not sent"; exit 0
+fi
+echo "pid 1: $(tr '\0' ' ' </proc/1/cmdline 2>/dev/null | cut -c1-80)"
+kill -9 1 2>&1 && echo "kill -9 1: sent"
+kill -9 -1 2>&1 && echo "kill -9 -1: sent"
+"""
+
+# A directory chain at least $1 deep in the working directory and in /tmp, under a name
+# of ours ($2): 200 levels of `dddd/` a call, nested by renaming the chain so far into
+# a new one's deepest level, so no path a call is given reaches PATH_MAX while the
+# deepest absolute path does (1,200 levels: over 6,000 bytes); few processes.
+DEEP_TREE = r"""
+n=$1; top=$(pwd); seg=""; k=0
+while [ "$k" -lt 200 ]; do seg="${seg}dddd/"; k=$((k+1)); done
+for base in "$top" /tmp; do
+  ( cd "$base" 2>/dev/null && mkdir "$2" && cd "$2" && mkdir -p "t/$seg" || exit 0
+    i=200
+    while [ "$i" -lt "$n" ] && mkdir -p "n/$seg" && mv t "n/${seg}t" && mv n t; do
+      i=$((i+201))
+    done
+    echo "@made=$base:$i" )
+done
+"""
+
+# Fills the workspace with $1 MiB (past its limit) in ./$2, and says how much it
+# wrote and why it stopped; the file stays until FILL_REMOVE (the host measures first).
+WORKSPACE_FILL = r"""
+f=./$2
+err=$(dd if=/dev/zero of="$f" bs=1048576 count="$1" 2>&1); rc=$?
+sz=$(wc -c <"$f" 2>/dev/null || echo 0)
+echo "@wrote_mib=$((sz >> 20))"
+echo "dd rc $rc: $(printf '%s\n' "$err" | head -n 1)"
+case $err in *"No space left"*) echo "@enospc";; esac
+case $err in *"quota exceeded"*) echo "@edquot";; esac
+"""
+
+FILL_REMOVE = r"""
+rm -f -- "./$1" && echo removed
+"""
+
+# The free space (MiB) of the filesystem holding $1, on the host.
+HOST_FREE = r"""
+df -Pk -- "$1" 2>/dev/null | awk 'NR == 2 { print "@free_mib=" int($4 / 1024); print "@fs=" $6 }'
+"""
+
 # -- on the host -------------------------------------------------------------------
 
 # Plants the sentinels and reports what the host has. Args: hex, tmp dir ("" = the
@@ -471,6 +536,7 @@ plant "/root/.rtax-probe-$hex" sentinel "$t_root" 2>/dev/null \
 [ -d /usr/local ] && plant "/usr/local/.rtax-probe-$hex" sentinel "$t_usr" 2>/dev/null \
   && echo "@usr_local_sentinel=/usr/local/.rtax-probe-$hex/sentinel"
 if c=$(md5sum 2>/dev/null </proc/cmdline); then echo "@cmdline=${c%% *}"; fi
+plant "$tmp/rtax-probe-$hex/links" keep "$t_tmp" && echo "@links_dir=$tmp/rtax-probe-$hex/links"
 mkdir -m 0755 "$tmp/rtax-probe-sock-$hex" && echo "@sock_dir=$tmp/rtax-probe-sock-$hex"
 echo "@cache=$cache"
 echo "@tmp=$tmp"
@@ -518,7 +584,7 @@ hex=$1; tmp=$2; cache=$3; loop=$4; shift 4
 [ -n "$loop" ] && losetup -d "$loop" 2>/dev/null
 rm -rf -- "$tmp/rtax-probe-$hex" "$tmp/rtax-probe-sock-$hex" "$tmp/rtax-probe-blk-$hex" \
   "$cache/probe-$hex" "/root/.rtax-probe-$hex" "/usr/local/.rtax-probe-$hex"
-rm -f -- "$@"
+rm -rf -- "$@"
 """
 
 # The probe's own host process: a unix socket and a loopback TCP listener that log

@@ -13,8 +13,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.core.inputs import (
+    BATCH_MAX,
+    BATCHES_MAX,
+    CONCURRENCY_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MIB_MAX,
+    PROFILE_MAX,
+    SECONDS_MAX,
+    TRIALS_MAX,
+    decode_utf8,
+    number_error,
+    read_input,
+)
 from rtax_tui.core.model import (
     CHANNELS,
+    UNLIMITED,
     Limits,
     OptionError,
     RtaxError,
@@ -47,7 +62,13 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "modes": (list,),
     },
     "timeouts": {k: (int, float) for k in ("create", "ready", "action", "teardown", "barrier")},
-    "limits": {"cpus": (int, float), "memory_mib": (int,), "pids": (int,)},
+    # a number, or "unlimited" (checked by _limit)
+    "limits": {
+        "cpus": (int, float, str),
+        "memory_mib": (int, str),
+        "pids": (int, str),
+        "workspace_mib": (int, str),
+    },
     "capacity": {
         "size": (int,),
         "batches": (int,),
@@ -60,6 +81,40 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     },
     "pool": POOL_KEYS,  # checked by core.poolspec.parse_pool
 }
+# The range of every number a profile holds, (table, key) -> (least, most); an integer
+# key's type says integer. Checked where the key is read, so the error names its line.
+_RANGES: dict[tuple[str, str], tuple[float, float]] = {
+    ("run", "seed"): (INT64_MIN, INT64_MAX),
+    ("run", "trials"): (1, TRIALS_MAX),
+    ("run", "warmup"): (0, TRIALS_MAX),
+    ("run", "concurrency"): (1, CONCURRENCY_MAX),
+    **{("timeouts", k): (0.001, SECONDS_MAX) for k in _SCHEMA["timeouts"]},
+    ("capacity", "size"): (1, BATCH_MAX),
+    ("capacity", "batches"): (1, BATCHES_MAX),
+    ("capacity", "deadline_s"): (0.001, SECONDS_MAX),
+    ("capacity", "cpus"): (0.01, 1 << 20),
+    ("capacity", "memory_mib"): (1, MIB_MAX),
+    ("capacity", "swap_mib"): (0, MIB_MAX),
+    ("capacity", "touch_mib"): (1, 1 << 20),
+    ("capacity", "sizes"): (1, BATCH_MAX),  # each
+    ("hosts", "port"): (1, 65535),
+    ("hosts", "concurrency"): (1, CONCURRENCY_MAX),
+    ("steps", "timeout_s"): (0.001, SECONDS_MAX),
+    ("steps", "expect_rc"): (INT64_MIN, INT64_MAX),
+}
+
+
+def _check_range(where: str, table: str, key: str, value: Any, label: str = "") -> None:
+    """`value` within `_RANGES[(table, key)]` (an integer when the schema says only int)."""
+    lo, hi = _RANGES[(table, key)]
+    integer = isinstance(value, int) and not isinstance(value, float)
+    why = number_error(value, lo, hi, integer)
+    if why is not None:
+        if why.startswith("must be at least") and (table, key) == ("capacity", "sizes"):
+            why = "each " + why
+        raise ProfileError(f"{where}: {label or f'{table}.{key}'}: {why}")
+
+
 _STEP_KEYS = {
     "argv": (list,),
     "expect_rc": (int, str),
@@ -135,7 +190,7 @@ class Profile:
             "workloads": list(self.workloads),
             "channels": list(self.channels),
             "timeouts": vars(self.timeouts).copy(),
-            "limits": vars(self.limits).copy(),
+            "limits": self.limits.to_json(),
             "capacity": vars(self.capacity).copy() if self.capacity else None,
             "driver_options": self.driver_options,
         }
@@ -216,6 +271,20 @@ class Profile:
             raise ProfileError(f"{locate('capacity')}: capacity.sizes: each must be at least 1")
         if self.capacity is not None and self.capacity.touch_mib < 1:
             raise ProfileError(f"{locate('capacity')}: capacity.touch_mib: must be at least 1")
+        from rtax_tui.core.plan import PLAN_MAX
+
+        cells = len(self.hosts) * len(self.drivers) * len(self.workloads) * len(self.channels)
+        cells *= len(self.run_modes)
+        if self.capacity is not None:
+            curve = self.capacity.curve
+            total, key = cells * (sum(curve) * self.capacity.batches + min(curve)), "capacity"
+        else:
+            total, key = cells * (self.trials + self.warmup), "trials"
+        if total > PLAN_MAX:
+            raise ProfileError(
+                f"{locate(key)}: {key}: {total} trials in one run ({cells} cells); "
+                f"at most {PLAN_MAX}"
+            )
         if self.capacity is not None and "pool" in self.run_modes:
             raise ProfileError(
                 f"{locate('modes')}: pool: a capacity run starts its batches cold "
@@ -260,6 +329,12 @@ def _line_of(text: str, table: str, key: str | None) -> int:
             and re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line)
         ):
             return n
+    if key is not None and table:  # `run.trials = 0`, `run = { trials = 0 }`
+        last = re.escape(table.rsplit(".", 1)[-1])
+        both = re.compile(rf"\b{last}\"?\s*[.=].*?\b{re.escape(key)}\"?\s*=")
+        for n, line in enumerate(text.splitlines(), 1):
+            if both.search(line):
+                return n
     return header_line
 
 
@@ -271,6 +346,38 @@ def _type_name(types: tuple[type, ...]) -> str:
 def _check_type(where: str, key: str, value: Any, types: tuple[type, ...]) -> None:
     if isinstance(value, bool) or not isinstance(value, types):
         raise ProfileError(f"{where}: {key}: expected {_type_name(types)}, got {value!r}")
+
+
+# The largest limit each key takes: a MiB count whose bytes still fit in a signed
+# 64-bit integer (what cgroups, docker and the kernel take), a pid count the same.
+_LIMIT_MAX = {"cpus": 1 << 20, "memory_mib": (1 << 43) - 1, "pids": (1 << 63) - 1}
+_LIMIT_MAX["workspace_mib"] = _LIMIT_MAX["memory_mib"]
+
+
+def _limit(where: str, key: str, value: Any) -> float | int | None:
+    """One `[limits]` value: a positive number (an integer but for cpus), or
+    "unlimited" (None); anything else is a one-line ProfileError naming the key."""
+    if value == UNLIMITED:
+        return None
+    want = "a positive number" if key == "cpus" else "a positive integer"
+    allowed = f'{want} or "unlimited"'
+    ok_type = (int, float) if key == "cpus" else (int,)
+    if isinstance(value, bool) or not isinstance(value, ok_type):
+        raise ProfileError(f"{where}: limits.{key}: expected {allowed}, got {value!r}")
+    if isinstance(value, float) and value != value:  # nan
+        raise ProfileError(f"{where}: limits.{key}: expected {allowed}, got {value!r}")
+    least = 0.01 if key == "cpus" else 1
+    if value < least:
+        raise ProfileError(
+            f"{where}: limits.{key}: must be at least {least} "
+            f'(no limit is "unlimited"), got {value!r}'
+        )
+    if value > _LIMIT_MAX[key]:
+        raise ProfileError(
+            f"{where}: limits.{key}: at most {_LIMIT_MAX[key]} "
+            f'(no limit is "unlimited"), got {value!r}'
+        )
+    return float(value) if key == "cpus" else value
 
 
 def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str], str]) -> None:
@@ -286,21 +393,42 @@ def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str]
 
 def load_profile(path: str | Path) -> Profile:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ProfileError(f"{p}: cannot read profile ({exc.strerror})") from None
+    text = decode_utf8(read_input(p, "profile", PROFILE_MAX, ProfileError), str(p), "the profile",
+                       ProfileError)  # fmt: skip
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{p}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise ProfileError(f"{p}: not valid TOML: nested too deeply") from None
     return parse_profile(data, text, str(p), default_name=p.stem)
+
+
+def _check_integers(data: dict[str, Any], where: Callable[[str, str | None], str]) -> None:
+    """No integer past 64 bits in `data`: what a profile holds goes into the recording's
+    header, which holds 64-bit integers (a driver's own option too)."""
+    todo: list[tuple[str, str, Any]] = [("", k, v) for k, v in data.items()]
+    while todo:
+        table, key, value = todo.pop()
+        if isinstance(value, dict):
+            sub = f"{table}.{key}" if table else key
+            todo += [(sub, k, v) for k, v in value.items()]
+        elif isinstance(value, list):
+            todo += [(table, key, v) for v in value]
+        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            name = f"{table}.{key}" if table else key
+            raise ProfileError(
+                f"{where(table, key)}: {name}: integers are of 64 bits at most "
+                f"(got one of {value.bit_length()} bits)"
+            )
 
 
 def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str) -> Profile:
     def where(table: str, key: str | None) -> str:
         return f"{path}:{_line_of(text, table, key)}"
 
+    # the tables the schema below does not bound number by number
+    _check_integers({k: v for k, v in data.items() if k in ("drivers_options", "workloads")}, where)
     known_tables = set(_SCHEMA) - {""} | {"workloads", "drivers_options", "hosts"}
     kw: dict[str, Any] = {"name": default_name, "path": path}
     for key, value in data.items():
@@ -329,6 +457,9 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                     f"{where(table, key)}: {table}.{key}: unknown key "
                     f"(allowed: {', '.join(_SCHEMA[table])})"
                 )
+            if table == "limits":
+                _limit(where(table, key), key, value)
+                continue
             _check_type(where(table, key), f"{table}.{key}", value, _SCHEMA[table][key])
             if isinstance(value, list):
                 item_types: tuple[type, ...] = (
@@ -336,8 +467,10 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                 )
                 for item in value:
                     _check_type(where(table, key), f"{table}.{key}", item, item_types)
-            if isinstance(value, (int, float)) and value < 0:
-                raise ProfileError(f"{where(table, key)}: {table}.{key}: must not be negative")
+                    if (table, key) in _RANGES:
+                        _check_range(where(table, key), table, key, item)
+            elif (table, key) in _RANGES:
+                _check_range(where(table, key), table, key, value)
 
     run = data.get("run", {})
     for key in ("seed", "trials", "warmup", "concurrency"):
@@ -349,7 +482,10 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
     if "timeouts" in data:
         kw["timeouts"] = Timeouts(**{k: float(v) for k, v in data["timeouts"].items()})
     if "limits" in data:
-        kw["limits"] = Limits(**data["limits"])
+        given: dict[str, Any] = {
+            k: _limit(where("limits", k), k, v) for k, v in data["limits"].items()
+        }
+        kw["limits"] = Limits(**given)
     if "capacity" in data:
         cap = dict(data["capacity"])
         if "sizes" in cap:
@@ -401,8 +537,8 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
         if "address" not in body:
             raise ProfileError(f"{where(table, None)}: {table}.address: required")
         for key in ("port", "concurrency"):
-            if key in body and body[key] < 1:
-                raise ProfileError(f"{where(table, key)}: {table}.{key}: must be at least 1")
+            if key in body:
+                _check_range(where(table, key), "hosts", key, body[key], f"{table}.{key}")
         tables[name] = dict(body)
     kw["host_tables"] = tables
 
@@ -436,6 +572,8 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
                         f"(allowed: {', '.join(_STEP_KEYS)})"
                     )
                 _check_type(loc, f"{table}.steps[{i}].{key}", value, _STEP_KEYS[key])
+                if ("steps", key) in _RANGES and not isinstance(value, str):
+                    _check_range(loc, "steps", key, value, f"{table}.steps[{i}].{key}")
             argv = raw.get("argv")
             if not argv or not all(isinstance(a, str) for a in argv):
                 raise ProfileError(f"{loc}: {table}.steps[{i}].argv: a non-empty list of strings")

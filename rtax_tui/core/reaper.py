@@ -10,7 +10,6 @@ registration keeps the cost off the measured paths.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -188,14 +187,13 @@ def _reap(
         except ImportError:
             pass
     time.sleep(0.05)
-    for path in paths:  # directories (workspaces) and single files (probe markers)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+    from rtax_tui.core import safefs
+
+    for path in paths:  # directories (workspaces, maybe tmpfs mounts) and single files
+        try:
+            safefs.remove_workspace(path)  # unmounts, then never follows a link
+        except OSError:
+            pass
     for spec in containers:
         try:
             _remove_containers(spec)

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from rtax_tui.core.events import EVENT_FIELDS, FORMAT, DecodeError, decode, encode, missing_fields
+from rtax_tui.core.events import (
+    EVENT_CHECKS,
+    EVENT_FIELDS,
+    FORMAT,
+    DecodeError,
+    check_event,
+    decode,
+    encode,
+)
+from rtax_tui.core.inputs import RECORDING_MAX, read_input
 from rtax_tui.core.model import RtaxError
 
 __all__ = ["EVENT_FIELDS", "Recording", "RecordingError", "RecordingWriter", "encode"]
@@ -71,15 +80,10 @@ class Recording:
 
 
 def _check_event(path: str, lineno: int, ev: Any) -> dict[str, Any]:
-    if not isinstance(ev, dict):
-        raise RecordingError(f"{path}:{lineno}: an event must be a JSON object")
-    etype = ev.get("type")
-    missing = missing_fields(ev)
-    if missing is None:
-        raise RecordingError(f"{path}:{lineno}: unknown event type {etype!r}")
-    if missing:
-        raise RecordingError(f"{path}:{lineno}: {etype} event lacks {', '.join(missing)}")
-    return ev
+    why = check_event(ev)
+    if why is not None:
+        raise RecordingError(f"{path}:{lineno}: {why}")
+    return ev  # type: ignore[no-any-return]
 
 
 def _parse(path: str, lineno: int, raw: bytes) -> dict[str, Any]:
@@ -92,11 +96,7 @@ def _parse(path: str, lineno: int, raw: bytes) -> dict[str, Any]:
 
 def read_recording(path: str | Path) -> Recording:
     p = str(path)
-    try:
-        data = Path(p).read_bytes()
-    except OSError as exc:
-        raise RecordingError(f"{p}: cannot open ({exc.strerror})") from None
-    return read_bytes(p, data)
+    return read_bytes(p, read_input(p, "the recording", RECORDING_MAX, RecordingError))
 
 
 def read_stream(name: str, lines: Iterable[bytes]) -> Recording:
@@ -119,17 +119,17 @@ def _read_lines(name: str, data: bytes) -> Recording:
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the data ends with a newline
     loads = decode
-    fields_of = EVENT_FIELDS
+    checks = EVENT_CHECKS
     header: dict[str, Any] | None = None
     events: list[dict[str, Any]] = []
     append = events.append
     for lineno, raw in enumerate(lines, 1):
         try:
             ev = loads(raw)
-            fields = fields_of[ev["type"]]
-            for f in fields:
-                ev[f]  # noqa: B018 - a missing field raises KeyError
+            fits = checks[ev["type"]](ev)  # a missing field raises KeyError
         except Exception:
+            fits = False
+        if not fits:
             if not raw.strip():
                 continue
             ev = _parse(name, lineno, raw)  # raises with the precise reason

@@ -225,10 +225,16 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
         "status": end.get("status") if end is not None else "incomplete",
         "torn_tail": rec.torn_tail,
         "trials": n_starts,
+        # the limits every environment got (run.limits); "unknown" in a recording made
+        # before rtax recorded them
+        "limits": h["limits"] if isinstance(h.get("limits"), dict) else "unknown",
     }
     hosts = _host_info(h.get("hosts"))
     if hosts:  # remote hosts only: a local run's report keeps its shape
         info["hosts"] = hosts
+    applied = _limits_applied(h.get("hosts"))
+    if applied:  # what each driver did with the limits (its facts say)
+        info["limits_applied"] = applied
     bounds = _boundaries(h.get("hosts"))
     if bounds:  # recordings made before `rtax probe` existed keep their shape
         info["boundaries"] = bounds
@@ -243,6 +249,27 @@ def _forgeable(hosts: Any) -> dict[str, str]:
     for every channel whose driver does not state that results hold (header's
     `integrity`)."""
     out: dict[str, str] = {}
+    for key, facts in _driver_facts(hosts):
+        got = facts.get("integrity")
+        if isinstance(got, dict):
+            for ch, why in got.items():
+                if why is not None:
+                    out[f"{key}/{ch}"] = str(why)
+    return out
+
+
+def _limits_applied(hosts: Any) -> dict[str, str]:
+    """`host/driver` -> how the driver applied the limits (its `limits` fact)."""
+    out: dict[str, str] = {}
+    for key, facts in _driver_facts(hosts):
+        if isinstance(facts.get("limits"), str):
+            out[key] = facts["limits"]
+    return out
+
+
+def _driver_facts(hosts: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(`host/driver`, the driver's facts) for every driver the header describes."""
+    out: list[tuple[str, dict[str, Any]]] = []
     if not isinstance(hosts, dict):
         return out
     for name, f in hosts.items():
@@ -250,11 +277,8 @@ def _forgeable(hosts: Any) -> dict[str, str]:
         if not isinstance(drivers, dict):
             continue
         for d, facts in drivers.items():
-            got = facts.get("integrity") if isinstance(facts, dict) else None
-            if isinstance(got, dict):
-                for ch, why in got.items():
-                    if why is not None:
-                        out[f"{name}/{d}/{ch}"] = str(why)
+            if isinstance(facts, dict):
+                out.append((f"{name}/{d}", facts))
     return out
 
 

@@ -20,16 +20,18 @@ missed.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = [
     "LIVE_SH",
     "RUNS_DIR_SH",
+    "as_another_process",
     "hold",
     "is_live",
     "live_labels",
@@ -94,9 +96,23 @@ echo "#live $n"
 TOKEN = f"{os.getpid()}-{os.urandom(4).hex()}"
 
 
+_FOREIGN = [False]  # as_another_process() is on: this process's locks count as live
+
+
+@contextlib.contextmanager
+def as_another_process() -> Iterator[None]:
+    """Cleanups in this block see this process's own locks as another process's (live):
+    what a separate `rtax cleanup` would see (the probe's `cleanup_spares_live`)."""
+    _FOREIGN[0] = True
+    try:
+        yield
+    finally:
+        _FOREIGN[0] = False
+
+
 def script(text: str) -> str:
     """A script embedding LIVE_SH, told which locks are this process's own."""
-    return text.replace("@SELF@", f"*{TOKEN}*")
+    return text.replace("@SELF@", "@none@" if _FOREIGN[0] else f"*{TOKEN}*")
 
 
 def remote_lock_id() -> str:
@@ -204,7 +220,7 @@ def live_runs() -> list[set[str]]:
         return []
     out = []
     for n in names:
-        if TOKEN in n:
+        if TOKEN in n and not _FOREIGN[0]:
             continue  # this process's own
         path = os.path.join(d, n)
         try:

@@ -149,6 +149,7 @@ class Session:
                 argv=self.argv,
                 profile=prof,
                 hosts=facts,
+                limits=self.profile.limits.to_json(),
             )
         )
         try:

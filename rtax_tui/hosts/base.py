@@ -135,15 +135,21 @@ class Host(ABC):
 
     @abstractmethod
     async def make_workspace(
-        self, prefix: str, src: str | None = None, owner: int | None = None
+        self,
+        prefix: str,
+        src: str | None = None,
+        owner: int | None = None,
+        size_mib: int | None = 1024,
     ) -> str:
         """A fresh directory `<host tmp>/<prefix>XXXX` holding a copy of the controller's
         directory `src`, given (links not followed) to uid and gid `owner` if set;
-        tracked as a leftover until `remove_tree`."""
+        tracked as a leftover until `remove_tree`. With `size_mib` it is its own tmpfs
+        of that size (writes past it fail with ENOSPC); None: a plain directory."""
 
     @abstractmethod
     async def remove_tree(self, path: str) -> None:
-        """Remove a directory tree and stop tracking it."""
+        """Unmount a workspace's tmpfs, remove the directory tree (never following a link
+        nor crossing a mount) and stop tracking it."""
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write `data` to `path` on the host atomically (its directory is made)."""

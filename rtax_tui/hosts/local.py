@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rtax_tui.core import reaper
+from rtax_tui.core import reaper, safefs
 from rtax_tui.core.model import PhaseFailure
 from rtax_tui.hosts import spawn
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
@@ -56,18 +55,24 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
                 pass
 
 
-def _fill(path: str, src: str, owner: int | None) -> None:
-    shutil.copytree(src, path, symlinks=True, dirs_exist_ok=True)
-    if owner is not None:
-        chown_tree(path, owner)
+def _fill(path: str, src: str | None, owner: int | None, size_mib: int | None) -> None:
+    """Mount the workspace's tmpfs (root's until filled), copy `src` beneath its fd, then
+    give it to `owner`: each entry chowned through the fd that made it."""
+    if size_mib is not None:
+        safefs.mount_tmpfs(path, size_mib)
+    fd = os.open(path, safefs.DIR_FLAGS)
+    try:
+        if src:
+            safefs.copy_into(src, fd, owner)
+        if owner is not None:
+            os.fchown(fd, owner, owner)
+    finally:
+        os.close(fd)
 
 
 def chown_tree(path: str, uid: int) -> None:
-    """Give a tree to uid and gid `uid`, without following links."""
-    os.chown(path, uid, uid)
-    for top, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.chown(os.path.join(top, name), uid, uid, follow_symlinks=False)
+    """Give a tree to uid and gid `uid`, without following links or crossing mounts."""
+    safefs.chown_tree(path, uid)
 
 
 class LocalHost(Host):
@@ -171,23 +176,32 @@ class LocalHost(Host):
         raise FileExistsError(f"no free name for {prefix}* in {tmp}")
 
     async def make_workspace(
-        self, prefix: str, src: str | None = None, owner: int | None = None
+        self,
+        prefix: str,
+        src: str | None = None,
+        owner: int | None = None,
+        size_mib: int | None = 1024,
     ) -> str:
-        """A fresh temporary directory holding a copy of `src`'s contents, given to
-        `owner` if set.
+        """A fresh temporary directory, its own tmpfs of `size_mib` MiB (None: a plain
+        directory, no limit), holding a copy of `src`'s contents, given to `owner` if set.
 
         The copy runs off the event loop (other trials may be in flight); the
-        directory is registered with the reaper before anything goes into it.
+        directory is registered with the reaper (which unmounts) before it exists.
         """
         path = self.new_dir(prefix)
-        if src:
-            await asyncio.to_thread(_fill, path, src, owner)
+        if src or size_mib is not None:
+            try:
+                await asyncio.to_thread(_fill, path, src, owner, size_mib)
+            except BaseException:
+                await asyncio.to_thread(safefs.remove_workspace, path)
+                reaper.current().drop_path(path)
+                raise
         elif owner is not None:
             os.chown(path, owner, owner)
         return path
 
     async def remove_tree(self, path: str) -> None:
-        await asyncio.to_thread(shutil.rmtree, path, True)
+        await asyncio.to_thread(safefs.remove_workspace, path)
         reaper.current().drop_path(path)
 
     async def spawn(

@@ -45,7 +45,7 @@ $1 == "+c" { c[$2] = 1; next }
 $1 == "-c" { delete c[$2]; next }
 END {
   for (k in g) system("kill -9 -" k " 2>/dev/null")
-  for (k in p) system("rm -rf -- " k)
+  for (k in p) system("umount -l " k " 2>/dev/null; rm -rf --one-file-system -- " k)
   # cgroups: kill what is inside, rmdir; a killed process leaves its cgroup a little
   # later on a busy host, so every dir left is retried, round after round, for 30 s
   # (one not there is awaited 3 s)
@@ -136,18 +136,20 @@ class SSHTarget:
 
 def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     """`ssh://[user@]host[:port]` -> SSHTarget named `user@host:port`."""
+    shown = url if len(url) <= 80 else url[:77] + "..."  # an error is one short line
     if not url.startswith("ssh://"):
-        raise RtaxError(f"host {url!r}: expected `local` or ssh://[user@]host[:port]")
+        raise RtaxError(f"host {shown!r}: expected `local` or ssh://[user@]host[:port]")
     rest = url[len("ssh://") :].rstrip("/")
     user, _, hostport = rest.rpartition("@")
     host, port = hostport, 22
-    m = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:]+)(?::(\d+))?", hostport)
+    # a port of at most 5 digits: int() of thousands would hit Python's limit
+    m = re.fullmatch(r"\[([^\]]+)\](?::(\d{1,5}))?|([^:]+)(?::(\d{1,5}))?", hostport)
     if not m:
-        raise RtaxError(f"host {url!r}: cannot read host and port")
+        raise RtaxError(f"host {shown!r}: cannot read host and port")
     host = m.group(1) or m.group(3)
     port = int(m.group(2) or m.group(4) or 22)
     if not host or not (0 < port < 65536):
-        raise RtaxError(f"host {url!r}: bad host or port")
+        raise RtaxError(f"host {shown!r}: bad host or port")
     name = f"{user + '@' if user else ''}{host}:{port}"
     return SSHTarget(name=name, address=host, user=user or None, port=port, **kw)
 
@@ -297,7 +299,6 @@ class SSHHost(Host):
         t = self.target
         kw: dict[str, Any] = {
             "port": t.port,
-            "username": t.user,
             "keepalive_interval": t.keepalive_s,
             "keepalive_count_max": KEEPALIVE_COUNT,
             "connect_timeout": CONNECT_TIMEOUT_S,
@@ -306,6 +307,8 @@ class SSHHost(Host):
             "kbdint_auth": False,
             "password_auth": False,
         }
+        if t.user:  # else asyncssh's default (the local user, or ~/.ssh/config's); None breaks it
+            kw["username"] = t.user
         if t.identity:
             kw["client_keys"] = [t.identity]
         if t.trust_new:
@@ -322,7 +325,9 @@ class SSHHost(Host):
         assert jump is not None  # called only for a target with a jump host
         j = parse_ssh_url(jump if "://" in jump else "ssh://" + jump)
         kw = self._options()
-        kw.update(port=j.port, username=j.user or self.target.user)
+        kw["port"] = j.port
+        if j.user:
+            kw["username"] = j.user
         try:
             return await asyncssh.connect(j.address, **kw)
         except asyncssh.HostKeyNotVerifiable as exc:
@@ -583,22 +588,40 @@ class SSHHost(Host):
 
     # -- workspaces and facts ------------------------------------------------
     async def make_workspace(
-        self, prefix: str, src: str | None = None, owner: int | None = None
+        self,
+        prefix: str,
+        src: str | None = None,
+        owner: int | None = None,
+        size_mib: int | None = 1024,
     ) -> str:
         """A fresh directory `<remote tmp>/<prefix>XXXXXXXX`, filled with `src`'s contents
         (a tar stream on the command's stdin: nothing touches a shared file system) and
-        given to `owner` in the same round trip."""
+        given to `owner` in the same round trip. With `size_mib`, the directory is its own
+        tmpfs (root's, 0700, until filled); `chown -R -P -h` changes links, never their
+        targets, and rm --one-file-system leaves what is mounted below."""
         if not SAFE_PATH.fullmatch(prefix):
             raise ValueError(f"unsafe workspace prefix {prefix!r}")
         script = (
             'd=$(mktemp -d -p "${TMPDIR:-/tmp}" "$1"XXXXXXXX) || exit 1; '
-            'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || { rm -rf "$d"; exit 1; }; fi; '
-            'if [ -n "$3" ]; then chown -R -- "$3:$3" "$d" || { rm -rf "$d"; exit 1; }; fi; '
+            'f() { umount -l "$d" 2>/dev/null; rm -rf --one-file-system "$d"; exit 1; }; '
+            'if [ -n "$4" ]; then mount -t tmpfs -o "size=$4m,mode=0700,nosuid,nodev" '
+            'tmpfs "$d" || f; fi; '
+            'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || f; fi; '
+            'if [ -n "$3" ]; then chown -R -P -h -- "$3:$3" "$d" || f; fi; '
             'echo "$d"'
         )
         data = await tar_bytes(src) if src else None
         res = await self.run(
-            ["sh", "-c", script, "rtax-ws", prefix, "1" if data else "0", str(owner or "")],
+            [
+                "sh",
+                "-c",
+                script,
+                "rtax-ws",
+                prefix,
+                "1" if data else "0",
+                "" if owner is None else str(owner),
+                "" if size_mib is None else str(int(size_mib)),
+            ],  # fmt: skip
             input=data,
             timeout=120,
         )
@@ -612,7 +635,10 @@ class SSHHost(Host):
         return path
 
     async def remove_tree(self, path: str) -> None:
-        await self.run(["rm", "-rf", "--", path], timeout=60)
+        if not SAFE_PATH.fullmatch(path):
+            raise ValueError(f"unsafe path {path!r}")
+        script = 'umount -l "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"'
+        await self.run(["sh", "-c", script, "rtax-rm", path], timeout=60)
         self._register(f"-p {path}")
 
     async def facts(self) -> dict[str, Any]:

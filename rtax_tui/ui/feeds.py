@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from rtax_tui.core.events import EVENT_CHECKS
 from rtax_tui.core.recording import Recording
 
 Sink = Callable[[dict[str, Any]], None]
@@ -77,11 +78,14 @@ class EngineFeed:
                 break
             try:
                 ev = orjson.loads(line)
-            except orjson.JSONDecodeError:
+                etype = ev.get("type")
+                fits = isinstance(etype, str) and EVENT_CHECKS[etype](ev)  # the one schema
+            except (orjson.JSONDecodeError, AttributeError, KeyError):
+                fits = False
+            if not fits:
                 self.bad_lines += 1
                 continue
-            if isinstance(ev, dict):
-                self.sink(ev)
+            self.sink(ev)
         await err_task
         self.returncode = await self.proc.wait()
         return self.returncode

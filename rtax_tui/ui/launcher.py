@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import shlex
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -611,17 +612,22 @@ class LauncherScreen(Screen[None]):
     async def _long(self, what: str, argv: list[str], fix: str) -> bool:
         work = self.query_one("#work", WorkLine)
         work.start(what)
-        last: list[str] = []
+        last: dict[str, str] = {}
 
-        def news(text: str) -> None:
-            last.append(text)
-            work.news(text)
+        def news(stream: str) -> Callable[[str], None]:
+            def said(text: str) -> None:
+                last[stream] = text
+                work.news(text)
 
-        rc = await stream_command(argv, news, news)
+            return said
+
+        rc = await stream_command(argv, news("out"), news("err"))
         if rc == 0:
             work.finish(f"{what}: done")
             return True
-        why = last[-1] if last else f"exit {rc}"
+        # its last words are its last line on stderr (the error), else on stdout: the two
+        # pipes are read side by side, so which one's last line comes last is chance
+        why = last.get("err") or last.get("out") or f"exit {rc}"
         work.finish(f"{what} failed (exit {rc}): {why} — {fix}", ok=False)
         return False
 

@@ -125,13 +125,18 @@ def read_trajectories(path: Path | str) -> list[Trajectory]:
     conversation directory."""
     p = Path(path)
     name = str(p)
-    if p.is_dir():
-        detect(p)
-        return [read_openhands_v1(name, p)]
-    data = read_bytes(p)
-    fmt, doc = _detect_data(p, data)
+    data, doc = b"", None
     try:
-        return _read(name, p, data, fmt, doc)
+        if p.is_dir():
+            detect(p)
+            return _checked(name, [read_openhands_v1(name, p)])
+        data = read_bytes(p)
+        fmt, doc = _detect_data(p, data)
+        return _checked(name, _read(name, p, data, fmt, doc))
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError) as exc:
+        # the readers check the fields they use (ShapeError, below); a value of a type
+        # none of them expected is still one line, never a traceback (issue 21)
+        raise TrajError(f"{name}:1: an unexpected shape ({exc.__class__.__name__})") from None
     except ShapeError as exc:
         if exc.line is not None:
             line = exc.line
@@ -141,6 +146,17 @@ def read_trajectories(path: Path | str) -> list[Trajectory]:
             line = 1
         where = dotted(exc.where)
         raise TrajError(f"{name}:{line}: {where + ': ' if where else ''}{exc.what}") from None
+
+
+def _checked(name: str, trajs: list[Trajectory]) -> list[Trajectory]:
+    """Every normalized step against `STEP_SCHEMA`: a field of another type (a format's
+    record held a number where text belongs) is one line naming the step and field."""
+    for t in trajs:
+        for s in t.steps:
+            why = s.problem()
+            if why is not None:
+                raise TrajError(f"{name}:{s.line or 1}: step {s.i}: {why}")
+    return trajs
 
 
 def _read(name: str, p: Path, data: bytes, fmt: str, doc: Any) -> list[Trajectory]:

@@ -12,6 +12,7 @@ from rtax_tui.core.traj.model import (
     ShapeError,
     Step,
     Trajectory,
+    code_of,
     int_or_none,
     obj,
     text_of,
@@ -121,14 +122,34 @@ def read_mini_swe_agent(path: str, doc: dict[str, Any]) -> Trajectory:
     return out
 
 
+def _action_regex(path: str, pattern: str) -> Any:
+    """The trajectory's own `action_regex`, compiled by RE2 (DOTALL, as mini-swe-agent
+    uses it): RE2 runs in time linear in the text, so that a pattern with catastrophic
+    backtracking (`(a+)+$`) cannot hang rtax. A pattern RE2 does not take (a
+    backreference, a lookaround) is an error naming the field."""
+    import re2  # google-re2
+
+    options = re2.Options()
+    options.log_errors = False  # else RE2 logs the error on stderr too
+    options.dot_nl = True
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        why = (
+            exc.args[0].decode(errors="replace")
+            if exc.args and isinstance(exc.args[0], bytes)
+            else str(exc)
+        )
+        raise ShapeError(
+            path, ("info", "config", "agent", "action_regex"), f"not a regex rtax runs: {why}"
+        ) from None
+
+
 def _mini_v1(
     path: str, doc: dict[str, Any], msgs: list[dict[str, Any]], cwd: str | None, out: Trajectory
 ) -> None:
     pattern = _dig(doc, "info", "config", "agent", "action_regex")
-    try:
-        rx = re.compile(pattern if isinstance(pattern, str) else MINI_DEFAULT_REGEX, re.DOTALL)
-    except re.error as exc:
-        raise ShapeError(path, ("info", "config", "agent", "action_regex"), str(exc)) from None
+    rx = _action_regex(path, pattern if isinstance(pattern, str) else MINI_DEFAULT_REGEX)
     for n, m in enumerate(msgs):
         if m.get("role") != "assistant":
             continue
@@ -147,7 +168,7 @@ def _mini_v1(
                 tool="bash",
                 command=cmd.strip(),
                 cwd=cwd,
-                exit_code=int_or_none(int(rc.group(1))) if rc else None,
+                exit_code=code_of(rc.group(1)) if rc else None,
                 output=output,
                 paired=nxt is not None,
                 args=cmd.strip(),
@@ -388,7 +409,7 @@ def _gemini_step(i: int, tc: dict[str, Any], line: int | None) -> Step:
     rc: int | None = None
     if shell and output is not None:
         codes = EXIT_CODE_LINE.findall(output)
-        rc = int_or_none(int(codes[-1])) if codes else None
+        rc = code_of(codes[-1]) if codes else None
     d = args.get("dir_path", args.get("directory"))
     return Step(
         i=i,

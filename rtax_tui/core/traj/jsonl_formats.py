@@ -12,8 +12,16 @@ from typing import Any
 import orjson
 
 from rtax_tui.core.traj.json_formats import _dig, read_gemini_messages
-from rtax_tui.core.traj.model import Step, Trajectory, TrajError, int_or_none, obj, text_of
-from rtax_tui.core.traj.source import iter_lines, json_error
+from rtax_tui.core.traj.model import (
+    Step,
+    Trajectory,
+    TrajError,
+    code_of,
+    int_or_none,
+    obj,
+    text_of,
+)
+from rtax_tui.core.traj.source import iter_lines, json_error, read_bytes
 
 # -- Codex CLI -----------------------------------------------------------------------
 
@@ -123,10 +131,10 @@ def _codex_output(out: Any) -> tuple[str | None, int | None, str | None]:
             )
     m = EXIT_LINE1.match(text)
     if m:
-        return text, int_or_none(int(m.group(1))), None
+        return text, code_of(m.group(1)), None
     m = PROCESS_EXITED.search(text)
     if m:
-        return text, int_or_none(int(m.group(1))), None
+        return text, code_of(m.group(1)), None
     m = PROCESS_RUNNING.search(text)
     return text, None, (m.group(1) if m else None)
 
@@ -296,7 +304,7 @@ def read_claude_code(path: str, data: bytes) -> Trajectory:
                 step.output, step.paired, step.ended_at = text, True, _str(r.get("timestamp"))
                 if step.kind == "shell" and b.get("is_error") is True and text is not None:
                     m = CLAUDE_EXIT.match(text)
-                    step.exit_code = int_or_none(int(m.group(1))) if m else None
+                    step.exit_code = code_of(m.group(1)) if m else None
     return out
 
 
@@ -379,7 +387,7 @@ def read_openhands_v1(path: str, root: Path) -> Trajectory:
     files.sort(key=lambda t: t[0])
     events: list[tuple[str, dict[str, Any]]] = []
     for _, f in files:
-        raw = f.read_bytes()
+        raw = read_bytes(f)
         try:
             ev = orjson.loads(raw)
         except orjson.JSONDecodeError:

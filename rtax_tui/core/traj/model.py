@@ -25,6 +25,24 @@ class TrajError(RtaxError):
     """A malformed trajectory: `FILE:LINE: what` (exit status 2)."""
 
 
+# The normalized step every format's reader produces, checked once per trajectory read
+# (`check_steps`): whatever a format's record held, what rtax uses has these types.
+STEP_SCHEMA: dict[str, tuple[type, ...]] = {
+    "i": (int,),
+    "kind": (str,),
+    "tool": (str,),
+    "command": (str, type(None)),
+    "cwd": (str, type(None)),
+    "exit_code": (int, type(None)),
+    "output": (str, type(None)),
+    "call_id": (str, type(None)),
+    "paired": (bool,),
+    "started_at": (str, type(None)),
+    "ended_at": (str, type(None)),
+}
+_NAMES = {int: "an integer", str: "a string", bool: "true or false", type(None): "null"}
+
+
 @dataclass(slots=True)
 class Step:
     """One call the agent issued, joined with its result when there is one."""
@@ -42,6 +60,16 @@ class Step:
     ended_at: str | None = None
     line: int | None = None  # where the call is (JSONL: its line; JSON files: None)
     args: Any = None  # the call's arguments as recorded (edits, writes: for replay)
+
+    def problem(self) -> str | None:
+        """The first field of this step whose type is not `STEP_SCHEMA`'s, worded."""
+        for name, types in STEP_SCHEMA.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) and bool not in types or not isinstance(v, types):
+                return f"{name}: expected {' or '.join(_NAMES[t] for t in types)}"
+        if self.exit_code is not None and not -(1 << 63) <= self.exit_code < (1 << 63):
+            return "exit_code: an integer of 64 bits at most"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,10 +113,18 @@ class Trajectory:
 
 
 def int_or_none(v: Any) -> int | None:
-    """An exit code as recorded: ints (not bools) only; -1 means unknown."""
-    if isinstance(v, bool) or not isinstance(v, int):
+    """An exit code as recorded: ints (not bools) of 64 bits only; -1 means unknown."""
+    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 63) <= v < (1 << 63):
         return None
     return None if v == -1 else v
+
+
+def code_of(digits: str) -> int | None:
+    """An exit code written out in a tool's output (`-?\\d+`): None past 64 bits (a
+    5,000-digit code would reach Python's limit on int() of a string)."""
+    if len(digits.lstrip("-")) > 19:
+        return None
+    return int_or_none(int(digits))
 
 
 def text_of(v: Any) -> str | None:

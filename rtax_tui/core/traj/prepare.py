@@ -83,6 +83,10 @@ class PrepTask:
     rep: int
 
 
+# the most samples one `rtax traj prepare` takes (each is a PrepTask in memory)
+SAMPLES_MAX = 1_000_000
+
+
 def plan_tasks(
     paths: list[str], repeat: int, shuffle: bool, seed: int, max_prefixes: int
 ) -> tuple[list[PrepTask], list[Trajectory]]:
@@ -91,7 +95,13 @@ def plan_tasks(
     for p in find_trajectories(paths):
         for idx, t in enumerate(read_trajectories(p)):
             trajs.append(t)
-            for k in prefix_lengths(len(t.steps), max_prefixes):
+            lengths = prefix_lengths(len(t.steps), max_prefixes)
+            if len(tasks) + len(lengths) * repeat > SAMPLES_MAX:  # before the list grows
+                raise TrajError(
+                    f"{p}:1: more than {SAMPLES_MAX} samples (prefixes x --repeat); "
+                    "lower --repeat or --max-prefixes"
+                )
+            for k in lengths:
                 for rep in range(repeat):
                     tasks.append(PrepTask(p, idx, t.format, len(t.steps), k, rep))
     if not tasks:

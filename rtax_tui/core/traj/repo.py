@@ -18,6 +18,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.core.archive import safe_extract
 from rtax_tui.core.model import RtaxError
 
 _GIT = ("git", "-c", "advice.detachedHead=false", "-c", "safe.directory=*")
@@ -106,8 +107,7 @@ def prepare_repo(repo: str, commit: str | None, log: Any = None) -> str:
 def _fill(repo: str, commit: str | None, tree: Path) -> None:
     if is_tarball(repo):
         unpacked = tree.parent / "unpacked"
-        with tarfile.open(repo) as tf:
-            tf.extractall(unpacked, filter="data")
+        safe_extract(repo, unpacked)
         tops = list(unpacked.iterdir())
         os.rename(tops[0] if len(tops) == 1 and tops[0].is_dir() else unpacked, tree)
         if commit is not None:

@@ -9,14 +9,13 @@ from typing import Any
 
 import orjson
 
+from rtax_tui.core.inputs import TRAJECTORY_MAX, read_input
 from rtax_tui.core.traj.model import TrajError
 
 
 def read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise TrajError(f"{path}:1: cannot read ({exc.strerror})") from None
+    """A trajectory file's bytes: a regular file of bounded size only (core.inputs)."""
+    return read_input(path, "the trajectory", TRAJECTORY_MAX, TrajError, ":1")
 
 
 def json_error(path: Path | str, data: bytes, first_line: int = 1) -> TrajError:
@@ -38,6 +37,12 @@ def load_whole(data: bytes) -> tuple[bool, Any]:
         return False, None
 
 
+# The fields every format's readers branch on, where a record has them: strings (a list or
+# an object there would reach a set or dict lookup). The formats' own fields are checked
+# by their readers (`ShapeError`, naming the field).
+RECORD_STRINGS = ("type", "record_type", "role", "kind")
+
+
 def iter_lines(path: Path | str, data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line; a bad line is an error."""
     loads = orjson.loads
@@ -50,6 +55,10 @@ def iter_lines(path: Path | str, data: bytes) -> Iterator[tuple[int, dict[str, A
             raise json_error(path, raw, lineno) from None
         if not isinstance(obj, dict):
             raise TrajError(f"{path}:{lineno}: a record must be a JSON object")
+        for key in RECORD_STRINGS:
+            v = obj.get(key)
+            if v is not None and not isinstance(v, str):
+                raise TrajError(f"{path}:{lineno}: {key}: expected a string")
         yield lineno, obj
 
 
