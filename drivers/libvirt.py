@@ -35,6 +35,7 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     CMDLINE,
+    VM_INTEGRITY,
     AgentChannel,
     SerialWatch,
     TrialDir,
@@ -302,11 +303,11 @@ class LibvirtDriver(Driver):
     name = "libvirt"
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. The workload (the guest user) reads its own other processes in the guest
-    # (nothing of the host). Nor `workspace_size` (the limits are vCPUs and RAM:
-    # workspace_mib is not applied), `default_limits` (nor pids: a fork bomb of 2 x 1024
-    # fills the guest's RAM first; not measured under TCG) or `deep_tree` (the workspace
-    # is in the VM's disk image: no host path to look at).
+    # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
+    # Nor `workspace_size` (the limits are vCPUs and RAM: workspace_mib is not applied),
+    # `default_limits` (nor pids: a fork bomb of 2 x 1024 fills the guest's RAM first;
+    # not measured under TCG) or `deep_tree` (the workspace is in the VM's disk image: no
+    # host path to look at).
     boundary = ALL_CHECKS - {"process_vm", "workspace_size", "deep_tree", "default_limits"}
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
@@ -337,7 +338,7 @@ class LibvirtDriver(Driver):
         self._snap_path = ""
 
     def integrity(self, channel: str) -> str | None:
-        return None  # the guest agent (root) reports each status; workloads run as a user
+        return VM_INTEGRITY
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LibvirtEnvironment(self, spec, sub)

@@ -8,9 +8,8 @@
 - ready: QMP `cont`, then `ready.firmware_kernel` (until `/init` prints its mark on
   the serial console) and `ready.agent` (until the agent's hello); after a restore,
   only `ready.agent` (a ping round trip: the agent was already serving).
-- action: through the agent over virtio-serial (root in the guest; the command runs
-  as the guest user `rtax`, see rtax_tui/core/vmagent.c): channel `shell` in one
-  persistent user shell, `exec` in a fresh `sh -c` process.
+- action: through the agent over virtio-serial: channel `shell` runs the command in
+  the agent's own shell, `exec` in a fresh `sh -c` process.
 - teardown: SIGKILL to QEMU's process group, the trial's directory removed.
 
 QEMU is spawned through the host, so it is in the reaper's process groups; the
@@ -32,6 +31,7 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     DIR_PREFIX,
+    VM_INTEGRITY,
     AgentChannel,
     Qmp,
     SerialWatch,
@@ -213,11 +213,11 @@ class MicrovmDriver(Driver):
     name = "microvm"
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. The workload (the guest user) reads its own other processes in the guest
-    # (nothing of the host). Nor `workspace_size` (the limits are vCPUs and RAM:
-    # workspace_mib is not applied), `default_limits` (nor pids: a fork bomb of 2 x 1024
-    # fills the guest's RAM first; not measured under TCG) or `deep_tree` (the workspace
-    # is in the VM's disk image: no host path to look at).
+    # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
+    # Nor `workspace_size` (the limits are vCPUs and RAM: workspace_mib is not applied),
+    # `default_limits` (nor pids: a fork bomb of 2 x 1024 fills the guest's RAM first;
+    # not measured under TCG) or `deep_tree` (the workspace is in the VM's disk image: no
+    # host path to look at).
     boundary = ALL_CHECKS - {"process_vm", "workspace_size", "deep_tree", "default_limits"}
     extra_options: tuple[str, ...] = ("append",)
 
@@ -245,7 +245,7 @@ class MicrovmDriver(Driver):
         return out
 
     def integrity(self, channel: str) -> str | None:
-        return None  # the guest agent (root) reports each status; workloads run as a user
+        return VM_INTEGRITY
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)

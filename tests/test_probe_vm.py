@@ -23,10 +23,9 @@ def guest(vm_guest):  # conftest: the guest built
 
 @pytest.mark.parametrize(("driver", "channel"), [("libvirt", "shell"), ("microvm", "exec")])
 def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None:
-    """Its own kernel, no network, no shared file system: every check blocked or held,
-    but `process_vm`, which the VM drivers do not promise: the workload (the guest user
-    rtax, not root) may read its own processes. Kernel settings are refused: the
-    workload is not the guest's root."""
+    """Its own kernel, no network, no shared file system: every check blocked or held
+    (kernel settings written inside reach only the guest's kernel), but `process_vm`,
+    which the VM drivers do not promise: root in the guest may read its own processes."""
     if driver == "libvirt":
         request.getfixturevalue("libvirtd")  # conftest: libvirtd answering
     doc = probe([driver], [channel], options={driver: {"accel": "tcg"}}, label=LABEL)
@@ -35,5 +34,4 @@ def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None
     assert [b for b in failures(doc, driver) if " process_vm: " not in b] == []
     assert doc["drivers"][driver]["summary"]["broken_promises"] == []
     evidence = doc["drivers"][driver]["checks"]["proc_sys"]["evidence"]
-    assert "the write was refused" in evidence  # measured in the guest, not assumed
-    assert doc["drivers"][driver]["checks"]["result_integrity"]["result"] == "blocked"
+    assert "own kernel" in evidence  # measured as a guest, not assumed

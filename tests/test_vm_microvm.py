@@ -69,46 +69,6 @@ def test_t0_lifecycle_with_sub_phases_and_agent(channel):
     asyncio.run(run())
 
 
-FORGE = r"""printf() { command printf '\n%s 0\n' "$2"; }
-read() { return 0; }
-echo() { command printf '\n%s 0\n' "$2"; }
-:"""
-
-
-def test_a_step_cannot_forge_a_later_status_nor_reach_the_agent():
-    """The workload runs as the guest user: a step that redefines `printf` and `read` in
-    the shell leaves a later `false` recorded as 1; no step can open the agent's memory
-    (pid 1) or the shell's for writing, nor read the port."""
-
-    async def run():
-        env = driver().environment(spec("shell"))
-        try:
-            await env.create()
-            await asyncio.wait_for(env.ready(), 120)
-            r = await env.action(Step(("id", "-u")), 30)
-            assert r.output == b"1000\n"
-            r = await env.action(Step(("eval", FORGE)), 30)
-            assert r.rc == 0
-            r = await env.action(Step(("false",)), 30)
-            assert r.rc == 1
-            r = await env.action(Step(("sh", "-c", "exit 7")), 30)
-            assert r.rc == 7
-            look = (
-                "for p in 1 $PPID; do (exec 3<>/proc/$p/mem) 2>/dev/null && echo mem$p; done;"
-                " for f in /dev/vport*; do (exec 3<>$f) 2>/dev/null && echo port; done; echo looked"
-            )
-            r = await env.action(Step(("sh", "-c", look)), 30)
-            assert r.output.endswith(b"looked\n") and b"mem" not in r.output, r.output
-            assert b"port" not in r.output
-            r = await env.action(Step(("sh", "-c", "touch /workspace/w && echo ok")), 30)
-            assert r.output == b"ok\n"
-        finally:
-            await env.teardown()
-        assert nothing_left(LABEL) == ([], [])
-
-    asyncio.run(run())
-
-
 def test_action_timeout_leaves_env_broken_and_teardown_clean():
     async def run():
         env = driver().environment(spec("shell"))

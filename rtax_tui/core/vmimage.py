@@ -4,25 +4,24 @@ and (for workloads that need python3 and git) an ext4 root disk.
 - kernel: `/boot/vmlinuz-KVER` of the host's `linux-image-amd64` package, copied.
 - initramfs (cpio newc, uncompressed: nothing to inflate under TCG): static busybox
   with a link per applet, the virtio, virtio-serial, virtio-blk and ext4 modules of
-  KVER with their dependencies (insmod order computed here from `modinfo`), `/init`,
-  the agent `/.rtax/agent` (vmagent.c, compiled static here) and `/.rtax/ush`, an
-  execute-only copy of busybox (the workload's shell).
+  KVER with their dependencies (insmod order computed here from `modinfo`), `/init`
+  and the agent script.
 - root disk: the Debian root filesystem tarball of the container images
   (`rootfs.build_debian_rootfs`, cached), turned into a raw ext4 image with
   `mke2fs -d`; each trial gets its own qcow2 overlay on it, so the base stays
   read-only.
 
-The agent (rtax_tui/core/vmagent.c, where the protocol is described) is pid 1 of the
-guest, root, on the virtio-serial port named `rtax.agent`; it runs every workload
-command as the unprivileged user `rtax` (uid/gid 1000, owning /workspace) and writes
-every status trailer itself: `E` a fresh `sh -c` per action, whose status comes from
-the agent's own `waitpid`; `S` a persistent user shell (`cd` persists), framed as
-drivers/shellframe.py frames it, whose frame counts only where the shell's own pid
-wrote it and whose executable and auxiliary vector are checked after every answer.
-DUR_NS is the agent's own duration of the command (the guest's monotonic clock).
-Before it serves the agent sends `RTAX-HELLO`. `/init` prints `RTAX-INIT` on the
-serial console when the kernel hands over to user space: the split between
-`ready.firmware_kernel` and `ready.agent`.
+The agent (`AGENT`) is a busybox `sh` loop on the virtio-serial port named
+`rtax.agent`. Host to guest: a line `OP ID N MARK`, then the command's N lines; OP is
+`S` (run in the agent's own shell: `cd` persists, builtins fork nothing), `E` (a
+fresh `sh -c` process per action) or `P` (ping, N = 0). The command's output
+(stdout and stderr merged) goes straight to the port, then the trailer
+`\\nMARK ID RC DUR_NS\\n`, MARK being random per environment (the framing idea of
+drivers/shellframe.py): no process is forked for the framing. Before it serves the
+agent sends `RTAX-HELLO`. DUR_NS is the agent's own duration of the command, read
+from busybox's `$EPOCHREALTIME` (microseconds, the guest clock). `/init` prints
+`RTAX-INIT` on the serial console when the kernel hands over to user space: the split
+between `ready.firmware_kernel` and `ready.agent`.
 
 Everything lands in `<cache>/vm/<recipe hash>/`; a build whose files exist is
 not redone. No terminal code here.
@@ -44,7 +43,7 @@ from typing import Any
 from rtax_tui.core.model import RtaxError
 from rtax_tui.core.rootfs import build_debian_rootfs, find_static_busybox
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 2
 PORT_NAME = "rtax.agent"
 INIT_MARK = "RTAX-INIT"
 HELLO = "RTAX-HELLO"
@@ -84,38 +83,64 @@ disk() {  # the /dev node of the virtio disk whose serial is $1
     [ -r "$s" ] && [ "$(cat "$s")" = "$1" ] && { d=${s%/serial}; echo "/dev/${d##*/}"; return; }
   done
 }
-user() {  # the workload's user in $1/etc, owning the workspace $2; /tmp for everyone
-  grep -q '^rtax:' "$1/etc/passwd" 2>/dev/null ||
-    echo 'rtax:x:1000:1000:rtax:/workspace:/bin/sh' >>"$1/etc/passwd"
-  grep -q '^rtax:' "$1/etc/group" 2>/dev/null || echo 'rtax:x:1000:' >>"$1/etc/group"
-  chown -R 1000:1000 "$2"
-  chmod 1777 "$1/tmp"
-}
 root=$(disk rtax-root)
 ws=$(disk rtax-ws)
 if [ -n "$root" ]; then
   mkdir -p /newroot
   mount -t ext4 "$root" /newroot || { echo "RTAX-NOROOT" >/dev/ttyS0; poweroff -f; }
-  mkdir -p /newroot/.rtax /newroot/workspace /newroot/tmp
-  cp /.rtax/agent /.rtax/ush /newroot/.rtax/
-  chown 0:0 /newroot/.rtax /newroot/.rtax/agent /newroot/.rtax/ush
-  chmod 0755 /newroot/.rtax /newroot/.rtax/agent
-  chmod 0111 /newroot/.rtax/ush
+  mkdir -p /newroot/.rtax /newroot/workspace
+  cp /bin/busybox /agent /newroot/.rtax/
   [ -n "$ws" ] && mount -t ext4 "$ws" /newroot/workspace
-  user /newroot /newroot/workspace
   for d in dev proc sys; do mkdir -p /newroot/$d; mount --move /$d /newroot/$d; done
-  exec switch_root /newroot /.rtax/agent "$port"
+  exec switch_root /newroot /.rtax/busybox sh /.rtax/agent "$port"
 fi
 mkdir -p /workspace
 [ -n "$ws" ] && mount -t ext4 "$ws" /workspace
-user "" /workspace
-exec /.rtax/agent "$port"
+exec sh /agent "$port"
 """
 
-# The agent: rtax_tui/core/vmagent.c, compiled static at build (its source is in the
-# recipe). It runs as the guest's root; workload commands run as this user.
-AGENT_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vmagent.c")
-USER_UID = 1000
+AGENT = r"""# rtax guest agent (busybox sh): framed commands on a virtio-serial port.
+port=$1
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/workspace TMPDIR=/tmp LANG=C.UTF-8 LC_ALL=C.UTF-8 PYTHONDONTWRITEBYTECODE=1
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory
+export GIT_CONFIG_VALUE_0='*'
+mkdir -p /tmp
+cd /workspace
+nl='
+'
+serve() {
+  while read -r op id n mark <&3; do
+    cmd=
+    i=0
+    while [ "$i" -lt "$n" ]; do
+      IFS= read -r l <&3
+      if [ "$i" = 0 ]; then cmd=$l; else cmd=$cmd$nl$l; fi
+      i=$((i+1))
+    done
+    a=$EPOCHREALTIME
+    if [ "$op" = S ]; then
+      { eval "$cmd"
+      } </dev/null >&3 2>&1
+    elif [ "$op" = E ]; then
+      sh -c "$cmd" </dev/null >&3 2>&1
+    else
+      true
+    fi
+    rc=$?
+    b=$EPOCHREALTIME
+    d=$(( (${b%.*}${b#*.} - ${a%.*}${a#*.}) * 1000 ))
+    printf '\n%s %s %s %s\n' "$mark" "$id" "$rc" "$d" >&3
+  done
+}
+while :; do
+  if exec 3<>"$port" 2>/dev/null; then
+    if printf 'RTAX-HELLO\n' >&3 2>/dev/null; then serve; fi
+    exec 3>&-
+  fi
+  sleep 0.02
+done
+"""
 
 
 @dataclass(frozen=True)
@@ -143,9 +168,7 @@ def kernel_version() -> str:
 
 
 def _recipe(kver: str) -> dict[str, Any]:
-    with open(AGENT_SOURCE) as f:
-        agent = f.read()
-    return {"v": RECIPE_VERSION, "kver": kver, "init": INIT, "agent": agent, "mods": MODULES}
+    return {"v": RECIPE_VERSION, "kver": kver, "init": INIT, "agent": AGENT, "mods": MODULES}
 
 
 def guest_dir(kver: str | None = None) -> str:
@@ -223,15 +246,10 @@ def build_initramfs(dest: str, kver: str) -> int:
     applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
     d, f, ln = 0o040755, 0o100755, 0o120777
     entries: list[tuple[str, int, bytes]] = [
-        (p, d, b"") for p in ("bin", "dev", "etc", "lib", "lib/modules", "proc", "sys", ".rtax")
+        (p, d, b"") for p in ("bin", "dev", "etc", "lib", "lib/modules", "proc", "sys", "tmp")
     ]
-    entries.append(("tmp", 0o041777, b""))
     with open(busybox, "rb") as fh:
-        bb = fh.read()
-    entries.append(("bin/busybox", f, bb))
-    # the user's shell: execute-only, so the kernel makes it non-dumpable for the user
-    entries.append((".rtax/ush", 0o100111, bb))
-    entries.append((".rtax/agent", f, compile_agent()))
+        entries.append(("bin/busybox", f, fh.read()))
     for a in sorted(set(applets.stdout.split()) - {"busybox"}):
         if "/" not in a:
             entries.append((f"bin/{a}", ln, b"busybox"))
@@ -243,30 +261,11 @@ def build_initramfs(dest: str, kver: str) -> int:
             entries.append((f"lib/modules/{name}.ko", 0o100644, fh.read()))
     entries.append(("etc/rtax-modules", 0o100644, "".join(f"{n}\n" for n, _ in mods).encode()))
     entries.append(("init", f, INIT.encode()))
+    entries.append(("agent", 0o100644, AGENT.encode()))
     data = _cpio_newc(entries)
     with open(dest, "wb") as fh:
         fh.write(data)
     return len(data)
-
-
-def compile_agent() -> bytes:
-    """The agent (vmagent.c), compiled static with the host's C compiler."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RtaxError(
-            "images: the guest agent needs a C compiler (apt-get install gcc libc6-dev)"
-        )
-    with tempfile.TemporaryDirectory(prefix=".rtax-agent-") as tmp:
-        out = os.path.join(tmp, "agent")
-        argv = [cc, "-O2", "-static", "-o", out, AGENT_SOURCE]
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-        if res.returncode != 0:
-            err = res.stderr.strip().splitlines()
-            raise RtaxError(
-                f"images: cannot compile vmagent.c: {err[-1] if err else res.returncode}"
-            )
-        with open(out, "rb") as fh:
-            return fh.read()
 
 
 def build_rootdisk(dest: str, say: Log) -> None:
