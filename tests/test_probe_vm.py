@@ -31,7 +31,10 @@ def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None
     doc = probe([driver], [channel], options={driver: {"accel": "tcg"}}, label=LABEL)
     runs = by_run(doc, driver)
     assert set(runs[("local", channel)]) == ALL_CHECKS
-    assert [b for b in failures(doc, driver) if " process_vm: " not in b] == []
+    # result_integrity: the guest agent runs as the guest's root, as the workload does, so a
+    # step can write its memory; the VM drivers say so (Driver.integrity) and do not promise it
+    kept = (" process_vm: ", " result_integrity: ")
+    assert [b for b in failures(doc, driver) if not any(k in b for k in kept)] == []
     assert doc["drivers"][driver]["summary"]["broken_promises"] == []
     evidence = doc["drivers"][driver]["checks"]["proc_sys"]["evidence"]
     assert "own kernel" in evidence  # measured as a guest, not assumed
