@@ -43,6 +43,7 @@ from rtax_tui.drivers.vmguest import (
     join_budget,
     overlay,
     parse_options,
+    remove_dead_dirs,
     resolve_accel,
     safe,
     workload_problems,
@@ -547,11 +548,7 @@ class LibvirtDriver(Driver):
                 n += 1
             except Exception:
                 continue
-        for d in dirs:
-            if runlock.is_live(os.path.basename(d), live, lambda s: f"{DIR_PREFIX}rtax-{safe(s)}-"):
-                spared += 1
-            else:
-                shutil.rmtree(d, ignore_errors=True)
+        spared += remove_dead_dirs(dirs, live)
         runlock.note_spared(spared)
         if self._snap_dir is not None:
             self._snap_dir.remove()

@@ -41,6 +41,7 @@ from rtax_tui.drivers.vmguest import (
     microvm_argv,
     overlay,
     parse_options,
+    remove_dead_dirs,
     resolve_accel,
     safe,
     workload_problems,
@@ -405,11 +406,7 @@ class MicrovmDriver(Driver):
                 n += 1
             except ProcessLookupError:
                 pass
-        for d in dirs:
-            if runlock.is_live(os.path.basename(d), live, lambda s: f"{DIR_PREFIX}rtax-{safe(s)}-"):
-                spared += 1
-            else:
-                shutil.rmtree(d, ignore_errors=True)
+        spared += remove_dead_dirs(dirs, live)
         runlock.note_spared(spared)
         self.forget_snapshot()
         return n

@@ -56,6 +56,20 @@ def safe(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:32] or "x"
 
 
+def remove_dead_dirs(dirs: list[str], live: Any) -> int:
+    """Remove the VM directories whose run holds no live lock (core/runlock.py); returns
+    how many were spared as a live run's."""
+    from rtax_tui.core import runlock
+
+    spared = 0
+    for d in dirs:
+        if runlock.is_live(os.path.basename(d), live, lambda s: f"{DIR_PREFIX}rtax-{safe(s)}-"):
+            spared += 1
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+    return spared
+
+
 # -- options -------------------------------------------------------------------
 
 

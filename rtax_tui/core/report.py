@@ -284,17 +284,11 @@ def _driver_facts(hosts: Any) -> list[tuple[str, dict[str, Any]]]:
 
 def _boundaries(hosts: Any) -> dict[str, Any]:
     """`host/driver` -> the boundary the header recorded (the last probe, or not probed)."""
-    out: dict[str, Any] = {}
-    if not isinstance(hosts, dict):
-        return out
-    for name, f in hosts.items():
-        drivers = f.get("drivers") if isinstance(f, dict) else None
-        if not isinstance(drivers, dict):
-            continue
-        for d, facts in drivers.items():
-            if isinstance(facts, dict) and isinstance(facts.get("boundary"), dict):
-                out[f"{name}/{d}"] = facts["boundary"]
-    return out
+    return {
+        key: facts["boundary"]
+        for key, facts in _driver_facts(hosts)
+        if isinstance(facts.get("boundary"), dict)
+    }
 
 
 def _host_info(hosts: Any) -> dict[str, Any]:
