@@ -20,6 +20,10 @@ from rtax_tui.core.runner import build_session
 from rtax_tui.core.session import Session
 from rtax_tui.reporting import out_console
 
+# Each stops the run the same way: no new trial, what runs is interrupted and torn down,
+# finished trials stay recorded (exit 130). SIGHUP: the terminal or the SSH session went.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 def default_output(profile: Profile, root: Path = Path("recordings")) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -91,7 +95,8 @@ async def _run(
     argv: list[str],
     err: Console,
     control: bool = False,
-) -> str:
+) -> tuple[str, str | None]:
+    """The run's status, and the fault that stopped it (None: none did)."""
     # Before the session is built: its checks start processes too (the KVM probe's
     # QEMU, VM snapshots), and a kill -9 at any moment must leave none of them.
     reaper.start()
@@ -106,7 +111,7 @@ async def _run(
         reaper.stop()
         raise
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, session.stop)
     if control:
         _listen_for_commands(session, loop)
@@ -122,12 +127,12 @@ async def _run(
 
         status_task = asyncio.create_task(refresh())
     try:
-        return await session.run()
+        return await session.run(), session.fault
     finally:
         if status_task is not None:
             status_task.cancel()
             status.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         # remote hosts: closing a connection makes its remote reaper end what is left
         await asyncio.gather(
@@ -190,7 +195,7 @@ def run_headless(
         sinks[0] = _tolerant(writers[0])  # a reader that went away must not lose the file
     sinks.append(collector)
     try:
-        status = asyncio.run(_run(profile, sinks, argv, err, control))
+        status, fault = asyncio.run(_run(profile, sinks, argv, err, control))
     except BaseException:
         for w in writers:
             w.close()
@@ -208,6 +213,11 @@ def run_headless(
         print_report(build_report(rec), out)
     if path is not None:
         print(f"recording: {path}", file=sys.stderr)  # unwrapped: scripts read this line
+    if fault is not None:
+        if path is not None and writers[-1].lines == 0:
+            path.unlink(missing_ok=True)  # not even the header fitted: nothing to keep
+        print(f"rtax: error: {fault}", file=sys.stderr)
+        return 1
     if status == "interrupted":
         err.print("run interrupted: finished trials are kept in the recording")
         return 130

@@ -344,6 +344,15 @@ Event = (
 Sink = Callable[[dict[str, Any]], None]
 
 
+class SinkError(Exception):
+    """A sink can take no more events (its disk is full, its reader went away).
+
+    The sink raises it after leaving what it already holds consistent; the `Emitter` then
+    drops that sink, keeps feeding the others and tells its owner (`on_failure`), so that a
+    fault in one place to write never becomes an exception inside a trial.
+    """
+
+
 # -- builders (the key order is the recorded one) ----------------------------
 def run(
     *,
@@ -559,6 +568,8 @@ class Emitter:
     def __init__(self, sinks: Sequence[Sink]) -> None:
         self.sinks = list(sinks)
         self.t0 = time.monotonic_ns()
+        self.failures: list[SinkError] = []
+        self.on_failure: Callable[[SinkError], None] | None = None
 
     def start(self) -> int:
         """Begin the run's clock; returns its origin (time.monotonic_ns())."""
@@ -574,8 +585,17 @@ class Emitter:
             "t_ns": time.monotonic_ns() - self.t0,
             **event,
         }
+        failed = []
         for sink in self.sinks:
-            sink(ev)
+            try:
+                sink(ev)
+            except SinkError as exc:
+                failed.append(sink)
+                self.failures.append(exc)
+                if self.on_failure is not None:
+                    self.on_failure(exc)
+        for sink in failed:
+            self.sinks.remove(sink)
 
 
 def stamp_last(event: Event, t_ns: int) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from rtax_tui.core.events import (
     EVENT_FIELDS,
     FORMAT,
     DecodeError,
+    SinkError,
     check_event,
     decode,
     encode,
@@ -25,21 +26,48 @@ from rtax_tui.core.events import (
 from rtax_tui.core.inputs import RECORDING_MAX, read_input
 from rtax_tui.core.model import RtaxError
 
-__all__ = ["EVENT_FIELDS", "Recording", "RecordingError", "RecordingWriter", "encode"]
+__all__ = [
+    "EVENT_FIELDS",
+    "Recording",
+    "RecordingError",
+    "RecordingWriteError",
+    "RecordingWriter",
+    "encode",
+]
 
 
 class RecordingError(RtaxError):
     pass
 
 
+class RecordingWriteError(SinkError):
+    """The recording could not take a line (ENOSPC, EIO, EFBIG...): the file was cut back
+    to its last complete line, which every reader reads; nothing is written after."""
+
+    def __init__(self, path: str, strerror: str, lines: int) -> None:
+        super().__init__(
+            f"{path}: cannot write the recording ({strerror}) after {lines} events; "
+            "the run stopped and the file ends at its last complete line"
+        )
+        self.path = path
+        self.lines = lines
+
+
 class RecordingWriter:
-    """Appends events to a file (or a stream) and flushes each line at once."""
+    """Appends events to a file (or a stream) and flushes each line at once.
+
+    A file's line is written whole or not at all: a write that fails part-way (a full disk)
+    is cut back with `ftruncate` to the end of the last complete line and raises
+    `RecordingWriteError`; the writer then takes nothing more."""
 
     def __init__(self, stream: IO[bytes], path: Path | None = None, fsync: bool = False) -> None:
         self._stream = stream
         self.path = path
         self._fsync = fsync
         self.closed = False
+        self.failed = False
+        self.lines = 0
+        self._end = 0  # the end of the last complete line, in bytes (files only)
 
     @classmethod
     def open(cls, path: Path) -> RecordingWriter:
@@ -47,12 +75,31 @@ class RecordingWriter:
         return cls(open(path, "xb", buffering=0), path)  # noqa: SIM115
 
     def write(self, event: dict[str, Any]) -> None:
-        if self.closed:
+        if self.closed or self.failed:
             return
-        self._stream.write(encode(event))
-        self._stream.flush()
-        if self._fsync:
-            os.fsync(self._stream.fileno())
+        line = encode(event)
+        if self.path is None:  # a stream: its reader's errors are the caller's to judge
+            self._stream.write(line)
+            self._stream.flush()
+        else:
+            fd = self._stream.fileno()
+            try:
+                view = memoryview(line)
+                while view:  # os.write may write part of it (a disk filling up)
+                    view = view[os.write(fd, view) :]
+                if self._fsync:
+                    os.fsync(fd)
+            except OSError as exc:
+                self.failed = True
+                try:
+                    os.ftruncate(fd, self._end)
+                except OSError:
+                    pass
+                raise RecordingWriteError(
+                    str(self.path), exc.strerror or str(exc), self.lines
+                ) from None
+            self._end += len(line)
+        self.lines += 1
 
     def close(self) -> None:
         if not self.closed:

@@ -24,7 +24,7 @@ from typing import Any
 from rtax_tui.core import events, probe_state, runlock
 from rtax_tui.core.capacity import Barrier, CapacityRun
 from rtax_tui.core.control import Progress, RunControl
-from rtax_tui.core.events import Emitter, Sink
+from rtax_tui.core.events import Emitter, Sink, SinkError
 from rtax_tui.core.health import HostHealth, SubstrateHealth
 from rtax_tui.core.hostfacts import local_facts
 from rtax_tui.core.lifecycle import TrialRunner
@@ -81,6 +81,8 @@ class Session:
         self.progress = Progress()
         self.status = "completed"
         self.emit = Emitter(sinks)
+        self.emit.on_failure = self._sink_failed
+        self.fault: str | None = None  # why the run stopped early, when a fault stopped it
         self.control = RunControl()
         self.host_health = HostHealth(self.hosts)
         self.substrate_health = SubstrateHealth(drivers)
@@ -118,6 +120,12 @@ class Session:
         """Stop scheduling, interrupt what runs; teardown still happens."""
         if self.control.stop():
             self.status = "interrupted"
+
+    def _sink_failed(self, exc: SinkError) -> None:
+        """A recording can take no more (a full disk): stop, keep what it holds."""
+        if self.fault is None:
+            self.fault = str(exc)
+        self.stop()
 
     def pause(self) -> None:
         self.control.gate.clear()
