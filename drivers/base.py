@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +121,12 @@ class Driver(ABC):
         """Empty when the driver can run these workloads (after `check()` passed);
         e.g. the images they need exist."""
         return []
+
+    def daemon_call(self) -> tuple[str, str, Callable[[], Awaitable[object]]] | None:
+        """The daemon this driver's creates wait on, and one cheap call into it that a
+        create pays too: (daemon, call, the call). `rtax doctor` times it and says when the
+        daemon is slow. None (the default): no daemon."""
+        return None
 
     def integrity(self, channel: str) -> str | None:
         """None when a step's exit status, output and timing reach rtax on `channel`

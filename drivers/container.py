@@ -45,7 +45,7 @@ import socket
 import struct
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -65,6 +65,7 @@ from rtax_tui.core.model import (
     Workload,
 )
 from rtax_tui.core.probe import ALL_CHECKS
+from rtax_tui.core.waits import waiting_on
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 LABEL_KEY = "rtax.run"
@@ -310,7 +311,8 @@ async def _call(
     what: str, fn: Callable[..., T], *args: Any, container: bool = False, **kw: Any
 ) -> T:
     try:
-        return await asyncio.to_thread(fn, *args, **kw)
+        with waiting_on(f"the engine's API ({what})"):
+            return await asyncio.to_thread(fn, *args, **kw)
     except Exception as exc:
         raise _map_error(exc, what, container=container) from exc
 
@@ -521,7 +523,8 @@ class ContainerEnvironment(Environment):
             self.d.track_containers(self.spec.label)  # before the container exists
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
-                await asyncio.shield(self._create)
+                with waiting_on("the engine's API (container create)"):
+                    await asyncio.shield(self._create)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -1091,6 +1094,12 @@ class ContainerDriver(Driver):
         return True
 
     # -- checks ------------------------------------------------------------
+
+    def daemon_call(self) -> tuple[str, str, Callable[[], Awaitable[object]]] | None:
+        async def ping() -> object:
+            return await _call("ping", (await self.api()).ping)
+
+        return self.service, "ping", ping
 
     async def check(self) -> list[Problem]:
         try:

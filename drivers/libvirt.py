@@ -27,7 +27,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
@@ -66,6 +66,7 @@ from rtax_tui.core.model import (
 )
 from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
+from rtax_tui.core.waits import waiting_on
 
 DEFAULT_URI = "qemu:///system"
 NS = "https://rtax.dev/libvirt/1"
@@ -397,7 +398,8 @@ class LibvirtDriver(Driver):
     ) -> T:
         conn = await self.connection()
         try:
-            return await asyncio.to_thread(fn, *args)
+            with waiting_on(f"libvirtd ({what})"):
+                return await asyncio.to_thread(fn, *args)
         except Exception as exc:
             lv = _libvirt()
             if lookup_gone_ok and isinstance(exc, lv.libvirtError):
@@ -424,6 +426,17 @@ class LibvirtDriver(Driver):
         return self.conn.lookupByName(self.snap_name)
 
     # -- checks ------------------------------------------------------------------
+
+    def daemon_call(self) -> tuple[str, str, Callable[[], Awaitable[object]]] | None:
+        # What libvirtd works out for every domain it defines: a libvirtd that re-probes
+        # QEMU on each call (seen: 4 s a call) makes every create wait that long.
+        async def caps() -> object:
+            conn = await self.connection()
+            return await self.call(
+                "domain capabilities", conn.getDomainCapabilities, self.emulator(), None, None, None
+            )
+
+        return "libvirtd", "domain capabilities", caps
 
     async def check(self) -> list[Problem]:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import time
 from typing import Any
 
 from rich.table import Table
@@ -18,6 +19,39 @@ from rtax_tui.core.runner import remote_aware_check
 from rtax_tui.drivers import get_driver, names
 from rtax_tui.hostflags import ssh_options
 from rtax_tui.reporting import out_console
+
+# A daemon slower than this to answer one cheap call is named slow: every create waits on it.
+SLOW_DAEMON_S = 1.0
+
+
+async def time_daemon(drv: Any, timeout: float = 30) -> tuple[str, float | None] | None:
+    """(what was timed, its seconds; None: no answer within `timeout`), None when the
+    driver has no daemon. Timed here, with the engine's clock."""
+    call = drv.daemon_call()
+    if call is None:
+        return None
+    daemon, what, fn = call
+    t = time.monotonic_ns()
+    try:
+        await asyncio.wait_for(fn(), timeout)
+    except Exception:
+        return f"{daemon} ({what})", None
+    return f"{daemon} ({what})", (time.monotonic_ns() - t) / 1e9
+
+
+def slow_note(timed: tuple[str, float | None] | None) -> str | None:
+    """Why the driver's daemon is slow, or None when it answered in time (or has none)."""
+    if timed is None:
+        return None
+    what, secs = timed
+    if secs is None:
+        return f"{what} did not answer: every create will wait on it"
+    if secs < SLOW_DAEMON_S:
+        return None
+    return (
+        f"{what} took {secs:.1f} s to answer: every create waits at least that long "
+        "(raise [timeouts] create, or look at the daemon's log)"
+    )
 
 
 async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, dict, dict]]:
@@ -36,6 +70,13 @@ async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, di
                 facts = await drv.facts()
             except Exception:
                 facts = {}
+            timed = await time_daemon(drv)
+            if timed is not None:
+                what, secs = timed
+                facts["daemon"] = f"{what} {secs * 1000:.0f} ms" if secs is not None else what
+                slow = slow_note(timed)
+                if slow is not None:
+                    facts["slow"] = slow
         resets = {ch: drv.pool_resets(ch) for ch in drv.channels}  # for this host
         rows.append((name, probs, facts, resets))
         if on_row is not None:
@@ -106,9 +147,12 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
                 table.add_row(name, "[red]not usable[/red]", detail)
             else:
                 ok_any = True
-                table.add_row(
-                    name, "[green]ok[/green]", ", ".join(f"{k} {v}" for k, v in dfacts.items())
-                )
+                slow = dfacts.pop("slow", None)
+                detail = ", ".join(f"{k} {v}" for k, v in dfacts.items())
+                if slow is not None:
+                    table.add_row(name, "[yellow]ok, slow[/yellow]", f"{slow}\n{detail}")
+                else:
+                    table.add_row(name, "[green]ok[/green]", detail)
         console.print(table)
         console.print(_pool_table(hname, [(n, r) for n, probs, _, r in rows if not probs]))
         if hname == "local":

@@ -26,6 +26,7 @@ from rtax_tui.core.model import Cell, EnvSpec, PhaseFailure, Workload
 from rtax_tui.core.plan import PlannedTrial
 from rtax_tui.core.pool import PooledEnv, Pools
 from rtax_tui.core.profile import Profile
+from rtax_tui.core.waits import phase_waits
 
 
 async def timed(
@@ -38,17 +39,20 @@ async def timed(
     t = time.monotonic_ns()
     result = None
     err: TrialError | None = None
-    try:
-        async with asyncio.timeout(timeout):  # no extra task: less overhead than wait_for
-            result = await fn()
-    except TimeoutError:
-        err = TrialError(phase, timeout_kind(phase), f"{phase} did not finish within {timeout:g} s")
-    except PhaseFailure as exc:
-        err = TrialError(phase, exc.kind, exc.message)
-    except asyncio.CancelledError:
-        err = interrupted(phase, barrier is not None and barrier.expired)
-    except Exception as exc:
-        err = TrialError(phase, ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
+    with phase_waits() as waits:
+        try:
+            async with asyncio.timeout(timeout):  # no extra task: less overhead than wait_for
+                result = await fn()
+        except TimeoutError:
+            msg = f"{phase} did not finish within {timeout:g} s"
+            waited = waits.describe()
+            err = TrialError(phase, timeout_kind(phase), f"{msg}: {waited}" if waited else msg)
+        except PhaseFailure as exc:
+            err = TrialError(phase, exc.kind, exc.message)
+        except asyncio.CancelledError:
+            err = interrupted(phase, barrier is not None and barrier.expired)
+        except Exception as exc:
+            err = TrialError(phase, ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
     return time.monotonic_ns() - t, result, err
 
 

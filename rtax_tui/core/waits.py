@@ -1,0 +1,75 @@
+"""What a phase is waiting on, so that a timeout can say it.
+
+A phase that times out while a daemon takes its time (libvirtd re-probing QEMU on every
+call, a dockerd under load) used to end as "create did not finish within 30 s": true, and
+no help. A driver wraps each call into a daemon in `waiting_on("libvirtd: defining the
+domain")`; the engine opens a `Waits` for each phase it times (`phase_waits`), and on a
+timeout names the call that was still running, or the one the timeout cut, and how long it
+had taken.
+
+A context variable carries the record, so that nothing is threaded through the driver
+contract: tasks and threads a phase starts (`asyncio.ensure_future`, `asyncio.to_thread`)
+copy the context and share the one mutable record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Waits:
+    """The calls one phase is in, and the last one a cancellation ended."""
+
+    open: list[tuple[str, int]] = field(default_factory=list)  # (what, monotonic_ns start)
+    cut: tuple[str, int] | None = None  # (what, how long it had run, ns)
+
+    def describe(self, now_ns: int | None = None) -> str | None:
+        """`waiting on WHAT for S s` (the oldest call still running), `WHAT had taken S s
+        when it was cut`, or None when the phase was in no daemon call."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        if self.open:
+            what, t0 = self.open[0]
+            return f"still waiting on {what} after {(now - t0) / 1e9:.1f} s"
+        if self.cut is not None:
+            what, dur = self.cut
+            return f"{what} had taken {dur / 1e9:.1f} s when it was cut"
+        return None
+
+
+_CURRENT: ContextVar[Waits | None] = ContextVar("rtax_waits", default=None)
+
+
+@contextmanager
+def phase_waits() -> Iterator[Waits]:
+    """The engine's side: a fresh record for the phase run inside the block."""
+    waits = Waits()
+    token = _CURRENT.set(waits)
+    try:
+        yield waits
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextmanager
+def waiting_on(what: str) -> Iterator[None]:
+    """A driver's side: the block is a call into `what` (a daemon, and which call).
+    Costs two clock reads; outside a timed phase it records nothing."""
+    waits = _CURRENT.get()
+    if waits is None:
+        yield
+        return
+    entry = (what, time.monotonic_ns())
+    waits.open.append(entry)
+    try:
+        yield
+    except asyncio.CancelledError:  # a timeout (or a stop) ended the call
+        waits.cut = (what, time.monotonic_ns() - entry[1])
+        raise
+    finally:
+        waits.open.remove(entry)
