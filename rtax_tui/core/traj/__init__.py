@@ -1,5 +1,5 @@
 """Agent trajectories: detect a file's format from its content and read it into one
-normalized trajectory (rules: ../shared/TRAJECTORIES.md). No tool is ever executed here."""
+normalized trajectory (rules: docs/trajectories.md). No tool is ever executed here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The normalized trajectory every reader produces (see ../shared/TRAJECTORIES.md)."""
+"""The normalized trajectory every reader produces (see docs/trajectories.md)."""
 
 from __future__ import annotations
 
