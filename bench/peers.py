@@ -4,7 +4,7 @@ between the `peers` markers, replaced).
 
     python3 bench/peers.py [--trials 12] [--warmup 2] [--runs 300] [--no-write]
 
-The work: T0 (`true`) and T1 (DESIGN: the five inspection steps of profiles' `t1` in a
+The work: T0 (`true`) and T1 (docs/profiles.md: the five inspection steps of profiles' `t1` in a
 copy of the prepared attrs repository). Rows:
 
 - rtax `local`, `stage`, `docker`, each over `exec` and `shell`, and `swerex` with its

@@ -3,7 +3,7 @@
 The report (and compare and project, through it) and the console's live state
 both fold events with `TrialFold` and classify each trial with
 `TrialOutcome.verdict`, so that a live figure and `rtax report` of the same
-recording agree by construction (DESIGN.md, "Statistics"):
+recording agree by construction (docs/architecture.md, "Statistics"):
 - `warmup`: a warm-up trial, counted apart;
 - `incomplete`: a measured trial with no `trial_end` (the run was killed): failed;
 - `failed`: a measured trial that ended not `ok`;

@@ -3,7 +3,7 @@
 One pass over the events groups them with plain dict lookups; numpy arrays are
 built per cell at the end. Output is plain JSON-ready data (no rendering here).
 
-Counting rules (DESIGN.md, "Statistics"):
+Counting rules (docs/architecture.md, "Statistics"):
 - trials are grouped by `trial_start.cell`; `warmup` counts warm-up trials;
 - n counts measured (non-warm-up) trials; failed = measured trials that ended
   not `ok`, or never ended (no `trial_end`: the run was killed); invalid =

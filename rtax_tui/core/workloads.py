@@ -1,4 +1,4 @@
-"""The built-in workloads (see DESIGN.md, "Workloads").
+"""The built-in workloads (docs/profiles.md, "Workloads").
 
 Every step is an argv list run with cwd = the environment's workspace; whatever a
 shell must see goes through `sh -c` with shlex quoting. Each step carries an

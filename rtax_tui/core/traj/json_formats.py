@@ -1,5 +1,5 @@
 """Whole-file JSON formats: SWE-agent `.traj`, mini-swe-agent, OpenHands V0, Gemini CLI
-(pre-JSONL). The rules are TRAJECTORIES.md's, section by section."""
+(pre-JSONL). Each format's rules: docs/trajectories.md."""
 
 from __future__ import annotations
 
