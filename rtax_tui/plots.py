@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 KINDS = ("breakdown", "cold-start", "cdf", "trajectory", "capacity")
 SUFFIXES = (".svg", ".png")
-# the five parts of a rollout, in the order they happen (docs/architecture.md, "The model of a rollout")
+# the five parts of a rollout, in the order they happen (docs/architecture.md, "The model")
 PARTS = ("create", "ready", "actions", "teardown", "orchestration")
 CDF_PHASES = ("create", "ready", "action", "teardown", "orchestration", "total")
 NS_PER_MS = 1e6

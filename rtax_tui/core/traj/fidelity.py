@@ -1,5 +1,5 @@
 """Per cell, how faithful a replay was: of the replayed steps with a recorded exit code,
-how many got the same one (the report's counting rule, docs/architecture.md: warm-up trials left out).
+how many got the same one (warm-up trials left out, as in docs/architecture.md).
 
 Read from the events alone (`trial_start.replay`, `action.expect_rc`,
 `action.timed_out`), so a recording says it without its profile. A step that did not
