@@ -54,19 +54,47 @@ class Environment(ABC):
         self.channel = spec.cell.channel
 
     @abstractmethod
-    async def create(self) -> None: ...
+    async def create(self) -> None:
+        """Make the environment: what it runs in, its workspace (`spec.workspace_src`
+        copied in), its limits (`spec.limits`; "unlimited" only where asked) and, for the
+        shell channel, the channel itself. Returns nothing; the engine times it.
+
+        Raises `PhaseFailure(kind, message)` for a failure the driver understands (an
+        image missing, a daemon error), `SubstrateLost` when the daemon or host went away
+        (later trials then fail fast until `Driver.check()` passes again). May be
+        cancelled at any await (a timeout, a stop): whatever it made so far must then
+        still be found by `teardown`, so record a resource before awaiting its creation.
+        A call into a daemon goes inside `core.waits.waiting_on(...)`, so that a timeout
+        names it."""
 
     async def ready(self) -> None:
-        """Default readiness: the probe command returns through the cell's channel."""
+        """Return once a first command can run (by default: the probe command `true`
+        returns 0 through the cell's channel). Raises and may be cancelled as `create`."""
         res = await self.action(PROBE, None)
         if res.rc != 0:
             raise PhaseFailure("probe_failed", f"probe `true` returned {res.rc}")
 
     @abstractmethod
-    async def action(self, step: Step, timeout: float | None) -> ActionResult: ...
+    async def action(self, step: Step, timeout: float | None) -> ActionResult:
+        """Run one step through the cell's channel and return its exit status and output
+        (`ActionResult`). A step that fails is a result (rc != 0), not an exception; the
+        channel stays usable after it.
+
+        The status must reach rtax through something no step can write (see
+        `Driver.integrity`): a workload is hostile and will try to make a later step's
+        failure read as a success. `timeout` is the engine's for this step (None: none);
+        the engine enforces it by cancelling, and after a timeout the shell channel is not
+        reused (its state is unknown) while the exec channel is. Raises `PhaseFailure`
+        when the channel broke (`env_lost`: the environment's init is gone),
+        `SubstrateLost` as `create`."""
 
     @abstractmethod
-    async def teardown(self) -> None: ...
+    async def teardown(self) -> None:
+        """Remove everything the environment made, even partly (after a failed or
+        cancelled create, after a timeout, with a step's children still running):
+        processes, cgroups, workspaces, containers, VMs. Idempotent: a second call does
+        nothing. Never acts as root on a path the environment controls (core.safefs).
+        Raises `PhaseFailure` when something could not be removed, naming it."""
 
     # -- warm pools (core.pool) ---------------------------------------------
     async def reset_clean(self) -> None:
@@ -115,7 +143,9 @@ class Driver(ABC):
 
     @abstractmethod
     async def check(self) -> list[Problem]:
-        """Empty when the driver can run on its host."""
+        """Empty when the driver can run on its host, else each reason with its fix
+        (`rtax doctor` prints them; a run refuses the driver before any trial). Never
+        raises for a machine that lacks something: that is a `Problem`."""
 
     async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
         """Empty when the driver can run these workloads (after `check()` passed);
@@ -151,7 +181,9 @@ class Driver(ABC):
         return {"recreate": None, "clean": RESET_UNSUPPORTED, "snapshot": RESET_UNSUPPORTED}
 
     @abstractmethod
-    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment: ...
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        """A new, not yet created environment for one trial (`spec`: its cell, workload,
+        limits and run label); `sub` times its sub-phases. Does no I/O."""
 
     async def try_environment(
         self, channel: str, step: Step, ok: Callable[[ActionResult], bool]
