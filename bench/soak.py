@@ -10,6 +10,10 @@ Prints a row a minute and a verdict on the growth from the first sample after th
 Needs root and cgroups (stage).
 
     python3 bench/soak.py [--minutes 60] [--every 60] [--settle 5] [--concurrency 2]
+                          [--pace S]
+
+`--pace S` adds a step `sleep S` to each trial: a soak that leaves the machine's CPU to
+other work (the count of trials, not their speed, is what a soak needs).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ steps = [
   {{ argv = ["sh", "-c", "cat src/* | sort | uniq -c | wc -l"] }},
   {{ argv = ["sh", "-c", "seq 1 2000"] }},
   {{ argv = ["sh", "-c", "ls -la src >/dev/null; exit 3"] }},
-  {{ argv = ["true"] }},
+  {{ argv = ["true"] }},{pace}
 ]
 """
 
@@ -121,11 +125,13 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=60, help="seconds between samples")
     ap.add_argument("--settle", type=float, default=5, help="minutes before the baseline")
     ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--pace", type=float, default=0.0, help="a `sleep S` step per trial")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="rtax-soak-"))
     prof = tmp / "soak.toml"
-    prof.write_text(PROFILE.format(concurrency=args.concurrency))
+    pace = f'\n  {{ argv = ["sleep", "{args.pace:g}"] }},' if args.pace > 0 else ""
+    prof.write_text(PROFILE.format(concurrency=args.concurrency, pace=pace))
     rec = tmp / "soak.jsonl"
     cmd = [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "-o", str(rec)]
     log = open(tmp / "stderr.log", "wb")  # noqa: SIM115
