@@ -386,7 +386,8 @@ class LibvirtDriver(Driver):
     async def connection(self) -> Any:
         if self.conn is None:
             try:
-                conn = await asyncio.to_thread(self._connect)
+                with waiting_on(f"libvirtd (connecting to {self.uri})"):
+                    conn = await asyncio.to_thread(self._connect)
             except Exception as exc:
                 raise SubstrateLost(f"cannot connect to libvirtd at {self.uri}: {exc}") from exc
             if self.conn is None:

@@ -63,7 +63,11 @@ def _daemon_pid(daemon: Daemon, name: str) -> int | None:
         return pid
     if name != "dockerd":  # podman's service is ours to find by its pid file only
         return None
-    res = subprocess.run(["pgrep", "-o", "-x", "dockerd"], capture_output=True, text=True)
+    res = subprocess.run(
+        ["pgrep", "-o", "-x", "dockerd", "--ns", str(os.getpid()), "--nslist", "mnt"],
+        capture_output=True,
+        text=True,
+    )
     return int(res.stdout.split()[0]) if res.returncode == 0 and res.stdout.strip() else None
 
 
