@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import (
     ActionResult,
     Cell,
@@ -72,7 +73,7 @@ class Environment(ABC):
         returns 0 through the cell's channel). Raises and may be cancelled as `create`."""
         res = await self.action(PROBE, None)
         if res.rc != 0:
-            raise PhaseFailure("probe_failed", f"probe `true` returned {res.rc}")
+            raise PhaseFailure(ErrorKind.PROBE_FAILED, f"probe `true` returned {res.rc}")
 
     @abstractmethod
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
@@ -102,11 +103,11 @@ class Environment(ABC):
         last trial's workspace files, /tmp files, processes, environment changes or
         network state may remain (the probe's `pool_reuse_clean` checks it). Only called
         when `Driver.pool_resets` says `clean` is supported for this channel."""
-        raise PhaseFailure("reset_unsupported", f"{self.driver.name}: no clean reset")
+        raise PhaseFailure(ErrorKind.RESET_UNSUPPORTED, f"{self.driver.name}: no clean reset")
 
     async def reset_snapshot(self) -> None:
         """Restore this environment from its snapshot, in place (as `reset_clean`)."""
-        raise PhaseFailure("reset_unsupported", f"{self.driver.name}: no snapshot reset")
+        raise PhaseFailure(ErrorKind.RESET_UNSUPPORTED, f"{self.driver.name}: no snapshot reset")
 
     def cpu_ns(self) -> int | None:
         """CPU time the substrate attributes to this environment so far (e.g. its cgroup's

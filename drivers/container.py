@@ -55,6 +55,7 @@ from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.drivers.workspace import empty_dir, make_workspace, populate, remove_workspace
 
 from rtax_tui.core import runlock
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import (
     ActionResult,
     EnvSpec,
@@ -299,12 +300,12 @@ def _map_error(exc: BaseException, what: str, *, container: bool = False) -> Pha
     if _is_connection_error(exc):
         return SubstrateLost(f"dockerd went away during {what}: {exc}")
     if isinstance(exc, docker.errors.ImageNotFound):
-        return PhaseFailure("image_missing", f"{what}: {exc.explanation or exc}")
+        return PhaseFailure(ErrorKind.IMAGE_MISSING, f"{what}: {exc.explanation or exc}")
     if container and isinstance(exc, docker.errors.NotFound):
         return SubstrateLost(f"the container vanished during {what}: {exc.explanation or exc}")
     if isinstance(exc, docker.errors.APIError):
-        return PhaseFailure("docker_error", f"{what}: {exc.explanation or exc}")
-    return PhaseFailure("docker_error", f"{what}: {type(exc).__name__}: {exc}")
+        return PhaseFailure(ErrorKind.DOCKER_ERROR, f"{what}: {exc.explanation or exc}")
+    return PhaseFailure(ErrorKind.DOCKER_ERROR, f"{what}: {type(exc).__name__}: {exc}")
 
 
 async def _call(
@@ -354,7 +355,9 @@ def _take_socket(raw: Any) -> tuple[socket.socket, bytes]:
     """
     sock = raw if isinstance(raw, socket.socket) else getattr(raw, "_sock", None)
     if not isinstance(sock, socket.socket):
-        raise PhaseFailure("docker_error", f"unsupported stream object {type(raw).__name__}")
+        raise PhaseFailure(
+            ErrorKind.DOCKER_ERROR, f"unsupported stream object {type(raw).__name__}"
+        )
     sock.setblocking(False)  # shared with the dup: the file status flags are per description
     mine = sock.dup()
     prefix = b""
@@ -578,7 +581,7 @@ class ContainerEnvironment(Environment):
 
     async def ready(self) -> None:
         if self.cid is None:
-            raise PhaseFailure("not_created", "the container was never created")
+            raise PhaseFailure(ErrorKind.NOT_CREATED, "the container was never created")
         async with self.sub("start"):
             api = await self.d.api()
             await _call("container start", api.start, self.cid, container=True)
@@ -589,14 +592,14 @@ class ContainerEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.cid is None:
-            raise PhaseFailure("not_created", "the container was never created")
+            raise PhaseFailure(ErrorKind.NOT_CREATED, "the container was never created")
         if self.channel == "shell":
             return await self._shell_action(step, timeout)
         return await self._exec_action(step, timeout)
 
     async def _shell_action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.shell is None:
-            raise PhaseFailure("shell_lost", "the container's shell was never started")
+            raise PhaseFailure(ErrorKind.SHELL_LOST, "the container's shell was never started")
         try:  # FramedShell keeps the stale-channel rule
             async with asyncio.timeout(timeout):
                 return await self.shell.run(step.argv)
@@ -649,7 +652,7 @@ class ContainerEnvironment(Environment):
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return int(info["ExitCode"])
             await asyncio.sleep(0.005)
-        raise PhaseFailure("docker_error", "the exec's output ended but it never exited")
+        raise PhaseFailure(ErrorKind.DOCKER_ERROR, "the exec's output ended but it never exited")
 
     def _kill_later(self, fut: asyncio.Future[Any], holder: dict[str, Any]) -> None:
         """After a timeout: close the stream and kill every process the actions left.
@@ -690,10 +693,10 @@ class ContainerEnvironment(Environment):
         read-only root: `ContainerDriver.pool_resets`): RESET_SH inside, then the host's
         /workspace directory emptied and filled again as at create."""
         if self.d.pool_resets(self.channel)["clean"] is not None or self.host_workspace is None:
-            raise PhaseFailure("reset_unsupported", f"{self.d.name}: no clean reset here")
+            raise PhaseFailure(ErrorKind.RESET_UNSUPPORTED, f"{self.d.name}: no clean reset here")
         res = await self._exec_action(Step(("sh", "-c", RESET_SH)), API_TIMEOUT_S)
         if res.rc != 0 or b"reset" not in res.output:
-            raise PhaseFailure("reset_failed", f"rc {res.rc}: {res.output[-300:]!r}")
+            raise PhaseFailure(ErrorKind.RESET_FAILED, f"rc {res.rc}: {res.output[-300:]!r}")
         opts = self.d.opts
         ws = self.host_workspace
         await asyncio.to_thread(empty_dir, ws)

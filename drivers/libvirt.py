@@ -50,6 +50,7 @@ from rtax_tui.drivers.vmguest import (
 )
 
 from rtax_tui.core import runlock
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY_MIB,
@@ -237,7 +238,7 @@ class LibvirtEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.agent is None:
-            raise PhaseFailure("agent_lost", "no agent channel")
+            raise PhaseFailure(ErrorKind.AGENT_LOST, "no agent channel")
         return await self.agent.run(step, fresh_process=self.channel == "exec")
 
     async def teardown(self) -> None:
@@ -354,7 +355,7 @@ class LibvirtDriver(Driver):
     def guest_for(self, workload: Workload) -> GuestFiles:
         g = guest_files(need_root=needs_full_image(workload))
         if g is None:
-            raise PhaseFailure("image_missing", "the VM guest is not built")
+            raise PhaseFailure(ErrorKind.IMAGE_MISSING, "the VM guest is not built")
         return g
 
     async def disks(self, env: Any, guest: GuestFiles) -> list[tuple[str, str, str]]:
@@ -409,7 +410,7 @@ class LibvirtDriver(Driver):
             if _lost(exc, conn):
                 self.conn = None
                 raise SubstrateLost(f"libvirtd went away during {what}: {exc}") from exc
-            raise PhaseFailure("libvirt_error", f"{what}: {exc}") from exc
+            raise PhaseFailure(ErrorKind.LIBVIRT_ERROR, f"{what}: {exc}") from exc
 
     def create_paused(self, xml: str) -> Any:
         return self.conn.createXML(xml, _libvirt().VIR_DOMAIN_START_PAUSED)
@@ -417,7 +418,7 @@ class LibvirtDriver(Driver):
     def restore_domain(self, label: str, d: TrialDir) -> Any:
         """Restore the saved domain, paused, with this trial's sockets and run id."""
         if self.snapshot is None or self._snap_xml is None or self.snap_name is None:
-            raise PhaseFailure("no_snapshot", "start = restore, and no snapshot was made")
+            raise PhaseFailure(ErrorKind.NO_SNAPSHOT, "start = restore, and no snapshot was made")
         if not self._snap_registered and self._snap_dir is not None:
             self.host.track("path", self._snap_dir.path)  # the run's reaper is up by now
             self._snap_registered = True

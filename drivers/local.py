@@ -26,6 +26,7 @@ from rtax_tui.drivers.workspace import (
     workspace_mib,
 )
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 
 
@@ -72,7 +73,7 @@ class LocalEnvironment(Environment):
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
             if self.shell is None:
-                raise PhaseFailure("not_created", "the shell was never started")
+                raise PhaseFailure(ErrorKind.NOT_CREATED, "the shell was never started")
             # asyncio.timeout, not wait_for: no task per action (3.11's wait_for makes one)
             async with asyncio.timeout(timeout):
                 return await self.shell.run(step.argv)

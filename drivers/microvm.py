@@ -48,6 +48,7 @@ from rtax_tui.drivers.vmguest import (
 )
 
 from rtax_tui.core import runlock
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY_MIB,
@@ -105,7 +106,7 @@ class MicrovmEnvironment(Environment):
                 await asyncio.gather(work, return_exceptions=True)
         if work in done:
             return work.result()
-        raise PhaseFailure("vm_died", self._why_dead())
+        raise PhaseFailure(ErrorKind.VM_DIED, self._why_dead())
 
     async def create(self) -> None:
         guest = self.d.guest_for(self.spec.workload)
@@ -145,7 +146,7 @@ class MicrovmEnvironment(Environment):
     async def _load(self, path: str | None) -> None:
         assert self.qmp is not None
         if path is None:
-            raise PhaseFailure("no_snapshot", "start = restore, and no snapshot was made")
+            raise PhaseFailure(ErrorKind.NO_SNAPSHOT, "start = restore, and no snapshot was made")
         await self.qmp.cmd("migrate-incoming", uri=f"exec:cat {shlex.quote(path)}")
         while True:
             st = await self.qmp.cmd("query-status")
@@ -154,7 +155,7 @@ class MicrovmEnvironment(Environment):
             await asyncio.sleep(0.002)
         mig = await self.qmp.cmd("query-migrate")
         if mig.get("status") not in (None, "completed"):
-            raise PhaseFailure("restore_failed", f"migration {mig.get('status')}: {mig}")
+            raise PhaseFailure(ErrorKind.RESTORE_FAILED, f"migration {mig.get('status')}: {mig}")
 
     # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
     # guest kernel's business (its own pid table, not the host's); the workspace is the
@@ -179,7 +180,7 @@ class MicrovmEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.agent is None:
-            raise PhaseFailure("agent_lost", "no agent channel")
+            raise PhaseFailure(ErrorKind.AGENT_LOST, "no agent channel")
         res: ActionResult = await self._guard(
             self.agent.run(step, fresh_process=self.channel == "exec")
         )
@@ -190,7 +191,9 @@ class MicrovmEnvironment(Environment):
         a new one loads the snapshot over fresh overlays; the guest's memory, disks and
         processes are the snapshot's, nothing of the last trial's."""
         if not self.restore:
-            raise PhaseFailure("reset_unsupported", "microvm: snapshot reset needs start = restore")
+            raise PhaseFailure(
+                ErrorKind.RESET_UNSUPPORTED, "microvm: snapshot reset needs start = restore"
+            )
         await self.teardown()
         await self.create()
         await self.ready()
@@ -254,7 +257,7 @@ class MicrovmDriver(Driver):
     def guest_for(self, workload: Workload) -> GuestFiles:
         g = guest_files(need_root=needs_full_image(workload))
         if g is None:
-            raise PhaseFailure("image_missing", "the VM guest is not built")
+            raise PhaseFailure(ErrorKind.IMAGE_MISSING, "the VM guest is not built")
         return g
 
     def cmdline(self) -> str:

@@ -34,6 +34,7 @@ import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, PhaseFailure
 
 # What follows a command: its status saved by a special builtin, any function named
@@ -204,7 +205,9 @@ class FramedShell:
 
     async def run(self, argv: Sequence[str]) -> ActionResult:
         if self.broken:
-            raise PhaseFailure("shell_lost", "an earlier action did not finish: the shell is stale")
+            raise PhaseFailure(
+                ErrorKind.SHELL_LOST, "an earlier action did not finish: the shell is stale"
+            )
         async with self._lock:
             sentinel = new_sentinel()
             marker = b"\n" + sentinel.encode() + b" "
@@ -223,10 +226,12 @@ class FramedShell:
                     await self._verify(self.writer)
             except asyncio.IncompleteReadError as exc:
                 self.broken = True
-                raise PhaseFailure("shell_lost", "the environment's shell exited") from exc
+                raise PhaseFailure(ErrorKind.SHELL_LOST, "the environment's shell exited") from exc
             except (BrokenPipeError, ConnectionResetError) as exc:
                 self.broken = True
-                raise PhaseFailure("shell_lost", f"the environment's shell is gone: {exc}") from exc
+                raise PhaseFailure(
+                    ErrorKind.SHELL_LOST, f"the environment's shell is gone: {exc}"
+                ) from exc
             except BaseException:
                 self.broken = True  # cancelled (a timeout) mid-answer, or not to be trusted
                 raise

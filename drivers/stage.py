@@ -74,6 +74,7 @@ from rtax_tui.drivers.workspace import (
 from rtax_tui.core import cgroups, runlock
 from rtax_tui.core.assets import assets_root
 from rtax_tui.core.cgroups import Cgroup
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.core.probe import ALL_CHECKS
 
@@ -162,7 +163,9 @@ class StageEnvironment(Environment):
                 raise
         async with self.sub("spawn"):
             if "bwrap" not in site.tools:
-                raise PhaseFailure("sandbox_failed", f"bwrap is not on PATH on {self.host.name}")
+                raise PhaseFailure(
+                    ErrorKind.SANDBOX_FAILED, f"bwrap is not on PATH on {self.host.name}"
+                )
             bwrap = bwrap_argv(
                 site.tools["bwrap"],
                 self.workspace,
@@ -200,7 +203,9 @@ class StageEnvironment(Environment):
             try:
                 self.proc = await asyncio.shield(self._spawn)
             except OSError as exc:
-                raise PhaseFailure("sandbox_failed", f"cannot start {argv[0]}: {exc}") from exc
+                raise PhaseFailure(
+                    ErrorKind.SANDBOX_FAILED, f"cannot start {argv[0]}: {exc}"
+                ) from exc
             finally:
                 if theirs is not None:
                     theirs.close()
@@ -229,14 +234,14 @@ class StageEnvironment(Environment):
         if self.pid is not None:
             return
         if self.proc is None or self.reader is None:
-            raise PhaseFailure("not_created", "the sandbox was never started")
+            raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox was never started")
         data = b""
         pid = None
         while pid is None or READY.strip() not in data:
             line = await self.reader.readline()
             if not line:
                 out = (data.decode(errors="replace") + await self._failure_output()).strip()
-                raise PhaseFailure("sandbox_failed", f"bwrap sandbox did not start: {out}")
+                raise PhaseFailure(ErrorKind.SANDBOX_FAILED, f"bwrap sandbox did not start: {out}")
             data += line
             m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
             if m and b"}" in data[m.end() :]:
@@ -249,13 +254,17 @@ class StageEnvironment(Environment):
                 self.pidfd = fd
                 self.dev = await asyncio.to_thread(_dev_listing, f"/proc/{pid}/root/dev")
             except (OSError, ValueError, IndexError) as exc:
-                raise PhaseFailure("sandbox_failed", f"the sandbox's init is gone: {exc}") from exc
+                raise PhaseFailure(
+                    ErrorKind.SANDBOX_FAILED, f"the sandbox's init is gone: {exc}"
+                ) from exc
         else:
             res = await self.host.run(["cat", f"/proc/{pid}/stat"], timeout=30)
             try:
                 self.start = start_time(res.stdout.decode(errors="replace"))
             except (ValueError, IndexError) as exc:
-                raise PhaseFailure("sandbox_failed", f"the sandbox's init is gone: {exc}") from exc
+                raise PhaseFailure(
+                    ErrorKind.SANDBOX_FAILED, f"the sandbox's init is gone: {exc}"
+                ) from exc
         self.pid = pid
 
     async def ready(self) -> None:
@@ -271,7 +280,7 @@ class StageEnvironment(Environment):
             partial = getattr(exc.__cause__, "partial", b"") or b""
             out = (partial.decode(errors="replace") + await self._failure_output()).strip()
             raise PhaseFailure(
-                "sandbox_failed", f"bwrap sandbox did not start: {out or exc.message}"
+                ErrorKind.SANDBOX_FAILED, f"bwrap sandbox did not start: {out or exc.message}"
             ) from exc
 
     async def _verify_shell(self, writer: int | None) -> None:
@@ -292,10 +301,12 @@ class StageEnvironment(Environment):
                 self._auxv = auxv
                 return
         except (OSError, ValueError, IndexError) as exc:
-            raise PhaseFailure("integrity", f"the shell's answer can't be trusted: {exc}") from exc
+            raise PhaseFailure(
+                ErrorKind.INTEGRITY, f"the shell's answer can't be trusted: {exc}"
+            ) from exc
         if auxv != self._auxv:
             raise PhaseFailure(
-                "integrity",
+                ErrorKind.INTEGRITY,
                 "a step replaced the sandbox's shell (exec): no later result can be trusted",
             )
 
@@ -310,7 +321,7 @@ class StageEnvironment(Environment):
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
             if self.shell is None:
-                raise PhaseFailure("not_created", "the sandbox's shell was never started")
+                raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox's shell was never started")
             # FramedShell keeps the stale-channel rule
             async with asyncio.timeout(timeout):  # no task per action, unlike wait_for
                 return await self.shell.run(step.argv)
@@ -324,7 +335,9 @@ class StageEnvironment(Environment):
         # spawn can vfork)
         res = await run_exec(self.host, argv, cwd="/", env=self.env, timeout=timeout)
         if res.rc == ENTER_GONE and await self._lost():
-            raise PhaseFailure("env_lost", "the sandbox's init is gone: the environment is lost")
+            raise PhaseFailure(
+                ErrorKind.ENV_LOST, "the sandbox's init is gone: the environment is lost"
+            )
         return res
 
     async def _lost(self) -> bool:
@@ -361,10 +374,12 @@ class StageEnvironment(Environment):
             or self.pid is None
             or self.proc is None
         ):
-            raise PhaseFailure("reset_unsupported", "stage: clean reset needs a live exec sandbox")
+            raise PhaseFailure(
+                ErrorKind.RESET_UNSUPPORTED, "stage: clean reset needs a live exec sandbox"
+            )
         await _kill_all_but(Cgroup(self.cg), {self.proc.pid, self.pid})
         if not self._init_alive():
-            raise PhaseFailure("reset_failed", "the sandbox's init died")
+            raise PhaseFailure(ErrorKind.RESET_FAILED, "the sandbox's init died")
         support = (await self.driver.site()).support
         data = await tar_of(self.spec.workspace_src) if self.spec.workspace_src else b""
         argv = enter_argv(
@@ -379,7 +394,7 @@ class StageEnvironment(Environment):
         res = await self.host.run(argv, input=data, env=self.env, timeout=120, merge_stderr=True)
         if res.returncode != 0:
             out = res.stdout.decode(errors="replace").strip()[-300:]
-            raise PhaseFailure("reset_failed", f"stage reset inside the sandbox: {out}")
+            raise PhaseFailure(ErrorKind.RESET_FAILED, f"stage reset inside the sandbox: {out}")
 
     def cpu_ns(self) -> int | None:
         if self.cg is None or not self.host.controller_local:
@@ -427,7 +442,7 @@ class StageEnvironment(Environment):
             await self.host.remove_tree(self.workspace)
             self.workspace = None
         if errors:
-            raise PhaseFailure("teardown_incomplete", "; ".join(errors))
+            raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, "; ".join(errors))
 
     async def _end_init(self, graceful: bool) -> None:
         """End the sandbox: close the init's stdin (the shell or sleeper then exits).
@@ -539,7 +554,9 @@ async def _kill_all_but(cg: Cgroup, keep: set[int], tries: int = 200) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         await asyncio.sleep(0.001)
-    raise PhaseFailure("reset_failed", "processes kept appearing in the environment's cgroup")
+    raise PhaseFailure(
+        ErrorKind.RESET_FAILED, "processes kept appearing in the environment's cgroup"
+    )
 
 
 class StageDriver(Driver):
@@ -601,7 +618,7 @@ class StageDriver(Driver):
                     try:
                         support = await host_support(self.host)
                     except (SupportError, OSError) as exc:
-                        raise PhaseFailure("sandbox_failed", str(exc)) from exc
+                        raise PhaseFailure(ErrorKind.SANDBOX_FAILED, str(exc)) from exc
                     tools = await find_tools(self.host)
                     self._site = Site(tools, await list_root(self.host), support)
         return self._site
@@ -621,7 +638,7 @@ class StageDriver(Driver):
                 try:
                     out.append((public_copy(p, self.uid), p))
                 except OSError as exc:
-                    raise PhaseFailure("sandbox_failed", f"cannot bind {p}: {exc}") from exc
+                    raise PhaseFailure(ErrorKind.SANDBOX_FAILED, f"cannot bind {p}: {exc}") from exc
             return out
 
         return await asyncio.to_thread(copies)
@@ -750,6 +767,6 @@ class StageDriver(Driver):
             return counts(res.stdout)
         except (ValueError, IndexError):
             raise PhaseFailure(
-                "cleanup_failed",
+                ErrorKind.CLEANUP_FAILED,
                 f"host {self.host.name}: stage cleanup failed: {res.stderr[-300:]!r}",
             ) from None

@@ -17,6 +17,7 @@ from pathlib import Path
 from rtax_tui.drivers.sandbox import ROOT_NAMES, Support, bin_argv, etc_argv, local_support
 from rtax_tui.drivers.workspace import WORKSPACE_PREFIX
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import PhaseFailure
 from rtax_tui.core.runlock import LIVE_SH
 from rtax_tui.hosts import Host
@@ -152,20 +153,22 @@ async def host_support(host: Host) -> Support:
         )
         if res.returncode != 0:
             err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
-            raise PhaseFailure("sandbox_failed", f"cannot copy {name} to {host.name}: {err}")
+            raise PhaseFailure(
+                ErrorKind.SANDBOX_FAILED, f"cannot copy {name} to {host.name}: {err}"
+            )
         paths[key] = f"{REMOTE_SUPPORT}/{name}"
     res = await host.run(etc_argv(), timeout=60)
     etc = res.stdout.decode(errors="replace").strip()
     if res.returncode != 0 or not etc.startswith("/"):
         err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
         raise PhaseFailure(
-            "sandbox_failed", f"cannot make the sandbox's /etc on {host.name}: {err}"
+            ErrorKind.SANDBOX_FAILED, f"cannot make the sandbox's /etc on {host.name}: {err}"
         )
     res = await host.run(bin_argv(paths["enter"]), timeout=60)
     bin_dir = res.stdout.decode(errors="replace").strip()
     if res.returncode != 0 or not bin_dir.startswith("/"):
         err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
         raise PhaseFailure(
-            "sandbox_failed", f"cannot make the sandbox's init on {host.name}: {err}"
+            ErrorKind.SANDBOX_FAILED, f"cannot make the sandbox's init on {host.name}: {err}"
         )
     return Support(enter=paths["enter"], filter=paths["filter"], etc=etc, bin=bin_dir)

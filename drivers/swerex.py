@@ -60,6 +60,7 @@ from rtax_tui.drivers.workspace import (
 )
 
 from rtax_tui.core import runlock
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, EnvSpec, OptionError, PhaseFailure, Step
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class SwerexEnvironment(Environment):
     async def create(self) -> None:
         if self.spec.cgroup_parent and self.deployment != "remote":
             raise PhaseFailure(
-                "not_supported",
+                ErrorKind.NOT_SUPPORTED,
                 f"swerex deployment {self.deployment!r} cannot join a budget cgroup "
                 "(capacity batches): use deployment = 'remote'",
             )
@@ -262,7 +263,8 @@ class SwerexEnvironment(Environment):
             line = await out.readline()
             if not line:
                 raise PhaseFailure(
-                    "server_exited", f"swerex-remote exited before listening: {seen[-300:]!r}"
+                    ErrorKind.SERVER_EXITED,
+                    f"swerex-remote exited before listening: {seen[-300:]!r}",
                 )
             seen += line
             m = _LISTENING.search(line)
@@ -319,7 +321,7 @@ class SwerexEnvironment(Environment):
 
     async def ready(self) -> None:
         if self.runtime is None:
-            raise PhaseFailure("not_created", "SWE-ReX's runtime was never started")
+            raise PhaseFailure(ErrorKind.NOT_CREATED, "SWE-ReX's runtime was never started")
         if self.channel == "shell":
             from swerex.runtime.abstract import CreateBashSessionRequest
 
@@ -343,7 +345,7 @@ class SwerexEnvironment(Environment):
                 res = await self._session(setup, 30)
                 if res.rc != 0:
                     raise PhaseFailure(
-                        "session_setup", f"cd/export in the session gave rc {res.rc}"
+                        ErrorKind.SESSION_SETUP, f"cd/export in the session gave rc {res.rc}"
                     )
         await super().ready()
 
@@ -372,15 +374,17 @@ class SwerexEnvironment(Environment):
         except CommandTimeoutError as exc:
             raise TimeoutError(str(exc)) from None
         if obs.exit_code is None:
-            raise PhaseFailure("no_exit_code", f"SWE-ReX found no exit code: {obs.failure_reason}")
+            raise PhaseFailure(
+                ErrorKind.NO_EXIT_CODE, f"SWE-ReX found no exit code: {obs.failure_reason}"
+            )
         return ActionResult(rc=obs.exit_code, output=obs.output.encode())
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.runtime is None:
-            raise PhaseFailure("not_created", "SWE-ReX's runtime was never started")
+            raise PhaseFailure(ErrorKind.NOT_CREATED, "SWE-ReX's runtime was never started")
         if self.channel == "shell":
             if self.broken:  # the stale-channel rule: its prompt may still be coming
-                raise PhaseFailure("shell_lost", "an earlier action did not finish; stale")
+                raise PhaseFailure(ErrorKind.SHELL_LOST, "an earlier action did not finish; stale")
             try:
                 return await self._session(shlex.join(step.argv), timeout)
             except BaseException:

@@ -30,6 +30,7 @@ from typing import Any
 from rtax_tui.drivers.base import Problem
 from rtax_tui.drivers.needs import needs_full_image
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, PhaseFailure, RtaxError, Step, Workload
 from rtax_tui.core.vmimage import HELLO, INIT_MARK
 from rtax_tui.hosts import Host
@@ -136,9 +137,13 @@ async def connect_unix(path: str, timeout: float, alive: Any = None) -> tuple[An
             return await asyncio.open_unix_connection(path, limit=1 << 24)
         except (FileNotFoundError, ConnectionRefusedError):
             if alive is not None and not alive():
-                raise PhaseFailure("vm_died", f"QEMU exited before {path} appeared") from None
+                raise PhaseFailure(
+                    ErrorKind.VM_DIED, f"QEMU exited before {path} appeared"
+                ) from None
             if time.monotonic() > deadline:
-                raise PhaseFailure("vm_error", f"no socket {path} after {timeout:g} s") from None
+                raise PhaseFailure(
+                    ErrorKind.VM_ERROR, f"no socket {path} after {timeout:g} s"
+                ) from None
             await asyncio.sleep(0.005)
 
 
@@ -160,7 +165,7 @@ class AgentChannel:
         line = await self.r.readline()
         if not line:
             self.broken = True
-            raise PhaseFailure("agent_lost", "the guest agent's channel closed")
+            raise PhaseFailure(ErrorKind.AGENT_LOST, "the guest agent's channel closed")
         return line
 
     async def hello(self) -> None:
@@ -176,7 +181,7 @@ class AgentChannel:
 
     async def run(self, step: Step, fresh_process: bool) -> ActionResult:
         if self.broken:
-            raise PhaseFailure("agent_lost", "an earlier action left the agent unusable")
+            raise PhaseFailure(ErrorKind.AGENT_LOST, "an earlier action left the agent unusable")
         return await self._request(b"E" if fresh_process else b"S", shlex.join(step.argv))
 
     async def _request(self, op: bytes, cmd: str) -> ActionResult:
@@ -193,16 +198,22 @@ class AgentChannel:
                 words = (await self.r.readuntil(b"\n")).split()
             except asyncio.IncompleteReadError as exc:
                 self.broken = True
-                raise PhaseFailure("agent_lost", "the guest agent's channel closed") from exc
+                raise PhaseFailure(
+                    ErrorKind.AGENT_LOST, "the guest agent's channel closed"
+                ) from exc
             except (ConnectionError, BrokenPipeError) as exc:
                 self.broken = True
-                raise PhaseFailure("agent_lost", f"the guest agent's channel broke: {exc}") from exc
+                raise PhaseFailure(
+                    ErrorKind.AGENT_LOST, f"the guest agent's channel broke: {exc}"
+                ) from exc
             except BaseException:
                 self.broken = True  # cancelled (timeout) mid-answer: the stream is out of step
                 raise
             if len(words) != 3 or words[0] != rid:
                 self.broken = True
-                raise PhaseFailure("agent_error", f"unexpected trailer {words!r} for {rid!r}")
+                raise PhaseFailure(
+                    ErrorKind.AGENT_ERROR, f"unexpected trailer {words!r} for {rid!r}"
+                )
             output = out[: -len(self.mark) - 2]
             return ActionResult(rc=int(words[1]), output=output, remote_ns=int(words[2]))
 
@@ -246,7 +257,7 @@ class SerialWatch:
             for w in waits:
                 w.cancel()
         if not self.init.is_set():
-            raise PhaseFailure("vm_died", f"the serial console closed: {self.tail(300)}")
+            raise PhaseFailure(ErrorKind.VM_DIED, f"the serial console closed: {self.tail(300)}")
 
     def tail(self, n: int = 400) -> str:
         return self.log[-n:].decode(errors="replace")
@@ -275,7 +286,7 @@ class Qmp:
     async def _read(self) -> dict[str, Any]:
         line = await self.r.readline()
         if not line:
-            raise PhaseFailure("vm_died", "QEMU closed its QMP socket")
+            raise PhaseFailure(ErrorKind.VM_DIED, "QEMU closed its QMP socket")
         msg: dict[str, Any] = json.loads(line)
         return msg
 
@@ -290,7 +301,7 @@ class Qmp:
             if "return" in ans:
                 return ans["return"]
             if "error" in ans:
-                raise PhaseFailure("qmp_error", f"{name}: {ans['error'].get('desc')}")
+                raise PhaseFailure(ErrorKind.QMP_ERROR, f"{name}: {ans['error'].get('desc')}")
 
     def close(self) -> None:
         self.w.transport.abort()
@@ -439,13 +450,15 @@ def join_budget(host: Any, spec: Any, pid: int | None) -> None:
     if not procs:
         return
     if pid is None:
-        raise PhaseFailure("cgroup_failed", "no QEMU pid to put into the batch's budget")
+        raise PhaseFailure(ErrorKind.CGROUP_FAILED, "no QEMU pid to put into the batch's budget")
     for f in procs:
         try:
             with open(f, "w") as fh:
                 fh.write(str(pid))
         except OSError as exc:
-            raise PhaseFailure("cgroup_failed", f"cannot move QEMU {pid} into {f}: {exc}") from exc
+            raise PhaseFailure(
+                ErrorKind.CGROUP_FAILED, f"cannot move QEMU {pid} into {f}: {exc}"
+            ) from exc
 
 
 def workload_problems(workloads: list[Workload], start: str) -> list[Problem]:
@@ -481,4 +494,6 @@ async def overlay(qemu_img: str, base: str, dest: str, host: Any) -> None:
     argv = [qemu_img, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", dest]
     res = await host.run(argv, timeout=OVERLAY_TIMEOUT_S)
     if res.returncode != 0:
-        raise PhaseFailure("vm_error", f"qemu-img create failed: {res.stderr.decode()[-300:]}")
+        raise PhaseFailure(
+            ErrorKind.VM_ERROR, f"qemu-img create failed: {res.stderr.decode()[-300:]}"
+        )

@@ -17,6 +17,7 @@ from typing import Any
 from rtax_tui.drivers.base import Problem
 
 from rtax_tui.core import runlock, safefs
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, PhaseFailure
 from rtax_tui.hosts import Host, LocalHost
 
@@ -176,5 +177,5 @@ async def workspace_cleanup(host: Host, prefix: str) -> int:
         return counts(res.stdout)
     except (ValueError, IndexError):
         raise PhaseFailure(
-            "cleanup_failed", f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"
+            ErrorKind.CLEANUP_FAILED, f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"
         ) from None

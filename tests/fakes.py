@@ -7,6 +7,7 @@ from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.hosts import LocalHost
 
@@ -24,7 +25,7 @@ class FakeEnvironment(Environment):
         async with self.sub("thing"):
             await asyncio.sleep(self.fd.delays.get("create", 0))
         if self.fd.fail.get("create"):
-            raise PhaseFailure("boom", "create failed on purpose")
+            raise PhaseFailure(ErrorKind.SANDBOX_FAILED, "create failed on purpose")
 
     async def ready(self) -> None:
         if self.n in self.fd.hang_ready_for:

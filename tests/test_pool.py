@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.events import encode
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.core.poolspec import PoolSpec
@@ -128,11 +129,11 @@ def test_a_failed_refill_fails_trials_with_its_reason_and_the_pool_recovers() ->
     failed = [e for e in ends if not e["ok"]]
     assert len(failed) == 2
     for e in failed:
-        assert e["error"]["phase"] == "acquire" and e["error"]["kind"] == "boom"
+        assert e["error"]["phase"] == "acquire" and e["error"]["kind"] == "sandbox_failed"
         assert "pool refill failed: create failed on purpose" in e["error"]["message"]
     assert sum(1 for e in ends if e["ok"]) == 4  # and then it recovered
     bad = [e for e in by_type(ev, "pool") if not e["ok"]]
-    assert [e["op"] for e in bad] == ["create", "create"] and "boom" in bad[0]["error"]
+    assert [e["op"] for e in bad] == ["create", "create"] and "sandbox_failed" in bad[0]["error"]
     assert drv.live == 0
 
 
@@ -188,7 +189,7 @@ def test_pool_table_errors_name_the_line(tmp_path: Path) -> None:
 def test_a_phase_failure_in_reset_never_hands_out_the_environment() -> None:
     class FailingReset(CleanEnvironment):
         async def reset_clean(self) -> None:
-            raise PhaseFailure("reset_failed", "cannot clean")
+            raise PhaseFailure(ErrorKind.RESET_FAILED, "cannot clean")
 
     drv = CleanDriver()
     drv.environment = lambda spec, sub=None: FailingReset(drv, spec, sub)  # type: ignore[method-assign]

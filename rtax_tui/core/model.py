@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtax_tui.core.errors import ErrorKind
+
 # The recording's format (`rtax/1`) and its history live with its events, in `core.events`.
 REPORT_FORMAT = "rtax-report/1"
 
@@ -31,11 +33,12 @@ class OptionError(RtaxError):
 
 
 class PhaseFailure(Exception):
-    """A phase could not complete; `kind` is the machine-readable reason."""
+    """A phase could not complete; `kind` (one of the closed set `ErrorKind`) is the
+    machine-readable reason, `message` the human one. The engine decides by kind only."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind = ErrorKind(kind)  # a plain string of a known kind is taken; others raise
         self.message = message
 
 
@@ -43,14 +46,14 @@ class SubstrateLost(PhaseFailure):
     """The substrate (daemon, host) went away; later trials of it may fail fast."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("substrate_lost", message)
+        super().__init__(ErrorKind.SUBSTRATE_LOST, message)
 
 
 class HostLost(PhaseFailure):
     """The connection to a remote host dropped; its trials fail until it is back."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("host_lost", message)
+        super().__init__(ErrorKind.HOST_LOST, message)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.core import events
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.events import Emitter
 from rtax_tui.core.model import Cell, EnvSpec, PhaseFailure, Timeouts
 from rtax_tui.core.poolspec import PoolSpec
@@ -107,7 +108,7 @@ class EnvPool:
     async def acquire(self) -> tuple[PooledEnv, int]:
         """A ready environment, and how long the trial waited for one (0: it was ready)."""
         if self.closed:
-            raise PhaseFailure("pool_closed", "the pool was closed (the run is ending)")
+            raise PhaseFailure(ErrorKind.POOL_CLOSED, "the pool was closed (the run is ending)")
         if self.ready:
             pe = self.ready.popleft()
             self.hits += 1
@@ -145,7 +146,7 @@ class EnvPool:
         self.closed = True
         for fut in self.waiters:
             if not fut.done():
-                fut.set_exception(PhaseFailure("pool_closed", "the pool was closed"))
+                fut.set_exception(PhaseFailure(ErrorKind.POOL_CLOSED, "the pool was closed"))
         self.waiters.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -246,7 +247,7 @@ class EnvPool:
             env = self.driver.environment(self.spec)
         except Exception as exc:
             self.pending -= 1
-            self._fail_waiter(PhaseFailure("error", f"{type(exc).__name__}: {exc}"))
+            self._fail_waiter(PhaseFailure(ErrorKind.ERROR, f"{type(exc).__name__}: {exc}"))
             return
         pe = PooledEnv(self._next, env)
         t0, cpu0 = time.monotonic_ns(), time.process_time_ns()
@@ -262,11 +263,11 @@ class EnvPool:
             self._spawn(self._teardown(pe))
             raise
         except TimeoutError:
-            err = PhaseFailure("timeout", "create + ready did not finish in time")
+            err = PhaseFailure(ErrorKind.TIMEOUT, "create + ready did not finish in time")
         except PhaseFailure as exc:
             err = exc
         except Exception as exc:
-            err = PhaseFailure("error", f"{type(exc).__name__}: {exc}")
+            err = PhaseFailure(ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
         self._record(
             "create", pe, t0, cpu0, 0, None if err is None else f"{err.kind}: {err.message}"
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import PhaseFailure
 from rtax_tui.hosts import cgroup_sh
 
@@ -202,7 +203,9 @@ class Host(ABC):
         if res.returncode != 0:
             await self.remove_cgroup(rel)
             err = (res.stderr or res.stdout).decode(errors="replace").strip()[-300:]
-            raise PhaseFailure("cgroup_failed", f"cannot make cgroup {rel} on {self.name}: {err}")
+            raise PhaseFailure(
+                ErrorKind.CGROUP_FAILED, f"cannot make cgroup {rel} on {self.name}: {err}"
+            )
         return res.stdout.decode().split()
 
     async def kill_cgroup(self, rel: str, spare: int | None = None) -> None:
@@ -228,7 +231,9 @@ class Host(ABC):
             ["sh", "-c", cgroup_sh.REMOVE_SH, "rtax-cg-rm", *cgroup_sh.cgroup_dirs(rel)], timeout=30
         )
         if res.returncode != 0:
-            raise PhaseFailure("teardown_incomplete", res.stderr.decode(errors="replace").strip())
+            raise PhaseFailure(
+                ErrorKind.TEARDOWN_INCOMPLETE, res.stderr.decode(errors="replace").strip()
+            )
         if rel not in self._unsettled_cgroups:
             self.untrack("cgroup", rel)
 
@@ -242,7 +247,8 @@ class Host(ABC):
         budget), for `cgroup_procs=`. Raises PhaseFailure("not_supported") where the
         controller's cgroups are not the host's."""
         raise PhaseFailure(
-            "not_supported", f"capacity budgets are the controller's cgroups: not on {self.name}"
+            ErrorKind.NOT_SUPPORTED,
+            f"capacity budgets are the controller's cgroups: not on {self.name}",
         )
 
     @abstractmethod

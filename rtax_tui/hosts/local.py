@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rtax_tui.core import reaper, safefs
+from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import PhaseFailure
 from rtax_tui.hosts import spawn
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
@@ -100,7 +101,7 @@ class LocalHost(Host):
             cg = Cgroup.create(name, cpus=cpus, memory_mib=memory_mib, pids=pids, parent=parent)
         except (OSError, CgroupError, ValueError) as exc:
             self.untrack("cgroup", rel)  # create removed what it had made
-            raise PhaseFailure("cgroup_failed", f"cannot make cgroup {rel}: {exc}") from exc
+            raise PhaseFailure(ErrorKind.CGROUP_FAILED, f"cannot make cgroup {rel}: {exc}") from exc
         return cg.procs_files()
 
     async def kill_cgroup(self, rel: str, spare: int | None = None) -> None:
@@ -122,7 +123,7 @@ class LocalHost(Host):
         try:
             await asyncio.to_thread(Cgroup(rel).remove)
         except (OSError, CgroupError) as exc:
-            raise PhaseFailure("teardown_incomplete", f"cgroup {rel}: {exc}") from exc
+            raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, f"cgroup {rel}: {exc}") from exc
         self.untrack("cgroup", rel)
 
     def cgroup_procs(self, relpath: str) -> list[str]:
