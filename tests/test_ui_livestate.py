@@ -175,7 +175,7 @@ def test_capacity_curve_per_size_and_a_dense_barrier_view() -> None:
     assert st.planned == 1002
     for ev in _batch_events("b1", 1, 2, 2, 70 << 20) + _batch_events("b2", 3, 1000, 990, 2 << 30):
         st.ingest(ev)
-    sizes = st.cells["local/stage/capacity/exec"].sizes
+    sizes = st.cells["local/stage/capacity/exec"].capacity.sizes
     assert (sizes[2].passed, sizes[2].batches, sizes[2].arrived, sizes[2].tasks) == (1, 1, 2, 2)
     assert (sizes[1000].passed, sizes[1000].arrived, sizes[1000].oom_kills) == (0, 990, 10)
     assert sizes[1000].mem_peak_bytes == 2 << 30

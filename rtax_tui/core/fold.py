@@ -156,3 +156,82 @@ class TrialFold:
                         on_end(t)
             elif on_other is not None:
                 on_other(ev)
+
+
+# -- capacity batches -----------------------------------------------------------------
+
+
+class SizeFold:
+    """One point of a cell's capacity curve: its measured batches of that size so far."""
+
+    __slots__ = ("batches", "passed", "tasks", "arrived", "mem_peak_bytes", "oom_kills")
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.passed = 0
+        self.tasks = 0
+        self.arrived = 0
+        self.mem_peak_bytes: int | None = None  # None: no batch recorded its peak
+        self.oom_kills: int | None = None  # None: no batch recorded its OOM kills
+
+
+class CapacityFold:
+    """A cell's `barrier` events (one per capacity batch), folded one at a time; warm-up
+    batches are left out. The report (`summary`) and the console (`sizes`, `batches`,
+    `passed_batches`) read the same fold, so their figures agree by construction."""
+
+    __slots__ = ("batches", "passed_batches", "sizes")
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.passed_batches = 0
+        self.sizes: dict[int, SizeFold] = {}
+
+    def add(self, ev: dict[str, Any]) -> None:
+        if ev.get("warmup"):
+            return
+        size = int(ev.get("size") or 0)
+        ok = bool(ev.get("ok"))
+        self.batches += 1
+        self.passed_batches += ok
+        sf = self.sizes.get(size)
+        if sf is None:
+            sf = self.sizes[size] = SizeFold()
+        sf.batches += 1
+        sf.passed += ok
+        sf.tasks += size
+        sf.arrived += int(ev.get("arrived") or 0)
+        peak = ev.get("mem_peak_bytes")
+        if peak is not None:
+            sf.mem_peak_bytes = max(int(peak), sf.mem_peak_bytes or 0)
+        kills = ev.get("oom_kills")
+        if kills is not None:
+            sf.oom_kills = (sf.oom_kills or 0) + int(kills)
+
+    def summary(self) -> dict[str, Any] | None:
+        """The report's `capacity` object: totals, then per size pVisor's figures
+        (passed/batches, arrived/tasks, the budget's peak memory, OOM kills) and the
+        largest size whose batches all passed; None for a cell with no batch."""
+        if not self.batches:
+            return None
+        sizes = [
+            {
+                "size": size,
+                "batches": sf.batches,
+                "passed": sf.passed,
+                "tasks": sf.tasks,
+                "arrived": sf.arrived,
+                "mem_peak_bytes": sf.mem_peak_bytes,
+                "oom_kills": sf.oom_kills,
+            }
+            for size, sf in sorted(self.sizes.items())
+        ]
+        passing = [size for size, sf in self.sizes.items() if sf.passed == sf.batches]
+        return {
+            "batches": self.batches,
+            "passed_batches": self.passed_batches,
+            "tasks": sum(s["tasks"] for s in sizes),
+            "arrived_tasks": sum(s["arrived"] for s in sizes),
+            "sizes": sizes,
+            "largest_passing_size": max(passing) if passing else None,
+        }

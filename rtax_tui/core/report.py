@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rtax_tui.core.fold import TrialFold, TrialOutcome
+from rtax_tui.core.fold import CapacityFold, TrialFold, TrialOutcome
 from rtax_tui.core.model import PHASES, POOL_PHASES, REPORT_FORMAT, TIMED_PHASES
 from rtax_tui.core.pool_report import STARTUP_NOTE, pool_document, pooled_project_inputs
 from rtax_tui.core.probe import build_document
@@ -39,7 +39,7 @@ class _CellData:
         self.cell = cell
         self.meta = meta
         self.trials: list[TrialOutcome] = []
-        self.barriers: list[dict[str, Any]] = []
+        self.capacity = CapacityFold()
         self.n = 0
         self.failed = 0
         self.invalid = 0
@@ -98,7 +98,7 @@ def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
             cd = cells.get(cell)
             if cd is None:
                 cd = cells[cell] = _CellData(cell, _meta_from_id(cell))
-            cd.barriers.append(ev)
+            cd.capacity.add(ev)
         elif ev["type"] == "pool":
             cd = cells.get(ev["cell"])
             if cd is not None:
@@ -170,46 +170,6 @@ def _finish(cd: _CellData) -> None:
     if remote:  # the same actions timed by the remote side: the rest is network + framing
         sub_lists["action.remote"] = remote
     cd.subsamples = {k: np.asarray(v, dtype=np.int64) for k, v in sub_lists.items()}
-
-
-def _capacity(cd: _CellData) -> dict[str, Any] | None:
-    """The cell's measured batches (warm-ups left out): totals, then per size pVisor's
-    figures (passed/batches, arrived/tasks, the budget's peak memory, OOM kills) and
-    the largest size whose batches all passed."""
-    if not cd.barriers:
-        return None
-    bars = [b for b in cd.barriers if not b.get("warmup")]
-    by_size: dict[int, list[dict[str, Any]]] = {}
-    for b in bars:
-        by_size.setdefault(int(b.get("size") or 0), []).append(b)
-    sizes: list[dict[str, Any]] = []
-    passing: list[int] = []
-    for size in sorted(by_size):
-        group = by_size[size]
-        peaks = [b["mem_peak_bytes"] for b in group if b.get("mem_peak_bytes") is not None]
-        kills = [b["oom_kills"] for b in group if b.get("oom_kills") is not None]
-        passed = sum(1 for b in group if b.get("ok"))
-        if passed == len(group):
-            passing.append(size)
-        sizes.append(
-            {
-                "size": size,
-                "batches": len(group),
-                "passed": passed,
-                "tasks": sum(int(b.get("size") or 0) for b in group),
-                "arrived": sum(int(b.get("arrived") or 0) for b in group),
-                "mem_peak_bytes": max(peaks) if peaks else None,
-                "oom_kills": sum(kills) if kills else None,
-            }
-        )
-    return {
-        "batches": len(bars),
-        "passed_batches": sum(1 for b in bars if b.get("ok")),
-        "tasks": sum(int(b.get("size") or 0) for b in bars),
-        "arrived_tasks": sum(int(b.get("arrived") or 0) for b in bars),
-        "sizes": sizes,
-        "largest_passing_size": max(passing) if passing else None,
-    }
 
 
 def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
@@ -328,7 +288,7 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
                 "subphases": {k: summarize(v, seed=seed) for k, v in cd.subsamples.items()},
                 "errors": dict(cd.errors),
                 "clusters": clus,
-                "capacity": _capacity(cd),
+                "capacity": cd.capacity.summary(),
                 **({"startup": STARTUP_NOTE} if cd.pooled else {}),
             }
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rtax_tui.core.fold import TrialFold, TrialOutcome
+from rtax_tui.core.fold import CapacityFold, TrialFold, TrialOutcome
 from rtax_tui.core.model import PHASES, TIMED_PHASES
 
 # Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.
@@ -98,21 +98,7 @@ class CellState:
     phases: dict[str, PhaseSamples] = field(
         default_factory=lambda: {p: PhaseSamples() for p in PHASES}
     )
-    batches: int = 0
-    passed_batches: int = 0
-    sizes: dict[int, SizeState] = field(default_factory=dict)  # the capacity curve
-
-
-@dataclass
-class SizeState:
-    """One point of a cell's capacity curve: its measured batches so far."""
-
-    batches: int = 0
-    passed: int = 0
-    tasks: int = 0
-    arrived: int = 0
-    mem_peak_bytes: int | None = None
-    oom_kills: int = 0
+    capacity: CapacityFold = field(default_factory=CapacityFold)  # the report's own fold
 
 
 @dataclass
@@ -291,22 +277,8 @@ class LiveState:
     def _barrier(self, ev: dict[str, Any]) -> None:
         cid = ev["cell"]
         cs = self.cells.get(cid)
-        if cs is not None and not ev.get("warmup"):
-            cs.batches += 1
-            if ev.get("ok"):
-                cs.passed_batches += 1
-            size = int(ev.get("size") or 0)
-            ss = cs.sizes.get(size)
-            if ss is None:
-                ss = cs.sizes[size] = SizeState()
-            ss.batches += 1
-            ss.passed += 1 if ev.get("ok") else 0
-            ss.tasks += size
-            ss.arrived += int(ev.get("arrived") or 0)
-            ss.oom_kills += int(ev.get("oom_kills") or 0)
-            peak = ev.get("mem_peak_bytes")
-            if isinstance(peak, int):
-                ss.mem_peak_bytes = max(peak, ss.mem_peak_bytes or 0)
+        if cs is not None:
+            cs.capacity.add(ev)
         self.batches_done += 1
         if self.batch is not None and self.batch.batch == ev.get("batch"):
             self.batch.released = str(ev.get("released"))

@@ -6,8 +6,9 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
+from rtax_tui.core.fold import SizeFold
 from rtax_tui.ui.histogram import fmt_ms
-from rtax_tui.ui.livestate import LiveState, SizeState
+from rtax_tui.ui.livestate import LiveState
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
 SHORT = {"teardown": "tdown"}
@@ -120,16 +121,17 @@ class BarrierView(Static):
         per = state.batches_per_cell()
         for cs in state.cells.values():
             name = f"{cs.driver}/{cs.workload}/{cs.channel}"
-            if len(cs.sizes) <= 1:
-                t.append(f"{name}: passed {cs.passed_batches}/{cs.batches}")
+            cap = cs.capacity
+            if len(cap.sizes) <= 1:
+                t.append(f"{name}: passed {cap.passed_batches}/{cap.batches}")
                 t.append(f" of {per}" if per else "")
-                for ss in cs.sizes.values():
+                for ss in cap.sizes.values():
                     t.append(f", arrived {ss.arrived}/{ss.tasks}{_peak(ss)}")
                 t.append("\n")
                 continue
             t.append(f"{name}:\n")
-            for size in sorted(cs.sizes):
-                ss = cs.sizes[size]
+            for size in sorted(cap.sizes):
+                ss = cap.sizes[size]
                 t.append(
                     f"  N={size}: passed {ss.passed}/{ss.batches}"
                     f", arrived {ss.arrived}/{ss.tasks}{_peak(ss)}\n",
@@ -138,7 +140,7 @@ class BarrierView(Static):
         self.update(t)
 
 
-def _peak(ss: SizeState) -> str:
+def _peak(ss: SizeFold) -> str:
     if ss.mem_peak_bytes is None:
         return ""
     kills = f", {ss.oom_kills} OOM kills" if ss.oom_kills else ""
