@@ -15,7 +15,7 @@ from rich.console import Console
 from rtax_tui.core import reaper
 from rtax_tui.core.model import RtaxError
 from rtax_tui.core.profile import Profile
-from rtax_tui.core.recording import Recording, RecordingWriter
+from rtax_tui.core.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.core.runner import build_session
 from rtax_tui.core.session import Session
 from rtax_tui.reporting import out_console
@@ -187,30 +187,38 @@ def run_headless(
         if record:
             raise RtaxError("--record needs -o - (it names the file kept beside the stream)")
         path = Path(output) if output else default_output(profile)
-    if path is not None:
-        writers.append(_open_recording(path))
-    collector = _Collector()
+    file_writer = _open_recording(path) if path is not None else None
+    if file_writer is not None:
+        writers.append(file_writer)
+    # The report at the end is read back from the file when there is one: a long run then
+    # holds no event in memory (a soak's RSS stays flat); a stream alone is collected.
+    collector = _Collector() if file_writer is None and not quiet else None
     sinks: list[Any] = [w.write for w in writers]
     if to_stdout and path is not None:
         sinks[0] = _tolerant(writers[0])  # a reader that went away must not lose the file
-    sinks.append(collector)
+    if collector is not None:
+        sinks.append(collector)
     try:
         status, fault = asyncio.run(_run(profile, sinks, argv, err, control))
     except BaseException:
         for w in writers:
             w.close()
-        if path is not None and collector.header is None:
+        if path is not None and file_writer is not None and file_writer.lines == 0:
             path.unlink(missing_ok=True)  # failed before the first event: nothing to keep
         raise
     for w in writers:
         w.close()
-    if collector.header is not None and not quiet:
-        from rtax_tui.core.report import build_report
-        from rtax_tui.reporting import print_report
+    if not quiet:
+        rec: Recording | None = None
+        if path is not None and file_writer is not None and file_writer.lines:
+            rec = read_recording(path)  # what the file holds, to its last complete line
+        elif collector is not None and collector.header is not None:
+            rec = Recording("-", collector.header, collector.events)
+        if rec is not None:
+            from rtax_tui.core.report import build_report
+            from rtax_tui.reporting import print_report
 
-        rec = Recording(str(path or "-"), collector.header, collector.events)
-        out = err if to_stdout else out_console()
-        print_report(build_report(rec), out)
+            print_report(build_report(rec), err if to_stdout else out_console())
     if path is not None:
         print(f"recording: {path}", file=sys.stderr)  # unwrapped: scripts read this line
     if fault is not None:
