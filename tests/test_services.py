@@ -207,8 +207,11 @@ def test_strays_the_daemon_leaves_end_with_it_only_if_they_came_while_it_ran(tmp
 
     def start_stray() -> int:
         p = subprocess.Popen(
-            ["setsid", "bash", "-c", f"exec -a {stray_mark} sleep 300"],
+            ["bash", "-c", f"exec -a {stray_mark} sleep 300"],
             stdin=subprocess.DEVNULL,
+            # its own session, as a shim's; not the setsid program, which forks (and so
+            # gives another PID than Popen's) when the caller leads its process group
+            start_new_session=True,
         )
         deadline = time.monotonic() + 5
         while p.pid not in strays() and time.monotonic() < deadline:
