@@ -84,3 +84,21 @@ def test_report_and_console_count_what_the_fold_classifies(path: Path) -> None:
         assert got == want[cell["cell"]] == {
             "n": cs.n, "failed": cs.failed, "invalid": cs.invalid, "warmup": cs.warmup
         }  # fmt: skip
+
+
+def test_live_progress_counts_as_the_report_does() -> None:
+    """The engine's live counters (what the headless progress line and the console show
+    while a run goes) follow the fold's rule: a failed warm-up is not a failed trial."""
+    from rtax_tui.core.recording import Recording
+    from rtax_tui.core.report import build_report
+    from tests.enginetools import W_BAD, W_OK, prof, run
+    from tests.fakes import FakeDriver
+
+    drv = FakeDriver()
+    drv.fail["create"] = True
+    s, ev = run(prof(trials=2, warmup=2), drv, {"w": W_OK})
+    (cell,) = build_report(Recording("-", ev[0], ev[1:]))["cells"]
+    assert (s.progress.done, s.progress.failed) == (4, cell["failed"]) == (4, 2)
+    s, ev = run(prof(trials=2, warmup=1, workloads=("bad",)), FakeDriver(), {"bad": W_BAD})
+    (cell,) = build_report(Recording("-", ev[0], ev[1:]))["cells"]
+    assert (s.progress.failed, s.progress.invalid) == (cell["failed"], cell["invalid"]) == (0, 2)

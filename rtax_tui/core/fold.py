@@ -26,6 +26,20 @@ _TIMED = frozenset(TIMED_PHASES + POOL_PHASES)
 Verdict = Literal["warmup", "incomplete", "failed", "invalid", "measured"]
 
 
+def verdict(warmup: bool, ended: bool, ok: bool, valid: bool) -> Verdict:
+    """The counting rule (the module's docstring), for a trial's four facts: the fold's
+    and the engine's live `Progress` counters use this one function."""
+    if warmup:
+        return "warmup"
+    if not ended:
+        return "incomplete"
+    if not ok:
+        return "failed"
+    if not valid:
+        return "invalid"
+    return "measured"
+
+
 class TrialOutcome:
     """What the events of one trial add up to.
 
@@ -75,15 +89,7 @@ class TrialOutcome:
 
     @property
     def verdict(self) -> Verdict:
-        if self.warmup:
-            return "warmup"
-        if not self.ended:
-            return "incomplete"
-        if not self.ok:
-            return "failed"
-        if not self.valid:
-            return "invalid"
-        return "measured"
+        return verdict(bool(self.warmup), bool(self.ended), bool(self.ok), bool(self.valid))
 
     def total_ns(self) -> int:
         """The trial's `total`: its timed phases plus its actions."""

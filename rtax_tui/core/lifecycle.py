@@ -21,6 +21,7 @@ from rtax_tui.core.capacity import Barrier
 from rtax_tui.core.control import Progress, RunControl
 from rtax_tui.core.errors import ErrorKind, TrialError, interrupted, timeout_kind
 from rtax_tui.core.events import Emitter
+from rtax_tui.core.fold import verdict
 from rtax_tui.core.health import HostHealth, SubstrateHealth
 from rtax_tui.core.model import Cell, EnvSpec, PhaseFailure, Workload
 from rtax_tui.core.plan import PlannedTrial
@@ -387,7 +388,9 @@ class TrialRunner:
         prog.done += 1
         prog.per_cell_done[cell.id] = prog.per_cell_done.get(cell.id, 0) + 1
         if error is not None:
-            prog.failed += 1
             prog.last_error = f"trial {pt.id} {cell.id}: {error.kind}: {error.message}"
-        elif not valid:
+        v = verdict(pt.warmup, True, ok, valid)  # the report's rule: warm-ups apart
+        if v == "failed":
+            prog.failed += 1
+        elif v == "invalid":
             prog.invalid += 1
