@@ -425,8 +425,8 @@ PROBE_LEGEND = (
 def probe_cell_text(name: str, c: dict[str, Any]) -> str:
     """A check's cell for one driver: its combined result, and where the channels (or
     hosts) disagree, each result with where it came from (`blocked (exec), breached
-    (shell)`, the combined one first); ` !` when the driver promises it and it failed."""
-    from rtax_tui.core.probe import passed
+    (shell)`, the combined one first); ` !` when a run that promised it failed."""
+    from rtax_tui.core.probe import promise_broken
 
     result = c["result"]
     runs = c.get("runs") or []
@@ -439,7 +439,7 @@ def probe_cell_text(name: str, c: dict[str, Any]) -> str:
                 r["channel"] if one_host else f"{r['host']}/{r['channel']}"
             )
         text = ", ".join(f"{res} ({','.join(w)})" for res, w in where.items())
-    if c.get("promised") and not passed(name, result):
+    if promise_broken(name, c):
         text += " !"
     return text
 
@@ -593,10 +593,11 @@ def _broken(name: str, run: dict[str, Any]) -> bool:
 def _run_notes(
     drivers: dict[str, Any], title: str, pick: Callable[[str, dict[str, Any]], bool]
 ) -> list[str]:
-    """A list of the runs `pick` selects: driver, check, where, and the verdict's reason
-    (one line for the channels that give the same)."""
+    """A list of the runs `pick` selects, by driver: the checks, where, and the verdict's
+    reason (one line for the checks and channels that give the same)."""
     lines = []
     for d, dd in drivers.items():
+        by_reason: dict[tuple[str, str], list[str]] = {}
         for name, c in dd["checks"].items():
             runs = c.get("runs") or []
             one_host = len({r["host"] for r in runs}) <= 1
@@ -605,7 +606,9 @@ def _run_notes(
                 if pick(name, r):
                     why.setdefault(_reason(r["evidence"]), []).append(_run_key(r, one_host))
             for reason, where in why.items():
-                lines.append(f"- `{d}` `{name}` ({', '.join(where)}): {_md_text(reason)}")
+                by_reason.setdefault((reason, ", ".join(where)), []).append(f"`{name}`")
+        for (reason, where), names in by_reason.items():
+            lines.append(f"- `{d}` {', '.join(names)} ({where}): {_md_text(reason)}")
     return [f"{title}:", "", *lines, ""] if lines else []
 
 

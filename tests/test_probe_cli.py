@@ -283,30 +283,43 @@ def test_the_markdown_tables_say_where_channels_differ_and_why_na() -> None:
     from rtax_tui.core.probe import BLOCKED, NA, build_document
     from rtax_tui.reporting import probe_markdown
 
-    evs = [
-        _ev("stage", ch, "root_home", BLOCKED, "not visible", True) for ch in ("exec", "shell")
-    ] + [
-        _ev("vm", "exec", "result_integrity", BLOCKED, "every status real"),
-        _ev("vm", "shell", "result_integrity", BREACHED, "a failure recorded as a success"),
-        _ev("vm", "exec", "deep_tree", NA, "the workspace has no host path", True),
-        _ev("vm", "shell", "deep_tree", NA, "the workspace has no host path", True),
-        _ev("vm", "exec", "root_home", BLOCKED, "not visible", True),
-        _ev("vm", "shell", "root_home", BREACHED, "read the host's <root> *token*", True),
-    ]
+    evs = (
+        [_ev("stage", ch, "root_home", BLOCKED, "not visible", True) for ch in ("exec", "shell")]
+        + [_ev("one", ch, "root_home", BLOCKED, "not visible", True) for ch in ("exec", "shell")]
+        + [
+            _ev("vm", "exec", "result_integrity", BLOCKED, "every status real"),
+            _ev("vm", "shell", "result_integrity", BREACHED, "a failure recorded as a success"),
+            _ev("vm", "exec", "deep_tree", NA, "the workspace has no host path", True),
+            _ev("vm", "shell", "deep_tree", NA, "the workspace has no host path", True),
+            _ev("vm", "exec", "reset_links", NA, "the workspace has no host path"),
+            _ev("vm", "shell", "reset_links", NA, "the workspace has no host path"),
+            _ev("stage", "exec", "pool_reuse_clean", HELD, "nothing left", True),
+            _ev("stage", "shell", "pool_reuse_clean", NA, "no in-place reset"),
+            _ev("vm", "exec", "root_home", BLOCKED, "not visible", True),
+            _ev("vm", "shell", "root_home", BREACHED, "read the host's <root> *token*", True),
+        ]
+    )
     md = probe_markdown(build_document(evs))
     lines = md.splitlines()
     assert lines[0] == (
         "| driver | channel | blocked | held | breached | n/a | promises kept | breached checks |"
     )
-    # stage's channels agree: one row; the VM's differ: one row per channel
-    assert "| `stage` | exec, shell | 1 | 0 | 0 | 0 | 1/1 | none |" in lines
-    assert "| `vm` | exec | 2 | 0 | 0 | 1 | 1/2 | none |" in lines
-    assert "| `vm` | shell | 0 | 0 | 2 | 1 | 0/2 | `root_home` !, `result_integrity` |" in lines
-    assert "| check | stage | vm |" in lines
-    assert "| `root_home` | blocked | breached (shell), blocked (exec) ! |" in lines
-    assert "| `result_integrity` | - | breached (shell), blocked (exec) |" in lines
-    assert "| `tmp_sentinel` | - | - |" in lines  # every check of the catalogue, in order
-    assert "- `vm` `deep_tree` (exec, shell): the workspace has no host path" in lines
+    # one row per channel where the channels' results differ
+    assert "| `stage` | exec | 1 | 1 | 0 | 0 | 2/2 | none |" in lines
+    assert "| `stage` | shell | 1 | 0 | 0 | 1 | 1/1 | none |" in lines
+    assert "| `vm` | exec | 2 | 0 | 0 | 2 | 1/2 | none |" in lines
+    assert "| `vm` | shell | 0 | 0 | 2 | 2 | 0/2 | `root_home` !, `result_integrity` |" in lines
+    assert "| `one` | exec, shell | 1 | 0 | 0 | 0 | 1/1 | none |" in lines  # they agree: one row
+    assert "| check | stage | one | vm |" in lines
+    assert "| `root_home` | blocked | blocked | breached (shell), blocked (exec) ! |" in lines
+    assert "| `result_integrity` | - | - | breached (shell), blocked (exec) |" in lines
+    assert "| `tmp_sentinel` | - | - | - |" in lines  # every check of the catalogue, in order
+    # promised on exec only (an in-place reset there): n/a on shell breaks no promise
+    assert "| `pool_reuse_clean` | n/a (shell), held (exec) | - | - |" in lines
+    assert "- `stage` `pool_reuse_clean` (shell): no in-place reset" in lines
+    # the same reason, where, for several checks: one line
+    want = "- `vm` `reset_links`, `deep_tree` (exec, shell): the workspace has no host path"
+    assert want in lines
     # a broken promise: its reason, escaped (no HTML, no emphasis)
     assert "- `vm` `root_home` (shell): read the host's \\<root> \\*token\\*" in lines
     assert "the step's output" not in md
