@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-PROBE_FORMATS = ("table", "json")
+PROBE_FORMATS = ("table", "json", "markdown")
 
 
 def _probe_help() -> str:
@@ -251,7 +251,12 @@ def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     pb.add_argument(
         "--channel", metavar="C,..", help="exec, shell or exec,shell (default: exec,shell)"
     )
-    pb.add_argument("--format", default="table", metavar="F", help="table (default) or json")
+    pb.add_argument(
+        "--format",
+        default="table",
+        metavar="F",
+        help="table (default), json, or markdown (the tables of docs/boundaries.md)",
+    )
     pb.add_argument(
         "-o",
         "--output",

@@ -283,6 +283,10 @@ def run_probe_command(
         import orjson
 
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    elif fmt == "markdown":
+        from rtax_tui.reporting import probe_markdown
+
+        sys.stdout.write(probe_markdown(doc))
     else:
         from rtax_tui.reporting import print_probe
 

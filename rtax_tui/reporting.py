@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -207,7 +208,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += ["## Results a workload could forge (the driver does not state they hold)", ""]
         out += [f"- {k}: {why}" for k, why in forgeable.items()] + [""]
     if report.get("probe"):
-        out += ["## Boundary checks (rtax probe)", "", _probe_markdown(report["probe"]), ""]
+        out += ["## Boundary checks (rtax probe)", "", probe_markdown(report["probe"])]
     if report.get("diffs"):
         out += ["## Differences between drivers (b - a, ms)", ""]
         heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
@@ -421,22 +422,30 @@ PROBE_LEGEND = (
 )
 
 
-def _probe_cell(name: str, c: dict[str, Any]) -> str:
-    from rtax_tui.core.probe import passed
+def probe_cell_text(name: str, c: dict[str, Any]) -> str:
+    """A check's cell for one driver: its combined result, and where the channels (or
+    hosts) disagree, each result with where it came from (`blocked (exec), breached
+    (shell)`, the combined one first); ` !` when a run that promised it failed."""
+    from rtax_tui.core.probe import promise_broken
 
     result = c["result"]
     runs = c.get("runs") or []
     text = result
     if len({r["result"] for r in runs}) > 1:  # the channels (or hosts) disagree: say where
-        where = ",".join(
-            r["channel"] if len({x["host"] for x in runs}) == 1 else f"{r['host']}/{r['channel']}"
-            for r in runs
-            if r["result"] == result
-        )
-        text += f" ({where})"
-    if c.get("promised") and not passed(name, result):
+        one_host = len({r["host"] for r in runs}) == 1
+        where: dict[str, list[str]] = {result: []}
+        for r in runs:
+            where.setdefault(r["result"], []).append(
+                r["channel"] if one_host else f"{r['host']}/{r['channel']}"
+            )
+        text = ", ".join(f"{res} ({','.join(w)})" for res, w in where.items())
+    if promise_broken(name, c):
         text += " !"
-    return f"[{RESULT_STYLE.get(result, '')}]{text}[/]"
+    return text
+
+
+def _probe_cell(name: str, c: dict[str, Any]) -> str:
+    return f"[{RESULT_STYLE.get(c['result'], '')}]{escape(probe_cell_text(name, c))}[/]"
 
 
 def render_probe(doc: dict[str, Any]) -> Table:
@@ -498,19 +507,120 @@ def boundary_line(key: str, b: dict[str, Any]) -> str:
     return line
 
 
-def _probe_markdown(doc: dict[str, Any]) -> str:
-    from rtax_tui.core.probe import CHECKS, passed
+def _run_key(run: dict[str, Any], one_host: bool) -> str:
+    return str(run["channel"]) if one_host else f"{run['host']}/{run['channel']}"
+
+
+def _md_text(text: str) -> str:
+    """Text of a step's evidence, safe in a Markdown list item (no markup, no HTML)."""
+    for ch in ("\\", "`", "*", "[", "]", "<"):
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _reason(evidence: str) -> str:
+    """The verdict's own words: a run's evidence up to the step's output."""
+    return evidence.split(" | ", 1)[0]
+
+
+def _probe_summary_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """One row per driver, or one per channel (host/channel) where they differ: the
+    counts of `summarize` over that channel's own runs."""
+    from rtax_tui.core.probe import RESULTS, summarize
+
+    rows = []
+    for d, dd in (doc.get("drivers") or {}).items():
+        runs = [r for c in dd["checks"].values() for r in c.get("runs") or []]
+        one_host = len({r["host"] for r in runs}) <= 1
+        per: dict[str, dict[str, Any]] = {}
+        for name, c in dd["checks"].items():
+            for r in c.get("runs") or []:
+                one = {"result": r["result"], "promised": r.get("promised"), "runs": [r]}
+                per.setdefault(_run_key(r, one_host), {})[name] = one
+        results = {k: {n: c["result"] for n, c in checks.items()} for k, checks in per.items()}
+        if len({tuple(sorted(v.items())) for v in results.values()}) <= 1:
+            groups = [(", ".join(per) or "-", dd["summary"])]
+        else:
+            groups = [(k, summarize(checks)) for k, checks in per.items()]
+        for where, s in groups:
+            breached = s.get("breached_checks") or []
+            broken = set(s.get("broken_promises") or [])
+            names = [f"`{n}`" + (" !" if n in broken else "") for n in breached]
+            kept = f"{int(s['promised']) - len(broken)}/{s['promised']}"
+            rows.append(
+                [f"`{d}`", where, *(str(s.get(r, 0)) for r in RESULTS)]
+                + [kept if s.get("promised") else "none", ", ".join(names) or "none"]
+            )
+    return rows
+
+
+def probe_markdown(doc: dict[str, Any]) -> str:
+    """The boundary tables of a probe document (`core.probe.build_document`) as Markdown:
+    per driver (and channel, where they differ) the counts, promises kept and breached
+    checks; the check x driver matrix (as `render_probe`); the reason of every `n/a`
+    and the evidence of every broken promise. docs/boundaries.md holds this output for
+    the example recording (`boundary_doc`, scripts/boundary-tables)."""
+    from rtax_tui.core.probe import CHECKS, RESULTS
 
     drivers = doc.get("drivers") or {}
+    heads = ["driver", "channel", *RESULTS, "promises kept", "breached checks"]
+    out = [_md_table(heads, _probe_summary_rows(doc)), ""]
+    names = [c.name for c in CHECKS]
+    names += sorted({k for d in drivers.values() for k in d["checks"]} - set(names))
     rows = []
-    for check in CHECKS:
-        row = [f"`{check.name}`"]
+    for name in names:
+        row = [f"`{name}`"]
         for d in drivers.values():
-            c = d["checks"].get(check.name)
-            if c is None:
-                row.append("-")
-                continue
-            bad = c.get("promised") and not passed(check.name, c["result"])
-            row.append(c["result"] + (" !" if bad else ""))
+            c = d["checks"].get(name)
+            row.append("-" if c is None else probe_cell_text(name, c))
         rows.append(row)
-    return _md_table(["check", *drivers], rows)
+    out += [_md_table(["check", *drivers], rows), ""]
+    out += _run_notes(drivers, "n/a (not measurable there), and why", _not_measured)
+    out += _run_notes(drivers, "broken promises (`!`), and why", _broken)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _not_measured(name: str, run: dict[str, Any]) -> bool:
+    return bool(run["result"] == "n/a")
+
+
+def _broken(name: str, run: dict[str, Any]) -> bool:
+    from rtax_tui.core.probe import passed
+
+    return bool(run.get("promised")) and not passed(name, run["result"])
+
+
+def _run_notes(
+    drivers: dict[str, Any], title: str, pick: Callable[[str, dict[str, Any]], bool]
+) -> list[str]:
+    """A list of the runs `pick` selects, by driver: the checks, where, and the verdict's
+    reason (one line for the checks and channels that give the same)."""
+    lines = []
+    for d, dd in drivers.items():
+        by_reason: dict[tuple[str, str], list[str]] = {}
+        for name, c in dd["checks"].items():
+            runs = c.get("runs") or []
+            one_host = len({r["host"] for r in runs}) <= 1
+            why: dict[str, list[str]] = {}
+            for r in runs:
+                if pick(name, r):
+                    why.setdefault(_reason(r["evidence"]), []).append(_run_key(r, one_host))
+            for reason, where in why.items():
+                by_reason.setdefault((reason, ", ".join(where)), []).append(f"`{name}`")
+        for (reason, where), names in by_reason.items():
+            lines.append(f"- `{d}` {', '.join(names)} ({where}): {_md_text(reason)}")
+    return [f"{title}:", "", *lines, ""] if lines else []
+
+
+PROBE_TABLES_BEGIN = "<!-- probe-tables: begin (generated by scripts/boundary-tables) -->"
+PROBE_TABLES_END = "<!-- probe-tables: end -->"
+
+
+def boundary_doc(text: str, doc: dict[str, Any]) -> str:
+    """`text` (docs/boundaries.md) with what lies between its two probe-tables markers
+    replaced by `probe_markdown(doc)`: unchanged when the tables already match."""
+    begin, end = text.find(PROBE_TABLES_BEGIN), text.find(PROBE_TABLES_END)
+    if begin < 0 or end < begin or text.count(PROBE_TABLES_BEGIN) != 1:
+        raise ValueError(f"expected one {PROBE_TABLES_BEGIN} before one {PROBE_TABLES_END}")
+    head = text[: begin + len(PROBE_TABLES_BEGIN)]
+    return head + "\n\n" + probe_markdown(doc) + "\n" + text[end:]

@@ -239,20 +239,107 @@ def test_a_driver_that_cannot_be_checked_is_na_on_every_check(monkeypatch) -> No
     assert _ours_left() == []
 
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "recordings" / "examples" / "probe"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "boundaries.md"
+
+
 def test_the_example_probe_recording_reports_every_driver() -> None:
-    """recordings/examples/probe/all-drivers.jsonl: the matrix measured on this machine."""
-    ex = Path(__file__).resolve().parents[1] / "recordings" / "examples" / "probe"
-    rep = json.loads(rtax("report", str(ex / "all-drivers.jsonl"), "--format", "json").stdout)
+    """recordings/examples/probe/all-drivers.jsonl: the matrix measured on this machine,
+    every check of the catalogue on every driver and both channels."""
+    rep = json.loads(rtax("report", str(EXAMPLE / "all-drivers.jsonl"), "--format", "json").stdout)
     drivers = rep["probe"]["drivers"]
-    assert list(drivers) == ["local", "stage", "docker", "podman", "libvirt", "microvm"]
-    later = {"pool_reuse_clean", "usr_local", "host_paths", "vsock", "proc_cmdline", "process_vm"}
-    later |= {"result_integrity", "reset_links", "init_kill", "deep_tree", "default_limits"}
-    later |= {"workspace_size", "cleanup_spares_live"}
-    for d in drivers.values():  # recorded before these checks existed
-        assert set(d["checks"]) == ALL_CHECKS - later
+    assert list(drivers) == ["local", "stage", "docker", "podman", "libvirt", "microvm", "swerex"]
+    for d in drivers.values():
+        assert set(d["checks"]) == ALL_CHECKS
+        assert d["summary"]["broken_promises"] == []  # docs/boundaries.md says so
+        for c in d["checks"].values():
+            assert {r["channel"] for r in c["runs"]} == {"exec", "shell"}
     assert rep["cells"] == []
-    md = rtax("report", str(ex / "all-drivers.jsonl"), "--format", "markdown").stdout
+    md = rtax("report", str(EXAMPLE / "all-drivers.jsonl"), "--format", "markdown").stdout
     assert "## Cells" not in md and "| check | local | stage | docker" in md
+
+
+def test_the_docs_tables_are_the_example_recordings() -> None:
+    """docs/boundaries.md's tables are `probe_markdown` of the example recording, between
+    their markers: regenerate them with scripts/boundary-tables, never by hand."""
+    from rtax_tui.core.report import build_report
+    from rtax_tui.reporting import PROBE_TABLES_BEGIN, boundary_doc, probe_markdown
+
+    text = DOCS.read_text()
+    doc = build_report(read_recording(EXAMPLE / "all-drivers.jsonl"))["probe"]
+    assert boundary_doc(text, doc) == text, "docs/boundaries.md: run scripts/boundary-tables"
+    assert text.count(probe_markdown(doc)) == 1
+    assert text.index(PROBE_TABLES_BEGIN) > text.index("## Measured here")
+
+
+def _ev(driver: str, channel: str, check: str, result: str, why: str, promised: bool = False):
+    return {
+        "type": "probe", "host": "local", "driver": driver, "channel": channel,
+        "check": check, "result": result, "evidence": f"{why} | the step's output",
+        "promised": promised,
+    }  # fmt: skip
+
+
+def test_the_markdown_tables_say_where_channels_differ_and_why_na() -> None:
+    from rtax_tui.core.probe import BLOCKED, NA, build_document
+    from rtax_tui.reporting import probe_markdown
+
+    evs = (
+        [_ev("stage", ch, "root_home", BLOCKED, "not visible", True) for ch in ("exec", "shell")]
+        + [_ev("one", ch, "root_home", BLOCKED, "not visible", True) for ch in ("exec", "shell")]
+        + [
+            _ev("vm", "exec", "result_integrity", BLOCKED, "every status real"),
+            _ev("vm", "shell", "result_integrity", BREACHED, "a failure recorded as a success"),
+            _ev("vm", "exec", "deep_tree", NA, "the workspace has no host path", True),
+            _ev("vm", "shell", "deep_tree", NA, "the workspace has no host path", True),
+            _ev("vm", "exec", "reset_links", NA, "the workspace has no host path"),
+            _ev("vm", "shell", "reset_links", NA, "the workspace has no host path"),
+            _ev("stage", "exec", "pool_reuse_clean", HELD, "nothing left", True),
+            _ev("stage", "shell", "pool_reuse_clean", NA, "no in-place reset"),
+            _ev("vm", "exec", "root_home", BLOCKED, "not visible", True),
+            _ev("vm", "shell", "root_home", BREACHED, "read the host's <root> *token*", True),
+        ]
+    )
+    md = probe_markdown(build_document(evs))
+    lines = md.splitlines()
+    assert lines[0] == (
+        "| driver | channel | blocked | held | breached | n/a | promises kept | breached checks |"
+    )
+    # one row per channel where the channels' results differ
+    assert "| `stage` | exec | 1 | 1 | 0 | 0 | 2/2 | none |" in lines
+    assert "| `stage` | shell | 1 | 0 | 0 | 1 | 1/1 | none |" in lines
+    assert "| `vm` | exec | 2 | 0 | 0 | 2 | 1/2 | none |" in lines
+    assert "| `vm` | shell | 0 | 0 | 2 | 2 | 0/2 | `root_home` !, `result_integrity` |" in lines
+    assert "| `one` | exec, shell | 1 | 0 | 0 | 0 | 1/1 | none |" in lines  # they agree: one row
+    assert "| check | stage | one | vm |" in lines
+    assert "| `root_home` | blocked | blocked | breached (shell), blocked (exec) ! |" in lines
+    assert "| `result_integrity` | - | - | breached (shell), blocked (exec) |" in lines
+    assert "| `tmp_sentinel` | - | - | - |" in lines  # every check of the catalogue, in order
+    # promised on exec only (an in-place reset there): n/a on shell breaks no promise
+    assert "| `pool_reuse_clean` | n/a (shell), held (exec) | - | - |" in lines
+    assert "- `stage` `pool_reuse_clean` (shell): no in-place reset" in lines
+    # the same reason, where, for several checks: one line
+    want = "- `vm` `reset_links`, `deep_tree` (exec, shell): the workspace has no host path"
+    assert want in lines
+    # a broken promise: its reason, escaped (no HTML, no emphasis)
+    assert "- `vm` `root_home` (shell): read the host's \\<root> \\*token\\*" in lines
+    assert "the step's output" not in md
+
+
+def test_the_docs_markers_are_required() -> None:
+    from rtax_tui.reporting import PROBE_TABLES_BEGIN, PROBE_TABLES_END, boundary_doc
+
+    doc: dict = {"drivers": {}}
+    with pytest.raises(ValueError):
+        boundary_doc("# no markers\n", doc)
+    with pytest.raises(ValueError):
+        boundary_doc(f"{PROBE_TABLES_END}\n{PROBE_TABLES_BEGIN}\n", doc)
+    text = f"a\n{PROBE_TABLES_BEGIN}\nold\n{PROBE_TABLES_END}\nb\n"
+    new = boundary_doc(text, doc)
+    assert new.startswith(f"a\n{PROBE_TABLES_BEGIN}\n\n") and new.endswith(
+        f"{PROBE_TABLES_END}\nb\n"
+    )
+    assert "old" not in new and boundary_doc(new, doc) == new
 
 
 @pytest.mark.skipif(not ROOT, reason="the probe's host sentinels (/root, loop devices) need root")

@@ -764,6 +764,17 @@ def build_document(events: Iterable[Mapping[str, Any]], **meta: Any) -> dict[str
     return {"format": PROBE_FORMAT, **meta, "drivers": drivers}
 
 
+def promise_broken(name: str, c: Mapping[str, Any]) -> bool:
+    """A check the driver promises that a run which promised it did not pass (a channel
+    that does not promise it, e.g. without an in-place reset, says n/a without breaking
+    it)."""
+    if not c.get("promised"):
+        return False
+    runs = [r for r in c.get("runs") or [] if r.get("promised", True)]
+    results = [r["result"] for r in runs] if runs else [c["result"]]
+    return not all(passed(name, r) for r in results)
+
+
 def summarize(checks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Counts per result, the breached checks, and the promises kept and broken."""
     counts = {r: 0 for r in RESULTS}
@@ -774,11 +785,7 @@ def summarize(checks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             breached.append(name)
         if c.get("promised"):
             promised += 1
-            # broken where a run that promised it did not pass (a channel that does not
-            # promise it, e.g. without an in-place reset, says n/a without breaking it)
-            runs = [r for r in c.get("runs") or [] if r.get("promised", True)]
-            results = [r["result"] for r in runs] if runs else [c["result"]]
-            if not all(passed(name, r) for r in results):
+            if promise_broken(name, c):
                 broken.append(name)
     return {
         **counts,
