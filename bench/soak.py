@@ -119,6 +119,43 @@ def _trials(path: Path) -> tuple[int, int]:
     return ended, failed
 
 
+Row = tuple[float, int, float, int, int, float, int]
+
+
+def _sample(
+    args: argparse.Namespace,
+    proc: subprocess.Popen[bytes],
+    rec: Path,
+    run_id: str,
+    t0: float,
+    end: float,
+    rows: list[Row],
+) -> None:
+    """A row every `--every` seconds until the end or the run's own exit."""
+    next_at = t0
+    while time.monotonic() < end and proc.poll() is None:
+        now = time.monotonic()
+        if now >= next_at:
+            st = _status(proc.pid)
+            rp = _reaper(proc.pid)
+            rst = _status(rp) if rp else {}
+            done, failed = _trials(rec)
+            ws, cg, procs = _held(run_id)
+            mins = (now - t0) / 60
+            rss = st.get("VmRSS", 0) / 1024
+            rrss = rst.get("VmRSS", 0) / 1024
+            rows.append((mins, done, rss, st.get("fds", 0), st.get("Threads", 0), rrss,
+                         rst.get("fds", 0)))  # fmt: skip
+            print(
+                f"{mins:6.1f} {done:7d} {failed:6d} {rss:8.1f} {st.get('fds', 0):4d} "
+                f"{st.get('Threads', 0):4d} {rrss:10.1f} {rst.get('fds', 0):5d} {ws:3d} {cg:3d} "
+                f"{procs:5d}",
+                flush=True,
+            )
+            next_at += args.every
+        time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=60)
@@ -149,30 +186,12 @@ def main() -> int:
         f"{'reaper MiB':>10} {'r.fds':>5} {'ws':>3} {'cg':>3} {'procs':>5}",
         flush=True,
     )
-    rows: list[tuple[float, int, float, int, int, float, int]] = []
+    rows: list[Row] = []
     end = t0 + args.minutes * 60
-    next_at = t0
-    while time.monotonic() < end and proc.poll() is None:
-        now = time.monotonic()
-        if now >= next_at:
-            st = _status(proc.pid)
-            rp = _reaper(proc.pid)
-            rst = _status(rp) if rp else {}
-            done, failed = _trials(rec)
-            ws, cg, procs = _held(run_id)
-            mins = (now - t0) / 60
-            rss = st.get("VmRSS", 0) / 1024
-            rrss = rst.get("VmRSS", 0) / 1024
-            rows.append((mins, done, rss, st.get("fds", 0), st.get("Threads", 0), rrss,
-                         rst.get("fds", 0)))  # fmt: skip
-            print(
-                f"{mins:6.1f} {done:7d} {failed:6d} {rss:8.1f} {st.get('fds', 0):4d} "
-                f"{st.get('Threads', 0):4d} {rrss:10.1f} {rst.get('fds', 0):5d} {ws:3d} {cg:3d} "
-                f"{procs:5d}",
-                flush=True,
-            )
-            next_at += args.every
-        time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
+    try:
+        _sample(args, proc, rec, run_id, t0, end, rows)
+    except KeyboardInterrupt:  # Ctrl-C ends the soak early: the run is still stopped below
+        print("soak: interrupted: stopping the run", flush=True)
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
     try:
