@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import statistics
 import threading
 import time
 
@@ -307,48 +306,6 @@ def test_daemon_vanishing_mid_run_is_substrate_lost(channel, tmp_path):
         assert await driver().cleanup(LABEL) == 1  # the real daemon still has it
 
     asyncio.run(run())
-
-
-def _ms(xs: list[int]) -> float:
-    return round(statistics.median(xs) / 1e6, 1)
-
-
-def test_latency_report(capsys):
-    """Print (not assert) per-phase medians of 20 trials, and of 20 `true` actions."""
-    n = 20
-
-    async def run() -> list[str]:
-        d = driver()
-        lines = []
-        for channel in CHANNELS:
-            ph: dict[str, list[int]] = {"create": [], "ready": [], "teardown": [], "true": []}
-            for _ in range(n):
-                env = d.environment(spec(channel))
-                try:
-                    t0 = time.monotonic_ns()
-                    await env.create()
-                    t1 = time.monotonic_ns()
-                    await env.ready()
-                    t2 = time.monotonic_ns()
-                    await act(env, "true")
-                    t3 = time.monotonic_ns()
-                finally:
-                    await env.teardown()
-                t4 = time.monotonic_ns()
-                for k, v in zip(ph, (t1 - t0, t2 - t1, t4 - t3, t3 - t2), strict=True):
-                    ph[k].append(v)
-            lines.append(
-                f"docker/{channel}: create {_ms(ph['create'])} ms, ready {_ms(ph['ready'])} ms, "
-                f"action `true` {_ms(ph['true'])} ms, teardown {_ms(ph['teardown'])} ms "
-                f"(medians of {n})"
-            )
-        return lines
-
-    lines = asyncio.run(run())
-    with capsys.disabled():
-        print()
-        for line in lines:
-            print("  " + line)
 
 
 def test_module_constants():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
-import statistics
 import tempfile
 import time
 
@@ -344,63 +343,6 @@ def test_bad_option():
     for uid in (0, -1, "1000", True):
         with pytest.raises(ValueError, match="uid"):
             StageDriver(LocalHost(), {"uid": uid})
-
-
-def _median_ms(xs: list[int]) -> float:
-    return round(statistics.median(xs) / 1e6, 2)
-
-
-def test_latency_report(capsys):
-    """Print (not assert) create+ready and per-action `true` latency, median of 30."""
-    n = 30
-
-    async def run() -> list[str]:
-        d = driver()
-        lines = []
-        for channel in CHANNELS:
-            cr: list[int] = []
-            act_ns: list[int] = []
-            for i in range(n):
-                env = d.environment(spec(channel))
-                t0 = time.monotonic_ns()
-                try:
-                    await env.create()
-                    await env.ready()
-                    cr.append(time.monotonic_ns() - t0)
-                    if i == 0:
-                        for _ in range(n):
-                            t = time.monotonic_ns()
-                            await act(env, "true")
-                            act_ns.append(time.monotonic_ns() - t)
-                finally:
-                    await env.teardown()
-            # Actions spaced like an agent's (model time in between): on cgroup v1 the
-            # first migration into a cgroup after a quiet spell waits for RCU.
-            spaced: list[int] = []
-            env = d.environment(spec(channel))
-            try:
-                await env.create()
-                await env.ready()
-                for _ in range(10):
-                    await asyncio.sleep(0.1)
-                    t = time.monotonic_ns()
-                    await act(env, "true")
-                    spaced.append(time.monotonic_ns() - t)
-            finally:
-                await env.teardown()
-            lines.append(
-                f"stage/{channel}: create+ready {_median_ms(cr)} ms, "
-                f"action `true` {_median_ms(act_ns)} ms back to back, "
-                f"{_median_ms(spaced)} ms 100 ms apart (medians of {n}, {n}, 10)"
-            )
-        return lines
-
-    lines = asyncio.run(run())
-    with capsys.disabled():
-        print()
-        for line in lines:
-            print("  " + line)
-    assert_nothing_left()
 
 
 def test_a_2_gib_write_into_the_workspace_stops_at_its_limit(monkeypatch):
