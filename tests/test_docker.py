@@ -1,4 +1,5 @@
-"""The `docker` driver against a real dockerd (conftest starts one if none answers)."""
+"""The `docker` driver against a real dockerd (conftest starts one if none answers): what
+only docker has. What it shares with podman is tested over both in tests/test_engines.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from rtax_tui.core.model import (  # noqa: E402
     Cell,
     EnvSpec,
     Limits,
-    PhaseFailure,
     Step,
     SubstrateLost,
     Workload,
@@ -103,143 +103,6 @@ def test_image_tag_is_cached_and_runs(image):
     assert images.build_busybox_image("docker") == image  # cached: no rebuild
     assert time.monotonic() - t < 5
     assert rootfs.is_static_elf(images.find_static_busybox())
-
-
-@pytest.mark.parametrize("channel", CHANNELS)
-def test_lifecycle_output_isolation_labels_limits(channel, tmp_path):
-    (tmp_path / "seed.txt").write_text("seed\n")
-    sub_names: list[str] = []
-
-    from contextlib import asynccontextmanager
-
-    @asynccontextmanager
-    async def sub(name):
-        sub_names.append(name)
-        yield
-
-    async def run():
-        env = driver().environment(spec(channel, src=str(tmp_path)), sub)
-        try:
-            await env.create()
-            await env.ready()
-            r = await act(env, "sh", "-c", "echo hi; exit 3")
-            assert (r.rc, r.output) == (3, b"hi\n")
-            r = await act(env, "printf", "no newline")
-            assert (r.rc, r.output) == (0, b"no newline")
-            r = await act(env, "sh", "-c", "echo out; echo err >&2; echo out2")
-            if channel == "shell":  # one stream: the order of the writes
-                assert (r.rc, r.output) == (0, b"out\nerr\nout2\n")
-            else:  # two pipes merged as they arrive: each stream's own order only
-                assert r.rc == 0 and r.output.replace(b"err\n", b"", 1) == b"out\nout2\n"
-                assert b"err\n" in r.output
-            r = await act(env, "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x")
-            assert r.output == b"x" * 300000
-            assert (await act(env, "pwd")).output == b"/workspace\n"
-            assert (await act(env, "cat", "seed.txt")).output == b"seed\n"
-            r = await act(env, "sh", "-c", "echo $HOME $TMPDIR")
-            assert r.output == b"/workspace /tmp\n"
-            r = await act(env, "sh", "-c", "echo d > /workspace/f && cat f")
-            assert (r.rc, r.output) == (0, b"d\n")
-            # Network: only lo.
-            r = await act(env, "cat", "/proc/net/dev")
-            ifaces = {ln.split(":")[0].strip() for ln in r.output.decode().splitlines()[2:]}
-            assert ifaces == {"lo"}
-            # Labels and limits, as the daemon sees them.
-            c = _client()
-            try:
-                info = c.api.inspect_container(env.cid)
-            finally:
-                c.close()
-            assert info["Config"]["Labels"][LABEL_KEY] == LABEL
-            hc = info["HostConfig"]
-            assert hc["NetworkMode"] == "none"
-            assert hc["NanoCpus"] == 1_000_000_000
-            assert hc["Memory"] == 256 << 20
-            assert hc["PidsLimit"] == 128
-            assert info["State"]["Running"]
-        finally:
-            await env.teardown()
-            await env.teardown()  # twice is harmless
-
-    asyncio.run(run())
-    want = ["image_lookup", "container_create", "workspace"]
-    want += ["attach"] if channel == "shell" else []
-    assert sub_names == want + ["start", "first_command"]
-
-
-def test_a_timed_out_exec_leaves_no_process_in_the_container():
-    """Beyond the contract's hanging action: `docker exec` has no kill, so the driver
-    kills the timed-out action's processes itself (in the background); none is left,
-    not even a zombie, by the next action."""
-
-    async def run():
-        env = driver().environment(spec("exec"))
-        try:
-            await env.create()
-            await env.ready()
-            with pytest.raises(asyncio.TimeoutError):
-                await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=0.5)
-            if env._bg:  # the background kill, if it has not finished yet
-                await asyncio.wait(set(env._bg), timeout=10)
-            r = await act(env, "ps", "-o", "stat,args")
-            assert b"sleep 300" not in r.output and b"Z" not in r.output, r
-        finally:
-            await env.teardown()
-
-    asyncio.run(run())
-    assert _ours() == []
-
-
-def test_check_facts_and_cleanup():
-    async def run():
-        d = driver()
-        assert await d.check() == []
-        facts = await d.facts()
-        assert facts["server"] and facts["api"] and facts["image"] == images.image_tag()
-        # Leave a container behind, as a crashed run would, then clean it up.
-        env = d.environment(spec("exec"))
-        await env.create()
-        await env.ready()
-        other = d.environment(EnvSpec(**{**spec("exec").__dict__, "label": OTHER}))
-        await other.create()
-        assert len(_ours()) == 2
-        assert await d.cleanup(LABEL) == 1  # only that run's
-        assert len(_ours()) == 1
-        # Without a label: every rtax run's (the only test that calls it so, on a
-        # container of its own; it asserts only about that one).
-        assert await d.cleanup() >= 1
-        assert _ours() == []
-        assert await d.cleanup(LABEL) == 0
-        await env.teardown()  # still safe: the container is already gone
-        await other.teardown()
-
-    asyncio.run(run())
-
-
-def test_missing_image_and_missing_daemon(tmp_path):
-    async def run():
-        d = driver(image="rtax/no-such-image:none")
-        probs = await d.check()
-        assert len(probs) == 1 and "missing" in probs[0].reason
-        env = d.environment(spec("exec"))
-        with pytest.raises(PhaseFailure) as ei:
-            await env.create()
-        assert ei.value.kind == "image_missing"
-        await env.teardown()
-
-        gone = f"unix://{tmp_path}/docker.sock"
-        d = driver(socket=gone)
-        probs = await d.check()
-        assert len(probs) == 1
-        assert "dockerd is not running" in probs[0].reason
-        assert probs[0].fix == "bash scripts/start-dockerd"
-        env = d.environment(spec("shell"))
-        with pytest.raises(SubstrateLost):
-            await env.create()
-        await env.teardown()
-        assert await d.cleanup(LABEL) == 0
-
-    asyncio.run(run())
 
 
 class Proxy:

@@ -1,0 +1,297 @@
+"""The two container engines' drivers, `docker` (against a real dockerd) and `podman`
+(against Podman's Docker-compatible API service), through one set of tests: the same
+lifecycle, output, limits and labels as the daemon reports them, a timed-out exec's
+processes, cleanup of only one run's containers, a missing image and a missing daemon.
+conftest starts each daemon if none answers. What only one engine has stays in its own
+module (tests/test_docker.py: the stream demuxer, a daemon vanishing mid-run;
+tests/test_podman.py: conmon, ulimits, the Debian image).
+
+Podman 4.x leaves two `conmon` processes per API exec session: for podman these tests
+also require that teardown (and cleanup) leaves none of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import pytest
+
+docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
+
+from rtax_tui.drivers import get_driver  # noqa: E402
+from rtax_tui.drivers.container import ContainerDriver  # noqa: E402
+from rtax_tui.drivers.docker import LABEL_KEY  # noqa: E402
+from rtax_tui.drivers.podman import NOFILE, NPROC, conmon_processes  # noqa: E402
+
+from rtax_tui.core import images  # noqa: E402
+from rtax_tui.core.model import (  # noqa: E402
+    Cell,
+    EnvSpec,
+    Limits,
+    PhaseFailure,
+    Step,
+    SubstrateLost,
+    Workload,
+)
+from rtax_tui.hosts.local import LocalHost  # noqa: E402
+
+CHANNELS = ("exec", "shell")
+LABEL = f"pyten{os.getpid()}{os.urandom(2).hex()}"
+OTHER = LABEL + "x"  # a second run of this module's own
+OUR_PREFIX = f"rtax-{LABEL}".encode()  # every container name of this module starts so
+
+
+def _our_conmon() -> list[int]:
+    """Live conmon processes of this module's containers (named after LABEL)."""
+    out = []
+    for pid in conmon_processes():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if OUR_PREFIX in f.read():
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What differs between the two engines, as these tests see it."""
+
+    name: str
+    fixture: str  # conftest's: the daemon and the images
+    image: Callable[[], str]  # the workload image's reference, as the driver names it
+    down: str  # the check's reason when the daemon's socket answers nothing
+    start: str  # and its fix
+    missing_image: str  # an image that does not exist
+    sub_tail: tuple[str, ...] = ()  # the sub-phases after `first_command`
+    in_container: dict[str, bytes] = field(default_factory=dict)  # step -> its output
+    conmon: bool = False
+
+
+ENGINES = {
+    "docker": Engine(
+        "docker",
+        "docker_engine",
+        lambda: images.build_busybox_image("docker"),
+        "dockerd is not running",
+        "bash scripts/start-dockerd",
+        "rtax/no-such-image:none",
+    ),
+    "podman": Engine(
+        "podman",
+        "podman_engine",
+        lambda: "localhost/" + images.build_busybox_image("podman"),
+        "podman API socket is not running",
+        "bash scripts/start-podman",
+        "localhost/rtax/no-such-image:none",
+        sub_tail=("conmon_reap",),
+        in_container={"ulimit -n; ulimit -u": f"{NOFILE}\n{NPROC}\n".encode()},
+        conmon=True,
+    ),
+}
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """One engine, its daemon answering and its image built; afterwards none of this
+    module's containers (nor, for podman, conmon processes) is left."""
+    e = ENGINES[request.param]
+    if images.find_static_busybox() is None:
+        pytest.skip("no static busybox (apt-get install busybox-static)")
+    request.getfixturevalue(e.fixture)
+    e.image()
+    yield e
+    left = _ours(e)
+    conmon = _our_conmon() if e.conmon else []
+    if left:
+        for lab in (LABEL, OTHER):
+            asyncio.run(driver(e).cleanup(lab))
+    assert left == []
+    assert conmon == []
+
+
+def driver(e: Engine, **options: object) -> ContainerDriver:
+    d = get_driver(e.name, LocalHost(), dict(options))
+    assert isinstance(d, ContainerDriver)
+    return d
+
+
+def _client(e: Engine) -> docker.DockerClient:
+    return docker.DockerClient(base_url=driver(e).socket, version="auto", timeout=30)
+
+
+def _ours(e: Engine) -> list[str]:
+    c = _client(e)
+    try:
+        found = c.containers.list(all=True, filters={"label": LABEL_KEY})
+        # Only this module's containers (LABEL, or OTHER): never another run's.
+        return [x.name for x in found if x.labels.get(LABEL_KEY) in (LABEL, OTHER)]
+    finally:
+        c.close()
+
+
+def spec(e: Engine, channel: str, *, src: str | None = None, label: str = LABEL) -> EnvSpec:
+    return EnvSpec(
+        cell=Cell("local", e.name, "t", channel),
+        workload=Workload("t", ()),
+        limits=Limits(cpus=1, memory_mib=256, pids=128),
+        workspace_src=src,
+        label=label,
+    )
+
+
+async def act(env, *argv: str, timeout: float = 30):
+    return await env.action(Step(tuple(argv)), timeout)
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_lifecycle_output_isolation_labels_limits(engine, channel, tmp_path):
+    (tmp_path / "seed.txt").write_text("seed\n")
+    sub_names: list[str] = []
+
+    @asynccontextmanager
+    async def sub(name):
+        sub_names.append(name)
+        yield
+
+    async def run():
+        env = driver(engine).environment(spec(engine, channel, src=str(tmp_path)), sub)
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, "sh", "-c", "echo hi; exit 3")
+            assert (r.rc, r.output) == (3, b"hi\n")
+            r = await act(env, "printf", "no newline")
+            assert (r.rc, r.output) == (0, b"no newline")
+            r = await act(env, "sh", "-c", "echo out; echo err >&2; echo out2")
+            if channel == "shell":  # one stream: the order of the writes
+                assert (r.rc, r.output) == (0, b"out\nerr\nout2\n")
+            else:  # two pipes merged as they arrive: each stream's own order only
+                assert r.rc == 0 and r.output.replace(b"err\n", b"", 1) == b"out\nout2\n"
+                assert b"err\n" in r.output
+            r = await act(env, "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x")
+            assert r.output == b"x" * 300000
+            assert (await act(env, "pwd")).output == b"/workspace\n"
+            assert (await act(env, "cat", "seed.txt")).output == b"seed\n"
+            r = await act(env, "sh", "-c", "echo $HOME $TMPDIR")
+            assert r.output == b"/workspace /tmp\n"
+            r = await act(env, "sh", "-c", "echo d > /workspace/f && cat f")
+            assert (r.rc, r.output) == (0, b"d\n")
+            for cmd, want in engine.in_container.items():
+                assert (await act(env, "sh", "-c", cmd)).output == want, cmd
+            # Network: only lo.
+            r = await act(env, "cat", "/proc/net/dev")
+            ifaces = {ln.split(":")[0].strip() for ln in r.output.decode().splitlines()[2:]}
+            assert ifaces == {"lo"}
+            # Labels and limits, as the daemon sees them.
+            c = _client(engine)
+            try:
+                info = c.api.inspect_container(env.cid)
+            finally:
+                c.close()
+            assert info["Config"]["Labels"][LABEL_KEY] == LABEL
+            assert info["Config"]["Labels"]["rtax.cell"] == f"local/{engine.name}/t/{channel}"
+            assert info["Config"]["Image"] == engine.image()
+            hc = info["HostConfig"]
+            assert hc["NetworkMode"] == "none"
+            assert hc["NanoCpus"] == 1_000_000_000
+            assert hc["Memory"] == 256 << 20
+            assert hc["PidsLimit"] == 128
+            assert info["State"]["Running"]
+            if engine.conmon:
+                assert _our_conmon()  # the container's monitor, at least
+        finally:
+            await env.teardown()
+            await env.teardown()  # twice is harmless
+        if engine.conmon:
+            assert _our_conmon() == []
+
+    asyncio.run(run())
+    want = ["image_lookup", "container_create", "workspace"]
+    want += ["attach"] if channel == "shell" else []
+    assert sub_names == [*want, "start", "first_command", *engine.sub_tail]
+
+
+def test_a_timed_out_exec_leaves_no_process_in_the_container(engine):
+    """Beyond the contract's hanging action: `docker exec` has no kill, so the driver
+    kills the timed-out action's processes itself (in the background); none is left,
+    not even a zombie, by the next action."""
+
+    async def run():
+        env = driver(engine).environment(spec(engine, "exec"))
+        try:
+            await env.create()
+            await env.ready()
+            with pytest.raises(asyncio.TimeoutError):
+                await act(env, "sh", "-c", "sleep 300 & sleep 300", timeout=0.5)
+            if env._bg:  # the background kill, if it has not finished yet
+                await asyncio.wait(set(env._bg), timeout=10)
+            r = await act(env, "ps", "-o", "stat,args")
+            assert b"sleep 300" not in r.output and b"Z" not in r.output, r
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())
+    assert _ours(engine) == []
+
+
+def test_check_facts_and_cleanup(engine):
+    async def run():
+        d = driver(engine)
+        assert await d.check() == []
+        facts = await d.facts()
+        assert facts["server"] and facts["api"] and facts["image"] == d.image
+        # Leave containers behind, as a crashed run would (with exec sessions), then clean up.
+        env = d.environment(spec(engine, "exec"))
+        await env.create()
+        await env.ready()
+        for _ in range(3):
+            await act(env, "true")
+        other = d.environment(spec(engine, "exec", label=OTHER))
+        await other.create()
+        assert len(_ours(engine)) == 2
+        if engine.conmon:
+            assert len(_our_conmon()) >= 1
+        assert await d.cleanup(LABEL) == 1  # only that run's
+        assert len(_ours(engine)) == 1
+        # Without a label: every rtax run's (the only test that calls it so, on a
+        # container of its own; it asserts only about that one).
+        assert await d.cleanup() >= 1
+        assert _ours(engine) == []
+        if engine.conmon:
+            assert _our_conmon() == []
+        assert await d.cleanup(LABEL) == 0
+        await env.teardown()  # still safe: the container is already gone
+        await other.teardown()
+
+    asyncio.run(run())
+
+
+def test_missing_image_and_missing_daemon(engine, tmp_path):
+    async def run():
+        d = driver(engine, image=engine.missing_image)
+        probs = await d.check()
+        assert len(probs) == 1 and "missing" in probs[0].reason
+        env = d.environment(spec(engine, "exec"))
+        with pytest.raises(PhaseFailure) as ei:
+            await env.create()
+        assert ei.value.kind == "image_missing"
+        await env.teardown()
+
+        d = driver(engine, socket=f"unix://{tmp_path}/{engine.name}.sock")
+        probs = await d.check()
+        assert len(probs) == 1
+        assert engine.down in probs[0].reason
+        assert probs[0].fix == engine.start
+        env = d.environment(spec(engine, "shell"))
+        with pytest.raises(SubstrateLost):
+            await env.create()
+        await env.teardown()
+        assert await d.cleanup(LABEL) == 0
+
+    asyncio.run(run())
