@@ -16,10 +16,15 @@ leaves a thread blocked.
   and, channel `shell`, `create.attach` (the container's stdin/stdout/stderr).
   Limits: cpus as `nano_cpus`, memory_mib as `mem_limit`, pids as `pids_limit`
   (`--cpus`, `--memory`, `--pids-limit`), each left out when "unlimited".
-  `workspace_mib` is not applied: /workspace is the container's writable layer
-  (`copy`; a size needs `--storage-opt size=`, which overlay2 takes only on xfs
-  with project quotas) or a host directory (`bind`); a tmpfs /workspace would
-  refuse the engines' copies into it.
+  `workspace_mib`: /workspace is a tmpfs of that size on the host, bound in
+  (`create.workspace_dir`), on a local engine whose containers share the host's uids
+  (`sized_workspace`); the files still go through the API in `copy` mode (put_archive
+  writes through the bind). Elsewhere (a remote engine, a user namespace, "unlimited")
+  it is the container's writable layer, with no size (`--storage-opt size=` needs xfs
+  with project quotas under overlay2); a tmpfs mount of the engine's own would refuse
+  its copies into it.
+  `/proc/cmdline` (the host kernel's command line) is masked beside the engine's own
+  masked paths (`masked_paths`).
 - ready: `ready.start`, then `ready.first_command` (the probe `true` through the channel).
 - action: channel `exec` makes an exec instance per action (create, start, inspect:
   three API calls, the same as `exec_run`); channel `shell` frames the command
@@ -52,7 +57,13 @@ from typing import Any, TypeVar
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.shellframe import FramedShell
-from rtax_tui.drivers.workspace import empty_dir, make_workspace, populate, remove_workspace
+from rtax_tui.drivers.workspace import (
+    empty_dir,
+    make_workspace,
+    populate,
+    remove_workspace,
+    workspace_mib,
+)
 
 from rtax_tui.core import runlock
 from rtax_tui.core.errors import ErrorKind
@@ -71,6 +82,20 @@ from rtax_tui.core.waits import waiting_on
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 LABEL_KEY = "rtax.run"
 WORKDIR = "/workspace"
+# dockerd 20.10's own masked paths (moby oci/defaults.go), which a HostConfig's
+# MaskedPaths replace
+DOCKER_MASKED_PATHS = (
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+)
 WORKSPACE_MODES = ("copy", "bind", "none")
 ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The exec channel's PID 1: a shell that waits, so it also reaps orphans (a bare
@@ -467,6 +492,7 @@ class ContainerEnvironment(Environment):
             hc["security_opt"] = security_opt
         hc.update(self.d.host_config_extra())
         host_config = api.create_host_config(**hc)
+        self.d.mask_cmdline(host_config)
         userns = self.d.userns_mode()
         if userns is not None:  # the SDK refuses anything but "host"; podman takes more
             host_config["UsernsMode"] = userns
@@ -517,7 +543,8 @@ class ContainerEnvironment(Environment):
         if self.d.host_dir_workspace(self.spec):
             bind = self.d.workspace == "bind"
             async with self.sub("workspace" if bind else "workspace_dir"):
-                self.host_workspace = make_workspace(self.d.host, self.spec.label)
+                size = workspace_mib(self.spec) if self.d.sized_workspace(self.spec) else None
+                self.host_workspace = await make_workspace(self.d.host, self.spec.label, size)
                 if bind:
                     await asyncio.to_thread(populate, self.host_workspace, self.spec.workspace_src)
                 if opts.uid is not None:
@@ -844,13 +871,13 @@ class ContainerDriver(Driver):
     name = "docker"
     channels = ("exec", "shell")
     # Every check: namespaces, Docker's default capability set and seccomp profile, the
-    # devices cgroup, no network, limits. Root in the container all the same. But not
-    # `vsock` (dockerd 20.10.24 of Debian 12, measured: its default profile lets
-    # socket(AF_VSOCK) through; moby #44562 refuses it from 23.0) nor `proc_cmdline`
-    # (not among its masked paths); a `seccomp=PATH` security_opt can close the first.
-    # Nor `workspace_size` (workspace_mib is not applied: /workspace is the container's
-    # layer) nor `deep_tree` (that layer has no host path the probe can look at).
-    boundary = ALL_CHECKS - {"vsock", "proc_cmdline", "workspace_size", "deep_tree"}
+    # devices cgroup, no network, limits, /proc/cmdline masked, a sized host tmpfs as
+    # /workspace. Root in the container all the same. But not `vsock` (dockerd 20.10.24
+    # of Debian 12, measured: its default profile lets socket(AF_VSOCK) through; moby
+    # #44562 refuses it from 23.0); a `seccomp=PATH` security_opt can close it.
+    # `workspace_size` and `deep_tree` only where the workspace is that host tmpfs
+    # (`promised_checks`).
+    boundary = ALL_CHECKS - {"vsock"}
     # Hooks for a server that speaks the same API through the same SDK code
     # (drivers/podman.py): where it listens, what the messages call it, how to start it.
     default_socket = DEFAULT_SOCKET
@@ -999,10 +1026,30 @@ class ContainerDriver(Driver):
 
     def host_dir_workspace(self, spec: EnvSpec) -> bool:
         """Whether /workspace is a host directory that rtax makes and binds: with
-        workspace = "bind" and files, and always with read_only (docker refuses an
-        archive into a read-only root filesystem; podman writes it, under a /workspace
-        that then stays read-only)."""
-        return self.opts.read_only or (self.workspace == "bind" and bool(spec.workspace_src))
+        workspace = "bind" and files, always with read_only (docker refuses an archive
+        into a read-only root filesystem; podman writes it, under a /workspace that then
+        stays read-only), and whenever it is sized (`sized_workspace`)."""
+        return (
+            self.opts.read_only
+            or (self.workspace == "bind" and bool(spec.workspace_src))
+            or self.sized_workspace(spec)
+        )
+
+    def sized_workspace_here(self) -> bool:
+        """Whether this engine's workspaces can be a sized tmpfs of the host's: a local
+        engine, in the host's user namespace (a namespace of the engine's own would map
+        the files' owners; "remap" is the daemon's)."""
+        return self.local and self.opts.userns in (None, "host")
+
+    def sized_workspace(self, spec: EnvSpec) -> bool:
+        """Whether /workspace is a tmpfs of `workspace_mib` on the host, bound in."""
+        return self.sized_workspace_here() and workspace_mib(spec) is not None
+
+    def mask_cmdline(self, host_config: dict[str, Any]) -> None:
+        """Mask /proc/cmdline (the host kernel's command line) beside the engine's own
+        masked paths, in the API's HostConfig: docker's MaskedPaths replace its
+        defaults, so they are given too."""
+        host_config["MaskedPaths"] = [*DOCKER_MASKED_PATHS, "/proc/cmdline"]
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
@@ -1023,9 +1070,12 @@ class ContainerDriver(Driver):
         return out
 
     def promised_checks(self) -> frozenset[str]:
+        out = self.boundary
         if self.network != "none":  # a network mode that reaches the host's loopback, maybe
-            return self.boundary - {"loopback_tcp"}
-        return self.boundary
+            out = out - {"loopback_tcp"}
+        if not self.sized_workspace_here():  # the container's own layer: no size, no path
+            out = out - {"workspace_size", "deep_tree"}
+        return out
 
     def default_image(self) -> str:
         return _default_image()
@@ -1247,7 +1297,11 @@ class ContainerDriver(Driver):
             "workspace": self.workspace,
             "boundary_options": self.opts.boundary(),
             "limits": "cpus, memory_mib, pids: the engine's (--cpus, --memory, --pids-limit); "
-            "workspace_mib: not applied",
+            + (
+                "workspace_mib: a tmpfs of that size on the host as /workspace"
+                if self.sized_workspace_here()
+                else "workspace_mib: not applied (the container's own layer)"
+            ),
         }
         try:
             api = await self.api()

@@ -35,9 +35,13 @@ from rtax_tui.drivers.container import (
     ContainerEnvironment,
     ContainerOptions,
 )
+from rtax_tui.drivers.seccomp import narrowed_profile_file
 
 from rtax_tui.core.conmon import conmon_processes
 from rtax_tui.core.model import EnvSpec, OptionError
+
+# podman 4.3's default seccomp profile on Debian 12 (`podman info`: SECCOMPProfilePath)
+PODMAN_SECCOMP = "/usr/share/containers/seccomp.json"
 
 DEFAULT_SOCKET = "unix:///run/rtax-podman/podman.sock"
 LOCAL_PREFIX = "localhost/"
@@ -124,10 +128,11 @@ class PodmanDriver(ContainerDriver):
     log_hint = "the podman service log (/tmp/rtax-podman.log)"
     cli = "podman"
     option_names = (*ContainerDriver.option_names, "nofile", "nproc")
-    # docker's, less `process_vm`: podman 4.3's default profile (containers-common's
-    # seccomp.json) allows process_vm_readv/writev and pidfd_getfd to root in the
-    # container, and socket(AF_VSOCK) too (measured here).
-    boundary = ContainerDriver.boundary - {"process_vm"}
+    # Every check. podman 4.3's default profile (containers-common's seccomp.json) lets
+    # root in the container call process_vm_readv/writev and pidfd_getfd, and open
+    # AF_VSOCK sockets (measured here): rtax gives the service that profile narrowed
+    # (`narrowed_seccomp`), and promises `process_vm` and `vsock` only then.
+    boundary = ContainerDriver.boundary | {"vsock"}
     # Podman's own user namespace modes, sent as the API's UsernsMode. Measured with
     # podman 4.3 as root: "host" works; "auto" needs a `containers` range in /etc/subuid
     # and /etc/subgid ("could not find enough available IDs" without one); "keep-id"
@@ -140,6 +145,7 @@ class PodmanDriver(ContainerDriver):
         super().__init__(host, options)
         self.nofile = int(options.get("nofile", NOFILE))
         self.nproc = int(options.get("nproc", NPROC))
+        self._narrowed: str | None = None  # "": looked, none to be had
         # conmon runs where the service runs: reap it only when that is here (self.local).
 
     @classmethod
@@ -155,6 +161,30 @@ class PodmanDriver(ContainerDriver):
                     key, f"drivers_options.{cls.name}.{key}: {value!r} (expected an integer >= 1)"
                 )
         return opts
+
+    def narrowed_seccomp(self) -> str | None:
+        """The path of podman's default seccomp profile narrowed (`seccomp.narrow`), which
+        every container gets unless the options give a profile of their own; None where
+        it cannot be (a remote service, no default profile on this machine)."""
+        if not self.local or any(o.startswith("seccomp") for o in self.opts.security_opt):
+            return None
+        if self._narrowed is None:
+            self._narrowed = narrowed_profile_file(PODMAN_SECCOMP) or ""
+        return self._narrowed or None
+
+    def security_opts(self) -> list[str]:
+        out = super().security_opts()
+        narrowed = self.narrowed_seccomp()
+        return out if narrowed is None else [*out, f"seccomp={narrowed}"]
+
+    def promised_checks(self) -> frozenset[str]:
+        out = super().promised_checks()
+        return out if self.narrowed_seccomp() else out - {"vsock", "process_vm"}
+
+    def mask_cmdline(self, host_config: dict[str, Any]) -> None:
+        """Podman's API ignores MaskedPaths; its `mask=` security option adds a path to
+        its own masked ones (measured with podman 4.3)."""
+        host_config["SecurityOpt"] = [*host_config.get("SecurityOpt", []), "mask=/proc/cmdline"]
 
     def seccomp_profile(self, path: str) -> str:
         """Podman's API takes a seccomp profile as a path (on the service's machine) and

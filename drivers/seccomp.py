@@ -43,9 +43,15 @@ channel's `rtax-enter` load. `evaluate()` runs it in Python, for the tests.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import platform
 import struct
 from dataclasses import dataclass
+from typing import Any
+
+from rtax_tui.core.assets import cache_dir
 
 # linux/audit.h, linux/seccomp.h, linux/filter.h
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -286,3 +292,57 @@ def evaluate(nr: int, *args: int, arch: int = AUDIT_ARCH_X86_64) -> int:
             else:
                 raise ValueError(f"unknown BPF instruction {code:#x}")
             pc += 1 + (jt if taken else jf)
+
+
+# -- the same policy over an engine's own (OCI JSON) profile --------------------------
+
+# What an engine's default profile must refuse as this filter does (podman 4.3's allows
+# them to root in the container).
+MEMORY_CALLS = ("process_vm_readv", "process_vm_writev", "pidfd_getfd")
+
+
+def _allow_family(family: int, *more: dict[str, Any]) -> dict[str, Any]:
+    arg0 = {"index": 0, "value": family, "valueTwo": 0, "op": "SCMP_CMP_EQ"}
+    return {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [arg0, *more]}
+
+
+def narrow_profile(profile: dict[str, Any]) -> dict[str, Any]:
+    """An OCI seccomp profile (an engine's default) narrowed to this module's policy:
+    MEMORY_CALLS taken out of every rule that allows them, and every rule that allows
+    `socket` replaced by rules for ALLOWED_FAMILIES and route netlink only, so AF_VSOCK
+    and the rest fall to the profile's default action (ENOSYS for podman's). The
+    profile's rules that refuse stay as they are. Raises ValueError for a profile whose
+    default action allows (narrowing it would refuse nothing)."""
+    if profile.get("defaultAction") == "SCMP_ACT_ALLOW":
+        raise ValueError("the profile allows by default: nothing to narrow")
+    rules: list[dict[str, Any]] = []
+    for rule in profile.get("syscalls") or []:
+        names = list(rule.get("names") or [])
+        if rule.get("action") == "SCMP_ACT_ALLOW":
+            names = [n for n in names if n not in MEMORY_CALLS and n != "socket"]
+            if not names:
+                continue
+        rules.append({**rule, "names": names})
+    route = {"index": 2, "value": NETLINK_ROUTE, "valueTwo": 0, "op": "SCMP_CMP_EQ"}
+    rules += [_allow_family(f) for f in ALLOWED_FAMILIES]
+    rules.append(_allow_family(AF_NETLINK, route))
+    return {**profile, "syscalls": rules}
+
+
+def narrowed_profile_file(default: str) -> str | None:
+    """`narrow_profile` of the profile file `default`, written once into rtax's cache
+    (named by its content) for an engine that takes a profile as a path; None when
+    `default` is not there to narrow."""
+    try:
+        with open(default, "rb") as f:
+            profile = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    text = json.dumps(narrow_profile(profile), indent=1, sort_keys=True).encode()
+    out = cache_dir() / "seccomp" / f"narrowed-{hashlib.sha256(text).hexdigest()[:16]}.json"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}")
+        tmp.write_bytes(text)
+        os.replace(tmp, out)
+    return str(out)

@@ -38,12 +38,13 @@ def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> 
     return env
 
 
-def make_workspace(host: Host, label: str) -> str:
+async def make_workspace(host: Host, label: str, size_mib: int | None = None) -> str:
     """An empty workspace on the controller, tracked before it exists (for drivers that
-    fill it themselves; `host` is the controller: LocalHost)."""
+    fill it themselves; `host` is the controller: LocalHost): its own tmpfs of
+    `size_mib` MiB, or a plain directory (None)."""
     if not isinstance(host, LocalHost):
         raise TypeError("make_workspace makes a directory on the controller: a LocalHost")
-    return host.new_dir(f"{WORKSPACE_PREFIX}{label}-")
+    return await host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", size_mib=size_mib)
 
 
 async def remove_workspace(host: Host, path: str) -> None:

@@ -184,6 +184,14 @@ def test_lifecycle_output_isolation_labels_limits(engine, channel, tmp_path):
             assert (r.rc, r.output) == (0, b"d\n")
             for cmd, want in engine.in_container.items():
                 assert (await act(env, "sh", "-c", cmd)).output == want, cmd
+            # /workspace: a tmpfs of the spec's size, bound from the host (the files above
+            # went into it through the API); the host kernel's command line: masked.
+            size = spec(engine, channel).limits.workspace_mib
+            r = await act(env, "sh", "-c", "grep ' /workspace ' /proc/mounts; df -m /workspace")
+            assert r.output.startswith(b"tmpfs /workspace tmpfs "), r.output
+            assert f" {size} ".encode() in r.output.splitlines()[-1], r.output
+            assert env.host_workspace and os.path.ismount(env.host_workspace)
+            assert (await act(env, "cat", "/proc/cmdline")).output == b""
             # Network: only lo.
             r = await act(env, "cat", "/proc/net/dev")
             ifaces = {ln.split(":")[0].strip() for ln in r.output.decode().splitlines()[2:]}
@@ -206,13 +214,15 @@ def test_lifecycle_output_isolation_labels_limits(engine, channel, tmp_path):
             if engine.conmon:
                 assert _our_conmon()  # the container's monitor, at least
         finally:
+            ws = env.host_workspace
             await env.teardown()
             await env.teardown()  # twice is harmless
+        assert ws is not None and not os.path.exists(ws)
         if engine.conmon:
             assert _our_conmon() == []
 
     asyncio.run(run())
-    want = ["image_lookup", "container_create", "workspace"]
+    want = ["image_lookup", "workspace_dir", "container_create", "workspace"]
     want += ["attach"] if channel == "shell" else []
     assert sub_names == [*want, "start", "first_command", *engine.sub_tail]
 
@@ -293,5 +303,30 @@ def test_missing_image_and_missing_daemon(engine, tmp_path):
             await env.create()
         await env.teardown()
         assert await d.cleanup(LABEL) == 0
+
+    asyncio.run(run())
+
+
+def test_a_write_past_the_workspace_size_stops_there(engine):
+    """B8 on a container: /workspace is a tmpfs of `workspace_mib` on the host, so a
+    write past it fails (ENOSPC) at the size instead of filling the host's disk."""
+
+    async def run():
+        s = spec(engine, "exec")
+        s = EnvSpec(
+            **{**s.__dict__, "limits": Limits(cpus=1, memory_mib=256, pids=128, workspace_mib=16)}
+        )
+        env = driver(engine).environment(s)
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(
+                env, "sh", "-c", "head -c 48m /dev/zero 2>/dev/null > big; echo $?; wc -c < big"
+            )
+            rc, size = r.output.split()
+            assert int(rc) != 0 and int(size) <= 16 << 20, r.output
+            assert os.path.getsize(os.path.join(env.host_workspace, "big")) == int(size)
+        finally:
+            await env.teardown()
 
     asyncio.run(run())

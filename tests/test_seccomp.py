@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import struct
 import subprocess
@@ -162,3 +164,79 @@ def test_the_kernel_enforces_the_same_program():
         "pidfd_getfd": "EPERM",
         "fork": "7",
     }
+
+
+# -- narrow_profile: the same policy over an engine's OCI profile ----------------------
+
+PODMAN_PROFILE = "/usr/share/containers/seccomp.json"
+SMALL_PROFILE = {
+    "defaultAction": "SCMP_ACT_ERRNO",
+    "defaultErrnoRet": 38,
+    "syscalls": [
+        {"names": ["read", "socket", "process_vm_readv", "ptrace"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["pidfd_getfd", "process_vm_writev"], "action": "SCMP_ACT_ALLOW"},
+        {
+            "names": ["socket"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": 1,
+            "args": [{"index": 0, "value": 16, "valueTwo": 0, "op": "SCMP_CMP_EQ"}],
+        },
+    ],
+}
+
+
+def allowed(profile: dict) -> set[str]:
+    return {n for r in profile["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
+
+
+def socket_allows(profile: dict) -> list[list[tuple[int, int, str]]]:
+    return sorted(
+        [(a["index"], a["value"], a["op"]) for a in r.get("args") or []]
+        for r in profile["syscalls"]
+        if r["action"] == "SCMP_ACT_ALLOW" and "socket" in r["names"]
+    )
+
+
+def profiles() -> list[dict]:
+    out = [SMALL_PROFILE]
+    if os.path.exists(PODMAN_PROFILE):
+        with open(PODMAN_PROFILE) as f:
+            out.append(json.load(f))
+    return out
+
+
+@pytest.mark.parametrize("profile", profiles(), ids=lambda p: f"{len(p['syscalls'])}-rules")
+def test_a_narrowed_profile_refuses_other_memory_and_other_socket_families(profile):
+    narrowed = S.narrow_profile(profile)
+    assert not allowed(narrowed) & set(S.MEMORY_CALLS)
+    # socket: exactly one unconditional-by-family rule per allowed family, netlink route only
+    expected = sorted(
+        [[(0, af, "SCMP_CMP_EQ")] for af in S.ALLOWED_FAMILIES]
+        + [[(0, S.AF_NETLINK, "SCMP_CMP_EQ"), (2, S.NETLINK_ROUTE, "SCMP_CMP_EQ")]]
+    )
+    assert socket_allows(narrowed) == expected
+    assert S.AF_VSOCK not in S.ALLOWED_FAMILIES
+    # everything else it allowed, it still allows; what it refused, it still refuses
+    assert allowed(narrowed) == allowed(profile) - set(S.MEMORY_CALLS)
+    refusals = [r for r in profile["syscalls"] if r["action"] != "SCMP_ACT_ALLOW"]
+    assert [r for r in narrowed["syscalls"] if r["action"] != "SCMP_ACT_ALLOW"] == refusals
+    assert narrowed["defaultAction"] == profile["defaultAction"]
+
+
+def test_a_profile_that_allows_by_default_is_not_narrowed():
+    with pytest.raises(ValueError, match="allows by default"):
+        S.narrow_profile({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})
+
+
+def test_the_narrowed_file_is_written_once_by_content(tmp_path, monkeypatch):
+    monkeypatch.setenv("RTAX_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "default.json"
+    src.write_text(json.dumps(SMALL_PROFILE))
+    first = S.narrowed_profile_file(str(src))
+    assert first is not None and first.startswith(str(tmp_path / "cache"))
+    with open(first) as f:
+        assert json.load(f) == S.narrow_profile(SMALL_PROFILE)
+    mtime = os.stat(first).st_mtime_ns
+    assert S.narrowed_profile_file(str(src)) == first
+    assert os.stat(first).st_mtime_ns == mtime
+    assert S.narrowed_profile_file(str(tmp_path / "absent.json")) is None
