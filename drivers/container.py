@@ -56,12 +56,15 @@ from typing import Any, TypeVar
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
+from rtax_tui.drivers.sandbox import SupportError, local_enter
 from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.drivers.workspace import (
+    WORKSPACE_PREFIX,
     empty_dir,
     make_workspace,
     populate,
     remove_workspace,
+    workspace_cleanup,
     workspace_mib,
 )
 
@@ -101,6 +104,13 @@ ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The exec channel's PID 1: a shell that waits, so it also reaps orphans (a bare
 # `sleep` as PID 1 would leave every killed background process a zombie).
 SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
+# ... on a local engine, rtax's own init instead (`rtax-enter --init hold`, bound in
+# read-only): it makes itself non-dumpable, so a step, root in the container with the
+# init's uid and capabilities, cannot rewrite it through /proc/1/mem (a sleeper shell's
+# memory it can: measured, docker 20.10 and podman 4.3), and a pooled container's init
+# is the one process that outlives a clean reset.
+INIT_PATH = "/.rtax-init"
+INIT_ARGS = ["--init", "hold"]
 # A pooled environment's clean reset, inside (core.pool; read_only containers only, where
 # nothing but these places and /workspace is writable): every process but PID 1 (the
 # sleeper loop) and this one killed, then /tmp, /dev/shm and anything made in /dev gone,
@@ -463,6 +473,9 @@ class ContainerEnvironment(Environment):
             binds[mount] = {"bind": mount, "mode": "ro"}
         if self.host_workspace is not None:
             binds[self.host_workspace] = {"bind": WORKDIR, "mode": "rw"}
+        init = self.d.init_binary() if self.channel == "exec" else None
+        if init is not None:
+            binds[init] = {"bind": INIT_PATH, "mode": "ro"}
         if binds:
             hc["binds"] = binds
         env = {
@@ -500,7 +513,7 @@ class ContainerEnvironment(Environment):
         shell = self.channel == "shell"
         return dict(
             image=self.image,
-            command=["sh"] if shell else SLEEPER,
+            command=["sh"] if shell else [INIT_PATH, *INIT_ARGS] if init else SLEEPER,
             name=self.name,
             user=opts.user,
             labels={LABEL_KEY: self.spec.label, "rtax.cell": self.spec.cell.id},
@@ -922,6 +935,7 @@ class ContainerDriver(Driver):
         # The engine runs on this machine (a unix socket): its cgroups are ours to see.
         self.local = _socket_path(self.socket) is not None
         self._cg_users: dict[str, int] = {}
+        self._init: str | None = None
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
@@ -1044,6 +1058,17 @@ class ContainerDriver(Driver):
     def sized_workspace(self, spec: EnvSpec) -> bool:
         """Whether /workspace is a tmpfs of `workspace_mib` on the host, bound in."""
         return self.sized_workspace_here() and workspace_mib(spec) is not None
+
+    def init_binary(self) -> str | None:
+        """The exec channel's init on a local engine: rtax-enter, compiled into rtax's
+        cache on first use (`INIT_PATH`); None for a remote engine (the sleeper shell:
+        the binary is not on its machine, and it offers no clean reset to protect).
+        Raises SupportError when it cannot be compiled (`check` says so first)."""
+        if not self.local:
+            return None
+        if self._init is None:
+            self._init = local_enter()
+        return self._init
 
     def mask_cmdline(self, host_config: dict[str, Any]) -> None:
         """Mask /proc/cmdline (the host kernel's command line) beside the engine's own
@@ -1179,6 +1204,10 @@ class ContainerDriver(Driver):
         problems = await self._check_boundary(api)
         if problems:
             return problems
+        try:
+            await asyncio.to_thread(self.init_binary)
+        except SupportError as exc:
+            return [Problem(f"{self.name}: the exec channel's init: {exc}", exc.fix)]
         fix = f"see {self.log_hint}, then {start}"
         set_opts = [k for k, v in self.opts.boundary().items() if v not in (None, False, [])]
         if set_opts:  # the engine may refuse one of them: say which ones are set
@@ -1357,4 +1386,7 @@ class ContainerDriver(Driver):
             except Exception:
                 pass
         runlock.note_spared(spared)
+        if self.local:  # the host workspaces (tmpfs) those containers had bound
+            prefix = WORKSPACE_PREFIX + (f"{runlock.safe_label(label)}-" if label else "")
+            n += await workspace_cleanup(self.host, prefix)
         return n

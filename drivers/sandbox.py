@@ -320,6 +320,19 @@ def enter_name() -> str:
 _build_lock = threading.Lock()
 
 
+def local_enter() -> str:
+    """`rtax-enter` under rtax's cache, compiled (statically) if missing: stage's helper
+    and init, and the non-dumpable init of docker's and podman's exec channel
+    (`--init hold`). Safe to call from several threads and processes."""
+    d = cache_dir() / "stage"
+    with _build_lock:
+        d.mkdir(parents=True, exist_ok=True)
+        enter = d / enter_name()
+        if not enter.exists():
+            _compile(enter)
+    return str(enter)
+
+
 def local_support() -> Support:
     """The support files under rtax's cache (the helper compiled if missing) and the
     curated /etc under PUBLIC.
@@ -329,17 +342,14 @@ def local_support() -> Support:
     """
     d = cache_dir() / "stage"
     files = support_files()
+    enter = local_enter()
     with _build_lock:
-        d.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
             p = d / name
             if not p.exists() or p.read_bytes() != data:
                 _write_atomic(p, data, 0o644)
-        enter = d / enter_name()
-        if not enter.exists():
-            _compile(enter)
         res = subprocess.run(etc_argv(), capture_output=True, timeout=60)
-        bres = subprocess.run(bin_argv(str(enter)), capture_output=True, timeout=60)
+        bres = subprocess.run(bin_argv(enter), capture_output=True, timeout=60)
     etc = res.stdout.decode(errors="replace").strip()
     if res.returncode != 0 or not etc.startswith(PUBLIC + "/"):
         err = res.stderr.decode(errors="replace").strip()[-300:]
@@ -349,7 +359,7 @@ def local_support() -> Support:
         err = bres.stderr.decode(errors="replace").strip()[-300:]
         raise SupportError(f"cannot make the sandbox's init under {PUBLIC}: {err}", "run as root")
     flt = next(n for n in files if n.endswith(".bpf"))
-    return Support(str(enter), str(d / flt), etc, bin_dir)
+    return Support(enter, str(d / flt), etc, bin_dir)
 
 
 def public_copy(path: str, uid: int) -> str:
@@ -406,7 +416,8 @@ def _compile(dest: Path) -> None:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise SupportError(
-            "the stage exec channel's helper needs a C compiler", "apt-get install gcc libc6-dev"
+            f"rtax's helper ({ENTER_SOURCE.name}) needs a C compiler",
+            "apt-get install gcc libc6-dev",
         )
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
     os.close(fd)

@@ -45,11 +45,16 @@
  *   rtax-enter --init exec             say READY, reap orphans, exit when stdin closes
  *   rtax-enter --init shell SHELL      say READY, run SHELL as its child on the same
  *                                      stdin/stdout, reap orphans, exit with its status
+ *   rtax-enter --init hold             reap orphans until killed (a container's init:
+ *                                      docker's and podman's exec channel, where the
+ *                                      engine, not a pipe, says when the container ends)
  *
  * The init is the one process every later step shares, so a step must not be able to
  * change it: it is not dumpable (its file is execute-only inside the sandbox, and it
  * says so itself with PR_SET_DUMPABLE), so /proc/1/mem, process_vm_writev and
- * pidfd_getfd are refused to the sandbox's processes, which have no capability; as pid
+ * pidfd_getfd are refused to the sandbox's processes, which have no CAP_SYS_PTRACE (a
+ * container's root has the same uid and capabilities as its init: only the dumpable
+ * flag keeps it out); as pid
  * 1 of its namespace it takes no signal from inside that it does not handle (it
  * handles none), so `kill -9 1` is a no-op. It keeps no descriptor of the channel in
  * the shell mode: the shell alone holds stdin and stdout.
@@ -179,18 +184,20 @@ static void close_from(int lowest) {
 
 static int init_mode(int argc, char **argv) {
   int shell = argc >= 4 && strcmp(argv[2], "shell") == 0;
-  if (!shell && !(argc == 3 && strcmp(argv[2], "exec") == 0)) {
-    fprintf(stderr, "usage: rtax-enter --init exec | --init shell SHELL\n");
+  int hold = argc == 3 && strcmp(argv[2], "hold") == 0;
+  if (!shell && !hold && !(argc == 3 && strcmp(argv[2], "exec") == 0)) {
+    fprintf(stderr, "usage: rtax-enter --init exec | --init shell SHELL | --init hold\n");
     return 125;
   }
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail("prctl", "PR_SET_DUMPABLE");
   close_from(3);
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   if (sigprocmask(SIG_BLOCK, &chld, NULL) != 0) fail("sigprocmask", NULL);
   static const char ready[] = "RTAX-READY\n";  /* the sandbox is set up */
-  if (write(1, ready, sizeof ready - 1) != (ssize_t)(sizeof ready - 1)) fail("write", NULL);
+  if (!hold && write(1, ready, sizeof ready - 1) != (ssize_t)(sizeof ready - 1))
+    fail("write", NULL);
   pid_t sh = -1;
   if (shell) {
     sh = fork();
@@ -216,12 +223,12 @@ static int init_mode(int argc, char **argv) {
     while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
       if (p == sh) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
-    if (poll(fds, shell ? 1 : 2, -1) < 0 && errno != EINTR) fail("poll", NULL);
+    if (poll(fds, shell || hold ? 1 : 2, -1) < 0 && errno != EINTR) fail("poll", NULL);
     if (fds[0].revents) {
       struct signalfd_siginfo si;
       if (read(sfd, &si, sizeof si) < 0 && errno != EAGAIN && errno != EINTR) fail("read", NULL);
     }
-    if (!shell && fds[1].revents) {
+    if (!shell && !hold && fds[1].revents) {
       char buf[256];
       ssize_t n = read(0, buf, sizeof buf);
       if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return 0; /* stdin closed */

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shlex
 from typing import Any
 
@@ -19,6 +18,7 @@ from rtax_tui.drivers.base import Problem
 from rtax_tui.core import runlock, safefs
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, PhaseFailure
+from rtax_tui.core.runlock import safe_label
 from rtax_tui.hosts import Host, LocalHost
 
 WORKSPACE_PREFIX = "rtax-ws-"
@@ -44,7 +44,7 @@ async def make_workspace(host: Host, label: str, size_mib: int | None = None) ->
     `size_mib` MiB, or a plain directory (None)."""
     if not isinstance(host, LocalHost):
         raise TypeError("make_workspace makes a directory on the controller: a LocalHost")
-    return await host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", size_mib=size_mib)
+    return await host.make_workspace(f"{WORKSPACE_PREFIX}{safe_label(label)}-", size_mib=size_mib)
 
 
 async def remove_workspace(host: Host, path: str) -> None:
@@ -57,10 +57,6 @@ def workspace_mib(spec: Any) -> int | None:
     "unlimited" in the profile: a plain directory)."""
     v = spec.limits.workspace_mib
     return None if v is None else int(v)
-
-
-def safe_label(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
 
 
 def populate(workspace: str, src: str | None, uid: int | None = None) -> None:

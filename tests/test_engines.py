@@ -330,3 +330,34 @@ def test_a_write_past_the_workspace_size_stops_there(engine):
             await env.teardown()
 
     asyncio.run(run())
+
+
+def test_no_step_can_rewrite_the_exec_channels_init(engine):
+    """B2 on a container: a pooled container's init outlives every clean reset, and a
+    step is root with the init's uid and capabilities, so only the init's own dumpable
+    flag keeps /proc/1/mem shut. rtax's init (`rtax-enter --init hold`) clears it; the
+    sleeper shell it replaced (init_binary None: a remote engine's) does not: the same
+    step opens that one's memory for writing."""
+    probe = (
+        'tr "\\0" " " < /proc/1/cmdline; echo; '
+        "(exec 3<>/proc/1/mem) 2>/dev/null && echo OPEN || echo REFUSED"
+    )
+
+    async def attempt(d):
+        env = d.environment(spec(engine, "exec"))
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, "sh", "-c", probe)
+            killed = await act(env, "sh", "-c", "kill -9 1; sleep 0.2; echo alive")
+            return r.output.decode(), killed
+        finally:
+            await env.teardown()
+
+    ours, killed = asyncio.run(attempt(driver(engine)))
+    assert ours.startswith("/.rtax-init --init hold") and ours.endswith("REFUSED\n"), ours
+    assert killed.rc == 0 and killed.output == b"alive\n"  # pid 1 of its namespace: no-op
+    sleeper = driver(engine)
+    sleeper.init_binary = lambda: None  # type: ignore[method-assign]
+    theirs, _ = asyncio.run(attempt(sleeper))
+    assert theirs.startswith("sh -c while") and theirs.endswith("OPEN\n"), theirs

@@ -67,6 +67,24 @@ def test_container_clean_reset_holds_with_a_read_only_root(
     assert got.result == "held", got
 
 
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_a_container_init_a_step_can_rewrite_is_caught(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    """The init every clean reset spares, as it was before rtax's own (a sleeper shell,
+    dumpable, root like the steps): the next trial can open its memory for writing, so
+    the last one could have rewritten it: breached. With rtax's non-dumpable init (the
+    test above) the same check holds."""
+    from rtax_tui.drivers import get_driver
+
+    request.getfixturevalue(f"{engine}_engine")
+    drv = get_driver(engine, LocalHost(), {"read_only": True})
+    drv.init_binary = lambda: None  # type: ignore[method-assign]
+    got = asyncio.run(check_reuse(drv, "local", "exec", "clean", LIMITS))
+    assert got.result == "breached", got
+    assert "init-memory:/proc/1/mem" in got.evidence, got
+
+
 def test_microvm_snapshot_reset_holds(request: pytest.FixtureRequest) -> None:
     """microvm with start = restore: a pooled guest is reset by loading the snapshot."""
     from rtax_tui.drivers import get_driver

@@ -9,7 +9,10 @@ renamed, the token only in its environment), SysV shared memory, a message queue
 a semaphore set, and, on a persistent shell, an exported variable and a changed
 working directory. The checking trial looks for the token in each and prints where
 it found it. The token is passed in two halves that only the scripts join, so the
-checking script's own command line never holds it.
+checking script's own command line never holds it. After a clean reset (the
+environment's init lives on; a snapshot brings its memory back) the checking trial
+also tries to open the init's memory for writing, /proc/1/mem: a step that can could
+have rewritten the one process every reset spares, and have it plant anything later.
 
 Held: the checking trial ran on the same environment (the pool's event says so) and
 found nothing. Breached: it found something (the reset let the last trial's state
@@ -79,6 +82,9 @@ if command -v ipcs >/dev/null; then
 fi
 case "$(env)" in *"RTAX_REUSE_$t"*) found="$found env:RTAX_REUSE";; esac
 [ "$PWD" = /tmp ] && found="$found cwd:/tmp"
+if [ "$3" = clean ] && (exec 3<>/proc/1/mem) 2>/dev/null; then
+  found="$found init-memory:/proc/1/mem"
+fi
 if [ -n "$found" ]; then echo "LEFT$found"; else echo CLEAN; fi
 """
 
@@ -117,11 +123,13 @@ class ReuseResult:
     links: Verdict | None = None  # `reset_links`, when a LinksTarget was given
 
 
-def _steps(channel: str, links: LinksTarget | None) -> tuple[Step, Step, list[Step]]:
+def _steps(
+    channel: str, links: LinksTarget | None, reset: str = "clean"
+) -> tuple[Step, Step, list[Step]]:
     a, b = os.urandom(4).hex(), os.urandom(4).hex()
     ln = (links.path, links.host_boot or "-", links.host_mntns or "-") if links else ("", "", "")
     plant = Step(("sh", "-c", PLANT, "plant", a, b, *ln), timeout_s=TIMEOUT_S)
-    check = Step(("sh", "-c", CHECK, "check", a, b), timeout_s=TIMEOUT_S)
+    check = Step(("sh", "-c", CHECK, "check", a, b, reset), timeout_s=TIMEOUT_S)
     extra = []
     if channel == "shell":  # the shell's own variables and cwd: the framed shell runs argv
         extra.append(Step(("eval", PLANT_SHELL.format(a=a, b=b)), timeout_s=TIMEOUT_S))
@@ -155,7 +163,7 @@ async def check_reuse(
     got, why = effective_reset(driver, channel, reset)
     if got != reset:
         return ReuseResult("n/a", why or "")
-    plant, check, extra = _steps(channel, links)
+    plant, check, extra = _steps(channel, links, reset)
     planted = ""
     spec = EnvSpec(
         cell=Cell(host, driver.name, "probe-reuse", channel, "pool"),

@@ -50,7 +50,8 @@ __all__ = [
 
 
 def safe_label(label: str) -> str:
-    """The form names carry (drivers/workspace.py's, kept equal to it)."""
+    """The form a run's label takes in the names of what it makes (workspaces, containers,
+    VM directories), and so in what `rtax cleanup` matches."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
 
 
