@@ -20,7 +20,6 @@ from rtax_tui.drivers.workspace import (
     base_env,
     close_shell,
     run_exec,
-    safe_label,
     tools_problems,
     workspace_cleanup,
     workspace_mib,
@@ -28,6 +27,7 @@ from rtax_tui.drivers.workspace import (
 
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
+from rtax_tui.core.runlock import safe_label
 
 
 class LocalEnvironment(Environment):

@@ -67,7 +67,6 @@ from rtax_tui.drivers.workspace import (
     WORKSPACE_PREFIX,
     counts,
     run_exec,
-    safe_label,
     workspace_mib,
 )
 
@@ -77,6 +76,7 @@ from rtax_tui.core.cgroups import Cgroup
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.core.probe import ALL_CHECKS
+from rtax_tui.core.runlock import safe_label
 
 TEARDOWN_GRACE_S = 2.0
 SPAWN_WAIT_S = 10.0  # teardown waits this long for a spawn that a cancelled create left

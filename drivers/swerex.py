@@ -54,7 +54,6 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer, which
 from rtax_tui.drivers.workspace import (
     WORKSPACE_PREFIX,
     base_env,
-    safe_label,
     workspace_cleanup,
     workspace_mib,
 )
@@ -62,6 +61,7 @@ from rtax_tui.drivers.workspace import (
 from rtax_tui.core import runlock
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, EnvSpec, OptionError, PhaseFailure, Step
+from rtax_tui.core.runlock import safe_label
 
 if TYPE_CHECKING:
     from swerex.deployment.docker import DockerDeployment
