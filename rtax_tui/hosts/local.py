@@ -312,7 +312,10 @@ class LocalHost(Host):
         loop = asyncio.get_running_loop()
         popen: subprocess.Popen[bytes] | None = None
         if not cgroup_procs and spawn.available():
-            rfd, wfd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            # only rtax's end is non-blocking: the step's stdout must block when the pipe
+            # is full (a non-blocking one fails a step's write of more than 64 KiB, EAGAIN)
+            rfd, wfd = os.pipe2(os.O_CLOEXEC)
+            os.set_blocking(rfd, False)
             try:
                 pid = spawn.spawn_to_pipe(argv, wfd, cwd=cwd, env=env)
             except BaseException:
