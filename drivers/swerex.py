@@ -86,6 +86,7 @@ def _capped(rc: int, text: str) -> ActionResult:
     sink.add(text.encode())
     return ActionResult(rc=rc, output=sink.kept(), dropped=sink.dropped)
 
+
 DEPLOYMENTS = ("local", "remote", "docker")
 INSTALL_FIX = "pip install 'rtax[swerex]' (swe-rex and aiohttp)"
 LABEL_KEY = "rtax.run"
