@@ -68,7 +68,7 @@ from rtax_tui.drivers.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.core import runlock
+from rtax_tui.core import model, runlock
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import (
     ActionResult,
@@ -610,7 +610,7 @@ class ContainerEnvironment(Environment):
         except Exception as exc:
             raise _map_error(exc, "attaching to the container", container=True) from exc
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 24)
+        reader = asyncio.StreamReader(limit=model.READ_LIMIT)
         proto = _DemuxProtocol(reader)
         transport, _ = await loop.create_connection(lambda: proto, sock=sock)
         self._socks.discard(sock)  # the transport owns it now

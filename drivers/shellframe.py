@@ -26,10 +26,11 @@ one it started (the stage driver does both; see drivers/stage.py). The probe's
 
 A step's output is read to the frame's end however long it is, and only its first
 `model.OUTPUT_LIMIT` bytes kept (issue 19): `read_frame` takes what a reader holds once
-it holds READ_LIMIT bytes with no separator (the reader raises `LimitOverrunError`, as
-asyncio's does), keeps or counts it, and reads on; a CredReader stops reading its socket
-while it holds READ_LIMIT bytes, so a step's output left unread between actions is
-bounded too. The separator is still found only where the shell wrote it whole.
+it holds `model.READ_LIMIT` bytes with no separator (the reader raises
+`LimitOverrunError`, as asyncio's does), keeps or counts it, and reads on; a CredReader
+stops reading its socket while it holds that much, so a step's output left unread
+between actions is bounded too. The separator is still found only where the shell
+wrote it whole.
 """
 
 from __future__ import annotations
@@ -42,12 +43,9 @@ import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from rtax_tui.core import model
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, OutputSink, PhaseFailure
-
-# What a shell channel's reader holds at most before its reader takes it (asyncio's
-# StreamReader limit; a CredReader's and an SSH reader's buffer).
-READ_LIMIT = 1 << 24
 
 # What follows a command: its status saved by a special builtin, any function named
 # printf removed, then the builtin printf writes the frame.
@@ -90,14 +88,14 @@ class CredReader:
     bytes in one read). `readuntil(sep, writer)` finds `sep` only where `writer` wrote all
     of it: the same bytes written by any other process are output like any other."""
 
-    def __init__(self, sock: socket.socket, limit: int = READ_LIMIT) -> None:
+    def __init__(self, sock: socket.socket, limit: int | None = None) -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._sock = sock
         self._buf = bytearray()
         self._pids: list[tuple[int, int]] = []  # (end offset in _buf, writer pid)
         self._eof = False
-        self._limit = limit
+        self._limit = model.READ_LIMIT if limit is None else limit
         self._paused = False  # holding `limit` bytes: the socket is not read until taken
         self._waiter: asyncio.Future[None] | None = None
         self.matched_by: int | None = None  # who wrote the last `readuntil`'s separator

@@ -31,6 +31,7 @@ from rtax_tui.drivers.base import Problem
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.shellframe import read_frame
 
+from rtax_tui.core import model
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import ActionResult, OutputSink, PhaseFailure, RtaxError, Step, Workload
 from rtax_tui.core.vmimage import HELLO, INIT_MARK
@@ -135,7 +136,7 @@ async def connect_unix(path: str, timeout: float, alive: Any = None) -> tuple[An
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return await asyncio.open_unix_connection(path, limit=1 << 24)
+            return await asyncio.open_unix_connection(path, limit=model.READ_LIMIT)
         except (FileNotFoundError, ConnectionRefusedError):
             if alive is not None and not alive():
                 raise PhaseFailure(

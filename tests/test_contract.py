@@ -154,6 +154,8 @@ def test_output_past_the_limit_is_read_counted_and_not_kept(driver_name, channel
 
     limit = 1 << 20
     monkeypatch.setattr(model, "OUTPUT_LIMIT", limit)
+    # readers hold less than the output: a shell's or agent's reader is taken as it fills
+    monkeypatch.setattr(model, "READ_LIMIT", 256 << 10)
     drv = _driver(driver_name, channel)
     label = _label()
 

@@ -287,6 +287,7 @@ def test_action_output_past_the_limit_over_ssh(lab: SSHLab, channel: str, monkey
     from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 
     monkeypatch.setattr(model, "OUTPUT_LIMIT", 1 << 20)
+    monkeypatch.setattr(model, "READ_LIMIT", 256 << 10)  # the SSH reader taken as it fills
 
     async def go() -> None:
         host = _host(lab)

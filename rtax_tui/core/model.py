@@ -239,6 +239,10 @@ class EnvSpec:
 # channel reads on to its frame's end, so the next step runs as after any other. Read at
 # each action (an `OutputSink` made then), so a test may patch it.
 OUTPUT_LIMIT = 16 << 20
+# What a channel's reader (a shell's stdout, a VM agent's socket) holds at most before
+# the reading side takes it (`drivers.shellframe.read_frame`): asyncio's StreamReader
+# limit, a CredReader's and the SSH reader's buffer. Read when a reader is made.
+READ_LIMIT = 16 << 20
 
 
 @dataclass

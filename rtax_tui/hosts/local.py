@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rtax_tui.core import reaper, safefs
+from rtax_tui.core import model, reaper, safefs
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import OutputSink, PhaseFailure
 from rtax_tui.hosts import spawn
@@ -227,7 +227,7 @@ class LocalHost(Host):
             start_new_session=True,
             preexec_fn=join_cgroups_before_exec(cgroup_procs),
             pass_fds=tuple(pass_fds),
-            limit=1 << 24,
+            limit=model.READ_LIMIT,
         )
         reaper.current().add_pgid(proc.pid)
         return proc

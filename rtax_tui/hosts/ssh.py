@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtax_tui.core import runlock
+from rtax_tui.core import model, runlock
 from rtax_tui.core.model import HostLost, OutputSink, RtaxError
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.hosts.cgroup_sh import cgroup_dirs
@@ -193,10 +193,10 @@ class _Reader:
     bytes with no separator, it raises `LimitOverrunError` and `readexactly` takes them
     (`shellframe.read_frame`)."""
 
-    def __init__(self, inner: Any, host: str, limit: int = 1 << 24) -> None:
+    def __init__(self, inner: Any, host: str) -> None:
         self._r = inner
         self._host = host
-        self._limit = limit
+        self._limit = model.READ_LIMIT
         self._buf = bytearray()
         self._eof = False
 
