@@ -68,12 +68,13 @@ from rtax_tui.drivers.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.core import runlock
+from rtax_tui.core import model, runlock
 from rtax_tui.core.errors import ErrorKind
 from rtax_tui.core.model import (
     ActionResult,
     EnvSpec,
     OptionError,
+    OutputSink,
     PhaseFailure,
     Step,
     SubstrateLost,
@@ -424,15 +425,16 @@ class _DemuxProtocol(asyncio.StreamReaderProtocol):
             super().data_received(payload)
 
 
-async def _read_all(sock: socket.socket, prefix: bytes) -> bytes:
+async def _read_all(sock: socket.socket, prefix: bytes, sink: OutputSink) -> None:
+    """An exec's output to its end, into `sink` (what is past OUTPUT_LIMIT only counted)."""
     loop = asyncio.get_running_loop()
     demux = Demuxer()
-    out = bytearray(demux.feed(prefix))
+    sink.add(demux.feed(prefix))
     while True:
         data = await loop.sock_recv(sock, 1 << 16)
         if not data:
-            return bytes(out)
-        out += demux.feed(data)
+            return
+        sink.add(demux.feed(data))
 
 
 # -- the environment -----------------------------------------------------------
@@ -608,7 +610,7 @@ class ContainerEnvironment(Environment):
         except Exception as exc:
             raise _map_error(exc, "attaching to the container", container=True) from exc
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 24)
+        reader = asyncio.StreamReader(limit=model.READ_LIMIT)
         proto = _DemuxProtocol(reader)
         transport, _ = await loop.create_connection(lambda: proto, sock=sock)
         self._socks.discard(sock)  # the transport owns it now
@@ -664,6 +666,7 @@ class ContainerEnvironment(Environment):
             return sock, prefix
 
         fut = asyncio.ensure_future(asyncio.to_thread(start))
+        sink = OutputSink()
         try:
             async with asyncio.timeout(timeout):
                 try:
@@ -672,7 +675,7 @@ class ContainerEnvironment(Environment):
                     raise
                 except Exception as exc:
                     raise _map_error(exc, "exec", container=True) from exc
-                output = await _read_all(sock, prefix)
+                await _read_all(sock, prefix, sink)
         except (TimeoutError, asyncio.CancelledError):
             self._kill_later(fut, holder)
             raise
@@ -684,7 +687,7 @@ class ContainerEnvironment(Environment):
                 self._socks.discard(s)
                 s.close()
         rc = await self._exit_code(api, holder["eid"])
-        return ActionResult(rc=rc, output=output)
+        return ActionResult(rc=rc, output=sink.kept(), dropped=sink.dropped)
 
     async def _exit_code(self, api: Any, eid: str) -> int:
         for _ in range(200):

@@ -23,6 +23,14 @@ its memory) is for the driver to rule out: `CredReader` tells which process wrot
 the answer, and `FramedShell`'s `verify` lets the driver check the shell is still the
 one it started (the stage driver does both; see drivers/stage.py). The probe's
 `result_integrity` check measures it.
+
+A step's output is read to the frame's end however long it is, and only its first
+`model.OUTPUT_LIMIT` bytes kept (issue 19): `read_frame` takes what a reader holds once
+it holds `model.READ_LIMIT` bytes with no separator (the reader raises
+`LimitOverrunError`, as asyncio's does), keeps or counts it, and reads on; a CredReader
+stops reading its socket while it holds that much, so a step's output left unread
+between actions is bounded too. The separator is still found only where the shell
+wrote it whole.
 """
 
 from __future__ import annotations
@@ -33,9 +41,11 @@ import shlex
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
+from rtax_tui.core import model
 from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import ActionResult, PhaseFailure
+from rtax_tui.core.model import ActionResult, OutputSink, PhaseFailure
 
 # What follows a command: its status saved by a special builtin, any function named
 # printf removed, then the builtin printf writes the frame.
@@ -78,13 +88,15 @@ class CredReader:
     bytes in one read). `readuntil(sep, writer)` finds `sep` only where `writer` wrote all
     of it: the same bytes written by any other process are output like any other."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, limit: int | None = None) -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._sock = sock
         self._buf = bytearray()
         self._pids: list[tuple[int, int]] = []  # (end offset in _buf, writer pid)
         self._eof = False
+        self._limit = model.READ_LIMIT if limit is None else limit
+        self._paused = False  # holding `limit` bytes: the socket is not read until taken
         self._waiter: asyncio.Future[None] | None = None
         self.matched_by: int | None = None  # who wrote the last `readuntil`'s separator
         self._loop = asyncio.get_running_loop()
@@ -110,6 +122,9 @@ class CredReader:
                 self._pids[-1] = (len(self._buf), pid)
             else:
                 self._pids.append((len(self._buf), pid))
+            if len(self._buf) >= self._limit:
+                self._paused = True
+                self._loop.remove_reader(self._sock.fileno())
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -136,11 +151,16 @@ class CredReader:
         data = bytes(self._buf[:n])
         del self._buf[:n]
         self._pids = [(stop - n, pid) for stop, pid in self._pids if stop > n]
+        if self._paused and len(self._buf) < self._limit and not self._eof:
+            self._paused = False
+            self._loop.add_reader(self._sock.fileno(), self._readable)
         return data
 
     async def readuntil(self, sep: bytes, writer: int | None = None) -> bytes:
         """Everything up to and including the first `sep` that `writer` wrote whole (any
-        writer when None)."""
+        writer when None). Holding the limit's bytes with no such `sep`, raises
+        `asyncio.LimitOverrunError` (as asyncio's StreamReader), whose `consumed` bytes
+        can hold no part of it: `readexactly` takes them."""
         start = 0
         while True:
             i = self._buf.find(sep, start)
@@ -151,7 +171,16 @@ class CredReader:
                     return self._take(i + len(sep))
                 i = self._buf.find(sep, i + 1)
             start = max(0, len(self._buf) - len(sep) + 1)
+            if len(self._buf) >= self._limit and start > 0:
+                raise asyncio.LimitOverrunError("separator not found within the limit", start)
             await self._wait()
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            if self._eof:
+                raise asyncio.IncompleteReadError(self._take(len(self._buf)), n)
+            await self._wait()
+        return self._take(n)
 
     async def readline(self) -> bytes:
         try:
@@ -173,6 +202,25 @@ class CredReader:
 
 
 Reader = asyncio.StreamReader | CredReader
+
+
+async def read_frame(r: Any, sep: bytes, sink: OutputSink, writer: int | None = None) -> None:
+    """Read `r` through the next `sep` (on a CredReader: the next one `writer` wrote whole,
+    any writer when None), the bytes before it into `sink`: what `r` holds past its limit
+    is taken as it comes (`LimitOverrunError`), so however much comes first, no more than
+    the reader's limit and the sink's is held. `r`: an asyncio StreamReader, a CredReader,
+    or a reader with their `readuntil` and `readexactly` (hosts.ssh)."""
+    while True:
+        try:
+            if isinstance(r, CredReader):
+                data = await r.readuntil(sep, writer)
+            else:
+                data = await r.readuntil(sep)
+        except asyncio.LimitOverrunError as exc:
+            sink.add(await r.readexactly(exc.consumed))
+            continue
+        sink.add(memoryview(data)[: len(data) - len(sep)])
+        return
 
 
 class FramedShell:
@@ -211,17 +259,19 @@ class FramedShell:
         async with self._lock:
             sentinel = new_sentinel()
             marker = b"\n" + sentinel.encode() + b" "
+            out = OutputSink()
+            tail = OutputSink(4096)  # the shell's own status line
             try:
                 self._w.write(self._frame(argv, sentinel))
                 await self._w.drain()
                 if isinstance(self._r, CredReader):
-                    out = await self._r.readuntil(marker, self.writer)
+                    await read_frame(self._r, marker, out, self.writer)
                     if self.writer is None:  # the first answer: the shell itself wrote it
                         self.writer = self._r.matched_by
-                    tail = await self._r.readuntil(b"\n", self.writer)
+                    await read_frame(self._r, b"\n", tail, self.writer)
                 else:
-                    out = await self._r.readuntil(marker)
-                    tail = await self._r.readuntil(b"\n")
+                    await read_frame(self._r, marker, out)
+                    await read_frame(self._r, b"\n", tail)
                 if self._verify is not None:
                     await self._verify(self.writer)
             except asyncio.IncompleteReadError as exc:
@@ -235,6 +285,8 @@ class FramedShell:
             except BaseException:
                 self.broken = True  # cancelled (a timeout) mid-answer, or not to be trusted
                 raise
-            words = tail.split()
+            words = tail.kept().split()
             remote = int(words[1]) if len(words) > 1 and int(words[1]) > 0 else None
-            return ActionResult(rc=int(words[0]), output=out[: -len(marker)], remote_ns=remote)
+            return ActionResult(
+                rc=int(words[0]), output=out.kept(), remote_ns=remote, dropped=out.dropped
+            )

@@ -60,7 +60,14 @@ from rtax_tui.drivers.workspace import (
 
 from rtax_tui.core import runlock
 from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import ActionResult, EnvSpec, OptionError, PhaseFailure, Step
+from rtax_tui.core.model import (
+    ActionResult,
+    EnvSpec,
+    OptionError,
+    OutputSink,
+    PhaseFailure,
+    Step,
+)
 from rtax_tui.core.runlock import safe_label
 
 if TYPE_CHECKING:
@@ -68,6 +75,17 @@ if TYPE_CHECKING:
     from swerex.runtime.abstract import AbstractRuntime
 
 T = TypeVar("T")
+
+
+def _capped(rc: int, text: str) -> ActionResult:
+    """An action's result as every driver gives it: the output's first OUTPUT_LIMIT bytes
+    kept, the rest counted. Only the record is bounded here: SWE-ReX itself gathers the
+    whole output first (in its server, or in rtax's process with deployment `local`), and
+    rtax can't read it as it comes (issue 19)."""
+    sink = OutputSink()
+    sink.add(text.encode())
+    return ActionResult(rc=rc, output=sink.kept(), dropped=sink.dropped)
+
 
 DEPLOYMENTS = ("local", "remote", "docker")
 INSTALL_FIX = "pip install 'rtax[swerex]' (swe-rex and aiohttp)"
@@ -377,7 +395,7 @@ class SwerexEnvironment(Environment):
             raise PhaseFailure(
                 ErrorKind.NO_EXIT_CODE, f"SWE-ReX found no exit code: {obs.failure_reason}"
             )
-        return ActionResult(rc=obs.exit_code, output=obs.output.encode())
+        return _capped(obs.exit_code, obs.output)
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.runtime is None:
@@ -405,7 +423,7 @@ class SwerexEnvironment(Environment):
         except CommandTimeoutError as exc:
             raise TimeoutError(str(exc)) from None
         rc = res.exit_code if res.exit_code is not None else -1
-        return ActionResult(rc=rc, output=res.stdout.encode())
+        return _capped(rc, res.stdout)
 
     # -- teardown --------------------------------------------------------------------
 

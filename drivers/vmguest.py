@@ -29,9 +29,11 @@ from typing import Any
 
 from rtax_tui.drivers.base import Problem
 from rtax_tui.drivers.needs import needs_full_image
+from rtax_tui.drivers.shellframe import read_frame
 
+from rtax_tui.core import model
 from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import ActionResult, PhaseFailure, RtaxError, Step, Workload
+from rtax_tui.core.model import ActionResult, OutputSink, PhaseFailure, RtaxError, Step, Workload
 from rtax_tui.core.vmimage import HELLO, INIT_MARK
 from rtax_tui.hosts import Host
 
@@ -134,7 +136,7 @@ async def connect_unix(path: str, timeout: float, alive: Any = None) -> tuple[An
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return await asyncio.open_unix_connection(path, limit=1 << 24)
+            return await asyncio.open_unix_connection(path, limit=model.READ_LIMIT)
         except (FileNotFoundError, ConnectionRefusedError):
             if alive is not None and not alive():
                 raise PhaseFailure(
@@ -191,11 +193,14 @@ class AgentChannel:
             lines = cmd.split("\n") if cmd else []
             head = b"%s %s %d %s\n" % (op, rid, len(lines), self.mark)
             body = "".join(line + "\n" for line in lines).encode()
+            out, trailer = OutputSink(), OutputSink(4096)
             try:
                 self.w.write(head + body)
                 await self.w.drain()
-                out = await self.r.readuntil(b"\n" + self.mark + b" ")
-                words = (await self.r.readuntil(b"\n")).split()
+                # however long the output, held bounded (issue 19: OUTPUT_LIMIT kept)
+                await read_frame(self.r, b"\n" + self.mark + b" ", out)
+                await read_frame(self.r, b"\n", trailer)
+                words = trailer.kept().split()
             except asyncio.IncompleteReadError as exc:
                 self.broken = True
                 raise PhaseFailure(
@@ -214,8 +219,9 @@ class AgentChannel:
                 raise PhaseFailure(
                     ErrorKind.AGENT_ERROR, f"unexpected trailer {words!r} for {rid!r}"
                 )
-            output = out[: -len(self.mark) - 2]
-            return ActionResult(rc=int(words[1]), output=output, remote_ns=int(words[2]))
+            return ActionResult(
+                rc=int(words[1]), output=out.kept(), remote_ns=int(words[2]), dropped=out.dropped
+            )
 
     def close(self) -> None:
         self.w.transport.abort()

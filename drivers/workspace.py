@@ -86,11 +86,18 @@ async def run_exec(
     timeout: float | None,
     cgroup_procs: list[str] | tuple[str, ...] = (),
 ) -> ActionResult:
-    """One process per action; stdout and stderr merged; killed whole at the timeout."""
+    """One process per action; stdout and stderr merged (the first OUTPUT_LIMIT bytes
+    kept, the rest read and counted); killed whole at the timeout."""
     res = await host.run(
-        argv, cwd=cwd, env=env, timeout=timeout, merge_stderr=True, cgroup_procs=cgroup_procs
+        argv,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        merge_stderr=True,
+        cgroup_procs=cgroup_procs,
+        capped=True,
     )
-    return ActionResult(rc=res.returncode, output=res.stdout)
+    return ActionResult(rc=res.returncode, output=res.stdout, dropped=res.dropped)
 
 
 async def close_shell(proc: Any, host: Host, grace: float = 1.0) -> None:

@@ -146,6 +146,40 @@ def test_lifecycle_failed_action_and_double_teardown(driver_name, channel):
     asyncio.run(run())
 
 
+def test_output_past_the_limit_is_read_counted_and_not_kept(driver_name, channel, monkeypatch):
+    """Issue 19: rtax keeps the first OUTPUT_LIMIT bytes of an action's output, reads the
+    rest to its end (the step is not blocked and exits on its own, its own status
+    recorded), counts it as dropped, and the channel goes on in step."""
+    from rtax_tui.core import model
+
+    limit = 1 << 20
+    monkeypatch.setattr(model, "OUTPUT_LIMIT", limit)
+    # readers hold less than the output: a shell's or agent's reader is taken as it fills
+    monkeypatch.setattr(model, "READ_LIMIT", 256 << 10)
+    drv = _driver(driver_name, channel)
+    label = _label()
+
+    async def run() -> None:
+        env = drv.environment(_spec(driver_name, channel, label))
+        try:
+            await env.create()
+            await env.ready()
+            r = await act(env, "sh", "-c", "head -c 8388608 /dev/zero; echo tail; exit 3")
+            assert r.rc == 3, (r.rc, len(r.output), r.dropped)
+            assert r.output == bytes(limit), (len(r.output), r.output[-20:])
+            assert r.dropped == (8 << 20) - limit + len(b"tail\n"), r.dropped
+            r = await act(env, "echo", "ok")  # in step: the next action's own answer
+            assert (r.rc, r.output, r.dropped) == (0, b"ok\n", 0), r
+            # under the limit: kept whole, exactly
+            r = await act(env, "sh", "-c", "head -c 1048575 /dev/zero; printf x; exit 4")
+            assert (r.rc, r.output, r.dropped) == (4, bytes(limit - 1) + b"x", 0), r.dropped
+        finally:
+            await env.teardown()
+        assert await _settled(driver_name, label) == []
+
+    asyncio.run(run())
+
+
 def test_hanging_action_times_out_and_tears_down(driver_name, channel):
     drv = _driver(driver_name, channel)
     label = _label()

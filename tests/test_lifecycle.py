@@ -144,3 +144,26 @@ def test_error_kinds_are_a_closed_set() -> None:
     with pytest.raises(ValueError):
         PhaseFailure("boom", "x")  # type: ignore[arg-type]
     assert PhaseFailure(ErrorKind.ENV_LOST, "gone").kind == "env_lost"  # recorded as before
+
+
+def test_action_event_counts_output_past_the_limit(monkeypatch):
+    """Issue 19, recorded: `out_bytes` what rtax kept (the first OUTPUT_LIMIT bytes),
+    `out_dropped` the rest, only where there was some; the events still pass the schema
+    (the local driver, for real)."""
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.core import model
+    from rtax_tui.core.events import check_event
+    from rtax_tui.core.model import Step, Workload
+    from rtax_tui.hosts.local import LocalHost
+
+    monkeypatch.setattr(model, "OUTPUT_LIMIT", 1024)
+    big = Step(("sh", "-c", "head -c 8192 /dev/zero; exit 3"), expect_rc=3)
+    w = Workload("w", (big, Step(("echo", "ok"), expect_out="ok")))
+    drv = get_driver("local", LocalHost())
+    s, ev = run(prof(trials=1, warmup=0), drv, {"w": w})
+    acts = by_type(ev, "action")
+    assert [(a["rc"], a["ok"], a["out_bytes"]) for a in acts] == [(3, True, 1024), (0, True, 3)]
+    assert acts[0]["out_dropped"] == 8192 - 1024 and "out_dropped" not in acts[1]
+    assert [check_event(e) for e in ev] == [None] * len(ev)
+    assert check_event({**acts[0], "out_dropped": -1}) is not None  # a count, checked

@@ -369,3 +369,50 @@ def test_write_argv_is_exact_for_large_and_awkward_text(tmp_path: Path) -> None:
     assert len(argv) > 6  # in several pieces
     subprocess.run(argv, cwd=tmp_path, check=True)
     assert (tmp_path / "deep" / "dir" / "f.txt").read_text() == text
+
+
+def test_replayed_edit_of_a_file_past_the_output_limit_fails_unwritten(monkeypatch) -> None:
+    """Issue 19: an edit reads the file through the channel, which keeps only the first
+    OUTPUT_LIMIT bytes of it: writing those back would cut the file, so the edit fails
+    and the file stays as it was (the local driver, for real)."""
+    import asyncio
+    import os
+
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.core import model
+    from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+    from rtax_tui.core.traj.workload import ReplayStep
+    from rtax_tui.hosts.local import LocalHost
+
+    monkeypatch.setattr(model, "OUTPUT_LIMIT", 1024)
+
+    async def go() -> None:
+        spec = EnvSpec(
+            cell=Cell("local", "local", "t", "exec"),
+            workload=Workload("t", ()),
+            limits=Limits(),
+            label=f"rp{os.getpid()}",
+        )
+        env = get_driver("local", LocalHost()).environment(spec)
+        try:
+            await env.create()
+            await env.ready()
+            for name, size in (("small", 1000), ("big", 4096)):
+                await env.action(
+                    Step(("sh", "-c", f"head -c {size} /dev/zero | tr '\\0' a >{name}")), 30
+                )
+                edit = ReplayStep(("edit",), op="replace", path=name, old="a", new="b")
+                res = await edit.perform(env, 30)
+                got = await env.action(
+                    Step(("sh", "-c", f"tr -d a <{name} | wc -c; wc -c <{name}")), 30
+                )
+                if name == "small":  # under the limit: edited
+                    assert res.rc == 0 and got.output.split() == [b"1", b"1000"], (res, got)
+                else:  # past it: refused, the file whole and unedited
+                    assert res.rc == 1 and b"larger than" in res.output, res
+                    assert got.output.split() == [b"0", b"4096"], got
+        finally:
+            await env.teardown()
+
+    asyncio.run(go())

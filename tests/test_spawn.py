@@ -67,3 +67,27 @@ def test_timeout_kills_the_whole_session(tmp_path):
         run(["sh", "-c", f"(sleep 2; touch {mark}) & sleep 30"], env=ENV, timeout=0.3)
     asyncio.run(asyncio.sleep(2.5))
     assert not mark.exists()  # the background child died with its group
+
+
+@pytest.mark.parametrize("merged", [True, False])
+def test_capped_run_keeps_the_limit_and_counts_the_rest(monkeypatch, merged):
+    """Issue 19: `run(capped=True)`, both ways the local host runs a command (merged: the
+    exec channel's spawn to a pipe; apart, with input: asyncio's subprocess): the first
+    OUTPUT_LIMIT bytes of each stream kept, the rest read to the end and counted, and a
+    writer of more than a pipe holds is not cut (its write blocks, it does not fail)."""
+    from rtax_tui.core import model
+
+    monkeypatch.setattr(model, "OUTPUT_LIMIT", 1024)
+    script = "cat >/dev/null; head -c 1048576 /dev/zero; echo err >&2; exit 3"
+    inp = None if merged else b"in"
+    r = asyncio.run(
+        LocalHost().run(["sh", "-c", script], input=inp, merge_stderr=merged, capped=True)
+    )
+    assert (r.returncode, r.stdout) == (3, bytes(1024))
+    if merged:
+        assert (r.stderr, r.dropped) == (b"", (1 << 20) - 1024 + len(b"err\n"))
+    else:
+        assert (r.stderr, r.dropped) == (b"err\n", (1 << 20) - 1024)
+    # uncapped (rtax's own commands): whole
+    r = asyncio.run(LocalHost().run(["sh", "-c", script], input=inp, merge_stderr=merged))
+    assert (r.returncode, len(r.stdout), r.dropped) == (3, (1 << 20) + (4 if merged else 0), 0)

@@ -275,3 +275,43 @@ def test_the_remote_reaper_holds_the_run_lock(lab: SSHLab) -> None:
     while remote_live() & {after} and time.monotonic() < deadline:
         time.sleep(0.05)
     assert after not in remote_live()
+
+
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+def test_action_output_past_the_limit_over_ssh(lab: SSHLab, channel: str, monkeypatch) -> None:
+    """Issue 19 over SSH (the host's run, the SSH reader of the shell channel): the first
+    OUTPUT_LIMIT bytes kept, the rest read and counted, the real status, then in step."""
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.core import model
+    from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+
+    monkeypatch.setattr(model, "OUTPUT_LIMIT", 1 << 20)
+    monkeypatch.setattr(model, "READ_LIMIT", 256 << 10)  # the SSH reader taken as it fills
+
+    async def go() -> None:
+        host = _host(lab)
+        await host.connect()
+        try:
+            spec = EnvSpec(
+                cell=Cell(host.name, "local", "t", channel),
+                workload=Workload("t", ()),
+                limits=Limits(),
+                label=TAG,
+            )
+            env = get_driver("local", host).environment(spec)
+            try:
+                await env.create()
+                await env.ready()
+                big = Step(("sh", "-c", "head -c 8388608 /dev/zero; exit 3"))
+                r = await env.action(big, 60)
+                assert (r.rc, len(r.output), r.dropped) == (3, 1 << 20, 7 << 20)
+                assert r.output == bytes(1 << 20)
+                r = await env.action(Step(("echo", "ok")), 60)
+                assert (r.rc, r.output, r.dropped) == (0, b"ok\n", 0)
+            finally:
+                await env.teardown()
+        finally:
+            await host.close()
+
+    asyncio.run(go())

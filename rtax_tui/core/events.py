@@ -54,7 +54,10 @@ from rtax_tui.core.errors import ErrorObject, TrialError
 # `barrier.release_dur_ns` (the release decision until the last arrived environment
 # let go of what it held), `barrier.mem_peak_bytes`, `barrier.oom_kills` and
 # `barrier.cpu_ns` (the batch's budget cgroup: peak memory, OOM kills, CPU time; null
-# without a budget), with the `barrier.release` phase and the `oom` error kind.
+# without a budget), with the `barrier.release` phase and the `oom` error kind;
+# `action.out_dropped` (issue 19: rtax keeps a step's first `model.OUTPUT_LIMIT` bytes of
+# output, `out_bytes` of them; the bytes it printed past them, read and not kept; absent
+# when none were, and in older recordings, whose steps were kept whole).
 FORMAT = "rtax/1"
 
 # The schema of every event, declared once: per type, its required fields and its
@@ -83,7 +86,8 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "action": (
         {"trial": "id", "i": "count", "dur_ns": "count", "rc": "int?", "ok": "bool",
          "out_bytes": "count"},
-        {"t_ns": "count", "remote_ns": "count", "expect_rc": "int", "timed_out": "bool"},
+        {"t_ns": "count", "remote_ns": "count", "expect_rc": "int", "timed_out": "bool",
+         "out_dropped": "count"},
     ),
     "trial_end": (
         {"trial": "id", "ok": "bool", "valid": "bool", "error": "dict?"},
@@ -264,6 +268,7 @@ class ActionEvent(TypedDict):
     remote_ns: NotRequired[int]
     expect_rc: NotRequired[int]
     timed_out: NotRequired[bool]
+    out_dropped: NotRequired[int]
 
 
 class TrialEndEvent(TypedDict):
@@ -435,6 +440,7 @@ def action(
     remote_ns: int | None = None,
     expect_rc: int | None = None,
     timed_out: bool = False,
+    out_dropped: int = 0,
 ) -> ActionEvent:
     ev: ActionEvent = {
         "type": "action",
@@ -451,6 +457,8 @@ def action(
         ev["expect_rc"] = expect_rc
     if timed_out:
         ev["timed_out"] = True
+    if out_dropped:
+        ev["out_dropped"] = out_dropped
     return ev
 
 

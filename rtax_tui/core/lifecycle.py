@@ -271,7 +271,7 @@ class TrialRunner:
                     emit(
                         events.action(
                             pt.id, i, dur, res.rc, ok, len(res.output), res.remote_ns,
-                            **step.observed(res.rc, dur, res.remote_ns),
+                            out_dropped=res.dropped, **step.observed(res.rc, dur, res.remote_ns),
                         )
                     )  # fmt: skip
                     if not ok and _oom_killed(barrier, res.rc):

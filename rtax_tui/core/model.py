@@ -231,8 +231,53 @@ class EnvSpec:
         runlock.hold(self.label)
 
 
+# What rtax keeps of one action's output, on every driver and channel (issue 19: a step
+# is hostile, and output kept whole would let `yes` grow rtax until the host runs out of
+# memory): its first OUTPUT_LIMIT bytes. The rest is still read, so the step is never
+# blocked on a full pipe and ends on its own with its real exit status, then discarded
+# and counted (`ActionResult.dropped`, the action event's `out_dropped`); the shell
+# channel reads on to its frame's end, so the next step runs as after any other. Read at
+# each action (an `OutputSink` made then), so a test may patch it.
+OUTPUT_LIMIT = 16 << 20
+# What a channel's reader (a shell's stdout, a VM agent's socket) holds at most before
+# the reading side takes it (`drivers.shellframe.read_frame`): asyncio's StreamReader
+# limit, a CredReader's and the SSH reader's buffer. Read when a reader is made.
+READ_LIMIT = 16 << 20
+
+
 @dataclass
 class ActionResult:
     rc: int
-    output: bytes
+    output: bytes  # the first OUTPUT_LIMIT bytes of what the step printed
     remote_ns: int | None = None
+    dropped: int = 0  # the bytes it printed past OUTPUT_LIMIT: read, counted, not kept
+
+
+class OutputSink:
+    """One action's output as it is read: the first `limit` bytes (OUTPUT_LIMIT by
+    default) kept, the rest only counted (`dropped`)."""
+
+    __slots__ = ("_buf", "dropped", "limit")
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = OUTPUT_LIMIT if limit is None else limit
+        self._buf = bytearray()
+        self.dropped = 0
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        room = self.limit - len(self._buf)
+        if len(data) <= room:
+            self._buf += data
+            return
+        if room > 0:
+            self._buf += data[:room]
+            self.dropped += len(data) - room
+        else:
+            self.dropped += len(data)
+
+    @property
+    def full(self) -> bool:
+        return len(self._buf) >= self.limit
+
+    def kept(self) -> bytes:
+        return bytes(self._buf)

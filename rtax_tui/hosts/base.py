@@ -34,6 +34,7 @@ class CompletedProcess:
     returncode: int
     stdout: bytes
     stderr: bytes
+    dropped: int = 0  # with `run(capped=True)`: bytes read past OUTPUT_LIMIT, not kept
 
 
 class Reader(Protocol):
@@ -105,10 +106,14 @@ class Host(ABC):
         env: dict[str, str] | None = None,
         merge_stderr: bool = False,
         cgroup_procs: Sequence[str] = (),
+        capped: bool = False,
     ) -> CompletedProcess:
         """Run `argv` to completion (joined to the cgroups whose `cgroup.procs` files are
         given, before exec). At `timeout` its whole process group is killed and
-        TimeoutError raised; `check=True` raises CalledProcessError on a non-zero code."""
+        TimeoutError raised; `check=True` raises CalledProcessError on a non-zero code.
+        `capped` (an action's output, hostile): only the first `model.OUTPUT_LIMIT` bytes
+        of stdout (and of stderr) are kept; the rest is read to the end and counted in
+        `CompletedProcess.dropped`."""
 
     @abstractmethod
     async def spawn(

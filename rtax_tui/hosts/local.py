@@ -10,9 +10,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rtax_tui.core import reaper, safefs
+from rtax_tui.core import model, reaper, safefs
 from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import PhaseFailure
+from rtax_tui.core.model import OutputSink, PhaseFailure
 from rtax_tui.hosts import spawn
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 
@@ -227,7 +227,7 @@ class LocalHost(Host):
             start_new_session=True,
             preexec_fn=join_cgroups_before_exec(cgroup_procs),
             pass_fds=tuple(pass_fds),
-            limit=1 << 24,
+            limit=model.READ_LIMIT,
         )
         reaper.current().add_pgid(proc.pid)
         return proc
@@ -248,8 +248,10 @@ class LocalHost(Host):
         env: dict[str, str] | None = None,
         merge_stderr: bool = False,
         cgroup_procs: Sequence[str] = (),
+        capped: bool = False,
     ) -> CompletedProcess:
-        """Run to completion; at the timeout the whole process group is killed.
+        """Run to completion; at the timeout the whole process group is killed. `capped`:
+        as `Host.run` (the output read to its end, the first OUTPUT_LIMIT bytes kept).
 
         The spawn itself is never cancelled half-way: on Python 3.11 a cancelled
         `create_subprocess_exec` whose grandchild still holds the pipe can hang its
@@ -257,11 +259,13 @@ class LocalHost(Host):
         in the background, where the process group is killed and reaped.
         """
         if input is None and merge_stderr and _HAS_PIDFD:
+            sink = OutputSink(None if capped else _UNCAPPED)
             async with asyncio.timeout(timeout):
-                rc, out = await self._run_merged(argv, cwd=cwd, env=env, cgroup_procs=cgroup_procs)
+                rc = await self._run_merged(argv, sink, cwd=cwd, env=env, cgroup_procs=cgroup_procs)
+            out = sink.kept()
             if check and rc != 0:
                 raise subprocess.CalledProcessError(rc, list(argv), out, b"")
-            return CompletedProcess(list(argv), rc, out, b"")
+            return CompletedProcess(list(argv), rc, out, b"", sink.dropped)
         async with asyncio.timeout(timeout):
             spawn = asyncio.ensure_future(
                 self.spawn(
@@ -279,7 +283,11 @@ class LocalHost(Host):
                 spawn.add_done_callback(self._reap_spawned)
                 raise
             try:
-                out, err = await proc.communicate(input)
+                if capped:
+                    out, err, dropped = await _communicate_capped(proc, input)
+                else:
+                    out, err = await proc.communicate(input)
+                    dropped = 0
             except BaseException:
                 kill_group(proc)
                 await proc.wait()
@@ -287,7 +295,7 @@ class LocalHost(Host):
             finally:
                 self.release(proc)
         rc = proc.returncode if proc.returncode is not None else -1
-        result = CompletedProcess(list(argv), rc, out or b"", err or b"")
+        result = CompletedProcess(list(argv), rc, out or b"", err or b"", dropped)
         if check and rc != 0:
             raise subprocess.CalledProcessError(rc, list(argv), out, err)
         return result
@@ -295,12 +303,14 @@ class LocalHost(Host):
     async def _run_merged(
         self,
         argv: Sequence[str],
+        sink: OutputSink,
         *,
         cwd: str | None,
         env: dict[str, str] | None,
         cgroup_procs: Sequence[str],
-    ) -> tuple[int, bytes]:
-        """The exec channel's path: stdout+stderr in one pipe, the exit seen through a pidfd.
+    ) -> int:
+        """The exec channel's path: stdout+stderr in one pipe (into `sink`), the exit seen
+        through a pidfd; returns the exit status.
 
         The spawn is glibc's posix_spawn (`hosts/spawn.py`: vfork semantics, no Python
         between fork and exec); a process that must join cgroups before it runs (a
@@ -312,7 +322,10 @@ class LocalHost(Host):
         loop = asyncio.get_running_loop()
         popen: subprocess.Popen[bytes] | None = None
         if not cgroup_procs and spawn.available():
-            rfd, wfd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            # only rtax's end is non-blocking: the step's stdout must block when the pipe
+            # is full (a non-blocking one fails a step's write of more than 64 KiB, EAGAIN)
+            rfd, wfd = os.pipe2(os.O_CLOEXEC)
+            os.set_blocking(rfd, False)
             try:
                 pid = spawn.spawn_to_pipe(argv, wfd, cwd=cwd, env=env)
             except BaseException:
@@ -337,7 +350,6 @@ class LocalHost(Host):
             popen.stdout.close()
             os.set_blocking(rfd, False)
         reaper.current().add_pgid(pid)
-        chunks: list[bytes] = []
         eof: asyncio.Future[None] = loop.create_future()
 
         def on_output() -> None:
@@ -350,7 +362,7 @@ class LocalHost(Host):
                     data = b""
                 if not data:
                     break
-                chunks.append(data)
+                sink.add(data)
             loop.remove_reader(rfd)
             if not eof.done():
                 eof.set_result(None)
@@ -394,7 +406,7 @@ class LocalHost(Host):
                     rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             reaper.current().drop_pgid(pid)
         assert rc is not None
-        return rc, b"".join(chunks)
+        return rc
 
     def _reap_spawned(self, fut: asyncio.Future[asyncio.subprocess.Process]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -413,5 +425,32 @@ class LocalHost(Host):
         task.add_done_callback(_background.discard)
 
 
+async def _communicate_capped(
+    proc: asyncio.subprocess.Process, input: bytes | None
+) -> tuple[bytes, bytes, int]:
+    """`communicate`, each output stream read to its end into an `OutputSink`: (stdout,
+    stderr, bytes dropped past OUTPUT_LIMIT from both)."""
+
+    async def feed() -> None:
+        if proc.stdin is not None:
+            if input:
+                proc.stdin.write(input)
+                try:
+                    await proc.stdin.drain()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+            proc.stdin.close()
+
+    async def drain(stream: asyncio.StreamReader | None, sink: OutputSink) -> None:
+        while stream is not None and (data := await stream.read(1 << 16)):
+            sink.add(data)
+
+    out, err = OutputSink(), OutputSink()
+    await asyncio.gather(feed(), drain(proc.stdout, out), drain(proc.stderr, err))
+    await proc.wait()
+    return out.kept(), err.kept(), out.dropped + err.dropped
+
+
+_UNCAPPED = 1 << 62  # rtax's own commands (not an action's output): kept whole
 _background: set[asyncio.Task[None]] = set()
 _HAS_PIDFD = hasattr(os, "pidfd_open")

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtax_tui.core import runlock
-from rtax_tui.core.model import HostLost, RtaxError
+from rtax_tui.core import model, runlock
+from rtax_tui.core.model import HostLost, OutputSink, RtaxError
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.hosts.cgroup_sh import cgroup_dirs
 
@@ -187,11 +187,18 @@ def _host_lost(host: str, exc: BaseException) -> HostLost:
 
 
 class _Reader:
-    """SSHReader with connection errors turned into HostLost (FramedShell's stdout)."""
+    """SSHReader with connection errors turned into HostLost (FramedShell's stdout). It
+    reads on demand into a buffer of its own, so that `readuntil` is bounded as asyncio's
+    (asyncssh's own gathers the whole stream until the separator comes): holding `limit`
+    bytes with no separator, it raises `LimitOverrunError` and `readexactly` takes them
+    (`shellframe.read_frame`)."""
 
     def __init__(self, inner: Any, host: str) -> None:
         self._r = inner
         self._host = host
+        self._limit = model.READ_LIMIT
+        self._buf = bytearray()
+        self._eof = False
 
     async def _call(self, fn: Any, *a: Any) -> bytes:
         import asyncssh
@@ -204,13 +211,49 @@ class _Reader:
             raise _host_lost(self._host, exc) from exc
         return data
 
+    async def _fill(self) -> None:
+        data = await self._call(self._r.read, 1 << 16)
+        if data:
+            self._buf += data
+        else:
+            self._eof = True
+
+    def _take(self, n: int) -> bytes:
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
     async def readuntil(self, sep: bytes) -> bytes:
-        return await self._call(self._r.readuntil, sep)
+        start = 0
+        while True:
+            i = self._buf.find(sep, start)
+            if i >= 0:
+                return self._take(i + len(sep))
+            start = max(0, len(self._buf) - len(sep) + 1)
+            if len(self._buf) >= self._limit and start > 0:
+                raise asyncio.LimitOverrunError("separator not found within the limit", start)
+            if self._eof:
+                raise asyncio.IncompleteReadError(self._take(len(self._buf)), None)
+            await self._fill()
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            if self._eof:
+                raise asyncio.IncompleteReadError(self._take(len(self._buf)), n)
+            await self._fill()
+        return self._take(n)
 
     async def readline(self) -> bytes:
-        return await self._call(self._r.readline)
+        try:
+            return await self.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial
 
     async def read(self, n: int = -1) -> bytes:
+        if self._buf:
+            return self._take(len(self._buf) if n < 0 else n)
+        if self._eof:
+            return b""
         return await self._call(self._r.read, n)
 
 
@@ -539,8 +582,11 @@ class SSHHost(Host):
         env: dict[str, str] | None = None,
         merge_stderr: bool = False,
         cgroup_procs: Sequence[str] = (),
+        capped: bool = False,
     ) -> CompletedProcess:
-        """Run to completion on the host; at the timeout its process group is killed."""
+        """Run to completion on the host; at the timeout its process group is killed.
+        `capped`: as `Host.run` (the output read to its end, the first OUTPUT_LIMIT bytes
+        kept)."""
         import asyncssh
 
         cmd = remote_command(
@@ -548,6 +594,8 @@ class SSHHost(Host):
         )
         pid: int | None = None
         proc: Any = None
+        limit = None if capped else _UNCAPPED
+        sinks = (OutputSink(limit), OutputSink(limit))
         try:
             async with asyncio.timeout(timeout):
                 proc = await self._open(cmd, merge_stderr)
@@ -557,9 +605,11 @@ class SSHHost(Host):
                     proc.stdin.write(input)
                 proc.stdin.write_eof()
                 if merge_stderr:
-                    out, err = await proc.stdout.read(), b""
+                    await _drain(proc.stdout, sinks[0])
                 else:
-                    out, err = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+                    await asyncio.gather(
+                        _drain(proc.stdout, sinks[0]), _drain(proc.stderr, sinks[1])
+                    )
                 await proc.wait()
         except (asyncssh.Error, OSError) as exc:
             if isinstance(exc, TimeoutError):  # ours (an OSError since 3.11): kill, re-raise
@@ -573,9 +623,10 @@ class SSHHost(Host):
             if pid is not None:
                 self._register(f"-g {pid}")
         rc = proc.returncode if proc.returncode is not None else -1
+        out, err = sinks[0].kept(), sinks[1].kept()
         if check and rc != 0:
             raise subprocess.CalledProcessError(rc, list(argv), out, err)
-        return CompletedProcess(list(argv), rc, out or b"", err or b"")
+        return CompletedProcess(list(argv), rc, out, err, sinks[0].dropped + sinks[1].dropped)
 
     def _abandon(self, proc: Any, pid: int | None) -> None:
         """A run given up half-way: kill its remote group in the background."""
@@ -668,6 +719,13 @@ class SSHHost(Host):
         }
 
 
+async def _drain(stream: Any, sink: OutputSink) -> None:
+    """Read an SSH stream to its end into `sink` (at most a chunk held at a time)."""
+    while data := await stream.read(1 << 16):
+        sink.add(data)
+
+
+_UNCAPPED = 1 << 62  # rtax's own commands (not an action's output): kept whole
 _background: set[asyncio.Task[Any]] = set()
 _tar_cache: dict[str, bytes] = {}
 _tar_lock = threading.Lock()

@@ -91,6 +91,11 @@ class ReplayStep(Step):
         got: ActionResult = await env.action(Step(("cat", "--", self.path)), timeout)
         if got.rc != 0:
             return got
+        if got.dropped:  # only its first OUTPUT_LIMIT bytes were kept: writing them back
+            # would cut the file short
+            return ActionResult(
+                1, f"{self.path}: larger than rtax keeps of an action's output\n".encode()
+            )
         try:
             text = got.output.decode()
         except UnicodeDecodeError:
