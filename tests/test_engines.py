@@ -267,12 +267,16 @@ def test_check_facts_and_cleanup(engine):
         assert len(_ours(engine)) == 2
         if engine.conmon:
             assert len(_our_conmon()) >= 1
-        assert await d.cleanup(LABEL) == 1  # only that run's
+        # only that run's: its container and the host workspace (a tmpfs) it had bound
+        assert await d.cleanup(LABEL) == 2
         assert len(_ours(engine)) == 1
+        assert not os.path.exists(env.host_workspace)
+        assert os.path.ismount(other.host_workspace)
         # Without a label: every rtax run's (the only test that calls it so, on a
         # container of its own; it asserts only about that one).
         assert await d.cleanup() >= 1
         assert _ours(engine) == []
+        assert not os.path.exists(other.host_workspace)
         if engine.conmon:
             assert _our_conmon() == []
         assert await d.cleanup(LABEL) == 0
