@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
-from rtax_tui.drivers.sandbox import SupportError, local_enter
+from rtax_tui.drivers.sandbox import SupportError, local_support
 from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.drivers.workspace import (
     WORKSPACE_PREFIX,
@@ -1063,14 +1063,16 @@ class ContainerDriver(Driver):
         return self.sized_workspace_here() and workspace_mib(spec) is not None
 
     def init_binary(self) -> str | None:
-        """The exec channel's init on a local engine: rtax-enter, compiled into rtax's
-        cache on first use (`INIT_PATH`); None for a remote engine (the sleeper shell:
+        """The exec channel's init on a local engine: rtax-enter's execute-only copy that
+        stage's sandboxes run as their init (under sandbox.PUBLIC: a path in rtax's cache
+        would show in the container's mountinfo), made on first use (`INIT_PATH`); None
+        for a remote engine (the sleeper shell:
         the binary is not on its machine, and it offers no clean reset to protect).
         Raises SupportError when it cannot be compiled (`check` says so first)."""
         if not self.local:
             return None
-        if self._init is None:
-            self._init = local_enter()
+        if self._init is None:  # stage's execute-only copy, outside rtax's cache
+            self._init = os.path.join(local_support().bin, "init")
         return self._init
 
     def mask_cmdline(self, host_config: dict[str, Any]) -> None:

@@ -321,9 +321,10 @@ _build_lock = threading.Lock()
 
 
 def local_enter() -> str:
-    """`rtax-enter` under rtax's cache, compiled (statically) if missing: stage's helper
-    and init, and the non-dumpable init of docker's and podman's exec channel
-    (`--init hold`). Safe to call from several threads and processes."""
+    """`rtax-enter` under rtax's cache, compiled (statically) if missing: stage's helper,
+    and (through the execute-only copy `local_support` makes) stage's init and the
+    non-dumpable init of docker's and podman's exec channel (`--init hold`). Safe to
+    call from several threads and processes."""
     d = cache_dir() / "stage"
     with _build_lock:
         d.mkdir(parents=True, exist_ok=True)
