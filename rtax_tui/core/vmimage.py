@@ -13,15 +13,29 @@ and (for workloads that need python3 and git) an ext4 root disk.
 
 The agent (`AGENT`) is a busybox `sh` loop on the virtio-serial port named
 `rtax.agent`. Host to guest: a line `OP ID N MARK`, then the command's N lines; OP is
-`S` (run in the agent's own shell: `cd` persists, builtins fork nothing), `E` (a
-fresh `sh -c` process per action) or `P` (ping, N = 0). The command's output
-(stdout and stderr merged) goes straight to the port, then the trailer
-`\\nMARK ID RC DUR_NS\\n`, MARK being random per environment (the framing idea of
-drivers/shellframe.py): no process is forked for the framing. Before it serves the
-agent sends `RTAX-HELLO`. DUR_NS is the agent's own duration of the command, read
-from busybox's `$EPOCHREALTIME` (microseconds, the guest clock). `/init` prints
-`RTAX-INIT` on the serial console when the kernel hands over to user space: the split
-between `ready.firmware_kernel` and `ready.agent`.
+`S` (run in the agent's own shell, as the guest's root: `cd` persists, builtins fork
+nothing), `E` (a fresh `sh -c` process per action, unprivileged) or `P` (ping,
+N = 0). On `S` the command's output (stdout and stderr merged) goes straight to the
+port; then comes the trailer `\\nMARK ID RC DUR_NS\\n`, MARK being random per
+environment (the framing idea of drivers/shellframe.py): no process is forked for the
+framing. Before it serves the agent sends `RTAX-HELLO`. DUR_NS is the agent's own
+duration of the command (on `E`, until its wait returns), read from busybox's
+`$EPOCHREALTIME` (microseconds, the guest clock). `/init` prints `RTAX-INIT` on the
+serial console when the kernel hands over to user space: the split between
+`ready.firmware_kernel` and `ready.agent`.
+
+The agent runs as the guest's root. An `E` step does not: busybox's `setpriv --nnp` and
+`nsenter -S 1000 -G 1000` make it uid/gid 1000 with no supplementary group and
+no_new_privs (no setuid program gives root back), without the port (fd 3 closed, the
+device root's), its output (stdout and stderr merged) in a file under `/run/rtax`
+(root's, mode 700; removed after each step, so what a process left by an earlier step
+holds open is no longer it) that the agent then copies to the port, its status the one
+the agent's own wait returns. At start the agent makes `/` 755, `/tmp` 1777, the
+workspace uid 1000's (`chown -R -h`: symlinks not followed) and sets yama's
+`ptrace_scope` to 1, so a process left by one step cannot ptrace (or write the memory
+of) a later one, which is of the same uid. What the `E` step can reach of the agent (its
+status, its output, its memory, the port) is then root's: the exec channel's results
+hold (`Driver.integrity`); the shell channel's do not.
 
 Everything lands in `<cache>/vm/<recipe hash>/`; a build whose files exist is
 not redone. No terminal code here.
@@ -43,7 +57,7 @@ from typing import Any
 from rtax_tui.core.model import RtaxError
 from rtax_tui.core.rootfs import build_debian_rootfs, find_static_busybox
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 PORT_NAME = "rtax.agent"
 INIT_MARK = "RTAX-INIT"
 HELLO = "RTAX-HELLO"
@@ -92,20 +106,30 @@ if [ -n "$root" ]; then
   cp /bin/busybox /agent /newroot/.rtax/
   [ -n "$ws" ] && mount -t ext4 "$ws" /newroot/workspace
   for d in dev proc sys; do mkdir -p /newroot/$d; mount --move /$d /newroot/$d; done
-  exec switch_root /newroot /.rtax/busybox sh /.rtax/agent "$port"
+  exec switch_root /newroot /.rtax/busybox sh /.rtax/agent "$port" /.rtax/busybox
 fi
 mkdir -p /workspace
 [ -n "$ws" ] && mount -t ext4 "$ws" /workspace
-exec sh /agent "$port"
+exec sh /agent "$port" /bin/busybox
 """
 
 AGENT = r"""# rtax guest agent (busybox sh): framed commands on a virtio-serial port.
+# Runs as the guest's root; an `E` step runs as uid/gid 1000 (no supplementary group,
+# no_new_privs), its output captured in a file only root reaches, its status the one
+# the agent's own wait returns.
 port=$1
+bb=$2
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/workspace TMPDIR=/tmp LANG=C.UTF-8 LC_ALL=C.UTF-8 PYTHONDONTWRITEBYTECODE=1
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory
 export GIT_CONFIG_VALUE_0='*'
-mkdir -p /tmp
+mkdir -p /tmp /run/rtax /workspace
+chmod 755 /
+chmod 1777 /tmp
+chmod 700 /run/rtax
+chown -R -h 1000:1000 /workspace
+echo 1 >/proc/sys/kernel/yama/ptrace_scope 2>/dev/null
+out=/run/rtax/out
 cd /workspace
 nl='
 '
@@ -122,13 +146,18 @@ serve() {
     if [ "$op" = S ]; then
       { eval "$cmd"
       } </dev/null >&3 2>&1
+      rc=$?
     elif [ "$op" = E ]; then
-      sh -c "$cmd" </dev/null >&3 2>&1
+      "$bb" setpriv --nnp "$bb" nsenter -S 1000 -G 1000 sh -c "$cmd" </dev/null >"$out" 2>&1 3>&-
+      rc=$?
     else
-      true
+      rc=0
     fi
-    rc=$?
     b=$EPOCHREALTIME
+    if [ "$op" = E ]; then  # a new file each step: one left open by a step's child is gone
+      [ -s "$out" ] && cat "$out" >&3
+      rm -f "$out"
+    fi
     d=$(( (${b%.*}${b#*.} - ${a%.*}${a#*.}) * 1000 ))
     printf '\n%s %s %s %s\n' "$mark" "$id" "$rc" "$d" >&3
   done
