@@ -117,6 +117,7 @@ def test_exec_steps_are_uid_1000_and_cannot_forge_their_status(name, request, tm
             assert await act(script) == (3, b"1\nUid:\t1000\t1000\t1000\t1000\n")
             # a step's child that outlives it still holds its output file: not the next's
             assert await act("(sleep 1; echo LATE) & echo now") == (0, b"now\n")
+            assert await act("(sleep 1; echo LATE) &") == (0, b"")  # its file not removed
             assert await act("sleep 3; echo next") == (0, b"next\n")
             # the workspace: the step's to write; a symlink in it changed nothing outside
             rc, out = await act("cat f; echo new >>f && echo made >g && stat -c '%u %g' f g .")

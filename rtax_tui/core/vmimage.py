@@ -24,17 +24,19 @@ duration of the command (on `E`, until its wait returns), read from busybox's
 serial console when the kernel hands over to user space: the split between
 `ready.firmware_kernel` and `ready.agent`.
 
-The agent runs as the guest's root. An `E` step does not: busybox's `setpriv --nnp` and
-`nsenter -S 1000 -G 1000` make it uid/gid 1000 with no supplementary group and
-no_new_privs (no setuid program gives root back), without the port (fd 3 closed, the
-device root's), its output (stdout and stderr merged) in a file under `/run/rtax`
-(root's, mode 700; removed after each step, so what a process left by an earlier step
-holds open is no longer it) that the agent then copies to the port, its status the one
-the agent's own wait returns. At start the agent makes `/` 755, `/tmp` 1777, the
+The agent runs as the guest's root, with no_new_privs (`/init` starts it through
+busybox's `setpriv --nnp`; every process of the guest after it inherits it, so no setuid
+program gives root back). An `E` step is not root: busybox's `nsenter -S 1000 -G 1000`
+makes it uid/gid 1000 with no supplementary group. It gets no port (fd 3 closed, the
+device root's); its output (stdout and stderr merged) goes to a file of its own under
+`/run/rtax` (root's, mode 700), which the agent copies to the port after its own wait
+and removes (empty ones every 64 steps: no fork for a step that prints nothing); a
+process a step leaves holding its file never writes into a later step's. Its status is
+the one the agent's own wait returns. At start the agent makes `/` 755, `/tmp` 1777, the
 workspace uid 1000's (`chown -R -h`: symlinks not followed) and sets yama's
 `ptrace_scope` to 1, so a process left by one step cannot ptrace (or write the memory
-of) a later one, which is of the same uid. What the `E` step can reach of the agent (its
-status, its output, its memory, the port) is then root's: the exec channel's results
+of) a later one, which is of the same uid. What an `E` step could change of its report
+(the agent, its memory, its output file, the port) is root's: the exec channel's results
 hold (`Driver.integrity`); the shell channel's do not.
 
 Everything lands in `<cache>/vm/<recipe hash>/`; a build whose files exist is
@@ -106,17 +108,18 @@ if [ -n "$root" ]; then
   cp /bin/busybox /agent /newroot/.rtax/
   [ -n "$ws" ] && mount -t ext4 "$ws" /newroot/workspace
   for d in dev proc sys; do mkdir -p /newroot/$d; mount --move /$d /newroot/$d; done
-  exec switch_root /newroot /.rtax/busybox sh /.rtax/agent "$port" /.rtax/busybox
+  exec switch_root /newroot /.rtax/busybox setpriv --nnp /.rtax/busybox sh /.rtax/agent \
+    "$port" /.rtax/busybox
 fi
 mkdir -p /workspace
 [ -n "$ws" ] && mount -t ext4 "$ws" /workspace
-exec sh /agent "$port" /bin/busybox
+exec setpriv --nnp sh /agent "$port" /bin/busybox
 """
 
 AGENT = r"""# rtax guest agent (busybox sh): framed commands on a virtio-serial port.
-# Runs as the guest's root; an `E` step runs as uid/gid 1000 (no supplementary group,
-# no_new_privs), its output captured in a file only root reaches, its status the one
-# the agent's own wait returns.
+# Runs as the guest's root with no_new_privs (set by /init; its children inherit it); an
+# `E` step runs as uid/gid 1000 (no supplementary group), its output captured in a file
+# only root reaches, its status the one the agent's own wait returns.
 port=$1
 bb=$2
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -129,7 +132,7 @@ chmod 1777 /tmp
 chmod 700 /run/rtax
 chown -R -h 1000:1000 /workspace
 echo 1 >/proc/sys/kernel/yama/ptrace_scope 2>/dev/null
-out=/run/rtax/out
+k=0
 cd /workspace
 nl='
 '
@@ -148,16 +151,16 @@ serve() {
       } </dev/null >&3 2>&1
       rc=$?
     elif [ "$op" = E ]; then
-      "$bb" setpriv --nnp "$bb" nsenter -S 1000 -G 1000 sh -c "$cmd" </dev/null >"$out" 2>&1 3>&-
+      k=$((k+1))  # a new file each step: one a step's child still holds is never the next's
+      [ $((k % 64)) = 0 ] && rm -f /run/rtax/o*
+      out=/run/rtax/o$k
+      "$bb" nsenter -S 1000 -G 1000 sh -c "$cmd" </dev/null >"$out" 2>&1 3>&-
       rc=$?
     else
       rc=0
     fi
     b=$EPOCHREALTIME
-    if [ "$op" = E ]; then  # a new file each step: one left open by a step's child is gone
-      [ -s "$out" ] && cat "$out" >&3
-      rm -f "$out"
-    fi
+    if [ "$op" = E ] && [ -s "$out" ]; then cat "$out" >&3; rm -f "$out"; fi
     d=$(( (${b%.*}${b#*.} - ${a%.*}${a#*.}) * 1000 ))
     printf '\n%s %s %s %s\n' "$mark" "$id" "$rc" "$d" >&3
   done
