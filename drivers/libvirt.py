@@ -35,7 +35,6 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     CMDLINE,
-    VM_INTEGRITY,
     AgentChannel,
     SerialWatch,
     TrialDir,
@@ -46,6 +45,7 @@ from rtax_tui.drivers.vmguest import (
     remove_dead_dirs,
     resolve_accel,
     safe,
+    vm_integrity,
     workload_problems,
 )
 
@@ -306,7 +306,8 @@ class LibvirtDriver(Driver):
     name = "libvirt"
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
+    # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
+    # processes (nothing of the host); an exec step is uid 1000.
     # Nor `workspace_size` (the limits are vCPUs and RAM: workspace_mib is not applied),
     # `default_limits` (nor pids: a fork bomb of 2 x 1024 fills the guest's RAM first;
     # not measured under TCG) or `deep_tree` (the workspace is in the VM's disk image: no
@@ -341,7 +342,7 @@ class LibvirtDriver(Driver):
         self._snap_path = ""
 
     def integrity(self, channel: str) -> str | None:
-        return VM_INTEGRITY
+        return vm_integrity(channel)
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LibvirtEnvironment(self, spec, sub)

@@ -9,7 +9,8 @@
   the serial console) and `ready.agent` (until the agent's hello); after a restore,
   only `ready.agent` (a ping round trip: the agent was already serving).
 - action: through the agent over virtio-serial: channel `shell` runs the command in
-  the agent's own shell, `exec` in a fresh `sh -c` process.
+  the agent's own shell (the guest's root), `exec` in a fresh `sh -c` process of uid
+  1000 that the root agent waits for (`Driver.integrity`: vmguest.VM_INTEGRITY).
 - teardown: SIGKILL to QEMU's process group, the trial's directory removed.
 
 QEMU is spawned through the host, so it is in the reaper's process groups; the
@@ -31,7 +32,6 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
 from rtax_tui.drivers.vmguest import (
     DIR_PREFIX,
-    VM_INTEGRITY,
     AgentChannel,
     Qmp,
     SerialWatch,
@@ -44,6 +44,7 @@ from rtax_tui.drivers.vmguest import (
     remove_dead_dirs,
     resolve_accel,
     safe,
+    vm_integrity,
     workload_problems,
 )
 
@@ -217,7 +218,8 @@ class MicrovmDriver(Driver):
     name = "microvm"
     channels = ("exec", "shell")
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. Root in the guest reads the guest's other processes (nothing of the host).
+    # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
+    # processes (nothing of the host); an exec step is uid 1000.
     # Nor `workspace_size` (the limits are vCPUs and RAM: workspace_mib is not applied),
     # `default_limits` (nor pids: a fork bomb of 2 x 1024 fills the guest's RAM first;
     # not measured under TCG) or `deep_tree` (the workspace is in the VM's disk image: no
@@ -249,7 +251,7 @@ class MicrovmDriver(Driver):
         return out
 
     def integrity(self, channel: str) -> str | None:
-        return VM_INTEGRITY
+        return vm_integrity(channel)
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)

@@ -27,10 +27,12 @@ def guest(vm_guest):  # conftest: the guest built
 def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None:
     """Its own kernel, no network, no shared file system: every check the driver promises
     blocked or held (kernel settings written inside reach only the guest's kernel). Those
-    it does not promise may be breached, honestly: `process_vm` (root in the guest may read
-    its own processes), `workspace_size`, `deep_tree`, `default_limits` (a disk image sized
-    by its contents, the guest kernel's own pid limit), and `result_integrity` while
-    `Driver.integrity` says why a step could forge its result."""
+    it does not promise may be breached, honestly: `process_vm` (a step reads the guest's
+    own processes: as root on shell, its own children as uid 1000 on exec),
+    `workspace_size`, `deep_tree`, `default_limits` (a disk image sized by its contents,
+    the guest kernel's own pid limit), and `result_integrity` on shell, where
+    `Driver.integrity` says why a step could forge its result. On exec it is promised: the
+    step is uid 1000, the agent that reports its status root (issue 19)."""
     if driver == "libvirt":
         request.getfixturevalue("libvirtd")  # conftest: libvirtd answering
     doc = probe([driver], [channel], options={driver: {"accel": "tcg"}}, label=LABEL)
@@ -40,8 +42,14 @@ def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None
     unpromised = ALL_CHECKS - drv.promised_checks()
     if drv.integrity(channel) is not None:
         unpromised |= {"result_integrity"}
+    assert (drv.integrity(channel) is None) == (channel == "exec")
+    if channel == "exec":
+        assert runs[("local", channel)]["result_integrity"] == "blocked"
     promised_bad = [b for b in failures(doc, driver) if b.split()[1][:-1] not in unpromised]
     assert promised_bad == []
     assert doc["drivers"][driver]["summary"]["broken_promises"] == []
     evidence = doc["drivers"][driver]["checks"]["proc_sys"]["evidence"]
-    assert "own kernel" in evidence  # measured as a guest, not assumed
+    if channel == "shell":  # the guest's root writes it: measured as a guest, not assumed
+        assert "own kernel" in evidence
+    else:  # an exec step is uid 1000: the guest's kernel refuses it the write
+        assert "the write was refused" in evidence

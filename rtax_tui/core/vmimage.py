@@ -13,15 +13,31 @@ and (for workloads that need python3 and git) an ext4 root disk.
 
 The agent (`AGENT`) is a busybox `sh` loop on the virtio-serial port named
 `rtax.agent`. Host to guest: a line `OP ID N MARK`, then the command's N lines; OP is
-`S` (run in the agent's own shell: `cd` persists, builtins fork nothing), `E` (a
-fresh `sh -c` process per action) or `P` (ping, N = 0). The command's output
-(stdout and stderr merged) goes straight to the port, then the trailer
-`\\nMARK ID RC DUR_NS\\n`, MARK being random per environment (the framing idea of
-drivers/shellframe.py): no process is forked for the framing. Before it serves the
-agent sends `RTAX-HELLO`. DUR_NS is the agent's own duration of the command, read
-from busybox's `$EPOCHREALTIME` (microseconds, the guest clock). `/init` prints
-`RTAX-INIT` on the serial console when the kernel hands over to user space: the split
-between `ready.firmware_kernel` and `ready.agent`.
+`S` (run in the agent's own shell, as the guest's root: `cd` persists, builtins fork
+nothing), `E` (a fresh `sh -c` process per action, unprivileged) or `P` (ping,
+N = 0). On `S` the command's output (stdout and stderr merged) goes straight to the
+port; then comes the trailer `\\nMARK ID RC DUR_NS\\n`, MARK being random per
+environment (the framing idea of drivers/shellframe.py): no process is forked for the
+framing. Before it serves the agent sends `RTAX-HELLO`. DUR_NS is the agent's own
+duration of the command (on `E`, until its wait returns), read from busybox's
+`$EPOCHREALTIME` (microseconds, the guest clock). `/init` prints `RTAX-INIT` on the
+serial console when the kernel hands over to user space: the split between
+`ready.firmware_kernel` and `ready.agent`.
+
+The agent runs as the guest's root, with no_new_privs (`/init` starts it through
+busybox's `setpriv --nnp`; every process of the guest after it inherits it, so no setuid
+program gives root back). An `E` step is not root: busybox's `nsenter -S 1000 -G 1000`
+makes it uid/gid 1000 with no supplementary group. It gets no port (fd 3 closed, the
+device root's); its output (stdout and stderr merged) goes to a file of its own under
+`/run/rtax` (root's, mode 700), which the agent copies to the port after its own wait
+and removes (empty ones every 64 steps: no fork for a step that prints nothing); a
+process a step leaves holding its file never writes into a later step's. Its status is
+the one the agent's own wait returns. At start the agent makes `/` 755, `/tmp` 1777, the
+workspace uid 1000's (`chown -R -h`: symlinks not followed) and sets yama's
+`ptrace_scope` to 1, so a process left by one step cannot ptrace (or write the memory
+of) a later one, which is of the same uid. What an `E` step could change of its report
+(the agent, its memory, its output file, the port) is root's: the exec channel's results
+hold (`Driver.integrity`); the shell channel's do not.
 
 Everything lands in `<cache>/vm/<recipe hash>/`; a build whose files exist is
 not redone. No terminal code here.
@@ -43,7 +59,7 @@ from typing import Any
 from rtax_tui.core.model import RtaxError
 from rtax_tui.core.rootfs import build_debian_rootfs, find_static_busybox
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 PORT_NAME = "rtax.agent"
 INIT_MARK = "RTAX-INIT"
 HELLO = "RTAX-HELLO"
@@ -92,20 +108,31 @@ if [ -n "$root" ]; then
   cp /bin/busybox /agent /newroot/.rtax/
   [ -n "$ws" ] && mount -t ext4 "$ws" /newroot/workspace
   for d in dev proc sys; do mkdir -p /newroot/$d; mount --move /$d /newroot/$d; done
-  exec switch_root /newroot /.rtax/busybox sh /.rtax/agent "$port"
+  exec switch_root /newroot /.rtax/busybox setpriv --nnp /.rtax/busybox sh /.rtax/agent \
+    "$port" /.rtax/busybox
 fi
 mkdir -p /workspace
 [ -n "$ws" ] && mount -t ext4 "$ws" /workspace
-exec sh /agent "$port"
+exec setpriv --nnp sh /agent "$port" /bin/busybox
 """
 
 AGENT = r"""# rtax guest agent (busybox sh): framed commands on a virtio-serial port.
+# Runs as the guest's root with no_new_privs (set by /init; its children inherit it); an
+# `E` step runs as uid/gid 1000 (no supplementary group), its output captured in a file
+# only root reaches, its status the one the agent's own wait returns.
 port=$1
+bb=$2
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/workspace TMPDIR=/tmp LANG=C.UTF-8 LC_ALL=C.UTF-8 PYTHONDONTWRITEBYTECODE=1
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory
 export GIT_CONFIG_VALUE_0='*'
-mkdir -p /tmp
+mkdir -p /tmp /run/rtax /workspace
+chmod 755 /
+chmod 1777 /tmp
+chmod 700 /run/rtax
+chown -R -h 1000:1000 /workspace
+echo 1 >/proc/sys/kernel/yama/ptrace_scope 2>/dev/null
+k=0
 cd /workspace
 nl='
 '
@@ -122,13 +149,18 @@ serve() {
     if [ "$op" = S ]; then
       { eval "$cmd"
       } </dev/null >&3 2>&1
+      rc=$?
     elif [ "$op" = E ]; then
-      sh -c "$cmd" </dev/null >&3 2>&1
+      k=$((k+1))  # a new file each step: one a step's child still holds is never the next's
+      [ $((k % 64)) = 0 ] && rm -f /run/rtax/o*
+      out=/run/rtax/o$k
+      "$bb" nsenter -S 1000 -G 1000 sh -c "$cmd" </dev/null >"$out" 2>&1 3>&-
+      rc=$?
     else
-      true
+      rc=0
     fi
-    rc=$?
     b=$EPOCHREALTIME
+    if [ "$op" = E ] && [ -s "$out" ]; then cat "$out" >&3; rm -f "$out"; fi
     d=$(( (${b%.*}${b#*.} - ${a%.*}${a#*.}) * 1000 ))
     printf '\n%s %s %s %s\n' "$mark" "$id" "$rc" "$d" >&3
   done
