@@ -46,6 +46,7 @@ from rtax_tui.drivers.vmguest import (
     safe,
     vm_integrity,
     workload_problems,
+    workspace_disk_mib,
 )
 
 from rtax_tui.core import runlock
@@ -159,8 +160,8 @@ class MicrovmEnvironment(Environment):
             raise PhaseFailure(ErrorKind.RESTORE_FAILED, f"migration {mig.get('status')}: {mig}")
 
     # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
-    # guest kernel's business (its own pid table, not the host's); the workspace is the
-    # guest's disk image, sized by its contents.
+    # guest kernel's business (its own pid table, not the host's); the workspace is a
+    # disk image of workspace_mib (vmguest.workspace_disk_mib).
     def spec_vcpus(self) -> int:
         return vm_size(self.spec.limits.cpus, DEFAULT_CPUS, self.d.opts.vcpus)
 
@@ -220,12 +221,18 @@ class MicrovmDriver(Driver):
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
     # processes (nothing of the host); an exec step is uid 1000.
-    # Nor `workspace_size` (the limits are vCPUs and RAM: workspace_mib is not applied),
-    # `default_limits` (nor pids: a fork bomb of 2 x 1024 fills the guest's RAM first;
-    # not measured under TCG) or `deep_tree` (the workspace is in the VM's disk image: no
-    # host path to look at).
-    boundary = ALL_CHECKS - {"process_vm", "workspace_size", "deep_tree", "default_limits"}
+    # `workspace_size` only with start = "boot" (a disk image of workspace_mib; a restored
+    # guest has no disk: `promised_checks`). Not `default_limits` (nor pids: a fork bomb
+    # of 2 x 1024 fills the guest's RAM first; not measured under TCG) nor `deep_tree`
+    # (the workspace is in the VM's disk image: no host path to look at).
+    boundary = ALL_CHECKS - {"process_vm", "deep_tree", "default_limits"}
+
     extra_options: tuple[str, ...] = ("append",)
+
+    def promised_checks(self) -> frozenset[str]:
+        if self.opts.start != "boot":
+            return self.boundary - {"workspace_size"}
+        return self.boundary
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
@@ -272,7 +279,8 @@ class MicrovmDriver(Driver):
     async def disks(self, env: MicrovmEnvironment, guest: GuestFiles) -> list[tuple[str, str, str]]:
         w = env.spec.workload
         out: list[tuple[str, str, str]] = []
-        if not needs_full_image(w) and not env.spec.workspace_src:
+        size = workspace_disk_mib(env.spec, self.opts.start)
+        if not needs_full_image(w) and not env.spec.workspace_src and size is None:
             return out
         assert env.dir is not None
         async with env.sub("disks"):
@@ -281,11 +289,11 @@ class MicrovmDriver(Driver):
                 ov = env.dir("root.qcow2")
                 await overlay(self.qemu_img(), guest.rootdisk, ov, self.host)
                 out.append((ov, "qcow2", ROOT_SERIAL))
-            if env.spec.workspace_src:
+            if env.spec.workspace_src or size is not None:
                 from rtax_tui.core.vmimage import make_workspace_disk
 
                 ws = env.dir("ws.ext4")
-                await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws)
+                await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws, size)
                 out.append((ws, "raw", WS_SERIAL))
         return out
 
@@ -380,7 +388,12 @@ class MicrovmDriver(Driver):
             "channel": "virtio-serial",
             "limits": "cpus, memory_mib: the vCPUs and RAM (at the defaults: the options, up to "
             "them); pids: the guest kernel's own; "
-            "workspace_mib: not applied (a disk image sized by its contents)",
+            "workspace_mib: "
+            + (
+                "the workspace's disk image, of that size"
+                if self.opts.start == "boot"
+                else "not applied (a restored guest has no disk: its workspace is in its RAM)"
+            ),
         }
 
     async def cleanup(self, label: str | None = None) -> int:

@@ -58,6 +58,15 @@ CMDLINE = "console=ttyS0 quiet panic=-1"
 TCG_MICROVM_ARGS = "tsc_early_khz=2000000"
 
 
+def workspace_disk_mib(spec: Any, start: str) -> int | None:
+    """The size of the workspace disk a booted guest gets: `workspace_mib`, or None
+    (unlimited; and with start = "restore", whose saved guest has no disk, the
+    workspace is in the guest's RAM: bounded by its memory, not by workspace_mib)."""
+    from rtax_tui.drivers.workspace import workspace_mib
+
+    return workspace_mib(spec) if start == "boot" else None
+
+
 def vm_integrity(channel: str) -> str | None:
     """`Driver.integrity` of both VM drivers: None on exec (see VM_INTEGRITY)."""
     return VM_INTEGRITY if channel == "shell" else None

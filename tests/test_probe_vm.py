@@ -28,9 +28,9 @@ def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None
     """Its own kernel, no network, no shared file system: every check the driver promises
     blocked or held (kernel settings written inside reach only the guest's kernel). Those
     it does not promise may be breached, honestly: `process_vm` (a step reads the guest's
-    own processes: as root on shell, its own children as uid 1000 on exec),
-    `workspace_size`, `deep_tree`, `default_limits` (a disk image sized by its contents,
-    the guest kernel's own pid limit), and `result_integrity` on shell, where
+    own processes: as root on shell, its own children as uid 1000 on exec), `deep_tree`,
+    `default_limits` (a disk image with no host path, the guest kernel's own pid limit),
+    and `result_integrity` on shell, where
     `Driver.integrity` says why a step could forge its result. On exec it is promised: the
     step is uid 1000, the agent that reports its status root (issue 19)."""
     if driver == "libvirt":
@@ -45,6 +45,9 @@ def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None
     assert (drv.integrity(channel) is None) == (channel == "exec")
     if channel == "exec":
         assert runs[("local", channel)]["result_integrity"] == "blocked"
+    # the workspace is a disk image of workspace_mib: a write past it stops there
+    assert "workspace_size" in drv.promised_checks()
+    assert runs[("local", channel)]["workspace_size"] in ("blocked", "held")
     promised_bad = [b for b in failures(doc, driver) if b.split()[1][:-1] not in unpromised]
     assert promised_bad == []
     assert doc["drivers"][driver]["summary"]["broken_promises"] == []

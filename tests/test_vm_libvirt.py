@@ -63,7 +63,11 @@ def test_t0_lifecycle_with_sub_phases_and_agent(channel):
             assert domains(LABEL) == [env.name]
             assert len(qemu_pids(LABEL)) == 1  # libvirt names QEMU after the domain
             await asyncio.wait_for(env.ready(), 120)
-            assert subs.names == ["define", "connect", "firmware_kernel", "agent"]
+            assert subs.names == ["disks", "define", "connect", "firmware_kernel", "agent"]
+            # the workspace: a disk of workspace_mib (2048 by default), its own file system
+            r = await env.action(Step(("sh", "-c", "df -m /workspace | tail -n 1")), 30)
+            assert r.output.split()[-1] == b"/workspace", r.output
+            assert 1800 < int(r.output.split()[1]) <= 2048, r.output
             r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 4")), 30)
             assert (r.rc, r.output) == (4, b"out\nerr\n")
             assert r.remote_ns is not None and r.remote_ns > 0

@@ -50,7 +50,11 @@ def test_t0_lifecycle_with_sub_phases_and_agent(channel):
             await asyncio.wait_for(env.create(), 60)
             assert len(qemu_pids(LABEL)) == 1
             await asyncio.wait_for(env.ready(), 120)
-            assert subs.names == ["launch", "firmware_kernel", "agent"]
+            assert subs.names == ["disks", "launch", "firmware_kernel", "agent"]
+            # the workspace: a disk of workspace_mib (2048 by default), its own file system
+            r = await env.action(Step(("sh", "-c", "df -m /workspace | tail -n 1")), 30)
+            assert r.output.split()[-1] == b"/workspace", r.output
+            assert 1800 < int(r.output.split()[1]) <= 2048, r.output
             r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 3")), 30)
             assert (r.rc, r.output) == (3, b"out\nerr\n")
             assert r.remote_ns is not None and r.remote_ns > 0

@@ -341,15 +341,22 @@ def build_guest(*, root: bool = True, force: bool = False, log: Log | None = Non
     return GuestFiles(kernel, initrd, rootdisk if os.path.isfile(rootdisk) else None, kver)
 
 
-def make_workspace_disk(src: str, dest: str) -> None:
-    """A small ext4 image holding `src`'s contents: the workload's files for one trial."""
-    size = 64 + (_du(src) >> 20) * 2
+def make_workspace_disk(src: str | None, dest: str, size_mib: int | None = None) -> None:
+    """One trial's workspace as a sparse raw ext4 image holding `src`'s contents (if
+    any): `size_mib` MiB (the limit `workspace_mib`: a write past it ends in ENOSPC in
+    the guest, and the image on the host never grows past it), or, with None, sized by
+    the contents (twice them, plus 64 MiB)."""
+    size = size_mib if size_mib is not None else 64 + ((_du(src) >> 20) * 2 if src else 0)
     mke2fs = shutil.which("mke2fs") or "/sbin/mke2fs"
     argv = [mke2fs, "-q", "-F", "-t", "ext4", "-O", "^metadata_csum,^has_journal"]
-    argv += ["-E", "root_owner=0:0", "-d", src, dest, f"{size}M"]
+    argv += ["-E", "root_owner=0:0", *(["-d", src] if src else []), dest, f"{size}M"]
     res = subprocess.run(argv, capture_output=True, text=True)
     if res.returncode != 0:
-        raise RtaxError(f"mke2fs -d {src} failed: {res.stderr.strip()[-400:]}")
+        what = f"the workspace's files ({_du(src) >> 20} MiB) in {size} MiB" if src else ""
+        raise RtaxError(
+            f"mke2fs of a {size} MiB workspace failed{': ' + what if what else ''}: "
+            f"{res.stderr.strip()[-400:]}"
+        )
 
 
 def _du(path: str) -> int:
