@@ -404,19 +404,28 @@ def test_driver_promises_name_known_checks() -> None:
     local = {"workspace_persists", "workspace_size", "deep_tree", "cleanup_spares_live"}
     assert get_driver("local", LocalHost(), {}).promised_checks() == local
     # measured with the engines here (issue 19): see their `boundary`
-    # workspace_mib applied (and a host path to look at) only by stage, local, swerex-local
-    ws = {"workspace_size", "deep_tree"}
-    docker = ALL_CHECKS - {"vsock", "proc_cmdline"} - ws
+    ws = {"workspace_size", "deep_tree"}  # a sized workspace with a host path to look at
+    docker = ALL_CHECKS - {"vsock"}  # dockerd 20.10's own seccomp profile lets vsock in
     assert get_driver("docker", LocalHost(), {}).promised_checks() == docker
-    assert get_driver("podman", LocalHost(), {}).promised_checks() == docker - {"process_vm"}
+    # a remote engine: its workspace is the container's own layer (no size, no path)
+    remote = get_driver("docker", LocalHost(), {"socket": "tcp://127.0.0.1:2375"})
+    assert remote.promised_checks() == docker - ws
+    # podman under its default profile narrowed to stage's policy; with a profile of the
+    # user's own, what that profile lets through is not promised
+    assert get_driver("podman", LocalHost(), {}).promised_checks() == ALL_CHECKS
+    own = get_driver("podman", LocalHost(), {"security_opt": ["seccomp=unconfined"]})
+    assert own.promised_checks() == ALL_CHECKS - {"vsock", "process_vm"}
     assert get_driver("stage", LocalHost(), {}).promised_checks() == ALL_CHECKS
     open_net = get_driver("docker", LocalHost(), {"network": "host"}).promised_checks()
     assert "loopback_tcp" not in open_net
     swx = get_driver("swerex", LocalHost(), {"deployment": "docker"}).promised_checks()
     assert not swx & ws
     for vm in ("libvirt", "microvm"):
+        # a booted guest's workspace is a disk of workspace_mib; a restored one has none
         got = get_driver(vm, LocalHost(), {}).promised_checks()
-        assert got == ALL_CHECKS - {"process_vm", "default_limits"} - ws
+        assert got == ALL_CHECKS - {"process_vm", "default_limits", "deep_tree"}
+        restored = get_driver(vm, LocalHost(), {"start": "restore"}).promised_checks()
+        assert restored == got - {"workspace_size"}
 
 
 ENV_SCRIPTS = {
