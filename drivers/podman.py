@@ -163,7 +163,7 @@ class PodmanDriver(ContainerDriver):
         return opts
 
     def narrowed_seccomp(self) -> str | None:
-        """The path of podman's default seccomp profile narrowed (`seccomp.narrow`), which
+        """The path of podman's default seccomp profile narrowed (`seccomp.narrow_profile`), which
         every container gets unless the options give a profile of their own; None where
         it cannot be (a remote service, no default profile on this machine)."""
         if not self.local or any(o.startswith("seccomp") for o in self.opts.security_opt):
