@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.needs import needs_full_image
-from rtax_tui.drivers.sandbox import SupportError, local_support
+from rtax_tui.drivers.sandbox import SupportError, local_bin
 from rtax_tui.drivers.shellframe import FramedShell
 from rtax_tui.drivers.workspace import (
     WORKSPACE_PREFIX,
@@ -1072,7 +1072,7 @@ class ContainerDriver(Driver):
         if not self.local:
             return None
         if self._init is None:  # stage's execute-only copy, outside rtax's cache
-            self._init = os.path.join(local_support().bin, "init")
+            self._init = os.path.join(local_bin(), "init")
         return self._init
 
     def mask_cmdline(self, host_config: dict[str, Any]) -> None:

@@ -322,7 +322,7 @@ _build_lock = threading.Lock()
 
 def local_enter() -> str:
     """`rtax-enter` under rtax's cache, compiled (statically) if missing: stage's helper,
-    and (through the execute-only copy `local_support` makes) stage's init and the
+    and (through the execute-only copy `local_bin` makes) stage's init and the
     non-dumpable init of docker's and podman's exec channel (`--init hold`). Safe to
     call from several threads and processes."""
     d = cache_dir() / "stage"
@@ -350,17 +350,26 @@ def local_support() -> Support:
             if not p.exists() or p.read_bytes() != data:
                 _write_atomic(p, data, 0o644)
         res = subprocess.run(etc_argv(), capture_output=True, timeout=60)
-        bres = subprocess.run(bin_argv(enter), capture_output=True, timeout=60)
     etc = res.stdout.decode(errors="replace").strip()
     if res.returncode != 0 or not etc.startswith(PUBLIC + "/"):
         err = res.stderr.decode(errors="replace").strip()[-300:]
         raise SupportError(f"cannot make the sandbox's /etc under {PUBLIC}: {err}", "run as root")
+    flt = next(n for n in files if n.endswith(".bpf"))
+    return Support(enter, str(d / flt), etc, local_bin(enter))
+
+
+def local_bin(enter: str | None = None) -> str:
+    """The directory under PUBLIC of the execute-only init and shell made from `enter`
+    (`local_enter()` by default): stage's, and the init of docker's and podman's exec
+    channel, which needs nothing else of stage's (no filter, no /etc)."""
+    enter = enter or local_enter()
+    with _build_lock:
+        bres = subprocess.run(bin_argv(enter), capture_output=True, timeout=60)
     bin_dir = bres.stdout.decode(errors="replace").strip()
     if bres.returncode != 0 or not bin_dir.startswith(PUBLIC + "/"):
         err = bres.stderr.decode(errors="replace").strip()[-300:]
         raise SupportError(f"cannot make the sandbox's init under {PUBLIC}: {err}", "run as root")
-    flt = next(n for n in files if n.endswith(".bpf"))
-    return Support(enter, str(d / flt), etc, bin_dir)
+    return bin_dir
 
 
 def public_copy(path: str, uid: int) -> str:
