@@ -41,7 +41,7 @@ def run_rtax(tree: Path, profile: Path, out: Path) -> None:
 def per_trial(rec_path: Path) -> dict[str, dict[str, list[int]]]:
     """channel -> {create, ready, create+ready, action} -> durations (ns), no warm-ups."""
     sys.path.insert(0, str(REPO))
-    from rtax_tui.core.recording import read_recording
+    from rtax_tui.model.recording import read_recording
 
     rec = read_recording(rec_path)
     chan = {

@@ -30,8 +30,8 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rtax_tui.core.recording import read_recording  # noqa: E402
-from rtax_tui.core.report import build_report  # noqa: E402
+from rtax_tui.analysis.report import build_report  # noqa: E402
+from rtax_tui.model.recording import read_recording  # noqa: E402
 
 
 def synthetic(path: Path, n_events: int, gap_ns: int = 100_000) -> None:

@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from rtax_tui.drivers.toolkit.images import image_tag
 
-from rtax_tui.core.images import image_tag
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 PODMAN_ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
 

@@ -22,8 +22,8 @@ import time
 
 from rtax_tui.drivers import get_driver
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 
 TRUE = Step(("true",))
 

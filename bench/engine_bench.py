@@ -62,7 +62,7 @@ def main() -> int:
     # create+ready per trial, P50 (not the sum of medians): recomputed from the recording
     import numpy as np
 
-    from rtax_tui.core.recording import read_recording
+    from rtax_tui.model.recording import read_recording
 
     rec = read_recording(out)
     trial_cell = {

@@ -72,7 +72,7 @@ def rtax_rows(
     res = rtax("run", str(prof), "-o", str(out))
     if not out.exists():
         return {}, (res.stderr.strip().splitlines() or ["no recording"])[-1]
-    from rtax_tui.core.recording import read_recording
+    from rtax_tui.model.recording import read_recording
 
     rec = read_recording(out)
     cell: dict[str, tuple[str, str]] = {}
@@ -141,7 +141,7 @@ def timed(argv: list[str], **kw: object) -> float:
 
 
 def docker_rows(t1: list[list[str]], repo: str, runs: int, trials: int) -> dict[str, float | None]:
-    from rtax_tui.core import images
+    from rtax_tui.drivers.toolkit import images
 
     busybox, workload = images.image_tag("busybox"), images.debian_image_tag()
     total = [timed(["docker", "run", "--rm", "--network", "none", busybox, "true"])
@@ -185,8 +185,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=300, help="hyperfine and docker exec runs")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/README.md")
     args = ap.parse_args()
-    from rtax_tui.core.assets import find_prepared
-    from rtax_tui.core.workloads import builtin_workloads
+    from rtax_tui.drivers.toolkit.assets import find_prepared
+
+    from rtax_tui.engine.workloads import builtin_workloads
 
     assets = find_prepared()
     if assets is None:

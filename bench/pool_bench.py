@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 STEPS = (10, 50, 150)
 N = 1_000_000

@@ -18,8 +18,8 @@ import time
 import numpy as np
 import orjson
 
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.report import build_report
+from rtax_tui.analysis.report import build_report
+from rtax_tui.model.recording import read_recording
 
 DRIVERS = {"local": 1.0, "docker": 40.0, "libvirt": 300.0}  # create scale, ms
 WORKLOADS = {"T0": 1, "T1": 5, "trajectory": 10}  # actions per trial

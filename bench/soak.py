@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 PROFILE = """\
 description = "soak: stage, both channels, cold and pooled"
@@ -78,7 +78,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _reaper(pid: int) -> int | None:
-    """rtax's reaper: the child running `rtax_tui.core.reaper`."""
+    """rtax's reaper: the child running `rtax_tui.hosts.reaper`."""
     for c in _children(pid):
         try:
             with open(f"/proc/{c}/cmdline", "rb") as f:

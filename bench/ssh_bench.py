@@ -46,10 +46,10 @@ def report(path: Path) -> dict:
 
 async def bare_asyncssh(lab: SSHLab, n: int) -> tuple[float, float, float, float]:
     """Median ms of `conn.run("true")`, of one bare round trip on an open shell, and on
-    the same shell of rtax's framing (drivers/shellframe.py) without and with the
+    the same shell of rtax's framing (drivers/toolkit/shellframe.py) without and with the
     remote clock reads: what each layer adds over the bare round trip."""
     import asyncssh
-    from rtax_tui.drivers.shellframe import FramedShell
+    from rtax_tui.drivers.toolkit.shellframe import FramedShell
 
     h = lab.hosts[0]
     conn = await asyncssh.connect(

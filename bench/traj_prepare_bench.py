@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.report import build_report
+from rtax_tui.analysis.report import build_report
+from rtax_tui.model.recording import read_recording
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "trajectories"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 ACTIONS = 20
 DRIVERS = ("libvirt", "microvm")

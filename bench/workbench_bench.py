@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rtax_tui.core import history  # noqa: E402
+from rtax_tui.analysis import history  # noqa: E402
 
 EXAMPLE = ROOT / "recordings" / "examples" / "t0-local-stage.jsonl"
 

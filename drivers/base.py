@@ -14,17 +14,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import (
-    ActionResult,
-    Cell,
-    EnvSpec,
-    Limits,
-    PhaseFailure,
-    Step,
-    Workload,
-)
 from rtax_tui.hosts import Host
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.spec import ActionResult, Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 
 SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
 
@@ -126,7 +118,7 @@ class Driver(ABC):
     # True when the driver does all its work through `self.host` (so it runs on an SSH
     # host); a driver that touches the controller's own files or sockets leaves it False.
     runs_remote: bool = False
-    # The boundary checks (`rtax_tui.core.probe.CHECKS`) this driver states that it keeps:
+    # The boundary checks (`rtax_tui.model.checks.CHECKS`) this driver states that it keeps:
     # escape attempts blocked, guarantees held. `rtax probe` measures every check and
     # reports each promise it finds broken. A driver that states nothing promises nothing.
     boundary: frozenset[str] = frozenset()
@@ -191,7 +183,7 @@ class Driver(ABC):
     ) -> str | None:
         """One throw-away environment through create, ready and `step`, for `check()`:
         None when `ok` accepts the step's result, else what went wrong."""
-        from rtax_tui.core import runlock
+        from rtax_tui.model import runlock
 
         spec = EnvSpec(
             cell=Cell("local", self.name, "check", channel),

@@ -8,7 +8,7 @@ Podman's on the same base.
 
 from __future__ import annotations
 
-from rtax_tui.drivers.container import DEFAULT_SOCKET, LABEL_KEY, ContainerDriver
+from rtax_tui.drivers.toolkit.container import DEFAULT_SOCKET, LABEL_KEY, ContainerDriver
 
 __all__ = ["DEFAULT_SOCKET", "LABEL_KEY", "DockerDriver"]
 

@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.needs import needs_full_image
-from rtax_tui.drivers.vmguest import (
+from rtax_tui.drivers.toolkit.needs import needs_full_image
+from rtax_tui.drivers.toolkit.vmguest import (
     CMDLINE,
     AgentChannel,
     SerialWatch,
@@ -49,10 +49,12 @@ from rtax_tui.drivers.vmguest import (
     workload_problems,
     workspace_disk_mib,
 )
+from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
-from rtax_tui.core import runlock
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import (
+from rtax_tui.model import runlock
+from rtax_tui.model.checks import ALL_CHECKS
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.spec import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY_MIB,
     ActionResult,
@@ -66,9 +68,7 @@ from rtax_tui.core.model import (
     Workload,
     vm_size,
 )
-from rtax_tui.core.probe import ALL_CHECKS
-from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
-from rtax_tui.core.waits import waiting_on
+from rtax_tui.model.waits import waiting_on
 
 DEFAULT_URI = "qemu:///system"
 NS = "https://rtax.dev/libvirt/1"
@@ -378,7 +378,7 @@ class LibvirtDriver(Driver):
                 await overlay(shutil.which("qemu-img") or "qemu-img", guest.rootdisk, ov, self.host)
                 out.append((ov, "qcow2", ROOT_SERIAL))
             if env.spec.workspace_src or size is not None:
-                from rtax_tui.core.vmimage import make_workspace_disk
+                from rtax_tui.drivers.toolkit.vmimage import make_workspace_disk
 
                 ws = env.dir("ws.ext4")
                 await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws, size)
@@ -544,11 +544,11 @@ class LibvirtDriver(Driver):
 
     async def cleanup(self, label: str | None = None) -> int:
         """Destroy domains named `rtax-*` whose `<rtax:run>` is `label` (or any), and
-        remove their directories; a live run's (core/runlock.py) are spared."""
+        remove their directories; a live run's (model/runlock.py) are spared."""
         import glob
         import tempfile
 
-        from rtax_tui.drivers.vmguest import DIR_PREFIX
+        from rtax_tui.drivers.toolkit.vmguest import DIR_PREFIX
 
         pat = f"{DIR_PREFIX}rtax-{safe(label)}-*" if label else f"{DIR_PREFIX}*"
         dirs = glob.glob(os.path.join(tempfile.gettempdir(), pat))

@@ -14,8 +14,8 @@ import subprocess
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.shellframe import FramedShell
-from rtax_tui.drivers.workspace import (
+from rtax_tui.drivers.toolkit.shellframe import FramedShell
+from rtax_tui.drivers.toolkit.workspace import (
     WORKSPACE_PREFIX,
     base_env,
     close_shell,
@@ -25,9 +25,9 @@ from rtax_tui.drivers.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
-from rtax_tui.core.runlock import safe_label
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.runlock import safe_label
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 
 
 class LocalEnvironment(Environment):

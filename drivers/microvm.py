@@ -29,8 +29,8 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.needs import needs_full_image
-from rtax_tui.drivers.vmguest import (
+from rtax_tui.drivers.toolkit.needs import needs_full_image
+from rtax_tui.drivers.toolkit.vmguest import (
     DIR_PREFIX,
     AgentChannel,
     Qmp,
@@ -48,10 +48,12 @@ from rtax_tui.drivers.vmguest import (
     workload_problems,
     workspace_disk_mib,
 )
+from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
-from rtax_tui.core import runlock
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import (
+from rtax_tui.model import runlock
+from rtax_tui.model.checks import ALL_CHECKS
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.spec import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY_MIB,
     ActionResult,
@@ -61,8 +63,6 @@ from rtax_tui.core.model import (
     Workload,
     vm_size,
 )
-from rtax_tui.core.probe import ALL_CHECKS
-from rtax_tui.core.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
 SNAPSHOT_READY_S = 120.0
 SETUP_TIMEOUT_S = 60.0
@@ -239,7 +239,7 @@ class MicrovmDriver(Driver):
         self.opts = parse_options(self.name, options, self.extra_options)
         append = options.get("append", "")
         if not isinstance(append, str):
-            from rtax_tui.core.model import RtaxError
+            from rtax_tui.model.spec import RtaxError
 
             raise RtaxError(f"drivers_options.{self.name}.append: expected a string")
         self.append = append
@@ -271,7 +271,7 @@ class MicrovmDriver(Driver):
 
     def cmdline(self) -> str:
         """The guest kernel's command line; option `append` adds to it."""
-        from rtax_tui.drivers.vmguest import CMDLINE, TCG_MICROVM_ARGS
+        from rtax_tui.drivers.toolkit.vmguest import CMDLINE, TCG_MICROVM_ARGS
 
         tcg = TCG_MICROVM_ARGS if self.accel == "tcg" else ""
         return " ".join(x for x in (CMDLINE, tcg, self.append) if x)
@@ -290,7 +290,7 @@ class MicrovmDriver(Driver):
                 await overlay(self.qemu_img(), guest.rootdisk, ov, self.host)
                 out.append((ov, "qcow2", ROOT_SERIAL))
             if env.spec.workspace_src or size is not None:
-                from rtax_tui.core.vmimage import make_workspace_disk
+                from rtax_tui.drivers.toolkit.vmimage import make_workspace_disk
 
                 ws = env.dir("ws.ext4")
                 await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws, size)
@@ -330,7 +330,7 @@ class MicrovmDriver(Driver):
 
     async def make_snapshot(self) -> str | None:
         """Boot one guest, save it to a file (QMP `migrate` to `exec:cat`); None when done."""
-        from rtax_tui.core.model import Cell, Limits
+        from rtax_tui.model.spec import Cell, Limits
 
         spec = EnvSpec(
             Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
@@ -398,7 +398,7 @@ class MicrovmDriver(Driver):
 
     async def cleanup(self, label: str | None = None) -> int:
         """Kill QEMU processes named `rtax-<label>-*` (or any `rtax-*`), remove their dirs;
-        a live run's (core/runlock.py) are spared."""
+        a live run's (model/runlock.py) are spared."""
         import glob
         import tempfile
 

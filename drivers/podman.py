@@ -29,16 +29,16 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Environment, SubTimer
-from rtax_tui.drivers.container import (
+from rtax_tui.drivers.toolkit.container import (
     LABEL_KEY,
     ContainerDriver,
     ContainerEnvironment,
     ContainerOptions,
 )
-from rtax_tui.drivers.seccomp import narrowed_profile_file
+from rtax_tui.drivers.toolkit.seccomp import narrowed_profile_file
 
-from rtax_tui.core.conmon import conmon_processes
-from rtax_tui.core.model import EnvSpec, OptionError
+from rtax_tui.hosts.conmon import conmon_processes
+from rtax_tui.model.spec import EnvSpec, OptionError
 
 # podman 4.3's default seccomp profile on Debian 12 (`podman info`: SECCOMPProfilePath)
 PODMAN_SECCOMP = "/usr/share/containers/seccomp.json"

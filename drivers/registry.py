@@ -18,8 +18,8 @@ from typing import Any
 
 from rtax_tui.drivers.base import Driver
 
-from rtax_tui.core.model import RtaxError
 from rtax_tui.hosts import Host
+from rtax_tui.model.spec import RtaxError
 
 GROUP = "rtax.drivers"
 OWN_DIST = "rtax"

@@ -38,7 +38,8 @@ import subprocess
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.sandbox import (
+from rtax_tui.drivers.toolkit.assets import assets_root
+from rtax_tui.drivers.toolkit.sandbox import (
     ENTER_GONE,
     HOSTNAME,
     INIT_CMD,
@@ -54,8 +55,8 @@ from rtax_tui.drivers.sandbox import (
     start_time,
     uid_option,
 )
-from rtax_tui.drivers.shellframe import CredReader, FramedShell, Reader
-from rtax_tui.drivers.stage_site import (
+from rtax_tui.drivers.toolkit.shellframe import CredReader, FramedShell, Reader
+from rtax_tui.drivers.toolkit.stage_site import (
     CLEANUP_SH,
     TOOLS,
     Site,
@@ -63,20 +64,15 @@ from rtax_tui.drivers.stage_site import (
     host_support,
     list_root,
 )
-from rtax_tui.drivers.workspace import (
-    WORKSPACE_PREFIX,
-    counts,
-    run_exec,
-    workspace_mib,
-)
+from rtax_tui.drivers.toolkit.workspace import WORKSPACE_PREFIX, counts, run_exec, workspace_mib
 
-from rtax_tui.core import cgroups, runlock
-from rtax_tui.core.assets import assets_root
-from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
-from rtax_tui.core.probe import ALL_CHECKS
-from rtax_tui.core.runlock import safe_label
+from rtax_tui.hosts import cgroups
+from rtax_tui.hosts.cgroups import Cgroup
+from rtax_tui.model import runlock
+from rtax_tui.model.checks import ALL_CHECKS
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.runlock import safe_label
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 
 TEARDOWN_GRACE_S = 2.0
 SPAWN_WAIT_S = 10.0  # teardown waits this long for a spawn that a cancelled create left

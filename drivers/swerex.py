@@ -51,24 +51,17 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer, which
-from rtax_tui.drivers.workspace import (
+from rtax_tui.drivers.toolkit.workspace import (
     WORKSPACE_PREFIX,
     base_env,
     workspace_cleanup,
     workspace_mib,
 )
 
-from rtax_tui.core import runlock
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import (
-    ActionResult,
-    EnvSpec,
-    OptionError,
-    OutputSink,
-    PhaseFailure,
-    Step,
-)
-from rtax_tui.core.runlock import safe_label
+from rtax_tui.model import runlock
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.runlock import safe_label
+from rtax_tui.model.spec import ActionResult, EnvSpec, OptionError, OutputSink, PhaseFailure, Step
 
 if TYPE_CHECKING:
     from swerex.deployment.docker import DockerDeployment
@@ -526,7 +519,7 @@ class SwerexDriver(Driver):
     @property
     def image(self) -> str:
         if self._image is None:
-            from rtax_tui.core.images import swerex_image_tag
+            from rtax_tui.drivers.toolkit.images import swerex_image_tag
 
             self._image = swerex_image_tag()
         return self._image
@@ -534,7 +527,7 @@ class SwerexDriver(Driver):
     def promised_checks(self) -> frozenset[str]:
         if self.deployment != "docker":
             return self.boundary
-        from rtax_tui.core.probe import ALL_CHECKS
+        from rtax_tui.model.checks import ALL_CHECKS
 
         # Docker's defaults (root, default capabilities, seccomp) with rtax's limits as
         # flags; the published port needs a bridge network: the host's loopback may be

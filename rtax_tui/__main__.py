@@ -1,3 +1,3 @@
-from rtax_tui.cli import main
+from rtax_tui.commands.cli import main
 
 raise SystemExit(main())

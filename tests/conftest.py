@@ -44,8 +44,9 @@ def _session_daemon(daemon: services.Daemon) -> Iterator[services.Daemon]:
 
 def _container_images(kind: str) -> list[str]:
     """`rtax images build --driver KIND`: the busybox and Debian workload images."""
-    from rtax_tui.core import images
-    from rtax_tui.core.model import RtaxError
+    from rtax_tui.drivers.toolkit import images
+
+    from rtax_tui.model.spec import RtaxError
 
     if images.find_static_busybox() is None:
         pytest.skip("no static busybox (apt-get install busybox-static; scripts/bootstrap does)")
@@ -87,8 +88,9 @@ def podman_engine(podman_service: services.Daemon) -> list[str]:
 @pytest.fixture(scope="session")
 def vm_guest() -> list[str]:
     """The VM guest (`rtax images build --driver vm`: kernel, initramfs, root disk)."""
-    from rtax_tui.core import images, vmimage
-    from rtax_tui.core.model import RtaxError
+    from rtax_tui.drivers.toolkit import images, vmimage
+
+    from rtax_tui.model.spec import RtaxError
 
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("QEMU is not installed (apt-get install qemu-system-x86; bootstrap does)")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rtax_tui.core.model import Step, Workload
-from rtax_tui.core.profile import Profile
-from rtax_tui.core.session import Session
+from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.session import Session
+from rtax_tui.model.spec import Step, Workload
 from tests.fakes import FakeDriver
 
 W_OK = Workload("w", (Step(("echo", "hi"), expect_out="hi"), Step(("true",))))

@@ -7,9 +7,9 @@ from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
 from rtax_tui.hosts import LocalHost
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 
 
 class FakeEnvironment(Environment):

@@ -175,7 +175,7 @@ def mutate_toml(rng: random.Random, text: bytes) -> bytes:
 # -- the commands a mutant is given to, in-process -------------------------------------
 def call_main(argv: list[str]) -> tuple[int, str]:
     """`rtax ARGV` in this process: (exit status, stderr); a traceback raises."""
-    from rtax_tui.cli import main
+    from rtax_tui.commands.cli import main
 
     err = io.StringIO()
     out = io.BytesIO()
@@ -269,8 +269,8 @@ def profile_case(seed: int, tmp: Path) -> list[tuple[list[str], list[Path]]]:
 
 def check_profile(path: Path) -> None:
     """A mutated profile loads, or fails as one ProfileError line; never a traceback."""
-    from rtax_tui.core.model import RtaxError
-    from rtax_tui.core.profile import load_profile
+    from rtax_tui.engine.profile import load_profile
+    from rtax_tui.model.spec import RtaxError
 
     before = path.read_bytes()
     t0 = time.monotonic()

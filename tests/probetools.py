@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rtax_tui.core.probe import build_document
-from rtax_tui.core.probe_run import run_probe
+from rtax_tui.engine.probe.run import run_probe
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.checks import build_document
 
 
 def probe(
@@ -47,7 +47,7 @@ def by_run(doc: dict[str, Any], driver: str) -> dict[tuple[str, str], dict[str, 
 
 def failures(doc: dict[str, Any], driver: str) -> list[str]:
     """Every run of a check that did not pass (blocked/held), with its evidence."""
-    from rtax_tui.core.probe import passed
+    from rtax_tui.model.checks import passed
 
     bad = []
     for name, c in doc["drivers"][driver]["checks"].items():

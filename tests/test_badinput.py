@@ -8,10 +8,10 @@ import os
 import orjson
 import pytest
 
-from rtax_tui.cli import main
-from rtax_tui.core.events import EVENT_CHECKS, EVENT_SCHEMA, check_event
-from rtax_tui.core.profile import ProfileError, load_profile
-from rtax_tui.core.recording import RecordingError, read_recording
+from rtax_tui.commands.cli import main
+from rtax_tui.engine.profile import ProfileError, load_profile
+from rtax_tui.model.events import EVENT_CHECKS, EVENT_SCHEMA, check_event
+from rtax_tui.model.recording import RecordingError, read_recording
 
 HEADER = {
     "type": "run", "t_ns": 0, "format": "rtax/1", "run_id": "r", "started_at": "x",
@@ -149,7 +149,7 @@ def mini(path, content: str, output: str, regex: str | None = None):
 def test_a_trajectory_regex_with_catastrophic_backtracking_runs_in_linear_time(tmp_path):
     import time
 
-    from rtax_tui.core.traj import read_trajectories
+    from rtax_tui.engine.traj import read_trajectories
 
     path = mini(tmp_path / "t.json", "a" * 50_000 + "b", "<returncode>0</returncode>", "(a+)+$")
     t0 = time.monotonic()
@@ -165,7 +165,7 @@ def test_a_regex_re2_does_not_take_is_one_line_naming_the_field(tmp_path, capsys
 
 
 def test_a_5000_digit_exit_code_is_unknown_not_a_crash(tmp_path):
-    from rtax_tui.core.traj import read_trajectories
+    from rtax_tui.engine.traj import read_trajectories
 
     out = f"<returncode>{'9' * 5000}</returncode>"
     (traj,) = read_trajectories(mini(tmp_path / "t.json", "```bash\nls\n```", out))
@@ -180,8 +180,8 @@ def test_a_fifo_given_as_a_trajectory_is_refused_at_once(tmp_path, capsys):
 
 
 def test_ssh_urls_without_a_user_or_with_a_huge_port():
-    from rtax_tui.core.model import RtaxError
     from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url
+    from rtax_tui.model.spec import RtaxError
 
     t = parse_ssh_url("ssh://example")
     assert t.user is None and "username" not in SSHHost(t)._options()  # asyncssh's default
@@ -260,7 +260,7 @@ def test_mutated_profiles_load_or_fail_in_one_line(tmp_path, seed):
 def test_any_value_in_any_field_of_an_event_is_read_or_refused(tmp_path, data):
     """Hypothesis's own JSON values in an event's fields: the recording is refused with
     the line and field named, or read, and then a report of it never fails."""
-    from rtax_tui.core.report import build_report
+    from rtax_tui.analysis.report import build_report
 
     lines = (mutants.EXAMPLES / "t0-local-stage.jsonl").read_bytes().split(b"\n")
     i = data.draw(st.integers(0, len(lines) - 2))
@@ -333,7 +333,7 @@ OPTIONS = [
 )
 def test_any_option_value_parses_or_is_one_line(capsys, option, value):
     """Parsing only (no run): a bounded value, or exit 2 with one line naming the option."""
-    from rtax_tui.cli import build_parser
+    from rtax_tui.commands.cli import build_parser
 
     try:
         args = build_parser().parse_args([*option, value])

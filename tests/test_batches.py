@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from rtax_tui.core.model import Timeouts
-from rtax_tui.core.profile import Capacity
+from rtax_tui.engine.profile import Capacity
+from rtax_tui.model.spec import Timeouts
 from tests.enginetools import W_OK, by_type, prof, run
 from tests.fakes import FakeDriver
 
@@ -58,7 +58,7 @@ def test_stop_during_a_capacity_batch_ends_quickly_and_tears_down():
 
 # -- the barrier alone ---------------------------------------------------------
 def test_barrier_releases_when_all_arrived_or_settled_or_at_the_deadline() -> None:
-    from rtax_tui.core.capacity import Barrier
+    from rtax_tui.engine.capacity import Barrier
 
     async def go() -> None:
         b = Barrier(2)
@@ -85,7 +85,7 @@ def test_barrier_releases_when_all_arrived_or_settled_or_at_the_deadline() -> No
 
 def test_a_batch_budget_cgroup_is_made_and_removed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """With `capacity.cpus`, each batch runs under its own budget cgroup, gone after it."""
-    from rtax_tui.core import capacity
+    from rtax_tui.engine import capacity
 
     made: list[str] = []
     removed: list[str] = []
@@ -156,7 +156,7 @@ def test_a_thousand_environments_pass_one_barrier_and_all_let_go():
 
 
 def test_a_release_step_runs_through_the_channel_after_the_barrier():
-    from rtax_tui.core.model import Step, Workload
+    from rtax_tui.model.spec import Step, Workload
 
     drv = FakeDriver()
     held = Workload("h", (Step(("echo", "held"), expect_out="held"),))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.recording import read_recording
+from rtax_tui.hosts.cgroups import Cgroup
+from rtax_tui.model.recording import read_recording
 
 pytestmark = pytest.mark.skipif(Cgroup.version() is None, reason="no cgroups mounted")
 

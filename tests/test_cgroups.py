@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from rtax_tui.core import cgroups
-from rtax_tui.core.cgroups import Cgroup, CgroupError
+from rtax_tui.hosts import cgroups
+from rtax_tui.hosts.cgroups import Cgroup, CgroupError
 from rtax_tui.hosts.local import LocalHost, join_cgroups_before_exec
 from tests.procs import dead
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -209,7 +209,7 @@ def test_interrupt_keeps_finished_trials_and_leaves_nothing(tmp_path, sig, chann
 
 
 def test_cleanup_of_one_run_leaves_other_runs_alone():
-    from rtax_tui.core.cgroups import Cgroup
+    from rtax_tui.hosts.cgroups import Cgroup
 
     if Cgroup.version() is None:
         pytest.skip("no cgroups mounted")
@@ -229,7 +229,7 @@ def test_cleanup_of_one_run_leaves_other_runs_alone():
 
 
 def test_limits_default_and_unlimited_in_header_and_report(tmp_path):
-    from rtax_tui.core.cgroups import Cgroup
+    from rtax_tui.hosts.cgroups import Cgroup
 
     if os.geteuid() != 0 or Cgroup.version() is None:
         pytest.skip("stage needs root and cgroups")

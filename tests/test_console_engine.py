@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 
 def _profile(tmp_path: Path, trials: int = 100_000) -> Path:

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 from rtax_tui.drivers import get_driver
-from rtax_tui.drivers.container import ContainerDriver, _tar_workspace
 from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver
 from rtax_tui.drivers.podman import PodmanDriver, conmon_processes
+from rtax_tui.drivers.toolkit import images
+from rtax_tui.drivers.toolkit.container import ContainerDriver, _tar_workspace
 
-from rtax_tui.core import images
-from rtax_tui.core.model import Cell, EnvSpec, Limits, OptionError, Step, Workload
-from rtax_tui.core.recording import read_recording
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.recording import read_recording
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, OptionError, Step, Workload
 
 ENGINES = ("docker", "podman")
 LABEL = f"pytbd{os.getpid()}{os.urandom(2).hex()}"
@@ -351,7 +351,7 @@ def test_t2_as_a_user_is_refused_when_the_assets_are_under_root(tmp_path):
     """T2 clones from, and patches with, files under rtax's cache; under /root the
     image's /root (0700) hides them from a `user`: refused before any trial, not
     recorded as invalid trials."""
-    from rtax_tui.core.assets import cache_dir
+    from rtax_tui.drivers.toolkit.assets import cache_dir
 
     if not os.path.abspath(cache_dir()).startswith("/root/"):
         pytest.skip("rtax's cache is not under /root here")

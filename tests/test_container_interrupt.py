@@ -19,8 +19,8 @@ docker = pytest.importorskip("docker", reason="the docker Python SDK is not inst
 
 from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver  # noqa: E402
 
-from rtax_tui.core.recording import read_recording  # noqa: E402
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
+from rtax_tui.model.recording import read_recording  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 

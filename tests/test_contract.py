@@ -23,8 +23,8 @@ import time
 import pytest
 from rtax_tui.drivers import Driver, get_driver, names
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from tests.leftovers import leftovers
 from tests.services import BACKEND_FIXTURES
 
@@ -150,7 +150,7 @@ def test_output_past_the_limit_is_read_counted_and_not_kept(driver_name, channel
     """Issue 19: rtax keeps the first OUTPUT_LIMIT bytes of an action's output, reads the
     rest to its end (the step is not blocked and exits on its own, its own status
     recorded), counts it as dropped, and the channel goes on in step."""
-    from rtax_tui.core import model
+    from rtax_tui.model import spec as model
 
     limit = 1 << 20
     monkeypatch.setattr(model, "OUTPUT_LIMIT", limit)
@@ -268,11 +268,11 @@ def test_pool_acquire_release_and_every_reset(driver_name, channel):
     one hands out an environment, takes it back, resets (or replaces) it, hands it out
     again, and leaves nothing when closed; every in-place reset passes the probe's
     `pool_reuse_clean` (a planting trial, then a checking trial on the same environment)."""
-    from rtax_tui.core.events import Emitter
-    from rtax_tui.core.model import Timeouts
-    from rtax_tui.core.pool import EnvPool
-    from rtax_tui.core.poolspec import PoolSpec
-    from rtax_tui.core.probe_reuse import check_reuse
+    from rtax_tui.engine.pool import EnvPool
+    from rtax_tui.engine.poolspec import PoolSpec
+    from rtax_tui.engine.probe.reuse import check_reuse
+    from rtax_tui.model.events import Emitter
+    from rtax_tui.model.spec import Timeouts
 
     drv = _driver(driver_name, channel)
     resets = [r for r, why in drv.pool_resets(channel).items() if why is None]

@@ -14,19 +14,12 @@ import pytest
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers import docker as dd  # noqa: E402
-from rtax_tui.drivers.container import Demuxer  # noqa: E402
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY, DockerDriver  # noqa: E402
+from rtax_tui.drivers.toolkit import images, rootfs  # noqa: E402
+from rtax_tui.drivers.toolkit.container import Demuxer  # noqa: E402
 
-from rtax_tui.core import images, rootfs  # noqa: E402
-from rtax_tui.core.model import (  # noqa: E402
-    Cell,
-    EnvSpec,
-    Limits,
-    Step,
-    SubstrateLost,
-    Workload,
-)
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, SubstrateLost, Workload  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]

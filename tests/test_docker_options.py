@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from rtax_tui.drivers.toolkit.images import build_busybox_image
 
-from rtax_tui.core.images import build_busybox_image
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 

@@ -19,9 +19,9 @@ import pytest
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY  # noqa: E402
+from rtax_tui.drivers.toolkit import images, rootfs  # noqa: E402
 
-from rtax_tui.core import images, rootfs  # noqa: E402
-from rtax_tui.core.recording import read_recording  # noqa: E402
+from rtax_tui.model.recording import read_recording  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 
@@ -110,10 +110,10 @@ def test_t1_t2_trajectory_valid_on_docker(tmp_path, channel):
 
 def test_image_option_overrides_the_choice():
     from rtax_tui.drivers.docker import DockerDriver
-    from rtax_tui.drivers.needs import needs_full_image
+    from rtax_tui.drivers.toolkit.needs import needs_full_image
 
-    from rtax_tui.core.model import Step, Workload
     from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model.spec import Step, Workload
 
     t0 = Workload("t0", (Step(("true",)),))
     py = Workload("c", (Step(("sh", "-c", "git init -q g && python3 -V")),))
@@ -131,8 +131,8 @@ def test_a_missing_workload_image_is_found_before_any_trial():
 
     from rtax_tui.drivers.docker import DockerDriver
 
-    from rtax_tui.core.model import Step, Workload
     from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model.spec import Step, Workload
 
     t0 = Workload("t0", (Step(("true",)),))
     t1 = Workload("t1", (Step(("cat", "x")),), needs_assets=True)

@@ -24,8 +24,8 @@ docker = pytest.importorskip("docker", reason="the docker Python SDK is not inst
 
 from rtax_tui.drivers import docker as docker_driver  # noqa: E402
 from rtax_tui.drivers import podman as podman_driver  # noqa: E402
+from rtax_tui.drivers.toolkit import images  # noqa: E402
 
-from rtax_tui.core import images  # noqa: E402
 from tests.services import Daemon, DaemonError  # noqa: E402
 
 LABEL_KEY = docker_driver.LABEL_KEY

@@ -23,21 +23,13 @@ import pytest
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers import get_driver  # noqa: E402
-from rtax_tui.drivers.container import ContainerDriver  # noqa: E402
 from rtax_tui.drivers.docker import LABEL_KEY  # noqa: E402
 from rtax_tui.drivers.podman import NOFILE, NPROC, conmon_processes  # noqa: E402
+from rtax_tui.drivers.toolkit import images  # noqa: E402
+from rtax_tui.drivers.toolkit.container import ContainerDriver  # noqa: E402
 
-from rtax_tui.core import images  # noqa: E402
-from rtax_tui.core.model import (  # noqa: E402
-    Cell,
-    EnvSpec,
-    Limits,
-    PhaseFailure,
-    Step,
-    SubstrateLost,
-    Workload,
-)
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, SubstrateLost, Workload  # noqa: E402
 
 CHANNELS = ("exec", "shell")
 LABEL = f"pyten{os.getpid()}{os.urandom(2).hex()}"

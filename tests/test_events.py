@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from rtax_tui.core import events
-from rtax_tui.core.errors import ErrorKind, TrialError
-from rtax_tui.core.recording import RecordingError, read_bytes
+from rtax_tui.model import events
+from rtax_tui.model.errors import ErrorKind, TrialError
+from rtax_tui.model.recording import RecordingError, read_bytes
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 RECORDINGS = sorted(EXAMPLES.rglob("*.jsonl"))

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from rtax_tui.core import events
-from rtax_tui.core.errors import TrialError
-from rtax_tui.core.fold import TrialFold
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.report import build_report
+from rtax_tui.analysis.report import build_report
+from rtax_tui.model import events
+from rtax_tui.model.errors import TrialError
+from rtax_tui.model.fold import TrialFold
+from rtax_tui.model.recording import read_recording
 from rtax_tui.ui.livestate import LiveState
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
@@ -89,8 +89,8 @@ def test_report_and_console_count_what_the_fold_classifies(path: Path) -> None:
 def test_live_progress_counts_as_the_report_does() -> None:
     """The engine's live counters (what the headless progress line and the console show
     while a run goes) follow the fold's rule: a failed warm-up is not a failed trial."""
-    from rtax_tui.core.recording import Recording
-    from rtax_tui.core.report import build_report
+    from rtax_tui.analysis.report import build_report
+    from rtax_tui.model.recording import Recording
     from tests.enginetools import W_BAD, W_OK, prof, run
     from tests.fakes import FakeDriver
 

@@ -25,7 +25,7 @@ class LosingDriver(FakeDriver):
     def environment(self, spec, sub=None):
         env = super().environment(spec, sub)
         if self.created_count >= 2 and not self.back:
-            from rtax_tui.core.model import SubstrateLost
+            from rtax_tui.model.spec import SubstrateLost
 
             async def create():
                 self.created_count += 1
@@ -36,7 +36,7 @@ class LosingDriver(FakeDriver):
 
 
 def test_after_substrate_lost_later_trials_fail_fast_until_the_check_passes(monkeypatch):
-    from rtax_tui.core import health as sess
+    from rtax_tui.engine import health as sess
 
     drv = LosingDriver()
     s, ev = run(prof(trials=8, warmup=0), drv, {"w": W_OK})
@@ -85,8 +85,8 @@ class _Host:
 
 
 def test_a_dropped_host_is_decided_by_kind_never_by_message() -> None:
-    from rtax_tui.core.errors import ErrorKind, TrialError
-    from rtax_tui.core.health import HostHealth
+    from rtax_tui.engine.health import HostHealth
+    from rtax_tui.model.errors import ErrorKind, TrialError
 
     hosts = {"local": _Host(lost=True), "far": _Host()}
     h = HostHealth(hosts)
@@ -105,8 +105,8 @@ def test_a_dropped_host_is_decided_by_kind_never_by_message() -> None:
 
 
 def test_reconnect_backs_off_then_rejoins(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from rtax_tui.core import health
-    from rtax_tui.core.errors import ErrorKind, TrialError
+    from rtax_tui.engine import health
+    from rtax_tui.model.errors import ErrorKind, TrialError
 
     monkeypatch.setattr(health, "HOST_RETRY_MIN_S", 0.0)
     far = _Host()

@@ -5,37 +5,37 @@ import subprocess
 import sys
 
 CORE_MODULES = [
-    "rtax_tui.core.model",
-    "rtax_tui.core.recording",
-    "rtax_tui.core.profile",
-    "rtax_tui.core.plan",
-    "rtax_tui.core.session",
-    "rtax_tui.core.events",
-    "rtax_tui.core.errors",
-    "rtax_tui.core.fold",
-    "rtax_tui.core.control",
-    "rtax_tui.core.scheduling",
-    "rtax_tui.core.lifecycle",
-    "rtax_tui.core.health",
-    "rtax_tui.core.capacity",
-    "rtax_tui.core.runner",
-    "rtax_tui.core.stats",
-    "rtax_tui.core.report",
-    "rtax_tui.core.assets",
-    "rtax_tui.core.workloads",
-    "rtax_tui.core.cgroups",
-    "rtax_tui.core.hostfacts",
-    "rtax_tui.core.probe",
-    "rtax_tui.core.probe_scripts",
-    "rtax_tui.core.probe_host",
-    "rtax_tui.core.probe_run",
-    "rtax_tui.core.probe_state",
+    "rtax_tui.model.spec",
+    "rtax_tui.model.recording",
+    "rtax_tui.engine.profile",
+    "rtax_tui.engine.plan",
+    "rtax_tui.engine.session",
+    "rtax_tui.model.events",
+    "rtax_tui.model.errors",
+    "rtax_tui.model.fold",
+    "rtax_tui.engine.control",
+    "rtax_tui.engine.scheduling",
+    "rtax_tui.engine.lifecycle",
+    "rtax_tui.engine.health",
+    "rtax_tui.engine.capacity",
+    "rtax_tui.engine.runner",
+    "rtax_tui.analysis.stats",
+    "rtax_tui.analysis.report",
+    "rtax_tui.drivers.toolkit.assets",
+    "rtax_tui.engine.workloads",
+    "rtax_tui.hosts.cgroups",
+    "rtax_tui.hosts.hostfacts",
+    "rtax_tui.model.checks",
+    "rtax_tui.engine.probe.scripts",
+    "rtax_tui.engine.probe.host",
+    "rtax_tui.engine.probe.run",
+    "rtax_tui.engine.probe.state",
     "rtax_tui.drivers",
     "rtax_tui.drivers.local",
     "rtax_tui.drivers.stage",
     "rtax_tui.drivers.docker",
-    "rtax_tui.core.images",
-    "rtax_tui.drivers.shellframe",
+    "rtax_tui.drivers.toolkit.images",
+    "rtax_tui.drivers.toolkit.shellframe",
     "rtax_tui.hosts",
 ]
 
@@ -58,7 +58,7 @@ def test_the_headless_engine_never_imports_textual(tmp_path):
     out = tmp_path / "r.jsonl"
     code = (
         "import sys\n"
-        "from rtax_tui.cli import main\n"
+        "from rtax_tui.commands.cli import main\n"
         f"rc = main(['run', {str(prof)!r}, '--headless', '-o', {str(out)!r}, '--quiet'])\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'textual')\n"
         "print(rc, ','.join(bad))\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.cgroups import Cgroup
+from rtax_tui.hosts.cgroups import Cgroup
 from tests.leftovers import leftovers
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
@@ -132,7 +132,7 @@ def test_the_leftover_scan_sees_a_live_sandbox(tmp_path):
 def test_kill_9_of_doctor_during_its_kvm_probe_leaves_no_qemu():
     """`rtax doctor` boots a KVM guest to see whether KVM works (microvm's accel auto);
     the console's launcher kills doctor when it closes. Its reaper ends the guest."""
-    from rtax_tui.core.vmimage import guest_files
+    from rtax_tui.drivers.toolkit.vmimage import guest_files
 
     if not os.path.exists("/dev/kvm") or guest_files() is None:
         pytest.skip("no /dev/kvm or no VM guest built: doctor starts no KVM probe here")

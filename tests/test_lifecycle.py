@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from rtax_tui.core.errors import ErrorKind, TrialError
-from rtax_tui.core.model import PhaseFailure, Timeouts
+from rtax_tui.model.errors import ErrorKind, TrialError
+from rtax_tui.model.spec import PhaseFailure, Timeouts
 from tests.enginetools import W_BAD, W_HANG, W_OK, by_type, prof, run
 from tests.fakes import FakeDriver
 
@@ -80,7 +80,7 @@ def test_ready_timeout_and_action_timeout():
 
 # -- `timed`: one phase under its timeout, its failure as a typed error --------
 def _timed(fn, timeout=1.0, barrier=None):  # type: ignore[no-untyped-def]
-    from rtax_tui.core.lifecycle import timed
+    from rtax_tui.engine.lifecycle import timed
 
     return asyncio.run(timed("ready", fn, timeout, barrier))
 
@@ -109,8 +109,8 @@ def test_timed_names_each_failure_by_kind() -> None:
 
 
 def test_a_cancelled_phase_is_interrupted_or_the_batch_deadline() -> None:
-    from rtax_tui.core.capacity import Barrier
-    from rtax_tui.core.lifecycle import timed
+    from rtax_tui.engine.capacity import Barrier
+    from rtax_tui.engine.lifecycle import timed
 
     async def cancelled(barrier: Barrier | None) -> TrialError | None:
         async def hang() -> None:
@@ -152,10 +152,10 @@ def test_action_event_counts_output_past_the_limit(monkeypatch):
     (the local driver, for real)."""
     from rtax_tui.drivers import get_driver
 
-    from rtax_tui.core import model
-    from rtax_tui.core.events import check_event
-    from rtax_tui.core.model import Step, Workload
     from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model import spec as model
+    from rtax_tui.model.events import check_event
+    from rtax_tui.model.spec import Step, Workload
 
     monkeypatch.setattr(model, "OUTPUT_LIMIT", 1024)
     big = Step(("sh", "-c", "head -c 8192 /dev/zero; exit 3"), expect_rc=3)

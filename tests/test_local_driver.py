@@ -10,10 +10,10 @@ import tempfile
 
 import pytest
 from rtax_tui.drivers.local import LocalDriver
-from rtax_tui.drivers.shellframe import frame
+from rtax_tui.drivers.toolkit.shellframe import frame
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 from rtax_tui.hosts import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 
 
 def spec(channel: str, src: str | None = None) -> EnvSpec:

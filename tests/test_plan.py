@@ -1,6 +1,6 @@
 from collections import Counter
 
-from rtax_tui.core.plan import build_capacity_plan, build_plan, make_cells
+from rtax_tui.engine.plan import build_capacity_plan, build_plan, make_cells
 
 
 def cells():

@@ -19,10 +19,10 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="matplotlib is not installed (a dependency of rtax)")
 
-from rtax_tui.core.recording import read_recording  # noqa: E402
-from rtax_tui.core.report import build_report  # noqa: E402
-from rtax_tui.plots import PARTS, capacity_sizes, kind_for, load_cells, plot  # noqa: E402
-from rtax_tui.tables import fmt_ms  # noqa: E402
+from rtax_tui.analysis.report import build_report  # noqa: E402
+from rtax_tui.model.recording import read_recording  # noqa: E402
+from rtax_tui.render.plots import PARTS, capacity_sizes, kind_for, load_cells, plot  # noqa: E402
+from rtax_tui.render.tables import fmt_ms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "recordings" / "examples"
@@ -206,7 +206,7 @@ def test_capacity_reads_a_list_of_sizes_when_the_report_has_one(tmp_path, monkey
     assert capacity_sizes({"batches": 3, "passed_batches": 2, "tasks": 24}) == [
         {"size": 8, "batches": 3, "passed": 2}
     ]
-    import rtax_tui.core.report as report_mod
+    import rtax_tui.analysis.report as report_mod
 
     real = report_mod.build_report
 

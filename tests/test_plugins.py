@@ -13,7 +13,7 @@ import pytest
 from rtax_tui.drivers import DriverRegistryError, driver_class, names
 from rtax_tui.drivers.registry import GROUP
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 PLUGIN = Path(__file__).parent / "data" / "plugins" / "rtax-echo"
 

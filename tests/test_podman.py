@@ -25,16 +25,10 @@ from rtax_tui.drivers.podman import (  # noqa: E402
     PodmanDriver,
     conmon_processes,
 )
+from rtax_tui.drivers.toolkit import images  # noqa: E402
 
-from rtax_tui.core import images  # noqa: E402
-from rtax_tui.core.model import (  # noqa: E402
-    Cell,
-    EnvSpec,
-    Limits,
-    Step,
-    Workload,
-)
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("podman_engine")  # conftest: the API service, images
 CHANNELS = ("exec", "shell")
@@ -177,7 +171,7 @@ def test_t1_t2_valid_on_podman(tmp_path, channel):
     import subprocess
     import sys
 
-    from rtax_tui.core.recording import read_recording
+    from rtax_tui.model.recording import read_recording
 
     images.build_debian_image("podman")
     out = tmp_path / "r.jsonl"

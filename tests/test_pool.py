@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.events import encode
-from rtax_tui.core.model import ActionResult, EnvSpec, PhaseFailure, Step
-from rtax_tui.core.poolspec import PoolSpec
-from rtax_tui.core.profile import ProfileError, load_profile
-from rtax_tui.core.recording import read_bytes
-from rtax_tui.core.report import build_report, project_report
+from rtax_tui.analysis.report import build_report, project_report
+from rtax_tui.engine.poolspec import PoolSpec
+from rtax_tui.engine.profile import ProfileError, load_profile
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.events import encode
+from rtax_tui.model.recording import read_bytes
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 from tests.enginetools import W_OK, by_type, prof, run
 from tests.fakes import FakeDriver, FakeEnvironment
 
@@ -138,7 +138,7 @@ def test_a_failed_refill_fails_trials_with_its_reason_and_the_pool_recovers() ->
 
 
 def test_a_broken_reset_is_a_dirty_reuse_the_next_trial_sees() -> None:
-    from rtax_tui.core.model import Workload
+    from rtax_tui.model.spec import Workload
 
     w = Workload("w", (Step(("look",)), Step(("plant", "mark"))))
     for broken, dirty in ((False, 0), (True, 2)):
@@ -203,7 +203,7 @@ def test_a_phase_failure_in_reset_never_hands_out_the_environment() -> None:
 
 
 def test_compare_sets_a_cold_recording_beside_a_pooled_one_by_start_up() -> None:
-    from rtax_tui.core.report import changed_cell_pairs, compare_reports
+    from rtax_tui.analysis.report import changed_cell_pairs, compare_reports
 
     def rec(**kw: Any) -> Any:
         drv = FakeDriver()
@@ -223,7 +223,7 @@ def test_compare_sets_a_cold_recording_beside_a_pooled_one_by_start_up() -> None
 def test_the_report_prints_the_pools_per_host() -> None:
     from rich.console import Console
 
-    from rtax_tui.reporting import print_report
+    from rtax_tui.render.reporting import print_report
 
     drv = FakeDriver()
     drv.delays = {"create": 0.01}
@@ -263,11 +263,11 @@ def test_dash_dash_pool_runs_the_profile_pooled(tmp_path: Path) -> None:
 def test_locality_a_trial_whose_host_has_a_ready_environment_goes_first() -> None:
     from collections import deque
 
-    from rtax_tui.core.control import RunControl
-    from rtax_tui.core.health import HostHealth
-    from rtax_tui.core.model import Cell
-    from rtax_tui.core.plan import PlannedTrial
-    from rtax_tui.core.scheduling import Scheduler
+    from rtax_tui.engine.control import RunControl
+    from rtax_tui.engine.health import HostHealth
+    from rtax_tui.engine.plan import PlannedTrial
+    from rtax_tui.engine.scheduling import Scheduler
+    from rtax_tui.model.spec import Cell
 
     a = Cell("a", "stage", "w", "exec", "pool")
     b = Cell("b", "stage", "w", "exec", "pool")

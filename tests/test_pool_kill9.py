@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rtax_tui.core.cgroups import Cgroup
+from rtax_tui.hosts.cgroups import Cgroup
 from tests.leftovers import leftovers
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None

@@ -10,9 +10,9 @@ import os
 import pytest
 from rtax_tui.drivers.stage import StageDriver, StageEnvironment
 
-from rtax_tui.core.model import EnvSpec, Limits
-from rtax_tui.core.probe_reuse import check_reuse
+from rtax_tui.engine.probe.reuse import check_reuse
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import EnvSpec, Limits
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="stage needs root and cgroups")
 LIMITS = Limits(cpus=1, memory_mib=256, pids=128)
@@ -22,7 +22,7 @@ class FilesOnlyReset(StageEnvironment):
     """Broken on purpose: empties the workspace, leaves /tmp and the processes."""
 
     async def reset_clean(self) -> None:
-        from rtax_tui.drivers.workspace import empty_dir
+        from rtax_tui.drivers.toolkit.workspace import empty_dir
 
         assert self.workspace is not None
         await asyncio.to_thread(empty_dir, self.workspace)
@@ -89,7 +89,7 @@ def test_microvm_snapshot_reset_holds(request: pytest.FixtureRequest) -> None:
     """microvm with start = restore: a pooled guest is reset by loading the snapshot."""
     from rtax_tui.drivers import get_driver
 
-    from rtax_tui.core.model import Step, Workload
+    from rtax_tui.model.spec import Step, Workload
 
     request.getfixturevalue("vm_guest")
     drv = get_driver("microvm", LocalHost(), {"start": "restore"})

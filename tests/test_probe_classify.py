@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from rtax_tui.core import probe_scripts as S
-from rtax_tui.core.probe import (
+from rtax_tui.engine.probe import scripts as S
+from rtax_tui.model.checks import (
     ALL_CHECKS,
     BLOCKED,
     BREACHED,

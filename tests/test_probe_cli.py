@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.probe import ALL_CHECKS, BREACHED, HELD, PROBE_FORMAT
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.checks import ALL_CHECKS, BREACHED, HELD, PROBE_FORMAT
+from rtax_tui.model.recording import read_recording
 
 # What an environment with no boundary cannot keep out on this kind of machine (module
 # loading and vsock are left out: a kernel without modules makes the first n/a even for
@@ -187,7 +187,7 @@ def test_old_recordings_keep_their_report_shape() -> None:
 
 
 def test_the_reaper_removes_planted_files_and_directories(tmp_path) -> None:
-    from rtax_tui.core.reaper import _reap
+    from rtax_tui.hosts.reaper import _reap
 
     f = tmp_path / ".rtax-probe-x"
     f.write_text("x")
@@ -206,9 +206,9 @@ def test_a_driver_that_cannot_be_checked_is_na_on_every_check(monkeypatch) -> No
     import rtax_tui.drivers as drivers_mod
     from rtax_tui.drivers.local import LocalDriver
 
-    from rtax_tui.core.probe import NA
-    from rtax_tui.core.probe_run import run_probe
+    from rtax_tui.engine.probe.run import run_probe
     from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model.checks import NA
 
     class Broken(LocalDriver):
         name = "broken"
@@ -262,8 +262,8 @@ def test_the_example_probe_recording_reports_every_driver() -> None:
 def test_the_docs_tables_are_the_example_recordings() -> None:
     """docs/boundaries.md's tables are `probe_markdown` of the example recording, between
     their markers: regenerate them with scripts/boundary-tables, never by hand."""
-    from rtax_tui.core.report import build_report
-    from rtax_tui.reporting import PROBE_TABLES_BEGIN, boundary_doc, probe_markdown
+    from rtax_tui.analysis.report import build_report
+    from rtax_tui.render.reporting import PROBE_TABLES_BEGIN, boundary_doc, probe_markdown
 
     text = DOCS.read_text()
     doc = build_report(read_recording(EXAMPLE / "all-drivers.jsonl"))["probe"]
@@ -281,8 +281,8 @@ def _ev(driver: str, channel: str, check: str, result: str, why: str, promised: 
 
 
 def test_the_markdown_tables_say_where_channels_differ_and_why_na() -> None:
-    from rtax_tui.core.probe import BLOCKED, NA, build_document
-    from rtax_tui.reporting import probe_markdown
+    from rtax_tui.model.checks import BLOCKED, NA, build_document
+    from rtax_tui.render.reporting import probe_markdown
 
     evs = (
         [_ev("stage", ch, "root_home", BLOCKED, "not visible", True) for ch in ("exec", "shell")]
@@ -327,7 +327,7 @@ def test_the_markdown_tables_say_where_channels_differ_and_why_na() -> None:
 
 
 def test_the_docs_markers_are_required() -> None:
-    from rtax_tui.reporting import PROBE_TABLES_BEGIN, PROBE_TABLES_END, boundary_doc
+    from rtax_tui.render.reporting import PROBE_TABLES_BEGIN, PROBE_TABLES_END, boundary_doc
 
     doc: dict = {"drivers": {}}
     with pytest.raises(ValueError):
@@ -376,10 +376,10 @@ def test_an_environment_that_runs_nothing_proves_nothing(monkeypatch) -> None:
     import rtax_tui.drivers as drivers_mod
     from rtax_tui.drivers.base import Driver, Environment
 
-    from rtax_tui.core.model import ActionResult
-    from rtax_tui.core.probe import NA
-    from rtax_tui.core.probe_run import run_probe
+    from rtax_tui.engine.probe.run import run_probe
     from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model.checks import NA
+    from rtax_tui.model.spec import ActionResult
 
     class Mute(Environment):
         async def create(self) -> None:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rtax_tui.core.probe import ALL_CHECKS
+from rtax_tui.model.checks import ALL_CHECKS
 from tests.probetools import by_run, failures, probe
 
 docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")

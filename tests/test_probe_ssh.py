@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from rtax_tui.core.probe import BREACHED, HELD
+from rtax_tui.model.checks import BREACHED, HELD
 from tests.probetools import by_run, probe
 from tests.sshhosts import SSHLab, missing
 

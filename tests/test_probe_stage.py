@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rtax_tui.core.probe import BY_NAME, CHECKS, RESET_CHECKS
+from rtax_tui.model.checks import BY_NAME, CHECKS, RESET_CHECKS
 from tests.probetools import probe
 from tests.sshhosts import SSHLab, missing
 

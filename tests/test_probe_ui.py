@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from rtax_tui.core.probe import ALL_CHECKS
-from rtax_tui.core.recording import RecordingWriter
+from rtax_tui.model.checks import ALL_CHECKS
+from rtax_tui.model.recording import RecordingWriter
 from rtax_tui.ui.app import RtaxApp, replay_screen
 from rtax_tui.ui.modals import BoundaryPanel, HelpScreen
 from rtax_tui.ui.monitor import MonitorScreen

@@ -7,8 +7,8 @@ import os
 import pytest
 from rtax_tui.drivers import get_driver
 
-from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.hosts import LocalHost
+from rtax_tui.model.checks import ALL_CHECKS
 from tests.probetools import by_run, failures, probe
 from tests.vmtools import ensure_guest, nothing_left
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtax_tui.core.profile import ProfileError, load_profile, profiles_dir
+from rtax_tui.engine.profile import ProfileError, load_profile, profiles_dir
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_the_pvisor_capacity_profile_is_pvisors_budget():
 
 
 def test_limits_by_default_without_a_limits_table(tmp_path):
-    from rtax_tui.core.model import (
+    from rtax_tui.model.spec import (
         DEFAULT_CPUS,
         DEFAULT_MEMORY_MIB,
         DEFAULT_PIDS,
@@ -133,7 +133,7 @@ def test_limits_by_default_without_a_limits_table(tmp_path):
 
 
 def test_unlimited_is_explicit_and_round_trips(tmp_path):
-    from rtax_tui.core.profile_toml import dump, from_resolved
+    from rtax_tui.engine.profile_toml import dump, from_resolved
 
     path = tmp_path / "p.toml"
     path.write_text('[limits]\npids = "unlimited"\nworkspace_mib = "unlimited"\ncpus = 2\n')
@@ -180,8 +180,8 @@ def test_bad_limits_are_one_line_naming_key_and_line(tmp_path, line, needle):
 
 
 def test_a_vms_size_under_limits():
-    from rtax_tui.core.model import DEFAULT_MEMORY_MIB as MIB
-    from rtax_tui.core.model import vm_size
+    from rtax_tui.model.spec import DEFAULT_MEMORY_MIB as MIB
+    from rtax_tui.model.spec import vm_size
 
     assert vm_size(None, MIB, 512) == 512  # unlimited: the driver's option
     assert vm_size(MIB, MIB, 512) == 512  # the default limit: the option, up to it

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 
-from rtax_tui.core.reaper import Reaper
+from rtax_tui.hosts.reaper import Reaper
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtax_tui.core.recording import RecordingError, RecordingWriter, read_recording
+from rtax_tui.model.recording import RecordingError, RecordingWriter, read_recording
 
 HEADER = {
     "type": "run",

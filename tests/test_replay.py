@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.traj.workload import map_path, shell_argv, trajectory_root, write_argv
+from rtax_tui.engine.traj.workload import map_path, shell_argv, trajectory_root, write_argv
+from rtax_tui.model.recording import read_recording
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 REAL = {  # one real file per format, the steps its replay runs (shell, reads, writes)
@@ -345,8 +345,8 @@ def test_paths_map_into_the_workspace_or_are_left_out() -> None:
 
 
 def test_roots_come_from_cwd_else_the_files() -> None:
-    from rtax_tui.core.traj import read_trajectories
-    from rtax_tui.core.traj.replay import replay_plan
+    from rtax_tui.engine.traj import read_trajectories
+    from rtax_tui.engine.traj.replay import replay_plan
 
     plans = {f: replay_plan(read_trajectories(p)[0]) for f, (p, _) in REAL.items()}
     assert trajectory_root(plans["claude-code"]) == "/Users/user/repo"
@@ -380,10 +380,10 @@ def test_replayed_edit_of_a_file_past_the_output_limit_fails_unwritten(monkeypat
 
     from rtax_tui.drivers import get_driver
 
-    from rtax_tui.core import model
-    from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
-    from rtax_tui.core.traj.workload import ReplayStep
+    from rtax_tui.engine.traj.workload import ReplayStep
     from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model import spec as model
+    from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 
     monkeypatch.setattr(model, "OUTPUT_LIMIT", 1024)
 

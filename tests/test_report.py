@@ -8,9 +8,9 @@ import orjson
 import pytest
 from rich.console import Console
 
-from rtax_tui.core.recording import read_stream
-from rtax_tui.core.report import build_report, compare_reports, project_report
-from rtax_tui.reporting import (
+from rtax_tui.analysis.report import build_report, compare_reports, project_report
+from rtax_tui.model.recording import read_stream
+from rtax_tui.render.reporting import (
     LEGEND,
     fmt_ms,
     render_compare,
@@ -383,14 +383,14 @@ def test_fmt_ms():
 
 def test_core_does_not_import_rich():
     code = (
-        "import sys, rtax_tui.core.report, rtax_tui.core.stats; "
+        "import sys, rtax_tui.analysis.report, rtax_tui.analysis.stats; "
         "sys.exit(any(m.split('.')[0] in ('rich', 'textual') for m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 def test_limits_lines_say_the_limits_and_warn_of_unlimited_ones(report):
-    from rtax_tui.reporting import limits_lines, print_report
+    from rtax_tui.render.reporting import limits_lines, print_report
 
     # a recording made before limits were recorded
     assert report["run"]["limits"] == "unknown"

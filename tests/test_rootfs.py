@@ -2,7 +2,7 @@
 
 import os
 
-from rtax_tui.core import rootfs
+from rtax_tui.drivers.toolkit import rootfs
 
 
 def test_apt_mirror_reads_deb822_and_legacy(tmp_path):

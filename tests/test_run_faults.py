@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.events import Emitter, SinkError
-from rtax_tui.core.recording import RecordingWriteError, RecordingWriter, read_recording
+from rtax_tui.hosts.cgroups import Cgroup
+from rtax_tui.model.events import Emitter, SinkError
+from rtax_tui.model.recording import RecordingWriteError, RecordingWriter, read_recording
 from tests.leftovers import leftovers
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None

@@ -1,4 +1,4 @@
-"""Run locks (core/runlock.py): a live process's labels are seen by cleanups, a dead
+"""Run locks (model/runlock.py): a live process's labels are seen by cleanups, a dead
 one's (kill -9 included) are not; the shell reading (any host) agrees with Python's;
 the workspace cleanup spares a live run's workspaces."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core import runlock
+from rtax_tui.model import runlock
 
 HOLDER = """
 import sys, time
-from rtax_tui.core import runlock
+from rtax_tui.model import runlock
 for label in sys.argv[1:]:
     runlock.hold(label)
 print("held", flush=True)
@@ -64,13 +64,13 @@ def test_a_live_lock_is_seen_and_a_killed_one_is_not(isolated: Path) -> None:
 
 
 def test_the_lock_file_goes_with_a_normal_exit(isolated: Path) -> None:
-    code = "from rtax_tui.core import runlock; runlock.hold('r1')"
+    code = "from rtax_tui.model import runlock; runlock.hold('r1')"
     subprocess.run([sys.executable, "-c", code], check=True)
     assert os.listdir(os.environ["RTAX_RUNS_DIR"]) == []
 
 
 def test_workspace_cleanup_spares_the_live_run(isolated: Path) -> None:
-    from rtax_tui.drivers.workspace import workspace_cleanup
+    from rtax_tui.drivers.toolkit.workspace import workspace_cleanup
 
     from rtax_tui.hosts import LocalHost
 
@@ -165,7 +165,7 @@ def test_as_another_process_sees_its_own_locks_live(isolated: Path) -> None:
     labels are spared only inside `as_another_process`."""
     code = """
 import subprocess
-from rtax_tui.core import runlock
+from rtax_tui.model import runlock
 runlock.hold("mine")
 sh = lambda: runlock._parse(subprocess.run(["sh", "-c", runlock.script(runlock.LIVE_SH)],
                             capture_output=True, check=True).stdout.decode())

@@ -23,9 +23,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rtax_tui.core import cgroups
-from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.recording import read_recording
+from rtax_tui.hosts import cgroups
+from rtax_tui.hosts.cgroups import Cgroup
+from rtax_tui.model.recording import read_recording
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
@@ -161,7 +161,7 @@ def _reaper_of(pid: int) -> int:
                 cmd = f.read()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == pid and b"rtax_tui.core.reaper" in cmd:
+        if ppid == pid and b"rtax_tui.hosts.reaper" in cmd:
             return int(name)
     raise AssertionError(f"no reaper under {pid}")
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from rtax_tui.core import reaper, safefs
+from rtax_tui.hosts import reaper, safefs
 from rtax_tui.hosts.local import LocalHost
 
 ROOT = os.geteuid() == 0

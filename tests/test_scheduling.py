@@ -34,12 +34,12 @@ def test_concurrency_runs_trials_in_parallel():
 def test_next_with_room_skips_a_full_host_and_a_lost_host_in_flight() -> None:
     from collections import deque
 
-    from rtax_tui.core.control import RunControl
-    from rtax_tui.core.errors import ErrorKind, TrialError
-    from rtax_tui.core.health import HostHealth
-    from rtax_tui.core.model import Cell
-    from rtax_tui.core.plan import PlannedTrial
-    from rtax_tui.core.scheduling import Scheduler
+    from rtax_tui.engine.control import RunControl
+    from rtax_tui.engine.health import HostHealth
+    from rtax_tui.engine.plan import PlannedTrial
+    from rtax_tui.engine.scheduling import Scheduler
+    from rtax_tui.model.errors import ErrorKind, TrialError
+    from rtax_tui.model.spec import Cell
 
     class H:
         lost = False
@@ -76,7 +76,7 @@ def test_trials_start_in_the_plans_order_one_at_a_time() -> None:
 
 
 def test_pause_holds_scheduling_and_resume_goes_on() -> None:
-    from rtax_tui.core.session import Session
+    from rtax_tui.engine.session import Session
 
     drv = FakeDriver()
     events: list[dict] = []

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from rtax_tui.drivers import seccomp as S
+from rtax_tui.drivers.toolkit import seccomp as S
 
 pytestmark = pytest.mark.skipif(
     platform.machine() != "x86_64", reason="the filter is written for x86_64"

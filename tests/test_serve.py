@@ -285,7 +285,7 @@ def test_bad_serve_input_is_one_line_and_exit_2(tmp_path: Path, args, message) -
 
 
 def test_the_served_command_is_this_rtax_quoted_for_the_shell() -> None:
-    from rtax_tui.serve import console_command
+    from rtax_tui.commands.serve import console_command
 
     cmd = console_command(["replay", "a file; rm -rf x"])
     assert cmd == f"{sys.executable} -m rtax_tui replay 'a file; rm -rf x'"

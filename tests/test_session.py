@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rtax_tui.core.scheduling import Scheduler
-from rtax_tui.core.session import Session
+from rtax_tui.engine.scheduling import Scheduler
+from rtax_tui.engine.session import Session
 from tests.enginetools import W_OK, by_type, prof, run
 from tests.fakes import FakeDriver
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 from tests import services
 from tests.leftovers import leftovers
 
@@ -72,7 +72,7 @@ def test_doctor_names_a_daemon_that_answers_slowly(
 ) -> None:
     from rtax_tui.drivers import get_driver
 
-    from rtax_tui.doctor import SLOW_DAEMON_S, slow_note, time_daemon
+    from rtax_tui.commands.doctor import SLOW_DAEMON_S, slow_note, time_daemon
     from rtax_tui.hosts import LocalHost
 
     pid = _daemon(request, driver)

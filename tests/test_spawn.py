@@ -75,7 +75,7 @@ def test_capped_run_keeps_the_limit_and_counts_the_rest(monkeypatch, merged):
     exec channel's spawn to a pipe; apart, with input: asyncio's subprocess): the first
     OUTPUT_LIMIT bytes of each stream kept, the rest read to the end and counted, and a
     writer of more than a pipe holds is not cut (its write blocks, it does not fail)."""
-    from rtax_tui.core import model
+    from rtax_tui.model import spec as model
 
     monkeypatch.setattr(model, "OUTPUT_LIMIT", 1024)
     script = "cat >/dev/null; head -c 1048576 /dev/zero; echo err >&2; exit 3"

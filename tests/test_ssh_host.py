@@ -9,10 +9,10 @@ import subprocess
 import time
 
 import pytest
-from rtax_tui.drivers.shellframe import FramedShell
+from rtax_tui.drivers.toolkit.shellframe import FramedShell
 
-from rtax_tui.core.model import HostLost, RtaxError
 from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url, remote_command
+from rtax_tui.model.spec import HostLost, RtaxError
 from tests.procs import dead
 from tests.sshhosts import SSHLab, missing, netns_missing
 
@@ -241,9 +241,9 @@ def test_jump_host(lab: SSHLab) -> None:
 
 
 def test_the_remote_reaper_holds_the_run_lock(lab: SSHLab) -> None:
-    """The remote reaper holds a run lock (core/runlock.py) with the labels held before
+    """The remote reaper holds a run lock (model/runlock.py) with the labels held before
     the connection and after; it lets go when the connection closes."""
-    from rtax_tui.core import runlock
+    from rtax_tui.model import runlock
 
     before, after = f"lockb{os.getpid()}", f"locka{os.getpid()}"
 
@@ -283,8 +283,8 @@ def test_action_output_past_the_limit_over_ssh(lab: SSHLab, channel: str, monkey
     OUTPUT_LIMIT bytes kept, the rest read and counted, the real status, then in step."""
     from rtax_tui.drivers import get_driver
 
-    from rtax_tui.core import model
-    from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+    from rtax_tui.model import spec as model
+    from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 
     monkeypatch.setattr(model, "OUTPUT_LIMIT", 1 << 20)
     monkeypatch.setattr(model, "READ_LIMIT", 256 << 10)  # the SSH reader taken as it fills

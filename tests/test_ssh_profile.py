@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rtax_tui.core.profile import ProfileError, parse_profile
-from rtax_tui.core.runner import make_host
+from rtax_tui.engine.profile import ProfileError, parse_profile
+from rtax_tui.engine.runner import make_host
 from rtax_tui.hosts.ssh import SSHHost
 
 TEXT = """\

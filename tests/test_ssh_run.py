@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 from tests.sshhosts import SSHLab, netns_missing
 
 NETNS = netns_missing()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from rtax_tui.core.model import HostLost, Step, Workload
-from rtax_tui.core.profile import Profile
-from rtax_tui.core.session import Session
+from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.session import Session
+from rtax_tui.model.spec import HostLost, Step, Workload
 from tests.fakes import FakeDriver
 
 

@@ -9,8 +9,8 @@ import os
 import pytest
 from rtax_tui.drivers import get_driver
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 from tests.sshhosts import SSHLab, netns_missing
 
 NETNS = netns_missing()

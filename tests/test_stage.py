@@ -12,10 +12,10 @@ import pytest
 from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.stage import StageDriver
 
-from rtax_tui.core import cgroups
-from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+from rtax_tui.hosts import cgroups
+from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 from tests.procs import dead
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
@@ -211,7 +211,7 @@ def test_nested_under_a_budget_cgroup():
 
 def test_only_named_assets_and_ro_binds_are_visible_read_only(tmp_path, monkeypatch):
     monkeypatch.setenv("RTAX_CACHE", str(tmp_path / "cache"))
-    from rtax_tui.core.assets import assets_root
+    from rtax_tui.drivers.toolkit.assets import assets_root
 
     assets = assets_root()
     (assets / "bare").mkdir(parents=True)
@@ -424,7 +424,7 @@ def _uid_listing(uid: int) -> list[str]:
 
 
 def test_default_limits_stop_a_fork_bomb_of_5000_sleeps():
-    from rtax_tui.core.model import DEFAULT_PIDS
+    from rtax_tui.model.spec import DEFAULT_PIDS
 
     # a sandbox uid of this test's own, so that the host's count is this test's alone
     uid = 61000 + os.getpid() % 2000
@@ -467,7 +467,7 @@ def test_default_limits_stop_a_fork_bomb_of_5000_sleeps():
 
 
 def test_default_memory_limit_kills_a_hog():
-    from rtax_tui.core.model import DEFAULT_MEMORY_MIB
+    from rtax_tui.model.spec import DEFAULT_MEMORY_MIB
 
     code = "import sys; b = b'x' * (int(sys.argv[1]) << 20); print(len(b) >> 20)"
 
@@ -497,7 +497,7 @@ def _cg_file(cg: Cgroup, controller: str, name: str) -> str:
 
 
 def test_unlimited_pids_is_no_pids_limit():
-    from rtax_tui.core.model import DEFAULT_MEMORY_MIB
+    from rtax_tui.model.spec import DEFAULT_MEMORY_MIB
 
     async def run():
         env = driver().environment(spec("exec", limits=Limits(pids=None)))

@@ -14,12 +14,12 @@ import tempfile
 
 import pytest
 from rtax_tui.drivers import get_driver
-from rtax_tui.drivers.sandbox import ENTER_GONE, enter_argv
 from rtax_tui.drivers.stage import StageDriver, StageEnvironment
+from rtax_tui.drivers.toolkit.sandbox import ENTER_GONE, enter_argv
 
-from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.model import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
+from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
@@ -290,7 +290,7 @@ def test_b4_only_the_shell_itself_can_write_the_frame() -> None:
     import socket
     import subprocess
 
-    from rtax_tui.drivers.shellframe import CredReader
+    from rtax_tui.drivers.toolkit.shellframe import CredReader
 
     async def run() -> None:
         ours, theirs = socket.socketpair()

@@ -11,9 +11,9 @@ import pytest
 from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.stage import StageDriver
 
-from rtax_tui.core.cgroups import Cgroup
-from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
+from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")

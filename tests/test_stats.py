@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rtax_tui.core.stats import bootstrap_medians, clusters, median_diff, project, summarize
+from rtax_tui.analysis.stats import bootstrap_medians, clusters, median_diff, project, summarize
 
 
 def _lognormal_ns(rng, median_ms, sigma, n):

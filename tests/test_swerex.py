@@ -13,9 +13,9 @@ import pytest
 from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.swerex import SwerexDriver
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, OptionError, Step, Workload
-from rtax_tui.core.probe import ALL_CHECKS
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.checks import ALL_CHECKS
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, OptionError, Step, Workload
 
 pytest.importorskip("swerex", reason="SWE-ReX is not installed (pip install 'rtax[swerex]')")
 

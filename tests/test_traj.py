@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
-from rtax_tui.cli import main
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.report import build_report
-from rtax_tui.core.traj import TrajError, detect, read_trajectories
-from rtax_tui.core.traj.prepare import prefix_lengths, tree_digest, validate_prefix
+from rtax_tui.analysis.report import build_report
+from rtax_tui.commands.cli import main
+from rtax_tui.engine.traj import TrajError, detect, read_trajectories
+from rtax_tui.engine.traj.prepare import prefix_lengths, tree_digest, validate_prefix
+from rtax_tui.model.recording import read_recording
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 SWE0 = DATA / "swe-agent" / "pydicom__pydicom-1458.traj"
@@ -516,7 +516,7 @@ def test_prepare_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_replay_plan_real_files() -> None:
-    from rtax_tui.core.traj.replay import replay_plan
+    from rtax_tui.engine.traj.replay import replay_plan
 
     p = replay_plan(one(CLAUDE))
     assert sum(1 for a in p.actions if a.op == "shell") == 39

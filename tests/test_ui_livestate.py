@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.model import PHASES
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.report import build_report
+from rtax_tui.analysis.report import build_report
+from rtax_tui.model.recording import read_recording
+from rtax_tui.model.spec import PHASES
 from rtax_tui.ui.histogram import Layout, draw
 from rtax_tui.ui.livestate import N_BINS, LiveState, bin_edges_ns, bin_of
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.report import build_report, project_report
+from rtax_tui.analysis.report import build_report, project_report
+from rtax_tui.model.recording import read_recording
 from rtax_tui.ui.app import RtaxApp, replay_screen
 from rtax_tui.ui.compare import CompareScreen
 from rtax_tui.ui.feeds import engine_argv

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 from rtax_tui.ui.app import RtaxApp, replay_screen
 from rtax_tui.ui.compare import CompareScreen
 from rtax_tui.ui.monitor import MonitorScreen
@@ -70,7 +70,7 @@ def _workbench_here(monkeypatch, tmp_path) -> None:
     that a new example recording does not change these pictures)."""
     import shutil
 
-    from rtax_tui.core import history
+    from rtax_tui.analysis import history
 
     shipped = tmp_path / "shipped"
     shipped.mkdir()
@@ -83,7 +83,7 @@ def _workbench_here(monkeypatch, tmp_path) -> None:
 
 
 def test_launcher(snap_compare, monkeypatch, tmp_path) -> None:
-    from rtax_tui.core.profile import profiles_dir
+    from rtax_tui.engine.profile import profiles_dir
     from rtax_tui.ui.launcher import LauncherScreen
 
     _workbench_here(monkeypatch, tmp_path)

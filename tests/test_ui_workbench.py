@@ -17,13 +17,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rtax_tui.core import history as core_history
-from rtax_tui.core.history import estimate, history, profile_beside, summarize
-from rtax_tui.core.plan import build_plan, make_cells
-from rtax_tui.core.profile import Profile, load_profile, parse_profile, profiles_dir
-from rtax_tui.core.profile_toml import dump, from_resolved
-from rtax_tui.core.recording import read_recording
-from rtax_tui.core.report import changed_cell_pairs, compare_reports
+from rtax_tui.analysis import history as core_history
+from rtax_tui.analysis.history import estimate, history, profile_beside, summarize
+from rtax_tui.analysis.report import changed_cell_pairs, compare_reports
+from rtax_tui.engine.plan import build_plan, make_cells
+from rtax_tui.engine.profile import Profile, load_profile, parse_profile, profiles_dir
+from rtax_tui.engine.profile_toml import dump, from_resolved
+from rtax_tui.model.recording import read_recording
 from rtax_tui.ui.app import RtaxApp
 from rtax_tui.ui.compare import CompareScreen
 from rtax_tui.ui.history import HistoryScreen, ReportPanel

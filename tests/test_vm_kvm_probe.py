@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from rtax_tui.drivers.vmguest import probe_kvm
+from rtax_tui.drivers.toolkit.vmguest import probe_kvm
 
 from rtax_tui.hosts.local import LocalHost
 from tests.vmtools import ensure_guest

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from rtax_tui.drivers.libvirt import LibvirtDriver
 
-from rtax_tui.core.model import EnvSpec, PhaseFailure, RtaxError, Step, Workload
+from rtax_tui.model.spec import EnvSpec, PhaseFailure, RtaxError, Step, Workload
 from tests.services import libvirtd_answers
 from tests.vmtools import (
     SubPhases,

@@ -8,7 +8,7 @@ import os
 import pytest
 from rtax_tui.drivers.microvm import MicrovmDriver
 
-from rtax_tui.core.model import EnvSpec, PhaseFailure, RtaxError, Step, Workload
+from rtax_tui.model.spec import EnvSpec, PhaseFailure, RtaxError, Step, Workload
 from tests.vmtools import (
     SubPhases,
     check_never_ready,
@@ -159,8 +159,9 @@ def test_restore_path_starts_from_a_saved_guest(tmp_path):
 
 
 def test_t2_is_refused_before_any_trial():
-    from rtax_tui.core import assets
-    from rtax_tui.core.workloads import builtin_workloads
+    from rtax_tui.drivers.toolkit import assets
+
+    from rtax_tui.engine.workloads import builtin_workloads
 
     t2 = builtin_workloads(assets.prepare())["t2"]
     probs = asyncio.run(driver().check_workloads([t2]))

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from rtax_tui.core.model import Step, Workload
+from rtax_tui.model.spec import Step, Workload
 from tests.vmtools import ensure_guest, nothing_left, vm_driver, vm_spec
 
 pytestmark = pytest.mark.slow

@@ -1,12 +1,12 @@
-"""A timed-out phase names the daemon call it was waiting on (core/waits.py): the engine's
+"""A timed-out phase names the daemon call it was waiting on (model/waits.py): the engine's
 `timed` and a driver's `waiting_on`, without a driver."""
 
 from __future__ import annotations
 
 import asyncio
 
-from rtax_tui.core.lifecycle import timed
-from rtax_tui.core.waits import Waits, waiting_on
+from rtax_tui.engine.lifecycle import timed
+from rtax_tui.model.waits import Waits, waiting_on
 
 
 async def _slow_call() -> None:
@@ -71,7 +71,7 @@ class _Daemon:
 
 
 def test_doctor_times_one_daemon_call_and_names_a_slow_one() -> None:
-    from rtax_tui.doctor import SLOW_DAEMON_S, slow_note, time_daemon
+    from rtax_tui.commands.doctor import SLOW_DAEMON_S, slow_note, time_daemon
 
     fast = asyncio.run(time_daemon(_Daemon(0.01)))
     assert fast is not None and fast[0] == "libvirtd (domain capabilities)"
@@ -88,7 +88,7 @@ def test_doctor_times_one_daemon_call_and_names_a_slow_one() -> None:
 def test_a_driver_without_a_daemon_is_not_timed() -> None:
     from rtax_tui.drivers.local import LocalDriver
 
-    from rtax_tui.doctor import time_daemon
+    from rtax_tui.commands.doctor import time_daemon
     from rtax_tui.hosts import LocalHost
 
     assert asyncio.run(time_daemon(LocalDriver(LocalHost(), {}))) is None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.core.recording import read_recording
+from rtax_tui.model.recording import read_recording
 
 
 def run_and_report(tmp_path: Path, *args: str) -> tuple[dict, dict]:
@@ -68,7 +68,7 @@ def test_a_patch_that_does_not_fix_makes_t2_invalid_not_failed(tmp_path):
     import os
     import shutil
 
-    from rtax_tui.core import assets
+    from rtax_tui.drivers.toolkit import assets
 
     real = assets.prepare()
     cache = tmp_path / "cache"

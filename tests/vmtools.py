@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from rtax_tui.drivers import get_driver
-from rtax_tui.drivers.vmguest import DIR_PREFIX, safe
+from rtax_tui.drivers.toolkit.vmguest import DIR_PREFIX, safe
 
-from rtax_tui.core.model import Cell, EnvSpec, Limits, Step, Workload
 from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 
 
 def vm_spec(
@@ -46,7 +46,7 @@ class SubPhases:
 
 def ensure_guest(root: bool = False):
     """Build (or find) the guest; the root disk only when asked (it needs the rootfs)."""
-    from rtax_tui.core.vmimage import build_guest, guest_files
+    from rtax_tui.drivers.toolkit.vmimage import build_guest, guest_files
 
     g = guest_files(need_root=root)
     return g if g is not None else build_guest(root=root)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import PhaseFailure
 from rtax_tui.hosts import cgroup_sh
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.spec import PhaseFailure
 
 # What a host's reaper can end when the run ends, however it ends:
 # "pgid": a process group; "path": a file or directory tree; "cgroup": a cgroup, named

@@ -10,11 +10,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rtax_tui.core import model, reaper, safefs
-from rtax_tui.core.errors import ErrorKind
-from rtax_tui.core.model import OutputSink, PhaseFailure
-from rtax_tui.hosts import spawn
+from rtax_tui.hosts import reaper, safefs, spawn
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
+from rtax_tui.model import spec as model
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.spec import OutputSink, PhaseFailure
 
 __all__ = ["CompletedProcess", "LocalHost", "join_cgroups_before_exec", "kill_group"]
 
@@ -93,7 +93,7 @@ class LocalHost(Host):
         memory_mib: int | None = None,
         pids: int | None = None,
     ) -> list[str]:
-        from rtax_tui.core.cgroups import Cgroup, CgroupError
+        from rtax_tui.hosts.cgroups import Cgroup, CgroupError
 
         parent, _, name = rel.strip("/").rpartition("/")
         self.track("cgroup", rel)
@@ -105,7 +105,7 @@ class LocalHost(Host):
         return cg.procs_files()
 
     async def kill_cgroup(self, rel: str, spare: int | None = None) -> None:
-        from rtax_tui.core.cgroups import Cgroup, CgroupError
+        from rtax_tui.hosts.cgroups import Cgroup, CgroupError
 
         try:
             pids = Cgroup(rel).pids()
@@ -118,7 +118,7 @@ class LocalHost(Host):
                 pass
 
     async def remove_cgroup(self, rel: str) -> None:
-        from rtax_tui.core.cgroups import Cgroup, CgroupError
+        from rtax_tui.hosts.cgroups import Cgroup, CgroupError
 
         try:
             await asyncio.to_thread(Cgroup(rel).remove)
@@ -127,7 +127,7 @@ class LocalHost(Host):
         self.untrack("cgroup", rel)
 
     def cgroup_procs(self, relpath: str) -> list[str]:
-        from rtax_tui.core.cgroups import Cgroup
+        from rtax_tui.hosts.cgroups import Cgroup
 
         return Cgroup.at(relpath).procs_files()
 
@@ -154,7 +154,7 @@ class LocalHost(Host):
             r.drop_cgroup(value)
 
     async def facts(self) -> dict[str, Any]:
-        from rtax_tui.core.hostfacts import local_facts
+        from rtax_tui.hosts.hostfacts import local_facts
 
         return dict(local_facts())
 

@@ -24,10 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtax_tui.core import model, runlock
-from rtax_tui.core.model import HostLost, OutputSink, RtaxError
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.hosts.cgroup_sh import cgroup_dirs
+from rtax_tui.model import runlock
+from rtax_tui.model import spec as model
+from rtax_tui.model.spec import HostLost, OutputSink, RtaxError
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./@:+-]+")
@@ -64,7 +65,7 @@ END {
 }
 """
 
-# Starts the reaper holding the run lock (core/runlock.py) on fd 9: the lock outlives
+# Starts the reaper holding the run lock (model/runlock.py) on fd 9: the lock outlives
 # the connection until the reaper has removed what was left. A shell loop in front
 # appends `+l LABEL` lines to the lock at once (awk may read its input in blocks) and
 # hands the rest to awk. Args: LOCK_ID AWK_PROGRAM

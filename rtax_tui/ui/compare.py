@@ -41,8 +41,8 @@ class CompareScreen(Screen[None]):
 
     @work(thread=True, exclusive=True)
     def load(self) -> None:
-        from rtax_tui.core.recording import read_recording
-        from rtax_tui.core.report import changed_cell_pairs, compare_reports
+        from rtax_tui.analysis.report import changed_cell_pairs, compare_reports
+        from rtax_tui.model.recording import read_recording
 
         try:
             a, b = read_recording(self.path_a), read_recording(self.path_b)

@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
-from rtax_tui.core.events import EVENT_CHECKS
-from rtax_tui.core.recording import Recording
+from rtax_tui.model.events import EVENT_CHECKS
+from rtax_tui.model.recording import Recording
 
 Sink = Callable[[dict[str, Any]], None]
 

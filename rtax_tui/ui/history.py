@@ -21,7 +21,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
-from rtax_tui.core.history import RunSummary, display_path, fmt_duration, history
+from rtax_tui.analysis.history import RunSummary, display_path, fmt_duration, history
 
 STATUS_STYLE = {"completed": "green", "interrupted": "yellow", "failed": "red"}
 
@@ -213,9 +213,9 @@ class ReportPanel(ModalScreen[None]):
     def render_report(self, width: int) -> None:
         from rich.console import Console
 
-        from rtax_tui.core.recording import read_recording
-        from rtax_tui.core.report import build_report
-        from rtax_tui.reporting import print_report
+        from rtax_tui.analysis.report import build_report
+        from rtax_tui.model.recording import read_recording
+        from rtax_tui.render.reporting import print_report
 
         try:
             report = build_report(read_recording(self.path))

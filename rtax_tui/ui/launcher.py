@@ -38,7 +38,7 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
-from rtax_tui.core.history import (
+from rtax_tui.analysis.history import (
     RunSummary,
     estimate,
     find_recordings,
@@ -46,9 +46,8 @@ from rtax_tui.core.history import (
     profile_beside,
     recording_path,
 )
-from rtax_tui.core.model import CHANNELS
-from rtax_tui.core.plan import build_capacity_plan, build_plan, make_cells
-from rtax_tui.core.profile_toml import (
+from rtax_tui.engine.plan import build_capacity_plan, build_plan, make_cells
+from rtax_tui.engine.profile_toml import (
     anchor_paths,
     dump,
     from_resolved,
@@ -56,7 +55,8 @@ from rtax_tui.core.profile_toml import (
     parse_inline,
     profiles_dir,
 )
-from rtax_tui.core.workloads import WORKLOAD_NAMES
+from rtax_tui.engine.workloads import WORKLOAD_NAMES
+from rtax_tui.model.spec import CHANNELS
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
 # What the profile loader takes when a profile leaves a `[run]` key out
@@ -739,7 +739,7 @@ def launcher_for_recording(
         data = anchor_paths(tomllib.loads(beside.read_text()), beside.parent)
         data.setdefault("name", beside.stem)
     else:
-        from rtax_tui.core.recording import read_recording
+        from rtax_tui.model.recording import read_recording
 
         header = read_recording(path).header
         data = from_resolved(header.get("profile") or {})

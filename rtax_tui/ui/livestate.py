@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from rtax_tui.core.fold import CapacityFold, TrialFold, TrialOutcome
-from rtax_tui.core.model import PHASES, TIMED_PHASES
+from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
+from rtax_tui.model.spec import PHASES, TIMED_PHASES
 
 # Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.
 BIN_LO_NS = 1_000

@@ -14,8 +14,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from rtax_tui.core.history import find_recordings
-from rtax_tui.core.recording import Recording
+from rtax_tui.analysis.history import find_recordings
+from rtax_tui.model.recording import Recording
 
 LEGEND = (
     "Histograms: the selected cell's samples in log-spaced bins; ▲ green P50, ▲ yellow P95, "
@@ -136,7 +136,7 @@ class ProjectPanel(ModalScreen[None]):
 
     @work(thread=True, exclusive=True)
     def compute(self, n: int, s: int) -> None:
-        from rtax_tui.core.report import project_report
+        from rtax_tui.analysis.report import project_report
 
         proj = project_report(self.rec, n, s)
         self.app.call_from_thread(self._show, proj)
@@ -167,7 +167,7 @@ class BoundaryPanel(ModalScreen[None]):
 
     def __init__(self, header: dict[str, Any] | None, events: list[dict[str, Any]]) -> None:
         super().__init__()
-        from rtax_tui.core.probe import matrix
+        from rtax_tui.model.checks import matrix
 
         self.columns = matrix(header, events)
 
@@ -193,7 +193,7 @@ class BoundaryPanel(ModalScreen[None]):
             return
         from rich.text import Text
 
-        from rtax_tui.core.probe import CHECKS
+        from rtax_tui.model.checks import CHECKS
 
         t = self.query_one("#bounds", DataTable)
         t.add_column("check", key="check")

@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from rtax_tui.core.recording import Recording, read_recording
+from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
 from rtax_tui.ui.histogram import Histogram, fmt_ms
 from rtax_tui.ui.livestate import LiveState
@@ -420,7 +420,7 @@ class MonitorScreen(Screen[None]):
         self.app.push_screen(BoundaryPanel(self.state.header, self.events[1:]))
 
     def action_plot(self) -> None:
-        """`g`: the figure of what this screen shows (`rtax_tui.plots.kind_for`), drawn
+        """`g`: the figure of what this screen shows (`rtax_tui.render.plots.kind_for`), drawn
         in a thread (matplotlib takes a moment) from the events so far."""
         if self.state.header is None:
             self.notify("nothing recorded yet", severity="warning")
@@ -428,7 +428,7 @@ class MonitorScreen(Screen[None]):
         rec = Recording(self._recording_path() or "console", self.state.header, self.events[1:])
 
         def draw() -> None:
-            from rtax_tui.plots import plot_view
+            from rtax_tui.render.plots import plot_view
 
             try:
                 path = plot_view(rec)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rtax_tui.drivers.base import Driver, Environment, Problem
 
-from rtax_tui.core.model import ActionResult, PhaseFailure
+from rtax_tui.model.spec import ActionResult, PhaseFailure
 
 
 class EchoEnvironment(Environment):

@@ -1,0 +1,292 @@
+"""The `shell` channel: one persistent shell, each command framed with a sentinel.
+
+Each command is sent as
+
+    { CMD
+    } </dev/null 2>&1; \\set -- "$?"; \\unset -f printf read; \\printf '\\n%s %d\\n' SENTINEL "$1"
+
+The output is every byte before the newline that precedes the sentinel, so output
+that does not end in a newline is returned exactly. The command runs in the shell
+itself (no subshell), so builtins cost no fork and `cd` persists, as in an agent's
+shell.
+
+The shell runs code written by a model under training, which may try to make a later
+step's failure read as a success. The frame therefore trusts nothing a step can
+redefine: `set` and `unset` are POSIX special builtins (found before any function, and
+no function may take their names), the exit status is saved in `$1` by `set` (a
+variable could have been made readonly), functions named `printf` and `read` are
+removed before the builtins are called, and the backslashes stop alias expansion.
+The sentinel is new for every command (16 random bytes), so a step that prints a
+frame cannot know the one its own command, or a later one, will be answered with.
+What the frame cannot stop (a step that replaces the shell with `exec`, or rewrites
+its memory) is for the driver to rule out: `CredReader` tells which process wrote
+the answer, and `FramedShell`'s `verify` lets the driver check the shell is still the
+one it started (the stage driver does both; see drivers/stage.py). The probe's
+`result_integrity` check measures it.
+
+A step's output is read to the frame's end however long it is, and only its first
+`model.OUTPUT_LIMIT` bytes kept (issue 19): `read_frame` takes what a reader holds once
+it holds `model.READ_LIMIT` bytes with no separator (the reader raises
+`LimitOverrunError`, as asyncio's does), keeps or counts it, and reads on; a CredReader
+stops reading its socket while it holds that much, so a step's output left unread
+between actions is bounded too. The separator is still found only where the shell
+wrote it whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from rtax_tui.model import spec as model
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.spec import ActionResult, OutputSink, PhaseFailure
+
+# What follows a command: its status saved by a special builtin, any function named
+# printf removed, then the builtin printf writes the frame.
+_TAIL = '\\set -- "$?"; \\unset -f printf read; '
+
+
+def frame(argv: Sequence[str], sentinel: str) -> bytes:
+    cmd = shlex.join(argv)
+    return (
+        f"{{ {cmd}\n}} </dev/null 2>&1; {_TAIL}\\printf '\\n%s %d\\n' {sentinel} \"$1\"\n"
+    ).encode()
+
+
+# The remote side's own clock, with no process started: the kernel's monotonic "now"
+# from the third line of /proc/timer_list (root only; ~25 us a read). Empty if unreadable.
+_CLOCK = "{ \\read _r _r; \\read _r _r; \\read _r _r %s _r; } 2>/dev/null </proc/timer_list"
+
+
+def frame_timed(argv: Sequence[str], sentinel: str) -> bytes:
+    """`frame`, plus the command's duration on the remote side's monotonic clock."""
+    cmd = shlex.join(argv)
+    t0 = _CLOCK % "__rtax_t0"
+    t1 = _CLOCK % "__rtax_t1"
+    return (
+        f"__rtax_t0=; __rtax_t1=; \\unset -f read; {t0}; "
+        f"{{ {cmd}\n}} </dev/null 2>&1; {_TAIL}{t1}; "
+        f"\\printf '\\n%s %d %s\\n' {sentinel} \"$1\" "
+        f'"$(( ${{__rtax_t1:-0}} - ${{__rtax_t0:-0}} ))"\n'
+    ).encode()
+
+
+def new_sentinel() -> str:
+    return "__RTAX_" + os.urandom(16).hex() + "__"
+
+
+class CredReader:
+    """The reading end of a unix stream socket whose every byte comes with the pid of the
+    process that wrote it (SO_PASSCRED: the kernel's word, in the reader's pid namespace,
+    that no process without CAP_SYS_ADMIN can change; the kernel never joins two writers'
+    bytes in one read). `readuntil(sep, writer)` finds `sep` only where `writer` wrote all
+    of it: the same bytes written by any other process are output like any other."""
+
+    def __init__(self, sock: socket.socket, limit: int | None = None) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self._sock = sock
+        self._buf = bytearray()
+        self._pids: list[tuple[int, int]] = []  # (end offset in _buf, writer pid)
+        self._eof = False
+        self._limit = model.READ_LIMIT if limit is None else limit
+        self._paused = False  # holding `limit` bytes: the socket is not read until taken
+        self._waiter: asyncio.Future[None] | None = None
+        self.matched_by: int | None = None  # who wrote the last `readuntil`'s separator
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self._sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, anc = b"", []
+        if not data:
+            self._eof = True
+            self._loop.remove_reader(self._sock.fileno())
+        else:
+            pid = 0
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = struct.unpack("i", payload[:4])[0]
+            self._buf += data
+            if self._pids and self._pids[-1][1] == pid:
+                self._pids[-1] = (len(self._buf), pid)
+            else:
+                self._pids.append((len(self._buf), pid))
+            if len(self._buf) >= self._limit:
+                self._paused = True
+                self._loop.remove_reader(self._sock.fileno())
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        if self._eof:
+            raise asyncio.IncompleteReadError(bytes(self._buf), None)
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _writers(self, start: int, end: int) -> set[int]:
+        """The pids that wrote bytes [start, end) of the buffer."""
+        out = set()
+        begin = 0
+        for stop, pid in self._pids:
+            if stop > start and begin < end:
+                out.add(pid)
+            begin = stop
+        return out
+
+    def _take(self, n: int) -> bytes:
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        self._pids = [(stop - n, pid) for stop, pid in self._pids if stop > n]
+        if self._paused and len(self._buf) < self._limit and not self._eof:
+            self._paused = False
+            self._loop.add_reader(self._sock.fileno(), self._readable)
+        return data
+
+    async def readuntil(self, sep: bytes, writer: int | None = None) -> bytes:
+        """Everything up to and including the first `sep` that `writer` wrote whole (any
+        writer when None). Holding the limit's bytes with no such `sep`, raises
+        `asyncio.LimitOverrunError` (as asyncio's StreamReader), whose `consumed` bytes
+        can hold no part of it: `readexactly` takes them."""
+        start = 0
+        while True:
+            i = self._buf.find(sep, start)
+            while i >= 0:
+                who = self._writers(i, i + len(sep))
+                if writer is None or who == {writer}:
+                    self.matched_by = who.pop() if len(who) == 1 else None
+                    return self._take(i + len(sep))
+                i = self._buf.find(sep, i + 1)
+            start = max(0, len(self._buf) - len(sep) + 1)
+            if len(self._buf) >= self._limit and start > 0:
+                raise asyncio.LimitOverrunError("separator not found within the limit", start)
+            await self._wait()
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            if self._eof:
+                raise asyncio.IncompleteReadError(self._take(len(self._buf)), n)
+            await self._wait()
+        return self._take(n)
+
+    async def readline(self) -> bytes:
+        try:
+            return await self.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            self._take(len(self._buf))
+            return exc.partial
+
+    async def read(self, n: int) -> bytes:
+        while not self._buf and not self._eof:
+            await self._wait()
+        return self._take(min(n, len(self._buf)))
+
+    def close(self) -> None:
+        if not self._eof:
+            self._eof = True
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+
+
+Reader = asyncio.StreamReader | CredReader
+
+
+async def read_frame(r: Any, sep: bytes, sink: OutputSink, writer: int | None = None) -> None:
+    """Read `r` through the next `sep` (on a CredReader: the next one `writer` wrote whole,
+    any writer when None), the bytes before it into `sink`: what `r` holds past its limit
+    is taken as it comes (`LimitOverrunError`), so however much comes first, no more than
+    the reader's limit and the sink's is held. `r`: an asyncio StreamReader, a CredReader,
+    or a reader with their `readuntil` and `readexactly` (hosts.ssh)."""
+    while True:
+        try:
+            if isinstance(r, CredReader):
+                data = await r.readuntil(sep, writer)
+            else:
+                data = await r.readuntil(sep)
+        except asyncio.LimitOverrunError as exc:
+            sink.add(await r.readexactly(exc.consumed))
+            continue
+        sink.add(memoryview(data)[: len(data) - len(sep)])
+        return
+
+
+class FramedShell:
+    """One persistent shell. The stale-channel rule lives here, for every driver: once
+    a command did not come back whole (timed out, cancelled, the shell died, its result
+    could not be trusted), the stream is out of step with the frames, so the shell is
+    never used again (`shell_lost`, or `integrity` when the driver's check failed)."""
+
+    def __init__(
+        self,
+        stdin: asyncio.StreamWriter,
+        stdout: Reader,
+        timed: bool = False,
+        verify: Callable[[int | None], Awaitable[None]] | None = None,
+    ) -> None:
+        """`timed`: also take the remote side's own duration of each command
+        (`ActionResult.remote_ns`, None where /proc/timer_list is unreadable).
+        `stdout` a CredReader: the frame is read only where one process wrote it: the
+        first answer's writer (the shell, before any step ran) from then on.
+        `verify(writer)`: awaited after every answer, with that writer's pid (None on a
+        plain stream); raises PhaseFailure("integrity") when the shell can no longer be
+        trusted (the driver knows how to tell)."""
+        self._w = stdin
+        self._r = stdout
+        self._frame = frame_timed if timed else frame
+        self._verify = verify
+        self._lock = asyncio.Lock()
+        self.broken = False
+        self.writer: int | None = None  # the shell's pid, as its CredReader reports it
+
+    async def run(self, argv: Sequence[str]) -> ActionResult:
+        if self.broken:
+            raise PhaseFailure(
+                ErrorKind.SHELL_LOST, "an earlier action did not finish: the shell is stale"
+            )
+        async with self._lock:
+            sentinel = new_sentinel()
+            marker = b"\n" + sentinel.encode() + b" "
+            out = OutputSink()
+            tail = OutputSink(4096)  # the shell's own status line
+            try:
+                self._w.write(self._frame(argv, sentinel))
+                await self._w.drain()
+                if isinstance(self._r, CredReader):
+                    await read_frame(self._r, marker, out, self.writer)
+                    if self.writer is None:  # the first answer: the shell itself wrote it
+                        self.writer = self._r.matched_by
+                    await read_frame(self._r, b"\n", tail, self.writer)
+                else:
+                    await read_frame(self._r, marker, out)
+                    await read_frame(self._r, b"\n", tail)
+                if self._verify is not None:
+                    await self._verify(self.writer)
+            except asyncio.IncompleteReadError as exc:
+                self.broken = True
+                raise PhaseFailure(ErrorKind.SHELL_LOST, "the environment's shell exited") from exc
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                self.broken = True
+                raise PhaseFailure(
+                    ErrorKind.SHELL_LOST, f"the environment's shell is gone: {exc}"
+                ) from exc
+            except BaseException:
+                self.broken = True  # cancelled (a timeout) mid-answer, or not to be trusted
+                raise
+            words = tail.kept().split()
+            remote = int(words[1]) if len(words) > 1 and int(words[1]) > 0 else None
+            return ActionResult(
+                rc=int(words[0]), output=out.kept(), remote_ns=remote, dropped=out.dropped
+            )

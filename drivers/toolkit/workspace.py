@@ -1,0 +1,185 @@
+"""The driver toolkit's workspace and process helpers, shared by every driver.
+
+Workspaces (`rtax-ws-<label>-*` under the host's temporary directory, tracked with the
+host's reaper), the environment variables of a plain workspace, one process per
+action, closing a persistent shell, which tools a host lacks, and cleanup by label.
+Everything goes through the `Host` interface, so it works on any host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+from typing import Any
+
+from rtax_tui.drivers.base import Problem
+
+from rtax_tui.hosts import Host, LocalHost, safefs
+from rtax_tui.model import runlock
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.runlock import safe_label
+from rtax_tui.model.spec import ActionResult, PhaseFailure
+
+WORKSPACE_PREFIX = "rtax-ws-"
+
+
+def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> dict[str, str]:
+    env = {
+        "PATH": path or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": workspace,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": workspace,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(extra)
+    return env
+
+
+async def make_workspace(host: Host, label: str, size_mib: int | None = None) -> str:
+    """An empty workspace on the controller, tracked before it exists (for drivers that
+    fill it themselves; `host` is the controller: LocalHost): its own tmpfs of
+    `size_mib` MiB, or a plain directory (None)."""
+    if not isinstance(host, LocalHost):
+        raise TypeError("make_workspace makes a directory on the controller: a LocalHost")
+    return await host.make_workspace(f"{WORKSPACE_PREFIX}{safe_label(label)}-", size_mib=size_mib)
+
+
+async def remove_workspace(host: Host, path: str) -> None:
+    await asyncio.to_thread(safefs.remove_workspace, path)
+    host.untrack("path", path)
+
+
+def workspace_mib(spec: Any) -> int | None:
+    """The size of a spec's workspace tmpfs: its limits' `workspace_mib` (None,
+    "unlimited" in the profile: a plain directory)."""
+    v = spec.limits.workspace_mib
+    return None if v is None else int(v)
+
+
+def populate(workspace: str, src: str | None, uid: int | None = None) -> None:
+    """Copy `src`'s contents into `workspace` (which an environment may be writing): every
+    entry made beneath the workspace's fd with O_EXCL | O_NOFOLLOW, given to `uid`."""
+    if src:
+        fd = os.open(workspace, safefs.DIR_FLAGS)
+        try:
+            safefs.copy_into(src, fd, uid)
+        finally:
+            os.close(fd)
+
+
+def empty_dir(path: str, root: str | None = None) -> list[str]:
+    """Remove everything inside `path` (not `path` itself), without following links or
+    crossing mounts (`safefs.empty_dir`; with `root`, `path` is resolved beneath it): a
+    pooled environment's clean reset (core.pool) empties its writable places so."""
+    return safefs.empty_dir(path, root)
+
+
+async def run_exec(
+    host: Any,
+    argv: list[str],
+    *,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    timeout: float | None,
+    cgroup_procs: list[str] | tuple[str, ...] = (),
+) -> ActionResult:
+    """One process per action; stdout and stderr merged (the first OUTPUT_LIMIT bytes
+    kept, the rest read and counted); killed whole at the timeout."""
+    res = await host.run(
+        argv,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        merge_stderr=True,
+        cgroup_procs=cgroup_procs,
+        capped=True,
+    )
+    return ActionResult(rc=res.returncode, output=res.stdout, dropped=res.dropped)
+
+
+async def close_shell(proc: Any, host: Host, grace: float = 1.0) -> None:
+    """Ask the shell to exit; kill its whole session if it does not (on its host)."""
+    if proc.stdin is not None and not proc.stdin.is_closing():
+        try:
+            proc.stdin.write(b"exit 0\n")
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        pass
+    await host.kill(proc)  # also ends anything the shell left in the background
+    await proc.wait()
+    host.release(proc)
+
+
+async def tools_problems(host: Host, tools: tuple[str, ...]) -> list[Problem]:
+    """What a host lacks among `tools` (one command, over its connection if it has one)."""
+    script = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done'
+    try:
+        res = await host.run(["sh", "-c", script, "rtax-check", *tools], timeout=30)
+    except PhaseFailure as exc:
+        return [Problem(f"host {host.name} does not answer: {exc.message}", "check the network")]
+    except OSError as exc:  # no sh at all
+        return [Problem(f"host {host.name} cannot run sh: {exc}", "install dash or bash")]
+    missing = res.stdout.decode(errors="replace").split()
+    if res.returncode != 0 or missing:
+        return [
+            Problem(
+                f"not on PATH on host {host.name}: {', '.join(missing) or 'sh'}",
+                "install them there (coreutils, tar, dash)",
+            )
+        ]
+    return []
+
+
+# Workspaces named `prefix*` and what runs in them (by cwd), spared when their name
+# carries a live run's label (model/runlock.py): candidates first, then the live labels,
+# so a run that started meanwhile made nothing listed. Prints `removed spared`.
+CLEANUP_SH = (
+    r"""p=$1; n=0; s=0; t=${TMPDIR:-/tmp}
+c=; for w in "$t/$p"*; do [ -e "$w" ] && c="$c $w"; done
+live=$( (
+"""
+    + runlock.LIVE_SH
+    + r"""
+) | grep -v '^#')
+dead=
+for w in $c; do
+  k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
+  if [ -n "$k" ]; then s=$((s+1)); else dead="$dead $w"; fi
+done
+if [ -n "$dead" ]; then
+  for d in /proc/[0-9]*; do
+    x=$(readlink "$d/cwd" 2>/dev/null) || continue
+    for w in $dead; do case $x in "$w"|"$w"/*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac; done
+  done
+fi
+for w in $dead; do umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1)); done
+echo $n $s
+"""
+).replace("$WS", WORKSPACE_PREFIX)
+
+
+def counts(out: bytes) -> int:
+    """A cleanup script's last line, `removed spared`: the removed (the spared are noted
+    for `rtax cleanup`'s report)."""
+    removed, spared = out.split()[-2:]
+    runlock.note_spared(int(spared))
+    return int(removed)
+
+
+async def workspace_cleanup(host: Host, prefix: str) -> int:
+    """Leftover workspaces named `prefix*` on a host, and processes inside them."""
+    argv = ["sh", "-c", runlock.script(CLEANUP_SH), "rtax-cleanup", prefix]
+    res = await host.run(argv, timeout=60)
+    try:
+        return counts(res.stdout)
+    except (ValueError, IndexError):
+        raise PhaseFailure(
+            ErrorKind.CLEANUP_FAILED, f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"
+        ) from None

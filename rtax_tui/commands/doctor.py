@@ -1,0 +1,222 @@
+"""`rtax doctor`: which drivers work on each host, and for each that does not, why and the fix.
+
+`--host` names the hosts (default `local`); a remote host is checked over its own
+SSH connection, so the answer is about that machine, not the one running rtax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from rich.table import Table
+
+from rtax_tui.commands.hostflags import ssh_options
+from rtax_tui.drivers import get_driver, names
+from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.runner import remote_aware_check
+from rtax_tui.model.spec import RtaxError
+from rtax_tui.render.reporting import out_console
+
+# A daemon slower than this to answer one cheap call is named slow: every create waits on it.
+SLOW_DAEMON_S = 1.0
+
+
+async def time_daemon(drv: Any, timeout: float = 30) -> tuple[str, float | None] | None:
+    """(what was timed, its seconds; None: no answer within `timeout`), None when the
+    driver has no daemon. Timed here, with the engine's clock."""
+    call = drv.daemon_call()
+    if call is None:
+        return None
+    daemon, what, fn = call
+    t = time.monotonic_ns()
+    try:
+        await asyncio.wait_for(fn(), timeout)
+    except Exception:
+        return f"{daemon} ({what})", None
+    return f"{daemon} ({what})", (time.monotonic_ns() - t) / 1e9
+
+
+def slow_note(timed: tuple[str, float | None] | None) -> str | None:
+    """Why the driver's daemon is slow, or None when it answered in time (or has none)."""
+    if timed is None:
+        return None
+    what, secs = timed
+    if secs is None:
+        return f"{what} did not answer: every create will wait on it"
+    if secs < SLOW_DAEMON_S:
+        return None
+    return (
+        f"{what} took {secs:.1f} s to answer: every create waits at least that long "
+        "(raise [timeouts] create, or look at the daemon's log)"
+    )
+
+
+async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, dict, dict]]:
+    rows = []
+    for name in names():
+        drv = get_driver(name, host)
+        try:
+            probs = await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
+        except Exception as exc:  # a broken check is itself a finding
+            from rtax_tui.drivers.base import Problem
+
+            probs = [Problem(f"the check failed: {exc}", "report this as a bug")]
+        facts = {}
+        if not probs:
+            try:
+                facts = await drv.facts()
+            except Exception:
+                facts = {}
+            timed = await time_daemon(drv)
+            if timed is not None:
+                what, secs = timed
+                facts["daemon"] = f"{what} {secs * 1000:.0f} ms" if secs is not None else what
+                slow = slow_note(timed)
+                if slow is not None:
+                    facts["slow"] = slow
+        resets = {ch: drv.pool_resets(ch) for ch in drv.channels}  # for this host
+        rows.append((name, probs, facts, resets))
+        if on_row is not None:
+            on_row(host.name, name, probs, facts)
+    return rows
+
+
+async def _doctor(
+    names: list[str], profile: Profile, on_row: Any = None
+) -> list[tuple[str, Any, Any]]:
+    """(host name, facts or the error that kept it out, driver rows); `on_row` hears
+    of each driver as soon as it is checked."""
+    from rtax_tui.engine.runner import make_host
+
+    out = []
+    for n in names:
+        host = make_host(n, profile)
+        try:
+            await host.connect()
+        except RtaxError as exc:
+            out.append((host.name, exc, []))
+            if on_row is not None:
+                on_row(host.name, None, exc, None)
+            continue
+        try:
+            await host.measure_rtt()
+            facts = await host.facts()
+            out.append((host.name, facts, await _check_host(host, on_row)))
+        finally:
+            await host.close()
+    return out
+
+
+def run_doctor(args: argparse.Namespace | None = None) -> int:
+    from rtax_tui.hosts import reaper
+
+    # The checks start processes (the KVM probe's QEMU, a sandbox per channel): a
+    # doctor killed half-way (the console closing, kill -9) must leave none of them.
+    reaper.start()
+    console = out_console()
+    names = (getattr(args, "host", None) or ["local"]) if args is not None else ["local"]
+    opts = ssh_options(args) if args is not None else {}
+    profile = Profile(name="doctor", path="command line", hosts=tuple(names), ssh_options=opts)
+    if getattr(args, "format", "table") == "json":
+        return _doctor_json(names, profile)
+    ok_all = True
+    for hname, facts, rows in asyncio.run(_doctor(names, profile)):
+        if isinstance(facts, Exception):
+            console.print(f"host [bold]{hname}[/bold]: [red]unreachable[/red]: {facts}")
+            ok_all = False
+            continue
+        net = facts.get("net") or {}
+        net_s = (
+            f", connect {net['connect_ms']:.0f} ms, empty command {net['exec_rtt_ms']:.1f} ms"
+            if "connect_ms" in net and "exec_rtt_ms" in net
+            else ""
+        )
+        console.print(
+            f"host [bold]{hname}[/bold]: {facts.get('os')}, kernel {facts.get('kernel')}, "
+            f"{facts.get('cpus')} CPUs ({facts.get('cpu_model')}), {facts.get('memory_mib')} MiB, "
+            f"cgroup {facts.get('cgroup') or 'none'}, clock {facts.get('clocksource')}{net_s}"
+        )
+        table = Table("driver", "status", "details / fix", title=f"drivers on {hname}")
+        ok_any = False
+        for name, probs, dfacts, _ in rows:
+            if probs:
+                detail = "\n".join(f"{p.reason} -> fix: {p.fix}" for p in probs)
+                table.add_row(name, "[red]not usable[/red]", detail)
+            else:
+                ok_any = True
+                slow = dfacts.pop("slow", None)
+                detail = ", ".join(f"{k} {v}" for k, v in dfacts.items())
+                if slow is not None:
+                    table.add_row(name, "[yellow]ok, slow[/yellow]", f"{slow}\n{detail}")
+                else:
+                    table.add_row(name, "[green]ok[/green]", detail)
+        console.print(table)
+        console.print(_pool_table(hname, [(n, r) for n, probs, _, r in rows if not probs]))
+        if hname == "local":
+            console.print(f"KVM: {asyncio.run(_kvm())}")
+        ok_all = ok_all and ok_any
+    return 0 if ok_all else 1
+
+
+def _doctor_json(hosts: list[str], profile: Profile) -> int:
+    """One JSON object a line, each as soon as it is known (the console shows them live):
+    `{"drivers": [...]}` first, then per host and driver `{"host", "driver", "ok",
+    "problems": [{"reason", "fix"}], "facts"}`, or `{"host", "unreachable"}`."""
+    import sys
+
+    import orjson
+
+    def emit(obj: dict[str, Any]) -> None:
+        sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
+        sys.stdout.flush()
+
+    ok = {"any": False, "unreachable": False}
+
+    def on_row(host: str, driver: str | None, probs: Any, facts: Any) -> None:
+        if driver is None:
+            ok["unreachable"] = True
+            emit({"host": host, "unreachable": str(probs)})
+            return
+        ok["any"] = ok["any"] or not probs
+        emit(
+            {
+                "host": host,
+                "driver": driver,
+                "ok": not probs,
+                "problems": [{"reason": p.reason, "fix": p.fix} for p in probs],
+                "facts": {k: str(v) for k, v in (facts or {}).items()},
+            }
+        )
+
+    emit({"drivers": list(names()), "hosts": hosts})
+    asyncio.run(_doctor(hosts, profile, on_row))
+    return 0 if ok["any"] and not ok["unreachable"] else 1
+
+
+def _pool_table(hname: str, usable: list[tuple[str, dict[str, Any]]]) -> Table:
+    """Which warm-pool resets (`[pool] reset`) each usable driver offers, per channel;
+    for one it lacks, why (a pool asked for it uses `recreate`)."""
+    from rtax_tui.engine.poolspec import RESETS
+
+    table = Table("driver", "channel", *RESETS, title=f"warm pool resets on {hname}")
+    for name, per_channel in usable:
+        for ch, got in per_channel.items():
+            cells = [
+                "[green]yes[/green]" if got.get(r) is None else f"no: {got.get(r)}" for r in RESETS
+            ]
+            table.add_row(name, ch, *cells)
+    return table
+
+
+async def _kvm() -> str:
+    """/dev/kvm existing proves nothing: a guest is booted with KVM under a short timeout."""
+    from rtax_tui.drivers.toolkit.vmguest import kvm_status
+    from rtax_tui.hosts import LocalHost
+
+    try:
+        return await kvm_status(LocalHost())
+    except Exception as exc:
+        return f"the probe failed: {type(exc).__name__}: {exc}"

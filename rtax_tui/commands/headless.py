@@ -1,0 +1,392 @@
+"""The terminal mode: run a profile with progress on stderr and a report at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.runner import build_session
+from rtax_tui.engine.session import Session
+from rtax_tui.hosts import reaper
+from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
+from rtax_tui.model.spec import RtaxError
+from rtax_tui.render.reporting import out_console
+
+# Each stops the run the same way: no new trial, what runs is interrupted and torn down,
+# finished trials stay recorded (exit 130). SIGHUP: the terminal or the SSH session went.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def default_output(profile: Profile, root: Path = Path("recordings")) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return root / f"{stamp}-{profile.name}.jsonl"
+
+
+class _Collector:
+    """Keeps the events in memory so the report needs no second read of the file."""
+
+    def __init__(self) -> None:
+        self.header: dict[str, Any] | None = None
+        self.events: list[dict[str, Any]] = []
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev["type"] == "run":
+            self.header = ev
+        else:
+            self.events.append(ev)
+
+
+def _progress_line(session: Session) -> str:
+    p = session.progress
+    elapsed = (time.monotonic_ns() - p.started_ns) / 1e9 if p.started_ns else 0.0
+    eta = ""
+    if p.done and p.planned > p.done:
+        eta = f", ~{elapsed / p.done * (p.planned - p.done):.0f}s left"
+    state = " (stopping)" if session.stopping else ""
+    return (
+        f"trials {p.done}/{p.planned}  failed {p.failed}  invalid {p.invalid}  "
+        f"in flight {p.in_flight}  {elapsed:.1f}s{eta}{state}"
+    )
+
+
+def _listen_for_commands(session: Session, loop: asyncio.AbstractEventLoop) -> None:
+    """The console's control channel: `pause`, `resume`, `stop` lines on stdin.
+
+    End of input (the console went away) stops the run: nothing keeps running alone.
+    """
+    fd = sys.stdin.fileno()
+    buf = bytearray()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            loop.remove_reader(fd)
+            session.stop()
+            return
+        buf.extend(chunk)
+        while b"\n" in buf:
+            line, _, rest = bytes(buf).partition(b"\n")
+            buf[:] = rest
+            cmd = line.decode(errors="replace").strip()
+            if cmd == "pause":
+                session.pause()
+            elif cmd == "resume":
+                session.resume()
+            elif cmd == "stop":
+                session.stop()
+
+    loop.add_reader(fd, readable)
+
+
+async def _run(
+    profile: Profile,
+    sinks: list[Any],
+    argv: list[str],
+    err: Console,
+    control: bool = False,
+) -> tuple[str, str | None]:
+    """The run's status, and the fault that stopped it (None: none did)."""
+    # Before the session is built: its checks start processes too (the KVM probe's
+    # QEMU, VM snapshots), and a kill -9 at any moment must leave none of them.
+    reaper.start()
+    try:
+        session = await build_session(
+            profile,
+            sinks=sinks,
+            argv=argv,
+            log=lambda msg: err.print(f"[dim]{msg}[/dim]"),
+        )
+    except BaseException:
+        reaper.stop()
+        raise
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, session.stop)
+    if control:
+        _listen_for_commands(session, loop)
+    status_task = None
+    if err.is_terminal and not control:
+        status = err.status(_progress_line(session))
+        status.start()
+
+        async def refresh() -> None:
+            while True:
+                status.update(_progress_line(session))
+                await asyncio.sleep(0.1)
+
+        status_task = asyncio.create_task(refresh())
+    try:
+        return await session.run(), session.fault
+    finally:
+        if status_task is not None:
+            status_task.cancel()
+            status.stop()
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        # remote hosts: closing a connection makes its remote reaper end what is left
+        await asyncio.gather(
+            *(h.close() for h in session.hosts.values() if h), return_exceptions=True
+        )
+        reaper.stop()
+
+
+def _tolerant(writer: RecordingWriter) -> Any:
+    """A stream sink that goes quiet when its reader goes away."""
+    dead = [False]
+
+    def write(ev: dict[str, Any]) -> None:
+        if not dead[0]:
+            try:
+                writer.write(ev)
+            except OSError:
+                dead[0] = True
+
+    return write
+
+
+def _open_recording(path: Path) -> RecordingWriter:
+    try:
+        return RecordingWriter.open(path)
+    except FileExistsError:
+        raise RtaxError(f"{path}: already exists; rtax never overwrites a recording") from None
+    except OSError as exc:
+        raise RtaxError(f"{path}: cannot write the recording ({exc.strerror})") from None
+
+
+def run_headless(
+    profile: Profile,
+    output: str | None,
+    argv: list[str],
+    *,
+    record: str | None = None,
+    control: bool = False,
+    quiet: bool = False,
+) -> int:
+    """`output` "-" streams the events to stdout; `record` then also writes them to a file
+    (the console reads the stream and keeps the file). `control` reads commands on stdin."""
+    err = Console(stderr=True)
+    to_stdout = output == "-"
+    writers: list[RecordingWriter] = []
+    path: Path | None = None
+    if to_stdout:
+        writers.append(RecordingWriter(sys.stdout.buffer))
+        if record:
+            path = Path(record)
+    else:
+        if record:
+            raise RtaxError("--record needs -o - (it names the file kept beside the stream)")
+        path = Path(output) if output else default_output(profile)
+    file_writer = _open_recording(path) if path is not None else None
+    if file_writer is not None:
+        writers.append(file_writer)
+    # The report at the end is read back from the file when there is one: a long run then
+    # holds no event in memory (a soak's RSS stays flat); a stream alone is collected.
+    collector = _Collector() if file_writer is None and not quiet else None
+    sinks: list[Any] = [w.write for w in writers]
+    if to_stdout and path is not None:
+        sinks[0] = _tolerant(writers[0])  # a reader that went away must not lose the file
+    if collector is not None:
+        sinks.append(collector)
+    try:
+        status, fault = asyncio.run(_run(profile, sinks, argv, err, control))
+    except BaseException:
+        for w in writers:
+            w.close()
+        if path is not None and file_writer is not None and file_writer.lines == 0:
+            path.unlink(missing_ok=True)  # failed before the first event: nothing to keep
+        raise
+    for w in writers:
+        w.close()
+    if not quiet:
+        rec: Recording | None = None
+        if path is not None and file_writer is not None and file_writer.lines:
+            rec = read_recording(path)  # what the file holds, to its last complete line
+        elif collector is not None and collector.header is not None:
+            rec = Recording("-", collector.header, collector.events)
+        if rec is not None:
+            from rtax_tui.analysis.report import build_report
+            from rtax_tui.render.reporting import print_report
+
+            print_report(build_report(rec), err if to_stdout else out_console())
+    if path is not None:
+        print(f"recording: {path}", file=sys.stderr)  # unwrapped: scripts read this line
+    if fault is not None:
+        if path is not None and writers[-1].lines == 0:
+            path.unlink(missing_ok=True)  # not even the header fitted: nothing to keep
+        print(f"rtax: error: {fault}", file=sys.stderr)
+        return 1
+    if status == "interrupted":
+        err.print("run interrupted: finished trials are kept in the recording")
+        return 130
+    return 0
+
+
+# -- rtax probe ------------------------------------------------------------------
+
+
+def run_probe_command(
+    drivers: list[str],
+    channels: list[str],
+    profile: Profile,
+    *,
+    fmt: str,
+    output: str | None,
+    argv: list[str],
+) -> int:
+    """`rtax probe`: the boundary checks, printed as a table or JSON, optionally recorded.
+
+    The exit status is 0 whatever the checks find (a breach is a measurement); the
+    last result of each host/driver is kept for the headers of later runs."""
+    from datetime import UTC, datetime
+
+    from rtax_tui.engine.probe import state as probe_state
+    from rtax_tui.model.checks import build_document
+
+    err = Console(stderr=True)
+    path = Path(output) if output else None
+    if path is not None and path.exists():
+        raise RtaxError(f"{path}: already exists; rtax never overwrites a recording")
+    started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
+    events: list[dict[str, Any]] = []
+    writer = _open_recording(path) if path is not None else None
+    try:
+        status = asyncio.run(
+            _probe(profile, drivers, channels, events, writer, argv, started_at, err)
+        )
+    finally:
+        if writer is not None:
+            writer.close()
+    if status != "completed":
+        err.print("probe interrupted: nothing was kept as the last probe result")
+        return 130
+    probes = [e for e in events if e.get("type") == "probe"]
+    probe_state.save(probe_state.entries_from_events(probes, started_at))
+    doc = build_document(
+        probes,
+        started_at=started_at,
+        hosts=list(profile.hosts),
+        channels=channels,
+        limits=vars(profile.limits).copy(),
+    )
+    if fmt == "json":
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    elif fmt == "markdown":
+        from rtax_tui.render.reporting import probe_markdown
+
+        sys.stdout.write(probe_markdown(doc))
+    else:
+        from rtax_tui.render.reporting import print_probe
+
+        print_probe(doc, out_console())
+    if path is not None:
+        print(f"recording: {path}", file=sys.stderr)
+    return 0
+
+
+async def _probe(
+    profile: Profile,
+    drivers: list[str],
+    channels: list[str],
+    events: list[dict[str, Any]],
+    writer: RecordingWriter | None,
+    argv: list[str],
+    started_at: str,
+    err: Console,
+) -> str:
+    from rtax_tui.engine.probe.run import PROBE_LIMITS, run_probe
+    from rtax_tui.engine.runner import make_host
+    from rtax_tui.engine.session import new_run_id
+    from rtax_tui.hosts.hostfacts import local_facts
+    from rtax_tui.model.events import Event, run_end, stamp_last
+    from rtax_tui.model.events import run as run_header
+
+    t0 = time.monotonic_ns()
+
+    def emit(event: Event) -> None:
+        ev = stamp_last(event, time.monotonic_ns() - t0)
+        events.append(ev)
+        if writer is not None:
+            writer.write(ev)
+
+    hosts: dict[str, Any] = {}
+    left_out: dict[str, str] = {}
+    reaper.start()
+    status = "completed"
+    try:
+        for name in profile.hosts:
+            try:
+                host = make_host(name, profile)
+            except RtaxError as exc:
+                raise RtaxError(f"--host: {exc}") from None
+            try:
+                await host.connect()
+                hosts[host.name] = host
+            except RtaxError as exc:
+                left_out[host.name] = str(exc)
+                err.print(f"[yellow]left out[/yellow]: {exc}")
+        facts: dict[str, Any] = {}
+        for name, host in hosts.items():
+            try:
+                facts[name] = dict(local_facts()) if name == "local" else dict(await host.facts())
+            except Exception as exc:  # facts are informative only
+                facts[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        for name, why in left_out.items():
+            facts[name] = {"unreachable": why}
+        header_profile = profile.to_dict() | {
+            "workloads": [],
+            "drivers": drivers,
+            "channels": channels,
+            "trials": 0,
+            "warmup": 0,
+            "limits": PROBE_LIMITS.to_json(),
+        }
+        emit(
+            run_header(
+                run_id=new_run_id(),
+                started_at=started_at,
+                seed=0,
+                argv=argv,
+                profile=header_profile,
+                hosts=facts,
+                limits=PROBE_LIMITS.to_json(),
+            )
+        )
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await run_probe(
+                hosts,
+                drivers,
+                channels,
+                emit,
+                options=profile.driver_options,
+                limits=PROBE_LIMITS,
+                left_out=left_out,
+                log=lambda m: err.print(f"[dim]{m}[/dim]"),
+            )
+        except asyncio.CancelledError:
+            status = "interrupted"
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        emit(run_end(status, 0))
+    finally:
+        await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
+        reaper.stop()
+    return status

@@ -1,0 +1,65 @@
+"""`rtax plot`: the command-line side of `rtax_tui.render.plots` (arguments, one-line errors)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+PLOT_HELP = """\
+kinds:
+  breakdown   per cell, the mean measured trial stacked as create, ready, actions,
+              teardown, orchestration (ms)
+  cold-start  per substrate (host/driver) and tier (workload) and channel: P50 and P95
+              of create + ready, the time until the first command runs (ms, log axis)
+  cdf         the distribution of each phase, one line a cell (ms, log axis)
+  trajectory  completion time against trajectory length, and the normalized
+              composition of the mean trial at each length (needs several lengths:
+              the trajectory profile)
+  capacity    passed batches out of those run, per batch size and cell
+
+Several recordings go into one figure; a cell found in two of them is labelled with
+its file name too. Only measured trials count (not warm-up, ok, valid), as in
+`rtax report`. Bad input: one line (`rtax: error: FILE:LINE: ...` for a bad
+recording), exit status 2.
+
+examples:
+  rtax plot recordings/examples/t0-local-stage.jsonl --kind breakdown -o breakdown.svg
+  rtax plot a.jsonl b.jsonl --kind cdf -o cdf.png
+  rtax plot recordings/examples/trajectory-local-stage.jsonl --kind trajectory -o traj.svg
+"""
+
+
+def add_plot_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from rtax_tui.commands.argtypes import one_line_errors
+    from rtax_tui.render.plots import KINDS
+
+    p = sub.add_parser(
+        "plot",
+        help="draw a figure of recordings (.svg or .png)",
+        description="rtax plot: the paper's figures from recordings, with matplotlib.",
+        epilog=PLOT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("recordings", nargs="+", metavar="REC", help="rtax/1 recordings")
+    p.add_argument("--kind", required=True, choices=KINDS, help=", ".join(KINDS))
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.svg or FILE.png")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    one_line_errors(p, "plot")
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from rtax_tui.model.inputs import same_file
+    from rtax_tui.model.recording import read_recording
+    from rtax_tui.model.spec import RtaxError
+    from rtax_tui.render.plots import check_output, plot
+
+    check_output(args.output)  # before reading a large recording
+    for rec in args.recordings:
+        if same_file(args.output, rec):  # even with --force: a figure never replaces its data
+            raise RtaxError(f"-o {args.output}: is the recording {rec}; name another file")
+    if os.path.lexists(args.output) and not args.force:
+        raise RtaxError(f"-o {args.output}: exists; overwrite it with --force")
+    recs = [read_recording(path) for path in args.recordings]
+    out = plot(recs, args.kind, args.output)
+    print(out)
+    return 0

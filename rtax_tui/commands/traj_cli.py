@@ -1,0 +1,189 @@
+"""`rtax traj inspect` and `rtax traj prepare`: the command-line side of trajectories."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+TRAJ_HELP = """\
+formats (detected from the content, never the file name): swe-agent (.traj 0.x, 1.x),
+mini-swe-agent (-1, -1.1, v2), openhands-v0 (event list, eval history), openhands-v1
+(a conversation directory: base_state.json + events/), codex (rollout JSONL),
+claude-code (session JSONL), gemini-cli (session JSON or JSONL).
+
+inspect --format json: {"format", "variant", "path", "steps": [{"i", "kind", "tool",
+  "command", "cwd", "exit_code", "output_bytes", "paired", "call_id", "started_at",
+  "ended_at"}], "skipped_records", "skipped_types", "unpaired", "kinds"}
+  (a file holding several trajectories, e.g. an OpenHands eval output.jsonl: a list).
+A malformed file: `rtax: error: FILE:LINE: what`, exit status 2.
+
+examples:
+  rtax traj inspect session.jsonl
+  rtax traj inspect run.traj --format json
+  rtax traj prepare tests/data/trajectories --repeat 3 --shuffle -o prep.jsonl
+  rtax report prep.jsonl
+"""
+
+
+def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from rtax_tui.commands import argtypes
+
+    t = sub.add_parser(
+        "traj",
+        help="read real agent trajectories; time prefix preparation",
+        description="rtax traj: agent trajectories (SWE-agent, mini-swe-agent, OpenHands, "
+        "Codex CLI, Claude Code, Gemini CLI).",
+        epilog=TRAJ_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tsub = t.add_subparsers(dest="traj_command", metavar="SUBCOMMAND", required=True)
+    i = tsub.add_parser("inspect", help="the normalized steps of one trajectory")
+    i.add_argument("file", help="a trajectory file or an OpenHands V1 conversation directory")
+    i.add_argument("--format", choices=("table", "json"), default="table")
+    p = tsub.add_parser(
+        "prepare",
+        help="time the preparation of every history prefix (no tool run)",
+        description="For each trajectory and prefix length k (all k, or --max-prefixes "
+        "spread evenly), read, parse and validate the first k steps as recorded, timed "
+        "with monotonic_ns; no tool runs, and the inputs (and --workspace) are hashed "
+        "before and after to show nothing changed. Writes an rtax/1 recording of `prep` "
+        "events; `rtax report REC` shows P50/P95 per format.",
+    )
+    p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
+    p.add_argument("--repeat", type=argtypes.repeat, default=3, help="samples per prefix (3)")
+    p.add_argument("--shuffle", action="store_true", help="run the samples in a seeded order")
+    p.add_argument("--seed", type=argtypes.seed, default=0)
+    p.add_argument("--max-prefixes", type=argtypes.prefixes, default=60, help="per trajectory (60)")
+    p.add_argument("--workspace", help="a directory that must stay unchanged (hashed)")
+    p.add_argument("-o", "--output", help="the recording (default recordings/<time>-traj.jsonl)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def run_traj(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.traj_command == "inspect":
+        return _inspect(args)
+    return _prepare(args, argv)
+
+
+def _print_json(obj: object) -> None:
+    import orjson
+
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from rtax_tui.engine.traj import read_trajectories
+
+    trajs = read_trajectories(args.file)
+    docs = [t.to_json() for t in trajs]
+    if args.format == "json":
+        _print_json(docs[0] if len(docs) == 1 else docs)
+        return 0
+    from rtax_tui.render.reporting import out_console
+    from rtax_tui.render.traj_render import render_steps
+
+    console = out_console()
+    for d in docs:
+        console.print(render_steps(d))
+    return 0
+
+
+def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
+    from rtax_tui.analysis.report import build_report
+    from rtax_tui.engine.session import new_run_id
+    from rtax_tui.engine.traj.prepare import plan_tasks, run_prepare
+    from rtax_tui.model.events import FORMAT
+    from rtax_tui.model.recording import RecordingWriter, read_recording
+    from rtax_tui.model.spec import RtaxError
+
+    workspace = Path(args.workspace) if args.workspace else None
+    if workspace is not None and not workspace.is_dir():
+        raise RtaxError(f"--workspace {workspace}: not a directory")
+    if args.output:
+        out = Path(args.output)
+    else:
+        out = Path("recordings") / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-traj.jsonl")
+    if out.exists():
+        raise RtaxError(f"{out}: exists; name another recording with -o")
+    # every input is read once before the recording exists: a bad file fails here
+    tasks, _ = plan_tasks(args.paths, args.repeat, args.shuffle, args.seed, args.max_prefixes)
+    writer = RecordingWriter.open(out)
+    t0 = time.monotonic_ns()
+    try:
+        writer.write(
+            {
+                "type": "run",
+                "t_ns": 0,
+                "format": FORMAT,
+                "run_id": new_run_id(),
+                "started_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "seed": args.seed,
+                "argv": argv,
+                "profile": {
+                    "name": "traj-prepare",
+                    "paths": args.paths,
+                    "repeat": args.repeat,
+                    "shuffle": args.shuffle,
+                    "max_prefixes": args.max_prefixes,
+                    "workspace": args.workspace,
+                },
+                "hosts": {"local": _facts()},
+            }
+        )
+        result = run_prepare(
+            args.paths,
+            repeat=args.repeat,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            max_prefixes=args.max_prefixes,
+            workspace=workspace,
+            emit=writer.write,
+            clock0=t0,
+            tasks=tasks,
+        )
+        status = "completed" if result["unchanged"] else "failed"
+        writer.write(
+            {
+                "type": "run_end",
+                "t_ns": time.monotonic_ns() - t0,
+                "status": status,
+                "trials": 0,
+                "prep": result,
+            }
+        )
+    except BaseException:
+        writer.write(
+            {"type": "run_end", "t_ns": time.monotonic_ns() - t0, "status": "failed", "trials": 0}
+        )
+        raise
+    finally:
+        writer.close()
+    report = build_report(read_recording(out))
+    if args.format == "json":
+        _print_json({"recording": str(out), **report["prep"], "run_end": result})
+    else:
+        from rtax_tui.render.reporting import out_console
+        from rtax_tui.render.traj_render import render_prep
+
+        console = out_console()
+        console.print(render_prep(report["prep"]))
+        console.print(f"{result['samples']} samples; recording: {out}")
+    if not result["unchanged"]:
+        print("rtax: error: the inputs or the workspace changed while preparing", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _facts() -> dict[str, Any]:
+    return {
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }

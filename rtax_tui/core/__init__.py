@@ -1,1 +1,0 @@
-"""The engine: no terminal, no UI. Textual and Rich are never imported from here."""

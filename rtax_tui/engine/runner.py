@@ -1,0 +1,200 @@
+"""Turn a profile into a ready Session: drivers checked, workloads and assets resolved.
+
+Everything that can be wrong with a run is found here, before the first trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rtax_tui.drivers import get_driver
+from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.session import Session, Sink, check_drivers_ready
+from rtax_tui.hosts import LocalHost
+from rtax_tui.model.spec import RtaxError, Workload
+
+
+def make_host(name: str, profile: Profile | None = None) -> Any:
+    """`local`, an `ssh://[user@]host[:port]` URL, or a `[hosts.NAME]` table's name."""
+    if name == "local":
+        return LocalHost()
+    from rtax_tui.hosts.ssh import SSHHost, SSHTarget, parse_ssh_url
+
+    opts = dict(profile.ssh_options) if profile else {}
+    tables = profile.host_tables if profile else {}
+    if name in tables:
+        t = dict(tables[name])
+        for key in ("identity", "known_hosts"):
+            t.setdefault(key, opts.get(key))
+        target = SSHTarget(
+            name=name,
+            address=t["address"],
+            user=t.get("user"),
+            port=t.get("port", 22),
+            identity=t.get("identity"),
+            known_hosts=t.get("known_hosts"),
+            jump=t.get("jump"),
+            concurrency=t.get("concurrency"),
+            trust_new=bool(opts.get("trust_new")),
+        )
+        return SSHHost(target)
+    if name.startswith("ssh://"):
+        return SSHHost(
+            parse_ssh_url(
+                name,
+                identity=opts.get("identity"),
+                known_hosts=opts.get("known_hosts"),
+                trust_new=bool(opts.get("trust_new")),
+            )
+        )
+    raise RtaxError(f"host {name!r}: expected local, ssh://[user@]host[:port] or a [hosts] name")
+
+
+async def connect_hosts(
+    profile: Profile, log: Any = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Every host of the profile by its name, connected, its network cost measured.
+
+    A remote host that cannot be reached (refused, unknown key, login refused) is
+    reported through `log` and left out; the second result says why, per name.
+    """
+    made = [make_host(h, profile) for h in profile.hosts]
+
+    async def up(host: Any) -> None:
+        await host.connect()
+        await host.measure_rtt()
+
+    results = await asyncio.gather(*(up(h) for h in made), return_exceptions=True)
+    hosts: dict[str, Any] = {}
+    left_out: dict[str, dict[str, Any]] = {}
+    for host, res in zip(made, results, strict=True):
+        if isinstance(res, BaseException):
+            why = str(res) if isinstance(res, RtaxError) else f"{type(res).__name__}: {res}"
+            left_out[host.name] = {"unreachable": why}
+            if log is not None:
+                log(f"left out: {why}")
+            await host.close()
+            continue
+        if host.name in hosts:
+            raise RtaxError(f"host {host.name} is named twice")
+        hosts[host.name] = host
+    if not hosts:
+        raise RtaxError(
+            "no host can be reached: " + "; ".join(v["unreachable"] for v in left_out.values())
+        )
+    return hosts, left_out
+
+
+async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
+    """The driver's check; on a remote host, first whether the driver can run there at all."""
+    if host_name != "local" and not drv.runs_remote:
+        from rtax_tui.drivers.base import Problem
+
+        return [
+            Problem(
+                f"{drv.name} runs only on the local host (it uses the controller's own "
+                "files, sockets or devices)",
+                "run it on `local`, or use a driver that runs over SSH (local, stage)",
+            )
+        ]
+    problems: list[Any] = await drv.check()
+    return problems
+
+
+def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
+    from rtax_tui.drivers.toolkit import assets as assets_mod
+    from rtax_tui.engine.traj.workload import with_sources
+    from rtax_tui.engine.workloads import builtin_workloads
+
+    paths = assets_mod.prepare(log=log) if profile.needs_assets else None
+    cap = profile.capacity
+    if cap is not None:  # the holder outlives neither the batch's deadline nor its release
+        hold_s = cap.deadline_s + profile.timeouts.action + profile.timeouts.teardown
+        table = dict(builtin_workloads(paths, touch_mib=cap.touch_mib, hold_s=hold_s))
+    else:
+        table = dict(builtin_workloads(paths))
+    table.update(profile.custom_workloads)
+    missing = [w for w in profile.workloads if w not in table]
+    if missing:
+        raise RtaxError(f"workloads not available: {', '.join(missing)}")
+    return {w: with_sources(table[w], log) for w in profile.workloads}
+
+
+async def build_session(
+    profile: Profile,
+    *,
+    sinks: list[Sink],
+    argv: list[str],
+    log: Any = None,
+) -> Session:
+    from rtax_tui.engine.traj.workload import refuse_unisolated
+
+    custom = profile.custom_workloads
+    refuse_unisolated(profile.drivers, {w: custom[w] for w in profile.workloads if w in custom})
+    hosts, left_out = await connect_hosts(profile, log)
+    try:
+        return await _build(profile, hosts, left_out, sinks=sinks, argv=argv, log=log)
+    except BaseException:
+        await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
+        raise
+
+
+async def _build(
+    profile: Profile,
+    hosts: dict[str, Any],
+    left_out: dict[str, dict[str, Any]],
+    *,
+    sinks: list[Sink],
+    argv: list[str],
+    log: Any,
+) -> Session:
+    remote = [h for h in hosts if h != "local"]
+    if remote and profile.capacity is not None:
+        raise RtaxError("capacity batches use local cgroups: run them on `local` only")
+    drivers = {
+        (h, d): get_driver(d, hosts[h], profile.driver_options.get(d, {}))
+        for h in hosts
+        for d in profile.drivers
+    }
+    keys = list(drivers)
+    checks = await asyncio.gather(*(remote_aware_check(h, drv) for (h, _), drv in drivers.items()))
+    local_problems = {}
+    for (h, d), probs in zip(keys, checks, strict=True):
+        if not probs:
+            continue
+        if h == "local":
+            local_problems[f"{h}/{d}"] = probs
+            continue
+        why = "; ".join(p.reason for p in probs)  # a remote host runs what it supports
+        left_out.setdefault(h, {}).setdefault("drivers_left_out", {})[d] = why
+        if log is not None:
+            log(f"{h}/{d} left out: {why}")
+        del drivers[(h, d)]
+    check_drivers_ready(local_problems)
+    if not drivers:
+        raise RtaxError("no driver can run on any host (see `rtax doctor --host ...`)")
+    for (h, d), drv in drivers.items():
+        for ch in profile.channels:
+            if ch not in drv.channels:
+                raise RtaxError(f"{h}/{d}: channel {ch!r} is not supported by this driver")
+    if profile.capacity is not None:
+        from rtax_tui.hosts.cgroups import Cgroup
+
+        cap = profile.capacity
+        if (cap.cpus or cap.memory_mib) and Cgroup.version() is None:
+            raise RtaxError(
+                "capacity: a CPU or memory budget needs cgroups, and none is mounted here"
+            )
+    workloads = await asyncio.to_thread(resolve_workloads, profile, log)
+    wl = list(workloads.values())
+    checks = await asyncio.gather(*(drv.check_workloads(wl) for drv in drivers.values()))
+    check_drivers_ready({f"{h}/{d}": probs for (h, d), probs in zip(drivers, checks, strict=True)})
+    return Session(
+        profile,
+        sinks=sinks,
+        argv=argv,
+        drivers=drivers,
+        workloads=workloads,
+        left_out_hosts=left_out,
+    )

@@ -1,0 +1,237 @@
+"""The engine: executes a plan through drivers and emits `rtax/1` events as they happen.
+
+`Session` coordinates the engine's parts, each in its own module:
+- `scheduling`: the plan's order under the run's and each host's concurrency;
+- `lifecycle`: one trial, its phases timed and its teardown guaranteed;
+- `health`: lost substrates (rechecked) and lost hosts (reconnected with backoff);
+- `capacity`: batches released by a barrier, under a budget cgroup;
+- `pool`: warm pools of pooled cells (one per host and cell), their own work recorded;
+- `events`: the `rtax/1` events, built, encoded and decoded in one place;
+- `control`: stop/pause, the run's tasks and its progress counters.
+
+All durations come from `time.monotonic_ns()` taken around each awaited phase.
+Sinks (the recording, a live stream, progress counters) are called for every
+event, in order, from the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from rtax_tui.engine.capacity import Barrier, CapacityRun
+from rtax_tui.engine.control import Progress, RunControl
+from rtax_tui.engine.health import HostHealth, SubstrateHealth
+from rtax_tui.engine.lifecycle import TrialRunner
+from rtax_tui.engine.plan import build_plan, make_cells
+from rtax_tui.engine.pool import Pools
+from rtax_tui.engine.probe import state as probe_state
+from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.scheduling import Scheduler
+from rtax_tui.hosts.hostfacts import local_facts
+from rtax_tui.model import events, runlock
+from rtax_tui.model.events import Emitter, Sink, SinkError
+from rtax_tui.model.spec import RtaxError, Workload
+
+__all__ = ["Barrier", "Progress", "Session", "Sink", "check_drivers_ready", "new_run_id"]
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+class Session:
+    """One run of a profile: the header, the trials (or capacity batches), the end."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        sinks: list[Sink],
+        argv: list[str],
+        drivers: dict[tuple[str, str], Any],
+        workloads: dict[str, Workload],
+        run_id: str | None = None,
+        host_facts: dict[str, dict[str, Any]] | None = None,
+        left_out_hosts: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.sinks = sinks
+        self.argv = argv
+        self.drivers = drivers
+        self.workloads = workloads
+        self.run_id = run_id or new_run_id()
+        runlock.hold(self.run_id)  # its budget cgroups carry it too (capacity)
+        self.host_facts = host_facts
+        # Hosts by name, as the drivers hold them (remote hosts left out at the start are
+        # not among them); cells are made only for (host, driver) pairs that exist.
+        self.hosts: dict[str, Any] = {}
+        for (h, _d), drv in drivers.items():
+            self.hosts.setdefault(h, drv.host)
+        self.left_out_hosts = left_out_hosts or {}
+        cells = make_cells(
+            tuple(self.hosts),
+            profile.drivers,
+            profile.workloads,
+            profile.channels,
+            profile.run_modes,
+        )
+        self.cells = [c for c in cells if (c.host, c.driver) in drivers]
+        self.progress = Progress()
+        self.status = "completed"
+        self.emit = Emitter(sinks)
+        self.emit.on_failure = self._sink_failed
+        self.fault: str | None = None  # why the run stopped early, when a fault stopped it
+        self.control = RunControl()
+        self.host_health = HostHealth(self.hosts)
+        self.substrate_health = SubstrateHealth(drivers)
+        self.scheduler = Scheduler(
+            {h: host.concurrency for h, host in self.hosts.items()},
+            profile.concurrency,
+            self.control,
+            self.host_health,
+        )
+        self.pools: Pools | None = None
+        self.trials = TrialRunner(
+            profile,
+            drivers=drivers,
+            workloads=workloads,
+            run_id=self.run_id,
+            emit=self.emit,
+            control=self.control,
+            progress=self.progress,
+            substrates=self.substrate_health,
+            hosts=self.host_health,
+        )
+        if any(c.mode == "pool" for c in self.cells):
+            self.pools = Pools(
+                profile.pool_spec,
+                drivers=drivers,
+                spec_for=self.trials.spec_for,
+                timeouts=profile.timeouts,
+                emit=self.emit,
+            )
+            self.trials.pools = self.pools
+            self.scheduler.prefer = self.pools.has_ready  # locality: a ready pool first
+
+    # -- control -------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop scheduling, interrupt what runs; teardown still happens."""
+        if self.control.stop():
+            self.status = "interrupted"
+
+    def _sink_failed(self, exc: SinkError) -> None:
+        """A recording can take no more (a full disk): stop, keep what it holds."""
+        if self.fault is None:
+            self.fault = str(exc)
+        self.stop()
+
+    def pause(self) -> None:
+        self.control.gate.clear()
+
+    def resume(self) -> None:
+        self.control.gate.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.control.stopping
+
+    def now(self) -> int:
+        return self.emit.now()
+
+    # -- the run -------------------------------------------------------------
+    async def run(self) -> str:
+        self.progress.started_ns = self.emit.start()
+        facts = self.host_facts
+        if facts is None:
+            facts = await self._gather_facts()
+        prof = self.profile.to_dict()
+        if self.pools is not None:  # the reset each pooled cell really gets, and why
+            prof["pool"]["resets"] = self.pools.resets(self.cells)
+        self.emit(
+            events.run(
+                run_id=self.run_id,
+                started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+                seed=self.profile.seed,
+                argv=self.argv,
+                profile=prof,
+                hosts=facts,
+                limits=self.profile.limits.to_json(),
+            )
+        )
+        try:
+            p = self.profile
+            if p.capacity is not None:
+                batches = CapacityRun(
+                    p.capacity,
+                    run_id=self.run_id,
+                    emit=self.emit,
+                    control=self.control,
+                    progress=self.progress,
+                    launch=self.trials.run,
+                    let_go_s=p.timeouts.action,
+                )
+                await batches.run(self.cells, p.warmup, p.seed)
+            else:
+                plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
+                self.progress.planned = len(plan)
+                if self.pools is not None:
+                    self.pools.start(self.cells)
+                await self.scheduler.run(plan, self.trials.run)
+                if self.pools is not None:
+                    await self.pools.close()  # every pooled environment torn down
+        except Exception as exc:  # an engine bug must still tear down and end the recording
+            self.stop()
+            await self.control.drain()
+            if self.pools is not None:
+                await self.pools.close()
+            self.status = "failed"
+            self.emit(events.run_end("failed", self.trials.ended, error=repr(exc)))
+            raise
+        finally:  # cancelled: the pools' environments still go (close is idempotent)
+            if self.pools is not None:
+                await self.pools.close()
+        self.emit(events.run_end(self.status, self.trials.ended))
+        return self.status
+
+    async def _gather_facts(self) -> dict[str, dict[str, Any]]:
+        facts: dict[str, dict[str, Any]] = {}
+        for host in self.hosts:
+            h = self.hosts[host]
+            if host == "local":
+                f = dict(local_facts())
+            else:  # over the host's own connection
+                try:
+                    f = dict(await h.facts())
+                except Exception as exc:
+                    f = {"error": f"{type(exc).__name__}: {exc}"}
+            f.update(self.left_out_hosts.get(host, {}))
+            drivers: dict[str, Any] = {}
+            for (dh, d), drv in self.drivers.items():
+                if dh == host:
+                    try:
+                        drivers[d] = dict(await drv.facts())
+                    except Exception as exc:  # facts are informative only
+                        drivers[d] = {"error": str(exc)}
+                    # what the substrate kept out when last measured (`rtax probe`)
+                    drivers[d]["boundary"] = probe_state.boundary(host, d)
+                    # per channel: null where a step's result reaches rtax through
+                    # nothing a step can write, else why not (Driver.integrity)
+                    drivers[d]["integrity"] = {ch: drv.integrity(ch) for ch in drv.channels}
+            f["drivers"] = drivers
+            facts[host] = f
+        for host, why in self.left_out_hosts.items():
+            facts.setdefault(host, dict(why))
+        return facts
+
+
+def check_drivers_ready(problems: dict[str, list[Any]]) -> None:
+    """Raise before any trial when a needed driver cannot run here."""
+    bad = {k: v for k, v in problems.items() if v}
+    if bad:
+        parts = []
+        for name, probs in bad.items():
+            parts.append(f"{name}: " + "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs))
+        raise RtaxError("cannot run: " + " | ".join(parts))

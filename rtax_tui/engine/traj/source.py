@@ -1,0 +1,117 @@
+"""Reading a trajectory's bytes: whole-file JSON or JSON Lines, errors as `FILE:LINE: what`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rtax_tui.engine.traj.model import TrajError
+from rtax_tui.model.inputs import TRAJECTORY_MAX, read_input
+
+
+def read_bytes(path: Path) -> bytes:
+    """A trajectory file's bytes: a regular file of bounded size only (core.inputs)."""
+    return read_input(path, "the trajectory", TRAJECTORY_MAX, TrajError, ":1")
+
+
+def json_error(path: Path | str, data: bytes, first_line: int = 1) -> TrajError:
+    """The precise place of a JSON syntax error, from the standard library's decoder."""
+    try:
+        json.loads(data)
+    except json.JSONDecodeError as exc:
+        return TrajError(f"{path}:{first_line + exc.lineno - 1}: not JSON ({exc.msg})")
+    except (UnicodeDecodeError, RecursionError) as exc:
+        return TrajError(f"{path}:{first_line}: not JSON ({exc.__class__.__name__})")
+    return TrajError(f"{path}:{first_line}: not JSON")
+
+
+def load_whole(data: bytes) -> tuple[bool, Any]:
+    """(True, value) when the whole file is one JSON value."""
+    try:
+        return True, orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False, None
+
+
+# The fields every format's readers branch on, where a record has them: strings (a list or
+# an object there would reach a set or dict lookup). The formats' own fields are checked
+# by their readers (`ShapeError`, naming the field).
+RECORD_STRINGS = ("type", "record_type", "role", "kind")
+
+
+def iter_lines(path: Path | str, data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line; a bad line is an error."""
+    loads = orjson.loads
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = loads(raw)
+        except orjson.JSONDecodeError:
+            raise json_error(path, raw, lineno) from None
+        if not isinstance(obj, dict):
+            raise TrajError(f"{path}:{lineno}: a record must be a JSON object")
+        for key in RECORD_STRINGS:
+            v = obj.get(key)
+            if v is not None and not isinstance(v, str):
+                raise TrajError(f"{path}:{lineno}: {key}: expected a string")
+        yield lineno, obj
+
+
+def first_record(data: bytes) -> tuple[int, Any] | None:
+    """The first non-blank line parsed, or None when it is not JSON."""
+    for lineno, raw in enumerate(data.split(b"\n", 64)[:64], 1):
+        if raw.strip():
+            try:
+                return lineno, orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return None
+    return None
+
+
+def locate(data: bytes, where: tuple[str | int, ...]) -> int:
+    """The line where the value at `where` (keys and indices) starts in a JSON text; the
+    deepest part found when the path does not go all the way. Used only to report errors."""
+    text = data.decode("utf-8", errors="replace")
+    scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+    ws = " \t\r\n"
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in ws:
+            i += 1
+        return i
+
+    pos = skip(0)
+    try:
+        for w in where:
+            if isinstance(w, int) and text[pos] == "[":
+                i, n = skip(pos + 1), 0
+                while n < w:
+                    _, i = scan(text, i)
+                    i = skip(i)
+                    if text[i] != ",":
+                        raise ValueError
+                    i, n = skip(i + 1), n + 1
+                pos = i
+            elif isinstance(w, str) and text[pos] == "{":
+                i = skip(pos + 1)
+                while True:
+                    key, i = scan(text, i)
+                    i = skip(skip(i) + 1)  # past ':'
+                    if key == w:
+                        break
+                    _, i = scan(text, i)
+                    i = skip(i)
+                    if text[i] != ",":
+                        raise ValueError
+                    i = skip(i + 1)
+                pos = i
+            else:
+                break
+    except (ValueError, IndexError, StopIteration):
+        pass
+    return text.count("\n", 0, pos) + 1

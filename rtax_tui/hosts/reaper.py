@@ -1,0 +1,242 @@
+"""A watchdog process that cleans up after rtax if rtax itself is killed (`kill -9`).
+
+The engine tells it, over a pipe, which process groups, cgroups and directories
+are alive. When the pipe closes (the engine ended, or died) the reaper kills the
+groups still registered, removes the cgroups and deletes the directories; what
+was torn down normally was unregistered before. One short write per
+registration keeps the cost off the measured paths.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from typing import IO, Any
+
+# How long the reaper sleeps between reads of its pipe (see main).
+BATCH_S = 0.02
+
+
+class Reaper:
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._fd: int | None = None
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "rtax_tui.hosts.reaper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to rtax's group must not reach it
+        )
+        assert self._proc.stdin is not None
+        self._fd = self._proc.stdin.fileno()
+
+    def _send(self, line: str) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, line.encode() + b"\n")
+        except OSError:
+            self._fd = None
+
+    def add_pgid(self, pgid: int) -> None:
+        self._send(f"+g {pgid}")
+
+    def drop_pgid(self, pgid: int) -> None:
+        self._send(f"-g {pgid}")
+
+    def add_path(self, path: str) -> None:
+        self._send(f"+p {path}")
+
+    def drop_path(self, path: str) -> None:
+        self._send(f"-p {path}")
+
+    def add_cgroup(self, relpath: str) -> None:
+        self._send(f"+c {relpath}")
+
+    def drop_cgroup(self, relpath: str) -> None:
+        self._send(f"-c {relpath}")
+
+    def add_containers(self, sock_and_label: str) -> None:
+        """`SOCKET KEY=VALUE`: every container with that label on that engine."""
+        self._send(f"+k {sock_and_label}")
+
+    def drop_containers(self, sock_and_label: str) -> None:
+        self._send(f"-k {sock_and_label}")
+
+    def close(self) -> None:
+        """The engine ended: whatever is still registered was not torn down, so reap it too."""
+        if self._proc is None:
+            return
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+        self._fd = None
+
+
+_current = Reaper()  # inactive until started: registrations are then no-ops
+
+
+def current() -> Reaper:
+    return _current
+
+
+def start() -> Reaper:
+    global _current
+    _current = Reaper()
+    _current.start()
+    return _current
+
+
+def stop() -> None:
+    _current.close()
+
+
+def _engine(sock: str, method: str, path: str, timeout: float = 30) -> bytes:
+    """One request to a Docker-compatible API on a unix socket (no SDK in the reaper)."""
+    import http.client
+    import socket
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(sock)
+
+    c = Conn("localhost", timeout=timeout)
+    try:
+        c.request(method, path)
+        return c.getresponse().read()
+    finally:
+        c.close()
+
+
+def _end_conmon(ids: set[str]) -> None:
+    """SIGKILL the `conmon` monitors Podman leaves behind for these containers (two per
+    exec session, some still running after the container is removed)."""
+    from rtax_tui.hosts.conmon import conmon_processes
+
+    for pid in conmon_processes(ids) if ids else ():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _remove_containers(spec: str) -> None:
+    """Force-remove every container with the label on the engine (`SOCKET KEY=VALUE`)."""
+    import http.client
+    import json
+    import urllib.parse
+
+    sock, _, label = spec.partition(" ")
+    query = urllib.parse.quote(json.dumps({"label": [label]}))
+    # A create that rtax sent just before it died may finish after a listing: list
+    # again until the engine shows none twice in a row (bounded: about 10 s).
+    quiet = 0
+    removed: set[str] = set()
+    try:
+        for _ in range(20):
+            try:
+                found = json.loads(_engine(sock, "GET", f"/containers/json?all=1&filters={query}"))
+                for c in found:
+                    _engine(sock, "DELETE", f"/containers/{c['Id']}?force=1&v=1")
+                    removed.add(str(c["Id"]))
+            except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+                return  # the engine is gone (or answers nonsense): nothing more to do
+            quiet = quiet + 1 if not found else 0
+            if quiet >= 2:
+                return
+            time.sleep(0.5)
+    finally:
+        _end_conmon(removed)  # monitors that outlived their container's removal
+
+
+def _reap(
+    groups: set[int], cgroups: set[str], paths: set[str], containers: Iterable[str] = ()
+) -> None:
+    # Local things first, the engines' containers last: an engine can be slow to
+    # answer (or answer badly), and nothing may keep a workspace or cgroup behind.
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if cgroups:
+        try:
+            from rtax_tui.hosts.cgroups import Cgroup
+
+            for rel in sorted(cgroups, key=len, reverse=True):
+                try:
+                    Cgroup.at(rel).remove()
+                except Exception:
+                    pass
+        except ImportError:
+            pass
+    time.sleep(0.05)
+    from rtax_tui.hosts import safefs
+
+    for path in paths:  # directories (workspaces, maybe tmpfs mounts) and single files
+        try:
+            safefs.remove_workspace(path)  # unmounts, then never follows a link
+        except OSError:
+            pass
+    for spec in containers:
+        try:
+            _remove_containers(spec)
+        except Exception:  # a bad answer (http.client.HTTPException...) ends one engine's
+            pass
+
+
+def main(stdin: IO[bytes]) -> int:
+    groups: set[int] = set()
+    cgroups: set[str] = set()
+    paths: set[str] = set()
+    containers: set[str] = set()
+    table: dict[str, set[Any]] = {"g": groups, "c": cgroups, "p": paths, "k": containers}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fd = stdin.fileno()
+    rest = b""
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        *lines, rest = (rest + data).split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            if line == "exit":
+                return 0
+            if len(line) < 4:
+                continue
+            op, kind, arg = line[0], line[1], line[3:]
+            target = table.get(kind)
+            if target is None:
+                continue
+            value: int | str = int(arg) if kind == "g" else arg
+            if op == "+":
+                target.add(value)
+            else:
+                target.discard(value)
+        # Registrations pile up in the pipe meanwhile: a write finds no reader waiting,
+        # so the engine's every exec action does not wake this process twice (on 2
+        # cores, two context switches an action). EOF still ends the sleep's batch.
+        time.sleep(BATCH_S)
+    _reap(groups, cgroups, paths, containers)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.stdin.buffer))

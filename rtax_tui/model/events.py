@@ -1,0 +1,629 @@
+"""The `rtax/1` events: one place that builds, encodes and decodes each of them.
+
+A recording is JSON Lines, one event a line; the first is `run`. Every event has
+`type` and `t_ns` (ns since the run began, on the monotonic clock); the engine puts
+`t_ns` second, `rtax probe` last (key order carries no meaning for readers, but it
+is kept so that recordings stay byte-for-byte what they were). The builders below
+return the event without `t_ns`: the clock that emits it adds it (`Emitter`).
+
+Events are plain dicts at run time (a report reads a million of them; typed
+objects would cost more than the reading itself); the `TypedDict`s give them
+their shape for the type checker on both sides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
+
+from rtax_tui.model.errors import ErrorObject, TrialError
+
+# The recording's format. New event types and fields may be added within a version;
+# renaming or removing one changes it. History of rtax/1:
+# - the first version: run, trial_start, phase, action, trial_end, barrier, run_end;
+# - added `probe` events (`rtax probe -o`: host, driver, channel, check, result,
+#   evidence, promised, kind) and, in the `run` header,
+#   `hosts.<host>.drivers.<driver>.boundary` (the last probe of that pair, or
+#   {"status": "not probed"}). An older rtax rejects a recording that holds `probe`
+#   events (an unknown event type); runs without them read as before;
+# - added, in the `run` header, `hosts.<host>.drivers.<driver>.integrity`: per channel,
+#   null where the driver states that a step's status, output and timing reach rtax
+#   through nothing a step can write, else why not (`Driver.integrity`; the probe's
+#   `result_integrity` measures it). Absent in older recordings: not stated;
+# - added `prep` events (`rtax traj prepare -o`: file, format, k, steps, shell, rep,
+#   dur_ns, ok): one timed preparation of a trajectory's first k steps; `rtax report`
+#   adds per-format figures. An older rtax rejects such a recording the same way;
+# - added `pool` events (a warm pool's own work, `core.pool`: host, cell, env, op
+#   `create`|`reset`|`teardown`, dur_ns, ok, cpu_ns, env_cpu_ns, error) and, for a
+#   pooled trial, `trial_start.mode` ("pool"; absent means cold) and the phases
+#   `acquire`, `acquire.wait`, `release` in place of create, ready and teardown.
+#   An older rtax rejects a recording with `pool` events the same way;
+# - added `run.limits` (optional): the limits every environment of the run was given,
+#   {cpus, memory_mib, pids, workspace_mib}, each a number or "unlimited" (rtax gives
+#   limits by default since; a profile lifts one only by saying "unlimited"). A
+#   recording without it (made before) reports its limits as "unknown".
+# Optional fields added within rtax/1 (readers must not require them):
+# `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
+# `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
+# replay workloads: `trial_start.replay` ({trajectory, format, steps, skipped}),
+# `action.expect_rc` (the exit code the trajectory recorded for the step) and
+# `action.timed_out` (true: killed at the action timeout, the replay went on);
+# `barrier.release_dur_ns` (the release decision until the last arrived environment
+# let go of what it held), `barrier.mem_peak_bytes`, `barrier.oom_kills` and
+# `barrier.cpu_ns` (the batch's budget cgroup: peak memory, OOM kills, CPU time; null
+# without a budget), with the `barrier.release` phase and the `oom` error kind;
+# `action.out_dropped` (issue 19: rtax keeps a step's first `model.OUTPUT_LIMIT` bytes of
+# output, `out_bytes` of them; the bytes it printed past them, read and not kept; absent
+# when none were, and in older recordings, whose steps were kept whole).
+FORMAT = "rtax/1"
+
+# The schema of every event, declared once: per type, its required fields and its
+# optional ones, each with its kind. The kinds (`_KINDS`): `int` a signed 64-bit integer,
+# `count` an integer 0..2**63-1 (durations in ns, sizes), `num` a finite number >= 0
+# (seconds), `id` (a trial's) an integer of 64 bits or a string, `str`, `bool`, `list`,
+# `dict`, `any` (a field readers only show); a trailing `?` admits null. Readers check
+# every event against it (`check_event`), so that what a report folds has these types;
+# fields not named here pass through (a newer rtax/1 may add some).
+EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "run": (
+        {"format": "str", "run_id": "str", "started_at": "str", "seed": "int", "argv": "list",
+         "profile": "dict", "hosts": "dict"},
+        {"t_ns": "count", "limits": "dict"},
+    ),
+    "trial_start": (
+        {"trial": "id", "cell": "str", "host": "str", "driver": "str", "workload": "str",
+         "channel": "str", "warmup": "bool", "batch": "str?"},
+        {"t_ns": "count", "steps": "count", "batch_size": "count", "deadline_s": "num",
+         "replay": "dict", "mode": "str"},
+    ),
+    "phase": (
+        {"trial": "id", "name": "str", "dur_ns": "count", "ok": "bool"},
+        {"t_ns": "count"},
+    ),
+    "action": (
+        {"trial": "id", "i": "count", "dur_ns": "count", "rc": "int?", "ok": "bool",
+         "out_bytes": "count"},
+        {"t_ns": "count", "remote_ns": "count", "expect_rc": "int", "timed_out": "bool",
+         "out_dropped": "count"},
+    ),
+    "trial_end": (
+        {"trial": "id", "ok": "bool", "valid": "bool", "error": "dict?"},
+        {"t_ns": "count"},
+    ),
+    "barrier": (
+        {"batch": "str", "cell": "str", "size": "count", "arrived": "count",
+         "released": "any", "ok": "bool", "deadline_s": "num"},
+        {"t_ns": "count", "warmup": "bool", "release_ns": "count", "release_dur_ns": "count",
+         "mem_peak_bytes": "count?", "oom_kills": "count?", "cpu_ns": "count?"},
+    ),
+    "run_end": ({"status": "str", "trials": "count"}, {"t_ns": "count", "error": "str"}),
+    # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
+    "probe": (
+        {"host": "str", "driver": "str", "channel": "str", "check": "str", "result": "str",
+         "evidence": "str"},
+        {"t_ns": "count", "promised": "bool", "kind": "str"},
+    ),
+    # one timed prefix preparation of `rtax traj prepare` (rtax/1, second addition)
+    "prep": (
+        {"file": "str", "format": "str", "k": "count", "steps": "count", "dur_ns": "count",
+         "ok": "bool"},
+        {"t_ns": "count", "shell": "count", "rep": "count"},
+    ),
+    # one piece of a warm pool's background work (rtax/1, third addition)
+    "pool": (
+        {"host": "str", "cell": "str", "env": "count", "op": "str", "dur_ns": "count",
+         "ok": "bool"},
+        {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?"},
+    ),
+}  # fmt: skip
+
+# The fields a reader requires, per event type; an unknown type is an error.
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    etype: tuple(required) for etype, (required, _) in EVENT_SCHEMA.items()
+}
+
+_INT_MAX = (1 << 63) - 1
+_INT_MIN = -(1 << 63)
+# kind -> (the test that fails a value `v`, as Python source; what the kind is, in words)
+_KINDS: dict[str, tuple[str, str]] = {
+    "int": ("type(v) is not int or not MIN <= v <= MAX", "an integer of 64 bits"),
+    "count": ("type(v) is not int or not 0 <= v <= MAX", "an integer 0..2**63-1"),
+    "num": (
+        "not ((type(v) is int and 0 <= v <= MAX) or (type(v) is float and 0.0 <= v < INF))",
+        "a finite number >= 0",
+    ),
+    "id": (
+        "type(v) is not str and (type(v) is not int or not MIN <= v <= MAX)",
+        "an integer of 64 bits or a string",
+    ),
+    "str": ("type(v) is not str", "a string"),
+    "any": ("False", "anything"),
+    "bool": ("type(v) is not bool", "true or false"),
+    "list": ("type(v) is not list", "an array"),
+    "dict": ("type(v) is not dict", "an object"),
+}
+
+
+def _compile_checks() -> dict[str, Callable[[dict[str, Any]], bool]]:
+    """One function per event type, generated from `EVENT_SCHEMA`: True when the event fits.
+    Generated, not interpreted: a report checks a million events with them."""
+    env: dict[str, Any] = {"MIN": _INT_MIN, "MAX": _INT_MAX, "INF": float("inf")}
+    checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
+    for etype, (required, optional) in EVENT_SCHEMA.items():
+        lines = [
+            f"def check_{etype}(ev, type=type, int=int, float=float, str=str, bool=bool, "
+            "list=list, dict=dict, MIN=MIN, MAX=MAX, INF=INF):"
+        ]
+        for name, kind in (*required.items(), *optional.items()):
+            test = _KINDS[kind.rstrip("?")][0]
+            if kind.endswith("?"):
+                test = f"v is not None and ({test})"
+            if name in required:
+                lines.append(f"    v = ev[{name!r}]")
+            else:
+                lines.append(f"    v = ev.get({name!r})")
+                test = f"{name!r} in ev and ({test})"
+            lines.append(f"    if {test}: return False")
+        lines.append("    return True")
+        exec("\n".join(lines), env)  # noqa: S102 - source built above from constants only
+        checks[etype] = env[f"check_{etype}"]
+    return checks
+
+
+# event type -> its check (True: fits); a missing required field raises KeyError
+EVENT_CHECKS = _compile_checks()
+
+
+def check_event(ev: Any) -> str | None:
+    """Why `ev` is not a valid event (naming the field), or None. The slow path: readers
+    call the generated `EVENT_CHECKS` first and this only to word an error."""
+    if not isinstance(ev, dict):
+        return "an event must be a JSON object"
+    etype = ev.get("type")
+    if not isinstance(etype, str) or etype not in EVENT_SCHEMA:
+        return f"unknown event type {etype!r}"
+    required, optional = EVENT_SCHEMA[etype]
+    missing = [f for f in required if f not in ev]
+    if missing:
+        return f"{etype} event lacks {', '.join(missing)}"
+    for name, kind in (*required.items(), *optional.items()):
+        if name not in ev:
+            continue
+        v = ev[name]
+        if v is None and kind.endswith("?"):
+            continue
+        test, words = _KINDS[kind.rstrip("?")]
+        env = {"v": v, "MIN": _INT_MIN, "MAX": _INT_MAX, "INF": float("inf")}
+        if eval(test, env):  # noqa: S307 - the tests are the constants above
+            null = " or null" if kind.endswith("?") else ""
+            return f"{etype}.{name}: expected {words}{null}, got {_show(v)}"
+    return None
+
+
+def _show(v: Any) -> str:
+    """A bad value, short: an error is one line (never the whole of a nested value, nor
+    the digits of a huge integer, which Python refuses to print past 4300)."""
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, int) and not isinstance(v, bool) and not _INT_MIN <= v <= _INT_MAX:
+        return f"an integer of {v.bit_length()} bits"
+    text = "null" if v is None else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class RunEvent(TypedDict):
+    type: Literal["run"]
+    t_ns: NotRequired[int]
+    format: str
+    run_id: str
+    started_at: str
+    seed: int
+    argv: list[str]
+    profile: dict[str, Any]
+    hosts: dict[str, Any]
+    limits: NotRequired[dict[str, Any]]
+
+
+class TrialStartEvent(TypedDict):
+    type: Literal["trial_start"]
+    t_ns: NotRequired[int]
+    trial: int
+    cell: str
+    host: str
+    driver: str
+    workload: str
+    channel: str
+    warmup: bool
+    batch: str | None
+    steps: NotRequired[int]
+    batch_size: NotRequired[int]
+    deadline_s: NotRequired[float]
+    replay: NotRequired[dict[str, Any]]
+    mode: NotRequired[str]
+
+
+class PhaseEvent(TypedDict):
+    type: Literal["phase"]
+    t_ns: NotRequired[int]
+    trial: int
+    name: str
+    dur_ns: int
+    ok: bool
+
+
+class ActionEvent(TypedDict):
+    type: Literal["action"]
+    t_ns: NotRequired[int]
+    trial: int
+    i: int
+    dur_ns: int
+    rc: int | None
+    ok: bool
+    out_bytes: int
+    remote_ns: NotRequired[int]
+    expect_rc: NotRequired[int]
+    timed_out: NotRequired[bool]
+    out_dropped: NotRequired[int]
+
+
+class TrialEndEvent(TypedDict):
+    type: Literal["trial_end"]
+    t_ns: NotRequired[int]
+    trial: int
+    ok: bool
+    valid: bool
+    error: ErrorObject | None
+
+
+class BarrierEvent(TypedDict):
+    type: Literal["barrier"]
+    t_ns: NotRequired[int]
+    batch: str
+    cell: str
+    size: int
+    arrived: int
+    released: str | None
+    ok: bool
+    deadline_s: float
+    warmup: bool
+    release_ns: int
+    release_dur_ns: NotRequired[int]
+    mem_peak_bytes: NotRequired[int | None]
+    oom_kills: NotRequired[int | None]
+    cpu_ns: NotRequired[int | None]
+
+
+class RunEndEvent(TypedDict):
+    type: Literal["run_end"]
+    t_ns: NotRequired[int]
+    status: str
+    trials: int
+    error: NotRequired[str]
+
+
+class PoolEvent(TypedDict):
+    type: Literal["pool"]
+    t_ns: NotRequired[int]
+    host: str
+    cell: str
+    env: int
+    op: str
+    dur_ns: int
+    ok: bool
+    cpu_ns: int
+    env_cpu_ns: int | None
+    error: str | None
+
+
+class ProbeEvent(TypedDict):
+    type: Literal["probe"]
+    t_ns: NotRequired[int]
+    host: str
+    driver: str
+    channel: str
+    check: str
+    result: str
+    evidence: str
+    promised: bool
+    kind: str
+
+
+Event = (
+    RunEvent
+    | TrialStartEvent
+    | PhaseEvent
+    | ActionEvent
+    | TrialEndEvent
+    | BarrierEvent
+    | RunEndEvent
+    | ProbeEvent
+    | PoolEvent
+)
+
+# What sinks receive: an event as a plain dict, `t_ns` included.
+Sink = Callable[[dict[str, Any]], None]
+
+
+class SinkError(Exception):
+    """A sink can take no more events (its disk is full, its reader went away).
+
+    The sink raises it after leaving what it already holds consistent; the `Emitter` then
+    drops that sink, keeps feeding the others and tells its owner (`on_failure`), so that a
+    fault in one place to write never becomes an exception inside a trial.
+    """
+
+
+# -- builders (the key order is the recorded one) ----------------------------
+def run(
+    *,
+    run_id: str,
+    started_at: str,
+    seed: int,
+    argv: Sequence[str],
+    profile: dict[str, Any],
+    hosts: dict[str, Any],
+    limits: dict[str, Any] | None = None,
+) -> RunEvent:
+    ev: RunEvent = {
+        "type": "run",
+        "format": FORMAT,
+        "run_id": run_id,
+        "started_at": started_at,
+        "seed": seed,
+        "argv": list(argv),
+        "profile": profile,
+        "hosts": hosts,
+    }
+    if limits is not None:
+        ev["limits"] = limits
+    return ev
+
+
+def trial_start(
+    *,
+    trial: int,
+    cell: str,
+    host: str,
+    driver: str,
+    workload: str,
+    channel: str,
+    warmup: bool,
+    batch: str | None,
+    steps: int | None,
+    batch_size: int | None = None,
+    deadline_s: float | None = None,
+    replay: dict[str, Any] | None = None,
+    mode: str = "cold",
+) -> TrialStartEvent:
+    """`steps` (None only in recordings made before it existed), and `batch_size` and
+    `deadline_s` (capacity runs) let a live view draw the barrier before the batch's
+    `barrier` event."""
+    ev: TrialStartEvent = {
+        "type": "trial_start",
+        "trial": trial,
+        "cell": cell,
+        "host": host,
+        "driver": driver,
+        "workload": workload,
+        "channel": channel,
+        "warmup": warmup,
+        "batch": batch,
+    }
+    if steps is not None:
+        ev["steps"] = steps
+    if batch_size is not None and deadline_s is not None:
+        ev["batch_size"] = batch_size
+        ev["deadline_s"] = deadline_s
+    if replay is not None:
+        ev["replay"] = replay
+    if mode != "cold":
+        ev["mode"] = mode
+    return ev
+
+
+def phase(trial: int, name: str, dur_ns: int, ok: bool) -> PhaseEvent:
+    return {"type": "phase", "trial": trial, "name": name, "dur_ns": dur_ns, "ok": ok}
+
+
+def action(
+    trial: int,
+    i: int,
+    dur_ns: int,
+    rc: int | None,
+    ok: bool,
+    out_bytes: int,
+    remote_ns: int | None = None,
+    expect_rc: int | None = None,
+    timed_out: bool = False,
+    out_dropped: int = 0,
+) -> ActionEvent:
+    ev: ActionEvent = {
+        "type": "action",
+        "trial": trial,
+        "i": i,
+        "dur_ns": dur_ns,
+        "rc": rc,
+        "ok": ok,
+        "out_bytes": out_bytes,
+    }
+    if remote_ns is not None:
+        ev["remote_ns"] = remote_ns
+    if expect_rc is not None:
+        ev["expect_rc"] = expect_rc
+    if timed_out:
+        ev["timed_out"] = True
+    if out_dropped:
+        ev["out_dropped"] = out_dropped
+    return ev
+
+
+def trial_end(trial: int, valid: bool, error: TrialError | None) -> TrialEndEvent:
+    """`ok` is "no error"; `valid` also needs every step's expectation met."""
+    err = None if error is None else error.to_event()
+    return {"type": "trial_end", "trial": trial, "ok": error is None, "valid": valid, "error": err}
+
+
+def barrier(
+    *,
+    batch: str,
+    cell: str,
+    size: int,
+    arrived: int,
+    released: str | None,
+    deadline_s: float,
+    warmup: bool,
+    release_ns: int,
+    release_dur_ns: int | None = None,
+    mem_peak_bytes: int | None = None,
+    oom_kills: int | None = None,
+    cpu_ns: int | None = None,
+) -> BarrierEvent:
+    """`release_dur_ns` and the budget's figures are written whenever the engine gives
+    `release_dur_ns` (the budget's as null when the batch had none)."""
+    ev: BarrierEvent = {
+        "type": "barrier",
+        "batch": batch,
+        "cell": cell,
+        "size": size,
+        "arrived": arrived,
+        "released": released,
+        "ok": arrived == size,
+        "deadline_s": deadline_s,
+        "warmup": warmup,
+        "release_ns": release_ns,
+    }
+    if release_dur_ns is not None:
+        ev["release_dur_ns"] = release_dur_ns
+        ev["mem_peak_bytes"] = mem_peak_bytes
+        ev["oom_kills"] = oom_kills
+        ev["cpu_ns"] = cpu_ns
+    return ev
+
+
+def pool(
+    *,
+    host: str,
+    cell: str,
+    env: int,
+    op: str,
+    dur_ns: int,
+    ok: bool,
+    cpu_ns: int,
+    env_cpu_ns: int | None,
+    error: str | None,
+) -> PoolEvent:
+    """One piece of a pool's background work on environment `env` (the pool's own number):
+    `create` (create + ready), `reset` (clean or snapshot), `teardown`. `cpu_ns` is
+    rtax's process CPU time over the work (shared with whatever else ran meanwhile: an
+    upper bound), `env_cpu_ns` what the driver attributes to the environment, if it can."""
+    return {
+        "type": "pool",
+        "host": host,
+        "cell": cell,
+        "env": env,
+        "op": op,
+        "dur_ns": dur_ns,
+        "ok": ok,
+        "cpu_ns": cpu_ns,
+        "env_cpu_ns": env_cpu_ns,
+        "error": error,
+    }
+
+
+def run_end(status: str, trials: int, error: str | None = None) -> RunEndEvent:
+    ev: RunEndEvent = {"type": "run_end", "status": status, "trials": trials}
+    if error is not None:
+        ev["error"] = error
+    return ev
+
+
+def probe(
+    *,
+    host: str,
+    driver: str,
+    channel: str,
+    check: str,
+    result: str,
+    evidence: str,
+    promised: bool,
+    kind: str,
+) -> ProbeEvent:
+    return {
+        "type": "probe",
+        "host": host,
+        "driver": driver,
+        "channel": channel,
+        "check": check,
+        "result": result,
+        "evidence": evidence,
+        "promised": promised,
+        "kind": kind,
+    }
+
+
+# -- the clocks that stamp them ----------------------------------------------
+class Emitter:
+    """Stamps events with `t_ns` (second, after `type`) and hands them to the sinks.
+
+    Sinks are called for every event, in order, from the event loop's thread.
+    """
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = list(sinks)
+        self.t0 = time.monotonic_ns()
+        self.failures: list[SinkError] = []
+        self.on_failure: Callable[[SinkError], None] | None = None
+
+    def start(self) -> int:
+        """Begin the run's clock; returns its origin (time.monotonic_ns())."""
+        self.t0 = time.monotonic_ns()
+        return self.t0
+
+    def now(self) -> int:
+        return time.monotonic_ns() - self.t0
+
+    def __call__(self, event: Event) -> None:
+        ev: dict[str, Any] = {
+            "type": event["type"],
+            "t_ns": time.monotonic_ns() - self.t0,
+            **event,
+        }
+        failed = []
+        for sink in self.sinks:
+            try:
+                sink(ev)
+            except SinkError as exc:
+                failed.append(sink)
+                self.failures.append(exc)
+                if self.on_failure is not None:
+                    self.on_failure(exc)
+        for sink in failed:
+            self.sinks.remove(sink)
+
+
+def stamp_last(event: Event, t_ns: int) -> dict[str, Any]:
+    """The event with `t_ns` last: the order `rtax probe` has always recorded."""
+    return {**event, "t_ns": t_ns}
+
+
+# -- encoding and decoding ---------------------------------------------------
+def encode(event: Mapping[str, Any]) -> bytes:
+    """One recording line."""
+    return orjson.dumps(event) + b"\n"
+
+
+decode = orjson.loads  # one line (bytes) to a dict; `missing_fields` checks its shape
+DecodeError = orjson.JSONDecodeError
+
+
+def missing_fields(event: Mapping[str, Any]) -> list[str] | None:
+    """None for an unknown event type, else the required fields `event` lacks."""
+    fields = EVENT_FIELDS.get(event.get("type"))  # type: ignore[arg-type]
+    if fields is None:
+        return None
+    return [f for f in fields if f not in event]

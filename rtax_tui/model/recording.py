@@ -1,0 +1,207 @@
+"""The `rtax/1` recording: JSON Lines, one event a line, flushed after every line.
+
+Writer and reader live side by side; the events themselves (their fields, encoding,
+decoding and the format's history) are defined in `core.events`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from rtax_tui.model.events import (
+    EVENT_CHECKS,
+    EVENT_FIELDS,
+    FORMAT,
+    DecodeError,
+    SinkError,
+    check_event,
+    decode,
+    encode,
+)
+from rtax_tui.model.inputs import RECORDING_MAX, read_input
+from rtax_tui.model.spec import RtaxError
+
+__all__ = [
+    "EVENT_FIELDS",
+    "Recording",
+    "RecordingError",
+    "RecordingWriteError",
+    "RecordingWriter",
+    "encode",
+]
+
+
+class RecordingError(RtaxError):
+    pass
+
+
+class RecordingWriteError(SinkError):
+    """The recording could not take a line (ENOSPC, EIO, EFBIG...): the file was cut back
+    to its last complete line, which every reader reads; nothing is written after."""
+
+    def __init__(self, path: str, strerror: str, lines: int) -> None:
+        super().__init__(
+            f"{path}: cannot write the recording ({strerror}) after {lines} events; "
+            "the run stopped and the file ends at its last complete line"
+        )
+        self.path = path
+        self.lines = lines
+
+
+class RecordingWriter:
+    """Appends events to a file (or a stream) and flushes each line at once.
+
+    A file's line is written whole or not at all: a write that fails part-way (a full disk)
+    is cut back with `ftruncate` to the end of the last complete line and raises
+    `RecordingWriteError`; the writer then takes nothing more."""
+
+    def __init__(self, stream: IO[bytes], path: Path | None = None, fsync: bool = False) -> None:
+        self._stream = stream
+        self.path = path
+        self._fsync = fsync
+        self.closed = False
+        self.failed = False
+        self.lines = 0
+        self._end = 0  # the end of the last complete line, in bytes (files only)
+
+    @classmethod
+    def open(cls, path: Path) -> RecordingWriter:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return cls(open(path, "xb", buffering=0), path)  # noqa: SIM115
+
+    def write(self, event: dict[str, Any]) -> None:
+        if self.closed or self.failed:
+            return
+        line = encode(event)
+        if self.path is None:  # a stream: its reader's errors are the caller's to judge
+            self._stream.write(line)
+            self._stream.flush()
+        else:
+            fd = self._stream.fileno()
+            try:
+                view = memoryview(line)
+                while view:  # os.write may write part of it (a disk filling up)
+                    view = view[os.write(fd, view) :]
+                if self._fsync:
+                    os.fsync(fd)
+            except OSError as exc:
+                self.failed = True
+                try:
+                    os.ftruncate(fd, self._end)
+                except OSError:
+                    pass
+                raise RecordingWriteError(
+                    str(self.path), exc.strerror or str(exc), self.lines
+                ) from None
+            self._end += len(line)
+        self.lines += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.path is not None:
+                self._stream.close()
+
+
+@dataclass
+class Recording:
+    """A recording read back: the header, the events and what was skipped."""
+
+    path: str
+    header: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    torn_tail: bool = False
+
+    @property
+    def end(self) -> dict[str, Any] | None:
+        ev: dict[str, Any]  # what reversed() yields is not typed
+        for ev in reversed(self.events):
+            if ev.get("type") == "run_end":
+                return ev
+        return None
+
+
+def _check_event(path: str, lineno: int, ev: Any) -> dict[str, Any]:
+    why = check_event(ev)
+    if why is not None:
+        raise RecordingError(f"{path}:{lineno}: {why}")
+    return ev  # type: ignore[no-any-return]
+
+
+def _parse(path: str, lineno: int, raw: bytes) -> dict[str, Any]:
+    try:
+        ev = decode(raw)
+    except DecodeError as exc:
+        raise RecordingError(f"{path}:{lineno}: not JSON ({exc})") from None
+    return _check_event(path, lineno, ev)
+
+
+def read_recording(path: str | Path) -> Recording:
+    p = str(path)
+    return read_bytes(p, read_input(p, "the recording", RECORDING_MAX, RecordingError))
+
+
+def read_stream(name: str, lines: Iterable[bytes]) -> Recording:
+    return read_bytes(name, b"".join(lines))
+
+
+def read_bytes(name: str, data: bytes) -> Recording:
+    """Parse a whole recording. A last line with no newline that does not parse is a torn
+    write (the run was killed mid-line) and is skipped; any other bad line is an error."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a million small dicts would trigger many useless collections
+    try:
+        return _read_lines(name, data)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _read_lines(name: str, data: bytes) -> Recording:
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the data ends with a newline
+    loads = decode
+    checks = EVENT_CHECKS
+    header: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = []
+    append = events.append
+    for lineno, raw in enumerate(lines, 1):
+        try:
+            ev = loads(raw)
+            fits = checks[ev["type"]](ev)  # a missing field raises KeyError
+        except Exception:
+            fits = False
+        if not fits:
+            if not raw.strip():
+                continue
+            ev = _parse(name, lineno, raw)  # raises with the precise reason
+        if header is None:
+            header = _check_header(name, lineno, ev)
+            continue
+        append(ev)
+    torn = False
+    if tail.strip():
+        try:
+            ev = _parse(name, len(lines) + 1, tail)
+            if header is None:
+                header = _check_header(name, len(lines) + 1, ev)
+            else:
+                append(ev)
+        except RecordingError:
+            torn = True
+    if header is None:
+        raise RecordingError(f"{name}: empty recording (no `run` header)")
+    return Recording(name, header, events, torn_tail=torn)
+
+
+def _check_header(name: str, lineno: int, ev: dict[str, Any]) -> dict[str, Any]:
+    if ev.get("type") != "run":
+        raise RecordingError(f"{name}:{lineno}: the first event must be `run`")
+    if ev.get("format") != FORMAT:
+        raise RecordingError(f"{name}:{lineno}: format {ev.get('format')!r} is not {FORMAT!r}")
+    return ev

@@ -1,0 +1,283 @@
+"""Names and small value types shared by the engine, the drivers and the readers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtax_tui.model.errors import ErrorKind
+
+# The recording's format (`rtax/1`) and its history live with its events, in `core.events`.
+REPORT_FORMAT = "rtax-report/1"
+
+PHASES = ("create", "ready", "action", "teardown", "orchestration", "total")
+# Phases recorded as `phase` events; `action` and `total` are derived.
+TIMED_PHASES = ("create", "ready", "teardown", "orchestration")
+# A pooled trial's phases in place of create + ready and teardown (core.pool): in a
+# report only where a cell has them, so that a cold run's report keeps its shape.
+POOL_PHASES = ("acquire", "release")
+CHANNELS = ("exec", "shell")
+
+
+class RtaxError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+class OptionError(RtaxError):
+    """A bad `[drivers_options.NAME]` value. `key` names the field, so that the profile
+    layer can point at its line (`FILE:LINE: drivers_options.NAME.KEY: ...`)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class PhaseFailure(Exception):
+    """A phase could not complete; `kind` (one of the closed set `ErrorKind`) is the
+    machine-readable reason, `message` the human one. The engine decides by kind only."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = ErrorKind(kind)  # a plain string of a known kind is taken; others raise
+        self.message = message
+
+
+class SubstrateLost(PhaseFailure):
+    """The substrate (daemon, host) went away; later trials of it may fail fast."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorKind.SUBSTRATE_LOST, message)
+
+
+class HostLost(PhaseFailure):
+    """The connection to a remote host dropped; its trials fail until it is back."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorKind.HOST_LOST, message)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of a workload: argv run in the environment's workspace."""
+
+    argv: tuple[str, ...]
+    expect_rc: int | str = 0  # an int, or "nonzero"
+    expect_out: str | None = None  # substring the output must contain
+    timeout_s: float | None = None
+
+    def matches(self, rc: int, output: bytes) -> bool:
+        if self.expect_rc == "nonzero":
+            rc_ok = rc != 0
+        else:
+            rc_ok = rc == self.expect_rc
+        if not rc_ok:
+            return False
+        if self.expect_out is not None:
+            return self.expect_out.encode() in output
+        return True
+
+    async def perform(self, env: Any, timeout: float | None) -> ActionResult:
+        """Run the step in `env` (an `Environment`): one action through its channel. A
+        replayed file edit overrides this (a read, then a write, through the same channel)."""
+        result: ActionResult = await env.action(self, timeout)
+        return result
+
+    def observed(self, rc: int | None, dur_ns: int, remote_ns: int | None) -> dict[str, Any]:
+        """Fields the step adds to its `action` event beyond the common ones (a replayed
+        step: the recorded exit code, whether it was killed at the timeout); none here.
+        `remote_ns`: the environment's own duration of the step, where it has one."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    steps: tuple[Step, ...]
+    files: str | None = None  # asset name copied into each fresh workspace
+    needs_assets: bool = False
+    description: str = ""
+    # Run when a capacity batch's barrier releases, through the cell's channel: it makes
+    # the environment let go of what it holds (the capacity workload's held memory).
+    release: Step | None = None
+    # A replay of real agent trajectories (`[workloads.NAME] trajectory = ...`): what its
+    # trials record in `trial_start.replay`; with several trajectories, trial k of a cell
+    # runs `variants[k % len(variants)]` (each a one-trajectory workload of the same name).
+    replay: ReplaySource | None = None
+    variants: tuple[Workload, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """Where a replay workload comes from, and what of it is not replayed."""
+
+    trajectory: str  # the file (or conversation directory), or the directory named
+    format: str  # the trajectory format, or "mixed" for a directory of several
+    steps: int  # the trajectory's steps (calls), replayed or not
+    skipped: int  # steps not replayed (`other` steps, edits whose arguments say nothing)
+    allow_unisolated: bool = False  # the profile lets it run on `local` (no boundary)
+    repo: str | None = None  # the workspace's source (a git directory or tarball)
+    commit: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trajectory": self.trajectory,
+            "format": self.format,
+            "steps": self.steps,
+            "skipped": self.skipped,
+        }
+
+
+# Every environment of every driver gets these unless the profile's `[limits]` says
+# otherwise; "no limit" is never a silent default (red team B7: 5,000 `sleep`s all
+# started on a profile without `[limits]`). Chosen for one coding agent's rollout:
+# - pids 1024: a build (`make -j`, pytest-xdist) and an agent's shells stay far below
+#   it; a fork bomb stops at it instead of at the host's pid table;
+# - memory 4096 MiB: a test suite, a compiler or a language server fit; a runaway
+#   allocation is OOM-killed in its environment instead of by the host's OOM killer;
+# - cpus 1.0: an agent's tool calls run one at a time; what the shipped profiles use,
+#   and a CPU count that docker accepts on any host (it refuses more than the host has);
+# - workspace 2048 MiB: a repository checkout, its dependencies and build outputs; a
+#   trial's writes stop there instead of filling the host's disk (B8).
+DEFAULT_CPUS = 1.0
+DEFAULT_MEMORY_MIB = 4096
+DEFAULT_PIDS = 1024
+DEFAULT_WORKSPACE_MIB = 2048
+# the value that lifts a limit, in a profile and in the recording's header (None here)
+UNLIMITED = "unlimited"
+LIMIT_KEYS = ("cpus", "memory_mib", "pids", "workspace_mib")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """An environment's limits; None is unlimited (said so explicitly by a profile)."""
+
+    cpus: float | None = DEFAULT_CPUS
+    memory_mib: int | None = DEFAULT_MEMORY_MIB
+    pids: int | None = DEFAULT_PIDS
+    workspace_mib: int | None = DEFAULT_WORKSPACE_MIB  # the workspace's size
+
+    @classmethod
+    def none(cls) -> Limits:
+        """No limit at all (a test's or a check's own environment)."""
+        return cls(cpus=None, memory_mib=None, pids=None, workspace_mib=None)
+
+    def unlimited(self) -> list[str]:
+        """The keys without a limit."""
+        return [k for k in LIMIT_KEYS if getattr(self, k) is None]
+
+    def to_json(self) -> dict[str, Any]:
+        """Every key, an unlimited one as "unlimited" (the header's and a profile's form)."""
+        return {k: UNLIMITED if getattr(self, k) is None else getattr(self, k) for k in LIMIT_KEYS}
+
+
+def vm_size(limit: float | None, default: float, option: int) -> int:
+    """A VM's vCPUs or MiB of RAM: the limit (whole, at least one) when the profile set
+    one; at the default limit, the driver's own option (`vcpus`, `memory_mib`) up to
+    it, so that a guest sized by its options stays so and never exceeds the default;
+    "unlimited": the option."""
+    if limit is None:
+        return option
+    if limit == default:
+        return min(option, max(1, int(limit)))
+    return max(1, int(limit))
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    create: float = 60.0
+    ready: float = 60.0
+    action: float = 120.0
+    teardown: float = 60.0
+    barrier: float = 120.0
+
+
+# How a cell's trials get their environment: `cold` (created and torn down by the
+# trial) or `pool` (acquired ready from a warm pool, released for reset; core.pool).
+MODES = ("cold", "pool")
+
+
+@dataclass(frozen=True)
+class Cell:
+    host: str
+    driver: str
+    workload: str
+    channel: str
+    mode: str = "cold"
+
+    @property
+    def id(self) -> str:
+        """`host/driver/workload/channel`, with `+pool` on the channel's part for a pooled
+        cell: the mode is a part of the cell's name, and a cold cell's id is what it was."""
+        base = f"{self.host}/{self.driver}/{self.workload}/{self.channel}"
+        return base if self.mode == "cold" else f"{base}+{self.mode}"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a driver needs to build one environment."""
+
+    cell: Cell
+    workload: Workload
+    limits: Limits
+    workspace_src: str | None = None  # a directory copied into the workspace
+    env: dict[str, str] = field(default_factory=dict)
+    cgroup_parent: str | None = None  # a budget cgroup to nest under (capacity)
+    label: str = ""  # run id, carried by everything the driver creates
+
+    def __post_init__(self) -> None:
+        # held before anything carrying the label exists: `rtax cleanup` spares it
+        from rtax_tui.model import runlock
+
+        runlock.hold(self.label)
+
+
+# What rtax keeps of one action's output, on every driver and channel (issue 19: a step
+# is hostile, and output kept whole would let `yes` grow rtax until the host runs out of
+# memory): its first OUTPUT_LIMIT bytes. The rest is still read, so the step is never
+# blocked on a full pipe and ends on its own with its real exit status, then discarded
+# and counted (`ActionResult.dropped`, the action event's `out_dropped`); the shell
+# channel reads on to its frame's end, so the next step runs as after any other. Read at
+# each action (an `OutputSink` made then), so a test may patch it.
+OUTPUT_LIMIT = 16 << 20
+# What a channel's reader (a shell's stdout, a VM agent's socket) holds at most before
+# the reading side takes it (`drivers.shellframe.read_frame`): asyncio's StreamReader
+# limit, a CredReader's and the SSH reader's buffer. Read when a reader is made.
+READ_LIMIT = 16 << 20
+
+
+@dataclass
+class ActionResult:
+    rc: int
+    output: bytes  # the first OUTPUT_LIMIT bytes of what the step printed
+    remote_ns: int | None = None
+    dropped: int = 0  # the bytes it printed past OUTPUT_LIMIT: read, counted, not kept
+
+
+class OutputSink:
+    """One action's output as it is read: the first `limit` bytes (OUTPUT_LIMIT by
+    default) kept, the rest only counted (`dropped`)."""
+
+    __slots__ = ("_buf", "dropped", "limit")
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = OUTPUT_LIMIT if limit is None else limit
+        self._buf = bytearray()
+        self.dropped = 0
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        room = self.limit - len(self._buf)
+        if len(data) <= room:
+            self._buf += data
+            return
+        if room > 0:
+            self._buf += data[:room]
+            self.dropped += len(data) - room
+        else:
+            self.dropped += len(data)
+
+    @property
+    def full(self) -> bool:
+        return len(self._buf) >= self.limit
+
+    def kept(self) -> bytes:
+        return bytes(self._buf)

@@ -1,0 +1,520 @@
+"""Figures of recordings (`rtax plot`, the console's `g` key): the paper's five plots.
+
+A presentation layer, like `reporting`: the trials come from the one fold
+(`core.fold.TrialFold`, classified by `TrialOutcome.verdict`, so a plotted sample is
+exactly a sample the report counts) and the capacity figures from the report
+(`core.report.build_report`); nothing here reads events itself. Only drawing
+happens here, with matplotlib's Agg backend (no display), imported on first use.
+
+Each kind draws one figure:
+- `breakdown`: per cell, the mean measured trial split into create, ready, actions
+  (their sum), teardown and orchestration, stacked (means add up to the mean total;
+  medians would not);
+- `cold-start`: per substrate (host/driver) and tier (the workload) and channel, the
+  P50 of create + ready, the time until the first command can run, with its P95, on
+  a log axis;
+- `cdf`: the empirical distribution of every phase, one panel a phase, one line a cell;
+- `trajectory`: per substrate, the completion time of each trial against its length
+  in steps, and the normalized composition of the mean trial at each length;
+- `capacity`: per cell and batch size, the passed batches out of those run.
+
+SVG text stays text (`svg.fonttype = none`) and ids are seeded, so a figure drawn
+twice from the same recordings is the same file, and its series can be found by
+name in the XML: each series is a group whose id is `series:<label>`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rtax_tui.model.fold import TrialFold, TrialOutcome
+from rtax_tui.model.recording import Recording
+from rtax_tui.model.spec import RtaxError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+KINDS = ("breakdown", "cold-start", "cdf", "trajectory", "capacity")
+SUFFIXES = (".svg", ".png")
+# the five parts of a rollout, in the order they happen (docs/architecture.md, "The model")
+PARTS = ("create", "ready", "actions", "teardown", "orchestration")
+CDF_PHASES = ("create", "ready", "action", "teardown", "orchestration", "total")
+NS_PER_MS = 1e6
+PART_COLORS = {
+    "create": "#4C72B0",
+    "ready": "#55A868",
+    "actions": "#C44E52",
+    "teardown": "#8172B2",
+    "orchestration": "#CCB974",
+}
+
+
+class PlotError(RtaxError):
+    """Nothing to draw, or a bad output path: one line, exit status 2."""
+
+
+@dataclass
+class PlotCell:
+    """One cell of one recording: its measured trials, and the report's capacity entry."""
+
+    cell: str
+    meta: dict[str, Any]  # host, driver, workload, channel (the trial_start event's)
+    source: str  # the recording's file name, to tell a cell of two recordings apart
+    trials: list[TrialOutcome] = field(default_factory=list)  # verdict "measured" only
+    capacity: dict[str, Any] | None = None
+    batched: bool = False  # some trial ran in a capacity batch
+    label: str = ""
+
+    def samples_ms(self, phase: str) -> np.ndarray:
+        """The report's samples of `phase` (`action`: every action; `total`: per trial)."""
+        if phase == "action":
+            vals = [a for t in self.trials for a in t.actions]
+        elif phase == "total":
+            vals = [t.total_ns() for t in self.trials]
+        else:
+            vals = [t.phases[phase] for t in self.trials if phase in t.phases]
+        return np.asarray(vals, dtype=np.float64) / NS_PER_MS
+
+
+def parts_ms(t: TrialOutcome) -> list[float]:
+    """A trial's five parts (ms), in PARTS order; a phase not recorded counts 0."""
+    return [
+        sum(t.actions) / NS_PER_MS if p == "actions" else t.phases.get(p, 0) / NS_PER_MS
+        for p in PARTS
+    ]
+
+
+def load_cells(recs: Sequence[Recording], *, capacity: bool = False) -> list[PlotCell]:
+    """The cells of the recordings, in order; `capacity` also builds each report (its
+    bootstrap costs time, and only the capacity figure needs it)."""
+    cells: list[PlotCell] = []
+    for rec in recs:
+        source = Path(rec.path).name
+        by_cell: dict[str, PlotCell] = {}
+        fold = TrialFold()
+        fold.feed(rec.events)
+        for t in fold.trials.values():
+            pc = by_cell.get(t.cell)
+            if pc is None:
+                meta = {k: t.meta.get(k) for k in ("host", "driver", "workload", "channel")}
+                pc = by_cell[t.cell] = PlotCell(t.cell, meta, source)
+            if t.verdict == "measured":
+                pc.trials.append(t)
+            if t.batch is not None:
+                pc.batched = True
+        if capacity:
+            from rtax_tui.analysis.report import build_report
+
+            for c in build_report(rec)["cells"]:
+                if c.get("capacity") is None:
+                    continue
+                pc = by_cell.get(c["cell"])
+                if pc is None:  # barriers of a cell whose trials are all gone
+                    meta = {k: c.get(k) for k in ("host", "driver", "workload", "channel")}
+                    pc = by_cell[c["cell"]] = PlotCell(c["cell"], meta, source)
+                pc.capacity = c["capacity"]
+        cells.extend(by_cell.values())
+    seen: dict[str, int] = {}
+    for pc in cells:
+        seen[pc.cell] = seen.get(pc.cell, 0) + 1
+    for pc in cells:  # the same cell in two recordings: name the recording too
+        pc.label = pc.cell if seen[pc.cell] == 1 else f"{pc.cell} ({pc.source})"
+    return cells
+
+
+def capacity_sizes(cap: dict[str, Any]) -> list[dict[str, int]]:
+    """A cell's capacity per batch size: the report's `sizes` list when it has one,
+    else its totals as one size (every batch of a run of today's profiles has the
+    profile's one size, so tasks / batches is that size)."""
+    sizes = cap.get("sizes")
+    if isinstance(sizes, list):
+        return [
+            {"size": int(s["size"]), "batches": int(s["batches"]), "passed": int(s["passed"])}
+            for s in sizes
+        ]
+    batches = int(cap.get("batches") or 0)
+    size = int(cap.get("tasks") or 0) // batches if batches else 0
+    return [{"size": size, "batches": batches, "passed": int(cap.get("passed_batches") or 0)}]
+
+
+# -- drawing -------------------------------------------------------------------------
+
+
+def _matplotlib() -> Any:
+    """matplotlib, set up once: the Agg backend, text kept as text, seeded SVG ids.
+    No pyplot: a `Figure` of our own has no global state, so the console can draw in
+    a worker thread."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update(
+        {
+            "svg.fonttype": "none",  # text as <text>, searchable and small
+            "svg.hashsalt": "rtax",  # the same ids on every draw
+            "font.size": 9,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+        }
+    )
+    return matplotlib
+
+
+def _need(cells: list[PlotCell], what: str, names: Sequence[str]) -> list[PlotCell]:
+    have = [c for c in cells if c.trials]
+    if not have:
+        raise PlotError(f"{', '.join(names)}: no measured trial to plot ({what})")
+    return have
+
+
+def _colors(n: int) -> list[Any]:
+    cmap = _matplotlib().colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _breakdown(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    cells = _need(cells, "breakdown", names)
+    ax, share_ax = fig.subplots(1, 2, sharey=True, width_ratios=[1.6, 1])
+    labels = [c.label for c in cells]
+    # rows: cells, columns: PARTS; the mean measured trial of each cell
+    means = np.asarray([np.mean([parts_ms(t) for t in c.trials], axis=0) for c in cells])
+    totals = means.sum(axis=1)
+    shares = means / np.where(totals > 0, totals, 1.0)[:, None]
+    y = np.arange(len(cells))
+    left = np.zeros(len(cells))
+    share_left = np.zeros(len(cells))
+    for k, p in enumerate(PARTS):
+        ax.barh(y, means[:, k], left=left, label=p, color=PART_COLORS[p], gid=f"series:{p}")
+        share_ax.barh(y, shares[:, k], left=share_left, color=PART_COLORS[p])
+        left += means[:, k]
+        share_left += shares[:, k]
+    for i, total in enumerate(totals):
+        ax.annotate(
+            f" {_fmt(total)} ms (n={len(cells[i].trials)})",
+            (total, i),
+            va="center",
+            fontsize=7,
+        )
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, float(totals.max()) * 1.3 or 1.0)
+    ax.set_xlabel("time per trial, mean of measured trials (ms)")
+    ax.set_ylabel("cell (host/driver/workload/channel)")
+    ax.set_title("Mean trial, by phase (ms)")
+    ax.legend(title="phase", loc="lower right", fontsize=7)
+    share_ax.set_xlim(0, 1)
+    share_ax.set_xlabel("share of the mean trial (fraction)")
+    share_ax.set_title("The same, normalized")
+    fig.suptitle("Where a rollout's time goes: create, ready, actions, teardown, orchestration")
+    fig.set_size_inches(12, 1.8 + 0.38 * len(cells))
+
+
+def _cold_start(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    cells = _need(cells, "cold start", names)
+    ax = fig.add_subplot(1, 1, 1)
+    substrates = list(dict.fromkeys(_substrate(c) for c in cells))
+    series = list(dict.fromkeys(_tier(c) for c in cells))
+    color = dict(zip(series, _colors(len(series)), strict=True))
+    width = 0.8 / max(sum(1 for c in cells if _substrate(c) == sub) for sub in substrates)
+    bars: dict[str, tuple[list[float], list[float], list[float]]]
+    bars = {s: ([], [], []) for s in series}
+    for i, sub in enumerate(substrates):
+        members = [c for c in cells if _substrate(c) == sub]  # side by side, centred
+        for j, c in enumerate(members):
+            first = [
+                (t.phases.get("create", 0) + t.phases.get("ready", 0)) / NS_PER_MS for t in c.trials
+            ]
+            p50, p95 = np.percentile(first, [50, 95])
+            xs, p50s, p95s = bars[_tier(c)]
+            xs.append(i + width * (j + 0.5 - len(members) / 2))
+            p50s.append(float(p50))
+            p95s.append(float(p95))
+    for s, (xs, p50s, p95s) in bars.items():
+        err = [np.zeros(len(xs)), np.asarray(p95s) - np.asarray(p50s)]
+        ax.bar(
+            xs,
+            p50s,
+            width * 0.9,
+            yerr=err,
+            capsize=2,
+            color=color[s],
+            label=s,
+            gid=f"series:{s}",
+            error_kw={"elinewidth": 0.8},
+        )
+        for x, v, top in zip(xs, p50s, p95s, strict=True):
+            ax.annotate(
+                _fmt(v),
+                (x, top),
+                ha="center",
+                va="bottom",
+                fontsize=6,
+                xytext=(0, 1),
+                textcoords="offset points",
+            )
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(substrates)), substrates)
+    ax.set_xlabel("substrate (host/driver)")
+    ax.set_ylabel("create + ready: P50 (bar), P95 (whisker) (ms, log)")
+    ax.set_title("Cold start: time until the first command runs, per substrate and tier")
+    ax.legend(title="tier/channel (workload/channel)", fontsize=7, ncols=1 + len(series) // 4)
+    fig.set_size_inches(max(7.0, 1.5 + len(substrates) * max(1.3, 0.3 * len(series))), 5.0)
+
+
+def _cdf(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    cells = _need(cells, "distributions", names)
+    from matplotlib.ticker import NullFormatter
+
+    colors = _colors(len(cells))
+    axes = fig.subplots(2, 3).ravel()
+    for ax, phase in zip(axes, CDF_PHASES, strict=True):
+        for c, color in zip(cells, colors, strict=True):
+            x = np.sort(c.samples_ms(phase))
+            if x.size == 0:
+                continue
+            # from 0 at the smallest sample up to 1 at the largest
+            x = np.concatenate([x[:1], x])
+            y = np.arange(0, x.size) / (x.size - 1)
+            ax.step(
+                x,
+                y,
+                where="post",
+                color=color,
+                label=c.label,
+                gid=f"series:{c.label}",
+                linewidth=1.2,
+            )
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0, 1.02)
+        ax.set_title(phase if phase != "action" else "action (each)")
+        ax.set_xlabel("time (ms, log)")
+        ax.set_ylabel("fraction of samples")
+    handles, labels = axes[0].get_legend_handles_labels()
+    if not handles:
+        handles, labels = axes[-1].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        title="cell (host/driver/workload/channel)",
+        loc="outside lower center",
+        ncols=min(3, len(cells)),
+        fontsize=7,
+    )
+    fig.suptitle("Distribution per cell and phase (empirical CDF of measured trials)")
+    rows = (len(cells) + 2) // 3
+    fig.set_size_inches(12, 7 + 0.22 * rows)
+
+
+def _trajectory(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    cells = _need(cells, "trajectory", names)
+    groups: dict[str, dict[int, list[TrialOutcome]]] = {}
+    for c in cells:
+        by_len = groups.setdefault(_family(c), {})
+        for t in c.trials:
+            steps = t.steps if t.steps is not None else len(t.actions)
+            by_len.setdefault(steps, []).append(t)
+    lengths = sorted({s for g in groups.values() for s in g})
+    if len(lengths) < 2:
+        raise PlotError(
+            f"{', '.join(names)}: trajectory needs trials of at least two lengths "
+            f"(found {', '.join(map(str, lengths))} steps); record the trajectory profile"
+        )
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=[1, 1.5])
+    colors = _colors(len(groups))
+    for (name, by_len), color in zip(groups.items(), colors, strict=True):
+        ls = sorted(by_len)
+        for s in ls:
+            tot = [t.total_ns() / 1e9 for t in by_len[s]]
+            ax1.plot([s] * len(tot), tot, ".", color=color, alpha=0.45, markersize=4)
+        med = [float(np.median([t.total_ns() / 1e9 for t in by_len[s]])) for s in ls]
+        num = f"{list(groups).index(name) + 1}  {name}"
+        ax1.plot(ls, med, "-o", color=color, label=num, gid=f"series:{name}", markersize=4)
+    ax1.set_xticks(lengths)
+    ax1.set_xlabel("trajectory length (steps)")
+    ax1.set_ylabel("completion time per trial (s); line: P50, dots: trials")
+    ax1.set_title("Completion time against trajectory length")
+    ax1.legend(title="substrate (host/driver/workload/channel)", fontsize=7)
+
+    # normalized composition: one 100% bar per substrate at each length
+    width = 0.8 / len(groups)
+    for j, (_name, by_len) in enumerate(groups.items()):
+        xs, shares = [], []
+        for i, s in enumerate(lengths):
+            trials = by_len.get(s)
+            if not trials:
+                continue
+            parts = np.asarray([parts_ms(t) for t in trials]).mean(axis=0)
+            xs.append(i - 0.4 + width * (j + 0.5))
+            shares.append(parts / parts.sum() if parts.sum() > 0 else parts)
+        bottom = np.zeros(len(xs))
+        for k, p in enumerate(PARTS):
+            vals = np.asarray([sh[k] for sh in shares])
+            ax2.bar(
+                xs,
+                vals,
+                width * 0.92,
+                bottom=bottom,
+                color=PART_COLORS[p],
+                label=p if j == 0 else None,
+                gid=f"series:{p}",
+            )
+            bottom += vals
+        for x in xs:
+            ax2.annotate(
+                str(j + 1),
+                (x, 1.0),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 1),
+                textcoords="offset points",
+            )
+    ax2.set_xticks(range(len(lengths)), [f"{s} steps" for s in lengths])
+    ax2.set_ylim(0, 1.1)
+    ax2.set_xlabel("trajectory length (bars numbered as the substrates on the left)")
+    ax2.set_ylabel("share of the mean trial's time (fraction)")
+    ax2.set_title("Normalized composition against trajectory length")
+    ax2.legend(title="phase", fontsize=7, loc="lower right", framealpha=0.9)
+    fig.suptitle("Trajectories: completion time and composition against length")
+    fig.set_size_inches(14, 5.2)
+
+
+def _capacity(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    cells = [c for c in cells if c.capacity is not None]
+    if not cells:
+        raise PlotError(f"{', '.join(names)}: no capacity batch to plot (record a capacity run)")
+    ax = fig.add_subplot(1, 1, 1)
+    per_cell = [(c, capacity_sizes(c.capacity or {})) for c in cells]
+    sizes = sorted({s["size"] for _, ss in per_cell for s in ss})
+    width = min(0.8 / len(cells), 0.25)
+    colors = _colors(len(cells))
+    top = 1
+    for j, ((c, ss), color) in enumerate(zip(per_cell, colors, strict=True)):
+        by_size = {s["size"]: s for s in ss}
+        x0 = -width * len(cells) / 2
+        xs = [sizes.index(z) + x0 + width * (j + 0.5) for z in sizes if z in by_size]
+        rows = [by_size[z] for z in sizes if z in by_size]
+        runs = [r["batches"] for r in rows]
+        passed = [r["passed"] for r in rows]
+        top = max(top, *runs)
+        ax.bar(xs, runs, width * 0.9, fill=False, edgecolor=color, linestyle="--")
+        ax.bar(xs, passed, width * 0.9, color=color, label=c.label, gid=f"series:{c.label}")
+        for x, p, r in zip(xs, passed, runs, strict=True):
+            ax.annotate(
+                f"{p}/{r}",
+                (x, r),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 1),
+                textcoords="offset points",
+            )
+    ax.set_xticks(range(len(sizes)), [str(z) for z in sizes])
+    ax.set_ylim(0, top * 1.2)
+    ax.set_xlabel("batch size (environments started at once)")
+    ax.set_ylabel("batches (filled: passed, dashed: run)")
+    ax.set_title("Capacity: passed batches per batch size (all N must reach the barrier)")
+    ax.legend(title="cell (host/driver/workload/channel)", fontsize=7)
+    fig.set_size_inches(max(6.0, 1.5 + 1.4 * len(sizes) * max(1, len(cells) / 2)), 4.5)
+
+
+DRAW = {
+    "breakdown": _breakdown,
+    "cold-start": _cold_start,
+    "cdf": _cdf,
+    "trajectory": _trajectory,
+    "capacity": _capacity,
+}
+
+
+def _substrate(c: PlotCell) -> str:
+    return f"{c.meta.get('host')}/{c.meta.get('driver')}"
+
+
+def _tier(c: PlotCell) -> str:
+    """The workload (T0, T1, ...: the tier) and channel; the recording too when the
+    same cell comes from two of them."""
+    base = f"{c.meta.get('workload')}/{c.meta.get('channel')}"
+    return base if c.label == c.cell else f"{base} ({c.source})"
+
+
+def _family(c: PlotCell) -> str:
+    """The cell with its length left out: `local/stage/trajectory-S/exec`."""
+    workload = re.sub(r"-\d+$", "-S", str(c.meta.get("workload")))
+    base = f"{c.meta.get('host')}/{c.meta.get('driver')}/{workload}/{c.meta.get('channel')}"
+    return base if c.label == c.cell else f"{base} ({c.source})"
+
+
+def _fmt(v: float) -> str:
+    from rtax_tui.render.tables import fmt_ms
+
+    return fmt_ms(v)
+
+
+def check_output(out: str | Path) -> Path:
+    """The output path, checked before any drawing: a known suffix, an existing folder."""
+    path = Path(out)
+    if path.suffix.lower() not in SUFFIXES:
+        raise PlotError(f"-o {out}: the file name must end in .svg or .png")
+    if not path.parent.is_dir():
+        raise PlotError(f"-o {out}: no folder {path.parent}")
+    return path
+
+
+def plot(recs: Sequence[Recording], kind: str, out: str | Path) -> Path:
+    """Draw `kind` from the recordings into `out` (.svg or .png); returns the path."""
+    if kind not in DRAW:
+        raise PlotError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
+    path = check_output(out)
+    names = [Path(r.path).name for r in recs]
+    cells = load_cells(recs, capacity=kind == "capacity")
+    _matplotlib()
+    from matplotlib.figure import Figure
+
+    fig = Figure(layout="constrained")
+    DRAW[kind](fig, cells, names)
+    _unique_ids(fig)
+    meta = {"Date": None} if path.suffix.lower() == ".svg" else {}
+    try:
+        fig.savefig(path, metadata=meta, dpi=120)
+    except OSError as exc:
+        raise PlotError(f"-o {out}: cannot write ({exc.strerror})") from None
+    return path
+
+
+def _unique_ids(fig: Figure) -> None:
+    """`series:<label>` on each artist of a series becomes `series:<label>#<k>`: one
+    id per SVG element, as XML wants, the label still found by prefix."""
+    seen: dict[str, int] = {}
+    for artist in fig.findobj(lambda a: str(a.get_gid() or "").startswith("series:")):
+        gid = str(artist.get_gid())
+        k = seen.get(gid, 0)
+        seen[gid] = k + 1
+        artist.set_gid(f"{gid}#{k}")
+
+
+def plot_view(rec: Recording, folder: str | Path = "recordings/plots") -> Path:
+    """The console's `g`: the figure that fits `rec` (see `kind_for`), as
+    `<folder>/<recording name>-<kind>.svg` (a figure is derived: it is replaced)."""
+    kind = kind_for([rec])
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    return plot([rec], kind, out / f"{Path(rec.path).stem or 'console'}-{kind}.svg")
+
+
+def kind_for(recs: Sequence[Recording]) -> str:
+    """The figure that fits what a recording holds (the console's `g` key): capacity
+    batches, trajectories of several lengths, or else the distributions."""
+    cells = load_cells(recs)
+    if any(c.batched for c in cells):
+        return "capacity"
+    lengths: dict[str, set[int | None]] = {}
+    for c in cells:
+        lengths.setdefault(_family(c), set()).update(t.steps for t in c.trials)
+    return "trajectory" if any(len(v) >= 2 for v in lengths.values()) else "cdf"

@@ -1,0 +1,42 @@
+"""The warm pools of a report (`report["pools"]`, core.pool_report) for a terminal:
+per host the hit rate and the time trials waited, per pooled cell its start-up
+(`acquire`) and what the pool spent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from rtax_tui.render.tables import fmt_ms
+
+
+def _ms(v: float | None) -> str:
+    """Seconds (the report's unit for pools) as the tables' milliseconds."""
+    return fmt_ms(None if v is None else v * 1000)
+
+
+def render_pools(pools: dict[str, Any]) -> Table:
+    table = Table(title="warm pools (a pooled cell's start-up is acquire; times in ms)")
+    for h in ("host / cell", "trials", "hit rate", "acquire P50", "waited", "waited P50",
+              "pool work", "pool CPU", "pool ops"):  # fmt: skip
+        table.add_column(h, justify="left" if h in ("host / cell", "pool ops") else "right")
+    rows = [(f"host {h}", d) for h, d in pools.get("hosts", {}).items()]
+    rows += [(f"  {c}", d) for c, d in pools.get("cells", {}).items()]
+    for name, d in rows:
+        rate = d.get("hit_rate")
+        ops = ", ".join(f"{k} {v}" for k, v in sorted((d.get("pool_ops") or {}).items()))
+        if d.get("pool_failed"):
+            ops += f" ({d['pool_failed']} failed)"
+        table.add_row(
+            name,
+            str(d.get("trials")),
+            "-" if rate is None else f"{rate:.0%}",
+            _ms(d.get("acquire_p50_s")),
+            _ms(d.get("waited_s")),
+            _ms(d.get("waited_p50_s")),
+            _ms(d.get("pool_work_s")),
+            _ms(d.get("pool_cpu_s")),
+            ops,
+        )
+    return table

@@ -1,0 +1,626 @@
+"""Rendering of reports (`rtax_tui.analysis.report`) as Rich tables, Markdown and CSV.
+
+The figures are computed in `rtax_tui.core`; this module only formats them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rtax_tui.render.tables import fmt_ms
+from rtax_tui.render.tables import md_table as _md_table
+
+TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
+SUMMARY_FIELDS = (
+    "n",
+    "min_ms",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "mean_ms",
+    "p50_ci95_lo_ms",
+    "p50_ci95_hi_ms",
+)
+
+LEGEND = """\
+n         measured trials of the cell (warm-up trials excluded); a trial killed
+          before it ended counts as failed
+failed    measured trials that did not complete (a phase failed or the run stopped)
+invalid   trials that completed but failed the workload's own check
+P50/P95   median and 95th percentile in milliseconds, over trials that are not
+          warm-up, completed and valid; `action` pools every action of those
+          trials, `total` is create + ready + all actions + teardown + orchestration
+          of one trial
+[lo, hi]  95% bootstrap interval of the median (fixed seed, reproducible)
+capacity  passed/batches: batches in which all N environments reached the barrier;
+          arrived/tasks: environments that arrived over all that were started;
+          per size: the budget cgroup's peak memory (MiB, the largest of the
+          size's batches) and its OOM kills; largest passing: the largest size
+          whose batches all passed
+diff      median(b) - median(a) with its 95% bootstrap interval; `faster` names
+          the cell with the smaller median when the interval excludes 0
+worker-h  N * (create + ready + teardown + S * action) / 3600 from the medians,
+          with a 95% bootstrap interval
+"""
+
+
+def _fmt_ci(ci: list[float | None]) -> str:
+    return f"[{fmt_ms(ci[0])}, {fmt_ms(ci[1])}]"
+
+
+def _fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+CAPACITY_HEADS = [
+    "cell",
+    "size",
+    "passed/batches",
+    "arrived/tasks",
+    "peak MiB",
+    "OOM kills",
+    "largest passing",
+]
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / (1 << 20):.0f}"
+
+
+def capacity_rows(report: dict[str, Any]) -> list[list[str]]:
+    """pVisor's capacity table: per cell and size, passed/batches, arrived/tasks, the
+    budget's peak memory and OOM kills; the largest passing size on the cell's first row."""
+    rows: list[list[str]] = []
+    for c in report["cells"]:
+        cap = c.get("capacity") or {}
+        sizes = cap.get("sizes") or []
+        lp = cap.get("largest_passing_size")
+        for i, s in enumerate(sizes):
+            rows.append(
+                [
+                    str(c["cell"]) if i == 0 else "",
+                    str(s["size"]),
+                    f"{s['passed']}/{s['batches']}",
+                    f"{s['arrived']}/{s['tasks']}",
+                    _mib(s.get("mem_peak_bytes")),
+                    "-" if s.get("oom_kills") is None else str(s["oom_kills"]),
+                    ("-" if lp is None else str(lp)) if i == 0 else "",
+                ]
+            )
+    return rows
+
+
+def render_capacity(report: dict[str, Any]) -> Table | None:
+    rows = capacity_rows(report)
+    if not rows:
+        return None
+    table = Table(title="capacity per cell and size (measured batches)")
+    for i, h in enumerate(CAPACITY_HEADS):
+        table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def _capacity_text(cap: dict[str, Any] | None) -> str:
+    if not cap:
+        return "-"
+    return f"{cap['passed_batches']}/{cap['batches']}, {cap['arrived_tasks']}/{cap['tasks']}"
+
+
+def _has_capacity(report: dict[str, Any]) -> bool:
+    return any(c.get("capacity") for c in report["cells"])
+
+
+def _cell_row(c: dict[str, Any], capacity: bool) -> list[str]:
+    row = [
+        str(c["cell"]),
+        str(c["n"]),
+        str(c["failed"]),
+        str(c["invalid"]),
+    ]
+    for p in TABLE_PHASES:
+        s = c["phases"][p]
+        row.append(f"{fmt_ms(s['p50_ms'])} / {fmt_ms(s['p95_ms'])}")
+    if capacity:
+        row.append(_capacity_text(c.get("capacity")))
+    return row
+
+
+def _headers(capacity: bool) -> list[str]:
+    heads = ["cell (host/driver/workload/channel)", "n", "failed", "invalid"]
+    heads += [f"{p} P50/P95" for p in TABLE_PHASES]
+    if capacity:
+        heads.append("capacity")
+    return heads
+
+
+def render_table(report: dict[str, Any]) -> Table:
+    """One row per cell: counts, then P50/P95 (ms) of the main phases."""
+    run = report.get("run", {})
+    capacity = _has_capacity(report)
+    title = f"rtax {run.get('run_id') or ''} ({run.get('status', '?')})".strip()
+    table = Table(title=title, caption="times in ms; see the legend")
+    for i, h in enumerate(_headers(capacity)):
+        table.add_column(h, justify="left" if i < 1 else "right", no_wrap=True)
+    for c in report["cells"]:
+        table.add_row(*_cell_row(c, capacity))
+    return table
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: the cell table, driver differences, the legend."""
+    run = report.get("run", {})
+    capacity = _has_capacity(report)
+    out = [f"# rtax report {run.get('run_id') or ''}".rstrip(), ""]
+    meta = [
+        f"- started: {run.get('started_at')}",
+        f"- profile: {run.get('profile')}",
+        f"- status: {run.get('status')}" + (" (torn last line)" if run.get("torn_tail") else ""),
+        f"- trials: {run.get('trials')}",
+        f"- seed: {run.get('seed')}",
+    ]
+    out += meta + [""]
+    if report.get("prep"):  # a `rtax traj prepare -o` recording
+        from rtax_tui.render.traj_render import prep_markdown
+
+        out += ["## Prefix preparation per trajectory format (ms)", ""]
+        out += [prep_markdown(report["prep"]), ""]
+    if report["cells"] or not (report.get("probe") or report.get("prep")):  # no cells here
+        out += ["## Cells (times in ms)", ""]
+        rows = [_cell_row(c, capacity) for c in report["cells"]]
+        out += [_md_table(_headers(capacity), rows), ""]
+        if capacity_rows(report):
+            out += ["## Capacity per cell and size", ""]
+            out += [_md_table(CAPACITY_HEADS, capacity_rows(report)), ""]
+        out += ["## Cell ids", ""]
+    for c in report["cells"]:
+        errs = ", ".join(f"{k}: {v}" for k, v in c.get("errors", {}).items())
+        line = f"- `{c['cell']}`: total P50 {fmt_ms(c['phases']['total']['p50_ms'])} ms"
+        line += f" {_fmt_ci(c['phases']['total']['p50_ci95_ms'])}"
+        if errs:
+            line += f"; errors: {errs}"
+        for phase, cl in c.get("clusters", {}).items():
+            parts = "; ".join(f"{k['n']} around {fmt_ms(k['p50_ms'])}" for k in cl)
+            line += f"; {phase} clusters: {parts}"
+        out.append(line)
+    out.append("")
+    from rtax_tui.render.traj_render import REPLAY_HEADERS, replay_rows
+
+    replays = replay_rows(report)
+    if replays:
+        out += ["## Replay fidelity (same exit code as recorded)", ""]
+        out += [_md_table(REPLAY_HEADERS, replays), ""]
+    bounds = run.get("boundaries") or {}
+    if bounds:
+        out += ["## Boundaries (the last `rtax probe` when the run began)", ""]
+        out += [f"- {boundary_line(k, b)}" for k, b in bounds.items()] + [""]
+    forgeable = run.get("forgeable") or {}
+    if forgeable:
+        out += ["## Results a workload could forge (the driver does not state they hold)", ""]
+        out += [f"- {k}: {why}" for k, why in forgeable.items()] + [""]
+    if report.get("probe"):
+        out += ["## Boundary checks (rtax probe)", "", probe_markdown(report["probe"])]
+    if report.get("diffs"):
+        out += ["## Differences between drivers (b - a, ms)", ""]
+        heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
+        rows = [_diff_row(d) for d in report["diffs"]]
+        out += [_md_table(heads, rows), ""]
+    out += ["## Legend", "", "```", LEGEND.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def _diff_row(d: dict[str, Any]) -> list[str]:
+    return [
+        d["a"],
+        d["b"],
+        d["phase"],
+        fmt_ms(d["a_p50_ms"]),
+        fmt_ms(d["b_p50_ms"]),
+        fmt_ms(d["diff_ms"]),
+        _fmt_ci(d["ci95_ms"]),
+        _fmt_ratio(d["ratio"]),
+        d["faster"],
+    ]
+
+
+def render_csv(report: dict[str, Any]) -> str:
+    """One row per cell x phase (the six phases, then sub-phases) with all summary fields."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(
+        ["cell", "host", "driver", "workload", "channel", "trials", "failed", "invalid", "phase"]
+        + list(SUMMARY_FIELDS)
+    )
+    for c in report["cells"]:
+        head = [
+            c["cell"],
+            c["host"],
+            c["driver"],
+            c["workload"],
+            c["channel"],
+            c["n"],
+            c["failed"],
+            c["invalid"],
+        ]
+        for phase, s in list(c["phases"].items()) + list(c.get("subphases", {}).items()):
+            lo, hi = s["p50_ci95_ms"]
+            vals = [s[k] for k in SUMMARY_FIELDS[:7]] + [lo, hi]
+            w.writerow(head + [phase] + ["" if v is None else v for v in vals])
+    return buf.getvalue()
+
+
+def render_compare(cmp: dict[str, Any]) -> Table:
+    """Per cell and phase: median in run a, in run b, b - a with its interval."""
+    table = Table(title=f"rtax compare: a = {cmp.get('a')}, b = {cmp.get('b')}")
+    for h in ("cell", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"):
+        table.add_column(h, justify="left" if h in ("cell", "phase", "faster") else "right")
+    for r in cmp["rows"]:
+        table.add_row(
+            r["cell"],
+            r["phase"],
+            fmt_ms(r["a_p50_ms"]),
+            fmt_ms(r["b_p50_ms"]),
+            fmt_ms(r["diff_ms"]),
+            _fmt_ci(r["ci95_ms"]),
+            _fmt_ratio(r["ratio"]),
+            r["faster"],
+        )
+    return table
+
+
+def _fmt_num(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def render_project(proj: dict[str, Any]) -> Table:
+    """Worker-hours per cell for N trajectories of S steps."""
+    n, s = proj["trajectories"], proj["steps"]
+    sf = proj.get("steps_from")
+    if sf:  # S from real trajectories
+        s = (
+            f"{s:.1f} steps (mean of {sf['trajectories']} trajectories: "
+            f"min {sf['min']}, P50 {sf['p50']:g}, max {sf['max']})"
+        )
+    else:
+        s = f"{s} steps"
+    table = Table(title=f"rtax project: {n:,} trajectories x {s}")
+    for h in ("cell", "create s", "ready s", "action s", "teardown s", "per traj s", "worker-h"):
+        table.add_column(h, justify="left" if h == "cell" else "right")
+    table.add_column("95% CI", justify="right")
+    for c in proj["cells"]:
+        inp = c["inputs"]
+        lo, hi = c["ci95"]
+        table.add_row(
+            c["cell"],
+            _fmt_num(inp["create"]["p50_s"]),
+            _fmt_num(inp["ready"]["p50_s"]),
+            _fmt_num(inp["action"]["p50_s"]),
+            _fmt_num(inp["teardown"]["p50_s"]),
+            _fmt_num(c["per_trajectory_s"]),
+            _fmt_num(c["worker_hours"]),
+            "-" if lo is None else f"[{_fmt_num(lo)}, {_fmt_num(hi)}]",
+        )
+    return table
+
+
+def out_console(stderr: bool = False) -> Console:
+    """A console that does not squeeze tables to 80 columns when writing to a pipe or file."""
+    c = Console(stderr=stderr)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, width=180)
+    return c
+
+
+_LIMIT_UNITS = {"cpus": "", "memory_mib": " MiB", "pids": "", "workspace_mib": " MiB"}
+
+
+def limits_lines(limits: Any) -> list[str]:
+    """The run's limits as a line, and a warning line when any was lifted ("unlimited");
+    nothing for a report without a `run` (a probe's)."""
+    if limits is None:
+        return []
+    if not isinstance(limits, dict):
+        return ["limits: unknown (the recording predates recorded limits)"]
+    parts = [
+        f"{k} {v}{_LIMIT_UNITS.get(k, '') if v != 'unlimited' else ''}" for k, v in limits.items()
+    ]
+    out = ["limits: " + ", ".join(parts)]
+    lifted = [k for k, v in limits.items() if v == "unlimited"]
+    if lifted:
+        out.append(
+            f"[bold yellow]warning[/bold yellow]: unlimited {', '.join(lifted)}: "
+            "an environment could take all of the host's share of it"
+        )
+    return out
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    """The table, the reasons of failed trials, and the driver differences, for a terminal."""
+    if report.get("probe") and not report["cells"]:  # a `rtax probe -o` recording
+        print_probe(report["probe"], console)
+        return
+    if report.get("prep") and not report["cells"]:  # a `rtax traj prepare -o` recording
+        from rtax_tui.render.traj_render import render_prep
+
+        console.print(render_prep(report["prep"]))
+        return
+    console.print(render_table(report))
+    from rtax_tui.render.traj_render import render_replay
+
+    replay = render_replay(report)
+    if replay is not None:
+        console.print(replay)
+    cap_table = render_capacity(report)
+    if cap_table is not None:
+        console.print(cap_table)
+    if report.get("pools"):  # a run with pooled cells
+        from rtax_tui.render.pool_render import render_pools
+
+        console.print(render_pools(report["pools"]))
+    for name, h in (report.get("run", {}).get("hosts") or {}).items():
+        net = h.get("net") or {}
+        if "connect_ms" in net and "exec_rtt_ms" in net:
+            console.print(
+                f"host {name}: network cost: connect {net['connect_ms']:.1f} ms, "
+                f"empty command {net['exec_rtt_ms']:.2f} ms a round trip"
+            )
+        if h.get("unreachable"):
+            console.print(f"[red]host {name}: left out[/red]: {h['unreachable']}")
+        for d, why in (h.get("drivers_left_out") or {}).items():
+            console.print(f"[yellow]{name}/{d} left out[/yellow]: {why}")
+    for line in limits_lines(report.get("run", {}).get("limits")):
+        console.print(line, soft_wrap=True)
+    for key, how in (report.get("run", {}).get("limits_applied") or {}).items():
+        console.print(f"  {escape(key)}: {escape(how)}", soft_wrap=True)
+    bounds = report.get("run", {}).get("boundaries") or {}
+    if bounds:
+        console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")
+        for key, b in bounds.items():
+            console.print("  " + escape(boundary_line(key, b)), soft_wrap=True)
+    forgeable = report.get("run", {}).get("forgeable") or {}
+    if forgeable:
+        console.print("results a workload could forge (the driver does not state they hold):")
+        for key, why in forgeable.items():
+            console.print(f"  [yellow]{escape(key)}[/yellow]: {escape(why)}", soft_wrap=True)
+    if report.get("probe"):
+        print_probe(report["probe"], console)
+    for c in report["cells"]:
+        errors = c.get("errors") or {}
+        if errors:
+            kinds = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
+            console.print(f"[red]{c['cell']}[/red]: failures: {kinds}")
+    if report.get("diffs"):
+        table = Table(title="differences between drivers (b - a, ms, P50)")
+        heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
+        for h in heads:
+            table.add_column(h, justify="left" if h in ("a", "b", "phase", "faster") else "right")
+        for d in report["diffs"]:
+            table.add_row(*_diff_row(d))
+        console.print(table)
+
+
+# -- boundaries (rtax probe) --------------------------------------------------------
+
+RESULT_STYLE = {"blocked": "green", "held": "green", "breached": "bold red", "n/a": "dim"}
+PROBE_LEGEND = (
+    "blocked / held: the boundary kept (an escape refused / a guarantee held); breached: it "
+    "did not; n/a: not measurable here (see the evidence); (exec): only on that channel; "
+    "!: a check the driver promises, broken"
+)
+
+
+def probe_cell_text(name: str, c: dict[str, Any]) -> str:
+    """A check's cell for one driver: its combined result, and where the channels (or
+    hosts) disagree, each result with where it came from (`blocked (exec), breached
+    (shell)`, the combined one first); ` !` when a run that promised it failed."""
+    from rtax_tui.model.checks import promise_broken
+
+    result = c["result"]
+    runs = c.get("runs") or []
+    text = result
+    if len({r["result"] for r in runs}) > 1:  # the channels (or hosts) disagree: say where
+        one_host = len({r["host"] for r in runs}) == 1
+        where: dict[str, list[str]] = {result: []}
+        for r in runs:
+            where.setdefault(r["result"], []).append(
+                r["channel"] if one_host else f"{r['host']}/{r['channel']}"
+            )
+        text = ", ".join(f"{res} ({','.join(w)})" for res, w in where.items())
+    if promise_broken(name, c):
+        text += " !"
+    return text
+
+
+def _probe_cell(name: str, c: dict[str, Any]) -> str:
+    return f"[{RESULT_STYLE.get(c['result'], '')}]{escape(probe_cell_text(name, c))}[/]"
+
+
+def render_probe(doc: dict[str, Any]) -> Table:
+    """Checks down, drivers across: each cell the combined result of every host and
+    channel; `!` marks a promise the driver states and the measurement breaks."""
+    from rtax_tui.model.checks import BY_NAME, CHECKS
+
+    drivers = doc.get("drivers") or {}
+    hosts = ", ".join(doc.get("hosts") or []) or "-"
+    chans = ", ".join(doc.get("channels") or []) or "-"
+    table = Table(
+        title=f"rtax probe: what each driver keeps out (hosts: {hosts}; channels: {chans})"
+    )
+    table.add_column("check", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    for d in drivers:
+        table.add_column(d, no_wrap=True)
+    names = [c.name for c in CHECKS]
+    names += sorted({k for d in drivers.values() for k in d["checks"]} - set(names))
+    for name in names:
+        kind = BY_NAME[name].kind if name in BY_NAME else "?"
+        row = [name, kind]
+        for d in drivers.values():
+            c = d["checks"].get(name)
+            row.append("-" if c is None else _probe_cell(name, c))
+        table.add_row(*row)
+    return table
+
+
+def print_probe(doc: dict[str, Any], console: Console) -> None:
+    """The matrix, one summary line per driver, and the evidence of every breach."""
+    from rtax_tui.model.checks import summary_text
+
+    console.print(render_probe(doc))
+    console.print(PROBE_LEGEND)
+    drivers = doc.get("drivers") or {}
+    for d, dd in drivers.items():
+        broken = dd["summary"].get("broken_promises") or []
+        line = f"[b]{d}[/b]: {summary_text(dd['summary'])}"
+        if broken:
+            line += f" [red](broken: {', '.join(broken)})[/red]"
+        console.print(line)
+    for d, dd in drivers.items():
+        for name, c in dd["checks"].items():
+            if c["result"] == "breached":
+                console.print(f"[red]{d}/{name}[/red]: {escape(c['evidence'])}", soft_wrap=True)
+
+
+def boundary_line(key: str, b: dict[str, Any]) -> str:
+    """`local/stage: probed 2026-..: 12 blocked, ...` from a header's boundary entry."""
+    from rtax_tui.model.checks import summary_text
+
+    if not b.get("summary"):
+        return f"{key}: {b.get('status') or 'not probed'}"
+    line = f"{key}: probed {b.get('probed_at', '?')}: {summary_text(b['summary'])}"
+    breached = b["summary"].get("breached_checks") or []
+    if breached:
+        line += f"; breached: {', '.join(breached)}"
+    return line
+
+
+def _run_key(run: dict[str, Any], one_host: bool) -> str:
+    return str(run["channel"]) if one_host else f"{run['host']}/{run['channel']}"
+
+
+def _md_text(text: str) -> str:
+    """Text of a step's evidence, safe in a Markdown list item (no markup, no HTML)."""
+    for ch in ("\\", "`", "*", "[", "]", "<"):
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _reason(evidence: str) -> str:
+    """The verdict's own words: a run's evidence up to the step's output."""
+    return evidence.split(" | ", 1)[0]
+
+
+def _probe_summary_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """One row per driver, or one per channel (host/channel) where they differ: the
+    counts of `summarize` over that channel's own runs."""
+    from rtax_tui.model.checks import RESULTS, summarize
+
+    rows = []
+    for d, dd in (doc.get("drivers") or {}).items():
+        runs = [r for c in dd["checks"].values() for r in c.get("runs") or []]
+        one_host = len({r["host"] for r in runs}) <= 1
+        per: dict[str, dict[str, Any]] = {}
+        for name, c in dd["checks"].items():
+            for r in c.get("runs") or []:
+                one = {"result": r["result"], "promised": r.get("promised"), "runs": [r]}
+                per.setdefault(_run_key(r, one_host), {})[name] = one
+        results = {k: {n: c["result"] for n, c in checks.items()} for k, checks in per.items()}
+        if len({tuple(sorted(v.items())) for v in results.values()}) <= 1:
+            groups = [(", ".join(per) or "-", dd["summary"])]
+        else:
+            groups = [(k, summarize(checks)) for k, checks in per.items()]
+        for where, s in groups:
+            breached = s.get("breached_checks") or []
+            broken = set(s.get("broken_promises") or [])
+            names = [f"`{n}`" + (" !" if n in broken else "") for n in breached]
+            kept = f"{int(s['promised']) - len(broken)}/{s['promised']}"
+            rows.append(
+                [f"`{d}`", where, *(str(s.get(r, 0)) for r in RESULTS)]
+                + [kept if s.get("promised") else "none", ", ".join(names) or "none"]
+            )
+    return rows
+
+
+def probe_markdown(doc: dict[str, Any]) -> str:
+    """The boundary tables of a probe document (`core.probe.build_document`) as Markdown:
+    per driver (and channel, where they differ) the counts, promises kept and breached
+    checks; the check x driver matrix (as `render_probe`); the reason of every `n/a`
+    and the evidence of every broken promise. docs/boundaries.md holds this output for
+    the example recording (`boundary_doc`, scripts/boundary-tables)."""
+    from rtax_tui.model.checks import CHECKS, RESULTS
+
+    drivers = doc.get("drivers") or {}
+    heads = ["driver", "channel", *RESULTS, "promises kept", "breached checks"]
+    out = [_md_table(heads, _probe_summary_rows(doc)), ""]
+    names = [c.name for c in CHECKS]
+    names += sorted({k for d in drivers.values() for k in d["checks"]} - set(names))
+    rows = []
+    for name in names:
+        row = [f"`{name}`"]
+        for d in drivers.values():
+            c = d["checks"].get(name)
+            row.append("-" if c is None else probe_cell_text(name, c))
+        rows.append(row)
+    out += [_md_table(["check", *drivers], rows), ""]
+    out += _run_notes(drivers, "n/a (not measurable there), and why", _not_measured)
+    out += _run_notes(drivers, "broken promises (`!`), and why", _broken)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _not_measured(name: str, run: dict[str, Any]) -> bool:
+    return bool(run["result"] == "n/a")
+
+
+def _broken(name: str, run: dict[str, Any]) -> bool:
+    from rtax_tui.model.checks import passed
+
+    return bool(run.get("promised")) and not passed(name, run["result"])
+
+
+def _run_notes(
+    drivers: dict[str, Any], title: str, pick: Callable[[str, dict[str, Any]], bool]
+) -> list[str]:
+    """A list of the runs `pick` selects, by driver: the checks, where, and the verdict's
+    reason (one line for the checks and channels that give the same)."""
+    lines = []
+    for d, dd in drivers.items():
+        by_reason: dict[tuple[str, str], list[str]] = {}
+        for name, c in dd["checks"].items():
+            runs = c.get("runs") or []
+            one_host = len({r["host"] for r in runs}) <= 1
+            why: dict[str, list[str]] = {}
+            for r in runs:
+                if pick(name, r):
+                    why.setdefault(_reason(r["evidence"]), []).append(_run_key(r, one_host))
+            for reason, where in why.items():
+                by_reason.setdefault((reason, ", ".join(where)), []).append(f"`{name}`")
+        for (reason, where), names in by_reason.items():
+            lines.append(f"- `{d}` {', '.join(names)} ({where}): {_md_text(reason)}")
+    return [f"{title}:", "", *lines, ""] if lines else []
+
+
+PROBE_TABLES_BEGIN = "<!-- probe-tables: begin (generated by scripts/boundary-tables) -->"
+PROBE_TABLES_END = "<!-- probe-tables: end -->"
+
+
+def boundary_doc(text: str, doc: dict[str, Any]) -> str:
+    """`text` (docs/boundaries.md) with what lies between its two probe-tables markers
+    replaced by `probe_markdown(doc)`: unchanged when the tables already match."""
+    begin, end = text.find(PROBE_TABLES_BEGIN), text.find(PROBE_TABLES_END)
+    if begin < 0 or end < begin or text.count(PROBE_TABLES_BEGIN) != 1:
+        raise ValueError(f"expected one {PROBE_TABLES_BEGIN} before one {PROBE_TABLES_END}")
+    head = text[: begin + len(PROBE_TABLES_BEGIN)]
+    return head + "\n\n" + probe_markdown(doc) + "\n" + text[end:]
