@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rtax_tui.drivers.toolkit import assets as A
 
-from rtax_tui.engine.workloads import WORKLOAD_NAMES, builtin_workloads, trajectory_steps
-from rtax_tui.model.spec import RtaxError, Workload
+from rtax_tui.engine.workloads import builtin_workloads, trajectory_steps
+from rtax_tui.model.spec import WORKLOAD_NAMES, RtaxError, Workload
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is required")
 

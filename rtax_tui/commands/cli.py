@@ -274,7 +274,7 @@ def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
         print(f"rtax probe: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
-    pb.error = one_line_error  # type: ignore[method-assign]
+    pb.error = one_line_error
 
 
 def _probe(args: argparse.Namespace, argv: list[str]) -> int:
@@ -283,7 +283,9 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     from rtax_tui.engine.profile import Profile, load_profile, resolve_profile_path
     from rtax_tui.model.spec import CHANNELS
 
-    def listed(flag: str, value: str | None, known: Sequence[str], default: Sequence[str]):
+    def listed(
+        flag: str, value: str | None, known: Sequence[str], default: Sequence[str]
+    ) -> list[str]:
         if value is None:
             return list(default)
         items = [v.strip() for v in value.split(",") if v.strip()]

@@ -54,7 +54,9 @@ def slow_note(timed: tuple[str, float | None] | None) -> str | None:
     )
 
 
-async def _check_host(host: Any, on_row: Any = None) -> list[tuple[str, list, dict, dict]]:
+async def _check_host(
+    host: Any, on_row: Any = None
+) -> list[tuple[str, list[Any], dict[str, Any], dict[str, Any]]]:
     rows = []
     for name in names():
         drv = get_driver(name, host)
@@ -91,7 +93,7 @@ async def _doctor(
     of each driver as soon as it is checked."""
     from rtax_tui.engine.runner import make_host
 
-    out = []
+    out: list[tuple[str, Any, Any]] = []
     for n in names:
         host = make_host(n, profile)
         try:

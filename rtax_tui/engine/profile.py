@@ -15,7 +15,6 @@ from typing import Any
 
 from rtax_tui.engine.poolspec import POOL_KEYS, PoolSpec, check_modes, parse_pool
 from rtax_tui.engine.profile_toml import profiles_dir
-from rtax_tui.engine.workloads import WORKLOAD_NAMES
 from rtax_tui.model.inputs import (
     BATCH_MAX,
     BATCHES_MAX,
@@ -33,6 +32,7 @@ from rtax_tui.model.inputs import (
 from rtax_tui.model.spec import (
     CHANNELS,
     UNLIMITED,
+    WORKLOAD_NAMES,
     Limits,
     OptionError,
     RtaxError,

@@ -12,17 +12,8 @@ from __future__ import annotations
 import shlex
 
 from rtax_tui.drivers.toolkit import assets as A
-from rtax_tui.model.spec import Step, Workload
+from rtax_tui.model.spec import WORKLOAD_NAMES, Step, Workload
 
-WORKLOAD_NAMES: tuple[str, ...] = (
-    "t0",
-    "t1",
-    "t2",
-    "trajectory-10",
-    "trajectory-50",
-    "trajectory-150",
-    "capacity",
-)
 TRAJECTORY_LENGTHS: tuple[int, ...] = (10, 50, 150)
 TEST_EVERY = 25  # the trajectories run one fast pinned test every TEST_EVERY steps
 TEST_OFFSET = 9  # ... at steps 10, 35, 60, ... (1-based), so trajectory-10 runs one

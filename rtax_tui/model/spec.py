@@ -17,6 +17,17 @@ TIMED_PHASES = ("create", "ready", "teardown", "orchestration")
 # report only where a cell has them, so that a cold run's report keeps its shape.
 POOL_PHASES = ("acquire", "release")
 CHANNELS = ("exec", "shell")
+# The built-in workloads (built in rtax_tui.engine.workloads), named here so that a
+# reader of names (the console's launcher) needs no workload's assets.
+WORKLOAD_NAMES: tuple[str, ...] = (
+    "t0",
+    "t1",
+    "t2",
+    "trajectory-10",
+    "trajectory-50",
+    "trajectory-150",
+    "capacity",
+)
 
 
 class RtaxError(Exception):

@@ -428,7 +428,7 @@ def probe_cell_text(name: str, c: dict[str, Any]) -> str:
     (shell)`, the combined one first); ` !` when a run that promised it failed."""
     from rtax_tui.model.checks import promise_broken
 
-    result = c["result"]
+    result = str(c["result"])
     runs = c.get("runs") or []
     text = result
     if len({r["result"] for r in runs}) > 1:  # the channels (or hosts) disagree: say where
@@ -595,7 +595,7 @@ def _run_notes(
 ) -> list[str]:
     """A list of the runs `pick` selects, by driver: the checks, where, and the verdict's
     reason (one line for the checks and channels that give the same)."""
-    lines = []
+    lines: list[str] = []
     for d, dd in drivers.items():
         by_reason: dict[tuple[str, str], list[str]] = {}
         for name, c in dd["checks"].items():
@@ -607,8 +607,8 @@ def _run_notes(
                     why.setdefault(_reason(r["evidence"]), []).append(_run_key(r, one_host))
             for reason, where in why.items():
                 by_reason.setdefault((reason, ", ".join(where)), []).append(f"`{name}`")
-        for (reason, where), names in by_reason.items():
-            lines.append(f"- `{d}` {', '.join(names)} ({where}): {_md_text(reason)}")
+        for (reason, place), names in by_reason.items():
+            lines.append(f"- `{d}` {', '.join(names)} ({place}): {_md_text(reason)}")
     return [f"{title}:", "", *lines, ""] if lines else []
 
 

@@ -55,8 +55,7 @@ from rtax_tui.engine.profile_toml import (
     parse_inline,
     profiles_dir,
 )
-from rtax_tui.engine.workloads import WORKLOAD_NAMES
-from rtax_tui.model.spec import CHANNELS
+from rtax_tui.model.spec import CHANNELS, WORKLOAD_NAMES
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
 # What the profile loader takes when a profile leaves a `[run]` key out
