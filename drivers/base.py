@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from rtax_tui.hosts import Host
 from rtax_tui.model.errors import ErrorKind
@@ -35,6 +35,31 @@ class Problem:
 
 
 PROBE = Step(argv=("true",))
+
+ImageLog = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    """The image a driver's environments start from, built on this machine (no registry).
+
+    `kind` names the image for `rtax images build --driver`: drivers that share one image
+    share its kind (both VM drivers boot the one guest, `vm`). `build(force, log)` builds
+    it (or finds it built, unless `force`) and returns what it made (tags or paths);
+    raises `RtaxError` with the reason when it cannot."""
+
+    kind: str
+    build: Callable[[bool, ImageLog | None], list[str]]
+
+
+@dataclass(frozen=True)
+class DaemonNeed:
+    """The daemon a driver's environments are made through: its name (as `ps` shows it)
+    and the command a person runs to start it (doctor's fix, the console's hint, and what
+    the tests run when it does not answer)."""
+
+    name: str
+    start: str
 
 
 class Environment(ABC):
@@ -122,6 +147,26 @@ class Driver(ABC):
     # escape attempts blocked, guarantees held. `rtax probe` measures every check and
     # reports each promise it finds broken. A driver that states nothing promises nothing.
     boundary: frozenset[str] = frozenset()
+    # -- what the driver says about itself, read by the commands, the console (through the
+    # commands), the images, doctor and the tests; nothing else names a concrete driver.
+    # The image it starts from (None: none, e.g. a process on the host).
+    image_recipe: ClassVar[ImageRecipe | None] = None
+    # The daemon its environments are made through (None: none).
+    daemon: ClassVar[DaemonNeed | None] = None
+    # After an action's timeout the shell channel is never reused (its state is unknown);
+    # the exec channel is, unless it shares one stream with every action (a VM's agent).
+    exec_reusable_after_timeout: ClassVar[bool] = True
+    # Its environments boot a kernel (a create takes seconds): the contract suite
+    # cancels such a create at fewer points.
+    boots_a_kernel: ClassVar[bool] = False
+    # What its environments leave on the host to look for, besides workspaces, cgroups and
+    # processes under a workspace: "containers" (labelled `rtax.run=<label>` on an engine),
+    # "domains" (libvirt's, named after the label), "monitors" (a process named
+    # `rtax-<label>-...`: QEMU, conmon). Tests and the contract suite read it.
+    leaves: ClassVar[frozenset[str]] = frozenset()
+    # The option that picks how the driver runs, with its values: the contract suite runs
+    # the driver once per value (e.g. SWE-ReX's deployment). None: one way.
+    variants: ClassVar[tuple[str, tuple[str, ...]] | None] = None
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host

@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
-from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, Problem, SubTimer
+from rtax_tui.drivers.toolkit.images import vm_guest_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.vmguest import (
     CMDLINE,
@@ -306,6 +307,11 @@ def _kill(pid: int) -> None:
 class LibvirtDriver(Driver):
     name = "libvirt"
     channels = ("exec", "shell")
+    image_recipe = ImageRecipe("vm", vm_guest_images)
+    daemon = DaemonNeed("libvirtd", "bash scripts/start-libvirtd")
+    exec_reusable_after_timeout = False  # exec goes through the agent's one stream
+    boots_a_kernel = True
+    leaves = frozenset({"domains", "monitors"})
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
     # processes (nothing of the host); an exec step is uid 1000.

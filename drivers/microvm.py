@@ -28,7 +28,8 @@ import signal
 import time
 from typing import Any
 
-from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer
+from rtax_tui.drivers.toolkit.images import vm_guest_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.vmguest import (
     DIR_PREFIX,
@@ -218,6 +219,10 @@ class MicrovmEnvironment(Environment):
 class MicrovmDriver(Driver):
     name = "microvm"
     channels = ("exec", "shell")
+    image_recipe = ImageRecipe("vm", vm_guest_images)
+    exec_reusable_after_timeout = False  # exec goes through the agent's one stream
+    boots_a_kernel = True
+    leaves = frozenset({"monitors"})
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
     # processes (nothing of the host); an exec step is uid 1000.

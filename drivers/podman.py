@@ -28,13 +28,14 @@ import signal
 import time
 from typing import Any
 
-from rtax_tui.drivers.base import Environment, SubTimer
+from rtax_tui.drivers.base import DaemonNeed, Environment, ImageRecipe, SubTimer
 from rtax_tui.drivers.toolkit.container import (
     LABEL_KEY,
     ContainerDriver,
     ContainerEnvironment,
     ContainerOptions,
 )
+from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.seccomp import narrowed_profile_file
 
 from rtax_tui.hosts.conmon import conmon_processes
@@ -124,7 +125,8 @@ class PodmanDriver(ContainerDriver):
     name = "podman"
     default_socket = DEFAULT_SOCKET
     service = "the podman API socket"
-    start_fix = "bash scripts/start-podman"
+    daemon = DaemonNeed("podman", "bash scripts/start-podman")
+    image_recipe = ImageRecipe("podman", container_images("podman"))
     log_hint = "the podman service log (/tmp/rtax-podman.log)"
     cli = "podman"
     option_names = (*ContainerDriver.option_names, "nofile", "nproc")

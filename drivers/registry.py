@@ -16,7 +16,7 @@ import functools
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from rtax_tui.drivers.base import Driver
+from rtax_tui.drivers.base import DaemonNeed, Driver, ImageRecipe
 
 from rtax_tui.hosts import Host
 from rtax_tui.model.spec import RtaxError
@@ -85,3 +85,42 @@ def provider(name: str) -> str:
     """The package a driver comes from (for doctor): `rtax`, or the plugin's name."""
     ep = _entry_points().get(name)
     return ep.dist.name if ep is not None and ep.dist is not None else "?"
+
+
+def image_recipes() -> dict[str, ImageRecipe]:
+    """What `rtax images build --driver NAME` accepts: each driver with an image by its
+    name, and each image by its kind (`vm`: the guest both VM drivers boot). A driver
+    that cannot be loaded here (an extra not installed) is left out."""
+    out: dict[str, ImageRecipe] = {}
+    for name in names():
+        try:
+            recipe = driver_class(name).image_recipe
+        except DriverRegistryError:
+            continue
+        if recipe is not None:
+            out.setdefault(name, recipe)
+            out.setdefault(recipe.kind, recipe)
+    return out
+
+
+def image_recipe(name: str) -> ImageRecipe:
+    """The image recipe of a driver or an image kind. Raises DriverRegistryError when
+    there is none, naming what there is."""
+    recipes = image_recipes()
+    if name not in recipes:
+        known = ", ".join(sorted(recipes))
+        raise DriverRegistryError(f"images: {name!r} has no image to build (known: {known})")
+    return recipes[name]
+
+
+def daemon_of(name: str) -> DaemonNeed | None:
+    """The daemon a driver or an image kind needs (None: none or unknown)."""
+    for n in names():
+        try:
+            cls = driver_class(n)
+        except DriverRegistryError:
+            continue
+        if n == name or (cls.image_recipe is not None and cls.image_recipe.kind == name):
+            if cls.daemon is not None:
+                return cls.daemon
+    return None

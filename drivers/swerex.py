@@ -50,7 +50,16 @@ import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer, which
+from rtax_tui.drivers.base import (
+    DaemonNeed,
+    Driver,
+    Environment,
+    ImageRecipe,
+    Problem,
+    SubTimer,
+    which,
+)
+from rtax_tui.drivers.toolkit.images import swerex_images
 from rtax_tui.drivers.toolkit.workspace import (
     WORKSPACE_PREFIX,
     base_env,
@@ -492,6 +501,11 @@ class SwerexEnvironment(Environment):
 class SwerexDriver(Driver):
     name = "swerex"
     channels = ("exec", "shell")
+    # its docker deployment's image and daemon (the local and remote ones need neither)
+    image_recipe = ImageRecipe("swerex", swerex_images)
+    daemon = DaemonNeed("dockerd", "bash scripts/start-dockerd")
+    leaves = frozenset({"containers", "monitors"})
+    variants = ("deployment", ("local", "remote", "docker"))
     # The local runtime and the server run on the controller (127.0.0.1, its /proc).
     runs_remote = False
     # local, remote: no isolation, as the `local` driver; docker: see promised_checks.

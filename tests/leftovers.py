@@ -81,10 +81,23 @@ def domains(label: str) -> list[str]:
 
 
 def leftovers(
-    label: str, *, vms: bool = False, engines: bool = False, monitors: bool = True
+    label: str,
+    *,
+    vms: bool = False,
+    engines: bool = False,
+    monitors: bool = True,
+    leaves: frozenset[str] | None = None,
 ) -> list[str]:
     """Everything of `label` still here: workspaces, VM dirs, cgroups, processes
-    (sandboxes, QEMU), and with `engines` containers, with `vms` libvirt domains."""
+    (sandboxes, QEMU), and with `engines` containers, with `vms` libvirt domains. With
+    `leaves` (a driver's declaration, `Driver.leaves`) instead: what it names."""
+    if leaves is not None:
+        engines, monitors = "containers" in leaves, "monitors" in leaves
+        return _leftovers(label, engines, "domains" in leaves, monitors)
+    return _leftovers(label, engines, vms, vms or (engines and monitors))
+
+
+def _leftovers(label: str, engines: bool, domains_too: bool, monitors: bool) -> list[str]:
     label = label[:40]
     tmp = tempfile.gettempdir()
     left = glob.glob(os.path.join(tmp, f"rtax-ws-{label}-*"))
@@ -92,9 +105,9 @@ def leftovers(
     left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
     left += processes(f"rtax-ws-{label}-")
     left += working_in(os.path.join(tmp, f"rtax-ws-{label}-"))
-    if vms or (engines and monitors):  # QEMU names its guest after the label, conmon
-        left += processes(f"rtax-{label}-")  # its container
-    if vms:
+    if monitors:  # QEMU names its guest after the label, conmon its container
+        left += processes(f"rtax-{label}-")
+    if domains_too:
         left += domains(label)
     if engines:
         left += containers(label)

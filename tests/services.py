@@ -20,14 +20,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# conftest's session fixtures that bring up what a built-in driver runs on
-BACKEND_FIXTURES = {
-    "docker": ("docker_engine",),
-    "podman": ("podman_engine",),
-    "libvirt": ("libvirtd", "vm_guest"),
-    "microvm": ("vm_guest",),
-    "swerex[docker]": ("dockerd",),
-}
+# conftest's session fixtures that bring up a daemon or an image a driver declares
+# (`Driver.daemon`, `Driver.image_recipe`), by the daemon's name and the image's kind; a
+# fixture of an image starts its engine too. A driver whose daemon or image is not here
+# runs where its own `check()` passes and is skipped with its reason elsewhere.
+DAEMON_FIXTURES = {"dockerd": "dockerd", "podman": "podman_service", "libvirtd": "libvirtd"}
+IMAGE_FIXTURES = {"docker": "docker_engine", "podman": "podman_engine", "vm": "vm_guest"}
+
+
+def backend_fixtures(cls: type) -> tuple[str, ...]:
+    """The session fixtures that bring up what driver class `cls` declares it needs."""
+    out = []
+    daemon, image = getattr(cls, "daemon", None), getattr(cls, "image_recipe", None)
+    if daemon is not None and daemon.name in DAEMON_FIXTURES:
+        out.append(DAEMON_FIXTURES[daemon.name])
+    if image is not None and image.kind in IMAGE_FIXTURES:
+        out.append(IMAGE_FIXTURES[image.kind])
+    return tuple(dict.fromkeys(out))
+
+
 SCRIPT_TIMEOUT_S = 180
 STOP_WAIT_S = 60
 

@@ -270,3 +270,27 @@ def test_bad_limits_exit_2_with_one_line(tmp_path, line, needle):
     err = res.stderr.decode().strip()
     assert res.returncode == 2, err
     assert f"p.toml:8: {needle}" in err and len(err.splitlines()) == 1, err
+
+
+def test_images_build_reads_what_each_driver_declares(capsys):
+    """`rtax images build --driver` knows the drivers' images from their declarations
+    (`Driver.image_recipe`): both VM drivers share one image, a driver that starts from
+    no image is skipped with a word, an unknown name is one line and exit 2."""
+    from rtax_tui.drivers.registry import daemon_of, image_recipes
+
+    from rtax_tui.commands.cli import main
+
+    recipes = image_recipes()
+    assert recipes["libvirt"] == recipes["microvm"] == recipes["vm"]
+    assert recipes["docker"].kind == "docker" and recipes["podman"].kind == "podman"
+    assert "stage" not in recipes and "local" not in recipes
+    assert daemon_of("docker").start == "bash scripts/start-dockerd"
+    assert daemon_of("vm").name == "libvirtd" and daemon_of("stage") is None
+
+    assert main(["images", "build", "--driver", "stage", "--driver", "local"]) == 0
+    err = capsys.readouterr().err
+    assert "stage: starts from no image" in err and "local: starts from no image" in err
+
+    assert main(["images", "build", "--driver", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'nope'" in err[0] and "microvm" in err[0], err

@@ -21,26 +21,32 @@ import os
 import time
 
 import pytest
-from rtax_tui.drivers import Driver, get_driver, names
+from rtax_tui.drivers import Driver, driver_class, get_driver, names
 
 from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from tests.leftovers import leftovers
-from tests.services import BACKEND_FIXTURES
+from tests.services import backend_fixtures
 
 CHANNELS = ("exec", "shell")
-VMS = {"libvirt", "microvm"}
-ENGINES = {"docker", "podman", "swerex[docker]"}
-# Drivers run once per value of the option that picks how they run.
-VARIANTS = {"swerex": ("deployment", ("local", "remote", "docker"))}
 _why: dict[str, str | None] = {}
 
 
+def _class(name: str) -> type[Driver] | None:
+    try:
+        return driver_class(name)
+    except Exception:
+        return None  # cannot be loaded here (an extra missing): `_problem` says why
+
+
 def _params() -> list[str]:
+    """Every registered driver, once per value of the option that picks how it runs
+    (`Driver.variants`), as `name[value]`."""
     out = []
     for name in names():
-        if name in VARIANTS:
-            out += [f"{name}[{v}]" for v in VARIANTS[name][1]]
+        cls = _class(name)
+        if cls is not None and cls.variants is not None:
+            out += [f"{name}[{v}]" for v in cls.variants[1]]
         else:
             out.append(name)
     return out
@@ -49,9 +55,10 @@ def _params() -> list[str]:
 def _split(param: str) -> tuple[str, dict[str, str]]:
     """`swerex[remote]` -> ("swerex", {"deployment": "remote"})."""
     name, _, value = param.partition("[")
-    if not value:
+    cls = _class(name)
+    if not value or cls is None or cls.variants is None:
         return name, {}
-    return name, {VARIANTS[name][0]: value.rstrip("]")}
+    return name, {cls.variants[0]: value.rstrip("]")}
 
 
 def _problem(param: str) -> str | None:
@@ -69,7 +76,8 @@ def _problem(param: str) -> str | None:
 def driver_name(request: pytest.FixtureRequest) -> str:
     """Every registered driver, its daemon and images up (conftest); skipped, with the
     driver's reason, where it can't run."""
-    for fixture in BACKEND_FIXTURES.get(request.param, ()):
+    cls = _class(_split(request.param)[0])
+    for fixture in backend_fixtures(cls) if cls is not None else ():
         request.getfixturevalue(fixture)
     why = _problem(request.param)
     if why is not None:
@@ -104,7 +112,8 @@ def _spec(param: str, channel: str, label: str) -> EnvSpec:
 
 
 def _left(name: str, label: str) -> list[str]:
-    return leftovers(label, vms=name in VMS, engines=name in ENGINES)
+    cls = _class(_split(name)[0])
+    return leftovers(label, leaves=cls.leaves if cls is not None else frozenset())
 
 
 async def _settled(name: str, label: str, within_s: float = 15) -> list[str]:
@@ -199,7 +208,7 @@ def test_hanging_action_times_out_and_tears_down(driver_name, channel):
             if channel == "shell":  # out of step now: never reused (the stale-channel rule)
                 with pytest.raises(PhaseFailure):
                     await act(env, "true")
-            elif driver_name in VMS:  # exec goes through the agent's one stream: stale too
+            elif not drv.exec_reusable_after_timeout:  # one stream for every action: stale
                 with pytest.raises(PhaseFailure):
                     await act(env, "true")
             else:  # a new process per action: the next one runs
@@ -219,7 +228,7 @@ def test_a_cancelled_phase_still_tears_down(driver_name, channel, phase):
     label = _label()
     # small delays land in every await of create (workspace, cgroup, the spawn and its
     # pipes), of ready and of an action's spawn; a VM boots in seconds, so fewer there
-    if driver_name in VMS:
+    if drv.boots_a_kernel:
         delays = [0.0, 0.05] if channel == "exec" else [0.05]
     else:
         delays = [0.0, 0.0005, 0.002, 0.005, 0.02, 0.1]

@@ -96,3 +96,38 @@ def test_without_the_plugin_the_profile_names_an_unknown_driver(tmp_path):
     assert res.returncode == 2
     err = res.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "drivers" in err[0] and "'echo'" in err[0], err
+
+
+def test_a_plugin_driver_is_probed(plugin_path, tmp_path):
+    """`rtax probe` measures a plugin's boundary like a built-in's: its checks come back
+    with verdicts, and (it states it keeps nothing out) none is a broken promise."""
+    rec_path = tmp_path / "p.jsonl"
+    res = _rtax(plugin_path, "probe", "--driver", "echo", "--channel", "exec", "--format",
+                "json", "-o", str(rec_path))  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    rec = read_recording(rec_path)
+    probes = [e for e in rec.events if e["type"] == "probe"]
+    assert probes and {e["driver"] for e in probes} == {"echo"}, probes[:3]
+    # a driver with no isolation: another process of the host is seen, not blocked
+    seen = {e["check"]: e["result"] for e in probes}
+    assert seen.get("host_processes") == "breached", seen
+
+
+def test_a_plugin_driver_is_collected_by_the_contract_suite(plugin_path):
+    """The contract suite runs over every registered driver: the plugin's module and its
+    entry point are all it takes (no test file names it)."""
+    path = os.pathsep.join(p for p in (str(plugin_path), os.environ.get("PYTHONPATH")) if p)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "echo",
+         str(Path(__file__).parent / "test_contract.py")],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=Path(__file__).parent.parent,
+        timeout=600,
+    )  # fmt: skip
+    out = res.stdout.decode()
+    assert res.returncode == 0, out[-3000:]
+    # every contract test ran on it (exec only: it has no shell channel), none skipped
+    tail = out.strip().splitlines()[-1]
+    assert " passed" in tail and "failed" not in tail and "error" not in tail, tail
+    assert int(tail.split(" passed")[0].split()[-1]) >= 8, tail

@@ -52,9 +52,10 @@ import tarfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, Problem, SubTimer
+from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.sandbox import SupportError, local_bin
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
@@ -899,7 +900,9 @@ class ContainerDriver(Driver):
     # (drivers/podman.py): where it listens, what the messages call it, how to start it.
     default_socket = DEFAULT_SOCKET
     service = "dockerd"
-    start_fix = "bash scripts/start-dockerd"
+    daemon: ClassVar[DaemonNeed | None] = DaemonNeed("dockerd", "bash scripts/start-dockerd")
+    image_recipe: ClassVar[ImageRecipe | None] = ImageRecipe("docker", container_images("docker"))
+    leaves: ClassVar[frozenset[str]] = frozenset({"containers", "monitors"})
     log_hint = "the dockerd log (/tmp/rtax-dockerd.log)"
     cli = "docker"
     option_names: tuple[str, ...] = (
@@ -1191,7 +1194,7 @@ class ContainerDriver(Driver):
         except ImportError:
             return [Problem("the docker Python SDK is not installed", "pip install docker")]
         path = _socket_path(self.socket)
-        start = self.start_fix
+        start = self.daemon.start if self.daemon else ""
         if path is not None and not os.path.exists(path):
             return [Problem(f"{self.service} is not running (no {path})", start)]
         try:

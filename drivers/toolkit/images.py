@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from rtax_tui.drivers.toolkit.rootfs import (
@@ -66,7 +67,6 @@ DIRS = (
 # Extra links (path -> target) so `#!/usr/bin/env python`-style lines resolve.
 EXTRA_LINKS = {"usr/bin/env": "/bin/env"}
 KINDS = ("docker", "podman")
-VM_KINDS = ("vm", "libvirt", "microvm")  # one guest for both VM drivers
 
 
 def _recipe() -> dict[str, Any]:
@@ -283,17 +283,33 @@ def build_swerex_image(*, force: bool = False, log: Log | None = None) -> str:
     return tag
 
 
-def build(driver: str, *, force: bool = False, log: Log | None = None) -> list[str]:
-    """What `rtax images build --driver DRIVER` builds; returns the tags."""
-    if driver in VM_KINDS:
-        g = build_guest(force=force, log=log)
-        return [p for p in (g.kernel, g.initramfs, g.rootdisk) if p]
-    if driver in KINDS:
+def container_images(kind: str) -> Callable[[bool, Log | None], list[str]]:
+    """The docker or podman driver's image recipe: the busybox image (T0) and the Debian
+    workload image (T1, T2, trajectories), imported into `kind`'s engine."""
+
+    def build(force: bool, log: Log | None) -> list[str]:
         return [
-            build_busybox_image(driver, force=force, log=log),
-            build_debian_image(driver, force=force, log=log),
+            build_busybox_image(kind, force=force, log=log),
+            build_debian_image(kind, force=force, log=log),
         ]
-    if driver == "swerex":
-        return [build_swerex_image(force=force, log=log)]
-    known = ", ".join(KINDS + VM_KINDS + ("swerex",))
-    raise RtaxError(f"images: driver {driver!r} has no images to build (known: {known})")
+
+    return build
+
+
+def vm_guest_images(force: bool, log: Log | None) -> list[str]:
+    """The VM drivers' image recipe: the guest's kernel, initramfs and root disk."""
+    g = build_guest(force=force, log=log)
+    return [p for p in (g.kernel, g.initramfs, g.rootdisk) if p]
+
+
+def swerex_images(force: bool, log: Log | None) -> list[str]:
+    """The swerex driver's image recipe (its docker deployment's image)."""
+    return [build_swerex_image(force=force, log=log)]
+
+
+def build(name: str, *, force: bool = False, log: Log | None = None) -> list[str]:
+    """What `rtax images build --driver NAME` builds (a driver's name or an image kind,
+    as the drivers declare them: `Driver.image`); returns the tags or paths."""
+    from rtax_tui.drivers.registry import image_recipe
+
+    return image_recipe(name).build(force, log)

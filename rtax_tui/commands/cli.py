@@ -169,8 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("action", choices=("build",))
     im.add_argument(
         "--driver",
-        choices=("docker", "podman", "vm", "libvirt", "microvm", "swerex"),
-        default="docker",
+        action="append",
+        metavar="NAME",
+        help="a driver (repeatable) or an image kind (`vm`: both VM drivers' guest); "
+        "default docker. A driver that starts from no image is skipped",
     )
     im.add_argument("--force", action="store_true", help="rebuild even when cached")
 
@@ -389,12 +391,44 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if cmd == "cleanup":
         return _cleanup(args)
     if cmd == "images":
-        from rtax_tui.drivers.toolkit import images
-
-        tags = images.build(args.driver, force=args.force, log=lambda m: print(m, file=sys.stderr))
-        print("\n".join(tags))
-        return 0
+        return _images(args)
     raise RtaxError(f"unknown command {cmd!r}")
+
+
+def _images(args: argparse.Namespace) -> int:
+    """`rtax images build`: each named driver's image, as the driver declares it
+    (`Driver.image_recipe`); an image two drivers share is built once. A failed build
+    names the daemon the driver needs and how to start it."""
+    from rtax_tui.drivers import registry
+
+    wanted = args.driver or ["docker"]
+    recipes = registry.image_recipes()
+    known = set(registry.names()) | set(recipes)
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        print(
+            f"rtax images: error: --driver: unknown {', '.join(map(repr, unknown))} "
+            f"(drivers and images: {', '.join(sorted(known))})",
+            file=sys.stderr,
+        )
+        return 2
+    done: set[str] = set()
+    for name in wanted:
+        recipe = recipes.get(name)
+        if recipe is None:
+            print(f"{name}: starts from no image, nothing to build", file=sys.stderr)
+            continue
+        if recipe.kind in done:
+            continue
+        done.add(recipe.kind)
+        try:
+            tags = recipe.build(args.force, lambda m: print(m, file=sys.stderr))
+        except RtaxError as exc:
+            daemon = registry.daemon_of(name)
+            hint = f" (it needs {daemon.name}: {daemon.start})" if daemon else ""
+            raise RtaxError(f"{exc}{hint}") from exc
+        print("\n".join(tags))
+    return 0
 
 
 def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:

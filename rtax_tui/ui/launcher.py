@@ -74,14 +74,6 @@ CAPACITY_DEFAULTS: dict[str, Any] = {"size": 8, "batches": 3}
 NUMBERS = ("trials", "warmup", "concurrency", "seed")
 CAPACITY_FIELDS = ("size", "batches", "deadline_s", "sizes")
 POOL_FIELDS = ("size", "reset", "refill")
-# which image `rtax images build --driver X` makes for a driver
-IMAGE_OF = {"docker": "docker", "podman": "podman", "libvirt": "vm", "microvm": "vm"}
-# what an image build needs running first
-ENGINE_START = {
-    "docker": "bash scripts/start-dockerd",
-    "podman": "bash scripts/start-podman",
-    "vm": "bash scripts/start-libvirtd (the VM guest needs qemu and debootstrap)",
-}
 
 
 def profile_sources(recent: int = 8) -> list[tuple[str, str, Path]]:
@@ -581,21 +573,21 @@ class LauncherScreen(Screen[None]):
 
     # -- long work ------------------------------------------------------------------------
     def action_build_images(self) -> None:
-        drivers = self.data.get("run", {}).get("drivers", [])
-        kinds = list(dict.fromkeys(IMAGE_OF[d] for d in drivers if d in IMAGE_OF))
-        if not kinds:
-            self.notify("no selected driver needs an image (docker, podman, libvirt, microvm)")
+        drivers = list(self.data.get("run", {}).get("drivers", []))
+        if not drivers:
+            self.notify("select the drivers whose images to build")
             return
-        self.run_worker(self._build(kinds), group="images", exclusive=True)
+        self.run_worker(self._build(drivers), group="images", exclusive=True)
 
-    async def _build(self, kinds: list[str]) -> None:
-        for kind in kinds:
-            await self._long(
-                f"building the {kind} image",
-                rtax_argv("images", "build", "--driver", kind),
-                fix=f"check its engine runs ({ENGINE_START[kind]}); the whole log: "
-                f"`rtax images build --driver {kind}`",
-            )
+    async def _build(self, drivers: list[str]) -> None:
+        # the command knows each driver's image and daemon (the drivers say): it skips a
+        # driver with none, builds a shared image once and names the daemon to start
+        flags = [a for d in drivers for a in ("--driver", d)]
+        await self._long(
+            f"building the images of {', '.join(drivers)}",
+            rtax_argv("images", "build", *flags),
+            fix=f"the whole log: `rtax images build {' '.join(flags)}`",
+        )
 
     def action_prepare_assets(self) -> None:
         self.run_worker(

@@ -1,12 +1,20 @@
 """`echo`: a minimal third-party driver (no isolation) written against rtax's contract.
 
-Each trial gets a workspace on its host; every action is a new process in it. It uses
-only the public contract (Driver, Environment, Problem, the Host interface).
+Each trial gets a workspace on its host, named after the run's label so that
+`rtax cleanup` finds it; every action is a new process in it, its output capped as the
+contract asks. It uses only the public contract (Driver, Environment, Problem, the Host
+interface) and the drivers' toolkit; nothing else in rtax names it.
 """
 
 from __future__ import annotations
 
 from rtax_tui.drivers.base import Driver, Environment, Problem
+from rtax_tui.drivers.toolkit.workspace import (
+    WORKSPACE_PREFIX,
+    make_workspace,
+    remove_workspace,
+    workspace_cleanup,
+)
 
 from rtax_tui.model.spec import ActionResult, PhaseFailure
 
@@ -15,26 +23,26 @@ class EchoEnvironment(Environment):
     workspace: str | None = None
 
     async def create(self) -> None:
-        self.workspace = await self.driver.host.make_workspace("rtax-ws-echo-")
+        self.workspace = await make_workspace(self.driver.host, self.spec.label)
 
     async def action(self, step, timeout):
         if self.workspace is None:
             raise PhaseFailure("not_created", "no workspace")
         res = await self.driver.host.run(
-            list(step.argv), cwd=self.workspace, timeout=timeout, merge_stderr=True
+            list(step.argv), cwd=self.workspace, timeout=timeout, merge_stderr=True, capped=True
         )
-        return ActionResult(rc=res.returncode, output=res.stdout)
+        return ActionResult(rc=res.returncode, output=res.stdout, dropped=res.dropped)
 
     async def teardown(self) -> None:
         if self.workspace is not None:
-            await self.driver.host.remove_tree(self.workspace)
+            await remove_workspace(self.driver.host, self.workspace)
             self.workspace = None
 
 
 class EchoDriver(Driver):
     name = "echo"
     channels = ("exec",)
-    boundary = "none: a plugin test double's plain processes"
+    boundary = frozenset()  # keeps nothing out: plain processes of the host
 
     async def check(self) -> list[Problem]:
         res = await self.host.run(["sh", "-c", "echo ok"], timeout=30)
@@ -47,3 +55,6 @@ class EchoDriver(Driver):
 
     def environment(self, spec, sub=None) -> Environment:
         return EchoEnvironment(self, spec, sub)
+
+    async def cleanup(self, label=None) -> int:
+        return await workspace_cleanup(self.host, WORKSPACE_PREFIX + (f"{label}-" if label else ""))
