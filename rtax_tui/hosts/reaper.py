@@ -21,6 +21,11 @@ from typing import IO, Any
 BATCH_S = 0.02
 
 
+_MAIN = (
+    "import sys; from rtax_tui.hosts.reaper import main; raise SystemExit(main(sys.stdin.buffer))"
+)
+
+
 class Reaper:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
@@ -28,7 +33,9 @@ class Reaper:
 
     def start(self) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "rtax_tui.hosts.reaper"],
+            # not `-m`: running a module of a package that its __init__ already imported
+            # (rtax_tui.hosts imports local, which imports this) makes runpy warn
+            [sys.executable, "-c", _MAIN],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to rtax's group must not reach it
