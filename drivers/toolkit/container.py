@@ -143,6 +143,8 @@ echo reset
 API_TIMEOUT_S = 60
 POOL_SIZE = 64  # concurrent API connections (capacity batches); the SDK's default is 10
 KILL_GRACE_S = 5.0
+# How long an exec whose output ended may take to be marked exited (see _exit_code).
+EXIT_WAIT_S = 30.0
 CGROUP_RELEASE_WAIT_S = 5.0  # podman's conmon cgroups, busy until conmon is reaped
 HEADER = struct.Struct(">BxxxL")
 
@@ -692,12 +694,24 @@ class ContainerEnvironment(Environment):
         return ActionResult(rc=rc, output=sink.kept(), dropped=sink.dropped)
 
     async def _exit_code(self, api: Any, eid: str) -> int:
-        for _ in range(200):
+        """The exec's exit status, once the engine has recorded it. Its output can end
+        well before: podman marks an exec session exited only after conmon's exit file is
+        read and the session cleaned up, which took over a second on a loaded machine (a
+        fixed 200 x 5 ms wait failed trials there). Polled from 2 ms, backing off to
+        50 ms, for up to EXIT_WAIT_S."""
+        deadline = time.monotonic() + EXIT_WAIT_S
+        pause = 0.002
+        while True:
             info = await _call("exec inspect", api.exec_inspect, eid, container=True)
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return int(info["ExitCode"])
-            await asyncio.sleep(0.005)
-        raise PhaseFailure(ErrorKind.DOCKER_ERROR, "the exec's output ended but it never exited")
+            if time.monotonic() >= deadline:
+                raise PhaseFailure(
+                    ErrorKind.DOCKER_ERROR,
+                    f"the exec's output ended but it was not marked exited in {EXIT_WAIT_S:g} s",
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.5, 0.05)
 
     def _kill_later(self, fut: asyncio.Future[Any], holder: dict[str, Any]) -> None:
         """After a timeout: close the stream and kill every process the actions left.
