@@ -16,11 +16,12 @@ Counting rules (docs/architecture.md, "Statistics"):
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from rtax_tui.analysis.pool_report import STARTUP_NOTE, pool_document, pooled_project_inputs
+from rtax_tui.analysis.report_model import CellReport, DiffRow, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.model.checks import build_document
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
@@ -266,32 +267,32 @@ def _host_info(hosts: Any) -> dict[str, Any]:
     return out
 
 
-def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
+def build_report(rec: Recording, *, seed: int = 0) -> Report:
     """The `rtax-report/1` document of a recording (see the module docstring)."""
     cells, n_starts = _collect(rec)
-    out_cells = []
+    out_cells: list[CellReport] = []
     for cd in cells.values():
         clus = {}
         for p in PHASES:
             c = clusters(cd.samples[p])
             if c is not None:
                 clus[p] = c
-        out_cells.append(
-            {
-                "cell": cd.cell,
-                **cd.meta,
-                "n": cd.n,
-                "failed": cd.failed,
-                "invalid": cd.invalid,
-                "warmup": cd.warmup,
-                "phases": {p: summarize(v, seed=seed) for p, v in cd.samples.items()},
-                "subphases": {k: summarize(v, seed=seed) for k, v in cd.subsamples.items()},
-                "errors": dict(cd.errors),
-                "clusters": clus,
-                "capacity": cd.capacity.summary(),
-                **({"startup": STARTUP_NOTE} if cd.pooled else {}),
-            }
-        )
+        fields: dict[str, Any] = {
+            "cell": cd.cell,
+            **cd.meta,  # host, driver, workload, channel and a pooled cell's mode
+            "n": cd.n,
+            "failed": cd.failed,
+            "invalid": cd.invalid,
+            "warmup": cd.warmup,
+            "phases": {p: summarize(v, seed=seed) for p, v in cd.samples.items()},
+            "subphases": {k: summarize(v, seed=seed) for k, v in cd.subsamples.items()},
+            "errors": dict(cd.errors),
+            "clusters": clus,
+            "capacity": cd.capacity.summary(),
+        }
+        if cd.pooled:
+            fields["startup"] = STARTUP_NOTE
+        out_cells.append(cast(CellReport, fields))  # its keys in the order they always had
     if any("replay" in t.meta for cd in cells.values() for t in cd.trials):
         from rtax_tui.engine.traj.fidelity import replay_by_cell
 
@@ -299,7 +300,7 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
         for row in out_cells:
             if row["cell"] in replays:
                 row["replay"] = replays[row["cell"]]
-    out: dict[str, Any] = {
+    out: Report = {
         "format": REPORT_FORMAT,
         "run": _run_info(rec, n_starts),
         "cells": out_cells,
@@ -325,7 +326,7 @@ def build_report(rec: Recording, *, seed: int = 0) -> dict[str, Any]:
     return out
 
 
-def _diffs(cells: dict[str, _CellData], seed: int) -> list[dict[str, Any]]:
+def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
     """Each driver against the first driver of its host+workload+channel group."""
     groups: dict[tuple[Any, Any, Any], list[_CellData]] = {}
     for cd in cells.values():
@@ -341,9 +342,13 @@ def _diffs(cells: dict[str, _CellData], seed: int) -> list[dict[str, Any]]:
                 a, b = base.samples[p], other.samples[p]
                 if a.size == 0 or b.size == 0:
                     continue
-                out.append(
-                    {"a": base.cell, "b": other.cell, "phase": p, **median_diff(a, b, seed=seed)}
-                )
+                row: DiffRow = {
+                    "a": base.cell,
+                    "b": other.cell,
+                    "phase": p,
+                    **median_diff(a, b, seed=seed),
+                }
+                out.append(row)
     return out
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from rtax_tui.analysis.report_model import MedianDiff, PhaseSummary
+
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
 
@@ -83,7 +85,7 @@ def _ci95(values: np.ndarray) -> list[float]:
     return [float(lo), float(hi)]
 
 
-def summarize(samples_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+def summarize(samples_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> PhaseSummary:
     """n, min, P50, P95, P99, max, mean (ms) and a 95% bootstrap interval of the median.
 
     Percentiles use numpy's default (linear) method. An empty sample gives None
@@ -105,7 +107,7 @@ def summarize(samples_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> dict[str
     s = np.sort(x)
     p50, p95, p99 = np.percentile(s, [50, 95, 99])
     if n == 1:
-        ci = [float(s[0]) / NS_PER_MS, float(s[0]) / NS_PER_MS]
+        ci: list[float | None] = [float(s[0]) / NS_PER_MS, float(s[0]) / NS_PER_MS]
     else:
         meds = bootstrap_medians(s, np.random.default_rng(seed), n_boot)
         lo, hi = _ci95(meds)
@@ -122,7 +124,7 @@ def summarize(samples_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> dict[str
     }
 
 
-def median_diff(a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+def median_diff(a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> MedianDiff:
     """Median of b minus median of a (ms) with a 95% bootstrap interval.
 
     Both samples are resampled independently from one `default_rng(seed)` (a

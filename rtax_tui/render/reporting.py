@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -75,7 +75,7 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / (1 << 20):.0f}"
 
 
-def capacity_rows(report: dict[str, Any]) -> list[list[str]]:
+def capacity_rows(report: Mapping[str, Any]) -> list[list[str]]:
     """pVisor's capacity table: per cell and size, passed/batches, arrived/tasks, the
     budget's peak memory and OOM kills; the largest passing size on the cell's first row."""
     rows: list[list[str]] = []
@@ -98,7 +98,7 @@ def capacity_rows(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def render_capacity(report: dict[str, Any]) -> Table | None:
+def render_capacity(report: Mapping[str, Any]) -> Table | None:
     rows = capacity_rows(report)
     if not rows:
         return None
@@ -116,11 +116,11 @@ def _capacity_text(cap: dict[str, Any] | None) -> str:
     return f"{cap['passed_batches']}/{cap['batches']}, {cap['arrived_tasks']}/{cap['tasks']}"
 
 
-def _has_capacity(report: dict[str, Any]) -> bool:
+def _has_capacity(report: Mapping[str, Any]) -> bool:
     return any(c.get("capacity") for c in report["cells"])
 
 
-def _cell_row(c: dict[str, Any], capacity: bool) -> list[str]:
+def _cell_row(c: Mapping[str, Any], capacity: bool) -> list[str]:
     row = [
         str(c["cell"]),
         str(c["n"]),
@@ -143,7 +143,7 @@ def _headers(capacity: bool) -> list[str]:
     return heads
 
 
-def render_table(report: dict[str, Any]) -> Table:
+def render_table(report: Mapping[str, Any]) -> Table:
     """One row per cell: counts, then P50/P95 (ms) of the main phases."""
     run = report.get("run", {})
     capacity = _has_capacity(report)
@@ -156,7 +156,7 @@ def render_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown: the cell table, driver differences, the legend."""
     run = report.get("run", {})
     capacity = _has_capacity(report)
@@ -218,7 +218,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _diff_row(d: dict[str, Any]) -> list[str]:
+def _diff_row(d: Mapping[str, Any]) -> list[str]:
     return [
         d["a"],
         d["b"],
@@ -232,7 +232,7 @@ def _diff_row(d: dict[str, Any]) -> list[str]:
     ]
 
 
-def render_csv(report: dict[str, Any]) -> str:
+def render_csv(report: Mapping[str, Any]) -> str:
     """One row per cell x phase (the six phases, then sub-phases) with all summary fields."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -347,7 +347,7 @@ def limits_lines(limits: Any) -> list[str]:
     return out
 
 
-def print_report(report: dict[str, Any], console: Console) -> None:
+def print_report(report: Mapping[str, Any], console: Console) -> None:
     """The table, the reasons of failed trials, and the driver differences, for a terminal."""
     if report.get("probe") and not report["cells"]:  # a `rtax probe -o` recording
         print_probe(report["probe"], console)

@@ -3,6 +3,7 @@ figures (`rtax report` on a `rtax traj prepare -o` recording)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.table import Table
@@ -113,7 +114,7 @@ REPLAY_HEADERS = [
 ]
 
 
-def replay_rows(report: dict[str, Any]) -> list[list[str]]:
+def replay_rows(report: Mapping[str, Any]) -> list[list[str]]:
     """Per replay cell: the fidelity (same exit code / steps with a recorded one), the
     steps run, killed at the timeout, and not replayed (summed over measured trials)."""
     rows = []
@@ -137,7 +138,7 @@ def replay_rows(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def render_replay(report: dict[str, Any]) -> Table | None:
+def render_replay(report: Mapping[str, Any]) -> Table | None:
     rows = replay_rows(report)
     if not rows:
         return None

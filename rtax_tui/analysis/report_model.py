@@ -1,0 +1,82 @@
+"""The `rtax-report/1` document, typed: what `rtax report --format json` prints and
+every reader (the tables, the plots, the console's history and compare) reads.
+
+The format's history (the version is `model.spec.REPORT_FORMAT`):
+- rtax-report/1: run, cells (phases, subphases, errors, clusters, capacity, optional
+  startup/replay), diffs; optional pools, prep (a `rtax traj prepare -o` recording) and
+  probe (a `rtax probe -o` recording) objects. Keys have only been added since, never
+  renamed: an older report reads as this one with the newer keys absent.
+
+TypedDicts, not classes: the document is JSON as it stands (orjson dumps it as is), and
+these types let mypy check that every writer and reader agrees on its keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class PhaseSummary(TypedDict):
+    """One phase's sample (`stats.summarize`): ms, None when the sample is empty."""
+
+    n: int
+    min_ms: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    mean_ms: float | None
+    p50_ci95_ms: list[float | None]
+
+
+class MedianDiff(TypedDict):
+    """b's median minus a's (`stats.median_diff`), with its 95% bootstrap interval."""
+
+    a_p50_ms: float
+    b_p50_ms: float
+    diff_ms: float
+    ci95_ms: list[float]
+    ratio: float | None
+    faster: str  # "a", "b" or "neither": which side is faster, when the interval says so
+
+
+class DiffRow(MedianDiff):
+    """A driver against the first driver of its host + workload + channel group."""
+
+    a: str
+    b: str
+    phase: str
+
+
+class CellReport(TypedDict):
+    """One cell (host/driver/workload/channel[/mode]): counts and per-phase figures."""
+
+    cell: str
+    host: str | None
+    driver: str | None
+    workload: str | None
+    channel: str | None
+    mode: NotRequired[str]  # "pool" for a pooled cell
+    n: int
+    failed: int
+    invalid: int
+    warmup: int
+    phases: dict[str, PhaseSummary]
+    subphases: dict[str, PhaseSummary]
+    errors: dict[str, int]
+    clusters: dict[str, Any]
+    capacity: dict[str, Any] | None
+    startup: NotRequired[str]  # a pooled cell: what its startup figure leaves out
+    replay: NotRequired[dict[str, Any]]  # a replay's fidelity
+
+
+class Report(TypedDict):
+    """The whole document."""
+
+    format: str
+    run: dict[str, Any]
+    cells: list[CellReport]
+    diffs: list[DiffRow]
+    pools: NotRequired[dict[str, Any]]
+    prep: NotRequired[dict[str, Any]]
+    probe: NotRequired[dict[str, Any]]
