@@ -294,3 +294,14 @@ def test_images_build_reads_what_each_driver_declares(capsys):
     assert main(["images", "build", "--driver", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'nope'" in err[0] and "microvm" in err[0], err
+
+
+def test_doctor_rows_carry_what_each_driver_declares():
+    """`rtax doctor --format json` rows say each driver's image and daemon, from the
+    driver's own declaration."""
+    from rtax_tui.commands.doctor import _declared
+
+    assert _declared("libvirt") == ("vm", "bash scripts/start-libvirtd")
+    assert _declared("podman") == ("podman", "bash scripts/start-podman")
+    assert _declared("stage") == (None, None)
+    assert _declared("nope") == (None, None)

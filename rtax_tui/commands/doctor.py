@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.table import Table
 
 from rtax_tui.commands.hostflags import ssh_options
-from rtax_tui.drivers import get_driver, names
+from rtax_tui.drivers import DriverRegistryError, driver_class, get_driver, names
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import remote_aware_check
 from rtax_tui.model.spec import RtaxError
@@ -163,15 +163,58 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
     return 0 if ok_all else 1
 
 
+class DoctorProblem(TypedDict):
+    reason: str
+    fix: str
+
+
+class DoctorHead(TypedDict):
+    """`rtax doctor --format json`'s first line: what is checked."""
+
+    drivers: list[str]
+    hosts: list[str]
+
+
+class DoctorRow(TypedDict):
+    """A driver on a host: whether it can run there, why not, its versions, and what it
+    declares it needs (its image's kind and its daemon's start command, or None)."""
+
+    host: str
+    driver: str
+    ok: bool
+    problems: list[DoctorProblem]
+    facts: dict[str, str]
+    image: str | None
+    daemon: str | None
+
+
+class DoctorUnreachable(TypedDict):
+    host: str
+    unreachable: str
+
+
+DoctorLine = DoctorHead | DoctorRow | DoctorUnreachable
+
+
+def _declared(driver: str) -> tuple[str | None, str | None]:
+    """The driver's image kind and daemon start command, as it declares them."""
+    try:
+        cls = driver_class(driver)
+    except DriverRegistryError:
+        return None, None
+    image = cls.image_recipe.kind if cls.image_recipe is not None else None
+    return image, (cls.daemon.start if cls.daemon is not None else None)
+
+
 def _doctor_json(hosts: list[str], profile: Profile) -> int:
     """One JSON object a line, each as soon as it is known (the console shows them live):
-    `{"drivers": [...]}` first, then per host and driver `{"host", "driver", "ok",
-    "problems": [{"reason", "fix"}], "facts"}`, or `{"host", "unreachable"}`."""
+    `DoctorHead` first, then per host and driver a `DoctorRow`, or a `DoctorUnreachable`
+    for a host that could not be reached."""
     import sys
 
     import orjson
 
-    def emit(obj: dict[str, Any]) -> None:
+    def emit(obj: DoctorLine) -> None:
         sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
         sys.stdout.flush()
 
@@ -183,6 +226,7 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
             emit({"host": host, "unreachable": str(probs)})
             return
         ok["any"] = ok["any"] or not probs
+        image, daemon = _declared(driver)
         emit(
             {
                 "host": host,
@@ -190,6 +234,8 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
                 "ok": not probs,
                 "problems": [{"reason": p.reason, "fix": p.fix} for p in probs],
                 "facts": {k: str(v) for k, v in (facts or {}).items()},
+                "image": image,
+                "daemon": daemon,
             }
         )
 
