@@ -21,14 +21,14 @@ from rtax_tui.analysis import history as core_history
 from rtax_tui.analysis.history import estimate, history, profile_beside, summarize
 from rtax_tui.analysis.report import changed_cell_pairs, compare_reports
 from rtax_tui.engine.plan import build_plan, make_cells
-from rtax_tui.engine.profile import Profile, load_profile, parse_profile, profiles_dir
+from rtax_tui.engine.profile import load_profile, parse_profile, profiles_dir
+from rtax_tui.engine.profile_schema import CAPACITY, RUN
 from rtax_tui.engine.profile_toml import dump, from_resolved
 from rtax_tui.model.recording import read_recording
 from rtax_tui.ui.app import RtaxApp
 from rtax_tui.ui.compare import CompareScreen
 from rtax_tui.ui.history import HistoryScreen, ReportPanel
 from rtax_tui.ui.launcher import (
-    RUN_DEFAULTS,
     LauncherScreen,
     doctor_host_args,
     launcher_for_recording,
@@ -84,10 +84,20 @@ def tiny_profile(dirpath: Path) -> Path:
 # -- the profile written beside a recording ------------------------------------------------
 
 
-def test_run_defaults_are_the_loaders() -> None:
-    defaults = {f.name: f.default for f in dataclasses.fields(Profile)}
-    for key, value in RUN_DEFAULTS.items():
-        assert defaults[key] == (tuple(value) if isinstance(value, list) else value), key
+def test_the_launcher_takes_its_defaults_from_the_schema(monkeypatch) -> None:
+    """The launcher keeps no defaults of its own: change the schema's, its plan follows."""
+
+    def default(table, key: str, value) -> None:
+        monkeypatch.setitem(table.keys, key, dataclasses.replace(table[key], default=value))
+
+    default(RUN, "trials", 4)
+    default(RUN, "warmup", 2)
+    default(RUN, "drivers", ("local",))
+    assert planned_trials({}) == {"local/local/t0/exec": 4 + 2}
+    default(CAPACITY, "size", 5)
+    default(CAPACITY, "batches", 2)
+    # a warm-up batch at the size, then the batches
+    assert planned_trials({"capacity": {}}) == {"local/local/t0/exec": 5 + 2 * 5}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in profiles_dir().glob("*.toml")))

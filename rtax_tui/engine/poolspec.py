@@ -17,19 +17,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.model.inputs import CONCURRENCY_MAX, number_error
+from rtax_tui.engine.profile_schema import POOL
+from rtax_tui.model.inputs import number_error
 from rtax_tui.model.spec import MODES, RtaxError
 
-RESETS = ("recreate", "clean", "snapshot")
-REFILLS = ("eager", "lazy")
-POOL_KEYS: dict[str, tuple[type, ...]] = {"size": (int,), "reset": (str,), "refill": (str,)}
+RESETS: tuple[str, ...] = POOL["reset"].choices
+REFILLS: tuple[str, ...] = POOL["refill"].choices
 
 
 @dataclass(frozen=True)
 class PoolSpec:
-    size: int = 2
-    reset: str = "recreate"
-    refill: str = "eager"
+    """A `[pool]` table (its keys, defaults and bounds: profile_schema.POOL)."""
+
+    size: int = POOL["size"].default
+    reset: str = POOL["reset"].default
+    refill: str = POOL["refill"].default
 
     def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "reset": self.reset, "refill": self.refill}
@@ -38,15 +40,16 @@ class PoolSpec:
 def parse_pool(body: Any, where: Callable[[str | None], str]) -> PoolSpec:
     """A `[pool]` table as a PoolSpec; `where(key)` is `FILE:LINE` of the key."""
     if not isinstance(body, dict):
-        raise RtaxError(f"{where(None)}: pool: expected a table (size, reset, refill)")
+        raise RtaxError(f"{where(None)}: pool: expected a table ({POOL.allowed})")
     for key, value in body.items():
-        types = POOL_KEYS.get(key)
-        if types is None:
-            raise RtaxError(f"{where(key)}: pool.{key}: unknown key (allowed: size, reset, refill)")
+        if key not in POOL:
+            raise RtaxError(f"{where(key)}: pool.{key}: unknown key (allowed: {POOL.allowed})")
+        types = POOL[key].types
         if not isinstance(value, types) or isinstance(value, bool):
             raise RtaxError(f"{where(key)}: pool.{key}: expected {types[0].__name__}")
     size = body.get("size", PoolSpec.size)
-    why = number_error(size, 1, CONCURRENCY_MAX, integer=True)
+    assert POOL["size"].bounds is not None
+    why = number_error(size, *POOL["size"].bounds, integer=True)
     if why is not None:
         raise RtaxError(f"{where('size')}: pool.size: {why}")
     reset = body.get("reset", PoolSpec.reset)

@@ -13,22 +13,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rtax_tui.engine.poolspec import POOL_KEYS, PoolSpec, check_modes, parse_pool
-from rtax_tui.engine.profile_toml import profiles_dir
-from rtax_tui.model.inputs import (
-    BATCH_MAX,
-    BATCHES_MAX,
-    CONCURRENCY_MAX,
-    INT64_MAX,
-    INT64_MIN,
-    MIB_MAX,
-    PROFILE_MAX,
-    SECONDS_MAX,
-    TRIALS_MAX,
-    decode_utf8,
-    number_error,
-    read_input,
+from rtax_tui.engine.poolspec import PoolSpec, check_modes, parse_pool
+from rtax_tui.engine.profile_schema import (
+    CAPACITY,
+    HOST,
+    LIMITS,
+    NAMED_TABLES,
+    RUN,
+    STEP,
+    TABLES,
+    TIMEOUTS,
+    TOP,
+    WORKLOAD,
+    Key,
+    Table,
+    type_error,
 )
+from rtax_tui.engine.profile_toml import profiles_dir
+from rtax_tui.model.inputs import INT64_MAX, INT64_MIN, PROFILE_MAX, decode_utf8, read_input
 from rtax_tui.model.spec import (
     CHANNELS,
     UNLIMITED,
@@ -47,103 +49,21 @@ class ProfileError(RtaxError):
 
 
 BUILTIN_WORKLOADS = WORKLOAD_NAMES
-
-_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "": {"name": (str,), "description": (str,)},
-    "run": {
-        "seed": (int,),
-        "trials": (int,),
-        "warmup": (int,),
-        "concurrency": (int,),
-        "hosts": (list,),
-        "drivers": (list,),
-        "workloads": (list,),
-        "channels": (list,),
-        "modes": (list,),
-    },
-    "timeouts": {k: (int, float) for k in ("create", "ready", "action", "teardown", "barrier")},
-    # a number, or "unlimited" (checked by _limit)
-    "limits": {
-        "cpus": (int, float, str),
-        "memory_mib": (int, str),
-        "pids": (int, str),
-        "workspace_mib": (int, str),
-    },
-    "capacity": {
-        "size": (int,),
-        "batches": (int,),
-        "deadline_s": (int, float),
-        "cpus": (int, float),
-        "memory_mib": (int,),
-        "swap_mib": (int,),
-        "touch_mib": (int,),
-        "sizes": (list,),
-    },
-    "pool": POOL_KEYS,  # checked by core.poolspec.parse_pool
-}
-# The range of every number a profile holds, (table, key) -> (least, most); an integer
-# key's type says integer. Checked where the key is read, so the error names its line.
-_RANGES: dict[tuple[str, str], tuple[float, float]] = {
-    ("run", "seed"): (INT64_MIN, INT64_MAX),
-    ("run", "trials"): (1, TRIALS_MAX),
-    ("run", "warmup"): (0, TRIALS_MAX),
-    ("run", "concurrency"): (1, CONCURRENCY_MAX),
-    **{("timeouts", k): (0.001, SECONDS_MAX) for k in _SCHEMA["timeouts"]},
-    ("capacity", "size"): (1, BATCH_MAX),
-    ("capacity", "batches"): (1, BATCHES_MAX),
-    ("capacity", "deadline_s"): (0.001, SECONDS_MAX),
-    ("capacity", "cpus"): (0.01, 1 << 20),
-    ("capacity", "memory_mib"): (1, MIB_MAX),
-    ("capacity", "swap_mib"): (0, MIB_MAX),
-    ("capacity", "touch_mib"): (1, 1 << 20),
-    ("capacity", "sizes"): (1, BATCH_MAX),  # each
-    ("hosts", "port"): (1, 65535),
-    ("hosts", "concurrency"): (1, CONCURRENCY_MAX),
-    ("steps", "timeout_s"): (0.001, SECONDS_MAX),
-    ("steps", "expect_rc"): (INT64_MIN, INT64_MAX),
-}
-
-
-def _check_range(where: str, table: str, key: str, value: Any, label: str = "") -> None:
-    """`value` within `_RANGES[(table, key)]` (an integer when the schema says only int)."""
-    lo, hi = _RANGES[(table, key)]
-    integer = isinstance(value, int) and not isinstance(value, float)
-    why = number_error(value, lo, hi, integer)
-    if why is not None:
-        if why.startswith("must be at least") and (table, key) == ("capacity", "sizes"):
-            why = "each " + why
-        raise ProfileError(f"{where}: {label or f'{table}.{key}'}: {why}")
-
-
-_STEP_KEYS = {
-    "argv": (list,),
-    "expect_rc": (int, str),
-    "expect_out": (str,),
-    "timeout_s": (int, float),
-}
-_WORKLOAD_KEYS = {"steps": (list,), "description": (str,), "files": (str,)}
-# [hosts.NAME]: a remote host reached over SSH (run.hosts names it).
-HOST_KEYS: dict[str, tuple[type, ...]] = {
-    "address": (str,),
-    "user": (str,),
-    "port": (int,),
-    "identity": (str,),
-    "known_hosts": (str,),
-    "jump": (str,),
-    "concurrency": (int,),
-}
+Where = Callable[[str, str | None], str]  # (table, key) -> `FILE:LINE`
 
 
 @dataclass(frozen=True)
 class Capacity:
-    size: int = 8
-    batches: int = 3
-    deadline_s: float = 120.0
-    cpus: float | None = None
-    memory_mib: int | None = None
-    swap_mib: int | None = 0
-    touch_mib: int = 32  # the capacity workload's held private memory per environment
-    sizes: tuple[int, ...] = ()  # a capacity curve: `batches` batches at each size
+    """A `[capacity]` table (its keys, defaults and help: profile_schema.CAPACITY)."""
+
+    size: int = CAPACITY["size"].default
+    batches: int = CAPACITY["batches"].default
+    deadline_s: float = CAPACITY["deadline_s"].default
+    cpus: float | None = CAPACITY["cpus"].default
+    memory_mib: int | None = CAPACITY["memory_mib"].default
+    swap_mib: int | None = CAPACITY["swap_mib"].default
+    touch_mib: int = CAPACITY["touch_mib"].default  # held private memory per environment
+    sizes: tuple[int, ...] = CAPACITY["sizes"].default  # a curve: `batches` at each size
 
     @property
     def curve(self) -> tuple[int, ...]:
@@ -155,20 +75,21 @@ class Capacity:
 class Profile:
     name: str
     path: str
-    description: str = ""
-    seed: int = 1
-    trials: int = 30
-    warmup: int = 3
-    concurrency: int = 1
-    hosts: tuple[str, ...] = ("local",)
-    drivers: tuple[str, ...] = ("local", "stage")
-    workloads: tuple[str, ...] = ("t0",)
-    channels: tuple[str, ...] = ("exec",)
+    description: str = TOP["description"].default
+    # [run] (profile_schema.RUN)
+    seed: int = RUN["seed"].default
+    trials: int = RUN["trials"].default
+    warmup: int = RUN["warmup"].default
+    concurrency: int = RUN["concurrency"].default
+    hosts: tuple[str, ...] = RUN["hosts"].default
+    drivers: tuple[str, ...] = RUN["drivers"].default
+    workloads: tuple[str, ...] = RUN["workloads"].default
+    channels: tuple[str, ...] = RUN["channels"].default
     timeouts: Timeouts = field(default_factory=Timeouts)
     limits: Limits = field(default_factory=Limits)
     capacity: Capacity | None = None
     pool: PoolSpec | None = None  # [pool] or --pool N
-    modes: tuple[str, ...] | None = None  # [run] modes; None: pool if [pool], else cold
+    modes: tuple[str, ...] | None = RUN["modes"].default  # None: pool if [pool], else cold
     custom_workloads: dict[str, Workload] = field(default_factory=dict)
     driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -338,20 +259,40 @@ def _line_of(text: str, table: str, key: str | None) -> int:
     return header_line
 
 
-def _type_name(types: tuple[type, ...]) -> str:
-    names = {int: "integer", float: "number", str: "string", list: "array", dict: "table"}
-    return " or ".join(names.get(t, t.__name__) for t in types)
+def _unknown(where: str, name: str, allowed: str) -> ProfileError:
+    return ProfileError(f"{where}: {name}: unknown key (allowed: {allowed})")
 
 
-def _check_type(where: str, key: str, value: Any, types: tuple[type, ...]) -> None:
-    if isinstance(value, bool) or not isinstance(value, types):
-        raise ProfileError(f"{where}: {key}: expected {_type_name(types)}, got {value!r}")
+def _check_type(where: str, name: str, value: Any, types: tuple[type, ...]) -> None:
+    why = type_error(value, types)
+    if why is not None:
+        raise ProfileError(f"{where}: {name}: {why}")
 
 
-# The largest limit each key takes: a MiB count whose bytes still fit in a signed
-# 64-bit integer (what cgroups, docker and the kernel take), a pid count the same.
-_LIMIT_MAX = {"cpus": 1 << 20, "memory_mib": (1 << 43) - 1, "pids": (1 << 63) - 1}
-_LIMIT_MAX["workspace_mib"] = _LIMIT_MAX["memory_mib"]
+def _check_bounds(where: str, name: str, spec: Key, value: Any) -> None:
+    why = spec.bounds_error(value)
+    if why is not None:
+        raise ProfileError(f"{where}: {name}: {why}")
+
+
+def _check_table(
+    table: Table, body: dict[str, Any], label: str, locate: Callable[[str], str],
+    also: str = "", bounds: bool = True,
+) -> None:  # fmt: skip
+    """Every key of `body` one of `table`'s, of its type, its array's items of theirs, and
+    (`bounds`) each number within the key's bounds; `label` names the table in errors."""
+    for key, value in body.items():
+        spec = table.keys.get(key)
+        if spec is None:
+            raise _unknown(locate(key), f"{label}.{key}", table.allowed + also)
+        _check_type(locate(key), f"{label}.{key}", value, spec.types)
+        if isinstance(value, list):
+            for item in value if spec.items else ():
+                _check_type(locate(key), f"{label}.{key}", item, spec.items)
+                if bounds:
+                    _check_bounds(locate(key), f"{label}.{key}", spec, item)
+        elif bounds and not isinstance(value, str):
+            _check_bounds(locate(key), f"{label}.{key}", spec, value)
 
 
 def _limit(where: str, key: str, value: Any) -> float | int | None:
@@ -359,25 +300,30 @@ def _limit(where: str, key: str, value: Any) -> float | int | None:
     "unlimited" (None); anything else is a one-line ProfileError naming the key."""
     if value == UNLIMITED:
         return None
-    want = "a positive number" if key == "cpus" else "a positive integer"
+    spec = LIMITS[key]
+    number = float in spec.types  # else an integer
+    want = "a positive number" if number else "a positive integer"
     allowed = f'{want} or "unlimited"'
-    ok_type = (int, float) if key == "cpus" else (int,)
-    if isinstance(value, bool) or not isinstance(value, ok_type):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not number)
+    ):
         raise ProfileError(f"{where}: limits.{key}: expected {allowed}, got {value!r}")
     if isinstance(value, float) and value != value:  # nan
         raise ProfileError(f"{where}: limits.{key}: expected {allowed}, got {value!r}")
-    least = 0.01 if key == "cpus" else 1
+    assert spec.bounds is not None
+    least, most = spec.bounds
     if value < least:
         raise ProfileError(
             f"{where}: limits.{key}: must be at least {least} "
             f'(no limit is "unlimited"), got {value!r}'
         )
-    if value > _LIMIT_MAX[key]:
+    if value > most:
         raise ProfileError(
-            f"{where}: limits.{key}: at most {_LIMIT_MAX[key]} "
-            f'(no limit is "unlimited"), got {value!r}'
+            f'{where}: limits.{key}: at most {most} (no limit is "unlimited"), got {value!r}'
         )
-    return float(value) if key == "cpus" else value
+    return float(value) if number else value
 
 
 def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str], str]) -> None:
@@ -424,198 +370,208 @@ def _check_integers(data: dict[str, Any], where: Callable[[str, str | None], str
 
 
 def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str) -> Profile:
+    """A profile's tables (what `tomllib` read from `text`, the file at `path`) checked
+    against profile_schema, table by table, as a Profile; a mistake is a ProfileError
+    naming the file, the line and the key."""
+
     def where(table: str, key: str | None) -> str:
         return f"{path}:{_line_of(text, table, key)}"
 
-    # the tables the schema below does not bound number by number
+    # the tables the schema does not bound number by number
     _check_integers({k: v for k, v in data.items() if k in ("drivers_options", "workloads")}, where)
-    known_tables = set(_SCHEMA) - {""} | {"workloads", "drivers_options", "hosts"}
-    kw: dict[str, Any] = {"name": default_name, "path": path}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            if key not in known_tables:
-                raise ProfileError(
-                    f"{where(key, None)}: [{key}]: unknown table "
-                    f"(allowed: {', '.join(sorted(known_tables))})"
-                )
-            continue
-        if key not in _SCHEMA[""]:
-            raise ProfileError(
-                f"{where('', key)}: {key}: unknown key (allowed: {', '.join(_SCHEMA[''])}, "
-                f"and tables {', '.join(sorted(known_tables))})"
-            )
-        _check_type(where("", key), key, value, _SCHEMA[""][key])
-        kw[key] = value
-
-    for table in ("run", "timeouts", "limits", "capacity"):  # [pool]: parse_pool
-        if table not in data:
-            continue
-        body = data[table]
-        for key, value in body.items():
-            if key not in _SCHEMA[table]:
-                raise ProfileError(
-                    f"{where(table, key)}: {table}.{key}: unknown key "
-                    f"(allowed: {', '.join(_SCHEMA[table])})"
-                )
-            if table == "limits":
-                _limit(where(table, key), key, value)
-                continue
-            _check_type(where(table, key), f"{table}.{key}", value, _SCHEMA[table][key])
-            if isinstance(value, list):
-                item_types: tuple[type, ...] = (
-                    (int,) if (table, key) == ("capacity", "sizes") else (str,)
-                )
-                for item in value:
-                    _check_type(where(table, key), f"{table}.{key}", item, item_types)
-                    if (table, key) in _RANGES:
-                        _check_range(where(table, key), table, key, item)
-            elif (table, key) in _RANGES:
-                _check_range(where(table, key), table, key, value)
-
+    kw: dict[str, Any] = {"name": default_name, "path": path, **_top(data, where)}
     run = data.get("run", {})
-    for key in ("seed", "trials", "warmup", "concurrency"):
-        if key in run:
-            kw[key] = run[key]
-    for key in ("hosts", "drivers", "workloads", "channels"):
-        if key in run:
-            kw[key] = tuple(run[key])
+    kw.update(_run(run, where))
     if "timeouts" in data:
-        kw["timeouts"] = Timeouts(**{k: float(v) for k, v in data["timeouts"].items()})
+        kw["timeouts"] = _timeouts(data["timeouts"], where)
     if "limits" in data:
-        given: dict[str, Any] = {
-            k: _limit(where("limits", k), k, v) for k, v in data["limits"].items()
-        }
-        kw["limits"] = Limits(**given)
+        kw["limits"] = _limits(data["limits"], where)
     if "capacity" in data:
-        cap = dict(data["capacity"])
-        if "sizes" in cap:
-            cap["sizes"] = tuple(cap["sizes"])
-        kw["capacity"] = Capacity(**cap)
-    try:
-        if "pool" in data:
-            kw["pool"] = parse_pool(data["pool"], lambda key: where("pool", key))
-        if "modes" in run:
-            kw["modes"] = check_modes(run["modes"], where("run", "modes"))
-    except RtaxError as exc:
-        raise ProfileError(str(exc)) from None
+        kw["capacity"] = _capacity(data["capacity"], where)
+    if "pool" in data:
+        kw["pool"] = _pool(data["pool"], where)
+    if "modes" in run:
+        kw["modes"] = _modes(run["modes"], where)
     if "drivers_options" in data:
-        from rtax_tui.drivers import names as driver_names
-
-        opts = data["drivers_options"]
-        known = driver_names()
-        for name, body in opts.items():
-            if name not in known or not isinstance(body, dict):
-                raise ProfileError(
-                    f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
-                    f"expected a table for one of {', '.join(known)}"
-                )
-            table = f"drivers_options.{name}"
-
-            def locate(key: str, table: str = table) -> str:
-                return where(table, key)
-
-            _check_driver_options(name, body, locate)
-        kw["driver_options"] = opts
-
-    tables: dict[str, dict[str, Any]] = {}
-    for name, body in data.get("hosts", {}).items():
-        table = f"hosts.{name}"
-        if not isinstance(body, dict):
-            raise ProfileError(f"{where('hosts', name)}: hosts.{name}: expected a table")
-        if name == "local" or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-            raise ProfileError(
-                f"{where(table, None)}: [{table}]: a host name is letters, digits, _.- "
-                "and not `local`"
-            )
-        for key, value in body.items():
-            if key not in HOST_KEYS:
-                raise ProfileError(
-                    f"{where(table, key)}: {table}.{key}: unknown key "
-                    f"(allowed: {', '.join(HOST_KEYS)})"
-                )
-            _check_type(where(table, key), f"{table}.{key}", value, HOST_KEYS[key])
-        if "address" not in body:
-            raise ProfileError(f"{where(table, None)}: {table}.address: required")
-        for key in ("port", "concurrency"):
-            if key in body:
-                _check_range(where(table, key), "hosts", key, body[key], f"{table}.{key}")
-        tables[name] = dict(body)
-    kw["host_tables"] = tables
-
-    custom: dict[str, Workload] = {}
-    for name, body in data.get("workloads", {}).items():
-        table = f"workloads.{name}"
-        if name in BUILTIN_WORKLOADS:
-            raise ProfileError(f"{where(table, None)}: [{table}]: {name!r} is a built-in workload")
-        if not isinstance(body, dict):
-            raise ProfileError(f"{where('workloads', name)}: workloads.{name}: expected a table")
-        if "trajectory" in body:  # a replay of real agent trajectories
-            custom[name] = _replay_workload(name, body, where, path, kw)
-            continue
-        for key, value in body.items():
-            if key not in _WORKLOAD_KEYS:
-                raise ProfileError(
-                    f"{where(table, key)}: {table}.{key}: unknown key "
-                    f"(allowed: {', '.join(_WORKLOAD_KEYS)}; a replay: trajectory, repo, "
-                    "commit, allow_unisolated)"
-                )
-            _check_type(where(table, key), f"{table}.{key}", value, _WORKLOAD_KEYS[key])
-        steps = []
-        for i, raw in enumerate(body.get("steps", [])):
-            loc = where(table, "steps")
-            if not isinstance(raw, dict):
-                raise ProfileError(f"{loc}: {table}.steps[{i}]: expected a table with argv")
-            for key, value in raw.items():
-                if key not in _STEP_KEYS:
-                    raise ProfileError(
-                        f"{loc}: {table}.steps[{i}].{key}: unknown key "
-                        f"(allowed: {', '.join(_STEP_KEYS)})"
-                    )
-                _check_type(loc, f"{table}.steps[{i}].{key}", value, _STEP_KEYS[key])
-                if ("steps", key) in _RANGES and not isinstance(value, str):
-                    _check_range(loc, "steps", key, value, f"{table}.steps[{i}].{key}")
-            argv = raw.get("argv")
-            if not argv or not all(isinstance(a, str) for a in argv):
-                raise ProfileError(f"{loc}: {table}.steps[{i}].argv: a non-empty list of strings")
-            rc = raw.get("expect_rc", 0)
-            if isinstance(rc, str) and rc != "nonzero":
-                raise ProfileError(f'{loc}: {table}.steps[{i}].expect_rc: an integer or "nonzero"')
-            steps.append(
-                Step(
-                    argv=tuple(argv),
-                    expect_rc=rc,
-                    expect_out=raw.get("expect_out"),
-                    timeout_s=raw.get("timeout_s"),
-                )
-            )
-        if not steps:
-            raise ProfileError(f"{where(table, None)}: {table}.steps: at least one step")
-        custom[name] = Workload(
-            name=name,
-            steps=tuple(steps),
-            files=body.get("files"),
-            description=body.get("description", ""),
-        )
-    kw["custom_workloads"] = custom
+        kw["driver_options"] = _drivers_options(data["drivers_options"], where)
+    hosts = data.get("hosts", {})
+    kw["host_tables"] = {name: _host(name, body, where) for name, body in hosts.items()}
+    timeouts = kw.get("timeouts", Timeouts())
+    kw["custom_workloads"] = _workloads(data.get("workloads", {}), where, path, timeouts)
 
     prof = Profile(**kw)
     prof._check_names(lambda key: where("run", key))
     return prof
 
 
+def _top(data: dict[str, Any], where: Where) -> dict[str, Any]:
+    """The top level: `name` and `description` (profile_schema.TOP), and known tables."""
+    known = sorted(set(TABLES) - {""} | set(NAMED_TABLES))
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key not in known:
+                raise ProfileError(
+                    f"{where(key, None)}: [{key}]: unknown table (allowed: {', '.join(known)})"
+                )
+            continue
+        if key not in TOP:
+            raise _unknown(where("", key), key, f"{TOP.allowed}, and tables {', '.join(known)}")
+        _check_type(where("", key), key, value, TOP[key].types)
+        kw[key] = value
+    return kw
+
+
+def _run(body: dict[str, Any], where: Where) -> dict[str, Any]:
+    """`[run]` as the Profile's keys (`modes`, read after `[pool]`, by `_modes`)."""
+    _check_table(RUN, body, "run", lambda key: where("run", key))
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in body.items() if k != "modes"}
+
+
+def _timeouts(body: dict[str, Any], where: Where) -> Timeouts:
+    _check_table(TIMEOUTS, body, "timeouts", lambda key: where("timeouts", key))
+    return Timeouts(**{k: float(v) for k, v in body.items()})
+
+
+def _limits(body: dict[str, Any], where: Where) -> Limits:
+    """`[limits]`: the keys it gives; the others keep their defaults."""
+    given: dict[str, Any] = {}
+    for key, value in body.items():
+        if key not in LIMITS:
+            raise _unknown(where("limits", key), f"limits.{key}", LIMITS.allowed)
+        given[key] = _limit(where("limits", key), key, value)
+    return Limits(**given)
+
+
+def _capacity(body: dict[str, Any], where: Where) -> Capacity:
+    _check_table(CAPACITY, body, "capacity", lambda key: where("capacity", key))
+    cap = dict(body)
+    if "sizes" in cap:
+        cap["sizes"] = tuple(cap["sizes"])
+    return Capacity(**cap)
+
+
+def _pool(body: Any, where: Where) -> PoolSpec:
+    """`[pool]`, checked by engine.poolspec (beside the pool that acts on it)."""
+    try:
+        return parse_pool(body, lambda key: where("pool", key))
+    except RtaxError as exc:
+        raise ProfileError(str(exc)) from None
+
+
+def _modes(modes: Any, where: Where) -> tuple[str, ...]:
+    try:
+        return check_modes(modes, where("run", "modes"))
+    except RtaxError as exc:
+        raise ProfileError(str(exc)) from None
+
+
+def _drivers_options(opts: dict[str, Any], where: Where) -> dict[str, Any]:
+    """`[drivers_options.NAME]`: a table per driver, checked by the driver."""
+    from rtax_tui.drivers import names as driver_names
+
+    known = driver_names()
+    for name, body in opts.items():
+        if name not in known or not isinstance(body, dict):
+            raise ProfileError(
+                f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
+                f"expected a table for one of {', '.join(known)}"
+            )
+        table = f"drivers_options.{name}"
+
+        def locate(key: str, table: str = table) -> str:
+            return where(table, key)
+
+        _check_driver_options(name, body, locate)
+    return opts
+
+
+def _host(name: str, body: Any, where: Where) -> dict[str, Any]:
+    """`[hosts.NAME]`: a remote host reached over SSH (profile_schema.HOST)."""
+    table = f"hosts.{name}"
+    if not isinstance(body, dict):
+        raise ProfileError(f"{where('hosts', name)}: hosts.{name}: expected a table")
+    if name == "local" or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ProfileError(
+            f"{where(table, None)}: [{table}]: a host name is letters, digits, _.- and not `local`"
+        )
+    _check_table(HOST, body, table, lambda key: where(table, key), bounds=False)
+    for key, spec in HOST.keys.items():
+        if spec.required and key not in body:
+            raise ProfileError(f"{where(table, None)}: {table}.{key}: required")
+    for key, spec in HOST.keys.items():
+        if key in body:
+            _check_bounds(where(table, key), f"{table}.{key}", spec, body[key])
+    return dict(body)
+
+
+def _workloads(
+    bodies: dict[str, Any], where: Where, path: str, timeouts: Timeouts
+) -> dict[str, Workload]:
+    """`[workloads.NAME]`: custom workloads, or replays of agent trajectories."""
+    custom: dict[str, Workload] = {}
+    for name, body in bodies.items():
+        table = f"workloads.{name}"
+        if name in BUILTIN_WORKLOADS:
+            raise ProfileError(f"{where(table, None)}: [{table}]: {name!r} is a built-in workload")
+        if not isinstance(body, dict):
+            raise ProfileError(f"{where('workloads', name)}: workloads.{name}: expected a table")
+        if "trajectory" in body:  # a replay of real agent trajectories
+            custom[name] = _replay_workload(name, body, where, path, timeouts)
+        else:
+            custom[name] = _workload(name, body, where)
+    return custom
+
+
+def _workload(name: str, body: dict[str, Any], where: Where) -> Workload:
+    """A custom workload: its steps (profile_schema.WORKLOAD and STEP)."""
+    table = f"workloads.{name}"
+    replay = "; a replay: trajectory, repo, commit, allow_unisolated"
+    _check_table(WORKLOAD, body, table, lambda key: where(table, key), also=replay)
+    steps = [
+        _step(f"{table}.steps[{i}]", raw, where(table, "steps"))
+        for i, raw in enumerate(body.get("steps", WORKLOAD["steps"].default))
+    ]
+    if not steps:
+        raise ProfileError(f"{where(table, None)}: {table}.steps: at least one step")
+    return Workload(
+        name=name,
+        steps=tuple(steps),
+        files=body.get("files", WORKLOAD["files"].default),
+        description=body.get("description", WORKLOAD["description"].default),
+    )
+
+
+def _step(label: str, raw: Any, loc: str) -> Step:
+    """One step of a custom workload; `loc` is the line of its `steps`."""
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{loc}: {label}: expected a table with argv")
+    _check_table(STEP, raw, label, lambda key: loc)
+    argv = raw.get("argv")
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise ProfileError(f"{loc}: {label}.argv: a non-empty list of strings")
+    rc = raw.get("expect_rc", STEP["expect_rc"].default)
+    if isinstance(rc, str) and rc != "nonzero":
+        raise ProfileError(f'{loc}: {label}.expect_rc: an integer or "nonzero"')
+    return Step(
+        argv=tuple(argv),
+        expect_rc=rc,
+        expect_out=raw.get("expect_out", STEP["expect_out"].default),
+        timeout_s=raw.get("timeout_s", STEP["timeout_s"].default),
+    )
+
+
 def _replay_workload(
-    name: str, body: dict[str, Any], where: Callable[[str, str | None], str], path: str,
-    kw: dict[str, Any],
-) -> Workload:  # fmt: skip
+    name: str, body: dict[str, Any], where: Where, path: str, timeouts: Timeouts
+) -> Workload:
     """`[workloads.NAME] trajectory = ...`: checked and read by the replay module."""
     from rtax_tui.engine.traj.workload import parse_replay_table
 
     def locate(key: str | None) -> str:
         return where(f"workloads.{name}", key)
 
-    kill_s = kw.get("timeouts", Timeouts()).action
     try:
-        return parse_replay_table(name, body, locate, Path(path).parent, kill_s)
+        return parse_replay_table(name, body, locate, Path(path).parent, timeouts.action)
     except RtaxError as exc:
         raise ProfileError(str(exc)) from None
 

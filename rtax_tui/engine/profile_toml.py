@@ -17,20 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.engine.profile_schema import RUN
 from rtax_tui.model.spec import RtaxError
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
-# the `[run]` keys of a resolved profile, in the order a person writes them
-RUN_KEYS = (
-    "seed",
-    "trials",
-    "warmup",
-    "concurrency",
-    "hosts",
-    "drivers",
-    "workloads",
-    "channels",
-)
+# the `[run]` keys of a resolved profile, in the schema's order (the order a person
+# writes them); `modes` is not among them: the header holds it beside `pool`, and it
+# is not written back (a `[pool]` table alone gives the run pooled cells)
+RUN_KEYS = tuple(k for k in RUN.keys if k != "modes")
 # resolved keys that are not tables of the file (where the profile came from, and the
 # command line's SSH flags, which a file does not hold)
 _NOT_TABLES = {"name", "path", "description", "ssh_options", *RUN_KEYS}

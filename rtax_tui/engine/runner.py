@@ -10,6 +10,7 @@ from typing import Any
 
 from rtax_tui.drivers import get_driver
 from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.profile_schema import HOST
 from rtax_tui.engine.session import Session, Sink, check_drivers_ready
 from rtax_tui.hosts import LocalHost
 from rtax_tui.model.spec import RtaxError, Workload
@@ -31,7 +32,7 @@ def make_host(name: str, profile: Profile | None = None) -> Any:
             name=name,
             address=t["address"],
             user=t.get("user"),
-            port=t.get("port", 22),
+            port=t.get("port", HOST["port"].default),
             identity=t.get("identity"),
             known_hosts=t.get("known_hosts"),
             jump=t.get("jump"),

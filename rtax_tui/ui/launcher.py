@@ -47,6 +47,7 @@ from rtax_tui.analysis.history import (
     recording_path,
 )
 from rtax_tui.engine.plan import build_capacity_plan, build_plan, make_cells
+from rtax_tui.engine.profile_schema import CAPACITY, RUN
 from rtax_tui.engine.profile_toml import (
     anchor_paths,
     dump,
@@ -58,19 +59,6 @@ from rtax_tui.engine.profile_toml import (
 from rtax_tui.model.spec import CHANNELS, WORKLOAD_NAMES
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
-# What the profile loader takes when a profile leaves a `[run]` key out
-# (core.profile.Profile's defaults; tests/test_ui_workbench.py checks they agree).
-RUN_DEFAULTS: dict[str, Any] = {
-    "seed": 1,
-    "trials": 30,
-    "warmup": 3,
-    "concurrency": 1,
-    "hosts": ["local"],
-    "drivers": ["local", "stage"],
-    "workloads": ["t0"],
-    "channels": ["exec"],
-}
-CAPACITY_DEFAULTS: dict[str, Any] = {"size": 8, "batches": 3}
 NUMBERS = ("trials", "warmup", "concurrency", "seed")
 CAPACITY_FIELDS = ("size", "batches", "deadline_s", "sizes")
 POOL_FIELDS = ("size", "reset", "refill")
@@ -107,7 +95,7 @@ def planned_trials(data: dict[str, Any], names: dict[str, str] | None = None) ->
     """Trials per cell of a profile's tables, by the engine's own plan builders. `names`:
     the name a host goes by in recordings (`rtax doctor` says: `user@host:port` for
     `ssh://user@host:port`), so that cells match earlier recordings."""
-    run = {**RUN_DEFAULTS, **data.get("run", {})}
+    run = {**RUN.file_defaults(), **data.get("run", {})}
     hosts = tuple((names or {}).get(h, h) for h in run["hosts"])
     cells = make_cells(
         hosts, tuple(run["drivers"]), tuple(run["workloads"]), tuple(run["channels"])
@@ -115,7 +103,7 @@ def planned_trials(data: dict[str, Any], names: dict[str, str] | None = None) ->
     counts: dict[str, int] = {c.id: 0 for c in cells}
     cap = data.get("capacity")
     if isinstance(cap, dict):
-        cap = {**CAPACITY_DEFAULTS, **cap}
+        cap = {**CAPACITY.file_defaults(), **cap}
         sizes = cap.get("sizes") or [cap["size"]]
         for size in sizes:  # a capacity curve runs its batches at every size
             for b in build_capacity_plan(cells, cap["batches"], size, run["warmup"], run["seed"]):
@@ -283,7 +271,7 @@ class LauncherScreen(Screen[None]):
 
     def _fill_form(self) -> None:
         d = self.data
-        run = {**RUN_DEFAULTS, **d.get("run", {})}
+        run = {**RUN.file_defaults(), **d.get("run", {})}
         self._fill_list("#drivers", self._driver_choices(), run["drivers"])
         self.opts_driver = None
         drivers = self.query_one("#drivers", SelectionList)
@@ -297,7 +285,7 @@ class LauncherScreen(Screen[None]):
         for key in NUMBERS:
             v = d.get("run", {}).get(key)
             self.query_one(f"#run-{key}", Input).value = "" if v is None else str(v)
-            self.query_one(f"#run-{key}", Input).placeholder = f"{RUN_DEFAULTS[key]} (default)"
+            self.query_one(f"#run-{key}", Input).placeholder = f"{RUN[key].default} (default)"
         cap = d.get("capacity") or {}
         for key in CAPACITY_FIELDS:
             v = cap.get(key)
@@ -311,7 +299,7 @@ class LauncherScreen(Screen[None]):
         self._update_plan()
 
     def _driver_choices(self) -> list[str]:
-        chosen = list(self.data.get("run", {}).get("drivers", RUN_DEFAULTS["drivers"]))
+        chosen = list(self.data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"]))
         return self.drivers + [d for d in chosen if d not in self.drivers]
 
     def _host_choices(self, chosen: list[str]) -> list[str]:
@@ -333,7 +321,7 @@ class LauncherScreen(Screen[None]):
         return f"{escape(value):8} {' '.join(marks)}"
 
     def _hosts(self) -> list[str]:
-        return list(self.data.get("run", {}).get("hosts", RUN_DEFAULTS["hosts"]))
+        return list(self.data.get("run", {}).get("hosts", RUN.file_defaults()["hosts"]))
 
     def collect(self) -> dict[str, Any]:
         """The form read back into the profile's tables (keys it does not show kept)."""
@@ -419,7 +407,7 @@ class LauncherScreen(Screen[None]):
         if self.error:
             plan.update(f"[red]{escape(self.error)}[/red]")
             return
-        run = {**RUN_DEFAULTS, **self.data.get("run", {})}
+        run = {**RUN.file_defaults(), **self.data.get("run", {})}
         missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
         if missing:
             plan.update(f"[red]choose at least one of: {', '.join(missing)}[/red]")
@@ -524,7 +512,7 @@ class LauncherScreen(Screen[None]):
         chosen and the highlighted driver (whose options the field shows)."""
         sl = self.query_one("#drivers", SelectionList)
         chosen = list(sl.selected) or list(
-            self.data.get("run", {}).get("drivers", RUN_DEFAULTS["drivers"])
+            self.data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"])
         )
         choices = self._driver_choices()
         self._fill_list("#drivers", choices, chosen)
@@ -563,7 +551,7 @@ class LauncherScreen(Screen[None]):
             return
         inp.value = ""
         run = self.data.setdefault("run", {})
-        hosts = list(run.get("hosts", RUN_DEFAULTS["hosts"]))
+        hosts = list(run.get("hosts", RUN.file_defaults()["hosts"]))
         if host not in hosts:
             hosts.append(host)
         run["hosts"] = hosts
@@ -643,7 +631,7 @@ class LauncherScreen(Screen[None]):
         except ValueError as exc:
             self.notify(str(exc), severity="error")
             return None
-        run = {**RUN_DEFAULTS, **data.get("run", {})}
+        run = {**RUN.file_defaults(), **data.get("run", {})}
         missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
         if missing:
             self.notify(f"choose at least one of: {', '.join(missing)}", severity="error")

@@ -1,0 +1,206 @@
+"""The profile's schema, declared once: every table's keys, with type, default, bounds and help.
+
+The loader (`engine.profile`) checks a profile through it, the console's launcher takes
+its defaults from it, and the profile writer (`engine.profile_toml`) its `[run]` keys.
+It imports only the model, never a driver or a host, so that the console may import it.
+
+A key's `types` are the TOML types it takes (`bool` is never an integer); `default` is
+what the loader takes when a profile leaves the key out (None: no default, or "not
+set"); `bounds` are the least and most of a number (of each item of an array); `items`
+the type of an array's items, where they are checked with the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from rtax_tui.model.inputs import (
+    BATCH_MAX,
+    BATCHES_MAX,
+    CONCURRENCY_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MIB_MAX,
+    SECONDS_MAX,
+    TRIALS_MAX,
+    number_error,
+)
+from rtax_tui.model.spec import Limits, Timeouts
+
+
+@dataclass(frozen=True)
+class Key:
+    types: tuple[type, ...]
+    default: Any
+    help: str
+    bounds: tuple[float, float] | None = None  # least, most (of each item of an array)
+    items: tuple[type, ...] = ()  # an array's items, checked with the key
+    choices: tuple[str, ...] = ()  # the strings it takes
+    required: bool = False
+
+    def bounds_error(self, value: Any) -> str | None:
+        """Why the number `value` (an array's item) is out of `bounds`; None when it is not."""
+        if self.bounds is None:
+            return None
+        lo, hi = self.bounds
+        integer = isinstance(value, int) and not isinstance(value, float)
+        why = number_error(value, lo, hi, integer)
+        if why is not None and self.items and why.startswith("must be at least"):
+            why = "each " + why
+        return why
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # `run`; `hosts.NAME` for a table of tables
+    help: str
+    keys: dict[str, Key]
+
+    def __getitem__(self, key: str) -> Key:
+        return self.keys[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys
+
+    @property
+    def allowed(self) -> str:
+        """The keys, in order, as an error message lists them."""
+        return ", ".join(self.keys)
+
+    def defaults(self) -> dict[str, Any]:
+        """Every key's default, as the loader holds it (an array as a tuple)."""
+        return {k: key.default for k, key in self.keys.items()}
+
+    def file_defaults(self) -> dict[str, Any]:
+        """The defaults as a profile file writes them: an array as a (new) list, and a key
+        without a default left out (TOML has no None)."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in self.defaults().items()
+            if v is not None
+        }
+
+
+def type_name(types: tuple[type, ...]) -> str:
+    names = {int: "integer", float: "number", str: "string", list: "array", dict: "table"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def type_error(value: Any, types: tuple[type, ...]) -> str | None:
+    """Why `value` is not of `types` (a key's, or its array's items'), worded; None when
+    it is. A boolean is never a number."""
+    if isinstance(value, bool) or not isinstance(value, types):
+        return f"expected {type_name(types)}, got {value!r}"
+    return None
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    """A model dataclass's defaults (timeouts and limits live in the model, below here)."""
+    return {f.name: f.default for f in fields(cls)}
+
+
+_TIMEOUT = _field_defaults(Timeouts)
+_LIMIT = _field_defaults(Limits)
+_SECONDS = (0.001, SECONDS_MAX)
+_NUMBER = (int, float)
+
+TOP = Table("", "the profile itself", {
+    "name": Key((str,), None, "the profile's name (the file's name when left out)"),
+    "description": Key((str,), "", "what this profile measures"),
+})  # fmt: skip
+
+RUN = Table("run", "which cells to run and how often", {
+    "seed": Key((int,), 1, "the seed of the plan's order of trials", (INT64_MIN, INT64_MAX)),
+    "trials": Key((int,), 30, "measured trials per cell", (1, TRIALS_MAX)),
+    "warmup": Key((int,), 3, "trials per cell recorded but left out of the statistics",
+                  (0, TRIALS_MAX)),
+    "concurrency": Key((int,), 1, "trials in flight at once", (1, CONCURRENCY_MAX)),
+    "hosts": Key((list,), ("local",),
+                 "where: local, ssh://[user@]host[:port] or a [hosts.NAME] table's name",
+                 items=(str,)),
+    "drivers": Key((list,), ("local", "stage"), "the substrates measured",
+                   items=(str,)),
+    "workloads": Key((list,), ("t0",), "built-in workloads or [workloads.NAME] tables",
+                     items=(str,)),
+    "channels": Key((list,), ("exec",), "how steps reach an environment: exec, shell",
+                    items=(str,)),
+    "modes": Key((list,), None,
+                 "cold, pool (none given: pool with a [pool] table, else cold)",
+                 items=(str,)),
+})  # fmt: skip
+
+_PHASES = {
+    "create": "creating an environment",
+    "ready": "an environment's first command (its probe) returning",
+    "action": "one step of a workload",
+    "teardown": "discarding an environment",
+    "barrier": "a capacity batch's wait at its barrier",
+}
+TIMEOUTS = Table("timeouts", "seconds each phase may take", {
+    k: Key(_NUMBER, _TIMEOUT[k], f"seconds for {what}", _SECONDS) for k, what in _PHASES.items()
+})  # fmt: skip
+
+# A limit is a positive number or "unlimited" (checked by the loader's `_limit`); its most:
+# a MiB count whose bytes still fit in a signed 64-bit integer (what cgroups, docker and
+# the kernel take), a pid count the same.
+LIMITS = Table("limits", 'per environment; a number or "unlimited"', {
+    "cpus": Key((int, float, str), _LIMIT["cpus"], "CPUs", (0.01, 1 << 20)),
+    "memory_mib": Key((int, str), _LIMIT["memory_mib"], "memory, MiB", (1, MIB_MAX)),
+    "pids": Key((int, str), _LIMIT["pids"], "processes", (1, INT64_MAX)),
+    "workspace_mib": Key((int, str), _LIMIT["workspace_mib"], "the workspace's size, MiB",
+                         (1, MIB_MAX)),
+})  # fmt: skip
+
+CAPACITY = Table("capacity", "batches of environments of one cell at once, in one budget", {
+    "size": Key((int,), 8, "environments per batch (without sizes)", (1, BATCH_MAX)),
+    "batches": Key((int,), 3, "batches per cell (and size)", (1, BATCHES_MAX)),
+    "deadline_s": Key(_NUMBER, 120.0, "seconds a batch has to arrive at its barrier",
+                      _SECONDS),
+    "cpus": Key(_NUMBER, None, "the batch's CPUs (none: not limited)", (0.01, 1 << 20)),
+    "memory_mib": Key((int,), None, "the batch's memory, MiB (none: not limited)",
+                      (1, MIB_MAX)),
+    "swap_mib": Key((int,), 0, "the batch's swap, MiB", (0, MIB_MAX)),
+    "touch_mib": Key((int,), 32, "private memory each environment touches and holds, MiB",
+                     (1, 1 << 20)),
+    "sizes": Key((list,), (), "a capacity curve: the batch sizes, each run `batches` times",
+                 (1, BATCH_MAX), items=(int,)),
+})  # fmt: skip
+
+POOL = Table("pool", "warm pools: environments kept ready per cell and host", {
+    "size": Key((int,), 2, "environments per cell and host", (1, CONCURRENCY_MAX)),
+    "reset": Key((str,), "recreate", "what a released environment gets",
+                 choices=("recreate", "clean", "snapshot")),
+    "refill": Key((str,), "eager", "eager: replace at once; lazy: when a trial finds none",
+                  choices=("eager", "lazy")),
+})  # fmt: skip
+
+HOST = Table("hosts.NAME", "a remote host reached over SSH (run.hosts names it)", {
+    "address": Key((str,), None, "the host's name or address", required=True),
+    "user": Key((str,), None, "the SSH user (none: SSH's default)"),
+    "port": Key((int,), 22, "the SSH port", (1, 65535)),
+    "identity": Key((str,), None, "the private key's file (else --identity)"),
+    "known_hosts": Key((str,), None, "the known_hosts file (else --known-hosts)"),
+    "jump": Key((str,), None, "a jump host, [user@]host[:port]"),
+    "concurrency": Key((int,), None, "trials in flight on this host at most",
+                       (1, CONCURRENCY_MAX)),
+})  # fmt: skip
+
+WORKLOAD = Table("workloads.NAME", "a custom workload (or a replay: trajectory = ...)", {
+    "steps": Key((list,), (), "its steps, tables of argv, expect_rc, expect_out, timeout_s"),
+    "description": Key((str,), "", "what it does"),
+    "files": Key((str,), None, "a directory the workspace is filled from"),
+})  # fmt: skip
+
+STEP = Table("steps", "one step of a custom workload", {
+    "argv": Key((list,), None, "the command, a non-empty list of strings", required=True),
+    "expect_rc": Key((int, str), 0, 'its exit code, or "nonzero"', (INT64_MIN, INT64_MAX)),
+    "expect_out": Key((str,), None, "a string its output holds"),
+    "timeout_s": Key(_NUMBER, None, "seconds it may take", _SECONDS),
+})  # fmt: skip
+
+# The tables of a profile with keys of their own, by name (`""`: the top level).
+TABLES = {t.name: t for t in (TOP, RUN, TIMEOUTS, LIMITS, CAPACITY, POOL)}
+# Tables of tables: `[hosts.NAME]`, `[workloads.NAME]`, and `[drivers_options.NAME]`,
+# whose keys each driver checks itself.
+NAMED_TABLES = ("workloads", "drivers_options", "hosts")
