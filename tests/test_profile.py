@@ -188,3 +188,22 @@ def test_a_vms_size_under_limits():
     assert vm_size(MIB, MIB, 8192) == MIB
     assert vm_size(1024, MIB, 512) == 1024  # a profile's own limit: the guest's size
     assert vm_size(2.5, 1.0, 1) == 2 and vm_size(0.5, 1.0, 4) == 1  # whole vCPUs
+
+
+def test_cold_and_pooled_modes_round_trip_through_a_written_profile(tmp_path):
+    """A run of cold and pooled cells, written back from its header, reloads as the
+    same run (it reloaded pool-only when `modes` was not written)."""
+    from rtax_tui.engine.profile_toml import dump, from_resolved
+
+    path = tmp_path / "p.toml"
+    path.write_text('[run]\nmodes = ["cold", "pool"]\n[pool]\nsize = 2\n')
+    prof = load_profile(path)
+    assert prof.run_modes == ("cold", "pool")
+    again = tmp_path / "again.toml"
+    again.write_text(dump(from_resolved(prof.to_dict())))
+    assert load_profile(again).run_modes == ("cold", "pool")
+    # pool-only stays as it was written: `[pool]` alone
+    path.write_text("[pool]\nsize = 2\n")
+    prof = load_profile(path)
+    text = dump(from_resolved(prof.to_dict()))
+    assert "modes" not in text and prof.run_modes == ("pool",)

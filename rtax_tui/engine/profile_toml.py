@@ -22,12 +22,12 @@ from rtax_tui.model.spec import RtaxError
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 # the `[run]` keys of a resolved profile, in the schema's order (the order a person
-# writes them); `modes` is not among them: the header holds it beside `pool`, and it
-# is not written back (a `[pool]` table alone gives the run pooled cells)
+# writes them); `modes` is written back only when it is not what `[pool]` alone gives
+# (pool-only): a run of cold and pooled cells reloads as one
 RUN_KEYS = tuple(k for k in RUN.keys if k != "modes")
 # resolved keys that are not tables of the file (where the profile came from, and the
 # command line's SSH flags, which a file does not hold)
-_NOT_TABLES = {"name", "path", "description", "ssh_options", *RUN_KEYS}
+_NOT_TABLES = {"name", "path", "description", "ssh_options", "modes", *RUN_KEYS}
 
 
 def _key(k: str) -> str:
@@ -121,6 +121,9 @@ def from_resolved(resolved: Mapping[str, Any]) -> dict[str, Any]:
         if resolved.get(k):
             data[k] = resolved[k]
     data["run"] = {k: resolved[k] for k in RUN_KEYS if resolved.get(k) is not None}
+    modes = resolved.get("modes")
+    if modes is not None and list(modes) != ["pool"]:
+        data["run"]["modes"] = list(modes)
     for k in ("timeouts", "limits", "capacity"):
         if isinstance(resolved.get(k), Mapping):
             data[k] = _no_nones(resolved[k])
