@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver
-from rtax_tui.drivers.podman import PodmanDriver, conmon_processes
+from rtax_tui.drivers.podman import PodmanDriver
 from rtax_tui.drivers.toolkit import images
 from rtax_tui.drivers.toolkit.container import ContainerDriver, _tar_workspace
 
 from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.recording import read_recording
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, OptionError, Step, Workload
+from tests.containertools import conmon_of
 
 ENGINES = ("docker", "podman")
 LABEL = f"pytbd{os.getpid()}{os.urandom(2).hex()}"
@@ -90,20 +91,8 @@ def _leftovers(engine: str, label: str) -> list[str]:
     tmp = Path(tempfile.gettempdir())
     left += [str(p) for p in tmp.glob(f"rtax-ws-*{label}*")]
     if engine == "podman":
-        left += [f"conmon {pid}" for pid in _conmon_of(f"rtax-{label}")]
+        left += [f"conmon {pid}" for pid in conmon_of(f"rtax-{label}".encode())]
     return left
-
-
-def _conmon_of(prefix: str) -> list[int]:
-    out = []
-    for pid in conmon_processes():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if prefix.encode() in f.read():
-                    out.append(pid)
-        except OSError:
-            pass
-    return out
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The `docker` driver against a real dockerd (conftest starts one if none answers): what
-only docker has. What it shares with podman is tested over both in tests/test_engines.py."""
+only docker has. What it shares with podman is tested over both in tests/test_engines.py
+(its defaults, lifecycle, T0-T2 through the engine, ...)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ import time
 
 import pytest
 
-docker = pytest.importorskip("docker", reason="the docker Python SDK is not installed")
+pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
-from rtax_tui.drivers import docker as dd  # noqa: E402
-from rtax_tui.drivers.docker import DEFAULT_SOCKET, LABEL_KEY, DockerDriver  # noqa: E402
+from rtax_tui.drivers.docker import DEFAULT_SOCKET, DockerDriver  # noqa: E402
 from rtax_tui.drivers.toolkit import images, rootfs  # noqa: E402
 from rtax_tui.drivers.toolkit.container import Demuxer  # noqa: E402
 
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
-from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, SubstrateLost, Workload  # noqa: E402
+from rtax_tui.model.spec import EnvSpec, Step, SubstrateLost  # noqa: E402
+from tests.containertools import busybox_image, containers_of, env_spec  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("docker_engine")  # conftest: dockerd and the images
 SOCK_PATH = DEFAULT_SOCKET[len("unix://") :]
@@ -28,25 +29,14 @@ LABEL = f"pytdk{os.getpid()}{os.urandom(2).hex()}"
 OTHER = LABEL + "x"  # a second run of this module's own
 
 
-def _client():
-    return docker.DockerClient(base_url=DEFAULT_SOCKET, version="auto", timeout=30)
-
-
 def _ours() -> list[str]:
-    c = _client()
-    try:
-        found = c.containers.list(all=True, filters={"label": LABEL_KEY})
-        # Only this module's containers (LABEL, or OTHER): never another run's.
-        return [x.name for x in found if x.labels.get(LABEL_KEY) in (LABEL, OTHER)]
-    finally:
-        c.close()
+    # Only this module's containers (LABEL, or OTHER): never another run's.
+    return containers_of(DEFAULT_SOCKET, (LABEL, OTHER))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def image() -> str:
-    if images.find_static_busybox() is None:
-        pytest.skip("no static busybox (apt-get install busybox-static)")
-    return images.build_busybox_image("docker")
+    return busybox_image("docker")
 
 
 @pytest.fixture(autouse=True)
@@ -59,14 +49,8 @@ def _no_container_left():
     assert left == []
 
 
-def spec(channel: str, *, limits: Limits | None = None, src: str | None = None) -> EnvSpec:
-    return EnvSpec(
-        cell=Cell("local", "docker", "t", channel),
-        workload=Workload("t", ()),
-        limits=limits or Limits(cpus=1, memory_mib=256, pids=128),
-        workspace_src=src,
-        label=LABEL,
-    )
+def spec(channel: str) -> EnvSpec:
+    return env_spec("docker", LABEL, channel)
 
 
 def driver(**options) -> DockerDriver:
@@ -163,8 +147,3 @@ def test_daemon_vanishing_mid_run_is_substrate_lost(channel, tmp_path):
         assert await driver().cleanup(LABEL) == 2
 
     asyncio.run(run())
-
-
-def test_module_constants():
-    assert dd.DEFAULT_SOCKET == "unix:///var/run/docker.sock"
-    assert DockerDriver.name == "docker" and DockerDriver.channels == CHANNELS

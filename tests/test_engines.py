@@ -1,10 +1,12 @@
 """The two container engines' drivers, `docker` (against a real dockerd) and `podman`
 (against Podman's Docker-compatible API service), through one set of tests: the same
 lifecycle, output, limits and labels as the daemon reports them, a timed-out exec's
-processes, cleanup of only one run's containers, a missing image and a missing daemon.
-conftest starts each daemon if none answers. What only one engine has stays in its own
-module (tests/test_docker.py: the stream demuxer, a daemon vanishing mid-run;
-tests/test_podman.py: conmon, ulimits, the Debian image).
+processes, cleanup of only one run's containers, a missing image and a missing daemon,
+the drivers' defaults, and T0, T1, T2 and a short trajectory through the engine in the
+Debian workload image. conftest starts each daemon if none answers. What only one engine
+has stays in its own module (tests/test_docker.py: the stream demuxer, a daemon vanishing
+mid-run; tests/test_docker_workloads.py: the image choice; tests/test_podman.py: conmon,
+ulimits).
 
 Podman 4.x leaves two `conmon` processes per API exec session: for podman these tests
 also require that teardown (and cleanup) leaves none of ours.
@@ -13,8 +15,12 @@ also require that teardown (and cleanup) leaves none of ours.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import json
 import os
-from collections.abc import Callable, Iterator
+import subprocess
+import sys
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -24,12 +30,14 @@ docker = pytest.importorskip("docker", reason="the docker Python SDK is not inst
 
 from rtax_tui.drivers import get_driver  # noqa: E402
 from rtax_tui.drivers.docker import LABEL_KEY  # noqa: E402
-from rtax_tui.drivers.podman import NOFILE, NPROC, conmon_processes  # noqa: E402
+from rtax_tui.drivers.podman import NOFILE, NPROC  # noqa: E402
 from rtax_tui.drivers.toolkit import images  # noqa: E402
 from rtax_tui.drivers.toolkit.container import ContainerDriver  # noqa: E402
 
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
-from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, SubstrateLost, Workload  # noqa: E402
+from rtax_tui.model.recording import read_recording  # noqa: E402
+from rtax_tui.model.spec import EnvSpec, Limits, PhaseFailure, Step, SubstrateLost  # noqa: E402
+from tests.containertools import busybox_image, conmon_of, containers_of, env_spec  # noqa: E402
 
 CHANNELS = ("exec", "shell")
 LABEL = f"pyten{os.getpid()}{os.urandom(2).hex()}"
@@ -39,15 +47,7 @@ OUR_PREFIX = f"rtax-{LABEL}".encode()  # every container name of this module sta
 
 def _our_conmon() -> list[int]:
     """Live conmon processes of this module's containers (named after LABEL)."""
-    out = []
-    for pid in conmon_processes():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if OUR_PREFIX in f.read():
-                    out.append(pid)
-        except OSError:
-            pass
-    return out
+    return conmon_of(OUR_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ class Engine:
 
     name: str
     fixture: str  # conftest's: the daemon and the images
-    image: Callable[[], str]  # the workload image's reference, as the driver names it
+    socket: str  # the driver's default socket
+    local: str  # what the driver puts before rtax's image tags ("localhost/" on podman)
     down: str  # the check's reason when the daemon's socket answers nothing
     start: str  # and its fix
     missing_image: str  # an image that does not exist
@@ -64,12 +65,17 @@ class Engine:
     in_container: dict[str, bytes] = field(default_factory=dict)  # step -> its output
     conmon: bool = False
 
+    def image(self) -> str:
+        """rtax's busybox image (built or found), as the driver names it."""
+        return busybox_image(self.name)
+
 
 ENGINES = {
     "docker": Engine(
         "docker",
         "docker_engine",
-        lambda: images.build_busybox_image("docker"),
+        "unix:///var/run/docker.sock",
+        "",
         "dockerd is not running",
         "bash scripts/start-dockerd",
         "rtax/no-such-image:none",
@@ -77,7 +83,8 @@ ENGINES = {
     "podman": Engine(
         "podman",
         "podman_engine",
-        lambda: "localhost/" + images.build_busybox_image("podman"),
+        "unix:///run/rtax-podman/podman.sock",
+        "localhost/",
         "podman API socket is not running",
         "bash scripts/start-podman",
         "localhost/rtax/no-such-image:none",
@@ -118,27 +125,69 @@ def _client(e: Engine) -> docker.DockerClient:
 
 
 def _ours(e: Engine) -> list[str]:
-    c = _client(e)
-    try:
-        found = c.containers.list(all=True, filters={"label": LABEL_KEY})
-        # Only this module's containers (LABEL, or OTHER): never another run's.
-        return [x.name for x in found if x.labels.get(LABEL_KEY) in (LABEL, OTHER)]
-    finally:
-        c.close()
+    # Only this module's containers (LABEL, or OTHER): never another run's.
+    return containers_of(driver(e).socket, (LABEL, OTHER))
 
 
 def spec(e: Engine, channel: str, *, src: str | None = None, label: str = LABEL) -> EnvSpec:
-    return EnvSpec(
-        cell=Cell("local", e.name, "t", channel),
-        workload=Workload("t", ()),
-        limits=Limits(cpus=1, memory_mib=256, pids=128),
-        workspace_src=src,
-        label=label,
-    )
+    return env_spec(e.name, label, channel, src)
 
 
 async def act(env, *argv: str, timeout: float = 30):
     return await env.action(Step(tuple(argv)), timeout)
+
+
+def test_driver_defaults(engine):
+    """The name, channels, socket and images a driver starts with, no option given."""
+    d = driver(engine)
+    assert d.name == type(d).name == engine.name
+    assert d.channels == type(d).channels == CHANNELS
+    module = importlib.import_module(f"rtax_tui.drivers.{engine.name}")
+    assert d.socket == module.DEFAULT_SOCKET == engine.socket
+    assert d.image == engine.image() == engine.local + images.image_tag()
+    assert d.workload_image == engine.local + images.debian_image_tag()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_t0_t1_t2_trajectory_valid(engine, channel, tmp_path):
+    """T0, T1, T2 and a short trajectory through the engine (`rtax run`, then `rtax
+    report`), in the Debian workload image (conftest builds it, or imports it into podman
+    from the same cached root filesystem): every cell valid. A valid T2 trial proves that
+    the clone from the bound assets, the pinned tests failing, the patch and the tests
+    passing all ran inside a container of that image."""
+    out = tmp_path / "r.jsonl"
+    workloads = "t0,t1,t2,trajectory-10"
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "run", "t2", "--driver", engine.name]
+        + ["--workload", workloads, "--channel", channel, "--trials", "1", "--warmup", "0"]
+        + ["-o", str(out)],
+        capture_output=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr.decode()
+    rep = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "rtax_tui", "report", str(out), "--format", "json"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    )
+    cells = {c["workload"]: c for c in rep["cells"]}
+    assert set(cells) == set(workloads.split(","))
+    for name, c in cells.items():
+        assert (c["n"], c["failed"], c["invalid"]) == (1, 0, 0), (name, c["errors"])
+    rec = read_recording(out)
+    facts = rec.header["hosts"]["local"]["drivers"][engine.name]
+    assert facts["image"] == engine.local + images.image_tag("busybox")
+    assert facts["workload_image"] == engine.local + images.debian_image_tag()
+    # T2's pinned tests failed before the patch and passed after it, in the container
+    events = rec.events
+    t2 = {e["trial"] for e in events if e["type"] == "trial_start" and e["workload"] == "t2"}
+    rcs = [e["rc"] for e in events if e["type"] == "action" and e["trial"] in t2]
+    assert len(rcs) == 6 and rcs[3] != 0 and rcs[5] == 0
+    # none of the run's containers is left (the run's own label: the daemon is shared with
+    # other test runs, whose containers come and go meanwhile)
+    assert containers_of(engine.socket, [rec.header["run_id"]]) == []
 
 
 @pytest.mark.parametrize("channel", CHANNELS)

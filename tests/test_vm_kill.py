@@ -6,43 +6,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.test_vm_libvirt import domains
-from tests.vmtools import ensure_guest, nothing_left
+from tests.vmtools import BOTH_VMS_PROFILE, cli_started, ensure_guest, nothing_left
 
 
 @pytest.mark.usefixtures("libvirtd", "vm_guest")  # conftest: libvirtd answering, the guest
 def test_kill_9_leaves_no_qemu_domain_or_file(tmp_path):
     ensure_guest()
-    prof = tmp_path / "p.toml"
-    prof.write_text(
-        """
-[run]
-trials = 2
-warmup = 0
-concurrency = 2
-drivers = ["libvirt", "microvm"]
-workloads = ["t0"]
-channels = ["shell"]
-[timeouts]
-ready = 120
-[drivers_options.libvirt]
-accel = "tcg"
-[drivers_options.microvm]
-accel = "tcg"
-"""
-    )
-    rec = tmp_path / "r.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    profile = BOTH_VMS_PROFILE.format(concurrency=2, ready=120)
+    cli = cli_started(profile, tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with cli as (proc, rec):
         deadline = time.monotonic() + 120
         created: set[str] = set()
         run_id = None
@@ -62,10 +39,6 @@ accel = "tcg"
         assert created == {"libvirt", "microvm"}, created
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert run_id is not None
     assert nothing_left(run_id, wait_s=15) == ([], [])
     deadline = time.monotonic() + 15

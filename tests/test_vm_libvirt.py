@@ -12,12 +12,14 @@ from rtax_tui.drivers.libvirt import LibvirtDriver
 from rtax_tui.model.spec import EnvSpec, PhaseFailure, RtaxError, Step, Workload
 from tests.services import libvirtd_answers
 from tests.vmtools import (
-    SubPhases,
+    BOTH_VMS_PROFILE,
     check_never_ready,
+    check_t0_lifecycle,
+    check_t1_run,
+    cli_started,
     ensure_guest,
     nothing_left,
     qemu_pids,
-    run_cli,
     vm_driver,
     vm_spec,
 )
@@ -53,35 +55,25 @@ def driver(**opts) -> LibvirtDriver:
 
 @pytest.mark.parametrize("channel", ["shell", "exec"])
 def test_t0_lifecycle_with_sub_phases_and_agent(channel):
-    async def run():
-        d = driver()
-        assert await d.check() == []
-        subs = SubPhases()
-        env = d.environment(spec(channel), subs)
-        try:
-            await asyncio.wait_for(env.create(), 120)
-            assert domains(LABEL) == [env.name]
-            assert len(qemu_pids(LABEL)) == 1  # libvirt names QEMU after the domain
-            await asyncio.wait_for(env.ready(), 120)
-            assert subs.names == ["disks", "define", "connect", "firmware_kernel", "agent"]
-            # the workspace: a disk of workspace_mib (2048 by default), its own file system
-            r = await env.action(Step(("sh", "-c", "df -m /workspace | tail -n 1")), 30)
-            assert r.output.split()[-1] == b"/workspace", r.output
-            assert 1800 < int(r.output.split()[1]) <= 2048, r.output
-            r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 4")), 30)
-            assert (r.rc, r.output) == (4, b"out\nerr\n")
-            assert r.remote_ns is not None and r.remote_ns > 0
-            r = await env.action(Step(("sh", "-c", "ls /sys/bus/pci/devices | wc -l")), 30)
-            assert int(r.output) > 3  # q35: a PCI machine, unlike microvm
-            await env.action(Step(("cd", "/tmp")) if channel == "shell" else Step(("true",)), 30)
-            r = await env.action(Step(("pwd",)), 30)
-            assert r.output == (b"/tmp\n" if channel == "shell" else b"/workspace\n")
-        finally:
-            await env.teardown()
-        assert domains(LABEL) == []
-        assert nothing_left(LABEL) == ([], [])
+    def created(env):
+        assert domains(LABEL) == [env.name]
+        assert len(qemu_pids(LABEL)) == 1  # libvirt names QEMU after the domain
 
-    asyncio.run(run())
+    async def in_guest(env):
+        r = await env.action(Step(("sh", "-c", "ls /sys/bus/pci/devices | wc -l")), 30)
+        assert int(r.output) > 3  # q35: a PCI machine, unlike microvm
+
+    asyncio.run(
+        check_t0_lifecycle(
+            driver(),
+            spec(channel),
+            create_s=120,
+            sub_names=["disks", "define", "connect", "firmware_kernel", "agent"],
+            created=created,
+            in_guest=in_guest,
+        )
+    )
+    assert domains(LABEL) == []
 
 
 def test_options_are_checked():
@@ -135,52 +127,27 @@ def _libvirtd_pid() -> int | None:
 def test_libvirtd_stopped_mid_run_is_substrate_lost_and_other_cells_go_on(tmp_path, libvirtd):
     import json
     import signal
-    import sys
     import time
 
     pid = _libvirtd_pid()
     assert pid is not None, "libvirtd was started without /run/libvirtd.pid"
-    prof = tmp_path / "p.toml"
-    prof.write_text(
-        """
-[run]
-trials = 2
-warmup = 0
-drivers = ["libvirt", "microvm"]
-workloads = ["t0"]
-channels = ["shell"]
-[timeouts]
-ready = 90
-teardown = 60
-[drivers_options.libvirt]
-accel = "tcg"
-[drivers_options.microvm]
-accel = "tcg"
-"""
-    )
-    rec = tmp_path / "r.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    profile = BOTH_VMS_PROFILE.format(concurrency=1, ready=90)
     try:
-        deadline = time.monotonic() + 120
-        started = False
-        while time.monotonic() < deadline and not started:  # a libvirt trial is under way
-            time.sleep(0.2)
-            if rec.exists():
-                for line in rec.read_text().splitlines():
-                    e = json.loads(line)
-                    if e["type"] == "phase" and e["name"] == "create.define":
-                        started = True
-        assert started, "no libvirt trial started"
-        os.kill(pid, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=600)
+        cli = cli_started(profile, tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        with cli as (proc, rec):
+            deadline = time.monotonic() + 120
+            started = False
+            while time.monotonic() < deadline and not started:  # a libvirt trial under way
+                time.sleep(0.2)
+                if rec.exists():
+                    for line in rec.read_text().splitlines():
+                        e = json.loads(line)
+                        if e["type"] == "phase" and e["name"] == "create.define":
+                            started = True
+            assert started, "no libvirt trial started"
+            os.kill(pid, signal.SIGTERM)
+            out, _ = proc.communicate(timeout=600)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         libvirtd.restart(pid)  # the session's to stop at its end if the stopped one was
     events = [json.loads(line) for line in rec.read_text().splitlines()]
     ends = {e["trial"]: e for e in events if e["type"] == "trial_end"}
@@ -197,25 +164,5 @@ accel = "tcg"
 
 
 def test_t1_on_the_root_disk_over_virtio_pci(tmp_path):
-    ensure_guest(root=True)
-    rc, events, err = run_cli(
-        """
-[run]
-trials = 1
-warmup = 0
-drivers = ["libvirt"]
-workloads = ["t1"]
-channels = ["exec"]
-[timeouts]
-ready = 120
-[drivers_options.libvirt]
-accel = "tcg"
-""",
-        tmp_path,
-    )
-    assert rc == 0, err
-    ends = [e for e in events if e["type"] == "trial_end"]
-    assert len(ends) == 1 and ends[0]["ok"] and ends[0]["valid"], ends
-    assert len([e for e in events if e["type"] == "action" and e["ok"]]) == 5
-    run_id = events[0]["run_id"]
-    assert domains(run_id) == [] and nothing_left(run_id) == ([], [])
+    events = check_t1_run("libvirt", ["exec"], tmp_path)
+    assert domains(events[0]["run_id"]) == []

@@ -10,12 +10,12 @@ from rtax_tui.drivers.microvm import MicrovmDriver
 
 from rtax_tui.model.spec import EnvSpec, PhaseFailure, RtaxError, Step, Workload
 from tests.vmtools import (
-    SubPhases,
     check_never_ready,
+    check_t0_lifecycle,
+    check_t1_run,
     ensure_guest,
     nothing_left,
     qemu_pids,
-    run_cli,
     trial_dirs,
     vm_driver,
     vm_spec,
@@ -41,36 +41,25 @@ def driver(**opts) -> MicrovmDriver:
 
 @pytest.mark.parametrize("channel", ["shell", "exec"])
 def test_t0_lifecycle_with_sub_phases_and_agent(channel):
-    async def run():
-        d = driver()
-        assert await d.check() == []
-        subs = SubPhases()
-        env = d.environment(spec(channel), subs)
-        try:
-            await asyncio.wait_for(env.create(), 60)
-            assert len(qemu_pids(LABEL)) == 1
-            await asyncio.wait_for(env.ready(), 120)
-            assert subs.names == ["disks", "launch", "firmware_kernel", "agent"]
-            # the workspace: a disk of workspace_mib (2048 by default), its own file system
-            r = await env.action(Step(("sh", "-c", "df -m /workspace | tail -n 1")), 30)
-            assert r.output.split()[-1] == b"/workspace", r.output
-            assert 1800 < int(r.output.split()[1]) <= 2048, r.output
-            r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 3")), 30)
-            assert (r.rc, r.output) == (3, b"out\nerr\n")
-            assert r.remote_ns is not None and r.remote_ns > 0
-            r = await env.action(Step(("cat", "/proc/cmdline")), 30)
-            assert b"tsc_early_khz" in r.output  # it runs in the guest, not on the host
-            r = await env.action(Step(("printf", "%s", "a 'quoted'\n word")), 30)
-            assert r.output == b"a 'quoted'\n word"
-            await env.action(Step(("cd", "/tmp")) if channel == "shell" else Step(("true",)), 30)
-            r = await env.action(Step(("pwd",)), 30)
-            # the shell channel keeps its cwd (one shell); exec starts afresh in /workspace
-            assert r.output == (b"/tmp\n" if channel == "shell" else b"/workspace\n")
-        finally:
-            await env.teardown()
-        assert nothing_left(LABEL) == ([], [])
+    def created(env):
+        assert len(qemu_pids(LABEL)) == 1
 
-    asyncio.run(run())
+    async def in_guest(env):
+        r = await env.action(Step(("cat", "/proc/cmdline")), 30)
+        assert b"tsc_early_khz" in r.output  # it runs in the guest, not on the host
+        r = await env.action(Step(("printf", "%s", "a 'quoted'\n word")), 30)
+        assert r.output == b"a 'quoted'\n word"
+
+    asyncio.run(
+        check_t0_lifecycle(
+            driver(),
+            spec(channel),
+            create_s=60,
+            sub_names=["disks", "launch", "firmware_kernel", "agent"],
+            created=created,
+            in_guest=in_guest,
+        )
+    )
 
 
 def test_action_timeout_leaves_env_broken_and_teardown_clean():
@@ -124,30 +113,10 @@ def test_guest_that_never_says_hello_is_ready_timeout_and_leaves_nothing(tmp_pat
 def test_t1_on_the_root_disk_is_valid_and_leaves_the_base_untouched(tmp_path):
     g = ensure_guest(root=True)
     before = os.stat(g.rootdisk).st_mtime_ns
-    rc, events, err = run_cli(
-        """
-[run]
-trials = 1
-warmup = 0
-drivers = ["microvm"]
-workloads = ["t1"]
-channels = ["shell", "exec"]
-[timeouts]
-ready = 120
-[drivers_options.microvm]
-accel = "tcg"
-""",
-        tmp_path,
-    )
-    assert rc == 0, err
-    ends = [e for e in events if e["type"] == "trial_end"]
-    assert len(ends) == 2 and all(e["ok"] and e["valid"] for e in ends), ends
-    acts = [e for e in events if e["type"] == "action"]
-    assert len(acts) == 2 * 5 and all(a["ok"] for a in acts)
+    events = check_t1_run("microvm", ["shell", "exec"], tmp_path)
     subs = {e["name"] for e in events if e["type"] == "phase"}
     assert {"create.disks", "ready.firmware_kernel", "ready.agent"} <= subs
     assert os.stat(g.rootdisk).st_mtime_ns == before  # each trial wrote to its own overlay
-    assert nothing_left(events[0]["run_id"]) == ([], [])
 
 
 def test_restore_path_starts_from_a_saved_guest(tmp_path):

@@ -1,7 +1,9 @@
-"""Helpers of the VM tests: the guest (built once), leftovers, runs through the CLI."""
+"""Helpers of the VM tests: the guest (built once), leftovers, runs through the CLI, and
+what both VM drivers are tested for alike (T0's lifecycle, T1 on the root disk)."""
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import json
 import os
@@ -9,8 +11,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
 
 from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.toolkit.vmguest import DIR_PREFIX, safe
@@ -102,6 +106,113 @@ def run_cli(profile_text: str, tmp_path, timeout: float = 600) -> tuple[int, lis
     )
     events = [json.loads(line) for line in rec.read_text().splitlines()] if rec.exists() else []
     return res.returncode, events, res.stderr + res.stdout
+
+
+@contextmanager
+def cli_started(
+    profile_text: str, tmp_path, **popen: Any
+) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """`rtax run PROFILE -o REC` started in a child process, for a test to act on while it
+    runs; (the process, REC). The child is killed on the way out if it still runs."""
+    prof = tmp_path / "p.toml"
+    prof.write_text(profile_text)
+    rec = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)], **popen
+    )
+    try:
+        yield proc, rec
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+BOTH_VMS_PROFILE = """
+[run]
+trials = 2
+warmup = 0
+concurrency = {concurrency}
+drivers = ["libvirt", "microvm"]
+workloads = ["t0"]
+channels = ["shell"]
+[timeouts]
+ready = {ready}
+teardown = 60
+[drivers_options.libvirt]
+accel = "tcg"
+[drivers_options.microvm]
+accel = "tcg"
+"""
+
+
+async def check_t0_lifecycle(
+    d,
+    env_spec: EnvSpec,
+    *,
+    create_s: float,
+    sub_names: list[str],
+    created: Callable[[Any], None],
+    in_guest: Callable[[Any], Awaitable[None]],
+) -> None:
+    """T0's lifecycle on a VM driver `d`: its check passes; create (within `create_s`,
+    then `created(env)`'s checks) and ready mark `sub_names`; the workspace is a disk of
+    workspace_mib (2048 by default) with its own file system; an action's output (both
+    streams), exit status and guest-side time come back; `in_guest(env)`'s checks of the
+    driver's own guest; the shell channel keeps its cwd (one shell), exec starts afresh in
+    /workspace; after teardown nothing of the spec's label is left."""
+    assert await d.check() == []
+    subs = SubPhases()
+    env = d.environment(env_spec, subs)
+    channel = env_spec.cell.channel
+    try:
+        await asyncio.wait_for(env.create(), create_s)
+        created(env)
+        await asyncio.wait_for(env.ready(), 120)
+        assert subs.names == sub_names
+        r = await env.action(Step(("sh", "-c", "df -m /workspace | tail -n 1")), 30)
+        assert r.output.split()[-1] == b"/workspace", r.output
+        assert 1800 < int(r.output.split()[1]) <= 2048, r.output
+        r = await env.action(Step(("sh", "-c", "echo out; echo err >&2; exit 3")), 30)
+        assert (r.rc, r.output) == (3, b"out\nerr\n")
+        assert r.remote_ns is not None and r.remote_ns > 0
+        await in_guest(env)
+        await env.action(Step(("cd", "/tmp")) if channel == "shell" else Step(("true",)), 30)
+        r = await env.action(Step(("pwd",)), 30)
+        assert r.output == (b"/tmp\n" if channel == "shell" else b"/workspace\n")
+    finally:
+        await env.teardown()
+    assert nothing_left(env_spec.label) == ([], [])
+
+
+T1_PROFILE = """
+[run]
+trials = 1
+warmup = 0
+drivers = ["{driver}"]
+workloads = ["t1"]
+channels = {channels}
+[timeouts]
+ready = 120
+[drivers_options.{driver}]
+accel = "tcg"
+"""
+
+
+def check_t1_run(driver: str, channels: list[str], tmp_path) -> list[dict]:
+    """T1 (five inspection steps in the repository) on the guest's root disk through the
+    CLI, a trial per channel: every trial valid, every action ok, nothing left; the
+    events."""
+    ensure_guest(root=True)
+    profile = T1_PROFILE.format(driver=driver, channels=json.dumps(channels))
+    rc, events, err = run_cli(profile, tmp_path)
+    assert rc == 0, err
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == len(channels) and all(e["ok"] and e["valid"] for e in ends), ends
+    acts = [e for e in events if e["type"] == "action"]
+    assert len(acts) == 5 * len(channels) and all(a["ok"] for a in acts), acts
+    assert nothing_left(events[0]["run_id"]) == ([], [])
+    return events
 
 
 def snapshot_dirs() -> set[str]:
