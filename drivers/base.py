@@ -82,7 +82,7 @@ class Environment(ABC):
         (later trials then fail fast until `Driver.check()` passes again). May be
         cancelled at any await (a timeout, a stop): whatever it made so far must then
         still be found by `teardown`, so record a resource before awaiting its creation.
-        A call into a daemon goes inside `core.waits.waiting_on(...)`, so that a timeout
+        A call into a daemon goes inside `model.waits.waiting_on(...)`, so that a timeout
         names it."""
 
     async def ready(self) -> None:
@@ -111,10 +111,10 @@ class Environment(ABC):
         """Remove everything the environment made, even partly (after a failed or
         cancelled create, after a timeout, with a step's children still running):
         processes, cgroups, workspaces, containers, VMs. Idempotent: a second call does
-        nothing. Never acts as root on a path the environment controls (core.safefs).
+        nothing. Never acts as root on a path the environment controls (hosts.safefs).
         Raises `PhaseFailure` when something could not be removed, naming it."""
 
-    # -- warm pools (core.pool) ---------------------------------------------
+    # -- warm pools (engine.pool) ---------------------------------------------
     async def reset_clean(self) -> None:
         """Make this environment as a fresh one for the next trial, in place: none of the
         last trial's workspace files, /tmp files, processes, environment changes or

@@ -170,7 +170,7 @@ class LibvirtEnvironment(Environment):
         self.restore = driver.opts.start == "restore"
         self._create: asyncio.Future[Any] | None = None
 
-    # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
+    # A VM's limits are its size (model.spec.vm_size); pids inside the guest are the
     # guest kernel's business (its own pid table, not the host's); the workspace is a
     # disk image of workspace_mib (vmguest.workspace_disk_mib).
     def _vcpus(self) -> int:

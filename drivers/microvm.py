@@ -160,7 +160,7 @@ class MicrovmEnvironment(Environment):
         if mig.get("status") not in (None, "completed"):
             raise PhaseFailure(ErrorKind.RESTORE_FAILED, f"migration {mig.get('status')}: {mig}")
 
-    # A VM's limits are its size (core.model.vm_size); pids inside the guest are the
+    # A VM's limits are its size (model.spec.vm_size); pids inside the guest are the
     # guest kernel's business (its own pid table, not the host's); the workspace is a
     # disk image of workspace_mib (vmguest.workspace_disk_mib).
     def spec_vcpus(self) -> int:

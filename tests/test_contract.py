@@ -276,7 +276,7 @@ def test_cleanup_removes_an_abandoned_environment(driver_name):
 
 
 def test_pool_acquire_release_and_every_reset(driver_name, channel):
-    """Warm pools (core.pool): for each reset the driver offers on this channel, a pool of
+    """Warm pools (engine.pool): for each reset the driver offers on this channel, a pool of
     one hands out an environment, takes it back, resets (or replaces) it, hands it out
     again, and leaves nothing when closed; every in-place reset passes the probe's
     `pool_reuse_clean` (a planting trial, then a checking trial on the same environment)."""

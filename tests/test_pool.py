@@ -1,4 +1,4 @@
-"""Warm pools in the engine (core.pool) against the driver double: acquire, release,
+"""Warm pools in the engine (engine.pool) against the driver double: acquire, release,
 resets, waiting, a failed refill, cold beside pooled, the report and the projection.
 
 The real drivers' resets are in test_contract.py and test_pool_reuse.py.

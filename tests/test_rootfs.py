@@ -1,4 +1,5 @@
-"""The root filesystems both image kinds are made from (`core.rootfs`): no engine needed."""
+"""The root filesystems both image kinds are made from (`drivers.toolkit.rootfs`): no
+engine needed."""
 
 import os
 

@@ -28,7 +28,7 @@ leaves a thread blocked.
 - ready: `ready.start`, then `ready.first_command` (the probe `true` through the channel).
 - action: channel `exec` makes an exec instance per action (create, start, inspect:
   three API calls, the same as `exec_run`); channel `shell` frames the command
-  over the attached stream to the container's own `sh` (drivers/shellframe).
+  over the attached stream to the container's own `sh` (drivers/toolkit/shellframe).
   Without a TTY the attach/exec streams are multiplexed: 8-byte headers (stream
   type, 0, 0, 0, big-endian length); stdout and stderr are merged.
 - teardown: remove the container with force (kill + remove, with its volumes).
@@ -114,7 +114,7 @@ SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
 # is the one process that outlives a clean reset.
 INIT_PATH = "/.rtax-init"
 INIT_ARGS = ["--init", "hold"]
-# A pooled environment's clean reset, inside (core.pool; read_only containers only, where
+# A pooled environment's clean reset, inside (engine.pool; read_only containers only, where
 # nothing but these places and /workspace is writable): every process but PID 1 (the
 # sleeper loop) and this one killed, then /tmp, /dev/shm and anything made in /dev gone,
 # the links of a container's /dev back, and every SysV IPC object removed.

@@ -9,7 +9,7 @@ the recipe rebuilds, and an image that already has the tag is not built again.
 
 `build_debian_image()` makes the workload image (T1, T2, trajectories, capacity:
 python3, git, pytest, hypothesis): the Debian root filesystem tarball of
-`core.rootfs` (cached, so podman and the VM guest use the same file), imported as
+`drivers.toolkit.rootfs` (cached, so podman and the VM guest use the same file), imported as
 `rtax/workload:<recipe hash>`. About a minute cold; needs root and
 the `debootstrap` package (installed with apt when missing).
 No terminal code here.

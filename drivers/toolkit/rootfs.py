@@ -1,5 +1,5 @@
-"""The root filesystems that both the container images (`core.images`) and the VM
-guest (`core.vmimage`) are made from: the host's static busybox, and a Debian root
+"""The root filesystems that both the container images (`drivers.toolkit.images`) and the VM
+guest (`drivers.toolkit.vmimage`) are made from: the host's static busybox, and a Debian root
 filesystem (`debootstrap --variant=minbase` of bookworm from the mirror apt already
 uses, with python3, git, pytest and hypothesis) packed as a tarball cached under the
 rtax cache directory (`<cache>/images/workload-<suite>-<hash>.tar`). The hash is that

@@ -73,7 +73,7 @@ def populate(workspace: str, src: str | None, uid: int | None = None) -> None:
 def empty_dir(path: str, root: str | None = None) -> list[str]:
     """Remove everything inside `path` (not `path` itself), without following links or
     crossing mounts (`safefs.empty_dir`; with `root`, `path` is resolved beneath it): a
-    pooled environment's clean reset (core.pool) empties its writable places so."""
+    pooled environment's clean reset (engine.pool) empties its writable places so."""
     return safefs.empty_dir(path, root)
 
 

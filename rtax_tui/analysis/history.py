@@ -2,7 +2,7 @@
 how long a planned cell took before.
 
 The console's history and its launcher's duration estimate read recordings here,
-through the recording reader and the one trial fold (`core.fold`), so a trial counts
+through the recording reader and the one trial fold (`model.fold`), so a trial counts
 the same way as in `rtax report`. A summary is kept per file version (path, size,
 mtime): going back to the history does not read every recording again.
 """

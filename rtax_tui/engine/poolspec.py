@@ -1,7 +1,7 @@
 """What a profile's `[pool]` table may say, checked with the file's line.
 
 Kept apart from `profile.py` (which only calls `parse_pool`) so that the pool's
-vocabulary lives in one place beside `core.pool`, which acts on it.
+vocabulary lives in one place beside `engine.pool`, which acts on it.
 
 - `size`: environments kept ready per cell and host (at least 1);
 - `reset`: what happens to an environment a trial released: `recreate` (a fresh one

@@ -4,7 +4,7 @@ The console edits a profile as the plain tables a profile file holds (what `toml
 reads), so keys it does not know (a `[pool]` table, `[capacity] sizes`) pass through
 as they are; `dump` writes those tables back, and `from_resolved` turns the resolved
 profile of a recording's header (`Profile.to_dict`) into the same tables. Checking
-stays with the one loader (`core.profile`): whatever is written here is read back by
+stays with the one loader (`engine.profile`): whatever is written here is read back by
 it before a run starts.
 """
 
@@ -91,7 +91,7 @@ def dump(data: Mapping[str, Any], comment: str = "") -> str:
 
 
 # `[workloads.NAME]` keys that name a file or directory relative to the profile's own
-# directory (a replay workload's `trajectory` and `repo`: core.traj.workload)
+# directory (a replay workload's `trajectory` and `repo`: engine.traj.workload)
 WORKLOAD_PATH_KEYS = ("trajectory", "repo")
 
 

@@ -5,7 +5,7 @@ trial of another host goes first, so that a full (or hanging) host never holds t
 other hosts' trials back. A lost host gets one trial at a time, which waits for
 its reconnect (see `health.HostHealth`).
 
-Locality (warm pools, `core.pool`): with `prefer` set, a pending trial whose host has a
+Locality (warm pools, `engine.pool`): with `prefer` set, a pending trial whose host has a
 ready environment for its cell goes before the plan's next trial when that one would
 have to wait for its pool (looked for among the next `LOCALITY_WINDOW` trials, so the
 plan's interleaving is only locally disturbed).

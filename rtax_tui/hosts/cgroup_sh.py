@@ -3,7 +3,7 @@ kin where the host's cgroup tree is not the controller's (an SSH host).
 
 A cgroup is named by its path below the cgroup root (`rtax/env-x`) and made in every
 hierarchy: v2's one, or v1's cpu, memory and pids (whichever the host has). The local
-host does the same in-process with `core.cgroups.Cgroup` (faster); the two agree on
+host does the same in-process with `hosts.cgroups.Cgroup` (faster); the two agree on
 names, limits and removal.
 """
 

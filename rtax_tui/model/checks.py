@@ -11,7 +11,7 @@ into a host path counts only if the file appears on the host. Where the
 environment runs its own kernel (a VM: its boot_id differs from the host's),
 writes to kernel settings reach that kernel only and are not breaches.
 
-This module is pure (no I/O): `core.probe_run` runs the steps and calls
+This module is pure (no I/O): `engine.probe.run` runs the steps and calls
 `classify`; the CLI, the report and the console draw `build_document`'s output.
 """
 
@@ -131,7 +131,7 @@ CHECKS: tuple[Check, ...] = (
           "a fresh environment sees nothing of an earlier one's files (workspace, /tmp)"),
     Check("pool_reuse_clean", GUARANTEE, "guarantees",
           "a pooled environment after its clean (or snapshot) reset shows the next trial "
-          "nothing of the last one: files, processes, variables, cwd (core.probe_reuse)"),
+          "nothing of the last one: files, processes, variables, cwd (engine.probe.reuse)"),
     Check("reset_links", GUARANTEE, "guarantees",
           "a pooled environment's planting trial points links in /tmp, /workspace and "
           "/dev/shm (and /dev/shm itself, where it can) at a host directory: after the "
@@ -631,7 +631,7 @@ def _reset_links(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 
 def reuse_verdict(output: str) -> Verdict:
-    """`pool_reuse_clean` from its checking trial's output (core.probe_reuse): `LEFT
+    """`pool_reuse_clean` from its checking trial's output (engine.probe.reuse): `LEFT
     file:/tmp process:/proc/12 ...` where it found the last trial's state, else CLEAN."""
     if "LEFT" in output:
         return _v(BREACHED, "the next trial saw the last one's state", output)

@@ -36,7 +36,7 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # - added `prep` events (`rtax traj prepare -o`: file, format, k, steps, shell, rep,
 #   dur_ns, ok): one timed preparation of a trajectory's first k steps; `rtax report`
 #   adds per-format figures. An older rtax rejects such a recording the same way;
-# - added `pool` events (a warm pool's own work, `core.pool`: host, cell, env, op
+# - added `pool` events (a warm pool's own work, `engine.pool`: host, cell, env, op
 #   `create`|`reset`|`teardown`, dur_ns, ok, cpu_ns, env_cpu_ns, error) and, for a
 #   pooled trial, `trial_start.mode` ("pool"; absent means cold) and the phases
 #   `acquire`, `acquire.wait`, `release` in place of create, ready and teardown.

@@ -1,7 +1,7 @@
 """The `rtax/1` recording: JSON Lines, one event a line, flushed after every line.
 
 Writer and reader live side by side; the events themselves (their fields, encoding,
-decoding and the format's history) are defined in `core.events`.
+decoding and the format's history) are defined in `model.events`.
 """
 
 from __future__ import annotations

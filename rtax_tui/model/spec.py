@@ -7,13 +7,13 @@ from typing import Any
 
 from rtax_tui.model.errors import ErrorKind
 
-# The recording's format (`rtax/1`) and its history live with its events, in `core.events`.
+# The recording's format (`rtax/1`) and its history live with its events, in `model.events`.
 REPORT_FORMAT = "rtax-report/1"
 
 PHASES = ("create", "ready", "action", "teardown", "orchestration", "total")
 # Phases recorded as `phase` events; `action` and `total` are derived.
 TIMED_PHASES = ("create", "ready", "teardown", "orchestration")
-# A pooled trial's phases in place of create + ready and teardown (core.pool): in a
+# A pooled trial's phases in place of create + ready and teardown (engine.pool): in a
 # report only where a cell has them, so that a cold run's report keeps its shape.
 POOL_PHASES = ("acquire", "release")
 CHANNELS = ("exec", "shell")
@@ -203,7 +203,7 @@ class Timeouts:
 
 
 # How a cell's trials get their environment: `cold` (created and torn down by the
-# trial) or `pool` (acquired ready from a warm pool, released for reset; core.pool).
+# trial) or `pool` (acquired ready from a warm pool, released for reset; engine.pool).
 MODES = ("cold", "pool")
 
 

@@ -1,9 +1,9 @@
 """Figures of recordings (`rtax plot`, the console's `g` key): the paper's five plots.
 
 A presentation layer, like `reporting`: the trials come from the one fold
-(`core.fold.TrialFold`, classified by `TrialOutcome.verdict`, so a plotted sample is
+(`model.fold.TrialFold`, classified by `TrialOutcome.verdict`, so a plotted sample is
 exactly a sample the report counts) and the capacity figures from the report
-(`core.report.build_report`); nothing here reads events itself. Only drawing
+(`analysis.report.build_report`); nothing here reads events itself. Only drawing
 happens here, with matplotlib's Agg backend (no display), imported on first use.
 
 Each kind draws one figure:

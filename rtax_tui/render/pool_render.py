@@ -1,4 +1,4 @@
-"""The warm pools of a report (`report["pools"]`, core.pool_report) for a terminal:
+"""The warm pools of a report (`report["pools"]`, analysis.pool_report) for a terminal:
 per host the hit rate and the time trials waited, per pooled cell its start-up
 (`acquire`) and what the pool spent."""
 

@@ -1,6 +1,6 @@
 """Rendering of reports (`rtax_tui.analysis.report`) as Rich tables, Markdown and CSV.
 
-The figures are computed in `rtax_tui.core`; this module only formats them.
+The figures are computed in `rtax_tui.analysis`; this module only formats them.
 """
 
 from __future__ import annotations
@@ -555,7 +555,7 @@ def _probe_summary_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def probe_markdown(doc: dict[str, Any]) -> str:
-    """The boundary tables of a probe document (`core.probe.build_document`) as Markdown:
+    """The boundary tables of a probe document (`model.checks.build_document`) as Markdown:
     per driver (and channel, where they differ) the counts, promises kept and breached
     checks; the check x driver matrix (as `render_probe`); the reason of every `n/a`
     and the evidence of every broken promise. docs/boundaries.md holds this output for

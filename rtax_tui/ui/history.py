@@ -3,7 +3,7 @@
 From here a run is opened (replayed), compared with another, shown as its report,
 or run again with changes: the launcher opens filled in with its profile, and once
 the new run ends the compare screen opens against the one it came from. The lines
-come from `core.history` (the recording reader and the one trial fold), read in a
+come from `analysis.history` (the recording reader and the one trial fold), read in a
 thread so a large recording never stalls the keys.
 """
 

@@ -3,7 +3,7 @@
 The engine's events (live from its pipe, or read from a recording) go through
 `LiveState.ingest`; the screen's timer reads the aggregates at its own pace, so the
 frame rate does not follow the event rate. Trials are folded and classified by
-`core.fold`, the report's own fold (a trial's samples count once it ended ok, valid
+`model.fold`, the report's own fold (a trial's samples count once it ended ok, valid
 and not warm-up), so a live figure and `rtax report` of the same recording agree.
 No Textual here: tests use it bare.
 """
@@ -128,7 +128,7 @@ class LiveState:
     def __init__(self) -> None:
         self.header: dict[str, Any] | None = None
         self.cells: dict[str, CellState] = {}
-        # the one fold of core.report: this state counts what it classifies
+        # the one fold of analysis.report: this state counts what it classifies
         self.fold = TrialFold(on_start=self._started, on_end=self._ended)
         self.marks: dict[int, str] = {}  # capacity trials: working, arrived, failed, done
         self._end_t_ns = 0

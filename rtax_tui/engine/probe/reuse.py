@@ -1,5 +1,5 @@
 """The probe's `pool_reuse_clean` check: a planting trial, then a checking trial, on the
-same environment of a real warm pool (`core.pool`, size 1) between which it was reset.
+same environment of a real warm pool (`engine.pool`, size 1) between which it was reset.
 
 The planting trial leaves a token in every place a trial can leave state: a file in
 the workspace, in /tmp, in /dev/shm and in /dev itself, a /dev entry of the start

@@ -8,7 +8,7 @@ For one host, driver and channel, three environments live, each as in a trial:
 - **B** is started while A is alive and looks for A's marker (`other_env`);
 - **C** is started after A is torn down and looks for what A wrote in its
   workspace and in /tmp (`fresh_env`);
-- **D** runs `result_integrity`'s attacks (core.probe_reuse's pool runs the reuse
+- **D** runs `result_integrity`'s attacks (engine.probe.reuse's pool runs the reuse
   checks, `pool_reuse_clean` and `reset_links`);
 - **E**, with the default limits (`Limits()`), lives through the driver's `cleanup`
   of every run (`cleanup_spares_live`), makes a deep directory chain and is torn
@@ -613,7 +613,7 @@ class CellProbe:
         )
 
     async def _run_reuse(self, decide: Callable[[str, Verdict], None]) -> None:
-        """`pool_reuse_clean` through a real pool of one (core.probe_reuse), with the
+        """`pool_reuse_clean` through a real pool of one (engine.probe.reuse), with the
         driver's in-place reset for this channel: clean, else snapshot; n/a without one."""
         reset, why = in_place_reset(self.drv, self.channel)
         if reset is None:

@@ -14,7 +14,7 @@ from rtax_tui.model.inputs import TRAJECTORY_MAX, read_input
 
 
 def read_bytes(path: Path) -> bytes:
-    """A trajectory file's bytes: a regular file of bounded size only (core.inputs)."""
+    """A trajectory file's bytes: a regular file of bounded size only (model.inputs)."""
     return read_input(path, "the trajectory", TRAJECTORY_MAX, TrajError, ":1")
 
 
