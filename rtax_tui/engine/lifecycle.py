@@ -213,7 +213,7 @@ class TrialRunner:
         barrier: Barrier | None = None,
         cgroup_parent: str | None = None,
     ) -> None:
-        """One trial, step by step (see the module's docstring). The steps after `try`
+        """One trial, step by step (see the module's docstring). The steps under `finally`
         run whatever happened before them, a stop or an engine bug included."""
         if self._stopped_before_start(pt, barrier):
             return
