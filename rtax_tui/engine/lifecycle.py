@@ -5,6 +5,15 @@ what the phases do not cover, from scheduling to the end of teardown, is recorde
 as `orchestration`, so that the phases of a trial add up to its wall time. The
 teardown always runs once an environment object exists, whatever happened before
 (a stop, a timeout, a lost host), and a stop never cuts it short.
+
+`TrialRunner.run` is the trial as a sequence of named steps, each a method that
+emits its own events and leaves what the next one needs in the trial's
+`TrialState`: admission (a lost host or substrate refuses the trial), the
+environment (a cold create + ready, or a pooled acquire), the actions, the batch's
+barrier and release (capacity batches), then, whatever happened, leaving the batch,
+the environment's end (teardown, or release to its pool) and the accounting
+(`orchestration`, `trial_end`, the progress counters). A step that finds the trial
+already failed (`error` set) does nothing; the first failure is the trial's.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.engine.capacity import Barrier
@@ -26,7 +36,15 @@ from rtax_tui.model import events
 from rtax_tui.model.errors import ErrorKind, TrialError, interrupted, timeout_kind
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.fold import verdict
-from rtax_tui.model.spec import Cell, EnvSpec, PhaseFailure, Workload
+from rtax_tui.model.spec import (
+    ActionResult,
+    Cell,
+    EnvSpec,
+    PhaseFailure,
+    Step,
+    Timeouts,
+    Workload,
+)
 from rtax_tui.model.waits import phase_waits
 
 
@@ -77,6 +95,41 @@ def _oom_error(phase: str, what: str, barrier: Barrier | None) -> TrialError:
         ErrorKind.OOM,
         f"{what}: killed by the OOM killer (the batch's budget saw {kills} OOM kill(s))",
     )
+
+
+@dataclass(eq=False)
+class TrialState:
+    """One trial on its way through `TrialRunner.run`'s steps: what each step leaves
+    for the next, so that the steps share no local variables."""
+
+    pt: PlannedTrial
+    scheduled_ns: int  # monotonic: when the scheduler launched it (orchestration's start)
+    barrier: Barrier | None  # its capacity batch's, if any
+    workload: Workload  # the one it runs (a replay's variant for this trial)
+    spec: EnvSpec
+    timeouts: Timeouts
+    emit: Emitter
+    current: str = "create"  # the phase a driver's sub-phases (`sub`) belong to
+    covered: int = 0  # ns inside timed phases (orchestration is the rest)
+    waited: int = 0  # ns at the barrier (neither a phase's nor orchestration's)
+    error: TrialError | None = None  # the first failure: it ends the trial
+    actions_ok: bool = True  # every step's result matched what it expects
+    env: Any = None  # drivers.base.Environment, once one exists (made or acquired)
+    pooled: PooledEnv | None = None  # the pool's wrapper of `env`, for a pooled trial
+    arrived: bool = False  # arrived at its batch's barrier
+
+    @asynccontextmanager
+    async def sub(self, name: str) -> AsyncIterator[None]:
+        """A driver's sub-phase of the current phase (`create.pull`, say), timed and
+        emitted as `<phase>.<name>` when it ends, whether it succeeded or not."""
+        t = time.monotonic_ns()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            dur = time.monotonic_ns() - t
+            self.emit(events.phase(self.pt.id, f"{self.current}.{name}", dur, ok))
 
 
 class TrialRunner:
@@ -160,21 +213,52 @@ class TrialRunner:
         barrier: Barrier | None = None,
         cgroup_parent: str | None = None,
     ) -> None:
-        if self.control.stopping:  # scheduled, but the run stopped before it began
-            if barrier is not None:
-                barrier.fail(pt.id)
+        """One trial, step by step (see the module's docstring). The steps under `finally`
+        run whatever happened before them, a stop or an engine bug included."""
+        if self._stopped_before_start(pt, barrier):
             return
-        emit = self.emit
+        tr = self._start(pt, scheduled_ns, barrier, cgroup_parent)
+        try:
+            await self._admit(tr)
+            await self._environment(tr)
+            await self._actions(tr)
+            await self._barrier(tr)
+        finally:
+            self.control.interruptible.pop(pt.id, None)  # a stop never cuts the rest short
+            self._leave_batch(tr)
+            await self._end_environment(tr)
+            self._account(tr)
+
+    # -- the steps, in their order -----------------------------------------------
+    def _stopped_before_start(self, pt: PlannedTrial, barrier: Barrier | None) -> bool:
+        """Scheduled, but the run stopped before it began: the trial leaves no event
+        (it never started) and only settles its place in its batch, so that the
+        barrier does not wait for it."""
+        if not self.control.stopping:
+            return False
+        if barrier is not None:
+            barrier.fail(pt.id)
+        return True
+
+    def _start(
+        self,
+        pt: PlannedTrial,
+        scheduled_ns: int,
+        barrier: Barrier | None,
+        cgroup_parent: str | None,
+    ) -> TrialState:
+        """The trial begins: counted as started and in flight, `trial_start` says what it
+        runs (and its batch), and a stop or its batch's deadline may now cancel it."""
         cell = pt.cell
         workload = self._workload(cell.id, self.workloads[cell.workload])
-        to = self.profile.timeouts
+        timeouts = self.profile.timeouts
         spec = self.spec_for(cell, cgroup_parent, workload)
         prog = self.progress
         prog.started += 1
         prog.in_flight += 1
         cap = self.profile.capacity
         with_batch = barrier is not None and cap is not None
-        emit(
+        self.emit(
             events.trial_start(
                 trial=pt.id,
                 cell=cell.id,
@@ -191,156 +275,205 @@ class TrialRunner:
                 mode=cell.mode,
             )
         )
-        current = ["create"]
-
-        @asynccontextmanager
-        async def sub(name: str) -> AsyncIterator[None]:
-            t = time.monotonic_ns()
-            ok = False
-            try:
-                yield
-                ok = True
-            finally:
-                dur = time.monotonic_ns() - t
-                emit(events.phase(pt.id, f"{current[0]}.{name}", dur, ok))
-
+        tr = TrialState(pt, scheduled_ns, barrier, workload, spec, timeouts, self.emit)
         task = asyncio.current_task()
         if task is not None:
             self.control.interruptible[pt.id] = task
-        covered = 0
-        waited = 0
-        error: TrialError | None = None
-        actions_ok = True
-        env = None
-        pooled: PooledEnv | None = None
-        arrived = False
-        key = (cell.host, cell.driver)
-        try:
-            for refusal in (self._host_refusal, self._substrate_refusal):
-                t = time.monotonic_ns()
-                error = await refusal(pt, barrier)
-                if error is not None:  # failed fast: a `create` that was not attempted
-                    dur = time.monotonic_ns() - t
-                    covered += dur
-                    emit(events.phase(pt.id, "create", dur, False))
-                    break
-            if error is None and cell.mode == "pool":
-                current[0] = "acquire"
-                pooled, dur, error = await self._acquire(pt, barrier)
-                covered += dur
-                env = None if pooled is None else pooled.env
-            elif error is None:
-                try:
-                    env = self.drivers[key].environment(spec, sub)
-                except Exception as exc:
-                    error = TrialError("create", ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
-            if env is not None and pooled is None:
-                for phase, fn, timeout in (
-                    ("create", env.create, to.create),
-                    ("ready", env.ready, to.ready),
-                ):
-                    current[0] = phase
-                    dur, _, error = await timed(phase, fn, timeout, barrier)
-                    covered += dur
-                    emit(events.phase(pt.id, phase, dur, error is None))
-                    if error is not None:
-                        break
-            if error is None and env is not None:
-                current[0] = "action"
-                for i, step in enumerate(workload.steps):
-                    timeout = step.timeout_s or to.action
-                    act = functools.partial(step.perform, env, timeout)
-                    dur, res, err = await timed("action", act, timeout, barrier)
-                    covered += dur
-                    if err is not None:
-                        emit(
-                            events.action(
-                                pt.id, i, dur, None, False, 0, **step.observed(None, dur, None)
-                            )
-                        )
-                        if _channel_lost(err) and barrier is not None and barrier.oom_seen():
-                            # the environment's shell or agent died under an OOM kill
-                            error = _oom_error("action", f"step {i} ({step.argv[0]})", barrier)
-                        else:
-                            error = TrialError(
-                                "action", err.kind, f"step {i} ({step.argv[0]}): {err.message}"
-                            )
-                        break
-                    ok = step.matches(res.rc, res.output)
-                    actions_ok = actions_ok and ok
-                    emit(
-                        events.action(
-                            pt.id, i, dur, res.rc, ok, len(res.output), res.remote_ns,
-                            out_dropped=res.dropped, **step.observed(res.rc, dur, res.remote_ns),
-                        )
-                    )  # fmt: skip
-                    if not ok and _oom_killed(barrier, res.rc):
-                        error = _oom_error("action", f"step {i} ({step.argv[0]})", barrier)
-                        break
-                    if self.control.stopping:
-                        error = TrialError("action", ErrorKind.INTERRUPTED, "the run was stopped")
-                        break
-            if barrier is not None and error is None and actions_ok:
-                # arriving means the work was done: an environment whose steps failed
-                # (an OOM kill under the budget, say) stays out, in the denominator
-                barrier.arrive(pt.id)
-                arrived = True
-                t = time.monotonic_ns()
-                try:
-                    await barrier.released.wait()
-                except asyncio.CancelledError:
-                    pass
-                waited = time.monotonic_ns() - t
-                emit(events.phase(pt.id, "barrier.wait", waited, not barrier.expired))
-                release = workload.release
-                if release is not None and env is not None and not self.control.stopping:
-                    # the release, through the cell's channel: the environment lets go
-                    current[0] = "barrier"
-                    rto = release.timeout_s or to.action
-                    rel = functools.partial(env.action, release, rto)
-                    dur, res, rerr = await timed("barrier.release", rel, rto, barrier)
-                    covered += dur
-                    held = rerr is None and release.matches(res.rc, res.output)
-                    emit(events.phase(pt.id, "barrier.release", dur, held))
-                    barrier.let_go(pt.id, held)
-                    if not held:
-                        if barrier.oom_seen():
-                            error = _oom_error("barrier.release", "the held memory", barrier)
-                        elif rerr is not None:
-                            error = rerr
-                        else:
-                            out = res.output.decode(errors="replace").strip()[-200:]
-                            error = TrialError(
-                                "barrier.release",
-                                ErrorKind.ERROR,
-                                f"nothing held at the release (rc {res.rc}): {out}",
-                            )
-        finally:
-            self.control.interruptible.pop(pt.id, None)
-            if barrier is not None and not arrived:
-                barrier.fail(pt.id)
-            if barrier is not None and arrived:
-                barrier.let_go(pt.id)  # no-op when its release step already let go
-            if pooled is not None:
-                current[0] = "release"
-                t = time.monotonic_ns()
-                assert self.pools is not None
-                self.pools.get(cell).release(pooled, healthy=error is None)
-                dur = time.monotonic_ns() - t
-                covered += dur
-                emit(events.phase(pt.id, "release", dur, True))
-            elif env is not None:
-                current[0] = "teardown"
-                dur, _, terr = await timed("teardown", env.teardown, to.teardown)
-                covered += dur
-                emit(events.phase(pt.id, "teardown", dur, terr is None))
-                if terr is not None and error is None:
-                    error = terr
-            total = time.monotonic_ns() - scheduled_ns
-            orch = max(0, total - covered - waited)
-            emit(events.phase(pt.id, "orchestration", orch, True))
-            self._end(pt, error, actions_ok)
+        return tr
 
+    async def _admit(self, tr: TrialState) -> None:
+        """Admission: a trial on a lost host (whose reconnect fails) or a lost substrate
+        (whose check still fails) is not attempted. It fails fast, as a `create` that
+        was not attempted, timed for what the refusal took (a reconnect, a recheck)."""
+        for refusal in (self._host_refusal, self._substrate_refusal):
+            t = time.monotonic_ns()
+            tr.error = await refusal(tr.pt, tr.barrier)
+            if tr.error is not None:
+                dur = time.monotonic_ns() - t
+                tr.covered += dur
+                self.emit(events.phase(tr.pt.id, "create", dur, False))
+                return
+
+    async def _environment(self, tr: TrialState) -> None:
+        """The environment's source, by the cell's mode: acquired ready from the cell's
+        warm pool (`pool`), or made by the trial itself (`cold`)."""
+        if tr.error is not None:
+            return
+        if tr.pt.cell.mode == "pool":
+            await self._from_pool(tr)
+        else:
+            await self._cold(tr)
+
+    async def _from_pool(self, tr: TrialState) -> None:
+        """A pooled trial's environment: `acquire` (see `_acquire`) stands for create +
+        ready, which the pool did beforehand and records as its own work."""
+        tr.current = "acquire"
+        tr.pooled, dur, tr.error = await self._acquire(tr.pt, tr.barrier)
+        tr.covered += dur
+        tr.env = None if tr.pooled is None else tr.pooled.env
+
+    async def _cold(self, tr: TrialState) -> None:
+        """A cold trial's environment: the driver's object (a driver that cannot make one
+        fails the trial at `create`), then `create` and `ready`, each timed under its
+        timeout. Once the object exists it is torn down, whatever happens next."""
+        cell = tr.pt.cell
+        try:
+            tr.env = self.drivers[(cell.host, cell.driver)].environment(tr.spec, tr.sub)
+        except Exception as exc:
+            tr.error = TrialError("create", ErrorKind.ERROR, f"{type(exc).__name__}: {exc}")
+        if tr.env is None:
+            return
+        to = tr.timeouts
+        for phase, fn, timeout in (
+            ("create", tr.env.create, to.create),
+            ("ready", tr.env.ready, to.ready),
+        ):
+            tr.current = phase
+            dur, _, tr.error = await timed(phase, fn, timeout, tr.barrier)
+            tr.covered += dur
+            self.emit(events.phase(tr.pt.id, phase, dur, tr.error is None))
+            if tr.error is not None:
+                return
+
+    async def _actions(self, tr: TrialState) -> None:
+        """The workload's steps, in order, each under its timeout: the work the trial
+        measures. The first step that fails (or is killed by the OOM killer) ends them,
+        and so does a stop, after the step under way; a step whose result does not match
+        what it expects makes the trial invalid, not failed."""
+        if tr.error is not None or tr.env is None:
+            return
+        tr.current = "action"
+        for i, step in enumerate(tr.workload.steps):
+            timeout = step.timeout_s or tr.timeouts.action
+            act = functools.partial(step.perform, tr.env, timeout)
+            dur, res, err = await timed("action", act, timeout, tr.barrier)
+            tr.covered += dur
+            if err is not None:
+                tr.error = self._action_failed(tr, i, step, dur, err)
+                return
+            tr.error = self._action_done(tr, i, step, dur, res)
+            if tr.error is not None:
+                return
+
+    def _action_failed(
+        self, tr: TrialState, i: int, step: Step, dur: int, err: TrialError
+    ) -> TrialError:
+        """A step that did not finish: its `action` event (no exit code), and the trial's
+        error, blamed on the OOM killer when the step's channel broke in a batch whose
+        budget saw an OOM kill (the environment's shell or agent died under it)."""
+        self.emit(events.action(tr.pt.id, i, dur, None, False, 0, **step.observed(None, dur, None)))
+        if _channel_lost(err) and tr.barrier is not None and tr.barrier.oom_seen():
+            return _oom_error("action", f"step {i} ({step.argv[0]})", tr.barrier)
+        return TrialError("action", err.kind, f"step {i} ({step.argv[0]}): {err.message}")
+
+    def _action_done(
+        self, tr: TrialState, i: int, step: Step, dur: int, res: ActionResult
+    ) -> TrialError | None:
+        """A step that finished: its `action` event, with whether its result matched.
+        What ends the trial's actions there: a SIGKILL in a batch whose budget saw an OOM
+        kill (the OOM killer's work), or a stop."""
+        ok = step.matches(res.rc, res.output)
+        tr.actions_ok = tr.actions_ok and ok
+        self.emit(
+            events.action(
+                tr.pt.id, i, dur, res.rc, ok, len(res.output), res.remote_ns,
+                out_dropped=res.dropped, **step.observed(res.rc, dur, res.remote_ns),
+            )
+        )  # fmt: skip
+        if not ok and _oom_killed(tr.barrier, res.rc):
+            return _oom_error("action", f"step {i} ({step.argv[0]})", tr.barrier)
+        if self.control.stopping:
+            return TrialError("action", ErrorKind.INTERRUPTED, "the run was stopped")
+        return None
+
+    async def _barrier(self, tr: TrialState) -> None:
+        """A batch's trial that did its work arrives at the barrier and waits, holding
+        what its workload holds, until the batch is released (`barrier.wait`, not a
+        phase of its own: neither covered nor orchestration); then it lets go. Arriving
+        means the work was done: an environment whose steps failed (an OOM kill under
+        the budget, say) stays out, in the denominator."""
+        barrier = tr.barrier
+        if barrier is None or tr.error is not None or not tr.actions_ok:
+            return
+        barrier.arrive(tr.pt.id)
+        tr.arrived = True
+        t = time.monotonic_ns()
+        try:
+            await barrier.released.wait()
+        except asyncio.CancelledError:
+            pass
+        tr.waited = time.monotonic_ns() - t
+        self.emit(events.phase(tr.pt.id, "barrier.wait", tr.waited, not barrier.expired))
+        await self._release(tr, barrier)
+
+    async def _release(self, tr: TrialState, barrier: Barrier) -> None:
+        """The release, through the cell's channel (the workload's `release` step): the
+        environment lets go of what it held, and the batch is timed until the last one
+        has. Nothing left to let go of fails the trial (by OOM, when the budget saw one)."""
+        release = tr.workload.release
+        if release is None or tr.env is None or self.control.stopping:
+            return
+        tr.current = "barrier"
+        rto = release.timeout_s or tr.timeouts.action
+        rel = functools.partial(tr.env.action, release, rto)
+        dur, res, rerr = await timed("barrier.release", rel, rto, barrier)
+        tr.covered += dur
+        held = rerr is None and release.matches(res.rc, res.output)
+        self.emit(events.phase(tr.pt.id, "barrier.release", dur, held))
+        barrier.let_go(tr.pt.id, held)
+        if held:
+            return
+        if barrier.oom_seen():
+            tr.error = _oom_error("barrier.release", "the held memory", barrier)
+        elif rerr is not None:
+            tr.error = rerr
+        else:
+            out = res.output.decode(errors="replace").strip()[-200:]
+            tr.error = TrialError(
+                "barrier.release",
+                ErrorKind.ERROR,
+                f"nothing held at the release (rc {res.rc}): {out}",
+            )
+
+    def _leave_batch(self, tr: TrialState) -> None:
+        """The trial's place in its batch, settled before its teardown: a trial that never
+        arrived failed (so the barrier waits for it no longer), one that arrived has let
+        go (a no-op when its release step already did)."""
+        barrier = tr.barrier
+        if barrier is not None and not tr.arrived:
+            barrier.fail(tr.pt.id)
+        if barrier is not None and tr.arrived:
+            barrier.let_go(tr.pt.id)
+
+    async def _end_environment(self, tr: TrialState) -> None:
+        """The environment's end, whatever happened: a pooled one goes back to its pool
+        (`release`: reset or replaced in the background, never reused after a failure),
+        a cold one is torn down (`teardown`, whose failure fails a trial that had none)."""
+        if tr.pooled is not None:
+            tr.current = "release"
+            t = time.monotonic_ns()
+            assert self.pools is not None
+            self.pools.get(tr.pt.cell).release(tr.pooled, healthy=tr.error is None)
+            dur = time.monotonic_ns() - t
+            tr.covered += dur
+            self.emit(events.phase(tr.pt.id, "release", dur, True))
+        elif tr.env is not None:
+            tr.current = "teardown"
+            dur, _, terr = await timed("teardown", tr.env.teardown, tr.timeouts.teardown)
+            tr.covered += dur
+            self.emit(events.phase(tr.pt.id, "teardown", dur, terr is None))
+            if terr is not None and tr.error is None:
+                tr.error = terr
+
+    def _account(self, tr: TrialState) -> None:
+        """The trial's accounting: `orchestration`, what its phases did not cover from its
+        scheduling until now (so that its phases add up to its wall time), then its end."""
+        total = time.monotonic_ns() - tr.scheduled_ns
+        orch = max(0, total - tr.covered - tr.waited)
+        self.emit(events.phase(tr.pt.id, "orchestration", orch, True))
+        self._end(tr.pt, tr.error, tr.actions_ok)
+
+    # -- helpers -------------------------------------------------------------------
     def _workload(self, cell: str, workload: Workload) -> Workload:
         """The workload a trial of `cell` runs: a replay of several trajectories takes
         them in turn, trial after trial of the cell (warm-ups included)."""
