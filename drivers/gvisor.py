@@ -42,7 +42,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tarfile
 import tempfile
 import threading
 from typing import Any, ClassVar
@@ -246,7 +245,9 @@ class GvisorEnvironment(Environment):
         ]
         if self.spec.workload.needs_assets:
             a = _assets_path()
-            mounts.append({"destination": a, "type": "bind", "source": a, "options": ["rbind", "ro"]})
+            mounts.append(
+                {"destination": a, "type": "bind", "source": a, "options": ["rbind", "ro"]}
+            )
         args = ["sh"] if self.channel == "shell" else SLEEPER
         resources: dict[str, Any] = {}
         if lim.memory_mib:
@@ -268,9 +269,7 @@ class GvisorEnvironment(Environment):
             "hostname": HOSTNAME,
             "mounts": mounts,
             "linux": {
-                "namespaces": [
-                    {"type": t} for t in ("pid", "ipc", "uts", "mount", "network")
-                ],
+                "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")],
                 "resources": resources,
             },
         }
@@ -328,7 +327,9 @@ class GvisorEnvironment(Environment):
                 try:
                     self.proc = await asyncio.shield(self._spawn)
                 except OSError as exc:
-                    raise PhaseFailure(ErrorKind.SANDBOX_FAILED, f"cannot start runsc: {exc}") from exc
+                    raise PhaseFailure(
+                        ErrorKind.SANDBOX_FAILED, f"cannot start runsc: {exc}"
+                    ) from exc
             finally:
                 log.close()
         if shell:
@@ -800,7 +801,7 @@ class GvisorDriver(Driver):
                         f"runsc could not run a sandbox ({channel}, platform "
                         f"{self._platform}): {err}",
                         "check `runsc --platform=ptrace do true` as root; "
-                        "option platform = \"ptrace\"",
+                        'option platform = "ptrace"',
                     )
                 ]
         return []
