@@ -29,8 +29,10 @@ back to `ptrace`, recording which ran and why in the facts.
 
 Channel `exec`: the sandbox's init is a sleeper that says READY on its stdout; each
 action is a `runsc exec` (its status is the sentry's report, through runsc, a host
-process). Channel `shell`: the sandbox's init is `sh`, on `runsc run`'s stdin and stdout
-pipes, driven by FramedShell. `runsc run`'s stderr goes to a file (runsc hands its
+process); at a timeout the host kills that `runsc exec`, and the sandbox then ends the
+step's process and its children (measured: `sleep 30 & sleep 30` left nothing).
+Channel `shell`: the sandbox's init is `sh`, on `runsc run`'s stdin and stdout pipes,
+driven by FramedShell. `runsc run`'s stderr goes to a file (runsc hands its
 stdio to the sandbox: a pipe read to its end would wait for the sandbox).
 """
 
