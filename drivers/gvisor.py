@@ -1,0 +1,908 @@
+"""`gvisor`: gVisor's user-space kernel (`runsc`) as an OCI runtime, one sandbox per trial.
+
+Each environment is one `runsc run` that rtax starts as its own child (so the sandbox's
+processes are reaped at once: `runsc delete` waits until they are, and a machine's init
+that reaps slowly would be charged to the substrate), over a bundle rtax writes:
+
+- the workload's root filesystem, read-only: a busybox root for workloads that need no
+  more (T0), the Debian root of `toolkit/rootfs` (python3, git, pytest) for those that do
+  (`toolkit/needs`), each extracted once under rtax's cache (`<cache>/gvisor/`);
+- the workspace (`rtax-ws-<label>-*`, its own tmpfs of `workspace_mib`) bound read-write
+  at `/workspace`; `/tmp` a tmpfs of the sandbox's; the attrs assets, for workloads that
+  have them, bound read-only at their host path (as the container drivers do);
+- no network (`--network=none`; option `network = "sandbox"` gives gVisor's own stack,
+  with no interface but loopback here either way);
+- a cgroup `rtax/env-<label>-<hex>` (or under the capacity budget) with the profile's
+  CPU, memory and pid limits, which `runsc run` joins before exec, so the sentry, the
+  gofer and every process of the sandbox are inside it (`--ignore-cgroups`: runsc makes
+  no cgroup of its own).
+
+The runsc state (`--root`) and the bundle are a directory rtax owns,
+`/run/rtax/gvisor/rtax-<label>-<hex>`, and the container is named the same
+`rtax-<label>-<hex>`, so every runsc process's command line names the run's label
+(`leaves = {"monitors"}`) and `cleanup(label)` finds them.
+
+Platform: option `platform` = `auto` (default), `ptrace`, `kvm` (and `systrap` where the
+installed runsc has it). `auto` does not trust `/dev/kvm`: it runs one sandbox under
+each faster platform with a timeout first (KVM guests hang on nested KVM) and falls
+back to `ptrace`, recording which ran and why in the facts.
+
+Channel `exec`: the sandbox's init is a sleeper that says READY on its stdout; each
+action is a `runsc exec` (its status is the sentry's report, through runsc, a host
+process); at a timeout the host kills that `runsc exec`, and the sandbox then ends the
+step's process and its children (measured: `sleep 30 & sleep 30` left nothing).
+Channel `shell`: the sandbox's init is `sh`, on `runsc run`'s stdin and stdout pipes,
+driven by FramedShell. `runsc run`'s stderr goes to a file (runsc hands its
+stdio to the sandbox: a pipe read to its end would wait for the sandbox).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from typing import Any, ClassVar
+
+from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer, which
+from rtax_tui.drivers.toolkit.assets import cache_dir
+from rtax_tui.drivers.toolkit.needs import needs_full_image
+from rtax_tui.drivers.toolkit.rootfs import (
+    PATH_ENV,
+    Log,
+    build_debian_rootfs,
+    debian_rootfs_path,
+    find_static_busybox,
+    recipe_digest,
+)
+from rtax_tui.drivers.toolkit.shellframe import FramedShell
+from rtax_tui.drivers.toolkit.stage_site import CLEANUP_SH
+from rtax_tui.drivers.toolkit.workspace import WORKSPACE_PREFIX, counts, run_exec, workspace_mib
+
+from rtax_tui.hosts import cgroups
+from rtax_tui.hosts.cgroups import Cgroup
+from rtax_tui.model import runlock
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.runlock import safe_label
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, RtaxError, Step, Workload
+
+STATE_BASE = "/run/rtax/gvisor"
+READY = b"RTAX-READY"
+WORKDIR = "/workspace"
+HOSTNAME = "rtax"
+# The exec channel's init: says READY once the sandbox runs the workload, then waits (a
+# shell that waits also reaps the orphans of killed steps).
+SLEEPER = ["sh", "-c", "echo RTAX-READY; while :; do sleep 3600; done"]
+PLATFORMS = ("systrap", "kvm", "ptrace")
+PLATFORM_PROBE_S = 15.0
+NETWORKS = ("none", "sandbox")
+KILL_WAIT_S = 5.0
+RUNSC_TIMEOUT_S = 30.0
+# The host cgroup's pid limit per pid the sandbox may have, plus the runtime's own:
+# measured here (ptrace platform), 128 sleeping processes in a sandbox were 1,000-1,400
+# host tasks (a stub per process and the sentry's tracing threads), an idle one 36-49.
+HOST_PIDS_FACTOR = 16
+HOST_PIDS_BASE = 512
+# Bump when the way a root is laid out for runsc changes.
+ROOT_RECIPE_VERSION = 1
+
+
+def host_pids(pids: int | None) -> int | None:
+    """The environment's host cgroup's pid limit: a backstop above the sandbox's own
+    (RLIMIT_NPROC), for the sentry's stubs and threads and the gofer's."""
+    return None if not pids else int(pids) * HOST_PIDS_FACTOR + HOST_PIDS_BASE
+
+
+def _sandbox_env(extra: dict[str, str]) -> list[str]:
+    env = {
+        "PATH": PATH_ENV,
+        "HOME": WORKDIR,
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # the workspace and the bound assets belong to host uids: no "dubious ownership"
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+    }
+    env.update(extra)
+    return [f"{k}={v}" for k, v in env.items()]
+
+
+# -- the root filesystems ------------------------------------------------------------
+
+_root_lock = threading.Lock()
+
+
+def _roots_dir() -> str:
+    return str(cache_dir() / "gvisor")
+
+
+def _assets_path() -> str:
+    return os.path.abspath(cache_dir())
+
+
+def _extract(tar: str, name: str) -> str:
+    """`tar` extracted once as `<cache>/gvisor/<name>` (with `/workspace`, `/tmp` and the
+    assets' mount point made); returns the directory. Atomic: a concurrent extraction
+    gives the same content."""
+    dest = os.path.join(_roots_dir(), name)
+    if os.path.isdir(dest):
+        return dest
+    with _root_lock:
+        if os.path.isdir(dest):
+            return dest
+        os.makedirs(_roots_dir(), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=_roots_dir())
+        try:
+            res = subprocess.run(
+                ["tar", "--numeric-owner", "-C", tmp, "-xf", tar],
+                capture_output=True,
+                timeout=600,
+            )
+            if res.returncode != 0:
+                err = res.stderr.decode(errors="replace").strip()[-300:]
+                raise RtaxError(f"gvisor: cannot extract {tar}: {err}")
+            for sub, mode in (("workspace", 0o755), ("tmp", 0o1777), ("proc", 0o555)):
+                p = os.path.join(tmp, sub)
+                os.makedirs(p, exist_ok=True)
+                os.chmod(p, mode)
+            os.makedirs(tmp + _assets_path(), exist_ok=True)
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return dest
+
+
+def busybox_root() -> str:
+    """The busybox root (the container drivers' busybox image's files), made if missing."""
+    from rtax_tui.drivers.toolkit.images import _recipe, _rootfs_tar
+
+    digest = recipe_digest({"image": _recipe(), "layout": ROOT_RECIPE_VERSION})
+    name = f"busybox-{digest}"
+    if os.path.isdir(os.path.join(_roots_dir(), name)):
+        return os.path.join(_roots_dir(), name)
+    busybox = find_static_busybox()
+    if busybox is None:
+        raise RtaxError("gvisor: no statically linked busybox (apt-get install busybox-static)")
+    os.makedirs(_roots_dir(), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".tmp-tar-", dir=_roots_dir()) as tmp:
+        tar = os.path.join(tmp, "root.tar")
+        _rootfs_tar(busybox, tar)
+        return _extract(tar, name)
+
+
+def debian_root_name() -> str:
+    tar = os.path.basename(debian_rootfs_path()).removesuffix(".tar")
+    return f"{tar}-{ROOT_RECIPE_VERSION}"
+
+
+def debian_root(build: bool = False, log: Log | None = None) -> str | None:
+    """The Debian root (extracted from rootfs' cached tarball), None when the tarball is
+    not built and `build` is off."""
+    dest = os.path.join(_roots_dir(), debian_root_name())
+    if os.path.isdir(dest):
+        return dest
+    tar = debian_rootfs_path()
+    if not os.path.isfile(tar):
+        if not build:
+            return None
+        tar = build_debian_rootfs(log=log)
+    return _extract(tar, debian_root_name())
+
+
+def build_roots(force: bool, log: Log | None) -> list[str]:
+    """`rtax images build --driver gvisor`: both roots (the Debian one needs root)."""
+    if force:
+        for name in (debian_root_name(),):
+            shutil.rmtree(os.path.join(_roots_dir(), name), ignore_errors=True)
+    out = [busybox_root()]
+    deb = debian_root(build=True, log=log)
+    if deb is not None:
+        out.append(deb)
+    return out
+
+
+# -- the environment -------------------------------------------------------------------
+
+
+class GvisorEnvironment(Environment):
+    driver: GvisorDriver
+
+    def __init__(self, driver: GvisorDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
+        super().__init__(driver, spec, sub)
+        self.host = driver.host
+        label = safe_label(spec.label)
+        self.cid = f"rtax-{label}-{os.urandom(4).hex()}"
+        self.dir = os.path.join(STATE_BASE, self.cid)  # bundle + runsc state (--root)
+        self.workspace: str | None = None
+        self.cg: str | None = None
+        self.procs: list[str] = []
+        self.proc: Any = None
+        self.shell: FramedShell | None = None
+        self._ws: asyncio.Future[str] | None = None
+        self._spawn: asyncio.Future[Any] | None = None
+        self._made_dir = False
+        self._started = False
+
+    def runsc(self, *args: str) -> list[str]:
+        return self.driver.runsc_argv(os.path.join(self.dir, "state"), *args)
+
+    def _log(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "run.log"), "rb") as f:
+                data = f.read()[-600:]
+        except OSError:
+            return ""
+        return data.decode(errors="replace").strip()
+
+    def _config(self, root: str) -> dict[str, Any]:
+        lim = self.spec.limits
+        mounts: list[dict[str, Any]] = [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["mode=1777"]},
+            {
+                "destination": WORKDIR,
+                "type": "bind",
+                "source": self.workspace,
+                "options": ["rbind", "rw"],
+            },
+        ]
+        if self.spec.workload.needs_assets:
+            a = _assets_path()
+            mounts.append(
+                {"destination": a, "type": "bind", "source": a, "options": ["rbind", "ro"]}
+            )
+        args = ["sh"] if self.channel == "shell" else SLEEPER
+        # The pid limit is the sandbox's own (gVisor counts its processes against
+        # RLIMIT_NPROC and refuses the fork past it): on the host, every process of the
+        # sandbox is a stub the sentry traces, plus the sentry's and gofer's threads, so
+        # the host cgroup's pid limit hit first would kill the sentry, not refuse a fork.
+        rlimits = []
+        if lim.pids:
+            n = int(lim.pids)
+            rlimits.append({"type": "RLIMIT_NPROC", "hard": n, "soft": n})
+        return {
+            "ociVersion": "1.0.0",
+            "process": {
+                "terminal": False,
+                "user": {"uid": 0, "gid": 0},
+                "args": args,
+                "env": _sandbox_env(self.spec.env),
+                "cwd": WORKDIR,
+                "capabilities": {},
+                "noNewPrivileges": True,
+                "rlimits": rlimits,
+            },
+            "root": {"path": root, "readonly": True},
+            "hostname": HOSTNAME,
+            "mounts": mounts,
+            "linux": {
+                "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")],
+            },
+        }
+
+    # -- create ------------------------------------------------------------
+
+    async def create(self) -> None:
+        spec = self.spec
+        label = safe_label(spec.label)
+        async with self.sub("root"):
+            root = await self.driver.root_for(spec.workload)
+            platform = await self.driver.platform()
+        async with self.sub("workspace"):
+            self._ws = asyncio.ensure_future(
+                self.host.make_workspace(
+                    f"{WORKSPACE_PREFIX}{label}-", spec.workspace_src, None, workspace_mib(spec)
+                )
+            )
+            self.workspace = await asyncio.shield(self._ws)
+        async with self.sub("cgroup"):
+            lim = spec.limits
+            self.cg = Cgroup.relpath_of(f"env-{label}-{self.cid[-8:]}", spec.cgroup_parent)
+            try:
+                self.procs = await self.host.make_cgroup(
+                    self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=host_pids(lim.pids)
+                )
+            except PhaseFailure:
+                self.cg = None
+                raise
+        async with self.sub("bundle"):
+            self.host.track("path", self.dir)
+            self._made_dir = True
+            os.makedirs(os.path.join(self.dir, "state"), mode=0o700)
+            with open(os.path.join(self.dir, "config.json"), "w") as f:
+                json.dump(self._config(root), f)
+        async with self.sub("spawn"):
+            shell = self.channel == "shell"
+            log = open(os.path.join(self.dir, "run.log"), "wb")
+            try:
+                argv = self.runsc("run", "--bundle", self.dir, self.cid)
+                argv[1:1] = [f"--platform={platform}"]
+                # shielded: a cancelled spawn half-way can hang asyncio (3.11); teardown
+                # collects the process a cancelled create left
+                self._spawn = asyncio.ensure_future(
+                    self.host.spawn(
+                        argv,
+                        cwd="/",
+                        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+                        stdin=subprocess.PIPE if shell else subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=log.fileno(),
+                        cgroup_procs=self.procs,
+                    )
+                )
+                try:
+                    self.proc = await asyncio.shield(self._spawn)
+                except OSError as exc:
+                    raise PhaseFailure(
+                        ErrorKind.SANDBOX_FAILED, f"cannot start runsc: {exc}"
+                    ) from exc
+            finally:
+                log.close()
+        if shell:
+            self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
+
+    # -- ready -------------------------------------------------------------
+
+    async def ready(self) -> None:
+        if self.proc is None:
+            raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox was never started")
+        if self.channel == "shell":
+            async with self.sub("first_command"):
+                try:
+                    await super().ready()
+                except PhaseFailure as exc:
+                    if exc.kind != ErrorKind.SHELL_LOST:
+                        raise
+                    await self._reap_quietly()
+                    raise PhaseFailure(
+                        ErrorKind.SANDBOX_FAILED,
+                        f"runsc sandbox did not start: {self._log() or exc.message}",
+                    ) from exc
+            self._started = True
+            return
+        async with self.sub("boot"):
+            line = await self.proc.stdout.readline()
+            if READY not in line:
+                await self._reap_quietly()
+                raise PhaseFailure(
+                    ErrorKind.SANDBOX_FAILED,
+                    f"runsc sandbox did not start: {self._log() or line[-300:]!r}",
+                )
+            self._started = True
+        async with self.sub("first_command"):
+            await super().ready()
+
+    async def _reap_quietly(self) -> None:
+        try:
+            await asyncio.wait_for(self.proc.wait(), 2.0)
+        except TimeoutError:
+            pass
+
+    # -- actions -----------------------------------------------------------
+
+    async def action(self, step: Step, timeout: float | None) -> ActionResult:
+        if self.channel == "shell":
+            if self.shell is None:
+                raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox's shell was never started")
+            async with asyncio.timeout(timeout):
+                return await self.shell.run(step.argv)
+        if self.proc is None:
+            raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox was never started")
+        argv = self.runsc("exec", "--cwd", WORKDIR, self.cid, *step.argv)
+        res = await run_exec(self.host, argv, cwd="/", env=None, timeout=timeout)
+        if res.rc != 0 and self.proc.returncode is not None:
+            raise PhaseFailure(
+                ErrorKind.ENV_LOST,
+                f"the sandbox is gone (runsc run exited {self.proc.returncode}): "
+                f"{res.output[-300:]!r}",
+            )
+        return res
+
+    # -- teardown ----------------------------------------------------------
+
+    async def teardown(self) -> None:
+        errors: list[str] = []
+        if self._spawn is not None and not self._spawn.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._spawn), 30)
+            except Exception:
+                pass
+        if self.proc is None and self._spawn is not None and self._spawn.done():
+            if not self._spawn.cancelled() and self._spawn.exception() is None:
+                self.proc = self._spawn.result()
+        self._spawn = None
+        if self.proc is not None:
+            async with self.sub("kill"):
+                await self._end()
+            self.proc = None
+        if self._made_dir:
+            async with self.sub("delete"):
+                left = await self._delete()
+            if left:
+                errors.append(left)
+        if self.cg is not None:
+            try:
+                await self.host.remove_cgroup(self.cg)
+                self.cg = None
+            except PhaseFailure as exc:
+                errors.append(exc.message)
+        if self._ws is not None and not self._ws.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._ws), 60)
+            except Exception:
+                pass
+        if self.workspace is None and self._ws is not None and self._ws.done():
+            if not self._ws.cancelled() and self._ws.exception() is None:
+                self.workspace = self._ws.result()
+        self._ws = None
+        if self.workspace is not None:
+            await self.host.remove_tree(self.workspace)
+            self.workspace = None
+        if errors:
+            raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, "; ".join(errors))
+
+    async def _end(self) -> None:
+        """Kill every process of the container, then let `runsc run` (rtax's child) reap
+        the sandbox and exit; kill its group (and the sandbox's) if it does not."""
+        proc = self.proc
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            try:
+                proc.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        if proc.returncode is None:
+            try:
+                await self.host.run(self.runsc("kill", "--all", self.cid, "KILL"), timeout=10)
+            except (TimeoutError, OSError, PhaseFailure):
+                pass
+            try:
+                await asyncio.wait_for(proc.wait(), KILL_WAIT_S)
+            except TimeoutError:
+                pass
+        if proc.returncode is None:
+            await asyncio.to_thread(_kill_naming, self.dir)
+        await self.host.kill(proc)
+        await proc.wait()
+        self.host.release(proc)
+
+    async def _delete(self) -> str | None:
+        """Remove the container's state (if `runsc run` left any), every process that
+        still names this environment's directory, and the directory."""
+        state = os.path.join(self.dir, "state")
+        if os.path.isdir(state) and any(n != "runsc.log" for n in os.listdir(state)):
+            try:
+                await self.host.run(self.runsc("delete", "--force", self.cid), timeout=30)
+            except (TimeoutError, OSError, PhaseFailure):
+                pass
+        left = await asyncio.to_thread(_kill_naming, self.dir)
+        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        if os.path.exists(self.dir):
+            return f"cannot remove {self.dir}"
+        self.host.untrack("path", self.dir)
+        self._made_dir = False
+        return f"processes of {self.cid} survived: {left}" if left else None
+
+
+def _procs_naming(needle: str) -> list[int]:
+    out = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if needle.encode() in f.read():
+                    out.append(int(name))
+        except OSError:
+            continue
+    return out
+
+
+def _kill_naming(needle: str, tries: int = 100) -> list[int]:
+    """SIGKILL every process whose command line names `needle` (the sandbox and gofer
+    name their `--root`) until none is left; returns those that survived."""
+    import time
+
+    left: list[int] = []
+    for _ in range(tries):
+        left = _procs_naming(needle)
+        if not left:
+            return []
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+        # zombies of ours name it until reaped: count only the living
+        left = [p for p in left if _alive(p)]
+        if not left:
+            return []
+    return left
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _platform_cache(exe: str) -> str:
+    """Where `auto`'s choice is kept until the machine reboots (/run is a tmpfs): per
+    runsc binary (its size and time) and kernel."""
+    try:
+        st = os.stat(exe if os.path.isabs(exe) else (which(exe) or exe))
+        key = f"{st.st_size}-{st.st_mtime_ns}-{os.uname().release}"
+    except OSError:
+        key = "none"
+    return os.path.join(STATE_BASE, f".platform-{recipe_digest({'key': key})}.json")
+
+
+def _read_platform_cache(exe: str) -> tuple[str, str] | None:
+    try:
+        with open(_platform_cache(exe)) as f:
+            got = json.load(f)
+        return str(got["platform"]), str(got["reason"]) + " (found at an earlier start)"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_platform_cache(exe: str, platform: str, reason: str) -> None:
+    path = _platform_cache(exe)
+    try:
+        os.makedirs(STATE_BASE, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({"platform": platform, "reason": reason}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+# -- the driver ----------------------------------------------------------------------
+
+
+class GvisorDriver(Driver):
+    name = "gvisor"
+    channels = ("exec", "shell")
+    runs_remote = False  # runsc, the bundle and the cached roots are the controller's
+    image_recipe: ClassVar[ImageRecipe | None] = ImageRecipe("gvisor", build_roots)
+    leaves: ClassVar[frozenset[str]] = frozenset({"monitors"})
+    # What `rtax probe --driver gvisor` found kept on both channels here (runsc
+    # 2022-12-19, ptrace). Not stated: sys_write (gVisor's /sys has no setting the probe
+    # knows: n/a), pids_limit and default_limits (the sandbox's RLIMIT_NPROC refuses the
+    # fork past the limit: 124 of 384 under 128, 1020 of 2048 under 1024; but a fork
+    # under ptrace took ~20 ms here, so the probe's bomb, whose processes sleep 10 s,
+    # never has 1024 alive at once and reads as breached), and the pool's reuse checks
+    # (recreate only).
+    boundary = frozenset(
+        {
+            "host_paths",
+            "vsock",
+            "cgroup_escape",
+            "loopback_tcp",
+            "memory_limit",
+            "workspace_size",
+            "init_kill",
+            "result_integrity",
+            "tmp_sentinel",
+            "cache_sentinel",
+            "etc_shadow",
+            "root_home",
+            "usr_local",
+            "docker_socket",
+            "podman_socket",
+            "libvirt_socket",
+            "probe_socket",
+            "remount_rw",
+            "block_devices",
+            "proc_sys",
+            "module_load",
+            "proc_cmdline",
+            "host_processes",
+            "host_signal",
+            "process_vm",
+            "other_env",
+            "workspace_persists",
+            "fresh_env",
+            "deep_tree",
+            "cleanup_spares_live",
+        }
+    )
+
+    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+        super().__init__(host, options)
+        self.check_options(options)
+        self.want_platform = str(options.get("platform", "auto"))
+        self.network = str(options.get("network", "none"))
+        self._platform: str | None = None
+        self._platform_reason = ""
+        self._platform_lock = asyncio.Lock()
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        from rtax_tui.model.spec import OptionError
+
+        for key in options:
+            if key not in ("platform", "network", "runsc"):
+                raise OptionError(key, "gvisor: unknown option (known: platform, network, runsc)")
+        p = options.get("platform", "auto")
+        if p not in ("auto", *PLATFORMS):
+            raise OptionError("platform", f"must be auto, {', '.join(PLATFORMS)}, not {p!r}")
+        n = options.get("network", "none")
+        if n not in NETWORKS:
+            raise OptionError("network", f"must be {' or '.join(NETWORKS)}, not {n!r}")
+
+    def promised_checks(self) -> frozenset[str]:
+        if self.network != "none":  # gVisor's own network stack: not measured
+            return self.boundary - {"loopback_tcp"}
+        return self.boundary
+
+    @property
+    def exe(self) -> str:
+        return str(self.options.get("runsc") or which("runsc") or "runsc")
+
+    def runsc_argv(self, state: str, *args: str) -> list[str]:
+        return [
+            self.exe,
+            f"--root={state}",
+            f"--network={self.network}",
+            "--ignore-cgroups",
+            *args,
+        ]
+
+    def integrity(self, channel: str) -> str | None:
+        """exec: each status is the sentry's report of that process, through `runsc exec`,
+        a host process no step reaches. shell: the sandbox's shell is a process of the
+        sandbox's root, which a step can replace (exec) or rewrite, and its stdout pipe is
+        open to every process inside: rtax cannot tell who wrote an answer."""
+        if channel == "shell":
+            return (
+                "shell: the sandbox's shell is a process of the workload's own root, which a "
+                "step can replace (exec) or rewrite; gVisor's processes are all one host "
+                "process (the sentry), so rtax cannot tell which one wrote the answer"
+            )
+        return None
+
+    def pool_resets(self, channel: str) -> dict[str, str | None]:
+        out = super().pool_resets(channel)
+        out["snapshot"] = (
+            "runsc checkpoint/restore not offered yet: each restore would be a new sandbox "
+            "of the same bundle (the pool uses recreate)"
+        )
+        return out
+
+    def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
+        return GvisorEnvironment(self, spec, sub)
+
+    async def root_for(self, workload: Workload) -> str:
+        if needs_full_image(workload):
+            root = await asyncio.to_thread(debian_root)
+            if root is None:
+                raise PhaseFailure(
+                    ErrorKind.IMAGE_MISSING,
+                    "gvisor: the Debian root is not built (rtax images build --driver gvisor)",
+                )
+            return root
+        try:
+            return await asyncio.to_thread(busybox_root)
+        except RtaxError as exc:
+            raise PhaseFailure(ErrorKind.IMAGE_MISSING, str(exc)) from exc
+
+    # -- the platform ------------------------------------------------------
+
+    def _known_platforms(self) -> list[str]:
+        try:
+            res = subprocess.run([self.exe, "flags"], capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return ["ptrace"]
+        text = (res.stdout + res.stderr).decode(errors="replace")
+        line = next((ln for ln in text.splitlines() if "which platform to use" in ln), "")
+        return [p for p in PLATFORMS if p in line] or ["ptrace"]
+
+    async def platform(self) -> str:
+        """The platform sandboxes run on: the option, or with `auto` the first of
+        systrap, kvm (only where /dev/kvm is there) that runs a sandbox within
+        PLATFORM_PROBE_S, else ptrace. Found once per driver."""
+        if self._platform is not None:
+            return self._platform
+        async with self._platform_lock:
+            if self._platform is not None:
+                return self._platform
+            if self.want_platform != "auto":
+                self._platform, self._platform_reason = self.want_platform, "asked for"
+                return self._platform
+            cached = _read_platform_cache(self.exe)
+            if cached is not None:
+                self._platform, self._platform_reason = cached
+                return cached[0]
+            known = await asyncio.to_thread(self._known_platforms)
+            why: list[str] = []
+            for p in ("systrap", "kvm"):
+                if p not in known:
+                    why.append(f"{p}: not in this runsc")
+                    continue
+                if p == "kvm" and not os.path.exists("/dev/kvm"):
+                    why.append("kvm: no /dev/kvm")
+                    continue
+                err = await asyncio.to_thread(self._try_platform, p)
+                if err is None:
+                    self._platform = p
+                    self._platform_reason = "; ".join([*why, f"{p}: a sandbox ran"])
+                    break
+                why.append(f"{p}: {err}")
+            else:
+                self._platform = "ptrace"
+                self._platform_reason = "; ".join([*why, "ptrace: the fallback"])
+            _write_platform_cache(self.exe, self._platform, self._platform_reason)
+            return self._platform
+
+    def _try_platform(self, platform: str) -> str | None:
+        """Run `true` in a throw-away busybox sandbox on `platform`; None when it ran."""
+        try:
+            root = busybox_root()
+        except RtaxError as exc:
+            return str(exc)
+        d = os.path.join(STATE_BASE, f"rtax-{safe_label(runlock.owner())}-p{os.urandom(3).hex()}")
+        self.host.track("path", d)
+        try:
+            os.makedirs(os.path.join(d, "state"), mode=0o700)
+            cfg = {
+                "ociVersion": "1.0.0",
+                "process": {"user": {"uid": 0, "gid": 0}, "args": ["true"], "cwd": "/"},
+                "root": {"path": root, "readonly": True},
+                "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+                "linux": {"namespaces": [{"type": t} for t in ("pid", "mount", "network")]},
+            }
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            argv = self.runsc_argv(os.path.join(d, "state"), "run", "--bundle", d, "probe")
+            argv[1:1] = [f"--platform={platform}"]
+            with open(os.path.join(d, "run.log"), "wb") as log:
+                p = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    start_new_session=True,
+                )
+                try:
+                    rc = p.wait(PLATFORM_PROBE_S)
+                except subprocess.TimeoutExpired:
+                    return f"no sandbox ran within {PLATFORM_PROBE_S:.0f} s (hangs here)"
+                finally:
+                    if p.returncode is None:
+                        _kill_naming(d)
+                        try:
+                            os.killpg(p.pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                        p.wait()
+            if rc != 0:
+                with open(os.path.join(d, "run.log"), "rb") as f:
+                    return f"runsc exited {rc}: {f.read()[-200:].decode(errors='replace')}"
+            return None
+        finally:
+            _kill_naming(d)
+            shutil.rmtree(d, ignore_errors=True)
+            self.host.untrack("path", d)
+
+    # -- checks ------------------------------------------------------------
+
+    async def check(self) -> list[Problem]:
+        if os.geteuid() != 0:
+            return [
+                Problem(
+                    "gvisor needs root here: runsc makes the sandbox's namespaces and cgroup",
+                    "run rtax as root (sudo rtax ...)",
+                )
+            ]
+        if self.options.get("runsc") is None and which("runsc") is None:
+            return [Problem("runsc (gVisor) is not installed", "apt-get install runsc")]
+        if find_static_busybox() is None:
+            return [
+                Problem(
+                    "no statically linked busybox: the sandboxes' small root is made from it",
+                    "apt-get install busybox-static",
+                )
+            ]
+        try:
+            await asyncio.to_thread(busybox_root)
+        except (RtaxError, OSError) as exc:
+            return [Problem(f"gvisor cannot make its busybox root: {exc}", "check rtax's cache")]
+        await self.platform()
+        for channel in ("exec", "shell"):
+            err = await self.try_environment(
+                channel,
+                Step(("sh", "-c", "test -w /workspace && hostname")),
+                lambda r: r.rc == 0 and r.output.strip() == HOSTNAME.encode(),
+            )
+            if err:
+                return [
+                    Problem(
+                        f"runsc could not run a sandbox ({channel}, platform "
+                        f"{self._platform}): {err}",
+                        "check `runsc --platform=ptrace do true` as root; "
+                        'option platform = "ptrace"',
+                    )
+                ]
+        return []
+
+    async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
+        if any(needs_full_image(w) for w in workloads):
+            built = os.path.isdir(os.path.join(_roots_dir(), debian_root_name()))
+            if not built and not os.path.isfile(debian_rootfs_path()):
+                return [
+                    Problem(
+                        "gvisor: the Debian root (python3, git, pytest) is not built",
+                        "rtax images build --driver gvisor",
+                    )
+                ]
+        return []
+
+    async def facts(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {
+            "network": self.network,
+            "isolation": "gVisor sentry (a user-space kernel) per environment, read-only "
+            "root, workspace bound at /workspace, root inside the sandbox only",
+            "limits": "cpus, memory_mib: the environment's cgroup (the sentry, the gofer and "
+            "runsc inside it); pids: the sandbox's RLIMIT_NPROC (gVisor refuses the fork), "
+            f"the cgroup holding pids x {HOST_PIDS_FACTOR} + {HOST_PIDS_BASE} as a backstop; "
+            "workspace_mib: the workspace's own tmpfs",
+        }
+        try:
+            res = await self.host.run([self.exe, "--version"], timeout=10)
+            lines = res.stdout.decode(errors="replace").strip().splitlines()
+            if lines:
+                facts["runsc"] = lines[0]
+        except (OSError, TimeoutError, PhaseFailure):
+            pass
+        facts["platform"] = await self.platform()
+        facts["platform_reason"] = self._platform_reason
+        return facts
+
+    # -- cleanup -----------------------------------------------------------
+
+    async def cleanup(self, label: str | None = None) -> int:
+        """Sandboxes and runsc state, env cgroups and workspaces of one run (or every run),
+        sparing a live run's."""
+        want = f"rtax-{safe_label(label)}-" if label else "rtax-"
+        live = runlock.live_labels()
+        n = 0
+        try:
+            names = sorted(os.listdir(STATE_BASE))
+        except OSError:
+            names = []
+        for name in names:
+            if not name.startswith(want):
+                continue
+            if runlock.is_live(name, live, lambda s: f"rtax-{safe_label(s)}-"):
+                runlock.note_spared(1)
+                continue
+            d = os.path.join(STATE_BASE, name)
+            await asyncio.to_thread(_kill_naming, d)
+            await asyncio.to_thread(shutil.rmtree, d, True)
+            n += 1
+        prefix = WORKSPACE_PREFIX + (f"{safe_label(label)}-" if label else "")
+        cg = f"env-{safe_label(label)}-" if label else "env-"
+        script = runlock.script(CLEANUP_SH)
+        argv = ["sh", "-c", script, "rtax-cleanup", prefix, cg, cgroups.PREFIX]
+        res = await self.host.run(argv, timeout=60)
+        try:
+            return n + counts(res.stdout)
+        except (ValueError, IndexError):
+            raise PhaseFailure(
+                ErrorKind.CLEANUP_FAILED, f"gvisor cleanup failed: {res.stderr[-300:]!r}"
+            ) from None
