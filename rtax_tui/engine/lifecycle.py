@@ -158,7 +158,7 @@ class TrialRunner:
         self.progress = progress
         self.substrates = substrates
         self.hosts = hosts
-        self.pools = pools  # the warm pools of pooled cells (core.pool)
+        self.pools = pools  # the warm pools of pooled cells (engine.pool)
         self.ended = 0  # trials that emitted their `trial_end`
         self._nth: dict[str, int] = {}  # trials begun per cell (replay variants)
 
