@@ -54,8 +54,10 @@ def _wait_for_trials(path: Path, n: int, timeout: float = 90) -> None:
 
 
 def _hanging(marker: str) -> bool:
-    """The container's `sleep` (a host process too, in the container's PID namespace)."""
-    return subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout != b""
+    """The container's `sleep` (a host process too, in the container's PID namespace):
+    a process whose whole command line is the marker. Not any that contains it: every
+    quick trial's `sh -c` holds it too, and matched it for a moment (a flaky failure)."""
+    return subprocess.run(["pgrep", "-f", f"^{marker}$"], capture_output=True).stdout != b""
 
 
 def _start_hanging_run(tmp_path: Path, channel: str) -> tuple[subprocess.Popen, Path, Path, str]:

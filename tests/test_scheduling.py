@@ -10,7 +10,10 @@ from tests.fakes import FakeDriver
 
 def test_stop_interrupts_and_tears_down():
     drv = FakeDriver()
-    drv.delays = {"action": 0.02}
+    # each action far longer than the time to the stop: the stop always lands in one (with
+    # 20 ms actions it once landed in a teardown on a loaded machine, which it must not
+    # cut short, and the last trial ended ok)
+    drv.delays = {"action": 2.0}
     s, ev = run(prof(warmup=0, trials=1000), drv, {"w": W_OK}, stop_after=0.3)
     end = by_type(ev, "run_end")[0]
     assert end["status"] == "interrupted"
