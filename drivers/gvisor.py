@@ -52,11 +52,11 @@ from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, Sub
 from rtax_tui.drivers.toolkit.assets import cache_dir
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import (
-    PATH_ENV,
     Log,
     build_debian_rootfs,
     debian_rootfs_path,
     find_static_busybox,
+    image_env,
     recipe_digest,
 )
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
@@ -98,21 +98,7 @@ def host_pids(pids: int | None) -> int | None:
 
 
 def _sandbox_env(extra: dict[str, str]) -> list[str]:
-    env = {
-        "PATH": PATH_ENV,
-        "HOME": WORKDIR,
-        "TMPDIR": "/tmp",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        # the workspace and the bound assets belong to host uids: no "dubious ownership"
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "safe.directory",
-        "GIT_CONFIG_VALUE_0": "*",
-    }
-    env.update(extra)
-    return [f"{k}={v}" for k, v in env.items()]
+    return [f"{k}={v}" for k, v in image_env(WORKDIR, extra).items()]
 
 
 # -- the root filesystems ------------------------------------------------------------

@@ -28,7 +28,7 @@ import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from xml.sax.saxutils import escape
 
 from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, Problem, SubTimer
@@ -308,7 +308,7 @@ class LibvirtDriver(Driver):
     name = "libvirt"
     channels = ("exec", "shell")
     image_recipe = ImageRecipe("vm", vm_guest_images)
-    daemon = DaemonNeed("libvirtd", "bash scripts/start-libvirtd")
+    daemon: ClassVar[DaemonNeed] = DaemonNeed("libvirtd", "bash scripts/start-libvirtd")
     exec_reusable_after_timeout = False  # exec goes through the agent's one stream
     boots_a_kernel = True
     leaves = frozenset({"domains", "monitors"})
@@ -472,11 +472,7 @@ class LibvirtDriver(Driver):
         except (PhaseFailure, TimeoutError, Exception) as exc:
             self.conn = None
             msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            return [
-                Problem(
-                    f"libvirtd does not answer on {self.uri}: {msg}", "bash scripts/start-libvirtd"
-                )
-            ]
+            return [Problem(f"libvirtd does not answer on {self.uri}: {msg}", self.daemon.start)]
         if not self._accel_done:
             self.accel, self.accel_reason = await resolve_accel(self.host, self.opts)
             self._accel_done = True

@@ -13,6 +13,7 @@ driver module is imported only when its driver is used.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -87,16 +88,23 @@ def provider(name: str) -> str:
     return ep.dist.name if ep is not None and ep.dist is not None else "?"
 
 
+def _loadable() -> Iterator[tuple[str, type[Driver]]]:
+    """Each registered driver whose class loads here (one needing an extra that is not
+    installed is left out), with its class: for reading what the drivers declare."""
+    for name in names():
+        try:
+            yield name, driver_class(name)
+        except DriverRegistryError:
+            continue
+
+
 def image_recipes() -> dict[str, ImageRecipe]:
     """What `rtax images build --driver NAME` accepts: each driver with an image by its
     name, and each image by its kind (`vm`: the guest both VM drivers boot). A driver
     that cannot be loaded here (an extra not installed) is left out."""
     out: dict[str, ImageRecipe] = {}
-    for name in names():
-        try:
-            recipe = driver_class(name).image_recipe
-        except DriverRegistryError:
-            continue
+    for name, cls in _loadable():
+        recipe = cls.image_recipe
         if recipe is not None:
             out.setdefault(name, recipe)
             out.setdefault(recipe.kind, recipe)
@@ -115,11 +123,7 @@ def image_recipe(name: str) -> ImageRecipe:
 
 def daemon_of(name: str) -> DaemonNeed | None:
     """The daemon a driver or an image kind needs (None: none or unknown)."""
-    for n in names():
-        try:
-            cls = driver_class(n)
-        except DriverRegistryError:
-            continue
+    for n, cls in _loadable():
         if n == name or (cls.image_recipe is not None and cls.image_recipe.kind == name):
             if cls.daemon is not None:
                 return cls.daemon

@@ -48,7 +48,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rtax_tui.drivers.base import (
     DaemonNeed,
@@ -503,7 +503,7 @@ class SwerexDriver(Driver):
     channels = ("exec", "shell")
     # its docker deployment's image and daemon (the local and remote ones need neither)
     image_recipe = ImageRecipe("swerex", swerex_images)
-    daemon = DaemonNeed("dockerd", "bash scripts/start-dockerd")
+    daemon: ClassVar[DaemonNeed] = DaemonNeed("dockerd", "bash scripts/start-dockerd")
     leaves = frozenset({"containers", "monitors"})
     variants = ("deployment", ("local", "remote", "docker"))
     # The local runtime and the server run on the controller (127.0.0.1, its /proc).
@@ -589,7 +589,7 @@ class SwerexDriver(Driver):
         if res.returncode != 0:
             err = (res.stderr or res.stdout).decode(errors="replace").strip()[-200:]
             if "daemon" in err or "connect" in err:
-                return [Problem(f"dockerd does not answer: {err}", "bash scripts/start-dockerd")]
+                return [Problem(f"dockerd does not answer: {err}", self.daemon.start)]
             return [
                 Problem(
                     f"no SWE-ReX image {self.image}",

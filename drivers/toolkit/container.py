@@ -57,6 +57,7 @@ from typing import Any, ClassVar, TypeVar
 from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, Problem, SubTimer
 from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
+from rtax_tui.drivers.toolkit.rootfs import image_env
 from rtax_tui.drivers.toolkit.sandbox import SupportError, local_bin
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.workspace import (
@@ -103,7 +104,6 @@ DOCKER_MASKED_PATHS = (
     "/sys/firmware",
 )
 WORKSPACE_MODES = ("copy", "bind", "none")
-ENV_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The exec channel's PID 1: a shell that waits, so it also reaps orphans (a bare
 # `sleep` as PID 1 would leave every killed background process a zombie).
 SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
@@ -484,20 +484,7 @@ class ContainerEnvironment(Environment):
             binds[init] = {"bind": INIT_PATH, "mode": "ro"}
         if binds:
             hc["binds"] = binds
-        env = {
-            "PATH": ENV_PATH,
-            "HOME": WORKDIR,
-            "TMPDIR": "/tmp",
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            # The workspace and the bound assets belong to host uids: no "dubious
-            # ownership" refusals from git.
-            "GIT_CONFIG_COUNT": "1",
-            "GIT_CONFIG_KEY_0": "safe.directory",
-            "GIT_CONFIG_VALUE_0": "*",
-        }
+        env = image_env(WORKDIR, {})
         opts = self.d.opts
         if opts.read_only:
             hc["read_only"] = True
@@ -914,7 +901,7 @@ class ContainerDriver(Driver):
     # (drivers/podman.py): where it listens, what the messages call it, how to start it.
     default_socket = DEFAULT_SOCKET
     service = "dockerd"
-    daemon: ClassVar[DaemonNeed | None] = DaemonNeed("dockerd", "bash scripts/start-dockerd")
+    daemon: ClassVar[DaemonNeed] = DaemonNeed("dockerd", "bash scripts/start-dockerd")
     image_recipe: ClassVar[ImageRecipe | None] = ImageRecipe("docker", container_images("docker"))
     leaves: ClassVar[frozenset[str]] = frozenset({"containers", "monitors"})
     log_hint = "the dockerd log (/tmp/rtax-dockerd.log)"
@@ -1208,7 +1195,7 @@ class ContainerDriver(Driver):
         except ImportError:
             return [Problem("the docker Python SDK is not installed", "pip install docker")]
         path = _socket_path(self.socket)
-        start = self.daemon.start if self.daemon else ""
+        start = self.daemon.start
         if path is not None and not os.path.exists(path):
             return [Problem(f"{self.service} is not running (no {path})", start)]
         try:
