@@ -104,3 +104,25 @@ def vm_guest() -> list[str]:
         return images.build("vm")
     except RtaxError as exc:
         pytest.fail(f"images build --driver vm: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def podman_runsc_service(podman_engine: list[str]) -> Iterator[services.Daemon]:
+    """A second podman API service whose containers run under gVisor's runsc
+    (`start-podman --runtime runsc`: podman 4.3's compat API ignores a container's own
+    runtime), sharing the first one's images."""
+    from rtax_tui.drivers.podman import RUNTIME_SOCKET
+
+    if shutil.which("runsc") is None:
+        pytest.skip("runsc is not installed (apt-get install runsc; scripts/bootstrap does)")
+    sock = RUNTIME_SOCKET.format(runtime="runsc").removeprefix("unix://")
+    yield from _session_daemon(
+        services.podman_service(
+            {
+                "RTAX_PODMAN_RUNTIME": "runsc",
+                "RTAX_PODMAN_SOCK": sock,
+                "RTAX_PODMAN_PIDFILE": "/run/rtax-podman-runsc.pid",
+                "RTAX_PODMAN_LOG": "/tmp/rtax-podman-runsc.log",
+            }
+        )
+    )
