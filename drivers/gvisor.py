@@ -567,12 +567,11 @@ class GvisorDriver(Driver):
     image_recipe: ClassVar[ImageRecipe | None] = ImageRecipe("gvisor", build_roots)
     leaves: ClassVar[frozenset[str]] = frozenset({"monitors"})
     # What `rtax probe --driver gvisor` found kept on both channels here (runsc
-    # 2022-12-19, ptrace). Not stated: sys_write (gVisor's /sys has no setting the probe
-    # knows: n/a), pids_limit and default_limits (the sandbox's RLIMIT_NPROC refuses the
-    # fork past the limit: 124 of 384 under 128, 1020 of 2048 under 1024; but a fork
-    # under ptrace took ~20 ms here, so the probe's bomb, whose processes sleep 10 s,
-    # never has 1024 alive at once and reads as breached), and the pool's reuse checks
-    # (recreate only).
+    # 2022-12-19, ptrace), pids_limit and default_limits included (the sandbox's
+    # RLIMIT_NPROC refuses the fork past the limit; the probe's bomb keeps its processes
+    # until counted, as forks under ptrace take ~20 ms). Not stated: sys_write (gVisor's
+    # /sys has no setting the probe knows: n/a), and the pool's reuse checks (recreate
+    # only).
     boundary = frozenset(
         {
             "host_paths",
@@ -580,6 +579,8 @@ class GvisorDriver(Driver):
             "cgroup_escape",
             "loopback_tcp",
             "memory_limit",
+            "pids_limit",
+            "default_limits",
             "workspace_size",
             "init_kill",
             "result_integrity",

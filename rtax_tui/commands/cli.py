@@ -298,7 +298,6 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
                 raise RtaxError(f"{flag}: unknown {v!r} (known: {', '.join(known)})")
         return list(dict.fromkeys(items))
 
-    drivers = listed("--driver", args.driver, driver_names(), driver_names())
     channels = listed("--channel", args.channel, CHANNELS, CHANNELS)
     if args.format not in PROBE_FORMATS:
         raise RtaxError(f"--format: {args.format!r} (allowed: {', '.join(PROBE_FORMATS)})")
@@ -309,6 +308,9 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
             raise RtaxError(f"--profile: {exc}") from None
     else:
         profile = Profile(name="probe", path="rtax probe", hosts=("local",))
+    # the profile's driver instances too (`driver = "BASE"`), when named
+    known = driver_names() + profile.driver_instances()
+    drivers = listed("--driver", args.driver, known, driver_names())
     try:
         profile = profile.with_overrides(**host_overrides(args))
     except RtaxError as exc:

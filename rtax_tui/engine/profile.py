@@ -154,6 +154,16 @@ class Profile:
             raise ProfileError(f"{self.path}: --sizes: the profile has no [capacity] table")
         return replace(self, capacity=replace(self.capacity, sizes=tuple(sizes)))
 
+    def driver_instances(self) -> tuple[str, ...]:
+        """The names `[drivers_options]` gives to instances of registered drivers."""
+        from rtax_tui.drivers import names as driver_names
+        from rtax_tui.drivers.registry import INSTANCE_KEY
+
+        registered = driver_names()
+        return tuple(
+            n for n, b in self.driver_options.items() if INSTANCE_KEY in b and n not in registered
+        )
+
     def _check_names(self, locate: Callable[[str], str]) -> None:
         def bad(key: str, value: Any, allowed: tuple[str, ...]) -> None:
             raise ProfileError(
@@ -161,10 +171,8 @@ class Profile:
             )
 
         from rtax_tui.drivers import names as driver_names
-        from rtax_tui.drivers.registry import INSTANCE_KEY
 
-        instances = tuple(n for n, b in self.driver_options.items() if INSTANCE_KEY in b)
-        known = driver_names() + tuple(n for n in instances if n not in driver_names())
+        known = driver_names() + self.driver_instances()
         for d in self.drivers:
             if d not in known:
                 bad("drivers", d, known)
