@@ -268,7 +268,7 @@ class GvisorEnvironment(Environment):
                 "noNewPrivileges": True,
                 "rlimits": rlimits,
             },
-            "root": {"path": root, "readonly": True},
+            "root": {"path": root, "readonly": not self.driver.overlay},
             "hostname": HOSTNAME,
             "mounts": mounts,
             "linux": {
@@ -614,6 +614,9 @@ class GvisorDriver(Driver):
         self.check_options(options)
         self.want_platform = str(options.get("platform", "auto"))
         self.network = str(options.get("network", "none"))
+        # `overlay`: the root writable, its writes kept in the sentry's memory (runsc
+        # --overlay): a workload may change /usr or /etc, the cached root stays as built
+        self.overlay = bool(options.get("overlay", False))
         self._platform: str | None = None
         self._platform_reason = ""
         self._platform_lock = asyncio.Lock()
@@ -623,8 +626,12 @@ class GvisorDriver(Driver):
         from rtax_tui.model.spec import OptionError
 
         for key in options:
-            if key not in ("platform", "network", "runsc"):
-                raise OptionError(key, "gvisor: unknown option (known: platform, network, runsc)")
+            if key not in ("platform", "network", "overlay", "runsc"):
+                raise OptionError(
+                    key, "gvisor: unknown option (known: platform, network, overlay, runsc)"
+                )
+        if not isinstance(options.get("overlay", False), bool):
+            raise OptionError("overlay", f"must be true or false, not {options['overlay']!r}")
         p = options.get("platform", "auto")
         if p not in ("auto", *PLATFORMS):
             raise OptionError("platform", f"must be auto, {', '.join(PLATFORMS)}, not {p!r}")
@@ -647,6 +654,7 @@ class GvisorDriver(Driver):
             f"--root={state}",
             f"--network={self.network}",
             "--ignore-cgroups",
+            *(["--overlay"] if self.overlay else []),
             *args,
         ]
 
@@ -842,8 +850,14 @@ class GvisorDriver(Driver):
     async def facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
             "network": self.network,
-            "isolation": "gVisor sentry (a user-space kernel) per environment, read-only "
-            "root, workspace bound at /workspace, root inside the sandbox only",
+            "overlay": self.overlay,
+            "isolation": "gVisor sentry (a user-space kernel) per environment, "
+            + (
+                "root writable in the sentry's memory (--overlay)"
+                if self.overlay
+                else "read-only root"
+            )
+            + ", workspace bound at /workspace, root inside the sandbox only",
             "limits": "cpus, memory_mib: the environment's cgroup (the sentry, the gofer and "
             "runsc inside it); pids: the sandbox's RLIMIT_NPROC (gVisor refuses the fork), "
             f"the cgroup holding pids x {HOST_PIDS_FACTOR} + {HOST_PIDS_BASE} as a backstop; "
