@@ -41,6 +41,8 @@ def rebuild(ev: dict[str, Any]) -> events.Event:
         return events.run_end(**f)
     if t == "probe":
         return events.probe(**f)
+    if t == "clock":
+        return events.clock(**f)
     raise AssertionError(f"no builder for {t}")
 
 
@@ -83,6 +85,20 @@ def test_optional_fields_appear_only_when_given() -> None:
     assert "batch_size" not in s and s["steps"] == 2
     assert "error" not in events.run_end("completed", 0)
     assert events.run_end("failed", 1, error="E")["error"] == "E"
+
+
+def test_clock_event_checked_and_its_drift_optional() -> None:
+    """A sync made before the run began has a negative `at_ns`; the bound and round trip
+    are counts; the drift comes as a pair or not at all."""
+    c = events.clock("h:22", at_ns=-5, offset_ns=-(10**12), err_ns=40, rtt_ns=90, samples=8)
+    assert "drift_ppb" not in c and events.check_event({**c, "t_ns": 1}) is None
+    d = events.clock(
+        "h:22", at_ns=9, offset_ns=1, err_ns=4, rtt_ns=9, samples=8, drift_ppb=-3, drift_err_ppb=7
+    )
+    assert (d["drift_ppb"], d["drift_err_ppb"]) == (-3, 7)
+    assert events.check_event({**d, "t_ns": 1}) is None
+    assert "err_ns" in (events.check_event({**c, "t_ns": 1, "err_ns": -1}) or "")
+    assert "drift_err_ppb" in (events.check_event({**d, "t_ns": 1, "drift_err_ppb": -1}) or "")
 
 
 def test_the_reader_uses_the_same_field_table() -> None:

@@ -66,7 +66,9 @@ def _meta_from_id(cell: str) -> dict[str, Any]:
     return dict(zip(("host", "driver", "workload", "channel"), parts, strict=True))
 
 
-def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
+def _collect(
+    rec: Recording, clocks: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, _CellData], int]:
     """Group the events of `rec` by cell; returns (cells in order, trial_start count).
 
     The pass allocates many small acyclic objects; the cyclic garbage collector
@@ -75,13 +77,15 @@ def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _collect_events(rec)
+        return _collect_events(rec, clocks)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
+def _collect_events(
+    rec: Recording, clocks: list[dict[str, Any]] | None
+) -> tuple[dict[str, _CellData], int]:
     cells: dict[str, _CellData] = {}
 
     def started(t: TrialOutcome) -> None:
@@ -106,6 +110,8 @@ def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
                 cd.pool_events.append(ev)
             else:
                 orphan_pool.append(ev)
+        elif ev["type"] == "clock" and clocks is not None:
+            clocks.append(ev)
 
     orphan_pool: list[dict[str, Any]] = []  # events of a pool before its cell's first trial
     fold = TrialFold(on_start=started, on_other=other)
@@ -173,7 +179,9 @@ def _finish(cd: _CellData) -> None:
     cd.subsamples = {k: np.asarray(v, dtype=np.int64) for k, v in sub_lists.items()}
 
 
-def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
+def _run_info(
+    rec: Recording, n_starts: int, clocks: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     h = rec.header
     profile = h.get("profile")
     end = rec.end
@@ -191,6 +199,8 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
         "limits": h["limits"] if isinstance(h.get("limits"), dict) else "unknown",
     }
     hosts = _host_info(h.get("hosts"))
+    for name, clock in _clock_info(clocks or []).items():
+        hosts.setdefault(name, {})["clock"] = clock
     if hosts:  # remote hosts only: a local run's report keeps its shape
         info["hosts"] = hosts
     applied = _limits_applied(h.get("hosts"))
@@ -261,15 +271,34 @@ def _host_info(hosts: Any) -> dict[str, Any]:
     for name, f in hosts.items():
         if not isinstance(f, dict):
             continue
-        info = {k: f[k] for k in ("net", "unreachable", "drivers_left_out") if k in f}
+        keys = ("net", "unreachable", "drivers_left_out", "clock_error")
+        info = {k: f[k] for k in keys if k in f}
         if info:
             out[name] = info
     return out
 
 
+def _clock_info(clocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per remote host, its clock's syncs (`clock` events): how many, the widest bound
+    (a remote time is on the run's timeline within it), the quickest round trip, and
+    the drift the last sync measured with its bound (none with one sync)."""
+    out: dict[str, Any] = {}
+    for ev in clocks:
+        c = out.setdefault(ev["host"], {"syncs": 0, "err_us": 0.0, "rtt_us": None})
+        c["syncs"] += 1
+        c["err_us"] = max(c["err_us"], round(ev["err_ns"] / 1e3, 1))
+        rtt = round(ev["rtt_ns"] / 1e3, 1)
+        c["rtt_us"] = rtt if c["rtt_us"] is None else min(c["rtt_us"], rtt)
+        if "drift_ppb" in ev:
+            c["drift_ppm"] = round(ev["drift_ppb"] / 1e3, 3)
+            c["drift_err_ppm"] = round(ev["drift_err_ppb"] / 1e3, 3)
+    return out
+
+
 def build_report(rec: Recording, *, seed: int = 0) -> Report:
     """The `rtax-report/1` document of a recording (see the module docstring)."""
-    cells, n_starts = _collect(rec)
+    clocks: list[dict[str, Any]] = []
+    cells, n_starts = _collect(rec, clocks)
     out_cells: list[CellReport] = []
     for cd in cells.values():
         clus = {}
@@ -302,7 +331,7 @@ def build_report(rec: Recording, *, seed: int = 0) -> Report:
                 row["replay"] = replays[row["cell"]]
     out: Report = {
         "format": REPORT_FORMAT,
-        "run": _run_info(rec, n_starts),
+        "run": _run_info(rec, n_starts, clocks),
         "cells": out_cells,
         "diffs": _diffs(cells, seed),
     }

@@ -30,6 +30,7 @@ from rtax_tui.engine.pool import Pools
 from rtax_tui.engine.probe import state as probe_state
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.scheduling import Scheduler
+from rtax_tui.hosts.clocksync import ClockSync
 from rtax_tui.hosts.hostfacts import local_facts
 from rtax_tui.model import events, runlock
 from rtax_tui.model.events import Emitter, Sink, SinkError
@@ -161,6 +162,7 @@ class Session:
                 limits=self.profile.limits.to_json(),
             )
         )
+        self._watch_clocks()
         try:
             p = self.profile
             if p.capacity is not None:
@@ -182,19 +184,66 @@ class Session:
                 await self.scheduler.run(plan, self.trials.run)
                 if self.pools is not None:
                     await self.pools.close()  # every pooled environment torn down
+            await self._sync_clocks()
         except Exception as exc:  # an engine bug must still tear down and end the recording
             self.stop()
             await self.control.drain()
             if self.pools is not None:
                 await self.pools.close()
             self.status = "failed"
+            self._unwatch_clocks()
             self.emit(events.run_end("failed", self.trials.ended, error=repr(exc)))
             raise
         finally:  # cancelled: the pools' environments still go (close is idempotent)
+            self._unwatch_clocks()  # no clock event after run_end
             if self.pools is not None:
                 await self.pools.close()
         self.emit(events.run_end(self.status, self.trials.ended))
         return self.status
+
+    # -- remote clocks ---------------------------------------------------------
+    def _watch_clocks(self) -> None:
+        """Record every sync of a remote host's clock (those made at connection, then
+        each later one) as a `clock` event on the run's clock, so that a reader can place
+        the host's times on the run's timeline and say within what."""
+        for name, h in self.hosts.items():
+
+            def record(s: ClockSync, name: str = name) -> None:
+                t0 = self.emit.t0
+                self.emit(
+                    events.clock(
+                        name,
+                        at_ns=s.mono_ns - t0,
+                        offset_ns=s.offset_ns + t0,
+                        err_ns=s.err_ns,
+                        rtt_ns=s.rtt_ns,
+                        samples=s.samples,
+                        drift_ppb=s.drift_ppb,
+                        drift_err_ppb=s.drift_err_ppb,
+                    )
+                )
+
+            if not hasattr(h, "watch_clock"):  # a plugin's host may predate clocks
+                continue
+            if h.clock is not None:
+                for s in h.clock.syncs:
+                    record(s)
+            h.watch_clock(record)  # later syncs, a reconnected host's too
+
+    def _unwatch_clocks(self) -> None:
+        for h in self.hosts.values():
+            if hasattr(h, "watch_clock"):
+                h.watch_clock(None)
+
+    async def _sync_clocks(self) -> None:
+        """One more sync of every remote clock at the end, so that every action of the
+        run lies between two syncs (a bound by interpolation, not extrapolation)."""
+        for h in self.hosts.values():
+            if getattr(h, "clock", None) is not None:
+                try:
+                    await h.sync_clock()
+                except Exception:  # informative only: the run's results stand
+                    pass
 
     async def _gather_facts(self) -> dict[str, dict[str, Any]]:
         facts: dict[str, dict[str, Any]] = {}

@@ -44,7 +44,14 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # - added `run.limits` (optional): the limits every environment of the run was given,
 #   {cpus, memory_mib, pids, workspace_mib}, each a number or "unlimited" (rtax gives
 #   limits by default since; a profile lifts one only by saying "unlimited"). A
-#   recording without it (made before) reports its limits as "unknown".
+#   recording without it (made before) reports its limits as "unknown";
+# - added `clock` events (issue 26): one synchronisation of a remote host's monotonic
+#   clock with the run's (host, at_ns, offset_ns, err_ns, rtt_ns, samples, drift_ppb,
+#   drift_err_ppb): at run time `at_ns`, the host's clock read `at_ns + offset_ns`, within
+#   +-`err_ns` (half a round trip at most); made at connection, on a schedule and at the
+#   run's end. They replace `action.remote_ns` on SSH hosts' shell actions, which no
+#   longer read the remote clock (recordings made before have it; a VM's guest still
+#   reports it). An older rtax rejects a recording with `clock` events the same way;
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -117,6 +124,12 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"host": "str", "cell": "str", "env": "count", "op": "str", "dur_ns": "count",
          "ok": "bool"},
         {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?"},
+    ),
+    # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
+    "clock": (
+        {"host": "str", "at_ns": "int", "offset_ns": "int", "err_ns": "count",
+         "rtt_ns": "count", "samples": "count"},
+        {"t_ns": "count", "drift_ppb": "int", "drift_err_ppb": "count"},
     ),
 }  # fmt: skip
 
@@ -320,6 +333,19 @@ class PoolEvent(TypedDict):
     error: str | None
 
 
+class ClockEvent(TypedDict):
+    type: Literal["clock"]
+    t_ns: NotRequired[int]
+    host: str
+    at_ns: int
+    offset_ns: int
+    err_ns: int
+    rtt_ns: int
+    samples: int
+    drift_ppb: NotRequired[int]
+    drift_err_ppb: NotRequired[int]
+
+
 class ProbeEvent(TypedDict):
     type: Literal["probe"]
     t_ns: NotRequired[int]
@@ -343,6 +369,7 @@ Event = (
     | RunEndEvent
     | ProbeEvent
     | PoolEvent
+    | ClockEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -459,6 +486,34 @@ def action(
         ev["timed_out"] = True
     if out_dropped:
         ev["out_dropped"] = out_dropped
+    return ev
+
+
+def clock(
+    host: str,
+    *,
+    at_ns: int,
+    offset_ns: int,
+    err_ns: int,
+    rtt_ns: int,
+    samples: int,
+    drift_ppb: int | None = None,
+    drift_err_ppb: int | None = None,
+) -> ClockEvent:
+    """A sync of `host`'s clock, on the run's clock: `at_ns` run time, the host's clock
+    then `at_ns + offset_ns`, within +-`err_ns` (hosts.clocksync)."""
+    ev: ClockEvent = {
+        "type": "clock",
+        "host": host,
+        "at_ns": at_ns,
+        "offset_ns": offset_ns,
+        "err_ns": err_ns,
+        "rtt_ns": rtt_ns,
+        "samples": samples,
+    }
+    if drift_ppb is not None and drift_err_ppb is not None:
+        ev["drift_ppb"] = drift_ppb
+        ev["drift_err_ppb"] = drift_err_ppb
     return ev
 
 
