@@ -16,6 +16,7 @@ from rtax_tui.analysis.report import build_report
 from rtax_tui.commands.cli import main
 from rtax_tui.engine.traj import TrajError, detect, read_trajectories
 from rtax_tui.engine.traj.prepare import prefix_lengths, tree_digest, validate_prefix
+from rtax_tui.engine.traj.source import JsonLines
 from rtax_tui.model.recording import read_recording
 
 DATA = Path(__file__).parent / "data" / "trajectories"
@@ -351,6 +352,41 @@ def test_corrupted_line_names_its_line(tmp_path: Path) -> None:
     bad.write_bytes(b"\n".join(lines))
     with pytest.raises(TrajError, match=rf"^{bad}:41: not JSON"):
         read_trajectories(bad)
+
+
+def test_lines_decoded_once_keep_the_order_of_errors(tmp_path: Path) -> None:
+    # detection walks the first lines, the reader all of them, over one decode: a reader's
+    # own error before a bad line is still the one reported, and a bad line after it
+    # still names its line (synthetic records)
+    use = {"type": "assistant", "message": {"content": [{"type": "tool_use", "name": "x"}]}}
+    ok = {"type": "user", "message": {"content": "hi"}}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(orjson.dumps(ok) + b"\n" + orjson.dumps(use) + b"\n{oops\n")
+    with pytest.raises(TrajError, match=rf"^{bad}:2: a tool_use block without an id$"):
+        read_trajectories(bad)
+    bad.write_bytes(orjson.dumps(ok) + b"\n\n{oops\n" + orjson.dumps(use) + b"\n")
+    with pytest.raises(TrajError, match=rf"^{bad}:3: not JSON"):
+        read_trajectories(bad)
+    lines = JsonLines(bad, bad.read_bytes())
+    for _ in range(2):  # walked again: the same records, the same error at the same line
+        got = []
+        with pytest.raises(TrajError, match=rf"^{bad}:3: not JSON"):
+            got.extend(lines)
+        assert got == [(1, ok)]
+
+
+def test_one_json_value_then_blank_lines_is_read_whole(tmp_path: Path) -> None:
+    # the whole-file parse is skipped only when a first line that is a whole JSON value
+    # has more than whitespace after it; blank lines after one are not more
+    doc = orjson.loads(SWE1.read_bytes())
+    f = tmp_path / "one.traj"
+    f.write_bytes(orjson.dumps(doc) + b"\n\n \t\r\n")
+    assert detect(f) == "swe-agent" and len(one(f).steps) == 5
+    # more after it: lines (a record with a `history` list reads as an OpenHands eval
+    # output.jsonl, whose second record here is not one)
+    f.write_bytes(orjson.dumps(doc) + b"\n" + b'{"x": 1}\n')
+    with pytest.raises(TrajError, match=rf"^{f}:2: no event list$"):
+        read_trajectories(f)
 
 
 def test_corrupted_structure_is_an_error(tmp_path: Path) -> None:
