@@ -538,6 +538,35 @@ def test_prepare_recording_read_back_by_report(
     assert "## Prefix preparation" in capsys.readouterr().out
 
 
+def test_prepare_view_mode_one_parse_per_file_and_repetition(tmp_path: Path) -> None:
+    rec = tmp_path / "view.jsonl"
+    argv = ["traj", "prepare", str(OH0), str(SWE1), "--repeat", "2", "--shuffle", "--seed", "3"]
+    assert main([*argv, "--mode", "view", "-o", str(rec)]) == 0
+    r = read_recording(rec)
+    assert r.header["profile"]["mode"] == "view"
+    preps = [e for e in r.events if e["type"] == "prep"]
+    assert len(preps) == (4 + 5) * 2 and {e["mode"] for e in preps} == {"view"}
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for e in preps:
+        groups.setdefault((e["file"], e["rep"]), []).append(e)
+    assert len(groups) == 2 * 2
+    for evs in groups.values():
+        # one parse shared by the group's prefixes, each sample carrying its share
+        assert len({e["parse_ns"] for e in evs}) == 1 and evs[0]["parse_ns"] > 0
+        share = round(evs[0]["parse_ns"] / len(evs))
+        assert all(e["dur_ns"] == e["view_ns"] + share for e in evs)
+        assert sorted(e["k"] for e in evs) == list(range(1, len(evs) + 1))
+    rows = build_report(r)["prep"]["formats"]
+    assert {row["mode"] for row in rows} == {"view"}
+    # the default times each prefix from the file, and says so
+    rec2 = tmp_path / "file.jsonl"
+    assert main([*argv, "-o", str(rec2)]) == 0
+    r2 = read_recording(rec2)
+    assert r2.header["profile"]["mode"] == "file"
+    assert {e.get("mode") for e in r2.events if e["type"] == "prep"} == {"file"}
+    assert not any("parse_ns" in e for e in r2.events if e["type"] == "prep")
+
+
 def test_prepare_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{\n")
