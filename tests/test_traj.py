@@ -354,6 +354,25 @@ def test_corrupted_line_names_its_line(tmp_path: Path) -> None:
         read_trajectories(bad)
 
 
+def test_step_problem_names_each_field_of_another_type() -> None:
+    # Step.problem checks the common case first; every field of STEP_SCHEMA given each
+    # wrong type (a bool where an int belongs, too) is still named, as the loop names it
+    from rtax_tui.engine.traj.model import STEP_SCHEMA, Step
+
+    ok = Step(i=0, kind="shell", tool="t", command="c", exit_code=0, output="o", paired=True)
+    assert ok.problem() is None
+    for name, types in STEP_SCHEMA.items():
+        for wrong in (True, 1, "s", None, 1.5, ["x"]):
+            if type(wrong) in types:
+                continue
+            s = Step(i=0, kind="shell", tool="t")
+            setattr(s, name, wrong)
+            why = s.problem()
+            assert why is not None and why.startswith(f"{name}: expected"), (name, wrong)
+    big = Step(i=0, kind="shell", tool="t", exit_code=1 << 63)
+    assert big.problem() == "exit_code: an integer of 64 bits at most"
+
+
 def test_lines_decoded_once_keep_the_order_of_errors(tmp_path: Path) -> None:
     # detection walks the first lines, the reader all of them, over one decode: a reader's
     # own error before a bad line is still the one reported, and a bad line after it

@@ -132,10 +132,11 @@ def _codex_output(out: Any) -> tuple[str | None, int | None, str | None]:
     m = EXIT_LINE1.match(text)
     if m:
         return text, code_of(m.group(1)), None
-    m = PROCESS_EXITED.search(text)
+    # `in` first: a substring test scans an output many times faster than `re` (issue 26)
+    m = PROCESS_EXITED.search(text) if "Process exited with code " in text else None
     if m:
         return text, code_of(m.group(1)), None
-    m = PROCESS_RUNNING.search(text)
+    m = PROCESS_RUNNING.search(text) if "Process running with session ID " in text else None
     return text, None, (m.group(1) if m else None)
 
 
