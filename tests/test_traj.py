@@ -388,7 +388,7 @@ def test_lines_decoded_once_keep_the_order_of_errors(tmp_path: Path) -> None:
         read_trajectories(bad)
     lines = JsonLines(bad, bad.read_bytes())
     for _ in range(2):  # walked again: the same records, the same error at the same line
-        got = []
+        got: list[tuple[int, dict[str, Any]]] = []
         with pytest.raises(TrajError, match=rf"^{bad}:3: not JSON"):
             got.extend(lines)
         assert got == [(1, ok)]
