@@ -27,6 +27,7 @@ examples:
   rtax traj inspect session.jsonl
   rtax traj inspect run.traj --format json
   rtax traj prepare tests/data/trajectories --repeat 3 --shuffle -o prep.jsonl
+  rtax traj prepare tests/data/trajectories --mode view -o view.jsonl
   rtax report prep.jsonl
 """
 
