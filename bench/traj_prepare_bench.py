@@ -21,7 +21,7 @@ The goal is judged on `view`: the issue asks to parse a trajectory once and take
 prefixes as views while timing what pVisor's figure includes (reading and parsing), which
 is what a view sample holds. `file` is printed beside it, and with --breakdown, where a
 from-file sample of the largest files goes (read, JSON decoding of every line,
-normalization and checks), each stage's median over --breakdown-n in-process repetitions.
+normalization, checks), each stage's median over --breakdown-n in-process passes.
 
     python3 bench/traj_prepare_bench.py --runs 3 --breakdown
 """
@@ -34,12 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from rtax_tui.analysis.report import build_report
 from rtax_tui.model.recording import read_recording
@@ -78,51 +73,47 @@ def run_once(mode: str, run: int, repeat: int, tmp: Path) -> dict[str, dict[str,
     return out
 
 
-def _median_ns(fn: Callable[[], Any], n: int) -> float:
-    xs = []
-    for _ in range(n):
-        t0 = time.monotonic_ns()
-        fn()
-        xs.append(time.monotonic_ns() - t0)
-    return statistics.median(xs) / 1e6
-
-
-def _decode_lines(path: Path, data: bytes) -> int:
-    from rtax_tui.engine.traj.source import JsonLines
-
-    return len(list(JsonLines(path, data)))  # a new one each time: it keeps what it decoded
-
-
-def breakdown(n: int) -> None:
-    """Where a from-file sample of each JSONL file goes, stage by stage (in process)."""
-    from rtax_tui.engine.traj import find_trajectories, read_trajectories
+def staged(path: Path) -> list[int]:
+    """One from-file preparation of `path`'s whole trajectory, the stages timed in the
+    same pass (ns): read, detect + decode every line (or the whole JSON value),
+    normalize (the format's reader, on the decoded records), check every step's types,
+    validate all k steps. Built from the steps `read_trajectories` takes, in its order."""
+    from rtax_tui.engine.traj import _checked, _detect_data, _read
     from rtax_tui.engine.traj.prepare import validate_prefix
     from rtax_tui.engine.traj.source import read_bytes
 
-    print(f"\nwhere a from-file sample goes (ms, median of {n}; k = all steps)")
-    print(
-        f"{'file':28} {'KB':>5} {'read':>6} {'decode':>7} {'norm+chk':>8}"
-        f" {'valid.':>6} {'total':>6}"
-    )
+    t0 = time.monotonic_ns()
+    data = read_bytes(path)
+    t1 = time.monotonic_ns()
+    fmt, doc, lines = _detect_data(path, data)
+    if lines is not None:
+        for _ in lines:  # decoded once here; the reader walks them again, not decoding
+            pass
+    t2 = time.monotonic_ns()
+    trajs = _read(str(path), path, lines or data, fmt, doc)
+    t3 = time.monotonic_ns()
+    _checked(str(path), trajs)
+    t4 = time.monotonic_ns()
+    validate_prefix(trajs[0], len(trajs[0].steps))
+    t5 = time.monotonic_ns()
+    return [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0]
+
+
+def breakdown(n: int) -> None:
+    """Where a from-file sample of the largest files goes, stage by stage (in process)."""
+    from rtax_tui.engine.traj import find_trajectories
+
+    print(f"\nwhere a from-file sample goes (ms, median of {n} passes; k = all steps)")
+    print(f"{'file':30} {'KB':>4} {'read':>6} {'decode':>7} {'normalize':>9} {'check':>6}", end="")
+    print(f" {'validate':>8} {'total':>6}")
     for p in find_trajectories([str(DATA)]):
         if p.is_dir() or p.stat().st_size < 300_000:
             continue
-        data = read_bytes(p)
-        t_read = _median_ns(partial(read_bytes, p), n)
-        if b"\n{" in data.strip() and data.lstrip()[:1] == b"{":  # JSONL
-            # every line decoded: the floor of any reader that needs them all
-            t_dec = _median_ns(partial(_decode_lines, p, data), n)
-        else:
-            t_dec = _median_ns(partial(orjson.loads, data), n)
-        t_all = _median_ns(partial(read_trajectories, p), n)
-        traj = read_trajectories(p)[0]
-        t_val = _median_ns(partial(validate_prefix, traj, len(traj.steps)), n)
-        norm = t_all - t_read - t_dec
-        name = p.parent.name + "/" + p.name[:14]
-        print(
-            f"{name:28} {len(data) // 1024:>5} {t_read:6.3f} {t_dec:7.3f} {norm:8.3f}"
-            f" {t_val:6.3f} {t_all + t_val:6.3f}"
-        )
+        passes = [staged(p) for _ in range(n)]
+        med = [statistics.median(x[i] for x in passes) / 1e6 for i in range(6)]
+        name = (p.parent.name + "/" + p.name)[:30]
+        print(f"{name:30} {p.stat().st_size // 1024:>4} {med[0]:6.3f} {med[1]:7.3f}", end="")
+        print(f" {med[2]:9.3f} {med[3]:6.3f} {med[4]:8.3f} {med[5]:6.3f}")
 
 
 def main() -> int:
