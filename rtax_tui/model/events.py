@@ -64,7 +64,10 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # without a budget), with the `barrier.release` phase and the `oom` error kind;
 # `action.out_dropped` (issue 19: rtax keeps a step's first `model.OUTPUT_LIMIT` bytes of
 # output, `out_bytes` of them; the bytes it printed past them, read and not kept; absent
-# when none were, and in older recordings, whose steps were kept whole).
+# when none were, and in older recordings, whose steps were kept whole);
+# `prep.mode` (`rtax traj prepare --mode`: "file", one parse per sample, or "view", one
+# parse per file shared by its prefixes; absent, in older recordings: "file"), and with
+# "view" `prep.parse_ns` (the one parse) and `prep.view_ns` (the prefix's own time).
 FORMAT = "rtax/1"
 
 # The schema of every event, declared once: per type, its required fields and its
@@ -117,7 +120,8 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "prep": (
         {"file": "str", "format": "str", "k": "count", "steps": "count", "dur_ns": "count",
          "ok": "bool"},
-        {"t_ns": "count", "shell": "count", "rep": "count"},
+        {"t_ns": "count", "shell": "count", "rep": "count", "mode": "str", "parse_ns": "count",
+         "view_ns": "count"},
     ),
     # one piece of a warm pool's background work (rtax/1, third addition)
     "pool": (
