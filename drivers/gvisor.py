@@ -59,6 +59,7 @@ from rtax_tui.drivers.toolkit.rootfs import (
     image_env,
     recipe_digest,
 )
+from rtax_tui.drivers.toolkit.runsc import host_pids, limits_note
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.stage_site import CLEANUP_SH
 from rtax_tui.drivers.toolkit.workspace import WORKSPACE_PREFIX, counts, run_exec, workspace_mib
@@ -82,19 +83,8 @@ PLATFORM_PROBE_S = 15.0
 NETWORKS = ("none", "sandbox")
 KILL_WAIT_S = 5.0
 RUNSC_TIMEOUT_S = 30.0
-# The host cgroup's pid limit per pid the sandbox may have, plus the runtime's own:
-# measured here (ptrace platform), 128 sleeping processes in a sandbox were 1,000-1,400
-# host tasks (a stub per process and the sentry's tracing threads), an idle one 36-49.
-HOST_PIDS_FACTOR = 16
-HOST_PIDS_BASE = 512
 # Bump when the way a root is laid out for runsc changes.
 ROOT_RECIPE_VERSION = 1
-
-
-def host_pids(pids: int | None) -> int | None:
-    """The environment's host cgroup's pid limit: a backstop above the sandbox's own
-    (RLIMIT_NPROC), for the sentry's stubs and threads and the gofer's."""
-    return None if not pids else int(pids) * HOST_PIDS_FACTOR + HOST_PIDS_BASE
 
 
 def _sandbox_env(extra: dict[str, str]) -> list[str]:
@@ -861,8 +851,7 @@ class GvisorDriver(Driver):
             )
             + ", workspace bound at /workspace, root inside the sandbox only",
             "limits": "cpus, memory_mib: the environment's cgroup (the sentry, the gofer and "
-            "runsc inside it); pids: the sandbox's RLIMIT_NPROC (gVisor refuses the fork), "
-            f"the cgroup holding pids x {HOST_PIDS_FACTOR} + {HOST_PIDS_BASE} as a backstop; "
+            f"runsc inside it); {limits_note('the cgroup')}; "
             "workspace_mib: the workspace's own tmpfs",
         }
         try:

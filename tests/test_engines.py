@@ -458,3 +458,40 @@ def test_runtime_unknown_is_a_problem_naming_the_fix(engine):
     with pytest.raises(OptionError) as exc:
         driver(engine, runtime="runsc; rm -rf /")
     assert exc.value.key == "runtime"
+
+
+def test_runtime_runsc_pid_limit_refuses_forks_and_keeps_the_sandbox(engine, request):
+    """Under gVisor the engine's pid limit is the sandbox's RLIMIT_NPROC, the container's
+    cgroup a backstop above it (the sentry's host threads count there: a cgroup limit of
+    the sandbox's own size hit first killed the sentry, env_lost). Under pids = 16, of 40
+    background sleeps some are refused, and the container still answers."""
+    import dataclasses
+    import shutil
+
+    if shutil.which("runsc") is None:
+        pytest.skip("runsc is not installed (apt-get install runsc; scripts/bootstrap does)")
+    if engine.name == "podman":
+        request.getfixturevalue("podman_runsc_service")
+    d = driver(engine, runtime="runsc")
+    script = (
+        "( i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); echo $i > /tmp/n; done ) "
+        "2>/dev/null; read n </tmp/n; echo started $n"
+    )
+
+    async def go() -> tuple[bytes, int | None]:
+        limits = Limits(cpus=1, memory_mib=512, pids=16)
+        env = d.environment(dataclasses.replace(spec(engine, "exec"), limits=limits))
+        await env.create()
+        try:
+            await env.ready()
+            out = (await act(env, "sh", "-c", script, timeout=120)).output
+            rc = (await act(env, "true")).rc
+        finally:
+            await env.teardown()
+        return out, rc
+
+    out, rc = asyncio.run(go())
+    assert out.startswith(b"started "), out
+    assert 4 <= int(out.split()[1]) < 40
+    assert rc == 0
+    assert "RLIMIT_NPROC" in asyncio.run(d.facts())["limits"]

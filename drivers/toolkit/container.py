@@ -58,6 +58,8 @@ from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, 
 from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import image_env
+from rtax_tui.drivers.toolkit.runsc import host_pids as runsc_host_pids
+from rtax_tui.drivers.toolkit.runsc import limits_note as runsc_limits_note
 from rtax_tui.drivers.toolkit.sandbox import SupportError, local_bin
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.workspace import (
@@ -475,8 +477,9 @@ class ContainerEnvironment(Environment):
             hc["nano_cpus"] = int(lim.cpus * 1e9)
         if lim.memory_mib:
             hc["mem_limit"] = lim.memory_mib << 20
-        if lim.pids:
-            hc["pids_limit"] = lim.pids
+        runsc = self.d.runs_gvisor()
+        if lim.pids:  # under gVisor, its RLIMIT_NPROC (below) and a host backstop
+            hc["pids_limit"] = runsc_host_pids(lim.pids) if runsc else lim.pids
         if self.spec.cgroup_parent:
             hc["cgroup_parent"] = "/" + self.spec.cgroup_parent.strip("/")
         binds: dict[str, dict[str, str]] = {}
@@ -505,6 +508,11 @@ class ContainerEnvironment(Environment):
         if opts.runtime:
             hc["runtime"] = opts.runtime
         hc.update(self.d.host_config_extra())
+        if runsc and lim.pids:
+            from docker.types import Ulimit
+
+            kept = [u for u in hc.get("ulimits", []) if u.name != "nproc"]
+            hc["ulimits"] = [*kept, Ulimit(name="nproc", soft=lim.pids, hard=lim.pids)]
         host_config = api.create_host_config(**hc)
         self.d.mask_cmdline(host_config)
         userns = self.d.userns_mode()
@@ -1292,6 +1300,11 @@ class ContainerDriver(Driver):
             f"with {self.start_command()}, which registers runsc",
         )
 
+    def runs_gvisor(self) -> bool:
+        """Whether the containers run under gVisor's runsc (`runtime`), whose pid limit
+        must be the sandbox's RLIMIT_NPROC (see toolkit/runsc.py)."""
+        return (self.opts.runtime or "").startswith("runsc")
+
     def start_command(self) -> str:
         """How to start the engine this driver's options need (the fix in messages)."""
         return self.daemon.start
@@ -1370,7 +1383,13 @@ class ContainerDriver(Driver):
             "workload_image": self.workload_image,
             "workspace": self.workspace,
             "boundary_options": self.opts.boundary(),
-            "limits": "cpus, memory_mib, pids: the engine's (--cpus, --memory, --pids-limit); "
+            "limits": (
+                "cpus, memory_mib: the engine's (--cpus, --memory); "
+                + runsc_limits_note("--pids-limit")
+                + "; "
+                if self.runs_gvisor()
+                else "cpus, memory_mib, pids: the engine's (--cpus, --memory, --pids-limit); "
+            )
             + (
                 "workspace_mib: a tmpfs of that size on the host as /workspace"
                 if self.sized_workspace_here()
