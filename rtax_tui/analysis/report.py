@@ -190,6 +190,8 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
         # before rtax recorded them
         "limits": h["limits"] if isinstance(h.get("limits"), dict) else "unknown",
     }
+    if isinstance(h.get("loop"), str):  # the event loop that took the figures (run.loop)
+        info["loop"] = h["loop"]
     hosts = _host_info(h.get("hosts"))
     if hosts:  # remote hosts only: a local run's report keeps its shape
         info["hosts"] = hosts

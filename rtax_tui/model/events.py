@@ -44,7 +44,10 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # - added `run.limits` (optional): the limits every environment of the run was given,
 #   {cpus, memory_mib, pids, workspace_mib}, each a number or "unlimited" (rtax gives
 #   limits by default since; a profile lifts one only by saying "unlimited"). A
-#   recording without it (made before) reports its limits as "unknown".
+#   recording without it (made before) reports its limits as "unknown";
+# - added `run.loop` (optional): the event loop the run's process ran on, which a timed
+#   action's wake-up is part of (`uvloop 0.23.0`, `asyncio`; `engine.evloop`). Absent in
+#   older recordings: asyncio's, the only loop rtax ran on before.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -71,7 +74,7 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "run": (
         {"format": "str", "run_id": "str", "started_at": "str", "seed": "int", "argv": "list",
          "profile": "dict", "hosts": "dict"},
-        {"t_ns": "count", "limits": "dict"},
+        {"t_ns": "count", "limits": "dict", "loop": "str"},
     ),
     "trial_start": (
         {"trial": "id", "cell": "str", "host": "str", "driver": "str", "workload": "str",
@@ -227,6 +230,7 @@ class RunEvent(TypedDict):
     profile: dict[str, Any]
     hosts: dict[str, Any]
     limits: NotRequired[dict[str, Any]]
+    loop: NotRequired[str]
 
 
 class TrialStartEvent(TypedDict):
@@ -368,6 +372,7 @@ def run(
     profile: dict[str, Any],
     hosts: dict[str, Any],
     limits: dict[str, Any] | None = None,
+    loop: str | None = None,
 ) -> RunEvent:
     ev: RunEvent = {
         "type": "run",
@@ -381,6 +386,8 @@ def run(
     }
     if limits is not None:
         ev["limits"] = limits
+    if loop is not None:
+        ev["loop"] = loop
     return ev
 
 
