@@ -121,3 +121,16 @@ def test_run_limits_is_optional() -> None:
     lim = {"cpus": 1.0, "memory_mib": 4096, "pids": "unlimited", "workspace_mib": 2048}
     head = events.run(run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={}, limits=lim)
     assert head["limits"] == lim and list(head)[-1] == "limits"
+
+
+def test_run_loop_is_optional() -> None:
+    head = events.run(run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={})
+    assert "loop" not in head  # an older header: asyncio's loop, the only one then
+    head = events.run(
+        run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={}, loop="uvloop 0.23.0"
+    )
+    assert head["loop"] == "uvloop 0.23.0"
+    read = read_bytes("x", events.encode(events.stamp_last(head, 0)))
+    assert read.header["loop"] == "uvloop 0.23.0"
+    with pytest.raises(RecordingError, match="loop"):
+        read_bytes("x", events.encode(events.stamp_last({**head, "loop": 1}, 0)))

@@ -198,6 +198,8 @@ def _run_info(
         # before rtax recorded them
         "limits": h["limits"] if isinstance(h.get("limits"), dict) else "unknown",
     }
+    if isinstance(h.get("loop"), str):  # the event loop that took the figures (run.loop)
+        info["loop"] = h["loop"]
     hosts = _host_info(h.get("hosts"))
     for name, clock in _clock_info(clocks or []).items():
         hosts.setdefault(name, {})["clock"] = clock

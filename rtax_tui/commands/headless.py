@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from rtax_tui.engine import evloop
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import build_session
 from rtax_tui.engine.session import Session
@@ -204,7 +205,7 @@ def run_headless(
     if collector is not None:
         sinks.append(collector)
     try:
-        status, fault = asyncio.run(_run(profile, sinks, argv, err, control))
+        status, fault = evloop.run(_run(profile, sinks, argv, err, control))
     except BaseException:
         for w in writers:
             w.close()
@@ -266,7 +267,7 @@ def run_probe_command(
     events: list[dict[str, Any]] = []
     writer = _open_recording(path) if path is not None else None
     try:
-        status = asyncio.run(
+        status = evloop.run(
             _probe(profile, drivers, channels, events, writer, argv, started_at, err)
         )
     finally:
@@ -368,6 +369,7 @@ async def _probe(
                 profile=header_profile,
                 hosts=facts,
                 limits=PROBE_LIMITS.to_json(),
+                loop=evloop.describe(),
             )
         )
         loop = asyncio.get_running_loop()

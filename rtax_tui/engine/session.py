@@ -21,6 +21,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax_tui.engine import evloop
 from rtax_tui.engine.capacity import Barrier, CapacityRun
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
@@ -160,6 +161,7 @@ class Session:
                 profile=prof,
                 hosts=facts,
                 limits=self.profile.limits.to_json(),
+                loop=evloop.describe(),
             )
         )
         self._watch_clocks()

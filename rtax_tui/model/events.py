@@ -52,6 +52,9 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   run's end. They replace `action.remote_ns` on SSH hosts' shell actions, which no
 #   longer read the remote clock (recordings made before have it; a VM's guest still
 #   reports it). An older rtax rejects a recording with `clock` events the same way;
+# - added `run.loop` (optional): the event loop the run's process ran on, which a timed
+#   action's wake-up is part of (`uvloop 0.23.0`, `asyncio`; `engine.evloop`). Absent in
+#   older recordings: asyncio's, the only loop rtax ran on before.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -81,7 +84,7 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "run": (
         {"format": "str", "run_id": "str", "started_at": "str", "seed": "int", "argv": "list",
          "profile": "dict", "hosts": "dict"},
-        {"t_ns": "count", "limits": "dict"},
+        {"t_ns": "count", "limits": "dict", "loop": "str"},
     ),
     "trial_start": (
         {"trial": "id", "cell": "str", "host": "str", "driver": "str", "workload": "str",
@@ -244,6 +247,7 @@ class RunEvent(TypedDict):
     profile: dict[str, Any]
     hosts: dict[str, Any]
     limits: NotRequired[dict[str, Any]]
+    loop: NotRequired[str]
 
 
 class TrialStartEvent(TypedDict):
@@ -399,6 +403,7 @@ def run(
     profile: dict[str, Any],
     hosts: dict[str, Any],
     limits: dict[str, Any] | None = None,
+    loop: str | None = None,
 ) -> RunEvent:
     ev: RunEvent = {
         "type": "run",
@@ -412,6 +417,8 @@ def run(
     }
     if limits is not None:
         ev["limits"] = limits
+    if loop is not None:
+        ev["loop"] = loop
     return ev
 
 
