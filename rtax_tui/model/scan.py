@@ -247,11 +247,13 @@ class RecordingScan:
     `header` is the `run` event (read when the scan starts); iterate for the batches, in
     order; `torn_tail` says, once done, whether a torn last line was skipped."""
 
-    def __init__(self, path: str | Path, fold: TrialFold, chunk: int = CHUNK) -> None:
+    def __init__(self, path: str | Path, fold: TrialFold, chunk: int | None = None) -> None:
         self.name = str(path)
         self.fold = fold
         self.torn_tail = False
-        self._chunks = read_input_chunks(self.name, "the recording", RECORDING_MAX, RecordingError, chunk=chunk)
+        self._chunks = read_input_chunks(
+            self.name, "the recording", RECORDING_MAX, RecordingError, chunk=chunk or CHUNK
+        )
         self._rest = b""  # a line cut by the chunk's end
         self._lineno = 0  # lines before the current chunk
         self._pending: list[bytes] = []
