@@ -107,8 +107,21 @@ def hard_recording() -> bytes:
         t += 1000
     big = (1 << 63) - 1
     pool = "local/docker/T1/exec/pool"
-    put({"type": "pool", "t_ns": t, "host": "local", "cell": pool, "env": 0, "op": "create",
-         "dur_ns": 9_000_000, "ok": True, "cpu_ns": 5, "env_cpu_ns": None, "error": None})
+    put(
+        {
+            "type": "pool",
+            "t_ns": t,
+            "host": "local",
+            "cell": pool,
+            "env": 0,
+            "op": "create",
+            "dur_ns": 9_000_000,
+            "ok": True,
+            "cpu_ns": 5,
+            "env_cpu_ns": None,
+            "error": None,
+        }
+    )
     for trial in range(1000, 1040):
         put({"type": "trial_start", "t_ns": t, "trial": trial, "cell": pool, "host": "local",
              "driver": "docker", "workload": "T1", "channel": "exec", "warmup": False,
@@ -142,9 +155,7 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cases(hard: Path) -> list[tuple[Path, Path]]:
-    return [(p, EXPECTED / f"{p.stem}.json") for p in EXAMPLES] + [
-        (hard, EXPECTED / "hard.json")
-    ]
+    return [(p, EXPECTED / f"{p.stem}.json") for p in EXAMPLES] + [(hard, EXPECTED / "hard.json")]
 
 
 @pytest.mark.parametrize("chunk", [None, 4096, 100_003])

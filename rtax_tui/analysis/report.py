@@ -108,9 +108,7 @@ class _Collect:
     def feed(self, rows: Rows) -> None:
         others = self.fold.feed_rows(rows)
         # cells, barriers and pool events in recording order
-        evs = heapq.merge(
-            zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0]
-        )
+        evs = heapq.merge(zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0])
         cell_of = self._cell
         slot_cell = self.slot_cell
         cells = self.cells
@@ -139,7 +137,9 @@ class _Collect:
         for ev in self.orphan_pool:
             if ev["cell"] in self.cells:
                 self.cells[ev["cell"]].pool_events.append(ev)
-        _finish_all(self.fold, list(self.cells.values()), np.asarray(self.slot_cell, dtype=np.int64))
+        _finish_all(
+            self.fold, list(self.cells.values()), np.asarray(self.slot_cell, dtype=np.int64)
+        )
         return self.cells
 
 
@@ -195,9 +195,9 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
         ms = slots[v == measured]
         samples: dict[str, np.ndarray] = {}
         for p in TIMED_PHASES + POOL_PHASES:
-            pc = cols.get(p)
+            got = cols.get(p)
             samples[p] = (
-                pc.sum[ms][pc.first[ms] != absent] if pc is not None else np.zeros(0, np.int64)
+                got.sum[ms][got.first[ms] != absent] if got is not None else np.zeros(0, np.int64)
             )
         mine = (ac_cell == ix) & ac_measured
         samples["action"] = fold.ac_dur.view[mine]
@@ -213,11 +213,11 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
         else:
             has_acq = np.zeros(ms.size, dtype=bool)
 
-        def col(name: str) -> np.ndarray:
-            pc = cols.get(name)
-            return pc.sum[ms] if pc is not None else np.zeros(ms.size, dtype=np.int64)
-
-        cd.startup = np.where(has_acq, col("acquire"), col("create") + col("ready"))
+        acq_c, create_c, ready_c = (
+            cols[p].sum[ms] if p in cols else np.zeros(ms.size, dtype=np.int64)
+            for p in ("acquire", "create", "ready")
+        )
+        cd.startup = np.where(has_acq, acq_c, create_c + ready_c)
         # sub-phases in the order first recorded: by first measured trial, then by event
         order = []
         for pc in fold.phase_cols:

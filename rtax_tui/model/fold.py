@@ -127,7 +127,10 @@ class Rows:
         out.ph_tid = np.concatenate([r.ph_tid for r in parts])[o]
         out.ph_dur = np.concatenate([r.ph_dur for r in parts])[o]
         out.ph_name = np.concatenate(
-            [m[r.ph_name] if r.ph_name.size else r.ph_name for r, m in zip(parts, remaps, strict=True)]
+            [
+                m[r.ph_name] if r.ph_name.size else r.ph_name
+                for r, m in zip(parts, remaps, strict=True)
+            ]
         )[o]
         o = np.argsort(np.concatenate([r.ac_pos for r in parts]), kind="stable")
         for col in ("ac_pos", "ac_tid", "ac_dur", "ac_remote"):
@@ -161,9 +164,7 @@ class RowBuilder:
     def add(self, pos: int, ev: dict[str, Any]) -> None:
         etype = ev["type"]
         if etype == "action":
-            self._ac.append(
-                (pos, self.code(ev["trial"]), ev["dur_ns"], ev.get("remote_ns", _NONE))
-            )
+            self._ac.append((pos, self.code(ev["trial"]), ev["dur_ns"], ev.get("remote_ns", _NONE)))
         elif etype == "phase":
             name = self._names.setdefault(ev["name"], len(self._names))
             self._ph.append((pos, self.code(ev["trial"]), name, ev["dur_ns"]))
@@ -174,7 +175,9 @@ class RowBuilder:
             err = ev.get("error")
             if isinstance(err, dict):
                 self.rows.end_errors[len(self._en)] = err
-            self._en.append((pos, self.code(ev["trial"]), bool(ev.get("ok")), bool(ev.get("valid"))))
+            self._en.append(
+                (pos, self.code(ev["trial"]), bool(ev.get("ok")), bool(ev.get("valid")))
+            )
         else:
             self.rows.others.append((pos, ev))
 
@@ -372,9 +375,9 @@ class TrialFold:
         if type(trial) is int and 0 <= trial < _CODE_BASE:
             return trial
         key = (type(trial) is str, trial)
-        c = self._codes.get(key)  # type: ignore[call-overload]
+        c = self._codes.get(key)
         if c is None:
-            c = self._codes[key] = _CODE_BASE + len(self._codes)  # type: ignore[index]
+            c = self._codes[key] = _CODE_BASE + len(self._codes)
         return c
 
     @property
@@ -501,9 +504,7 @@ class TrialFold:
             out[got] = first + order[jj[got]]
         return out
 
-    def _slots_small(
-        self, pos: np.ndarray, tid: np.ndarray, rows: Rows, first: int
-    ) -> np.ndarray:
+    def _slots_small(self, pos: np.ndarray, tid: np.ndarray, rows: Rows, first: int) -> np.ndarray:
         before = self._latest
         starts = list(zip(rows.start_pos, range(first, first + len(rows.start_pos)), strict=True))
         codes = self.slot_code.a
@@ -541,7 +542,12 @@ class TrialFold:
     def _phases(self, rows: Rows, first: int) -> None:
         slots = self._slots(rows.ph_pos, rows.ph_tid, rows, first)
         keep = slots >= 0
-        slots, names, durs, pos = slots[keep], rows.ph_name[keep], rows.ph_dur[keep], rows.ph_pos[keep]
+        slots, names, durs, pos = (
+            slots[keep],
+            rows.ph_name[keep],
+            rows.ph_dur[keep],
+            rows.ph_pos[keep],
+        )
         for i in np.unique(names).tolist():
             name = rows.phase_names[i]
             ix = self._phase_ix.get(name)
@@ -586,7 +592,9 @@ class TrialFold:
         got = [
             (int(pc.first[slot]), pc.name, int(pc.sum[slot]))
             for pc in self.phase_cols
-            if pc.timed == timed and pc.first.size > slot and pc.first[slot] != np.iinfo(np.int64).max
+            if pc.timed == timed
+            and pc.first.size > slot
+            and pc.first[slot] != np.iinfo(np.int64).max
         ]
         return {name: dur for _, name, dur in sorted(got)}
 
@@ -616,7 +624,10 @@ class TrialFold:
             + self.ok.a[:n] * 2
             + self.valid.a[:n]
         )
-        return _VERDICT_TABLE[i]
+        codes: np.ndarray = _VERDICT_TABLE[i]
+        return codes
+
+
 # -- capacity batches -----------------------------------------------------------------
 
 
