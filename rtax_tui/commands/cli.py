@@ -535,12 +535,10 @@ def _print_json(obj: object) -> None:
 
 def _report(args: argparse.Namespace) -> int:
 
-    from rtax_tui.analysis.report import build_report
-    from rtax_tui.model.recording import read_recording
+    from rtax_tui.analysis.report import report_file
     from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
 
-    rec = read_recording(args.file)
-    report = build_report(rec)
+    report = report_file(args.file)
     if args.format == "json":
         _print_json(report)
     elif args.format == "markdown":
