@@ -17,7 +17,12 @@ flight at once (concurrency N, one trial per host at a time). It measures:
 - the clock: every host is this machine, so every host's true offset is the same
   number; the spread of the recorded offsets (max - min over all hosts' syncs) is the
   sync's error, to put beside the bounds it claims (`err_ns`), and all hosts'
-  intervals (offset +- err) must share a point (`consistent`).
+  intervals (offset +- err) must share a point (`consistent`);
+- the controller's peak RSS.
+
+`--compare TREE` runs each N twice on the same fleet, with rtax from TREE (a
+`git archive` of another commit) and from this tree, in turn: a before/after under
+the same load.
 
 Every "host" is this same 2-core machine: the stage environments of all N hosts, and
 the N sshd, run on the cores the controller uses. Needs root, openssh-server,
@@ -354,20 +359,50 @@ def _us(stat: Callable[[list[int]], float], ns: list[int]) -> float:
     return stat(ns) / 1e3 if ns else float("nan")
 
 
-def run_once(fleet: Fleet, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
-    """One rtax run over the fleet; the figures of one table row."""
+# Runs rtax from another source tree (--compare): its package and drivers mapped in first,
+# as the worktree shims do.
+_SHIM = """import importlib.abc, importlib.util, sys
+T = {tree!r}
+import rtax_tui
+rtax_tui.__path__[:] = [T + "/rtax_tui"]
+class _F(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "rtax_tui.drivers":
+            return importlib.util.spec_from_file_location(
+                name, T + "/drivers/__init__.py", submodule_search_locations=[T + "/drivers"])
+        return None
+sys.meta_path.insert(0, _F())
+"""
+
+
+def _env_for(tree: Path | None, tmp: Path) -> dict[str, str] | None:
+    if tree is None:
+        return None  # this process's: this tree (or its shim)
+    shim = tmp / "shim-compare"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(_SHIM.format(tree=str(tree.resolve())))
+    return {**os.environ, "PYTHONPATH": str(shim)}
+
+
+def run_once(
+    fleet: Fleet, args: argparse.Namespace, tmp: Path, tree: Path | None = None
+) -> dict[str, object]:
+    """One rtax run over the fleet (rtax from `tree`, else this one's); one table row."""
     n = len(fleet.hosts)
-    prof = tmp / f"fleet{n}.toml"
+    tag = f"{n}{'c' if tree else ''}"
+    prof = tmp / f"fleet{tag}.toml"
     prof.write_text(profile_text(fleet, args.trials, args.actions, args.per_host))
-    rec = tmp / f"fleet{n}.jsonl"
+    rec = tmp / f"fleet{tag}.jsonl"
     argv = [
         sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "--quiet",
         "--identity", fleet.identity, "--known-hosts", fleet.known_hosts, "-o", str(rec),
     ]  # fmt: skip
-    err = open(tmp / f"fleet{n}.err", "wb")
+    err = open(tmp / f"fleet{tag}.err", "wb")
     load0 = os.getloadavg()
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=_env_for(tree, tmp), stdout=subprocess.DEVNULL, stderr=err
+    )
     sampler = Sampler(proc.pid, rec)
     sampler.start()
     try:
@@ -395,7 +430,7 @@ def run_once(fleet: Fleet, args: argparse.Namespace, tmp: Path) -> dict[str, obj
         raise Interrupted("rtax run interrupted")
     if proc.returncode != 0:
         raise RuntimeError(
-            f"rtax run exited {proc.returncode}: {(tmp / f'fleet{n}.err').read_text()[-2000:]}"
+            f"rtax run exited {proc.returncode}: {(tmp / f'fleet{tag}.err').read_text()[-2000:]}"
         )
     events = [json.loads(line) for line in rec.read_text().splitlines()]
     total = n * args.trials
@@ -438,6 +473,7 @@ def run_once(fleet: Fleet, args: argparse.Namespace, tmp: Path) -> dict[str, obj
         "startup_s": (first[0] - t0) if first else float("nan"),
         "trials_s": span,
         "cpu_total_s": cpu_total,
+        "rss_mib": ru.ru_maxrss / 1024,  # the peak of rtax or of a child it waited for
         "cpu_startup_s": first[1] if first else float("nan"),
         "cpu_per_action_ms": cpu_trials / n_actions * 1e3 if n_actions else float("nan"),
         "cpu_share": cpu_trials / span if span else float("nan"),
@@ -459,7 +495,7 @@ def run_once(fleet: Fleet, args: argparse.Namespace, tmp: Path) -> dict[str, obj
 HEAD = (
     f"{'N':>3} {'trials':>7} {'acts':>5} {'wall s':>7} {'hdr s':>6} {'start s':>7} "
     f"{'CPU s':>6} {'CPUhdr':>6} {'CPUst s':>7} {'CPU/act ms':>10} {'ctl CPU':>7} "
-    f"{'ev/s':>6} {'act/s':>6} "
+    f"{'ev/s':>6} {'act/s':>6} {'RSS MiB':>7} "
     f"{'P50 ms med':>10} {'[min-max]':>13} {'syncs':>5} {'off spread us':>13} "
     f"{'err med/max us':>14} {'rtt us':>6} {'cons':>4} {'load':>9}"
 )
@@ -472,7 +508,7 @@ def row(r: dict[str, object]) -> str:
         f"{g('header_s'):6.1f} {g('startup_s'):7.1f} {g('cpu_total_s'):6.2f} "
         f"{g('cpu_header_s'):6.2f} {g('cpu_startup_s'):7.2f} "
         f"{g('cpu_per_action_ms'):10.2f} {g('cpu_share'):6.0%} {g('events_per_s'):6.0f} "
-        f"{g('actions_per_s'):6.0f} {g('p50_median_ms'):10.2f} "
+        f"{g('actions_per_s'):6.0f} {g('rss_mib'):7.0f} {g('p50_median_ms'):10.2f} "
         f"[{g('p50_min_ms'):5.1f}-{g('p50_max_ms'):5.1f}] {g('syncs'):>5} "
         f"{g('offset_spread_us'):13.0f} "
         f"{g('err_median_us'):6.0f}/{g('err_max_us'):<7.0f} {g('rtt_median_us'):6.0f} "
@@ -488,6 +524,13 @@ def main() -> int:
     ap.add_argument("--actions", type=int, default=10, help="`true` steps per trial")
     ap.add_argument("--per-host", type=int, default=1, help="trials in flight per host")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    ap.add_argument(
+        "--compare",
+        type=Path,
+        help="another rtax source tree (e.g. `git archive` of a commit): each N is run\n"
+        "with it and with this one, in turn on the same fleet",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="runs per N (and per tree)")
     args = ap.parse_args()
     why = missing()
     if why:
@@ -507,18 +550,26 @@ def main() -> int:
     print(HEAD, flush=True)
     code = 0
     try:
-        for n in ns:
+        for i, n in enumerate(ns):
             fleet = Fleet(n)
             try:
                 t = time.monotonic()
                 fleet.open()
                 made = time.monotonic() - t
-                r = run_once(fleet, args, tmp)
-                r["fleet_s"] = made
-                rows.append(r)
-                print(row(r), flush=True)
-                if r["errors"] or r["unreachable"]:
-                    print(f"    failed: {r['errors']} unreachable: {r['unreachable']}")
+                # --compare: both trees on the same fleet, in turn, the first alternating
+                trees: list[Path | None] = [None]
+                if args.compare:
+                    trees = [args.compare, None] if i % 2 == 0 else [None, args.compare]
+                for _ in range(args.repeat):
+                    for tree in trees:
+                        r = run_once(fleet, args, tmp, tree)
+                        r["fleet_s"] = made
+                        r["rtax"] = str(tree) if tree else "this tree"
+                        rows.append(r)
+                        print(row(r) + (f"  ({tree})" if tree else ""), flush=True)
+                        if r["errors"] or r["unreachable"]:
+                            print(f"    failed: {r['errors']} unreachable: {r['unreachable']}")
+                    trees.reverse()
             finally:
                 fleet.close()
         print(f"uptime: {_sh('uptime').stdout.strip()}")
