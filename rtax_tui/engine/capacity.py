@@ -33,11 +33,20 @@ class Barrier:
     follows the arrived ones until each has let go of what it held.
 
     `oom_kills` (when the batch has a memory budget) counts the budget's OOM kills so
-    far, so that a trial can tell an OOM kill from another failure.
+    far, so that a trial can tell an OOM kill from another failure. `slots` bounds the
+    release steps in flight (`release_concurrency`): each is a process in its
+    environment, and N of them started at once in the batch's budget (a fork storm
+    on its CPUs) let go later than the same N sent a few dozen at a time.
     """
 
-    def __init__(self, size: int, oom_kills: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        oom_kills: Callable[[], int] | None = None,
+        release_concurrency: int | None = None,
+    ) -> None:
         self.size = size
+        self.slots = asyncio.Semaphore(release_concurrency or size)
         self.arrived = 0
         self.failed = 0
         self.released = asyncio.Event()
@@ -200,7 +209,11 @@ class CapacityRun:
         """Start every environment of the batch at once; emit `barrier` once it has
         released and the arrived environments have let go (before their teardowns)."""
         watch = BudgetWatch(budget) if budget is not None else None
-        barrier = Barrier(len(batch.trials), watch.oom_kills if watch is not None else None)
+        barrier = Barrier(
+            len(batch.trials),
+            watch.oom_kills if watch is not None else None,
+            self.capacity.release_concurrency,
+        )
         cg = budget.relpath if budget is not None else None
         start = time.monotonic_ns()
         tasks = []
