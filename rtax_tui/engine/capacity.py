@@ -34,9 +34,10 @@ class Barrier:
 
     `oom_kills` (when the batch has a memory budget) counts the budget's OOM kills so
     far, so that a trial can tell an OOM kill from another failure. `slots` bounds the
-    release steps in flight (`release_concurrency`): each is a process in its
-    environment, and N of them started at once in the batch's budget (a fork storm
-    on its CPUs) let go later than the same N sent a few dozen at a time.
+    release steps in flight (`release_concurrency`): each starts processes in its
+    environment while every environment still holds its memory, so the bound caps
+    what a batch of hundreds starts at once in its budget. Below the bound the steps
+    all go out at once: their start-up latency is hidden by running them together.
     """
 
     def __init__(

@@ -389,9 +389,10 @@ class TrialRunner:
     async def _barrier(self, tr: TrialState) -> None:
         """A batch's trial that did its work arrives at the barrier and waits, holding
         what its workload holds, until the batch is released (`barrier.wait`, not a
-        phase of its own: neither covered nor orchestration); then it lets go. Arriving
-        means the work was done: an environment whose steps failed (an OOM kill under
-        the budget, say) stays out, in the denominator."""
+        phase of its own: neither covered nor orchestration); then it lets go, through
+        its release step when the workload has one (`_release_slot`). Arriving means
+        the work was done: an environment whose steps failed (an OOM kill under the
+        budget, say) stays out, in the denominator."""
         barrier = tr.barrier
         if barrier is None or tr.error is not None or not tr.actions_ok:
             return
