@@ -91,6 +91,19 @@ def test_capacity_curve_sizes_and_touch_mib(tmp_path):
         load_profile(p).with_sizes((2,))
 
 
+def test_capacity_release_concurrency(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[capacity]\nsize = 8\nrelease_concurrency = 4\n")
+    cap = load_profile(p).capacity
+    assert cap is not None and cap.release_concurrency == 4
+    p.write_text("[capacity]\nsize = 8\n")
+    cap = load_profile(p).capacity
+    assert cap is not None and cap.release_concurrency == 256  # the default
+    assert "capacity.release_concurrency: must be at least 1" in err(
+        tmp_path, "[capacity]\nrelease_concurrency = 0\n"
+    )
+
+
 def test_the_pvisor_capacity_profile_is_pvisors_budget():
     prof = load_profile(profiles_dir() / "capacity-pvisor.toml")
     cap = prof.capacity

@@ -64,6 +64,8 @@ class Capacity:
     swap_mib: int | None = CAPACITY["swap_mib"].default
     touch_mib: int = CAPACITY["touch_mib"].default  # held private memory per environment
     sizes: tuple[int, ...] = CAPACITY["sizes"].default  # a curve: `batches` at each size
+    # the bound on a batch's release steps in flight (each a process in its environment)
+    release_concurrency: int = CAPACITY["release_concurrency"].default
 
     @property
     def curve(self) -> tuple[int, ...]:
