@@ -66,37 +66,35 @@ trajectory = "{REPLAY}"
 
 
 def step_kind(argv: tuple[str, ...]) -> str:
-    """What a step runs, for the split of the action phase."""
+    """What a step runs, for the split of the action phase: pytest wherever it is run,
+    a replayed command (`timeout -s KILL T bash -c CMD`) by its command's first word, a
+    replayed write (`sh -c 'p=$1; shift; ... printf'`) as a write, python's AST search,
+    git, grep, file reads, a shell edit."""
     if not argv:
         return "?"
+    if "pytest" in " ".join(argv):
+        return "pytest"
     head = os.path.basename(argv[0])
+    if head == "timeout":  # a replayed command: `timeout -s KILL T bash -c CMD`
+        i = 1
+        while i < len(argv) and argv[i].startswith("-"):
+            i += 2 if argv[i] in ("-s", "-k") else 1
+        return step_kind(argv[i + 1 :])  # past the duration
     if head in ("sh", "bash") and len(argv) > 2 and argv[1] == "-c":
         text = argv[2]
-        if "pytest" in text:
-            return "pytest"
-        if text.lstrip().startswith(("printf", "mkdir")) or ">>" in text:
+        if "shift" in text and "printf" in text:
+            return "write (replayed)"
+        if text.lstrip().startswith("printf") or ">>" in text:
             return "edit (sh)"
-        words = text.replace("&&", " ").replace(";", " ").split()
-        for word in words:  # a replay's `cd DIR && cmd ...`: its command
-            if (
-                word not in ("cd", "timeout", "-s", "KILL")
-                and word[0] not in "/.-"
-                and not word[0].isdigit()
-                and "=" not in word
-            ):
-                return os.path.basename(word) + " (sh)"
+        words = text.replace("&&", " ").replace(";", " ").replace("|", " ").split()
+        for word in words:  # `cd DIR && cmd ...`: its command
+            if word != "cd" and word[0] not in "/.-~" and "=" not in word:
+                return f"{os.path.basename(word)} (replayed)" if head == "bash" else word
         return "sh"
-    if head == "timeout":  # a replayed step under `timeout -s KILL T`
-        rest = [a for a in argv[1:] if not a.startswith("-") and a != "KILL"][1:]
-        return step_kind(tuple(rest))
     if head.startswith("python"):
-        if "pytest" in argv:
-            return "pytest"
         return "python"
     if head in ("cat", "head", "wc", "sed", "ls"):
         return "read"
-    if head == "printf":
-        return "edit (printf)"
     return head
 
 
@@ -111,17 +109,19 @@ def main() -> int:
     ap.add_argument("--channels", default="exec,shell")
     ap.add_argument("--drivers", default="stage,docker,gvisor,docker-runsc")
     ap.add_argument("--keep", help="keep the recording at this path")
+    ap.add_argument("--from", dest="source", help="no run: the tables of this recording")
     args = ap.parse_args()
     drivers = args.drivers.split(",")
     channels = args.channels.split(",")
     with tempfile.TemporaryDirectory(prefix="rtax-gvbench-") as tmp:
         prof = Path(tmp) / "gvisor-bench.toml"
         prof.write_text(profile_text(args.trials, args.warmup, drivers, channels))
-        out = Path(args.keep) if args.keep else Path(tmp) / "r.jsonl"
-        cmd = [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "--quiet"]
-        res = subprocess.run([*cmd, "-o", str(out)], cwd=ROOT)
-        if res.returncode != 0:
-            print(f"gvisor_bench: rtax run exited {res.returncode}", file=sys.stderr)
+        out = Path(args.source or args.keep or Path(tmp) / "r.jsonl")
+        if not args.source:
+            cmd = [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "--quiet"]
+            res = subprocess.run([*cmd, "-o", str(out)], cwd=ROOT)
+            if res.returncode != 0:
+                print(f"gvisor_bench: rtax run exited {res.returncode}", file=sys.stderr)
         rec = read_recording(out)
         report = build_report(rec)
         steps = {n: w.steps for n, w in resolve_workloads(load_profile(prof)).items()}
