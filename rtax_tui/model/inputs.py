@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 from rtax_tui.model.spec import RtaxError
@@ -36,20 +35,6 @@ def read_input(
 ) -> bytes:
     """The bytes of the regular file `path`; an `error` of one line otherwise.
     `prefix` is what goes between the path and the message (`:1` for `FILE:LINE:`)."""
-    return b"".join(read_input_chunks(path, what, limit, error, prefix, 1 << 24))
-
-
-def read_input_chunks(
-    path: str | Path,
-    what: str,
-    limit: int,
-    error: type[RtaxError] = RtaxError,
-    prefix: str = "",
-    chunk: int = 1 << 23,
-) -> Iterator[bytes]:
-    """`read_input` a chunk at a time (of at most `chunk` bytes), for a reader that
-    streams: the file is checked (opened, regular, within `limit`) before the first
-    chunk, and a file that grows past `limit` while read is an error too."""
     where = f"{path}{prefix}"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -66,18 +51,17 @@ def read_input_chunks(
                 f"({limit} bytes at most)"
             )
         os.set_blocking(fd, True)
+        chunks: list[bytes] = []
         total = 0
         while True:  # a file that grows while read is still bounded
-            try:
-                data = os.read(fd, min(limit + 1 - total, chunk))
-            except OSError as exc:
-                raise error(f"{where}: cannot read {what} ({exc.strerror})") from None
-            if not data:
+            chunk = os.read(fd, min(limit + 1 - total, 1 << 24))
+            if not chunk:
                 break
-            total += len(data)
+            chunks.append(chunk)
+            total += len(chunk)
             if total > limit:
                 raise error(f"{where}: {what} is larger than rtax reads ({limit} bytes at most)")
-            yield data
+        return b"".join(chunks)
     except OSError as exc:
         raise error(f"{where}: cannot read {what} ({exc.strerror})") from None
     finally:
