@@ -1,12 +1,18 @@
 """Scale benchmark: N stage environments through one barrier, and what rtax itself costs.
 
     python3 bench/capacity_scale.py [--size 1000] [--runs 3] [--channel shell]
+        [--workload t0|capacity] [--touch-mib 1] [--release-concurrency K]
 
 Each run is one `rtax run --headless` of a capacity batch of N stage environments running
 T0 (`true`) over the shell channel, under a budget cgroup large enough for all of them
-(its peak memory is recorded). Prints, per run and as the median over runs:
+(its peak memory is recorded). `--workload capacity` runs the capacity workload instead
+(a holder of `--touch-mib` MiB, a git step, and a release step through the channel, at
+most `--release-concurrency` in flight: the profile's default when not given). Prints,
+per run and as the median over runs:
 - the barrier's release latency (`release_dur_ns`: from the release decision until the
-  last environment let go) and the batch's time to release (start until the decision);
+  last environment let go: for T0 the engine waking the N trials, for the capacity
+  workload the last release step back through its channel) and the batch's time to
+  release (start until the decision);
 - whether the batch passed (all N arrived) and how many trials failed;
 - rtax's own cost, sampled from /proc every 100 ms: its CPU time (user + system, its
   own process only: bwrap and the environments are not counted) and its peak resident
@@ -60,13 +66,17 @@ class ProcWatch:
         self.thread.join()
 
 
-def one_run(tmp: Path, i: int, size: int, channel: str, deadline: float) -> dict[str, float]:
+def one_run(tmp: Path, i: int, args: argparse.Namespace) -> dict[str, float]:
     prof = tmp / "scale.toml"
+    extra = f"touch_mib = {args.touch_mib}\n"
+    if args.release_concurrency is not None:
+        extra += f"release_concurrency = {args.release_concurrency}\n"
     prof.write_text(
-        f'[run]\nwarmup = 0\ndrivers = ["stage"]\nworkloads = ["t0"]\nchannels = ["{channel}"]\n'
+        f'[run]\nwarmup = 0\ndrivers = ["stage"]\nworkloads = ["{args.workload}"]\n'
+        f'channels = ["{args.channel}"]\n'
         "[timeouts]\ncreate = 600\nready = 600\naction = 600\nteardown = 600\n"
-        f"[capacity]\nsize = {size}\nbatches = 1\ndeadline_s = {deadline}\n"
-        "cpus = 2.0\nmemory_mib = 16384\n"
+        f"[capacity]\nsize = {args.size}\nbatches = 1\ndeadline_s = {args.deadline}\n"
+        "cpus = 2.0\nmemory_mib = 16384\n" + extra
     )
     out = tmp / f"scale-{i}.jsonl"
     t0 = time.monotonic()
@@ -102,10 +112,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--channel", default="shell", choices=("shell", "exec"))
     ap.add_argument("--deadline", type=float, default=900.0)
+    ap.add_argument("--workload", default="t0", choices=("t0", "capacity"))
+    ap.add_argument("--touch-mib", type=int, default=1, help="capacity: MiB each holds")
+    ap.add_argument("--release-concurrency", type=int, default=None)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rtax-scale-"))
     print(
-        f"rtax capacity scale: {args.size} stage environments (T0 over {args.channel}) "
+        f"rtax capacity scale: {args.size} stage environments ({args.workload} over "
+        f"{args.channel}) "
         f"through one barrier, {args.runs} runs; recordings in {tmp}"
     )
     keys = (
@@ -118,7 +132,7 @@ def main() -> int:
     )
     rows = []
     for i in range(args.runs):
-        r = one_run(tmp, i, args.size, args.channel, args.deadline)
+        r = one_run(tmp, i, args)
         rows.append(r)
         print(
             f"run {i + 1}: rc {r['rc']}, passed {r['ok']}, arrived {r['arrived']}/{args.size}, "

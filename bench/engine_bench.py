@@ -1,34 +1,75 @@
 """Engine benchmark: start-up and action latency of `local` and `stage`, and the harness's
 own overhead against hyperfine. Prints measured figures; asserts nothing.
 
-    python3 bench/engine_bench.py [--trials 60] [--actions 20]
+    python3 bench/engine_bench.py [--trials 60] [--actions 20] [--loops uvloop] [--rounds 1]
 
-One rtax run (T0-like: `true` x ACTIONS per trial, both channels, local and stage,
-interleaved) and, in the same run of this script, `hyperfine -N --warmup 3 true`.
+Per round, one rtax run per event loop of `--loops` (engine.evloop, through `RTAX_LOOP`;
+their order alternates from round to round): T0-like, `true` x ACTIONS per trial, both
+channels, local and stage, interleaved; then `hyperfine -N --warmup 3 true`. With more
+than one round, each figure is the median of the rounds' P50s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+Cell = tuple[str, str]
 
-def rtax(*args: str) -> subprocess.CompletedProcess:
+
+def rtax(*args: str, loop: str | None = None) -> subprocess.CompletedProcess:
+    env = os.environ if loop is None else {**os.environ, "RTAX_LOOP": loop}
     return subprocess.run(
-        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, check=True
+        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, check=True, env=env
     )
+
+
+def one_run(prof: Path, out: Path, loop: str) -> dict[Cell, dict[str, float]]:
+    """P50 ms per cell: each phase's, and create+ready per trial (not a sum of medians)."""
+    import numpy as np
+
+    from rtax_tui.model.recording import read_recording
+
+    rtax("run", str(prof), "-o", str(out), "--quiet", loop=loop)
+    rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
+    got: dict[Cell, dict[str, float]] = {
+        (c["driver"], c["channel"]): {
+            ph: c["phases"][ph]["p50_ms"] for ph in ("create", "ready", "action", "teardown")
+        }
+        for c in rep["cells"]
+    }
+    rec = read_recording(out)
+    assert str(rec.header.get("loop", "asyncio")).split()[0] == loop, rec.header.get("loop")
+    trial_cell = {
+        e["trial"]: (e["driver"], e["channel"])
+        for e in rec.events
+        if e["type"] == "trial_start" and not e["warmup"]
+    }
+    cr: dict[tuple[Cell, int], int] = {}
+    for e in rec.events:
+        if e["type"] == "phase" and e["name"] in ("create", "ready") and e["trial"] in trial_cell:
+            key = (trial_cell[e["trial"]], e["trial"])
+            cr[key] = cr.get(key, 0) + e["dur_ns"]
+    for cell in got:
+        got[cell]["c+r"] = float(np.median([v for (c, _), v in cr.items() if c == cell])) / 1e6
+    return got
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--actions", type=int, default=20)
+    ap.add_argument("--loops", default="uvloop", help="comma-separated: uvloop, asyncio")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
+    loops = args.loops.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="rtax-bench-"))
     prof = tmp / "bench.toml"
     steps = ", ".join(['{argv = ["true"]}'] * args.actions)
@@ -38,71 +79,59 @@ def main() -> int:
         f"[limits]\ncpus = 1.0\nmemory_mib = 512\npids = 256\n"
         f"[workloads.truex]\nsteps = [{steps}]\n"
     )
-    out = tmp / "bench.jsonl"
-    rtax("run", str(prof), "-o", str(out))
-    rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
-    cells = {(c["driver"], c["channel"]): c for c in rep["cells"]}
-
-    def p50(drv: str, ch: str, phase: str) -> float:
-        return cells[(drv, ch)]["phases"][phase]["p50_ms"]
+    runs: dict[str, list[dict[Cell, dict[str, float]]]] = {lp: [] for lp in loops}
+    for r in range(args.rounds):
+        for lp in loops if r % 2 == 0 else loops[::-1]:
+            runs[lp].append(one_run(prof, tmp / f"bench-{lp}-{r}.jsonl", lp))
+            if args.rounds > 1:
+                loc = runs[lp][-1][("local", "exec")]["action"]
+                print(f"round {r + 1} {lp}: local exec action {loc:.3f} ms", flush=True)
 
     print(
         f"rtax engine benchmark: {args.trials} trials x {args.actions} actions of `true` "
-        f"per cell, recording {out}"
+        f"per cell, {args.rounds} round(s) per loop, recordings in {tmp}"
     )
-    print(
-        f"{'cell':<14} {'create':>8} {'ready':>8} {'c+r':>7} {'action':>8} {'teardown':>9} (P50 ms)"
-    )
-    for (drv, ch), c in sorted(cells.items()):
-        cr = c["phases"]["create"]["p50_ms"] + c["phases"]["ready"]["p50_ms"]
+    med: dict[str, dict[Cell, dict[str, float]]] = {}
+    for lp in loops:
+        med[lp] = {
+            cell: {
+                ph: statistics.median(run[cell][ph] for run in runs[lp]) for ph in runs[lp][0][cell]
+            }
+            for cell in runs[lp][0]
+        }
+        print(f"\nloop {lp}")
         print(
-            f"{drv + '/' + ch:<14} {p50(drv, ch, 'create'):8.3f} {p50(drv, ch, 'ready'):8.3f} "
-            f"{cr:8.3f} {p50(drv, ch, 'action'):8.3f} {p50(drv, ch, 'teardown'):9.3f}"
+            f"{'cell':<14} {'create':>8} {'ready':>8} {'c+r/trial':>10} {'action':>8} "
+            f"{'teardown':>9} (P50 ms)"
         )
-    # create+ready per trial, P50 (not the sum of medians): recomputed from the recording
-    import numpy as np
-
-    from rtax_tui.model.recording import read_recording
-
-    rec = read_recording(out)
-    trial_cell = {
-        e["trial"]: (e["driver"], e["channel"])
-        for e in rec.events
-        if e["type"] == "trial_start" and not e["warmup"]
-    }
-    cr: dict = {}
-    for e in rec.events:
-        if e["type"] == "phase" and e["name"] in ("create", "ready") and e["trial"] in trial_cell:
-            key = (trial_cell[e["trial"]], e["trial"])
-            cr[key] = cr.get(key, 0) + e["dur_ns"]
-    for cell in sorted(set(trial_cell.values())):
-        vals = [v for (c, _), v in cr.items() if c == cell]
-        print(f"create+ready per trial P50 {cell[0]}/{cell[1]}: {np.median(vals) / 1e6:.3f} ms")
+        for (drv, ch), c in sorted(med[lp].items()):
+            print(
+                f"{drv + '/' + ch:<14} {c['create']:8.3f} {c['ready']:8.3f} {c['c+r']:10.3f} "
+                f"{c['action']:8.3f} {c['teardown']:9.3f}"
+            )
+    if len(loops) > 1:
+        a, b = loops[0], loops[1]
+        print(f"\n{b} / {a} (P50 ratio): ")
+        for cell in sorted(med[a]):
+            x, y = med[a][cell], med[b][cell]
+            print(
+                f"  {cell[0] + '/' + cell[1]:<14} c+r {y['c+r'] / x['c+r']:.2f}"
+                f"  action {y['action'] / x['action']:.2f}"
+            )
 
     if shutil.which("hyperfine"):
         hf = tmp / "hf.json"
         subprocess.run(
-            [
-                "hyperfine",
-                "-N",
-                "--warmup",
-                "3",
-                "--runs",
-                "1000",
-                "--export-json",
-                str(hf),
-                "true",
-            ],
-            capture_output=True,
-            check=True,
-        )
-        r = json.loads(hf.read_text())["results"][0]
-        med = r["median"] * 1000
-        local = p50("local", "exec", "action")
-        print(
-            f"hyperfine -N true: median {med:.3f} ms (mean {r['mean'] * 1000:.3f}); "
-            f"rtax local exec action P50 {local:.3f} ms; ratio {local / med:.2f}"
-        )
+            ["hyperfine", "-N", "--warmup", "3", "--runs", "1000", "--export-json", str(hf),
+             "true"],
+            capture_output=True, check=True,
+        )  # fmt: skip
+        r0 = json.loads(hf.read_text())["results"][0]
+        hmed = r0["median"] * 1000
+        print(f"\nhyperfine -N true: median {hmed:.3f} ms (mean {r0['mean'] * 1000:.3f})")
+        for lp in loops:
+            local = med[lp][("local", "exec")]["action"]
+            print(f"rtax local exec action P50 on {lp}: {local:.3f} ms; ratio {local / hmed:.2f}")
     else:
         print("hyperfine not installed: skipped the harness-overhead comparison")
     return 0

@@ -2,6 +2,7 @@
 the microseconds between them go. Prints measured figures; asserts nothing.
 
     python3 bench/harness_bench.py [--rounds 3] [--runs 2000] [--trials 20] [--actions 100]
+                                   [--loops asyncio,uvloop]
 
 Per round, in this order: `hyperfine -N --output=pipe true` (before), then rtax's own
 figure (one `rtax run`: local, exec, `true` x ACTIONS per trial, the engine's action
@@ -21,7 +22,10 @@ process, then hyperfine again (after):
 - `engine`: the `rtax run` figure: host.run plus the driver, the lifecycle's timing
   and the reaper's two registrations (the event's writing falls between actions).
 
-The machine may be loaded (the 1-minute load is printed); medians over rounds.
+The two layers in an event loop (`host.run`, `engine`) are taken on each loop of
+`--loops` (engine.evloop: `RTAX_LOOP` for the engine's process), alternating their order
+from round to round, so that each loop's figures are interleaved with the other's and with
+hyperfine's. The machine may be loaded (the 1-minute load is printed); medians over rounds.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def hyperfine(runs: int) -> float:
         out.unlink()
 
 
-def engine(trials: int, actions: int) -> float:
+def engine(trials: int, actions: int, loop: str) -> float:
     tmp = Path(tempfile.mkdtemp(prefix="rtax-harness-"))
     try:
         steps = ", ".join(['{argv = ["true"]}'] * actions)
@@ -66,9 +70,11 @@ def engine(trials: int, actions: int) -> float:
         )
         rec = tmp / "r.jsonl"
         subprocess.run(
-            [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
-            capture_output=True, check=True, timeout=1800,
+            [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec), "--quiet"],
+            capture_output=True, check=True, timeout=1800, env={**os.environ, "RTAX_LOOP": loop},
         )  # fmt: skip
+        header = json.loads(rec.read_text().split("\n", 1)[0])
+        assert header.get("loop", "asyncio").split()[0] == loop, header.get("loop")
         warm = set()
         durs = []
         for line in rec.read_text().splitlines():
@@ -93,7 +99,16 @@ def _p50(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(durs) / 1e6
 
 
-def layers(runs: int) -> dict[str, float]:
+def _on(loop: str, main):  # type: ignore[no-untyped-def]
+    if loop == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main)
+    return asyncio.run(main)
+
+
+def layers(runs: int, loops: list[str]) -> dict[str, float]:
     ws = tempfile.mkdtemp(prefix="rtax-harness-ws-")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": ws, "LANG": "C.UTF-8"}
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -141,7 +156,8 @@ def layers(runs: int) -> dict[str, float]:
             durs.append(time.monotonic_ns() - t)
         return statistics.median(durs) / 1e6
 
-    out["host.run"] = asyncio.run(host_run())
+    for loop in loops:
+        out[f"host.run {loop}"] = _on(loop, host_run())
     os.close(devnull)
     shutil.rmtree(ws, ignore_errors=True)
     return out
@@ -153,23 +169,28 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--actions", type=int, default=100)
+    ap.add_argument("--loops", default="asyncio,uvloop", help="comma-separated: asyncio, uvloop")
     args = ap.parse_args()
+    loops = args.loops.split(",")
     if not shutil.which("hyperfine"):
         print("hyperfine is not installed (apt-get install hyperfine)", file=sys.stderr)
         return 2
     rows: dict[str, list[float]] = {}
     loads = [os.getloadavg()[0]]
     for r in range(args.rounds):
+        order = loops if r % 2 == 0 else loops[::-1]
         got = {"hyperfine (before)": hyperfine(args.runs)}
-        got["engine"] = engine(args.trials, args.actions)
-        got.update(layers(args.runs))
+        for loop in order:
+            got[f"engine {loop}"] = engine(args.trials, args.actions, loop)
+        got.update(layers(args.runs, order))
         got["hyperfine (after)"] = hyperfine(args.runs)
         loads.append(os.getloadavg()[0])
         hf = (got["hyperfine (before)"] + got["hyperfine (after)"]) / 2
         print(
             f"round {r + 1}: "
             + ", ".join(f"{k} {v * 1000:.0f} us" for k, v in got.items())
-            + f"; engine / hyperfine {got['engine'] / hf:.2f}x",
+            + "; engine / hyperfine "
+            + ", ".join(f"{lp} {got[f'engine {lp}'] / hf:.2f}x" for lp in loops),
             flush=True,
         )
         for k, v in got.items():
@@ -181,12 +202,24 @@ def main() -> int:
         f"trials x {args.actions} actions); 1-minute load {min(loads):.1f}-{max(loads):.1f} "
         "on 2 cores"
     )
-    for k in ("hyperfine (before)", "hyperfine (after)", "posix_spawn", "Popen", "rtax spawn",
-              "host.run", "engine"):  # fmt: skip
+    keys = ["hyperfine (before)", "hyperfine (after)", "posix_spawn", "Popen", "rtax spawn"]
+    keys += [f"{k} {lp}" for k in ("host.run", "engine") for lp in loops]
+    for k in keys:
         print(f"  {k:<20} {med[k] * 1000:7.0f} us   {med[k] / hf:5.2f}x hyperfine")
-    steps = [("posix_spawn", "rtax spawn"), ("rtax spawn", "host.run"), ("host.run", "engine")]
-    for a, b in steps:
-        print(f"  {a} -> {b}: +{(med[b] - med[a]) * 1000:.0f} us")
+    for lp in loops:
+        steps = [("rtax spawn", f"host.run {lp}"), (f"host.run {lp}", f"engine {lp}")]
+        for a, b in [("posix_spawn", "rtax spawn"), *steps]:
+            print(f"  {a} -> {b}: {(med[b] - med[a]) * 1000:+.0f} us")
+    # the ratio per round (each engine against that round's own hyperfine), medians
+    for lp in loops:
+        ratios = [
+            e / ((a + b) / 2)
+            for e, a, b in zip(
+                rows[f"engine {lp}"], rows["hyperfine (before)"], rows["hyperfine (after)"],
+                strict=True,
+            )
+        ]  # fmt: skip
+        print(f"  engine {lp} / hyperfine, per round: " + ", ".join(f"{x:.2f}x" for x in ratios))
     return 0
 
 

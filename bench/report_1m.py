@@ -1,25 +1,29 @@
-"""Time `read_recording` + `build_report` over a synthetic recording of 1,000,000 events.
+"""`rtax report FILE --format json` end to end over a synthetic recording of 1M events.
 
 The recording looks like a real run: a `run` header, trials over several cells
 (T0, T1 and 10-step trajectories, exec and shell channels, three drivers), each
 with trial_start, a sub-phase, create, ready, actions, teardown, orchestration and
 trial_end; a few warm-up, failed and invalid trials; a run_end at the end.
 
-    python bench/report_1m.py [--events N] [--keep PATH]
+    python bench/report_1m.py [--events N] [--keep PATH] [--runs N] [--baseline PYTHONPATH]
+
+Each run is a subprocess (interpreter start and imports included); its wall time, CPU
+time and peak RSS come from its own rusage (`os.wait4`). Prints the medians, the goal
+(issue 26: <= 1.0 s and <= 300 MB) and where one in-process run spends its time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
 import numpy as np
 import orjson
-
-from rtax_tui.analysis.report import build_report
-from rtax_tui.model.recording import read_recording
 
 DRIVERS = {"local": 1.0, "docker": 40.0, "libvirt": 300.0}  # create scale, ms
 WORKLOADS = {"T0": 1, "T1": 5, "trajectory": 10}  # actions per trial
@@ -145,10 +149,50 @@ def generate(path: str, n_events: int, seed: int = 0) -> int:
     return written
 
 
+def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of one run of `cmd`, from its own rusage (wait4)."""
+    t0 = time.monotonic_ns()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = (time.monotonic_ns() - t0) / 1e9
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+
+
+def _breakdown(path: str) -> list[tuple[str, float]]:
+    """Where one in-process report spends its time (the imports are measured apart)."""
+    import orjson as oj
+
+    from rtax_tui.analysis.report import _Collect, _document
+    from rtax_tui.model.scan import RecordingScan
+
+    t = [time.monotonic_ns()]
+    c = _Collect()
+    sc = RecordingScan(path, c.fold)
+    for rows in sc:
+        c.feed(rows)
+    t.append(time.monotonic_ns())
+    doc = _document(c, sc.header, sc.torn_tail, 0, None)
+    t.append(time.monotonic_ns())
+    oj.dumps(doc, option=oj.OPT_INDENT_2)
+    t.append(time.monotonic_ns())
+    names = ("read + decode + fold", "per-cell columns + statistics", "JSON output")
+    return [(n, (t[i + 1] - t[i]) / 1e9) for i, n in enumerate(names)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--keep", help="write the recording here and keep it")
+    ap.add_argument("--runs", type=int, default=5, help="end-to-end runs (default 5)")
+    ap.add_argument(
+        "--baseline",
+        metavar="PYTHONPATH",
+        help="also run the same command with this PYTHONPATH (another checkout), "
+        "interleaved with this one, and print the ratio",
+    )
     args = ap.parse_args()
     if args.keep:
         path = args.keep
@@ -157,23 +201,49 @@ def main() -> None:
         os.close(fd)
         os.unlink(path)
     try:
-        n = generate(path, args.events)
+        if not (args.keep and os.path.exists(path)):
+            generate(path, args.events)
+        with open(path, "rb") as fh:
+            n = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
         size = os.path.getsize(path)
-        t0 = time.monotonic_ns()
-        rec = read_recording(path)
-        t1 = time.monotonic_ns()
-        report = build_report(rec)
-        t2 = time.monotonic_ns()
+        cmd = [sys.executable, "-m", "rtax_tui", "report", path, "--format", "json"]
+        envs = {"this": dict(os.environ)}
+        if args.baseline:
+            envs["baseline"] = {**os.environ, "PYTHONPATH": args.baseline}
+        runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in envs}
+        bare = []
+        imports = []
+        imp = [sys.executable, "-c", "import rtax_tui.commands.cli, rtax_tui.analysis.report, "
+               "rtax_tui.model.scan, rtax_tui.render.reporting"]  # fmt: skip
+        for _ in range(args.runs):
+            for label, env in envs.items():
+                runs[label].append(_run(cmd, env))
+            bare.append(_run([sys.executable, "-c", "pass"], envs["this"])[0])
+            imports.append(_run(imp, envs["this"])[0])
+        parts = _breakdown(path)
     finally:
         if not args.keep and os.path.exists(path):
             os.unlink(path)
-    read_s = (t1 - t0) / 1e9
-    build_s = (t2 - t1) / 1e9
-    total_s = read_s + build_s
-    print(f"events:          {n:,} ({size / 1e6:.1f} MB, {len(report['cells'])} cells)")
-    print(f"read_recording:  {read_s:.3f} s")
-    print(f"build_report:    {build_s:.3f} s")
-    print(f"total:           {total_s:.3f} s  ({n / total_s:,.0f} events/s)")
+    print(f"recording:       {n:,} lines ({size / 1e6:.1f} MB)")
+    print(f"command:         rtax report FILE --format json  ({args.runs} runs each, medians)")
+    for label, got in runs.items():
+        wall = statistics.median(r[0] for r in got)
+        cpu = statistics.median(r[1] for r in got)
+        rss = statistics.median(r[2] for r in got)
+        print(f"{label + ':':<17}{wall:.2f} s wall, {cpu:.2f} s CPU, {rss:.0f} MB peak RSS"
+              f"  (walls {', '.join(f'{r[0]:.2f}' for r in got)})")  # fmt: skip
+    if args.baseline:
+        pairs = zip(runs["this"], runs["baseline"], strict=True)
+        ratio = statistics.median(a[0] / b[0] for a, b in pairs)
+        print(f"this / baseline: {ratio:.2f} (median of the interleaved pairs' wall ratios)")
+    bare_s, imports_s = statistics.median(bare), statistics.median(imports)
+    print(f"python -c pass:  {bare_s:.3f} s; with the report's imports {imports_s:.3f} s")
+    for name, secs in parts:
+        print(f"  {name + ':':<31}{secs:.3f} s (in process, one run)")
+    wall = statistics.median(r[0] for r in runs["this"])
+    rss = statistics.median(r[2] for r in runs["this"])
+    met = "met" if wall <= 1.0 and rss <= 300 else "NOT met"
+    print(f"goal:            <= 1.0 s and <= 300 MB end to end: {met}")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from rtax_tui.drivers.toolkit.rootfs import (
     image_env,
     recipe_digest,
 )
+from rtax_tui.drivers.toolkit.runsc import host_pids, limits_note
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.stage_site import CLEANUP_SH
 from rtax_tui.drivers.toolkit.workspace import WORKSPACE_PREFIX, counts, run_exec, workspace_mib
@@ -82,19 +83,8 @@ PLATFORM_PROBE_S = 15.0
 NETWORKS = ("none", "sandbox")
 KILL_WAIT_S = 5.0
 RUNSC_TIMEOUT_S = 30.0
-# The host cgroup's pid limit per pid the sandbox may have, plus the runtime's own:
-# measured here (ptrace platform), 128 sleeping processes in a sandbox were 1,000-1,400
-# host tasks (a stub per process and the sentry's tracing threads), an idle one 36-49.
-HOST_PIDS_FACTOR = 16
-HOST_PIDS_BASE = 512
 # Bump when the way a root is laid out for runsc changes.
 ROOT_RECIPE_VERSION = 1
-
-
-def host_pids(pids: int | None) -> int | None:
-    """The environment's host cgroup's pid limit: a backstop above the sandbox's own
-    (RLIMIT_NPROC), for the sentry's stubs and threads and the gofer's."""
-    return None if not pids else int(pids) * HOST_PIDS_FACTOR + HOST_PIDS_BASE
 
 
 def _sandbox_env(extra: dict[str, str]) -> list[str]:
@@ -268,7 +258,7 @@ class GvisorEnvironment(Environment):
                 "noNewPrivileges": True,
                 "rlimits": rlimits,
             },
-            "root": {"path": root, "readonly": True},
+            "root": {"path": root, "readonly": not self.driver.overlay},
             "hostname": HOSTNAME,
             "mounts": mounts,
             "linux": {
@@ -567,12 +557,11 @@ class GvisorDriver(Driver):
     image_recipe: ClassVar[ImageRecipe | None] = ImageRecipe("gvisor", build_roots)
     leaves: ClassVar[frozenset[str]] = frozenset({"monitors"})
     # What `rtax probe --driver gvisor` found kept on both channels here (runsc
-    # 2022-12-19, ptrace). Not stated: sys_write (gVisor's /sys has no setting the probe
-    # knows: n/a), pids_limit and default_limits (the sandbox's RLIMIT_NPROC refuses the
-    # fork past the limit: 124 of 384 under 128, 1020 of 2048 under 1024; but a fork
-    # under ptrace took ~20 ms here, so the probe's bomb, whose processes sleep 10 s,
-    # never has 1024 alive at once and reads as breached), and the pool's reuse checks
-    # (recreate only).
+    # 2022-12-19, ptrace), pids_limit and default_limits included (the sandbox's
+    # RLIMIT_NPROC refuses the fork past the limit; the probe's bomb keeps its processes
+    # until counted, as forks under ptrace take ~20 ms). Not stated: sys_write (gVisor's
+    # /sys has no setting the probe knows: n/a), and the pool's reuse checks (recreate
+    # only).
     boundary = frozenset(
         {
             "host_paths",
@@ -580,6 +569,8 @@ class GvisorDriver(Driver):
             "cgroup_escape",
             "loopback_tcp",
             "memory_limit",
+            "pids_limit",
+            "default_limits",
             "workspace_size",
             "init_kill",
             "result_integrity",
@@ -613,6 +604,9 @@ class GvisorDriver(Driver):
         self.check_options(options)
         self.want_platform = str(options.get("platform", "auto"))
         self.network = str(options.get("network", "none"))
+        # `overlay`: the root writable, its writes kept in the sentry's memory (runsc
+        # --overlay): a workload may change /usr or /etc, the cached root stays as built
+        self.overlay = bool(options.get("overlay", False))
         self._platform: str | None = None
         self._platform_reason = ""
         self._platform_lock = asyncio.Lock()
@@ -622,8 +616,12 @@ class GvisorDriver(Driver):
         from rtax_tui.model.spec import OptionError
 
         for key in options:
-            if key not in ("platform", "network", "runsc"):
-                raise OptionError(key, "gvisor: unknown option (known: platform, network, runsc)")
+            if key not in ("platform", "network", "overlay", "runsc"):
+                raise OptionError(
+                    key, "gvisor: unknown option (known: platform, network, overlay, runsc)"
+                )
+        if not isinstance(options.get("overlay", False), bool):
+            raise OptionError("overlay", f"must be true or false, not {options['overlay']!r}")
         p = options.get("platform", "auto")
         if p not in ("auto", *PLATFORMS):
             raise OptionError("platform", f"must be auto, {', '.join(PLATFORMS)}, not {p!r}")
@@ -646,6 +644,7 @@ class GvisorDriver(Driver):
             f"--root={state}",
             f"--network={self.network}",
             "--ignore-cgroups",
+            *(["--overlay"] if self.overlay else []),
             *args,
         ]
 
@@ -665,8 +664,10 @@ class GvisorDriver(Driver):
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
         out["snapshot"] = (
-            "runsc checkpoint/restore not offered yet: each restore would be a new sandbox "
-            "of the same bundle (the pool uses recreate)"
+            "runsc checkpoint/restore works here, but a restored sandbox is slower to its "
+            "first exec than a fresh one (bench/gvisor_restore.py: P50 626 ms against 445 ms, "
+            "n = 10 each, ptrace), and a pristine sandbox holds nothing a restore would "
+            "keep warm: the pool uses recreate"
         )
         return out
 
@@ -841,11 +842,16 @@ class GvisorDriver(Driver):
     async def facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
             "network": self.network,
-            "isolation": "gVisor sentry (a user-space kernel) per environment, read-only "
-            "root, workspace bound at /workspace, root inside the sandbox only",
+            "overlay": self.overlay,
+            "isolation": "gVisor sentry (a user-space kernel) per environment, "
+            + (
+                "root writable in the sentry's memory (--overlay)"
+                if self.overlay
+                else "read-only root"
+            )
+            + ", workspace bound at /workspace, root inside the sandbox only",
             "limits": "cpus, memory_mib: the environment's cgroup (the sentry, the gofer and "
-            "runsc inside it); pids: the sandbox's RLIMIT_NPROC (gVisor refuses the fork), "
-            f"the cgroup holding pids x {HOST_PIDS_FACTOR} + {HOST_PIDS_BASE} as a backstop; "
+            f"runsc inside it); {limits_note('the cgroup')}; "
             "workspace_mib: the workspace's own tmpfs",
         }
         try:

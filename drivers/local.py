@@ -65,10 +65,9 @@ class LocalEnvironment(Environment):
                     cgroup_procs=self.procs,
                 )
                 assert self.shell_proc.stdin and self.shell_proc.stdout
-                # on a remote host, also the remote side's own duration of each action
-                self.shell = FramedShell(
-                    self.shell_proc.stdin, self.shell_proc.stdout, timed=host.separate_clock
-                )
+                # on a remote host too, the frame reads no clock: the host's clock is
+                # synchronised per connection (hosts.clocksync), not per action
+                self.shell = FramedShell(self.shell_proc.stdin, self.shell_proc.stdout)
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":

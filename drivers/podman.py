@@ -28,12 +28,13 @@ import signal
 import time
 from typing import Any
 
-from rtax_tui.drivers.base import DaemonNeed, Environment, ImageRecipe, SubTimer
+from rtax_tui.drivers.base import DaemonNeed, Environment, ImageRecipe, Problem, SubTimer
 from rtax_tui.drivers.toolkit.container import (
     LABEL_KEY,
     ContainerDriver,
     ContainerEnvironment,
     ContainerOptions,
+    _call,
 )
 from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.seccomp import narrowed_profile_file
@@ -48,6 +49,7 @@ DEFAULT_SOCKET = "unix:///run/rtax-podman/podman.sock"
 LOCAL_PREFIX = "localhost/"
 NOFILE = 20000
 NPROC = 32768
+RUNTIME_SOCKET = "unix:///run/rtax-podman/podman-{runtime}.sock"
 REMOVE_RETRY_S = 10.0
 REAP_WAIT_S = 2.0
 
@@ -148,6 +150,10 @@ class PodmanDriver(ContainerDriver):
         self.nofile = int(options.get("nofile", NOFILE))
         self.nproc = int(options.get("nproc", NPROC))
         self._narrowed: str | None = None  # "": looked, none to be had
+        if self.opts.runtime and not self.opts.socket:
+            # podman 4.3's compat API ignores a container's HostConfig.Runtime: a service
+            # whose default runtime is this one (`start-podman --runtime NAME`) runs them
+            self.socket = RUNTIME_SOCKET.format(runtime=self.opts.runtime)
         # conmon runs where the service runs: reap it only when that is here (self.local).
 
     @classmethod
@@ -163,6 +169,24 @@ class PodmanDriver(ContainerDriver):
                     key, f"drivers_options.{cls.name}.{key}: {value!r} (expected an integer >= 1)"
                 )
         return opts
+
+    def start_command(self) -> str:
+        start = super().start_command()
+        return f"{start} --runtime {self.opts.runtime}" if self.opts.runtime else start
+
+    async def runtime_problem(self, api: Any) -> Problem | None:
+        """Podman's compat API ignores a container's runtime: the service's default must
+        be it (`start-podman --runtime NAME` starts one on its own socket)."""
+        info = await _call("info", api.info)
+        default = info.get("DefaultRuntime")
+        if default == self.opts.runtime:
+            return None
+        return Problem(
+            f"drivers_options.{self.name}.runtime = {self.opts.runtime!r}: the service on "
+            f"{self.socket} runs containers with {default!r} (podman's compat API ignores "
+            "a container's own runtime)",
+            f"{self.start_command()} (a service of its own), and no `socket` option",
+        )
 
     def narrowed_seccomp(self) -> str | None:
         """The path of podman's default seccomp profile narrowed (`seccomp.narrow_profile`), which

@@ -78,8 +78,39 @@ def driver_class(name: str) -> type[Driver]:
     return cls
 
 
+# The key of a `[drivers_options.NAME]` table that makes NAME an instance of a
+# registered driver with its own options (`driver = "docker"`, `runtime = "runsc"`), so
+# one run can measure two configurations of one driver side by side as two cells.
+INSTANCE_KEY = "driver"
+
+
+def resolve(
+    name: str, options: dict[str, Any] | None = None
+) -> tuple[type[Driver], dict[str, Any]]:
+    """The class and the options of the driver a profile calls `name`: a registered
+    driver, or an instance of one (`options` has `driver = "BASE"`), whose options are
+    then the table without that key. Raises DriverRegistryError."""
+    options = dict(options or {})
+    base = options.pop(INSTANCE_KEY, None)
+    if base is None:
+        return driver_class(name), options
+    if not isinstance(base, str):
+        raise DriverRegistryError(f"{name}: {INSTANCE_KEY} must name a driver, not {base!r}")
+    if name in _entry_points() and base != name:
+        raise DriverRegistryError(
+            f"{name} is a registered driver: an instance of {base} needs a name of its own"
+        )
+    return driver_class(base), options
+
+
 def get_driver(name: str, host: Host, options: dict[str, Any] | None = None) -> Driver:
-    return driver_class(name)(host, options or {})
+    """The driver a profile calls `name` (see `resolve`), on `host`. An instance keeps
+    its own name, which its cells, messages and the recording's facts carry."""
+    cls, opts = resolve(name, options)
+    drv = cls(host, opts)
+    if name != cls.name:
+        drv.name = name
+    return drv
 
 
 def provider(name: str) -> str:

@@ -12,13 +12,48 @@ should start and does not is an error.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from rtax_tui.engine import evloop
 from tests import services
+
+# The console's tests: their loops stay asyncio's, as the console's own process (Textual's).
+_CONSOLE_TESTS = ("test_ui_", "test_probe_ui", "test_serve")
+
+
+class _ChosenLoop(asyncio.DefaultEventLoopPolicy):
+    """asyncio's policy, making its loops with `factory` (uvloop's)."""
+
+    def __init__(self, factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
+        super().__init__()
+        self._factory = factory
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return self._factory()
+
+
+@pytest.fixture(autouse=True)
+def _event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test's `asyncio.run` runs on the loop `rtax run` chooses (engine.evloop: uvloop
+    where it is installed; `RTAX_LOOP=asyncio pytest ...` for asyncio's), so the engine,
+    hosts and drivers are tested on the loop they run on; the `rtax` processes tests start
+    choose it themselves."""
+    name = request.node.module.__name__.rpartition(".")[2] if request.node.module else ""
+    factory = None if name.startswith(_CONSOLE_TESTS) else evloop.loop_factory()
+    if factory is None:
+        yield
+        return
+    old = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_ChosenLoop(factory))
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(old)
 
 
 def _up(daemon: services.Daemon) -> None:
@@ -104,3 +139,25 @@ def vm_guest() -> list[str]:
         return images.build("vm")
     except RtaxError as exc:
         pytest.fail(f"images build --driver vm: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def podman_runsc_service(podman_engine: list[str]) -> Iterator[services.Daemon]:
+    """A second podman API service whose containers run under gVisor's runsc
+    (`start-podman --runtime runsc`: podman 4.3's compat API ignores a container's own
+    runtime), sharing the first one's images."""
+    from rtax_tui.drivers.podman import RUNTIME_SOCKET
+
+    if shutil.which("runsc") is None:
+        pytest.skip("runsc is not installed (apt-get install runsc; scripts/bootstrap does)")
+    sock = RUNTIME_SOCKET.format(runtime="runsc").removeprefix("unix://")
+    yield from _session_daemon(
+        services.podman_service(
+            {
+                "RTAX_PODMAN_RUNTIME": "runsc",
+                "RTAX_PODMAN_SOCK": sock,
+                "RTAX_PODMAN_PIDFILE": "/run/rtax-podman-runsc.pid",
+                "RTAX_PODMAN_LOG": "/tmp/rtax-podman-runsc.log",
+            }
+        )
+    )

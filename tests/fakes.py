@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
@@ -10,6 +11,16 @@ from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.hosts import LocalHost
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
+
+
+async def pause(seconds: float) -> None:
+    """`asyncio.sleep`, but at least `seconds` on the monotonic clock the engine times with:
+    uvloop's timers run on libuv's millisecond clock, read once per loop iteration, and
+    may fire up to a millisecond early."""
+    end = time.monotonic() + seconds
+    await asyncio.sleep(seconds)
+    while (left := end - time.monotonic()) > 0:
+        await asyncio.sleep(left)
 
 
 class FakeEnvironment(Environment):
@@ -23,17 +34,17 @@ class FakeEnvironment(Environment):
         self.fd.created_count += 1
         self.fd.live += 1
         async with self.sub("thing"):
-            await asyncio.sleep(self.fd.delays.get("create", 0))
+            await pause(self.fd.delays.get("create", 0))
         if self.fd.fail.get("create"):
             raise PhaseFailure(ErrorKind.SANDBOX_FAILED, "create failed on purpose")
 
     async def ready(self) -> None:
         if self.n in self.fd.hang_ready_for:
             await asyncio.sleep(3600)
-        await asyncio.sleep(self.fd.delays.get("ready", 0))
+        await pause(self.fd.delays.get("ready", 0))
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
-        await asyncio.sleep(self.fd.delays.get("action", 0))
+        await pause(self.fd.delays.get("action", 0))
         if step.argv[0] == "hang":
             await asyncio.sleep(3600)
         if step.argv[0] == "echo":
@@ -43,7 +54,7 @@ class FakeEnvironment(Environment):
         return ActionResult(0, b"")
 
     async def teardown(self) -> None:
-        await asyncio.sleep(self.fd.delays.get("teardown", 0))
+        await pause(self.fd.delays.get("teardown", 0))
         self.fd.live -= 1
         self.fd.torn_down += 1
 

@@ -184,3 +184,132 @@ def test_a_release_step_runs_through_the_channel_after_the_barrier():
     [bar] = by_type(ev, "barrier")
     assert bar["ok"] is False and bar["arrived"] == 0
     assert {e["error"]["phase"] for e in by_type(ev, "trial_end")} == {"barrier.release"}
+
+
+def test_every_woken_environment_lets_go_before_any_teardown_starts(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Without a release step, the release wakes N trials: each lets go (and records its
+    `barrier.wait`) before the first teardown begins, so that no teardown's start lies
+    inside the batch's release latency."""
+    from rtax_tui.engine import capacity
+    from tests.fakes import FakeEnvironment
+
+    log: list[str] = []
+    let_go = capacity.Barrier.let_go
+
+    def logged_let_go(self, trial, held=True):  # type: ignore[no-untyped-def]
+        if trial in self.holding:
+            log.append("let_go")
+        let_go(self, trial, held)
+
+    async def teardown(self) -> None:  # type: ignore[no-untyped-def]
+        log.append("teardown")
+        self.fd.live -= 1
+
+    monkeypatch.setattr(capacity.Barrier, "let_go", logged_let_go)
+    monkeypatch.setattr(FakeEnvironment, "teardown", teardown)
+    drv = FakeDriver()
+    s, ev = run(prof(warmup=0, capacity=Capacity(size=50, batches=1, deadline_s=30)), drv,
+                {"w": W_OK})  # fmt: skip
+    assert log == ["let_go"] * 50 + ["teardown"] * 50
+    [bar] = by_type(ev, "barrier")
+    assert bar["ok"] and bar["arrived"] == 50 and drv.live == 0
+    # every `barrier.wait` is recorded before the first teardown
+    names = [e["name"] for e in by_type(ev, "phase") if e["name"] in ("barrier.wait", "teardown")]
+    assert names == ["barrier.wait"] * 50 + ["teardown"] * 50
+
+
+def _held_release(release_argv: tuple[str, ...] = ("echo", "released")):  # type: ignore[no-untyped-def]
+    from rtax_tui.model.spec import Step, Workload
+
+    steps = (Step(("echo", "held"), expect_out="held"),)
+    return Workload("h", steps, release=Step(release_argv, expect_out="released"))
+
+
+def test_release_steps_go_out_at_most_release_concurrency_at_a_time(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The release steps run in parallel, never more than `release_concurrency` at once;
+    the barrier still waits for the last of them, and a failed one fails its trial only
+    (its slot goes to the next)."""
+    from tests.fakes import FakeEnvironment
+
+    flight = {"now": 0, "max": 0, "done": 0}
+    action = FakeEnvironment.action
+
+    async def counted(self, step, timeout):  # type: ignore[no-untyped-def]
+        if step.argv[-1] != "released" and step.argv[0] != "false":
+            return await action(self, step, timeout)
+        flight["now"] += 1
+        flight["max"] = max(flight["max"], flight["now"])
+        try:
+            await asyncio.sleep(0.01)
+            return await action(self, step, timeout)
+        finally:
+            flight["now"] -= 1
+            flight["done"] += 1
+
+    monkeypatch.setattr(FakeEnvironment, "action", counted)
+    drv = FakeDriver()
+    cap = Capacity(size=12, batches=1, deadline_s=30, release_concurrency=3)
+    s, ev = run(prof(warmup=0, capacity=cap), drv, {"w": _held_release()})
+    assert flight == {"now": 0, "max": 3, "done": 12}
+    [bar] = by_type(ev, "barrier")
+    assert bar["ok"] and bar["arrived"] == 12
+    releases = [e for e in by_type(ev, "phase") if e["name"] == "barrier.release"]
+    assert len(releases) == 12 and all(e["ok"] for e in releases)
+    # 12 releases of 10 ms, 3 at a time: the last let go after 4 rounds at least
+    assert bar["release_dur_ns"] >= 4 * 10_000_000
+    assert bar["release_dur_ns"] >= max(e["dur_ns"] for e in releases)
+    # per trial: its wait, then its release; the batch's event after every release
+    for t in {e["trial"] for e in releases}:
+        mine = [e["name"] for e in by_type(ev, "phase") if e["trial"] == t]
+        assert mine.index("barrier.wait") + 1 == mine.index("barrier.release")
+    kinds = [e["type"] for e in ev]
+    last_release = max(i for i, e in enumerate(ev) if e.get("name") == "barrier.release")
+    assert kinds.index("barrier") > last_release
+    assert drv.live == 0
+
+    # one environment's release finds nothing held: that trial fails, the others pass
+    flight.update(now=0, max=0, done=0)
+    drv = FakeDriver()
+    seen: list[int] = []
+    orig = drv.environment
+
+    def environment(spec, sub=None):  # type: ignore[no-untyped-def]
+        env = orig(spec, sub)
+        seen.append(0)
+        if len(seen) == 2:  # the second environment lost what it held
+
+            async def lost(step, timeout):  # type: ignore[no-untyped-def]
+                from rtax_tui.model.spec import Step
+
+                if step.argv[-1] == "released":
+                    step = Step(("false",))
+                return await counted(env, step, timeout)
+
+            env.action = lost  # type: ignore[method-assign]
+        return env
+
+    drv.environment = environment  # type: ignore[method-assign]
+    cap = Capacity(size=4, batches=1, deadline_s=30, release_concurrency=1)
+    s, ev = run(prof(warmup=0, capacity=cap), drv, {"w": _held_release()})
+    assert flight["max"] == 1 and flight["done"] == 4
+    [bar] = by_type(ev, "barrier")
+    assert bar["ok"] is False and bar["arrived"] == 3
+    ends = by_type(ev, "trial_end")
+    assert sorted(e["ok"] for e in ends) == [False, True, True, True]
+    assert [e["error"]["phase"] for e in ends if not e["ok"]] == ["barrier.release"]
+    assert drv.live == 0
+
+
+def test_a_stop_while_waiting_for_a_release_slot_sends_no_release() -> None:
+    """A stop during the release: the trials still waiting for a slot send no release
+    step; every environment is torn down and the run ends."""
+    drv = FakeDriver()
+    drv.delays = {"action": 0.0}
+    slow = _held_release(("hang", "released"))  # the release steps never come back
+    cap = Capacity(size=5, batches=1, deadline_s=30, release_concurrency=2)
+    s, ev = run(prof(warmup=0, capacity=cap), drv, {"w": slow}, stop_after=0.3)
+    assert by_type(ev, "run_end")[0]["status"] == "interrupted"
+    releases = [e for e in by_type(ev, "phase") if e["name"] == "barrier.release"]
+    assert len(releases) == 2 and not any(e["ok"] for e in releases)  # the 2 in flight
+    assert len(by_type(ev, "trial_end")) == 5 and drv.live == 0
+    assert ev[-1]["t_ns"] < 5e9

@@ -406,3 +406,92 @@ def test_no_step_can_rewrite_the_exec_channels_init(engine):
     sleeper.init_binary = lambda: None  # type: ignore[method-assign]
     theirs, _ = asyncio.run(attempt(sleeper))
     assert theirs.startswith("sh -c while") and theirs.endswith("OPEN\n"), theirs
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_runtime_runsc_runs_under_gvisor(engine, channel, request):
+    """`runtime = "runsc"`: the engine starts the container under gVisor (its kernel is
+    gVisor's, not the host's), the check passes, the facts say so, and the steps' output
+    and exit codes come back as on runc. podman's goes through a service of its own."""
+    import shutil
+
+    if shutil.which("runsc") is None:
+        pytest.skip("runsc is not installed (apt-get install runsc; scripts/bootstrap does)")
+    if engine.name == "podman":
+        request.getfixturevalue("podman_runsc_service")
+    d = driver(engine, runtime="runsc")
+    assert asyncio.run(d.check()) == []
+    assert asyncio.run(d.facts())["runtime"] == "runsc"
+
+    async def go() -> tuple[bytes, int, bytes]:
+        env = d.environment(spec(engine, channel))
+        await env.create()
+        try:
+            await env.ready()
+            kernel = (await act(env, "uname", "-r")).output
+            rc = (await act(env, "sh", "-c", "echo out; exit 7")).rc
+            dmesg = (await act(env, "dmesg")).output
+        finally:
+            await env.teardown()
+        return kernel, rc, dmesg
+
+    kernel, rc, dmesg = asyncio.run(go())
+    assert kernel.strip() != os.uname().release.encode()
+    assert b"gVisor" in dmesg  # the sentry's own boot log
+    assert rc == 7
+
+
+def test_runtime_unknown_is_a_problem_naming_the_fix(engine):
+    """A runtime the engine does not know: `check()` says so, with the command that
+    starts an engine that has it; a malformed name is refused with the profile."""
+    from rtax_tui.model.spec import OptionError
+
+    if engine.name == "docker":
+        (problem,) = asyncio.run(driver(engine, runtime="nosuchrt").check())
+        assert "does not know it" in problem.reason and "runc" in problem.reason
+        assert "start-dockerd" in problem.fix
+    else:
+        d = driver(engine, runtime="nosuchrt")
+        assert d.socket.endswith("podman-nosuchrt.sock")
+        (problem,) = asyncio.run(d.check())
+        assert problem.fix == "bash scripts/start-podman --runtime nosuchrt"
+    with pytest.raises(OptionError) as exc:
+        driver(engine, runtime="runsc; rm -rf /")
+    assert exc.value.key == "runtime"
+
+
+def test_runtime_runsc_pid_limit_refuses_forks_and_keeps_the_sandbox(engine, request):
+    """Under gVisor the engine's pid limit is the sandbox's RLIMIT_NPROC, the container's
+    cgroup a backstop above it (the sentry's host threads count there: a cgroup limit of
+    the sandbox's own size hit first killed the sentry, env_lost). Under pids = 16, of 40
+    background sleeps some are refused, and the container still answers."""
+    import dataclasses
+    import shutil
+
+    if shutil.which("runsc") is None:
+        pytest.skip("runsc is not installed (apt-get install runsc; scripts/bootstrap does)")
+    if engine.name == "podman":
+        request.getfixturevalue("podman_runsc_service")
+    d = driver(engine, runtime="runsc")
+    script = (
+        "( i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); echo $i > /tmp/n; done ) "
+        "2>/dev/null; read n </tmp/n; echo started $n"
+    )
+
+    async def go() -> tuple[bytes, int | None]:
+        limits = Limits(cpus=1, memory_mib=512, pids=16)
+        env = d.environment(dataclasses.replace(spec(engine, "exec"), limits=limits))
+        await env.create()
+        try:
+            await env.ready()
+            out = (await act(env, "sh", "-c", script, timeout=120)).output
+            rc = (await act(env, "true")).rc
+        finally:
+            await env.teardown()
+        return out, rc
+
+    out, rc = asyncio.run(go())
+    assert out.startswith(b"started "), out
+    assert 4 <= int(out.split()[1]) < 40
+    assert rc == 0
+    assert "RLIMIT_NPROC" in asyncio.run(d.facts())["limits"]

@@ -41,6 +41,8 @@ def rebuild(ev: dict[str, Any]) -> events.Event:
         return events.run_end(**f)
     if t == "probe":
         return events.probe(**f)
+    if t == "clock":
+        return events.clock(**f)
     raise AssertionError(f"no builder for {t}")
 
 
@@ -85,6 +87,20 @@ def test_optional_fields_appear_only_when_given() -> None:
     assert events.run_end("failed", 1, error="E")["error"] == "E"
 
 
+def test_clock_event_checked_and_its_drift_optional() -> None:
+    """A sync made before the run began has a negative `at_ns`; the bound and round trip
+    are counts; the drift comes as a pair or not at all."""
+    c = events.clock("h:22", at_ns=-5, offset_ns=-(10**12), err_ns=40, rtt_ns=90, samples=8)
+    assert "drift_ppb" not in c and events.check_event({**c, "t_ns": 1}) is None
+    d = events.clock(
+        "h:22", at_ns=9, offset_ns=1, err_ns=4, rtt_ns=9, samples=8, drift_ppb=-3, drift_err_ppb=7
+    )
+    assert (d["drift_ppb"], d["drift_err_ppb"]) == (-3, 7)
+    assert events.check_event({**d, "t_ns": 1}) is None
+    assert "err_ns" in (events.check_event({**c, "t_ns": 1, "err_ns": -1}) or "")
+    assert "drift_err_ppb" in (events.check_event({**d, "t_ns": 1, "drift_err_ppb": -1}) or "")
+
+
 def test_the_reader_uses_the_same_field_table() -> None:
     head = events.run(run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={})
     ok = events.phase(1, "create", 2, True)
@@ -105,3 +121,16 @@ def test_run_limits_is_optional() -> None:
     lim = {"cpus": 1.0, "memory_mib": 4096, "pids": "unlimited", "workspace_mib": 2048}
     head = events.run(run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={}, limits=lim)
     assert head["limits"] == lim and list(head)[-1] == "limits"
+
+
+def test_run_loop_is_optional() -> None:
+    head = events.run(run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={})
+    assert "loop" not in head  # an older header: asyncio's loop, the only one then
+    head = events.run(
+        run_id="r", started_at="s", seed=1, argv=[], profile={}, hosts={}, loop="uvloop 0.23.0"
+    )
+    assert head["loop"] == "uvloop 0.23.0"
+    read = read_bytes("x", events.encode(events.stamp_last(head, 0)))
+    assert read.header["loop"] == "uvloop 0.23.0"
+    with pytest.raises(RecordingError, match="loop"):
+        read_bytes("x", events.encode(events.stamp_last({**head, "loop": 1}, 0)))

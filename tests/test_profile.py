@@ -91,6 +91,19 @@ def test_capacity_curve_sizes_and_touch_mib(tmp_path):
         load_profile(p).with_sizes((2,))
 
 
+def test_capacity_release_concurrency(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[capacity]\nsize = 8\nrelease_concurrency = 4\n")
+    cap = load_profile(p).capacity
+    assert cap is not None and cap.release_concurrency == 4
+    p.write_text("[capacity]\nsize = 8\n")
+    cap = load_profile(p).capacity
+    assert cap is not None and cap.release_concurrency == 256  # the default
+    assert "capacity.release_concurrency: must be at least 1" in err(
+        tmp_path, "[capacity]\nrelease_concurrency = 0\n"
+    )
+
+
 def test_the_pvisor_capacity_profile_is_pvisors_budget():
     prof = load_profile(profiles_dir() / "capacity-pvisor.toml")
     cap = prof.capacity
@@ -211,3 +224,66 @@ def test_cold_and_pooled_modes_round_trip_through_a_written_profile(tmp_path):
     prof = load_profile(path)
     text = dump(from_resolved(prof.to_dict()))
     assert "modes" not in text and prof.run_modes == ("pool",)
+
+
+def test_a_driver_instance_is_a_driver_of_its_own_name(tmp_path):
+    """`[drivers_options.NAME]` with `driver = "BASE"` makes NAME an instance of BASE
+    with its own options: two configurations of one driver side by side in one run."""
+    from rtax_tui.drivers import get_driver
+    from rtax_tui.drivers.docker import DockerDriver
+
+    from rtax_tui.hosts.local import LocalHost
+
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[run]\ndrivers = ["docker", "docker-runsc"]\n'
+        '[drivers_options.docker-runsc]\ndriver = "docker"\nruntime = "runsc"\n'
+    )
+    prof = load_profile(path)
+    assert prof.drivers == ("docker", "docker-runsc")
+    opts = prof.driver_options["docker-runsc"]
+    d = get_driver("docker-runsc", LocalHost(), opts)
+    assert isinstance(d, DockerDriver) and d.name == "docker-runsc"
+    assert d.opts.runtime == "runsc" and "driver" not in d.options
+    plain = get_driver("docker", LocalHost(), prof.driver_options.get("docker", {}))
+    assert plain.name == "docker" and plain.opts.runtime is None
+
+
+def test_a_driver_instance_mistake_names_its_line(tmp_path):
+    head = '[run]\ndrivers = ["x"]\n[drivers_options.x]\n'
+    msg = err(tmp_path, head + 'driver = "dockr"\n')
+    assert msg.startswith(f"{tmp_path}/p.toml:4: ") and "unknown driver 'dockr'" in msg
+    # the base driver checks the instance's options, as its own
+    msg = err(tmp_path, head + 'driver = "docker"\nruntime = "a b"\n')
+    assert msg.startswith(f"{tmp_path}/p.toml:5: ") and "runtime" in msg
+    # a registered driver's name cannot be an instance of another
+    msg = err(tmp_path, '[drivers_options.stage]\ndriver = "local"\n')
+    assert "stage is a registered driver" in msg
+    # a name in [run] drivers that is neither registered nor an instance
+    msg = err(tmp_path, '[run]\ndrivers = ["y"]\n[drivers_options.x]\ndriver = "local"\n')
+    assert "drivers: unknown 'y'" in msg and ", x)" in msg
+
+
+def test_a_driver_instance_runs_as_its_own_cells(tmp_path):
+    """Through the engine: the instance's cells and facts carry its name."""
+    import subprocess
+    import sys
+
+    from rtax_tui.model.recording import read_recording
+
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[run]\ntrials = 1\nwarmup = 0\ndrivers = ["local", "local-2"]\nworkloads = ["t0"]\n'
+        'channels = ["exec"]\n[drivers_options.local-2]\ndriver = "local"\n'
+    )
+    out = tmp_path / "r.jsonl"
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "run", str(path), "--headless", "-o", str(out)],
+        capture_output=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr.decode()
+    rec = read_recording(out)
+    drivers = {e["driver"] for e in rec.events if e["type"] == "trial_start"}
+    assert drivers == {"local", "local-2"}
+    assert set(rec.header["hosts"]["local"]["drivers"]) == {"local", "local-2"}

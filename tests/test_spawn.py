@@ -91,3 +91,50 @@ def test_capped_run_keeps_the_limit_and_counts_the_rest(monkeypatch, merged):
     # uncapped (rtax's own commands): whole
     r = asyncio.run(LocalHost().run(["sh", "-c", script], input=inp, merge_stderr=merged))
     assert (r.returncode, len(r.stdout), r.dropped) == (3, (1 << 20) + (4 if merged else 0), 0)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_spawned_streams_on_either_loop(loop, tmp_path):
+    """LocalHost.spawn (the shell channel's, and host.run's with input): the same
+    asyncio Process on either loop, made through Popen and seen to exit through a pidfd:
+    stdin and stdout as streams, the exit status, a kill, a session of its own, the
+    descriptors passed and no other, and a missing program raised as Popen raises it."""
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        factory = uvloop.new_event_loop
+    else:
+        factory = asyncio.SelectorEventLoop
+    host = LocalHost()
+    r, w = os.pipe()
+
+    async def go() -> None:
+        script = (
+            'read x; echo "got $x"; ls /proc/self/fd; cat /proc/self/stat | cut -d" " -f6; exit 5'
+        )
+        p = await host.spawn(
+            ["sh", "-c", script], cwd=str(tmp_path), env=ENV, stdin=-1, stderr=None,
+            pass_fds=[w],
+        )  # fmt: skip
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(b"hello\n")
+        await p.stdin.drain()
+        assert await p.stdout.readline() == b"got hello\n"
+        rest = (await p.stdout.read()).decode().split()
+        assert await asyncio.wait_for(p.wait(), 10) == 5 and p.returncode == 5
+        fds, sid = set(rest[:-1]), rest[-1]
+        assert str(w) in fds and str(r) not in fds
+        assert sid == str(p.pid)  # its own session
+        host.release(p)
+        q = await host.spawn(["sleep", "30"], env=ENV)
+        await host.kill(q)
+        assert await asyncio.wait_for(q.wait(), 10) == -9
+        host.release(q)
+        with pytest.raises(FileNotFoundError):
+            await host.spawn(["no-such-program-rtax"], env=ENV)
+
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(go())
+    finally:
+        os.close(r)
+        os.close(w)

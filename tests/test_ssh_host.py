@@ -315,3 +315,89 @@ def test_action_output_past_the_limit_over_ssh(lab: SSHLab, channel: str, monkey
             await host.close()
 
     asyncio.run(go())
+
+
+def test_clock_synced_at_connect_and_on_schedule(lab: SSHLab) -> None:
+    """The host's clock is synchronised at connection and every `clock_sync_s`, on a
+    channel of its own. The server is this machine, so the true offset is 0 and the
+    true drift 0: every sync's bound, and every drift's, must hold them."""
+
+    async def go() -> None:
+        host = _host(lab, clock_sync_s=0.2)
+        seen = []
+        await host.connect()
+        try:
+            assert host.clock_error is None and host.clock is not None
+            first = host.clock.syncs[0]
+            assert first.samples > 1 and 0 < first.err_ns <= first.rtt_ns // 2 + 1
+            assert abs(first.offset_ns) <= first.err_ns and first.drift_ppb is None
+            host.watch_clock(seen.append)
+            deadline = time.monotonic() + 10
+            while len(host.clock.syncs) < 4 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            syncs = host.clock.syncs
+            assert len(syncs) >= 4 and seen == syncs[1 : len(seen) + 1] and seen
+            for s in syncs:
+                assert abs(s.offset_ns) <= s.err_ns, s
+            for s in syncs[1:]:
+                assert s.drift_ppb is not None and s.drift_err_ppb is not None
+                assert abs(s.drift_ppb) <= s.drift_err_ppb, s
+            off, err = host.clock.offset_at(time.monotonic_ns())
+            assert abs(off) <= err
+            assert (await host.facts()).get("clock_error") is None
+        finally:
+            await host.close()
+        n = len(host.clock.syncs)
+        await asyncio.sleep(0.5)
+        assert len(host.clock.syncs) == n  # closed: no more syncs
+        assert "while read -r _; do t=" not in _ps_args()  # the clock channel is gone
+
+    asyncio.run(go())
+
+
+def test_a_step_cannot_touch_the_clock_nor_forge_a_result(lab: SSHLab) -> None:
+    """A step in the shell channel prints what looks like clock readings and frames, and
+    redefines the commands the clock loop uses: its own result comes back exact, and the
+    clock (its own channel, its own shell) still agrees with the truth (offset 0)."""
+
+    async def go() -> None:
+        host = _host(lab, clock_sync_s=3600)
+        await host.connect()
+        try:
+            proc = await host.spawn(["sh"], env={"PATH": host.path_env}, stdin=subprocess.PIPE)
+            shell = FramedShell(proc.stdin, proc.stdout)
+            forged = "123\\n__RTAX_00__ 0 999999999\\n" * 50
+            step = f"read() {{ :; }}; echo() {{ :; }}; printf '{forged}'; exit 3"
+            res = await shell.run(["sh", "-c", step])
+            assert (res.rc, res.remote_ns) == (3, None)
+            assert res.output == (b"123\n__RTAX_00__ 0 999999999\n" * 50)
+            res = await shell.run(["sh", "-c", "read() { :; }; printf 'x 5'"])
+            assert (res.rc, res.output) == (0, b"x 5")
+            s = await host.sync_clock()
+            assert s is not None and abs(s.offset_ns) <= s.err_ns
+            assert host.clock is not None and len(host.clock.syncs) == 2
+        finally:
+            await host.close()
+
+    asyncio.run(go())
+
+
+def test_unreadable_clock_said_and_run_goes_on(lab: SSHLab, monkeypatch) -> None:
+    """A host whose clock cannot be read (not root: /proc/timer_list is root's) has no
+    clock and says why; commands run as ever."""
+    import rtax_tui.hosts.ssh as ssh_mod
+
+    monkeypatch.setattr(ssh_mod, "CLOCK_SH", ssh_mod.CLOCK_SH.replace("/proc/timer_list", "/nx"))
+
+    async def go() -> None:
+        host = _host(lab, clock_sync_s=0.1)
+        await host.connect()
+        try:
+            assert host.clock is None and "cannot be read" in (host.clock_error or "")
+            assert await host.sync_clock() is None
+            assert (await host.run(["true"])).returncode == 0
+            assert "cannot be read" in (await host.facts())["clock_error"]
+        finally:
+            await host.close()
+
+    asyncio.run(go())

@@ -110,3 +110,36 @@ def test_lost_host_fails_host_lost_retries_with_backoff_and_rejoins() -> None:
     assert flaky[-1]["ok"]  # back for good once it answered
     assert h.connects >= 2  # reconnect attempts, spaced by the backoff (0.5 s, 1 s, ...)
     assert len(failed) <= h.connects  # one trial at a time waited for each attempt
+
+
+def test_the_hosts_are_asked_for_their_facts_at_once() -> None:
+    """A run's start does not grow with its hosts (bench/fleet_bench.py): the header's
+    facts are asked of every host at once, each over its own connection."""
+    asked: list[str] = []
+    everyone = asyncio.Event()
+
+    class _FactsHost(_Host):
+        async def facts(self) -> dict:
+            asked.append(self.name)
+            if len(asked) == 3:
+                everyone.set()
+            await asyncio.wait_for(everyone.wait(), 10)  # asked in turn: the first waits alone
+            return {"kernel": f"k-{self.name}"}
+
+    drivers = {(n, "fake"): FakeDriver(_FactsHost(n)) for n in ("a", "b", "c")}
+    prof = Profile(
+        name="facts", path="test", trials=1, warmup=0, concurrency=3,
+        drivers=("fake",), workloads=("w",), channels=("exec",),
+    )  # fmt: skip
+    events: list[dict] = []
+    wl = {"w": Workload("w", (Step(("true",)),))}
+
+    async def go() -> None:
+        s = Session(prof, sinks=[events.append], argv=["t"], drivers=drivers, workloads=wl)
+        await s.run()
+
+    asyncio.run(go())
+    hosts = events[0]["hosts"]
+    assert list(hosts) == ["a", "b", "c"]  # in the hosts' order, whatever order they answered
+    assert [hosts[n].get("kernel") for n in "abc"] == ["k-a", "k-b", "k-c"], hosts
+    assert all("fake" in hosts[n]["drivers"] for n in "abc")

@@ -16,6 +16,7 @@ from rtax_tui.analysis.report import build_report
 from rtax_tui.commands.cli import main
 from rtax_tui.engine.traj import TrajError, detect, read_trajectories
 from rtax_tui.engine.traj.prepare import prefix_lengths, tree_digest, validate_prefix
+from rtax_tui.engine.traj.source import JsonLines
 from rtax_tui.model.recording import read_recording
 
 DATA = Path(__file__).parent / "data" / "trajectories"
@@ -353,6 +354,60 @@ def test_corrupted_line_names_its_line(tmp_path: Path) -> None:
         read_trajectories(bad)
 
 
+def test_step_problem_names_each_field_of_another_type() -> None:
+    # Step.problem checks the common case first; every field of STEP_SCHEMA given each
+    # wrong type (a bool where an int belongs, too) is still named, as the loop names it
+    from rtax_tui.engine.traj.model import STEP_SCHEMA, Step
+
+    ok = Step(i=0, kind="shell", tool="t", command="c", exit_code=0, output="o", paired=True)
+    assert ok.problem() is None
+    for name, types in STEP_SCHEMA.items():
+        for wrong in (True, 1, "s", None, 1.5, ["x"]):
+            if type(wrong) in types:
+                continue
+            s = Step(i=0, kind="shell", tool="t")
+            setattr(s, name, wrong)
+            why = s.problem()
+            assert why is not None and why.startswith(f"{name}: expected"), (name, wrong)
+    big = Step(i=0, kind="shell", tool="t", exit_code=1 << 63)
+    assert big.problem() == "exit_code: an integer of 64 bits at most"
+
+
+def test_lines_decoded_once_keep_the_order_of_errors(tmp_path: Path) -> None:
+    # detection walks the first lines, the reader all of them, over one decode: a reader's
+    # own error before a bad line is still the one reported, and a bad line after it
+    # still names its line (synthetic records)
+    use = {"type": "assistant", "message": {"content": [{"type": "tool_use", "name": "x"}]}}
+    ok = {"type": "user", "message": {"content": "hi"}}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(orjson.dumps(ok) + b"\n" + orjson.dumps(use) + b"\n{oops\n")
+    with pytest.raises(TrajError, match=rf"^{bad}:2: a tool_use block without an id$"):
+        read_trajectories(bad)
+    bad.write_bytes(orjson.dumps(ok) + b"\n\n{oops\n" + orjson.dumps(use) + b"\n")
+    with pytest.raises(TrajError, match=rf"^{bad}:3: not JSON"):
+        read_trajectories(bad)
+    lines = JsonLines(bad, bad.read_bytes())
+    for _ in range(2):  # walked again: the same records, the same error at the same line
+        got: list[tuple[int, dict[str, Any]]] = []
+        with pytest.raises(TrajError, match=rf"^{bad}:3: not JSON"):
+            got.extend(lines)
+        assert got == [(1, ok)]
+
+
+def test_one_json_value_then_blank_lines_is_read_whole(tmp_path: Path) -> None:
+    # the whole-file parse is skipped only when a first line that is a whole JSON value
+    # has more than whitespace after it; blank lines after one are not more
+    doc = orjson.loads(SWE1.read_bytes())
+    f = tmp_path / "one.traj"
+    f.write_bytes(orjson.dumps(doc) + b"\n\n \t\r\n")
+    assert detect(f) == "swe-agent" and len(one(f).steps) == 5
+    # more after it: lines (a record with a `history` list reads as an OpenHands eval
+    # output.jsonl, whose second record here is not one)
+    f.write_bytes(orjson.dumps(doc) + b"\n" + b'{"x": 1}\n')
+    with pytest.raises(TrajError, match=rf"^{f}:2: no event list$"):
+        read_trajectories(f)
+
+
 def test_corrupted_structure_is_an_error(tmp_path: Path) -> None:
     doc = json.loads(SWE1.read_text())
     doc["trajectory"][2]["action"] = 42
@@ -500,6 +555,35 @@ def test_prepare_recording_read_back_by_report(
     assert "openhands-v1" in out and "P50" in out
     assert main(["report", str(rec), "--format", "markdown"]) == 0
     assert "## Prefix preparation" in capsys.readouterr().out
+
+
+def test_prepare_view_mode_one_parse_per_file_and_repetition(tmp_path: Path) -> None:
+    rec = tmp_path / "view.jsonl"
+    argv = ["traj", "prepare", str(OH0), str(SWE1), "--repeat", "2", "--shuffle", "--seed", "3"]
+    assert main([*argv, "--mode", "view", "-o", str(rec)]) == 0
+    r = read_recording(rec)
+    assert r.header["profile"]["mode"] == "view"
+    preps = [e for e in r.events if e["type"] == "prep"]
+    assert len(preps) == (4 + 5) * 2 and {e["mode"] for e in preps} == {"view"}
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for e in preps:
+        groups.setdefault((e["file"], e["rep"]), []).append(e)
+    assert len(groups) == 2 * 2
+    for evs in groups.values():
+        # one parse shared by the group's prefixes, each sample carrying its share
+        assert len({e["parse_ns"] for e in evs}) == 1 and evs[0]["parse_ns"] > 0
+        share = round(evs[0]["parse_ns"] / len(evs))
+        assert all(e["dur_ns"] == e["view_ns"] + share for e in evs)
+        assert sorted(e["k"] for e in evs) == list(range(1, len(evs) + 1))
+    rows = build_report(r)["prep"]["formats"]
+    assert {row["mode"] for row in rows} == {"view"}
+    # the default times each prefix from the file, and says so
+    rec2 = tmp_path / "file.jsonl"
+    assert main([*argv, "-o", str(rec2)]) == 0
+    r2 = read_recording(rec2)
+    assert r2.header["profile"]["mode"] == "file"
+    assert {e.get("mode") for e in r2.events if e["type"] == "prep"} == {"file"}
+    assert not any("parse_ns" in e for e in r2.events if e["type"] == "prep")
 
 
 def test_prepare_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,6 +58,8 @@ from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, 
 from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import image_env
+from rtax_tui.drivers.toolkit.runsc import host_pids as runsc_host_pids
+from rtax_tui.drivers.toolkit.runsc import limits_note as runsc_limits_note
 from rtax_tui.drivers.toolkit.sandbox import SupportError, local_bin
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.workspace import (
@@ -226,6 +228,10 @@ class ContainerOptions:
     - `userns`: docker `host` (the host's user namespace, also with a remapping daemon)
       or `remap` (the daemon's --userns-remap, checked); podman `host`, `auto[:OPTS]`,
       `keep-id[:OPTS]`, `nomap`, sent as the API's UsernsMode.
+
+    And `runtime`: the OCI runtime the engine starts the container with, by the name the
+    engine registered it under (`runsc`: gVisor, which `scripts/start-dockerd` registers
+    where runsc is installed); unset, the engine's default (runc).
     """
 
     socket: str | None = None
@@ -241,6 +247,7 @@ class ContainerOptions:
     no_new_privileges: bool = False
     security_opt: tuple[str, ...] = ()
     userns: str | None = None
+    runtime: str | None = None
 
     def boundary(self) -> dict[str, Any]:
         """The boundary options in effect, for the recording's header (defaults included,
@@ -253,6 +260,7 @@ class ContainerOptions:
             "no_new_privileges": self.no_new_privileges,
             "security_opt": list(self.security_opt),
             "userns": self.userns,
+            "runtime": self.runtime,
         }
 
     def security_opts(self) -> list[str]:
@@ -469,8 +477,9 @@ class ContainerEnvironment(Environment):
             hc["nano_cpus"] = int(lim.cpus * 1e9)
         if lim.memory_mib:
             hc["mem_limit"] = lim.memory_mib << 20
-        if lim.pids:
-            hc["pids_limit"] = lim.pids
+        runsc = self.d.runs_gvisor()
+        if lim.pids:  # under gVisor, its RLIMIT_NPROC (below) and a host backstop
+            hc["pids_limit"] = runsc_host_pids(lim.pids) if runsc else lim.pids
         if self.spec.cgroup_parent:
             hc["cgroup_parent"] = "/" + self.spec.cgroup_parent.strip("/")
         binds: dict[str, dict[str, str]] = {}
@@ -496,7 +505,14 @@ class ContainerEnvironment(Environment):
         security_opt = self.d.security_opts()
         if security_opt:
             hc["security_opt"] = security_opt
+        if opts.runtime:
+            hc["runtime"] = opts.runtime
         hc.update(self.d.host_config_extra())
+        if runsc and lim.pids:
+            from docker.types import Ulimit
+
+            kept = [u for u in hc.get("ulimits", []) if u.name != "nproc"]
+            hc["ulimits"] = [*kept, Ulimit(name="nproc", soft=lim.pids, hard=lim.pids)]
         host_config = api.create_host_config(**hc)
         self.d.mask_cmdline(host_config)
         userns = self.d.userns_mode()
@@ -918,6 +934,7 @@ class ContainerDriver(Driver):
         "no_new_privileges",
         "security_opt",
         "userns",
+        "runtime",
     )
     # `userns` values this engine honours: exact ones, and prefixes of ones with options.
     # dockerd's API knows only "host" (per container, opting out of a remapping daemon);
@@ -964,7 +981,7 @@ class ContainerDriver(Driver):
                 f"{where}: unknown {', '.join(unknown)} (allowed: {', '.join(cls.option_names)})",
             )
         kw: dict[str, Any] = {}
-        for key in ("socket", "image", "network"):
+        for key in ("socket", "image", "network", "runtime"):
             if key in options:
                 if not isinstance(options[key], str) or not options[key]:
                     raise OptionError(
@@ -976,6 +993,10 @@ class ContainerDriver(Driver):
             allowed = ", ".join(WORKSPACE_MODES)
             raise OptionError("workspace", f"{where}.workspace: {workspace!r} (allowed: {allowed})")
         kw["workspace"] = workspace
+        if "runtime" in options and not re.fullmatch(r"[A-Za-z0-9_.+-]+", kw["runtime"]):
+            raise OptionError(
+                "runtime", f"{where}.runtime: {kw['runtime']!r} (a runtime's name: runc, runsc)"
+            )
         if options.get("user") is not None:
             kw["user"], kw["uid"], kw["gid"] = _parse_user(where, options["user"])
         for key in ("cap_drop", "cap_add"):
@@ -1195,7 +1216,7 @@ class ContainerDriver(Driver):
         except ImportError:
             return [Problem("the docker Python SDK is not installed", "pip install docker")]
         path = _socket_path(self.socket)
-        start = self.daemon.start
+        start = self.start_command()
         if path is not None and not os.path.exists(path):
             return [Problem(f"{self.service} is not running (no {path})", start)]
         try:
@@ -1247,6 +1268,10 @@ class ContainerDriver(Driver):
                     "use a unix socket, or read_only = false",
                 )
             ]
+        if self.opts.runtime:
+            problem = await self.runtime_problem(api)
+            if problem is not None:
+                return [problem]
         if self.opts.userns == "remap":
             info = await _call("info", api.info)
             sec = info.get("SecurityOptions") or []
@@ -1260,6 +1285,29 @@ class ContainerDriver(Driver):
                     )
                 ]
         return []
+
+    async def runtime_problem(self, api: Any) -> Problem | None:
+        """Why the engine cannot start containers with `runtime`, or None: dockerd lists
+        the runtimes it knows in `info` (`--add-runtime`, or daemon.json's `runtimes`)."""
+        info = await _call("info", api.info)
+        known = sorted(info.get("Runtimes") or {})
+        if self.opts.runtime in known:
+            return None
+        return Problem(
+            f"drivers_options.{self.name}.runtime = {self.opts.runtime!r}: {self.service} "
+            f"does not know it (its runtimes: {', '.join(known) or 'none'})",
+            f"install it (apt-get install runsc), stop {self.service} and start it again "
+            f"with {self.start_command()}, which registers runsc",
+        )
+
+    def runs_gvisor(self) -> bool:
+        """Whether the containers run under gVisor's runsc (`runtime`), whose pid limit
+        must be the sandbox's RLIMIT_NPROC (see toolkit/runsc.py)."""
+        return (self.opts.runtime or "").startswith("runsc")
+
+    def start_command(self) -> str:
+        """How to start the engine this driver's options need (the fix in messages)."""
+        return self.daemon.start
 
     async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
         """The images these workloads need (beyond the one `check()` saw) exist."""
@@ -1335,7 +1383,13 @@ class ContainerDriver(Driver):
             "workload_image": self.workload_image,
             "workspace": self.workspace,
             "boundary_options": self.opts.boundary(),
-            "limits": "cpus, memory_mib, pids: the engine's (--cpus, --memory, --pids-limit); "
+            "limits": (
+                "cpus, memory_mib: the engine's (--cpus, --memory); "
+                + runsc_limits_note("--pids-limit")
+                + "; "
+                if self.runs_gvisor()
+                else "cpus, memory_mib, pids: the engine's (--cpus, --memory, --pids-limit); "
+            )
             + (
                 "workspace_mib: a tmpfs of that size on the host as /workspace"
                 if self.sized_workspace_here()
@@ -1352,6 +1406,7 @@ class ContainerDriver(Driver):
             facts["cgroup"] = info.get("CgroupVersion")
             # seccomp profile, apparmor, userns (a remapping daemon), rootless, ...
             facts["security_options"] = info.get("SecurityOptions")
+            facts["runtime"] = self.opts.runtime or info.get("DefaultRuntime")
             img = await _call("image lookup", api.inspect_image, self.image)
             facts["image_id"] = img.get("Id")
             if self.workload_image != self.image:

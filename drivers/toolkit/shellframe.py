@@ -59,24 +59,6 @@ def frame(argv: Sequence[str], sentinel: str) -> bytes:
     ).encode()
 
 
-# The remote side's own clock, with no process started: the kernel's monotonic "now"
-# from the third line of /proc/timer_list (root only; ~25 us a read). Empty if unreadable.
-_CLOCK = "{ \\read _r _r; \\read _r _r; \\read _r _r %s _r; } 2>/dev/null </proc/timer_list"
-
-
-def frame_timed(argv: Sequence[str], sentinel: str) -> bytes:
-    """`frame`, plus the command's duration on the remote side's monotonic clock."""
-    cmd = shlex.join(argv)
-    t0 = _CLOCK % "__rtax_t0"
-    t1 = _CLOCK % "__rtax_t1"
-    return (
-        f"__rtax_t0=; __rtax_t1=; \\unset -f read; {t0}; "
-        f"{{ {cmd}\n}} </dev/null 2>&1; {_TAIL}{t1}; "
-        f"\\printf '\\n%s %d %s\\n' {sentinel} \"$1\" "
-        f'"$(( ${{__rtax_t1:-0}} - ${{__rtax_t0:-0}} ))"\n'
-    ).encode()
-
-
 def new_sentinel() -> str:
     return "__RTAX_" + os.urandom(16).hex() + "__"
 
@@ -233,19 +215,15 @@ class FramedShell:
         self,
         stdin: asyncio.StreamWriter,
         stdout: Reader,
-        timed: bool = False,
         verify: Callable[[int | None], Awaitable[None]] | None = None,
     ) -> None:
-        """`timed`: also take the remote side's own duration of each command
-        (`ActionResult.remote_ns`, None where /proc/timer_list is unreadable).
-        `stdout` a CredReader: the frame is read only where one process wrote it: the
+        """`stdout` a CredReader: the frame is read only where one process wrote it: the
         first answer's writer (the shell, before any step ran) from then on.
         `verify(writer)`: awaited after every answer, with that writer's pid (None on a
         plain stream); raises PhaseFailure("integrity") when the shell can no longer be
         trusted (the driver knows how to tell)."""
         self._w = stdin
         self._r = stdout
-        self._frame = frame_timed if timed else frame
         self._verify = verify
         self._lock = asyncio.Lock()
         self.broken = False
@@ -262,7 +240,7 @@ class FramedShell:
             out = OutputSink()
             tail = OutputSink(4096)  # the shell's own status line
             try:
-                self._w.write(self._frame(argv, sentinel))
+                self._w.write(frame(argv, sentinel))
                 await self._w.drain()
                 if isinstance(self._r, CredReader):
                     await read_frame(self._r, marker, out, self.writer)
@@ -285,8 +263,4 @@ class FramedShell:
             except BaseException:
                 self.broken = True  # cancelled (a timeout) mid-answer, or not to be trusted
                 raise
-            words = tail.kept().split()
-            remote = int(words[1]) if len(words) > 1 and int(words[1]) > 0 else None
-            return ActionResult(
-                rc=int(words[0]), output=out.kept(), remote_ns=remote, dropped=out.dropped
-            )
+            return ActionResult(rc=int(tail.kept()), output=out.kept(), dropped=out.dropped)

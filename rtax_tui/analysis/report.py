@@ -15,7 +15,8 @@ Counting rules (docs/architecture.md, "Statistics"):
 
 from __future__ import annotations
 
-import gc
+import heapq
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -24,8 +25,8 @@ from rtax_tui.analysis.pool_report import STARTUP_NOTE, pool_document, pooled_pr
 from rtax_tui.analysis.report_model import CellReport, DiffRow, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.model.checks import build_document
-from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
-from rtax_tui.model.recording import Recording
+from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
+from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.model.spec import PHASES, POOL_PHASES, REPORT_FORMAT, TIMED_PHASES
 
 COMPARE_FORMAT = "rtax-compare/1"
@@ -36,10 +37,11 @@ DIFF_PHASES = ("total", "action")
 class _CellData:
     """Everything gathered for one cell, samples as numpy arrays (ns)."""
 
-    def __init__(self, cell: str, meta: dict[str, Any]) -> None:
+    def __init__(self, cell: str, meta: dict[str, Any], fold: TrialFold) -> None:
         self.cell = cell
         self.meta = meta
-        self.trials: list[TrialOutcome] = []
+        self.fold = fold
+        self.slots = np.zeros(0, dtype=np.int64)  # its trials' slots in the fold, in order
         self.capacity = CapacityFold()
         self.n = 0
         self.failed = 0
@@ -52,10 +54,15 @@ class _CellData:
         # per measured trial, what it waited before its first action: create + ready
         # (cold) or acquire (pooled); `rtax compare` sets the two side by side
         self.startup = np.zeros(0, dtype=np.int64)
+        self.served = 0  # trials that recorded an `acquire` (a pooled cell's)
 
     @property
     def pooled(self) -> bool:
         return self.meta.get("mode") == "pool"
+
+    @property
+    def trials(self) -> list[TrialOutcome]:
+        return [self.fold.outcome(s) for s in self.slots.tolist()]
 
 
 def _meta_from_id(cell: str) -> dict[str, Any]:
@@ -66,117 +73,178 @@ def _meta_from_id(cell: str) -> dict[str, Any]:
     return dict(zip(("host", "driver", "workload", "channel"), parts, strict=True))
 
 
-def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
-    """Group the events of `rec` by cell; returns (cells in order, trial_start count).
+class _Collect:
+    """The report's pass over a recording, batch by batch (`Rows`): the trial fold, plus
+    what the report keeps of the other events (cells in order of first appearance,
+    capacity batches, pool work, the last run_end, prep and probe events). Nothing per
+    event is kept but those few events and the fold's columns."""
 
-    The pass allocates many small acyclic objects; the cyclic garbage collector
-    is paused meanwhile (it would rescan the recording's million dicts for nothing).
-    """
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _collect_events(rec)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    def __init__(self) -> None:
+        self.fold = TrialFold()
+        self.cells: dict[str, _CellData] = {}
+        self.slot_cell: list[int] = []  # per slot: its cell's index in `cells`
+        self._cell_ix: dict[str, int] = {}
+        self._names: list[str] = []
+        self.orphan_pool: list[dict[str, Any]] = []  # a pool's events before its cell's trial
+        self.end: dict[str, Any] | None = None
+        self.preps: list[dict[str, Any]] = []
+        self.probes: list[dict[str, Any]] = []
+        self.clocks: list[dict[str, Any]] = []  # remote hosts' clock syncs
+        self.replay = False  # a trial replayed a trajectory
 
-
-def _collect_events(rec: Recording) -> tuple[dict[str, _CellData], int]:
-    cells: dict[str, _CellData] = {}
-
-    def started(t: TrialOutcome) -> None:
-        cd = cells.get(t.cell)
-        if cd is None:
-            meta = {k: t.meta[k] for k in ("host", "driver", "workload", "channel")}
-            if "mode" in t.meta:  # a pooled cell (a cold one's meta keeps its shape)
-                meta["mode"] = t.meta["mode"]
-            cd = cells[t.cell] = _CellData(t.cell, meta)
-        cd.trials.append(t)
-
-    def other(ev: dict[str, Any]) -> None:
-        if ev["type"] == "barrier":
-            cell = ev["cell"]
-            cd = cells.get(cell)
-            if cd is None:
-                cd = cells[cell] = _CellData(cell, _meta_from_id(cell))
-            cd.capacity.add(ev)
-        elif ev["type"] == "pool":
-            cd = cells.get(ev["cell"])
-            if cd is not None:
-                cd.pool_events.append(ev)
+    def _cell(self, cell: str, meta: Any) -> int:
+        ix = self._cell_ix.get(cell)
+        if ix is None:
+            self._names.append(cell)
+            if isinstance(meta, dict):
+                m = {k: meta[k] for k in ("host", "driver", "workload", "channel")}
+                if "mode" in meta:  # a pooled cell (a cold one's meta keeps its shape)
+                    m["mode"] = meta["mode"]
             else:
-                orphan_pool.append(ev)
+                m = _meta_from_id(cell)
+            ix = self._cell_ix[cell] = len(self.cells)
+            self.cells[cell] = _CellData(cell, m, self.fold)
+        return ix
 
-    orphan_pool: list[dict[str, Any]] = []  # events of a pool before its cell's first trial
-    fold = TrialFold(on_start=started, on_other=other)
-    fold.feed(rec.events)
-    for ev in orphan_pool:
-        if ev["cell"] in cells:
-            cells[ev["cell"]].pool_events.append(ev)
-    for cd in cells.values():
-        _finish(cd)
-    return cells, fold.starts
+    def feed(self, rows: Rows) -> None:
+        others = self.fold.feed_rows(rows)
+        # cells, barriers and pool events in recording order
+        evs = heapq.merge(zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0])
+        cell_of = self._cell
+        slot_cell = self.slot_cell
+        cells = self.cells
+        for _, ev in evs:
+            etype = ev["type"]
+            if etype == "trial_start":
+                slot_cell.append(cell_of(ev["cell"], ev))
+                if "replay" in ev:
+                    self.replay = True
+            elif etype == "barrier":
+                cells[self._names[cell_of(ev["cell"], None)]].capacity.add(ev)
+            elif etype == "pool":
+                cd = cells.get(ev["cell"])
+                if cd is not None:
+                    cd.pool_events.append(ev)
+                else:
+                    self.orphan_pool.append(ev)
+            elif etype == "run_end":
+                self.end = ev
+            elif etype == "prep":
+                self.preps.append(ev)
+            elif etype == "probe":
+                self.probes.append(ev)
+            elif etype == "clock":
+                self.clocks.append(ev)
 
-
-def _finish(cd: _CellData) -> None:
-    phase_lists: dict[str, list[int]] = {p: [] for p in TIMED_PHASES + POOL_PHASES}
-    actions: list[int] = []
-    totals: list[int] = []
-    sub_lists: dict[str, list[int]] = {}
-    remote: list[int] = []
-    startup: list[int] = []
-    for t in cd.trials:
-        verdict = t.verdict
-        if verdict == "warmup":
-            cd.warmup += 1
-            continue
-        cd.n += 1
-        if verdict == "incomplete":
-            cd.failed += 1
-            cd.errors["incomplete"] = cd.errors.get("incomplete", 0) + 1
-            continue
-        kind = t.error_kind
-        if kind is not None:
-            cd.errors[kind] = cd.errors.get(kind, 0) + 1
-        if verdict == "failed":
-            cd.failed += 1
-            continue
-        if verdict == "invalid":
-            cd.invalid += 1
-            continue
-        total = 0
-        for name, dur in t.phases.items():
-            phase_lists[name].append(dur)
-            total += dur
-        for name, dur in t.subphases.items():
-            lst = sub_lists.get(name)
-            if lst is None:
-                lst = sub_lists[name] = []
-            lst.append(dur)
-        actions.extend(t.actions)
-        remote.extend(t.remote)
-        totals.append(total + sum(t.actions))
-        ph = t.phases
-        startup.append(
-            ph["acquire"] if "acquire" in ph else ph.get("create", 0) + ph.get("ready", 0)
+    def finish(self) -> dict[str, _CellData]:
+        for ev in self.orphan_pool:
+            if ev["cell"] in self.cells:
+                self.cells[ev["cell"]].pool_events.append(ev)
+        _finish_all(
+            self.fold, list(self.cells.values()), np.asarray(self.slot_cell, dtype=np.int64)
         )
-    samples = {p: np.asarray(v, dtype=np.int64) for p, v in phase_lists.items()}
-    samples["action"] = np.asarray(actions, dtype=np.int64)
-    samples["total"] = np.asarray(totals, dtype=np.int64)
-    cd.samples = {p: samples[p] for p in PHASES}
-    cd.startup = np.asarray(startup, dtype=np.int64)
-    for p in POOL_PHASES:  # a pooled cell's acquire and release
-        if samples[p].size:
-            cd.samples[p] = samples[p]
-    if remote:  # the same actions timed by the remote side: the rest is network + framing
-        sub_lists["action.remote"] = remote
-    cd.subsamples = {k: np.asarray(v, dtype=np.int64) for k, v in sub_lists.items()}
+        return self.cells
 
 
-def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
-    h = rec.header
+def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
+    """Group the events of `rec` by cell; returns (cells in order, trial_start count)."""
+    c = _Collect()
+    b = RowBuilder(c.fold)
+    for pos, ev in enumerate(rec.events):
+        b.add(pos, ev)
+    c.feed(b.build())
+    return c.finish(), c.fold.starts
+
+
+def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) -> None:
+    """Per cell: the counts and the samples of its measured trials, from the fold's
+    columns (the counting rule is the fold's `verdict`, over every trial at once)."""
+    vc = fold.verdict_codes()
+    warm, incomplete, failed, invalid, measured = (
+        VERDICTS.index(v) for v in ("warmup", "incomplete", "failed", "invalid", "measured")
+    )
+    n_slots = vc.size
+    cols = {pc.name: pc for pc in fold.phase_cols}
+    absent = np.iinfo(np.int64).max
+    # per slot: its actions' sum; per action: whether its trial is measured, its cell
+    ac_slot = fold.ac_slot.view
+    ac_sum = np.zeros(n_slots, dtype=np.int64)
+    np.add.at(ac_sum, ac_slot, fold.ac_dur.view)
+    ac_cell = slot_cell[ac_slot]
+    ac_measured = vc[ac_slot] == measured
+    timed_sum = np.zeros(n_slots, dtype=np.int64)
+    for pc in fold.phase_cols:
+        if pc.timed:
+            timed_sum += pc.sum[:n_slots]
+    for ix, cd in enumerate(cells):
+        slots = np.flatnonzero(slot_cell == ix)
+        cd.slots = slots
+        v = vc[slots]
+        cd.warmup = int(np.count_nonzero(v == warm))
+        cd.n = int(slots.size) - cd.warmup
+        cd.failed = int(np.count_nonzero((v == incomplete) | (v == failed)))
+        cd.invalid = int(np.count_nonzero(v == invalid))
+        # errors, in trial order: "incomplete", or trial_end.error.kind
+        with_error = [s for s in slots.tolist() if s in fold.errors] if fold.errors else []
+        noted = np.union1d(slots[v == incomplete], np.asarray(with_error, dtype=np.int64))
+        for s in noted.tolist():
+            if vc[s] == warm:
+                continue
+            if vc[s] == incomplete:
+                kind = "incomplete"
+            else:
+                kind = fold.outcome(s).error_kind or "unknown"
+            cd.errors[kind] = cd.errors.get(kind, 0) + 1
+        ms = slots[v == measured]
+        samples: dict[str, np.ndarray] = {}
+        for p in TIMED_PHASES + POOL_PHASES:
+            got = cols.get(p)
+            samples[p] = (
+                got.sum[ms][got.first[ms] != absent] if got is not None else np.zeros(0, np.int64)
+            )
+        mine = (ac_cell == ix) & ac_measured
+        samples["action"] = fold.ac_dur.view[mine]
+        samples["total"] = timed_sum[ms] + ac_sum[ms]
+        cd.samples = {p: samples[p] for p in PHASES}
+        for p in POOL_PHASES:  # a pooled cell's acquire and release
+            if samples[p].size:
+                cd.samples[p] = samples[p]
+        acq = cols.get("acquire")
+        if acq is not None:
+            has_acq = acq.first[ms] != absent
+            cd.served = int(np.count_nonzero(acq.first[slots] != absent))
+        else:
+            has_acq = np.zeros(ms.size, dtype=bool)
+
+        acq_c, create_c, ready_c = (
+            cols[p].sum[ms] if p in cols else np.zeros(ms.size, dtype=np.int64)
+            for p in ("acquire", "create", "ready")
+        )
+        cd.startup = np.where(has_acq, acq_c, create_c + ready_c)
+        # sub-phases in the order first recorded: by first measured trial, then by event
+        order = []
+        for pc in fold.phase_cols:
+            if pc.timed:
+                continue
+            present = np.flatnonzero(pc.first[ms] != absent)
+            if present.size:
+                first = int(present[0])
+                order.append((first, int(pc.first[ms[first]]), pc.name, pc.sum[ms][present]))
+        cd.subsamples = {name: vals for _, _, name, vals in sorted(order, key=lambda o: o[:2])}
+        remote = fold.ac_remote.view[mine]
+        remote = remote[remote != -1]
+        if remote.size:  # the same actions timed by the remote side: the rest is network
+            cd.subsamples["action.remote"] = remote
+
+
+def _run_info(
+    h: dict[str, Any],
+    end: dict[str, Any] | None,
+    torn_tail: bool,
+    n_starts: int,
+    clocks: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     profile = h.get("profile")
-    end = rec.end
     info = {
         "run_id": h.get("run_id"),
         "started_at": h.get("started_at"),
@@ -184,13 +252,15 @@ def _run_info(rec: Recording, n_starts: int) -> dict[str, Any]:
         "argv": h.get("argv"),
         "profile": profile.get("name") if isinstance(profile, dict) else None,
         "status": end.get("status") if end is not None else "incomplete",
-        "torn_tail": rec.torn_tail,
+        "torn_tail": torn_tail,
         "trials": n_starts,
         # the limits every environment got (run.limits); "unknown" in a recording made
         # before rtax recorded them
         "limits": h["limits"] if isinstance(h.get("limits"), dict) else "unknown",
     }
     hosts = _host_info(h.get("hosts"))
+    for name, clock in _clock_info(clocks or []).items():
+        hosts.setdefault(name, {})["clock"] = clock
     if hosts:  # remote hosts only: a local run's report keeps its shape
         info["hosts"] = hosts
     applied = _limits_applied(h.get("hosts"))
@@ -252,6 +322,23 @@ def _boundaries(hosts: Any) -> dict[str, Any]:
     }
 
 
+def _clock_info(clocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per remote host, its clock's syncs (`clock` events): how many, the widest bound
+    (a remote time is on the run's timeline within it), the quickest round trip, and
+    the drift the last sync measured with its bound (none with one sync)."""
+    out: dict[str, Any] = {}
+    for ev in clocks:
+        c = out.setdefault(ev["host"], {"syncs": 0, "err_us": 0.0, "rtt_us": None})
+        c["syncs"] += 1
+        c["err_us"] = max(c["err_us"], round(ev["err_ns"] / 1e3, 1))
+        rtt = round(ev["rtt_ns"] / 1e3, 1)
+        c["rtt_us"] = rtt if c["rtt_us"] is None else min(c["rtt_us"], rtt)
+        if "drift_ppb" in ev:
+            c["drift_ppm"] = round(ev["drift_ppb"] / 1e3, 3)
+            c["drift_err_ppm"] = round(ev["drift_err_ppb"] / 1e3, 3)
+    return out
+
+
 def _host_info(hosts: Any) -> dict[str, Any]:
     """Per remote host: its network cost (to tell the network's share from the
     substrate's) or why it was left out. The local host has neither."""
@@ -261,22 +348,54 @@ def _host_info(hosts: Any) -> dict[str, Any]:
     for name, f in hosts.items():
         if not isinstance(f, dict):
             continue
-        info = {k: f[k] for k in ("net", "unreachable", "drivers_left_out") if k in f}
+        keys = ("net", "unreachable", "drivers_left_out", "clock_error")
+        info = {k: f[k] for k in keys if k in f}
         if info:
             out[name] = info
     return out
 
 
 def build_report(rec: Recording, *, seed: int = 0) -> Report:
-    """The `rtax-report/1` document of a recording (see the module docstring)."""
-    cells, n_starts = _collect(rec)
+    """The `rtax-report/1` document of a recording read whole (see the module docstring)."""
+    c = _Collect()
+    b = RowBuilder(c.fold)
+    for pos, ev in enumerate(rec.events):
+        b.add(pos, ev)
+    c.feed(b.build())
+    return _document(c, rec.header, rec.torn_tail, seed, rec.events)
+
+
+def report_file(path: str | Path, *, seed: int = 0) -> Report:
+    """`build_report(read_recording(path))`, read and folded a chunk at a time as columns
+    (`model.scan`): no event is held as a dict but the few the report keeps, so a
+    recording larger than memory is reported too. A recording that replays trajectories
+    is read whole (the replay's fidelity reads each action's recorded exit code)."""
+    from rtax_tui.model.scan import RecordingScan
+
+    c = _Collect()
+    scan = RecordingScan(path, c.fold)
+    for rows in scan:
+        c.feed(rows)
+        if c.replay:
+            return build_report(read_recording(path), seed=seed)
+    return _document(c, scan.header, scan.torn_tail, seed, None)
+
+
+def _document(
+    c: _Collect,
+    header: dict[str, Any],
+    torn_tail: bool,
+    seed: int,
+    events: list[dict[str, Any]] | None,
+) -> Report:
+    cells = c.finish()
     out_cells: list[CellReport] = []
     for cd in cells.values():
         clus = {}
         for p in PHASES:
-            c = clusters(cd.samples[p])
-            if c is not None:
-                clus[p] = c
+            cl = clusters(cd.samples[p])
+            if cl is not None:
+                clus[p] = cl
         fields: dict[str, Any] = {
             "cell": cd.cell,
             **cd.meta,  # host, driver, workload, channel and a pooled cell's mode
@@ -293,16 +412,16 @@ def build_report(rec: Recording, *, seed: int = 0) -> Report:
         if cd.pooled:
             fields["startup"] = STARTUP_NOTE
         out_cells.append(cast(CellReport, fields))  # its keys in the order they always had
-    if any("replay" in t.meta for cd in cells.values() for t in cd.trials):
+    if c.replay and events is not None:
         from rtax_tui.engine.traj.fidelity import replay_by_cell
 
-        replays = replay_by_cell(rec.events)  # a replay's fidelity, per cell
+        replays = replay_by_cell(events)  # a replay's fidelity, per cell
         for row in out_cells:
             if row["cell"] in replays:
                 row["replay"] = replays[row["cell"]]
     out: Report = {
         "format": REPORT_FORMAT,
-        "run": _run_info(rec, n_starts),
+        "run": _run_info(header, c.end, torn_tail, c.fold.starts, c.clocks),
         "cells": out_cells,
         "diffs": _diffs(cells, seed),
     }
@@ -311,12 +430,11 @@ def build_report(rec: Recording, *, seed: int = 0) -> Report:
             (t for cd in cells.values() if cd.pooled for t in cd.trials),
             [ev for cd in cells.values() for ev in cd.pool_events],
         )
-    preps = [ev for ev in rec.events if ev["type"] == "prep"]
-    if preps:  # a `rtax traj prepare -o` recording: figures per trajectory format
+    if c.preps:  # a `rtax traj prepare -o` recording: figures per trajectory format
         from rtax_tui.analysis.traj_report import prep_document
 
-        out["prep"] = prep_document(preps, seed=seed)
-    probes = [ev for ev in rec.events if ev["type"] == "probe"]
+        out["prep"] = prep_document(c.preps, seed=seed)
+    probes = c.probes
     if probes:  # a `rtax probe -o` recording: the driver x check matrix
         out["probe"] = build_document(
             probes,
@@ -466,7 +584,7 @@ def _project_cell(
             "cell": cd.cell,
             **project(cd.samples, trajectories, steps, seed=seed, steps_dist=steps_dist),
         }
-    served = sum(1 for t in cd.trials if "acquire" in t.phases)
+    served = cd.served
     work = sum(int(ev["dur_ns"]) for ev in cd.pool_events)
     p = pooled_project_inputs(cd.samples, work, served)
     out = {

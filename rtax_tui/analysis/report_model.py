@@ -5,7 +5,10 @@ The format's history (the version is `model.spec.REPORT_FORMAT`):
 - rtax-report/1: run, cells (phases, subphases, errors, clusters, capacity, optional
   startup/replay), diffs; optional pools, prep (a `rtax traj prepare -o` recording) and
   probe (a `rtax probe -o` recording) objects. Keys have only been added since, never
-  renamed: an older report reads as this one with the newer keys absent.
+  renamed: an older report reads as this one with the newer keys absent. Among them,
+  `run.hosts.<host>.clock` (issue 26: the remote host's clock syncs, `syncs`, `err_us`
+  the widest bound, `rtt_us`, and with two syncs or more `drift_ppm`, `drift_err_ppm`)
+  and `run.hosts.<host>.clock_error` (why its clock could not be read).
 
 TypedDicts, not classes: the document is JSON as it stands (orjson dumps it as is), and
 these types let mypy check that every writer and reader agrees on its keys.

@@ -10,7 +10,9 @@ from rtax_tui.analysis.stats import clusters, summarize
 
 
 def prep_document(events: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
-    """{"formats": [{format, files, prefixes, n, failed, max_steps, summary, clusters}]}."""
+    """{"formats": [{format, mode, files, prefixes, n, failed, max_steps, summary,
+    clusters}]}; `mode` is what a sample timed (`rtax traj prepare --mode`: "file" or
+    "view", "file" for events without one, joined with "," if a recording mixed them)."""
     by_fmt: dict[str, list[dict[str, Any]]] = {}
     for ev in events:
         by_fmt.setdefault(str(ev["format"]), []).append(ev)
@@ -22,6 +24,7 @@ def prep_document(events: list[dict[str, Any]], *, seed: int = 0) -> dict[str, A
         rows.append(
             {
                 "format": fmt,
+                "mode": ",".join(sorted({str(e.get("mode", "file")) for e in evs})),
                 "files": len({e["file"] for e in evs}),
                 "prefixes": len({(e["file"], e["k"]) for e in evs}),
                 "n": len(evs),

@@ -298,7 +298,6 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
                 raise RtaxError(f"{flag}: unknown {v!r} (known: {', '.join(known)})")
         return list(dict.fromkeys(items))
 
-    drivers = listed("--driver", args.driver, driver_names(), driver_names())
     channels = listed("--channel", args.channel, CHANNELS, CHANNELS)
     if args.format not in PROBE_FORMATS:
         raise RtaxError(f"--format: {args.format!r} (allowed: {', '.join(PROBE_FORMATS)})")
@@ -309,6 +308,9 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
             raise RtaxError(f"--profile: {exc}") from None
     else:
         profile = Profile(name="probe", path="rtax probe", hosts=("local",))
+    # the profile's driver instances too (`driver = "BASE"`), when named
+    known = driver_names() + profile.driver_instances()
+    drivers = listed("--driver", args.driver, known, driver_names())
     try:
         profile = profile.with_overrides(**host_overrides(args))
     except RtaxError as exc:
@@ -533,12 +535,10 @@ def _print_json(obj: object) -> None:
 
 def _report(args: argparse.Namespace) -> int:
 
-    from rtax_tui.analysis.report import build_report
-    from rtax_tui.model.recording import read_recording
+    from rtax_tui.analysis.report import report_file
     from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
 
-    rec = read_recording(args.file)
-    report = build_report(rec)
+    report = report_file(args.file)
     if args.format == "json":
         _print_json(report)
     elif args.format == "markdown":

@@ -113,10 +113,12 @@ async def _doctor(
 
 
 def run_doctor(args: argparse.Namespace | None = None) -> int:
-    from rtax_tui.hosts import reaper
+    from rtax_tui.hosts import reaper, subreaper
 
     # The checks start processes (the KVM probe's QEMU, a sandbox per channel): a
     # doctor killed half-way (the console closing, kill -9) must leave none of them.
+    # Their orphans are reaped here at once, as in a run (hosts/subreaper.py).
+    subreaper.enable_from_env()
     reaper.start()
     console = out_console()
     names = (getattr(args, "host", None) or ["local"]) if args is not None else ["local"]

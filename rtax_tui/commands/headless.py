@@ -12,10 +12,11 @@ from typing import Any
 
 from rich.console import Console
 
+from rtax_tui.engine import evloop
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import build_session
 from rtax_tui.engine.session import Session
-from rtax_tui.hosts import reaper
+from rtax_tui.hosts import reaper, subreaper
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.model.spec import RtaxError
 from rtax_tui.render.reporting import out_console
@@ -99,6 +100,9 @@ async def _run(
     """The run's status, and the fault that stopped it (None: none did)."""
     # Before the session is built: its checks start processes too (the KVM probe's
     # QEMU, VM snapshots), and a kill -9 at any moment must leave none of them.
+    # The subreaper first: orphans of the substrates' processes are then reaped here at
+    # once, not by the machine's init on its own schedule (hosts/subreaper.py).
+    subreaper.enable_from_env()
     reaper.start()
     try:
         session = await build_session(
@@ -109,6 +113,7 @@ async def _run(
         )
     except BaseException:
         reaper.stop()
+        subreaper.disable()
         raise
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
@@ -139,6 +144,7 @@ async def _run(
             *(h.close() for h in session.hosts.values() if h), return_exceptions=True
         )
         reaper.stop()
+        subreaper.disable()
 
 
 def _tolerant(writer: RecordingWriter) -> Any:
@@ -199,7 +205,7 @@ def run_headless(
     if collector is not None:
         sinks.append(collector)
     try:
-        status, fault = asyncio.run(_run(profile, sinks, argv, err, control))
+        status, fault = evloop.run(_run(profile, sinks, argv, err, control))
     except BaseException:
         for w in writers:
             w.close()
@@ -261,7 +267,7 @@ def run_probe_command(
     events: list[dict[str, Any]] = []
     writer = _open_recording(path) if path is not None else None
     try:
-        status = asyncio.run(
+        status = evloop.run(
             _probe(profile, drivers, channels, events, writer, argv, started_at, err)
         )
     finally:
@@ -323,6 +329,7 @@ async def _probe(
 
     hosts: dict[str, Any] = {}
     left_out: dict[str, str] = {}
+    subreaper.enable_from_env()
     reaper.start()
     status = "completed"
     try:
@@ -362,6 +369,7 @@ async def _probe(
                 profile=header_profile,
                 hosts=facts,
                 limits=PROBE_LIMITS.to_json(),
+                loop=evloop.describe(),
             )
         )
         loop = asyncio.get_running_loop()
@@ -389,4 +397,5 @@ async def _probe(
     finally:
         await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
         reaper.stop()
+        subreaper.disable()
     return status

@@ -27,6 +27,7 @@ examples:
   rtax traj inspect session.jsonl
   rtax traj inspect run.traj --format json
   rtax traj prepare tests/data/trajectories --repeat 3 --shuffle -o prep.jsonl
+  rtax traj prepare tests/data/trajectories --mode view -o view.jsonl
   rtax report prep.jsonl
 """
 
@@ -53,13 +54,24 @@ def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "spread evenly), read, parse and validate the first k steps as recorded, timed "
         "with monotonic_ns; no tool runs, and the inputs (and --workspace) are hashed "
         "before and after to show nothing changed. Writes an rtax/1 recording of `prep` "
-        "events; `rtax report REC` shows P50/P95 per format.",
+        "events; `rtax report REC` shows P50/P95 per format. What one sample times "
+        "(--mode): `file` (default), each prefix from the file alone: read it, detect its "
+        "format, parse and normalize all of it, check every step, validate the first k; "
+        "`view`, the file read, detected, parsed, normalized and checked once per "
+        "repetition (parse_ns), each prefix a view on it validated in O(k) (view_ns), "
+        "a sample being view_ns + parse_ns / the prefixes taken from that parse.",
     )
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     p.add_argument("--repeat", type=argtypes.repeat, default=3, help="samples per prefix (3)")
     p.add_argument("--shuffle", action="store_true", help="run the samples in a seeded order")
     p.add_argument("--seed", type=argtypes.seed, default=0)
     p.add_argument("--max-prefixes", type=argtypes.prefixes, default=60, help="per trajectory (60)")
+    p.add_argument(
+        "--mode",
+        choices=("file", "view"),
+        default="file",
+        help="file: one read and parse per sample; view: one per file, prefixes as views",
+    )
     p.add_argument("--workspace", help="a directory that must stay unchanged (hashed)")
     p.add_argument("-o", "--output", help="the recording (default recordings/<time>-traj.jsonl)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -131,6 +143,7 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
                     "repeat": args.repeat,
                     "shuffle": args.shuffle,
                     "max_prefixes": args.max_prefixes,
+                    "mode": args.mode,
                     "workspace": args.workspace,
                 },
                 "hosts": {"local": _facts()},
@@ -142,6 +155,7 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
             shuffle=args.shuffle,
             seed=args.seed,
             max_prefixes=args.max_prefixes,
+            mode=args.mode,
             workspace=workspace,
             emit=writer.write,
             clock0=t0,

@@ -33,11 +33,21 @@ class Barrier:
     follows the arrived ones until each has let go of what it held.
 
     `oom_kills` (when the batch has a memory budget) counts the budget's OOM kills so
-    far, so that a trial can tell an OOM kill from another failure.
+    far, so that a trial can tell an OOM kill from another failure. `slots` bounds the
+    release steps in flight (`release_concurrency`): each starts processes in its
+    environment while every environment still holds its memory, so the bound caps
+    what a batch of hundreds starts at once in its budget. Below the bound the steps
+    all go out at once: their start-up latency is hidden by running them together.
     """
 
-    def __init__(self, size: int, oom_kills: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        oom_kills: Callable[[], int] | None = None,
+        release_concurrency: int | None = None,
+    ) -> None:
         self.size = size
+        self.slots = asyncio.Semaphore(release_concurrency or size)
         self.arrived = 0
         self.failed = 0
         self.released = asyncio.Event()
@@ -200,7 +210,11 @@ class CapacityRun:
         """Start every environment of the batch at once; emit `barrier` once it has
         released and the arrived environments have let go (before their teardowns)."""
         watch = BudgetWatch(budget) if budget is not None else None
-        barrier = Barrier(len(batch.trials), watch.oom_kills if watch is not None else None)
+        barrier = Barrier(
+            len(batch.trials),
+            watch.oom_kills if watch is not None else None,
+            self.capacity.release_concurrency,
+        )
         cg = budget.relpath if budget is not None else None
         start = time.monotonic_ns()
         tasks = []

@@ -389,9 +389,10 @@ class TrialRunner:
     async def _barrier(self, tr: TrialState) -> None:
         """A batch's trial that did its work arrives at the barrier and waits, holding
         what its workload holds, until the batch is released (`barrier.wait`, not a
-        phase of its own: neither covered nor orchestration); then it lets go. Arriving
-        means the work was done: an environment whose steps failed (an OOM kill under
-        the budget, say) stays out, in the denominator."""
+        phase of its own: neither covered nor orchestration); then it lets go, through
+        its release step when the workload has one (`_release_slot`). Arriving means
+        the work was done: an environment whose steps failed (an OOM kill under the
+        budget, say) stays out, in the denominator."""
         barrier = tr.barrier
         if barrier is None or tr.error is not None or not tr.actions_ok:
             return
@@ -402,9 +403,37 @@ class TrialRunner:
             await barrier.released.wait()
         except asyncio.CancelledError:
             pass
+        if tr.workload.release is not None and tr.env is not None:
+            await self._release_slot(tr, barrier, t)
+            return
+        # Nothing to send through the channel: woken is let go. Then yield once, so that
+        # every trial the release woke (queued behind this one) lets go before this one
+        # starts its teardown, whose synchronous start would otherwise stand in the way
+        # of the rest (N - 1 teardown starts inside the last one's release latency).
         tr.waited = time.monotonic_ns() - t
         self.emit(events.phase(tr.pt.id, "barrier.wait", tr.waited, not barrier.expired))
-        await self._release(tr, barrier)
+        barrier.let_go(tr.pt.id)
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            pass
+
+    async def _release_slot(self, tr: TrialState, barrier: Barrier, t: int) -> None:
+        """A woken trial with a release step waits for one of the batch's release slots
+        (`Barrier.slots`): its `barrier.wait` runs from its arrival until its release
+        step is sent. A stop while it waits sends none (`_leave_batch` lets it go)."""
+        try:
+            await barrier.slots.acquire()
+        except asyncio.CancelledError:
+            tr.waited = time.monotonic_ns() - t
+            self.emit(events.phase(tr.pt.id, "barrier.wait", tr.waited, False))
+            return
+        try:
+            tr.waited = time.monotonic_ns() - t
+            self.emit(events.phase(tr.pt.id, "barrier.wait", tr.waited, not barrier.expired))
+            await self._release(tr, barrier)
+        finally:
+            barrier.slots.release()
 
     async def _release(self, tr: TrialState, barrier: Barrier) -> None:
         """The release, through the cell's channel (the workload's `release` step): the

@@ -64,6 +64,8 @@ class Capacity:
     swap_mib: int | None = CAPACITY["swap_mib"].default
     touch_mib: int = CAPACITY["touch_mib"].default  # held private memory per environment
     sizes: tuple[int, ...] = CAPACITY["sizes"].default  # a curve: `batches` at each size
+    # the bound on a batch's release steps in flight (each a process in its environment)
+    release_concurrency: int = CAPACITY["release_concurrency"].default
 
     @property
     def curve(self) -> tuple[int, ...]:
@@ -154,6 +156,16 @@ class Profile:
             raise ProfileError(f"{self.path}: --sizes: the profile has no [capacity] table")
         return replace(self, capacity=replace(self.capacity, sizes=tuple(sizes)))
 
+    def driver_instances(self) -> tuple[str, ...]:
+        """The names `[drivers_options]` gives to instances of registered drivers."""
+        from rtax_tui.drivers import names as driver_names
+        from rtax_tui.drivers.registry import INSTANCE_KEY
+
+        registered = driver_names()
+        return tuple(
+            n for n, b in self.driver_options.items() if INSTANCE_KEY in b and n not in registered
+        )
+
     def _check_names(self, locate: Callable[[str], str]) -> None:
         def bad(key: str, value: Any, allowed: tuple[str, ...]) -> None:
             raise ProfileError(
@@ -162,7 +174,7 @@ class Profile:
 
         from rtax_tui.drivers import names as driver_names
 
-        known = driver_names()
+        known = driver_names() + self.driver_instances()
         for d in self.drivers:
             if d not in known:
                 bad("drivers", d, known)
@@ -329,10 +341,14 @@ def _limit(where: str, key: str, value: Any) -> float | int | None:
 def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str], str]) -> None:
     """The driver's own check of its `[drivers_options.NAME]` table (the driver knows
     its options), reported here with the file and the line of the field."""
-    from rtax_tui.drivers import driver_class
+    from rtax_tui.drivers import DriverRegistryError
+    from rtax_tui.drivers.registry import INSTANCE_KEY, resolve
 
     try:
-        driver_class(name).check_options(body)
+        cls, options = resolve(name, body)
+        cls.check_options(options)
+    except DriverRegistryError as exc:
+        raise ProfileError(f"{where(INSTANCE_KEY)}: {exc}") from None
     except OptionError as exc:
         raise ProfileError(f"{where(exc.key)}: {exc}") from None
 
@@ -469,13 +485,21 @@ def _modes(modes: Any, where: Where) -> tuple[str, ...]:
 def _drivers_options(opts: dict[str, Any], where: Where) -> dict[str, Any]:
     """`[drivers_options.NAME]`: a table per driver, checked by the driver."""
     from rtax_tui.drivers import names as driver_names
+    from rtax_tui.drivers.registry import INSTANCE_KEY
 
     known = driver_names()
     for name, body in opts.items():
-        if name not in known or not isinstance(body, dict):
+        instance = isinstance(body, dict) and INSTANCE_KEY in body
+        if not isinstance(body, dict) or (name not in known and not instance):
             raise ProfileError(
                 f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
-                f"expected a table for one of {', '.join(known)}"
+                f"expected a table for one of {', '.join(known)}, or a table with "
+                f'{INSTANCE_KEY} = "ONE_OF_THEM" (an instance of it named {name})'
+            )
+        if instance and not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+            raise ProfileError(
+                f"{where('drivers_options.' + name, None)}: drivers_options.{name}: "
+                "an instance's name is letters, digits and _.+-"
             )
         table = f"drivers_options.{name}"
 

@@ -165,6 +165,8 @@ CAPACITY = Table("capacity", "batches of environments of one cell at once, in on
                      (1, 1 << 20)),
     "sizes": Key((list,), (), "a capacity curve: the batch sizes, each run `batches` times",
                  (1, BATCH_MAX), items=(int,)),
+    "release_concurrency": Key((int,), 256, "release steps in flight at once, per batch",
+                               (1, BATCH_MAX)),
 })  # fmt: skip
 
 POOL = Table("pool", "warm pools: environments kept ready per cell and host", {

@@ -16,11 +16,13 @@ event, in order, from the event loop's thread.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax_tui.engine import evloop
 from rtax_tui.engine.capacity import Barrier, CapacityRun
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
@@ -30,6 +32,7 @@ from rtax_tui.engine.pool import Pools
 from rtax_tui.engine.probe import state as probe_state
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.scheduling import Scheduler
+from rtax_tui.hosts.clocksync import ClockSync
 from rtax_tui.hosts.hostfacts import local_facts
 from rtax_tui.model import events, runlock
 from rtax_tui.model.events import Emitter, Sink, SinkError
@@ -159,8 +162,10 @@ class Session:
                 profile=prof,
                 hosts=facts,
                 limits=self.profile.limits.to_json(),
+                loop=evloop.describe(),
             )
         )
+        self._watch_clocks()
         try:
             p = self.profile
             if p.capacity is not None:
@@ -182,49 +187,102 @@ class Session:
                 await self.scheduler.run(plan, self.trials.run)
                 if self.pools is not None:
                     await self.pools.close()  # every pooled environment torn down
+            await self._sync_clocks()
         except Exception as exc:  # an engine bug must still tear down and end the recording
             self.stop()
             await self.control.drain()
             if self.pools is not None:
                 await self.pools.close()
             self.status = "failed"
+            self._unwatch_clocks()
             self.emit(events.run_end("failed", self.trials.ended, error=repr(exc)))
             raise
         finally:  # cancelled: the pools' environments still go (close is idempotent)
+            self._unwatch_clocks()  # no clock event after run_end
             if self.pools is not None:
                 await self.pools.close()
         self.emit(events.run_end(self.status, self.trials.ended))
         return self.status
 
-    async def _gather_facts(self) -> dict[str, dict[str, Any]]:
-        facts: dict[str, dict[str, Any]] = {}
-        for host in self.hosts:
-            h = self.hosts[host]
-            if host == "local":
-                f = dict(local_facts())
-            else:  # over the host's own connection
+    # -- remote clocks ---------------------------------------------------------
+    def _watch_clocks(self) -> None:
+        """Record every sync of a remote host's clock (those made at connection, then
+        each later one) as a `clock` event on the run's clock, so that a reader can place
+        the host's times on the run's timeline and say within what."""
+        for name, h in self.hosts.items():
+
+            def record(s: ClockSync, name: str = name) -> None:
+                t0 = self.emit.t0
+                self.emit(
+                    events.clock(
+                        name,
+                        at_ns=s.mono_ns - t0,
+                        offset_ns=s.offset_ns + t0,
+                        err_ns=s.err_ns,
+                        rtt_ns=s.rtt_ns,
+                        samples=s.samples,
+                        drift_ppb=s.drift_ppb,
+                        drift_err_ppb=s.drift_err_ppb,
+                    )
+                )
+
+            if not hasattr(h, "watch_clock"):  # a plugin's host may predate clocks
+                continue
+            if h.clock is not None:
+                for s in h.clock.syncs:
+                    record(s)
+            h.watch_clock(record)  # later syncs, a reconnected host's too
+
+    def _unwatch_clocks(self) -> None:
+        for h in self.hosts.values():
+            if hasattr(h, "watch_clock"):
+                h.watch_clock(None)
+
+    async def _sync_clocks(self) -> None:
+        """One more sync of every remote clock at the end, so that every action of the
+        run lies between two syncs (a bound by interpolation, not extrapolation)."""
+        for h in self.hosts.values():
+            if getattr(h, "clock", None) is not None:
                 try:
-                    f = dict(await h.facts())
-                except Exception as exc:
-                    f = {"error": f"{type(exc).__name__}: {exc}"}
-            f.update(self.left_out_hosts.get(host, {}))
-            drivers: dict[str, Any] = {}
-            for (dh, d), drv in self.drivers.items():
-                if dh == host:
-                    try:
-                        drivers[d] = dict(await drv.facts())
-                    except Exception as exc:  # facts are informative only
-                        drivers[d] = {"error": str(exc)}
-                    # what the substrate kept out when last measured (`rtax probe`)
-                    drivers[d]["boundary"] = probe_state.boundary(host, d)
-                    # per channel: null where a step's result reaches rtax through
-                    # nothing a step can write, else why not (Driver.integrity)
-                    drivers[d]["integrity"] = {ch: drv.integrity(ch) for ch in drv.channels}
-            f["drivers"] = drivers
-            facts[host] = f
+                    await h.sync_clock()
+                except Exception:  # informative only: the run's results stand
+                    pass
+
+    async def _gather_facts(self) -> dict[str, dict[str, Any]]:
+        """Every host's facts, the hosts at once: each remote host answers over its own
+        connection, so asking them in turn made the run's start grow with the number
+        of hosts (about 1.7 s a host here, bench/fleet_bench.py)."""
+        names = list(self.hosts)
+        got = await asyncio.gather(*(self._host_facts(host) for host in names))
+        facts = dict(zip(names, got, strict=True))
         for host, why in self.left_out_hosts.items():
             facts.setdefault(host, dict(why))
         return facts
+
+    async def _host_facts(self, host: str) -> dict[str, Any]:
+        h = self.hosts[host]
+        if host == "local":
+            f = dict(local_facts())
+        else:  # over the host's own connection
+            try:
+                f = dict(await h.facts())
+            except Exception as exc:
+                f = {"error": f"{type(exc).__name__}: {exc}"}
+        f.update(self.left_out_hosts.get(host, {}))
+        drivers: dict[str, Any] = {}
+        for (dh, d), drv in self.drivers.items():
+            if dh == host:
+                try:
+                    drivers[d] = dict(await drv.facts())
+                except Exception as exc:  # facts are informative only
+                    drivers[d] = {"error": str(exc)}
+                # what the substrate kept out when last measured (`rtax probe`)
+                drivers[d]["boundary"] = probe_state.boundary(host, d)
+                # per channel: null where a step's result reaches rtax through
+                # nothing a step can write, else why not (Driver.integrity)
+                drivers[d]["integrity"] = {ch: drv.integrity(ch) for ch in drv.channels}
+        f["drivers"] = drivers
+        return f
 
 
 def check_drivers_ready(problems: dict[str, list[Any]]) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from rtax_tui.hosts import cgroup_sh
+from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import PhaseFailure
 
@@ -68,9 +69,9 @@ class Host(ABC):
 
     name: str = ""
     concurrency: int | None = None  # at most this many trials at once (None: no limit)
-    # Shell actions should also read the host's own monotonic clock (the controller's
-    # is another machine's); see FramedShell(timed=True).
-    separate_clock: bool = False
+    # A remote host's clock against the controller's, synchronised on a schedule
+    # (hosts.clocksync); None where the host is the controller or its clock unread.
+    clock: RemoteClock | None = None
     # `spawn(pass_fds=...)` works (a descriptor cannot cross an SSH connection).
     passes_fds: bool = False
     # The host is the machine rtax runs on: its files, /proc and cgroups are the
@@ -264,3 +265,11 @@ class Host(ABC):
         """Median round trip of an empty command, in ms; None where it means nothing
         (the local host)."""
         return None
+
+    async def sync_clock(self) -> ClockSync | None:
+        """Synchronise the host's clock now (a remote host); None where there is no
+        separate clock, or it cannot be read."""
+        return None
+
+    def watch_clock(self, fn: Callable[[ClockSync], None] | None) -> None:  # noqa: B027
+        """Have `fn` called with every later sync of the host's clock (None: stop)."""

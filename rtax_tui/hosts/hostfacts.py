@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.hosts.subreaper import is_subreaper
+
 
 def _read(path: str) -> str | None:
     try:
@@ -37,6 +39,9 @@ def local_facts() -> dict[str, Any]:
         "clocksource": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
         "python": sys.version.split()[0],
         "cgroup": _cgroup_version(),
+        # whether the engine reaps orphans itself (hosts/subreaper.py): teardowns that
+        # wait for orphans to be reaped differ by it
+        "subreaper": is_subreaper(),
     }
 
 

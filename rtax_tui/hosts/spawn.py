@@ -22,6 +22,8 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
+from rtax_tui.hosts import subreaper
+
 _POSIX_SPAWN_SETSID = 0x80  # glibc's value (spawn.h)
 _BUF = 1024  # posix_spawn_file_actions_t is 80 bytes, posix_spawnattr_t 336 on x86-64
 _NEEDED = (
@@ -94,7 +96,12 @@ def spawn_to_pipe(
         if cwd is not None:
             lib.posix_spawn_file_actions_addchdir_np(fa, os.fsencode(cwd))
         pid = ctypes.c_int()
-        rc = lib.posix_spawn(ctypes.byref(pid), os.fsencode(exe), fa, attr, c_argv, c_env)
+        counted = subreaper.spawning()  # the engine's subreaper must leave this child be
+        rc = -1
+        try:
+            rc = lib.posix_spawn(ctypes.byref(pid), os.fsencode(exe), fa, attr, c_argv, c_env)
+        finally:
+            subreaper.spawned(pid.value if rc == 0 else None, counted)
     finally:
         lib.posix_spawn_file_actions_destroy(fa)
         lib.posix_spawnattr_destroy(attr)

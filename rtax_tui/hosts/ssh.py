@@ -6,7 +6,10 @@ unquoted. Every remote command runs as the leader of its own process group (sshd
 makes one session per channel) and announces its pid first, so the controller can
 kill the whole group. A remote reaper (an `awk` on its own channel) holds what is
 alive on the host; when its channel closes (the run ended, rtax was killed, the
-connection dropped) it kills the groups and removes the workspaces left behind.
+connection dropped) it kills the groups and removes the workspaces left behind. A
+third long-lived channel reads the host's monotonic clock on request: the host's
+clock is synchronised with the controller's at connection and on a schedule
+(`hosts.clocksync`), so no action has to read it.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.hosts.cgroup_sh import cgroup_dirs
+from rtax_tui.hosts.clocksync import ClockSync, RemoteClock, from_samples
 from rtax_tui.model import runlock
 from rtax_tui.model import spec as model
 from rtax_tui.model.spec import HostLost, OutputSink, RtaxError
@@ -35,6 +39,15 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9_./@:+-]+")
 KEEPALIVE_S = 2.0
 KEEPALIVE_COUNT = 3
 CONNECT_TIMEOUT_S = 15.0
+CLOCK_SYNC_S = 30.0  # between two clock syncs of a connection
+CLOCK_SAMPLES = 8  # round trips a sync takes (its bound: half the quickest at most)
+
+# The clock channel: for every line it reads, the host's monotonic "now" in ns, from the
+# third line of /proc/timer_list (root only; no process started), or an empty line.
+CLOCK_SH = (
+    "while read -r _; do t=; { read _r _r; read _r _r; read _r _r t _r; } "
+    '2>/dev/null </proc/timer_list; echo "$t"; done'
+)
 
 # The remote reaper: remembers process groups, paths and cgroup dirs; at EOF it ends them.
 REAPER_AWK = r"""
@@ -132,6 +145,7 @@ class SSHTarget:
     concurrency: int | None = None
     trust_new: bool = False
     keepalive_s: float = KEEPALIVE_S
+    clock_sync_s: float = CLOCK_SYNC_S
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -320,7 +334,6 @@ class SSHHost(Host):
     """A machine reached over SSH. `connect()` first; `lost` once the connection drops."""
 
     path_env = DEFAULT_PATH
-    separate_clock = True
 
     def __init__(self, target: SSHTarget) -> None:
         self.target = target
@@ -333,6 +346,12 @@ class SSHHost(Host):
         self._held = self._hold_remote  # the run lock's labels, sent to the reaper
         self.net: dict[str, Any] = {}
         self._closing = False
+        self.clock: RemoteClock | None = None  # None until a sync succeeded
+        self.clock_error: str | None = None  # why the host's clock cannot be read
+        self._clock_proc: Any = None
+        self._clock_lock = asyncio.Lock()
+        self._clock_task: asyncio.Task[None] | None = None
+        self._clock_watch: Callable[[ClockSync], None] | None = None
 
     # -- connection ----------------------------------------------------------
     @property
@@ -435,6 +454,74 @@ class SSHHost(Host):
                 raise RtaxError(f"host {self.name}: cannot start a command: {exc}") from None
             runlock.unsubscribe(self._held)
             runlock.subscribe(self._held)  # the labels held so far, and each later one
+            await self._start_clock(conn)
+
+    # -- the host's clock ------------------------------------------------------
+    async def _start_clock(self, conn: Any) -> None:
+        """Open the clock channel, sync once, and re-sync every `clock_sync_s` while the
+        connection lasts. A host whose clock cannot be read (not root: /proc/timer_list
+        is root's) says why in `clock_error`; the run goes on without it."""
+        import asyncssh
+
+        if self._clock_task is not None:
+            self._clock_task.cancel()
+            self._clock_task = None
+        # a new connection starts a new relation: the host may have rebooted meanwhile
+        self.clock, self.clock_error = None, None
+        try:
+            self._clock_proc = await conn.create_process(
+                shlex.join(["sh", "-c", CLOCK_SH]), encoding=None, stderr=subprocess.DEVNULL
+            )
+        except (OSError, asyncssh.Error) as exc:
+            self.clock_error = f"cannot open the clock channel: {exc}"
+            return
+        if await self.sync_clock() is None:
+            return
+        self._clock_task = asyncio.ensure_future(self._resync())
+
+    async def _resync(self) -> None:
+        while self.clock_error is None:
+            await asyncio.sleep(self.target.clock_sync_s)
+            if self.lost:
+                return
+            await self.sync_clock()
+
+    async def sync_clock(self, n: int = CLOCK_SAMPLES) -> ClockSync | None:
+        """Take `n` samples on the clock channel, keep the sync (see hosts.clocksync) and
+        hand it to the watcher. None when the clock cannot be read (`clock_error`)."""
+        proc = self._clock_proc
+        if proc is None or self.clock_error is not None or self.lost:
+            return None
+        async with self._clock_lock:
+            samples = []
+            try:
+                async with asyncio.timeout(10):
+                    for _ in range(n):
+                        a = time.monotonic_ns()
+                        proc.stdin.write(b"\n")
+                        line = await proc.stdout.readline()
+                        b = time.monotonic_ns()
+                        word = line.strip()
+                        if not word.isdigit():
+                            self.clock_error = (
+                                "the host's monotonic clock cannot be read "
+                                f"(/proc/timer_list: {'unreadable' if line else 'no answer'})"
+                            )
+                            return None
+                        samples.append((a, int(word), b))
+            except Exception as exc:  # a lost connection, or an answer out of step: stop
+                if not self.lost:
+                    self.clock_error = f"clock sync failed: {type(exc).__name__}: {exc}"
+                return None
+            if self.clock is None:
+                self.clock = RemoteClock()
+            s = self.clock.add(from_samples(samples))
+        if self._clock_watch is not None:
+            self._clock_watch(s)
+        return s
+
+    def watch_clock(self, fn: Callable[[ClockSync], None] | None) -> None:
+        self._clock_watch = fn
 
     def _key_message(self, why: str) -> str:
         t = self.target
@@ -462,6 +549,12 @@ class SSHHost(Host):
         """Close the reaper's stdin (it ends what is left), then the connection."""
         self._closing = True
         runlock.unsubscribe(self._held)
+        if self._clock_task is not None:
+            self._clock_task.cancel()
+            self._clock_task = None
+        if self._clock_proc is not None:
+            self._clock_proc.close()
+            self._clock_proc = None
         if self._reaper is not None:
             try:
                 self._reaper.stdin.write_eof()
@@ -717,6 +810,7 @@ class SSHHost(Host):
             "transport": "ssh",
             "address": f"{self.target.address}:{self.target.port}",
             "net": dict(self.net),
+            **({"clock_error": self.clock_error} if self.clock_error else {}),
         }
 
 

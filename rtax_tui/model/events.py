@@ -44,7 +44,17 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # - added `run.limits` (optional): the limits every environment of the run was given,
 #   {cpus, memory_mib, pids, workspace_mib}, each a number or "unlimited" (rtax gives
 #   limits by default since; a profile lifts one only by saying "unlimited"). A
-#   recording without it (made before) reports its limits as "unknown".
+#   recording without it (made before) reports its limits as "unknown";
+# - added `clock` events (issue 26): one synchronisation of a remote host's monotonic
+#   clock with the run's (host, at_ns, offset_ns, err_ns, rtt_ns, samples, drift_ppb,
+#   drift_err_ppb): at run time `at_ns`, the host's clock read `at_ns + offset_ns`, within
+#   +-`err_ns` (half a round trip at most); made at connection, on a schedule and at the
+#   run's end. They replace `action.remote_ns` on SSH hosts' shell actions, which no
+#   longer read the remote clock (recordings made before have it; a VM's guest still
+#   reports it). An older rtax rejects a recording with `clock` events the same way;
+# - added `run.loop` (optional): the event loop the run's process ran on, which a timed
+#   action's wake-up is part of (`uvloop 0.23.0`, `asyncio`; `engine.evloop`). Absent in
+#   older recordings: asyncio's, the only loop rtax ran on before.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -57,7 +67,10 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # without a budget), with the `barrier.release` phase and the `oom` error kind;
 # `action.out_dropped` (issue 19: rtax keeps a step's first `model.OUTPUT_LIMIT` bytes of
 # output, `out_bytes` of them; the bytes it printed past them, read and not kept; absent
-# when none were, and in older recordings, whose steps were kept whole).
+# when none were, and in older recordings, whose steps were kept whole);
+# `prep.mode` (`rtax traj prepare --mode`: "file", one parse per sample, or "view", one
+# parse per file shared by its prefixes; absent, in older recordings: "file"), and with
+# "view" `prep.parse_ns` (the one parse) and `prep.view_ns` (the prefix's own time).
 FORMAT = "rtax/1"
 
 # The schema of every event, declared once: per type, its required fields and its
@@ -71,7 +84,7 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "run": (
         {"format": "str", "run_id": "str", "started_at": "str", "seed": "int", "argv": "list",
          "profile": "dict", "hosts": "dict"},
-        {"t_ns": "count", "limits": "dict"},
+        {"t_ns": "count", "limits": "dict", "loop": "str"},
     ),
     "trial_start": (
         {"trial": "id", "cell": "str", "host": "str", "driver": "str", "workload": "str",
@@ -110,13 +123,20 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "prep": (
         {"file": "str", "format": "str", "k": "count", "steps": "count", "dur_ns": "count",
          "ok": "bool"},
-        {"t_ns": "count", "shell": "count", "rep": "count"},
+        {"t_ns": "count", "shell": "count", "rep": "count", "mode": "str", "parse_ns": "count",
+         "view_ns": "count"},
     ),
     # one piece of a warm pool's background work (rtax/1, third addition)
     "pool": (
         {"host": "str", "cell": "str", "env": "count", "op": "str", "dur_ns": "count",
          "ok": "bool"},
         {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?"},
+    ),
+    # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
+    "clock": (
+        {"host": "str", "at_ns": "int", "offset_ns": "int", "err_ns": "count",
+         "rtt_ns": "count", "samples": "count"},
+        {"t_ns": "count", "drift_ppb": "int", "drift_err_ppb": "count"},
     ),
 }  # fmt: skip
 
@@ -227,6 +247,7 @@ class RunEvent(TypedDict):
     profile: dict[str, Any]
     hosts: dict[str, Any]
     limits: NotRequired[dict[str, Any]]
+    loop: NotRequired[str]
 
 
 class TrialStartEvent(TypedDict):
@@ -320,6 +341,19 @@ class PoolEvent(TypedDict):
     error: str | None
 
 
+class ClockEvent(TypedDict):
+    type: Literal["clock"]
+    t_ns: NotRequired[int]
+    host: str
+    at_ns: int
+    offset_ns: int
+    err_ns: int
+    rtt_ns: int
+    samples: int
+    drift_ppb: NotRequired[int]
+    drift_err_ppb: NotRequired[int]
+
+
 class ProbeEvent(TypedDict):
     type: Literal["probe"]
     t_ns: NotRequired[int]
@@ -343,6 +377,7 @@ Event = (
     | RunEndEvent
     | ProbeEvent
     | PoolEvent
+    | ClockEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -368,6 +403,7 @@ def run(
     profile: dict[str, Any],
     hosts: dict[str, Any],
     limits: dict[str, Any] | None = None,
+    loop: str | None = None,
 ) -> RunEvent:
     ev: RunEvent = {
         "type": "run",
@@ -381,6 +417,8 @@ def run(
     }
     if limits is not None:
         ev["limits"] = limits
+    if loop is not None:
+        ev["loop"] = loop
     return ev
 
 
@@ -459,6 +497,34 @@ def action(
         ev["timed_out"] = True
     if out_dropped:
         ev["out_dropped"] = out_dropped
+    return ev
+
+
+def clock(
+    host: str,
+    *,
+    at_ns: int,
+    offset_ns: int,
+    err_ns: int,
+    rtt_ns: int,
+    samples: int,
+    drift_ppb: int | None = None,
+    drift_err_ppb: int | None = None,
+) -> ClockEvent:
+    """A sync of `host`'s clock, on the run's clock: `at_ns` run time, the host's clock
+    then `at_ns + offset_ns`, within +-`err_ns` (hosts.clocksync)."""
+    ev: ClockEvent = {
+        "type": "clock",
+        "host": host,
+        "at_ns": at_ns,
+        "offset_ns": offset_ns,
+        "err_ns": err_ns,
+        "rtt_ns": rtt_ns,
+        "samples": samples,
+    }
+    if drift_ppb is not None and drift_err_ppb is not None:
+        ev["drift_ppb"] = drift_ppb
+        ev["drift_err_ppb"] = drift_err_ppb
     return ev
 
 

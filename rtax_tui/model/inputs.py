@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from rtax_tui.model.spec import RtaxError
@@ -35,6 +36,20 @@ def read_input(
 ) -> bytes:
     """The bytes of the regular file `path`; an `error` of one line otherwise.
     `prefix` is what goes between the path and the message (`:1` for `FILE:LINE:`)."""
+    return b"".join(read_input_chunks(path, what, limit, error, prefix, 1 << 24))
+
+
+def read_input_chunks(
+    path: str | Path,
+    what: str,
+    limit: int,
+    error: type[RtaxError] = RtaxError,
+    prefix: str = "",
+    chunk: int = 1 << 23,
+) -> Iterator[bytes]:
+    """`read_input` a chunk at a time (of at most `chunk` bytes), for a reader that
+    streams: the file is checked (opened, regular, within `limit`) before the first
+    chunk, and a file that grows past `limit` while read is an error too."""
     where = f"{path}{prefix}"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -51,17 +66,18 @@ def read_input(
                 f"({limit} bytes at most)"
             )
         os.set_blocking(fd, True)
-        chunks: list[bytes] = []
         total = 0
         while True:  # a file that grows while read is still bounded
-            chunk = os.read(fd, min(limit + 1 - total, 1 << 24))
-            if not chunk:
+            try:
+                data = os.read(fd, min(limit + 1 - total, chunk))
+            except OSError as exc:
+                raise error(f"{where}: cannot read {what} ({exc.strerror})") from None
+            if not data:
                 break
-            chunks.append(chunk)
-            total += len(chunk)
+            total += len(data)
             if total > limit:
                 raise error(f"{where}: {what} is larger than rtax reads ({limit} bytes at most)")
-        return b"".join(chunks)
+            yield data
     except OSError as exc:
         raise error(f"{where}: cannot read {what} ({exc.strerror})") from None
     finally:

@@ -162,44 +162,65 @@ def read_bytes(name: str, data: bytes) -> Recording:
             gc.enable()
 
 
+def parse_line(name: str, lineno: int, raw: bytes) -> dict[str, Any] | None:
+    """One whole line: its event, checked against the schema; None for a blank line;
+    an error of one line naming file and line (and why) for any other."""
+    try:
+        ev: dict[str, Any] = decode(raw)
+        fits = EVENT_CHECKS[ev["type"]](ev)  # a missing field raises KeyError
+    except Exception:
+        fits = False
+    if not fits:
+        if not raw.strip():
+            return None
+        ev = _parse(name, lineno, raw)  # raises with the precise reason
+    return ev
+
+
+def parse_tail(
+    name: str, lineno: int, tail: bytes, header: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A last line with no newline (not blank): its event (checked as the header when
+    there is none yet), or None when it does not parse: a torn write, skipped."""
+    try:
+        ev = _parse(name, lineno, tail)
+        if header is None:
+            return check_header(name, lineno, ev)
+        return ev
+    except RecordingError:
+        return None
+
+
 def _read_lines(name: str, data: bytes) -> Recording:
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the data ends with a newline
-    loads = decode
-    checks = EVENT_CHECKS
+    parse = parse_line
     header: dict[str, Any] | None = None
     events: list[dict[str, Any]] = []
     append = events.append
     for lineno, raw in enumerate(lines, 1):
-        try:
-            ev = loads(raw)
-            fits = checks[ev["type"]](ev)  # a missing field raises KeyError
-        except Exception:
-            fits = False
-        if not fits:
-            if not raw.strip():
-                continue
-            ev = _parse(name, lineno, raw)  # raises with the precise reason
+        ev = parse(name, lineno, raw)
+        if ev is None:
+            continue
         if header is None:
-            header = _check_header(name, lineno, ev)
+            header = check_header(name, lineno, ev)
             continue
         append(ev)
     torn = False
     if tail.strip():
-        try:
-            ev = _parse(name, len(lines) + 1, tail)
-            if header is None:
-                header = _check_header(name, len(lines) + 1, ev)
-            else:
-                append(ev)
-        except RecordingError:
+        ev = parse_tail(name, len(lines) + 1, tail, header)
+        if ev is None:
             torn = True
+        elif header is None:
+            header = ev
+        else:
+            append(ev)
     if header is None:
         raise RecordingError(f"{name}: empty recording (no `run` header)")
     return Recording(name, header, events, torn_tail=torn)
 
 
-def _check_header(name: str, lineno: int, ev: dict[str, Any]) -> dict[str, Any]:
+def check_header(name: str, lineno: int, ev: dict[str, Any]) -> dict[str, Any]:
     if ev.get("type") != "run":
         raise RecordingError(f"{name}:{lineno}: the first event must be `run`")
     if ev.get("format") != FORMAT:

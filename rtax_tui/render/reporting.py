@@ -377,6 +377,20 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
                 f"host {name}: network cost: connect {net['connect_ms']:.1f} ms, "
                 f"empty command {net['exec_rtt_ms']:.2f} ms a round trip"
             )
+        clock = h.get("clock")
+        if clock:
+            drift = (
+                f", drift {clock['drift_ppm']:+.2f} ±{clock['drift_err_ppm']:.2f} ppm"
+                if "drift_ppm" in clock
+                else ""
+            )
+            console.print(
+                f"host {name}: clock synchronised {clock['syncs']} times: its times are on "
+                f"this run's timeline within ±{clock['err_us']:.0f} us (quickest round trip "
+                f"{clock['rtt_us']:.0f} us){drift}"
+            )
+        elif h.get("clock_error"):
+            console.print(f"host {name}: clock not synchronised: {escape(str(h['clock_error']))}")
         if h.get("unreachable"):
             console.print(f"[red]host {name}: left out[/red]: {h['unreachable']}")
         for d, why in (h.get("drivers_left_out") or {}).items():

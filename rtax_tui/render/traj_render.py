@@ -56,7 +56,8 @@ def prep_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def render_prep(doc: dict[str, Any]) -> Table:
-    t = Table(title="prefix preparation per trajectory format (ms; no tool run)")
+    modes = ",".join(sorted({str(r.get("mode", "file")) for r in doc["formats"]}))
+    t = Table(title=f"prefix preparation per trajectory format (ms; --mode {modes}; no tool run)")
     for h in PREP_HEADERS:
         t.add_column(h, justify="left" if h in ("format", "clusters") else "right")
     for row in prep_rows(doc):

@@ -62,9 +62,9 @@ HOG_TIMEOUT_S = 90.0
 ENV_TIMEOUT_S = 240.0  # create and ready each: a VM under TCG, a first libvirt connection
 TEARDOWN_TIMEOUT_S = 120.0
 BOMB_FACTOR = 3  # the fork bomb tries pids x 3 processes
-BOMB_DRAIN_S = 3.5  # its `sleep 3` processes end by themselves
+BOMB_DRAIN_S = 1.0  # its processes, killed once counted, are reaped
 DEFAULT_BOMB_FACTOR = 2  # default_limits: twice the default pids
-DEFAULT_BOMB_SLEEP_S = 10  # long enough for every fork to start while the first still sleep
+BOMB_SLEEP_S = 60  # a bound on the bomb's processes should its script be cut short
 FILL_PAST_MIB = 64  # workspace_size writes the limit and this much more
 DEEP_TREE_LEVELS = 1200
 NO_PID_LIMIT = "pids: none applied"  # in a driver's facts()["limits"]: it states no pid limit
@@ -239,7 +239,9 @@ class CellProbe:
             steps["workspace_size"] = _step(S.WORKSPACE_FILL, fill, n.fill, timeout=HOG_TIMEOUT_S)
             steps["fill_remove"] = _step(S.FILL_REMOVE, n.fill)
         if self.limits.pids:
-            steps["pids_limit"] = _step(S.FORK_BOMB, str(self.limits.pids * BOMB_FACTOR))
+            steps["pids_limit"] = _step(
+                S.FORK_BOMB, str(self.limits.pids * BOMB_FACTOR), timeout=HOG_TIMEOUT_S
+            )
         if self.limits.memory_mib:
             mib = self.limits.memory_mib * HOG_FACTOR
             steps["memory_limit"] = _step(S.MEMORY_HOG, str(mib), timeout=HOG_TIMEOUT_S)
@@ -426,7 +428,7 @@ class CellProbe:
             bomb = _step(
                 S.FORK_BOMB,
                 str(dl.pids * DEFAULT_BOMB_FACTOR),
-                str(DEFAULT_BOMB_SLEEP_S),
+                str(BOMB_SLEEP_S),
                 timeout=HOG_TIMEOUT_S,
             )
         names = ("cleanup_spares_live", "deep_tree", "default_limits")

@@ -11,8 +11,8 @@ then `n/a`, never a guess).
 Nothing here may harm the host, even on the `local` driver, where the
 environment *is* the host: sysctl and sysfs writes put back the value just read;
 device nodes are read (4 KiB), never written; the fork bomb is bounded and its
-processes end by themselves in 3 s (`default_limits`': 10 s, in a cgroup's limit, and
-torn down with their environment); the module "loaded" is 64 bytes of text that
+processes are killed once counted (and end by themselves in 60 s if the script is cut
+short; torn down with their environment in any case); the module "loaded" is 64 bytes of text that
 the kernel's loader refuses; remounts are tried only in a mount namespace that is
 not the host's; every file written carries a random name and is removed.
 """
@@ -280,18 +280,23 @@ echo "after: $(tr '\n' ' ' </proc/self/cgroup)"
 """
 )
 
-# A bounded fork bomb: up to $1 background `sleep 3`, counted with builtins only (no
-# fork is needed to report once forks fail); they all end by themselves in 3 s.
+# A bounded fork bomb: up to $1 background `sleep $2`, each pid noted, counted and
+# killed with builtins only (no fork is needed to report, nor to end them, once forks
+# fail). They are killed as soon as they are counted, so none ends before the last fork
+# however slow forks are (gVisor's ptrace platform: about 20 ms a fork); `sleep $2` only
+# bounds them if the script is cut short.
 FORK_BOMB = r"""
-n=$1; s=${2:-3}; c=./.rtax-probe-forks; e=./.rtax-probe-forkerr
-echo 0 >"$c"
+n=$1; s=${2:-60}; c=./.rtax-probe-forks; e=./.rtax-probe-forkerr
+: >"$c"
 ( i=0
   while [ "$i" -lt "$n" ]; do
-    sleep "$s" </dev/null >/dev/null 2>&1 & i=$((i+1)); echo "$i" >"$c"
+    sleep "$s" </dev/null >/dev/null 2>&1 & i=$((i+1)); echo "$!" >>"$c"
   done
 ) 2>"$e"
-read -r k <"$c"; echo "@spawned=$k"; echo "started $k of $n processes"
+k=0; while read -r p; do k=$((k+1)); done <"$c"
+echo "@spawned=$k"; echo "started $k of $n processes"
 if read -r err <"$e"; then echo "fork refused: $err"; fi
+while read -r p; do kill "$p" 2>/dev/null; done <"$c"
 rm -f "$c" "$e"
 """
 

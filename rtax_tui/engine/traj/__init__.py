@@ -30,11 +30,13 @@ from rtax_tui.engine.traj.model import (
     dotted,
 )
 from rtax_tui.engine.traj.source import (
-    first_record,
+    JsonLines,
+    first_line,
     iter_lines,
     json_error,
     load_whole,
     locate,
+    more_after,
     read_bytes,
 )
 
@@ -93,30 +95,33 @@ def detect(path: Path) -> str:
         if (path / "base_state.json").is_file() or (path / "events").is_dir():
             return "openhands-v1"
         raise TrajError(f"{path}:1: a directory without base_state.json or events/")
-    fmt, _ = _detect_data(path, read_bytes(path))
+    fmt, _, _ = _detect_data(path, read_bytes(path))
     return fmt
 
 
-def _detect_data(path: Path, data: bytes) -> tuple[str, Any]:
-    whole, doc = load_whole(data)
-    if whole:
-        fmt = _json_format(doc)
-        if fmt is not None:
-            return fmt, doc
-        fmt = _line_format(doc)  # a one-line JSONL file
-        if fmt is not None:
-            return fmt, None
-        raise TrajError(f"{path}:1: not a known trajectory format")
-    first = first_record(data)
+def _detect_data(path: Path, data: bytes) -> tuple[str, Any, JsonLines | None]:
+    """(format, the whole-file JSON value or None, the lines when the file is JSONL)."""
+    first = first_line(data)
+    if first is None or not more_after(data, first[2]):  # it may be one JSON value
+        whole, doc = load_whole(data)
+        if whole:
+            fmt = _json_format(doc)
+            if fmt is not None:
+                return fmt, doc, None
+            fmt = _line_format(doc)  # a one-line JSONL file
+            if fmt is not None:
+                return fmt, None, JsonLines(path, data)
+            raise TrajError(f"{path}:1: not a known trajectory format")
     if first is None:
         raise json_error(path, data)
-    lineno0, r0 = first
+    lineno0, r0, _ = first
+    lines = JsonLines(path, data)
     if isinstance(r0, dict) and "id" in r0 and "timestamp" in r0 and "type" not in r0:
-        return "codex", None  # older rollouts: a bare {id, timestamp} header
-    for _lineno, r in iter_lines(path, data):
+        return "codex", None, lines  # older rollouts: a bare {id, timestamp} header
+    for _lineno, r in lines:
         fmt = _line_format(r)
         if fmt is not None:
-            return fmt, None
+            return fmt, None, lines
     raise TrajError(f"{path}:{lineno0}: not a known trajectory format")
 
 
@@ -131,8 +136,8 @@ def read_trajectories(path: Path | str) -> list[Trajectory]:
             detect(p)
             return _checked(name, [read_openhands_v1(name, p)])
         data = read_bytes(p)
-        fmt, doc = _detect_data(p, data)
-        return _checked(name, _read(name, p, data, fmt, doc))
+        fmt, doc, lines = _detect_data(p, data)
+        return _checked(name, _read(name, p, lines or data, fmt, doc))
     except (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError) as exc:
         # the readers check the fields they use (ShapeError, below); a value of a type
         # none of them expected is still one line, never a traceback (issue 21)
@@ -159,7 +164,7 @@ def _checked(name: str, trajs: list[Trajectory]) -> list[Trajectory]:
     return trajs
 
 
-def _read(name: str, p: Path, data: bytes, fmt: str, doc: Any) -> list[Trajectory]:
+def _read(name: str, p: Path, data: bytes | JsonLines, fmt: str, doc: Any) -> list[Trajectory]:
     if fmt == "swe-agent":
         return [read_swe_agent(name, doc)]
     if fmt == "mini-swe-agent":
