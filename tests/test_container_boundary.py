@@ -433,6 +433,7 @@ def test_options_are_parsed_and_normalised():
         "no_new_privileges": False,
         "security_opt": [],
         "userns": None,
+        "runtime": None,
     }
 
 
@@ -481,6 +482,7 @@ def test_t0_t1_valid_hardened_both_channels_and_header(tmp_path, engine):
         "no_new_privileges": True,
         "security_opt": [],
         "userns": None,
+        "runtime": None,
     }
     assert "security_options" in facts
     assert rec.header["profile"]["driver_options"][engine] == HARDENED

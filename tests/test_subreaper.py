@@ -131,7 +131,8 @@ async def _own_children(rounds: int) -> list[tuple[str, int, int]]:
         rc = 7 if i % 2 else 0
         cmd = ["sh", "-c", f"exit {rc}"]
         proc = await asyncio.create_subprocess_exec(*cmd, env=ENV)
-        seen.append(("asyncio", rc, await proc.wait()))
+        # bounded: a child stolen from uvloop is never seen to exit (a hang, not a status)
+        seen.append(("asyncio", rc, await asyncio.wait_for(proc.wait(), 60)))
         done = await asyncio.to_thread(subprocess.run, cmd)  # from another thread
         seen.append(("popen", rc, done.returncode))
         res = await host.run(cmd, merge_stderr=True, env=ENV)  # rtax's posix_spawn path
@@ -144,6 +145,23 @@ async def _own_children(rounds: int) -> list[tuple[str, int, int]]:
         for pid in pids:
             seen.append(("posix_spawn", rc, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])))
     return seen
+
+
+@pytest.mark.parametrize("how", ["exec", "shell"])
+def test_a_child_uvloop_forks_itself_is_known_as_ours(on: None, how: str) -> None:
+    """libuv forks in C, past the wrapped primitives, and waits for its child by pid:
+    unregistered, it was the thread's to reap, and `proc.wait()` then never returned."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def run() -> tuple[bool, int]:
+        if how == "exec":
+            proc = await asyncio.create_subprocess_exec("sh", "-c", "sleep 0.3; exit 3", env=ENV)
+        else:
+            proc = await asyncio.create_subprocess_shell("sleep 0.3; exit 3", env=ENV)
+        known = proc.pid in subreaper._ours
+        return known, await asyncio.wait_for(proc.wait(), 30)
+
+    assert uvloop.run(run()) == (True, 3)
 
 
 def test_own_children_keep_their_exit_status_under_orphan_churn(on: None) -> None:

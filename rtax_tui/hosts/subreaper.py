@@ -31,9 +31,15 @@ ECHILD, which `subprocess` reports as exit status 0, a forged result. So:
   it also reads the main thread's children (the kernel reparents orphans to the thread
   group's leader), since `waitid(P_ALL)` shows the first zombie only.
 
-Not covered: a C library that forks on its own and waits for that child by pid (none of
-the engine's: libvirt's Python binding talks to the daemon over a socket). Its child
-would look adopted. `RTAX_SUBREAPER=0` in the environment turns the whole thing off.
+uvloop is such a library: libuv forks in C, unseen by the wrappers, and waits for its
+child by pid; a child the thread reaped first was lost to it (libuv ignores the ECHILD, so
+`proc.wait()` never returned: the test suite hung on it in a fresh root). Its
+`subprocess_exec`/`subprocess_shell` are wrapped too, counting the spawn in flight until
+the transport's pid is registered.
+
+Not covered: another C library that forks on its own and waits for that child by pid
+(none of the engine's: libvirt's Python binding talks to the daemon over a socket). Its
+child would look adopted. `RTAX_SUBREAPER=0` in the environment turns the whole thing off.
 """
 
 from __future__ import annotations
@@ -316,6 +322,38 @@ def _wrap_whole(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _wrap_loop_spawn(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A loop's `subprocess_exec`/`subprocess_shell` whose child the loop forks in C (uvloop):
+    counted from before the fork until the transport's pid is registered."""
+
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counted = spawning()
+        pid: int | None = None
+        try:
+            transport, protocol = await fn(self, *args, **kwargs)
+            pid = transport.get_pid()
+            return transport, protocol
+        finally:
+            spawned(pid, counted)
+
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    wrapper.__name__ = getattr(fn, "__name__", "wrapper")
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _loop_patches() -> list[tuple[Any, str, Callable[..., Any]]]:
+    """uvloop's spawning methods, where uvloop is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return []
+    return [
+        (uvloop.Loop, name, _wrap_loop_spawn(getattr(uvloop.Loop, name)))
+        for name in ("subprocess_exec", "subprocess_shell")
+    ]
+
+
 def _after_fork_in_child() -> None:
     """A forked child is not a subreaper, has no reaping thread and none of these
     children: start it clean (a lock held by another thread at fork stays held)."""
@@ -354,6 +392,7 @@ def _install() -> None:
     ]
     if hasattr(subprocess, "_fork_exec"):  # 3.11.3+: Popen's, imported by name
         patches.append((subprocess, "_fork_exec", fork_exec))
+    patches += _loop_patches()
     for module, name, wrapper in patches:
         setattr(module, name, wrapper)
     os.register_at_fork(after_in_child=_after_fork_in_child)
