@@ -493,7 +493,6 @@ class ContainerEnvironment(Environment):
             binds[init] = {"bind": INIT_PATH, "mode": "ro"}
         if binds:
             hc["binds"] = binds
-        env = image_env(WORKDIR, {})
         opts = self.d.opts
         if opts.read_only:
             hc["read_only"] = True
@@ -518,7 +517,7 @@ class ContainerEnvironment(Environment):
         userns = self.d.userns_mode()
         if userns is not None:  # the SDK refuses anything but "host"; podman takes more
             host_config["UsernsMode"] = userns
-        env.update(self.spec.env)
+        env = image_env(WORKDIR, self.spec.env)
         shell = self.channel == "shell"
         return dict(
             image=self.image,

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rtax_tui.drivers.toolkit.assets import cache_dir
+from rtax_tui.drivers.toolkit.stepenv import step_env
 
 from rtax_tui.model.spec import RtaxError
 
@@ -38,23 +39,9 @@ PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def image_env(workdir: str, extra: dict[str, str]) -> dict[str, str]:
     """The environment of a step in a root made here (a container's, a gVisor sandbox's):
-    home in the workspace, `/tmp` for temporary files, and `extra` on top."""
-    env = {
-        "PATH": PATH_ENV,
-        "HOME": workdir,
-        "TMPDIR": "/tmp",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        # the workspace and the bound assets belong to host uids: no "dubious ownership"
-        # refusals from git
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "safe.directory",
-        "GIT_CONFIG_VALUE_0": "*",
-    }
-    env.update(extra)
-    return env
+    home in the workspace, `/tmp` for temporary files, and `extra` on top. The workspace
+    and the bound assets belong to host uids, so git is told every directory is safe."""
+    return step_env(path=PATH_ENV, home=workdir, tmpdir="/tmp", extra=extra, git_safe_all=True)
 
 
 Log = Callable[[str], None]

@@ -84,6 +84,7 @@ from typing import Any
 
 from rtax_tui.drivers.toolkit import seccomp
 from rtax_tui.drivers.toolkit.assets import cache_dir
+from rtax_tui.drivers.toolkit.stepenv import step_env
 
 HOSTNAME = "rtax"
 READY = b"RTAX-READY\n"
@@ -256,17 +257,7 @@ def _masks(root: Sequence[tuple[str, str, str]], etc: str) -> list[str]:
 
 def sandbox_env(extra: dict[str, str]) -> dict[str, str]:
     """The environment variables inside: nothing of the host's."""
-    env = {
-        "PATH": PATH,
-        "HOME": "/workspace",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "TMPDIR": "/tmp",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    env.update(extra)
-    return env
+    return step_env(path=PATH, home="/workspace", tmpdir="/tmp", extra=extra)
 
 
 def etc_argv() -> list[str]:

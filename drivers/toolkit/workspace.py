@@ -14,6 +14,7 @@ import shlex
 from typing import Any
 
 from rtax_tui.drivers.base import Problem
+from rtax_tui.drivers.toolkit.stepenv import step_env
 
 from rtax_tui.hosts import Host, LocalHost, safefs
 from rtax_tui.model import runlock
@@ -25,17 +26,14 @@ WORKSPACE_PREFIX = "rtax-ws-"
 
 
 def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> dict[str, str]:
-    env = {
-        "PATH": path or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": workspace,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "TMPDIR": workspace,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    env.update(extra)
-    return env
+    """A step in a plain workspace on a host: home and temporary files in the workspace,
+    the host's programs (`path`, else the controller's PATH)."""
+    return step_env(
+        path=path or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        home=workspace,
+        tmpdir=workspace,
+        extra=extra,
+    )
 
 
 async def make_workspace(host: Host, label: str, size_mib: int | None = None) -> str:
