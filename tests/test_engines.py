@@ -441,6 +441,48 @@ def test_runtime_runsc_runs_under_gvisor(engine, channel, request):
     assert rc == 7
 
 
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_runtime_runsc_a_killed_init_loses_the_environment(engine, channel, request):
+    """Under gVisor a step can kill the container's pid 1 (runc's kernel refuses it from
+    inside). The next action must fail as lost, not come back as a command that exited
+    126 (what runsc's exec answers for a stopped container: the probe's `init_kill`
+    called that a later action that "succeeded" elsewhere)."""
+    import shutil
+
+    from rtax_tui.model.errors import ErrorKind
+    from rtax_tui.model.spec import PhaseFailure
+
+    if shutil.which("runsc") is None:
+        pytest.skip("runsc is not installed (apt-get install runsc; scripts/bootstrap does)")
+    if engine.name == "podman":
+        request.getfixturevalue("podman_runsc_service")
+    d = driver(engine, runtime="runsc")
+
+    async def go() -> tuple[object, object, int]:
+        env = d.environment(spec(engine, channel))
+        await env.create()
+        try:
+            await env.ready()
+            legit = (await act(env, "sh", "-c", "exit 126")).rc  # a step's own 126 stays
+            killed: object = None
+            try:  # the step itself may fail, or its stream stay open until its timeout
+                killed = await act(env, "sh", "-c", "kill -9 1; kill -9 -1; sleep 1")
+            except (PhaseFailure, TimeoutError) as exc:
+                killed = exc
+            try:  # at once, as the probe does: the runtime may not have told the engine yet
+                got = await act(env, "true")
+            except PhaseFailure as exc:
+                return killed, exc, legit
+            return killed, got, legit
+        finally:
+            await env.teardown()
+
+    killed, later, legit = asyncio.run(go())
+    assert legit == 126
+    assert isinstance(later, PhaseFailure), f"the next action came back: {later} ({killed})"
+    assert later.kind in (ErrorKind.ENV_LOST, ErrorKind.SHELL_LOST), later
+
+
 def test_runtime_unknown_is_a_problem_naming_the_fix(engine):
     """A runtime the engine does not know: `check()` says so, with the command that
     starts an engine that has it; a malformed name is refused with the profile."""

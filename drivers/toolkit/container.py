@@ -145,6 +145,10 @@ echo reset
 API_TIMEOUT_S = 60
 POOL_SIZE = 64  # concurrent API connections (capacity batches); the SDK's default is 10
 KILL_GRACE_S = 5.0
+# What an exec exits with when its process could not be started (a shell's "cannot
+# execute", a runtime's refusal in a stopped container): the one status checked against
+# the container's state.
+EXEC_FAILED_RC = 126
 # How long an exec whose output ended may take to be marked exited (see _exit_code).
 EXIT_WAIT_S = 30.0
 CGROUP_RELEASE_WAIT_S = 5.0  # podman's conmon cgroups, busy until conmon is reaped
@@ -680,6 +684,11 @@ class ContainerEnvironment(Environment):
                 except (asyncio.CancelledError, TimeoutError):
                     raise
                 except Exception as exc:
+                    if await self._stopped(api, exc):
+                        raise PhaseFailure(
+                            ErrorKind.ENV_LOST,
+                            f"the container is not running (its init is gone): {exc}",
+                        ) from exc
                     raise _map_error(exc, "exec", container=True) from exc
                 await _read_all(sock, prefix, sink)
         except (TimeoutError, asyncio.CancelledError):
@@ -693,7 +702,33 @@ class ContainerEnvironment(Environment):
                 self._socks.discard(s)
                 s.close()
         rc = await self._exit_code(api, holder["eid"])
+        if rc == EXEC_FAILED_RC and not await self._running(api):
+            # the runtime could not start the process in a container that just stopped
+            # (runsc answers so when a step killed the container's pid 1): lost, not a
+            # step's own 126 (which leaves the container running)
+            raise PhaseFailure(
+                ErrorKind.ENV_LOST, "the container stopped (its init is gone): the exec got 126"
+            )
         return ActionResult(rc=rc, output=sink.kept(), dropped=sink.dropped)
+
+    async def _running(self, api: Any) -> bool:
+        """The container's state says it runs (True when it cannot be asked)."""
+        try:
+            info = await _call("inspect", api.inspect_container, self.cid, container=True)
+        except PhaseFailure:
+            return True
+        return bool((info.get("State") or {}).get("Running", False))
+
+    async def _stopped(self, api: Any, exc: BaseException) -> bool:
+        """Whether an exec the engine refused (`exc`, an API error) was refused because the
+        container no longer runs: its state, asked for on this failure only. Under runc a
+        step cannot kill the container's pid 1; under runsc it can, and the container stops:
+        its later actions are lost, not errors of the engine."""
+        import docker.errors
+
+        if not isinstance(exc, docker.errors.APIError) or isinstance(exc, docker.errors.NotFound):
+            return False
+        return not await self._running(api)
 
     async def _exit_code(self, api: Any, eid: str) -> int:
         """The exec's exit status, once the engine has recorded it. Its output can end
