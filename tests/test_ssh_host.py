@@ -172,6 +172,47 @@ def test_sized_workspace_deep_tree_and_links_removed_safely(lab: SSHLab) -> None
     assert os.listdir(host_dir) == ["keep"]
 
 
+def test_workspace_whose_answer_is_lost_is_still_removed(lab: SSHLab, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The connection drops after the remote side made (and mounted) the workspace but
+    before its name came back: the reaper was told the name first, so it removes it. A
+    name that is already taken is refused, and not handed to the reaper."""
+    made: list[str] = []
+
+    async def go() -> None:
+        host = _host(lab)
+        await host.connect()
+        real_run = host.run
+
+        async def answer_lost(argv, **kw):  # type: ignore[no-untyped-def]
+            res = await real_run(argv, **kw)
+            if argv[:2] == ["sh", "-c"] and argv[3] == "rtax-ws":
+                made.append(argv[4])
+                raise HostLost("the answer was lost on its way back")
+            return res
+
+        monkeypatch.setattr(host, "run", answer_lost)
+        with pytest.raises(HostLost):
+            await host.make_workspace(f"rtax-ws-t{os.getpid()}-", None, size_mib=4)
+        assert os.path.isdir(made[0]) and f" {made[0]} " in _mountinfo()
+        monkeypatch.setattr(host, "run", real_run)
+        # a name already taken: refused, and the directory that holds it stays
+        taken = os.path.join(lab.dir, "taken")
+        os.makedirs(os.path.join(taken, "inside"))
+        monkeypatch.setattr("rtax_tui.hosts.ssh.secrets.token_hex", lambda n: "side")
+        monkeypatch.setattr(host, "_tmpdir", taken)
+        with pytest.raises(HostLost, match="cannot make a workspace"):
+            await host.make_workspace("in", None, size_mib=None)
+        await host.close()
+        assert os.path.isdir(os.path.join(taken, "inside"))
+
+    asyncio.run(go())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.path.exists(made[0]):
+        time.sleep(0.05)
+    assert not os.path.exists(made[0])
+    assert f" {made[0]} " not in _mountinfo()
+
+
 def test_unknown_host_key_refused_and_trust_flag(lab: SSHLab) -> None:
     empty = os.path.join(lab.dir, "empty_known_hosts")
     open(empty, "w").close()

@@ -18,6 +18,7 @@ import asyncio
 import io
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import tarfile
@@ -81,10 +82,13 @@ END {
 # Starts the reaper holding the run lock (model/runlock.py) on fd 9: the lock outlives
 # the connection until the reaper has removed what was left. A shell loop in front
 # appends `+l LABEL` lines to the lock at once (awk may read its input in blocks) and
-# hands the rest to awk. Args: LOCK_ID AWK_PROGRAM
+# hands the rest to awk. Its first output line is the host's temporary directory, where
+# workspaces go (their names are chosen by rtax and registered before they exist).
+# Args: LOCK_ID AWK_PROGRAM
 REAPER_SH = (
     runlock.RUNS_DIR_SH
     + r"""
+printf '%s\n' "${TMPDIR:-/tmp}"
 f="$d/$1.lock"
 if mkdir -p "$d" 2>/dev/null && [ -w "$d" ]; then  # locked, then named: see runlock
   exec 9>>"$f.new"; flock -n 9 2>/dev/null; mv -f "$f.new" "$f"
@@ -342,6 +346,7 @@ class SSHHost(Host):
         self._conn: Any = None
         self._jump: Any = None
         self._reaper: Any = None
+        self._tmpdir = "/tmp"  # the host's ${TMPDIR:-/tmp}, as its reaper said at connect
         self._lock = asyncio.Lock()
         self._held = self._hold_remote  # the run lock's labels, sent to the reaper
         self.net: dict[str, Any] = {}
@@ -448,10 +453,13 @@ class SSHHost(Host):
                     encoding=None,
                     stderr=subprocess.DEVNULL,
                 )
+                tmp = (await self._reaper.stdout.readline()).decode(errors="replace").strip()
             except (OSError, asyncssh.Error) as exc:
                 conn.close()
                 self._conn = None
                 raise RtaxError(f"host {self.name}: cannot start a command: {exc}") from None
+            # where workspaces go: a path the reaper can be handed, or the default
+            self._tmpdir = tmp.rstrip("/") if SAFE_PATH.fullmatch(tmp) and tmp != "/" else "/tmp"
             runlock.unsubscribe(self._held)
             runlock.subscribe(self._held)  # the labels held so far, and each later one
             await self._start_clock(conn)
@@ -739,15 +747,21 @@ class SSHHost(Host):
         owner: int | None = None,
         size_mib: int | None = 1024,
     ) -> str:
-        """A fresh directory `<remote tmp>/<prefix>XXXXXXXX`, filled with `src`'s contents
-        (a tar stream on the command's stdin: nothing touches a shared file system) and
-        given to `owner` in the same round trip. With `size_mib`, the directory is its own
-        tmpfs (root's, 0700, until filled); `chown -R -P -h` changes links, never their
-        targets, and rm --one-file-system leaves what is mounted below."""
-        if not SAFE_PATH.fullmatch(prefix):
+        """A fresh directory `<remote tmp>/<prefix><16 hex digits>`, filled with `src`'s
+        contents (a tar stream on the command's stdin: nothing touches a shared file system)
+        and given to `owner` in the same round trip. With `size_mib`, the directory is its
+        own tmpfs (root's, 0700, until filled); `chown -R -P -h` changes links, never their
+        targets, and rm --one-file-system leaves what is mounted below.
+
+        The name is chosen here and registered with the reaper *before* the command runs:
+        a connection lost while the directory is being made (or its name is on its way
+        back) still leaves the reaper able to remove it. `mkdir` fails on any existing
+        name, so the reaper is never handed a directory rtax did not make."""
+        if not SAFE_PATH.fullmatch(prefix) or "/" in prefix:
             raise ValueError(f"unsafe workspace prefix {prefix!r}")
+        path = f"{self._tmpdir}/{prefix}{secrets.token_hex(8)}"
         script = (
-            'd=$(mktemp -d -p "${TMPDIR:-/tmp}" "$1"XXXXXXXX) || exit 1; '
+            'd=$1; mkdir -m 0700 -- "$d" || exit 3; '
             'f() { umount -l "$d" 2>/dev/null; rm -rf --one-file-system "$d"; exit 1; }; '
             'if [ -n "$4" ]; then mount -t tmpfs -o "size=$4m,mode=0700,nosuid,nodev" '
             'tmpfs "$d" || f; fi; '
@@ -756,13 +770,14 @@ class SSHHost(Host):
             'echo "$d"'
         )
         data = await tar_bytes(src) if src else None
+        self._register(f"+p {path}")
         res = await self.run(
             [
                 "sh",
                 "-c",
                 script,
                 "rtax-ws",
-                prefix,
+                path,
                 "1" if data else "0",
                 "" if owner is None else str(owner),
                 "" if size_mib is None else str(int(size_mib)),
@@ -770,13 +785,13 @@ class SSHHost(Host):
             input=data,
             timeout=120,
         )
-        path = res.stdout.decode(errors="replace").strip()
-        if res.returncode != 0 or not SAFE_PATH.fullmatch(path):
+        if res.returncode != 0 or res.stdout.decode(errors="replace").strip() != path:
+            if res.returncode == 3:  # not made (the name was taken): not ours to remove
+                self._register(f"-p {path}")
             raise HostLost(
                 f"host {self.name}: cannot make a workspace: "
                 f"{(res.stderr or res.stdout).decode(errors='replace').strip()[-300:]}"
             )
-        self._register(f"+p {path}")
         return path
 
     async def remove_tree(self, path: str) -> None:
