@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from rtax_tui.analysis.load_report import arrival_of, load_document
 from rtax_tui.analysis.pool_report import STARTUP_NOTE, pool_document, pooled_project_inputs
 from rtax_tui.analysis.report_model import CellReport, DiffRow, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
@@ -430,6 +431,9 @@ def _document(
             (t for cd in cells.values() if cd.pooled for t in cd.trials),
             [ev for cd in cells.values() for ev in cd.pool_events],
         )
+    load = load_document(list(cells.values()), seed=seed)
+    if load is not None:  # a run with arrival patterns (engine.arrivals)
+        out["load"] = load
     if c.preps:  # a `rtax traj prepare -o` recording: figures per trajectory format
         from rtax_tui.analysis.traj_report import prep_document
 
@@ -445,10 +449,11 @@ def _document(
 
 
 def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
-    """Each driver against the first driver of its host+workload+channel group."""
-    groups: dict[tuple[Any, Any, Any], list[_CellData]] = {}
+    """Each driver against the first driver of its host+workload+channel group (and
+    arrival pattern: a burst is compared with a burst)."""
+    groups: dict[tuple[Any, ...], list[_CellData]] = {}
     for cd in cells.values():
-        key = (cd.meta["workload"], cd.meta["channel"], cd.meta["host"])
+        key = (cd.meta["workload"], cd.meta["channel"], cd.meta["host"], arrival_of(cd.cell))
         groups.setdefault(key, []).append(cd)
     out = []
     for members in groups.values():

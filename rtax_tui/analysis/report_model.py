@@ -3,9 +3,10 @@ every reader (the tables, the plots, the console's history and compare) reads.
 
 The format's history (the version is `model.spec.REPORT_FORMAT`):
 - rtax-report/1: run, cells (phases, subphases, errors, clusters, capacity, optional
-  startup/replay), diffs; optional pools, prep (a `rtax traj prepare -o` recording) and
-  probe (a `rtax probe -o` recording) objects. Keys have only been added since, never
-  renamed: an older report reads as this one with the newer keys absent. Among them,
+  startup/replay), diffs; optional pools, load (per cell and arrival pattern: issue 25),
+  prep (a `rtax traj prepare -o` recording) and probe (a `rtax probe -o` recording).
+  Keys have only been added since, never renamed: an older report reads as this one
+  with the newer keys absent. Among them,
   `run.hosts.<host>.clock` (issue 26: the remote host's clock syncs, `syncs`, `err_us`
   the widest bound, `rtt_us`, and with two syncs or more `drift_ppm`, `drift_err_ppm`)
   and `run.hosts.<host>.clock_error` (why its clock could not be read).
@@ -81,5 +82,6 @@ class Report(TypedDict):
     cells: list[CellReport]
     diffs: list[DiffRow]
     pools: NotRequired[dict[str, Any]]
+    load: NotRequired[list[dict[str, Any]]]  # per cell and arrival pattern (load_report)
     prep: NotRequired[dict[str, Any]]
     probe: NotRequired[dict[str, Any]]

@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
     r.add_argument("--concurrency", type=argtypes.concurrency, help="trials in flight at once")
     r.add_argument(
+        "--arrival",
+        type=_csv,
+        metavar="A,..",
+        help="arrival patterns, comma-separated: sequential, burst:N (N at once), rate:R "
+        "(Poisson, R a second); replaces [run] arrivals",
+    )
+    r.add_argument(
         "--sizes",
         type=_sizes,
         help="capacity curve: batch sizes, comma-separated (replaces [capacity] sizes/size)",
@@ -446,6 +453,7 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
         workloads=getattr(args, "workload", None),
         channels=getattr(args, "channel", None),
         concurrency=getattr(args, "concurrency", None),
+        arrivals=getattr(args, "arrival", None),
         pool=_pool_override(profile, getattr(args, "pool", None)),
         **host_overrides(args),
     )
@@ -499,7 +507,7 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         if v is not None:
             overrides += [flag, str(v)]
     for flag, key in (("--driver", "driver"), ("--workload", "workload"), ("--channel", "channel"),
-                      ("--host", "host")):  # fmt: skip
+                      ("--host", "host"), ("--arrival", "arrival")):  # fmt: skip
         v = getattr(args, key, None)
         if v:
             overrides += [flag, ",".join(v)]

@@ -16,6 +16,9 @@ kinds:
               composition of the mean trial at each length (needs several lengths:
               the trajectory profile)
   capacity    passed batches out of those run, per batch size and cell
+  load        start-up P50 (and P95) against offered load: environments asked for at
+              once (sequential, burst:N) and arrivals a second (rate:R); needs a run
+              with [run] arrivals
 
 Several recordings go into one figure; a cell found in two of them is labelled with
 its file name too. Only measured trials count (not warm-up, ok, valid), as in

@@ -273,6 +273,9 @@ class TrialRunner:
                 batch_size=barrier.size if with_batch and barrier is not None else None,
                 deadline_s=cap.deadline_s if with_batch and cap is not None else None,
                 mode=cell.mode,
+                arrival=None if pt.episode is None else cell.arrival,
+                episode=pt.episode,
+                arrival_ns=None if pt.episode is None else max(0, scheduled_ns - self.emit.t0),
             )
         )
         tr = TrialState(pt, scheduled_ns, barrier, workload, spec, timeouts, self.emit)

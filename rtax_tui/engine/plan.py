@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from rtax_tui.engine.arrivals import SEQUENTIAL, parse_arrival
 from rtax_tui.model.spec import Cell, RtaxError
 
 # the most trials one run plans (each is an object in memory before the first one runs)
@@ -26,6 +27,8 @@ class PlannedTrial:
     cell: Cell
     warmup: bool
     batch: str | None = None
+    episode: str | None = None  # an arrival pattern's episode (engine.arrivals)
+    offset_ns: int = 0  # when in its episode it is due
 
 
 @dataclass(frozen=True)
@@ -42,24 +45,53 @@ def make_cells(
     workloads: tuple[str, ...],
     channels: tuple[str, ...],
     modes: tuple[str, ...] = ("cold",),
+    arrivals: tuple[str, ...] = (SEQUENTIAL,),
 ) -> list[Cell]:
     return [
-        Cell(h, d, w, c, m)
+        Cell(h, d, w, c, m, a)
         for h in hosts
         for d in drivers
         for w in workloads
         for c in channels
         for m in modes
+        for a in arrivals
     ]
 
 
 def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[PlannedTrial]:
-    _bounded(len(cells) * (trials + warmup), "cells x (trials + warmup)")
+    """Warm-ups first (one at a time, whatever the cell's arrival pattern), then the
+    measured trials in a seeded order. A cell with an arrival pattern other than
+    sequential brings its trials as episodes (engine.arrivals), each kept together and
+    shuffled among the other cells' trials as one unit; an episode's offsets are drawn
+    from the seed, the cell and the episode's place, so a plan is the same every time."""
+    n_measured = sum(_measured(c, trials) for c in cells)
+    _bounded(n_measured + len(cells) * warmup, "cells x (trials + warmup)")
     order: list[tuple[Cell, bool]] = [(c, True) for c in cells for _ in range(warmup)]
-    measured = [(c, False) for c in cells for _ in range(trials)]
-    random.Random(seed).shuffle(measured)
-    order.extend(measured)
-    return [PlannedTrial(i + 1, cell, warm) for i, (cell, warm) in enumerate(order)]
+    units: list[list[tuple[Cell, bool, str | None, int]]] = []
+    for c in cells:
+        arrival = parse_arrival(c.arrival, "cell")
+        if arrival.kind == SEQUENTIAL:
+            units.extend([[(c, False, None, 0)] for _ in range(trials)])
+            continue
+        for k, size in enumerate(arrival.episodes(trials)):
+            rng = random.Random(f"{seed}/{c.id}/{k}")
+            units.append([(c, False, "", off) for off in arrival.offsets_ns(size, rng)])
+    random.Random(seed).shuffle(units)
+    plan = [PlannedTrial(i + 1, cell, warm) for i, (cell, warm) in enumerate(order)]
+    episodes = 0
+    for unit in units:
+        episode = None
+        if unit[0][2] is not None:
+            episodes += 1
+            episode = f"e{episodes}"
+        for cell, _warm, _e, off in unit:
+            plan.append(PlannedTrial(len(plan) + 1, cell, False, None, episode, off))
+    return plan
+
+
+def _measured(cell: Cell, trials: int) -> int:
+    """A cell's measured trials (a burst's episodes round them up)."""
+    return sum(parse_arrival(cell.arrival, "cell").episodes(trials)) or trials
 
 
 def build_capacity_plan(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.engine.arrivals import SEQUENTIAL, check_arrivals
 from rtax_tui.engine.poolspec import PoolSpec, check_modes, parse_pool
 from rtax_tui.engine.profile_schema import (
     CAPACITY,
@@ -92,6 +93,7 @@ class Profile:
     capacity: Capacity | None = None
     pool: PoolSpec | None = None  # [pool] or --pool N
     modes: tuple[str, ...] | None = RUN["modes"].default  # None: pool if [pool], else cold
+    arrivals: tuple[str, ...] = RUN["arrivals"].default  # engine.arrivals
     custom_workloads: dict[str, Workload] = field(default_factory=dict)
     driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -117,6 +119,8 @@ class Profile:
             "capacity": vars(self.capacity).copy() if self.capacity else None,
             "driver_options": self.driver_options,
         }
+        if self.arrivals != RUN["arrivals"].default:  # older headers keep their shape
+            d["arrivals"] = list(self.arrivals)
         if self.pool is not None or self.modes is not None:  # older headers keep their shape
             d["pool"] = self.pool_spec.to_dict()
             d["modes"] = list(self.run_modes)
@@ -143,9 +147,11 @@ class Profile:
 
     def with_overrides(self, **kw: Any) -> Profile:
         kw = {k: v for k, v in kw.items() if v is not None}
-        for key in ("drivers", "workloads", "channels", "hosts"):
+        for key in ("drivers", "workloads", "channels", "hosts", "arrivals"):
             if key in kw:
                 kw[key] = tuple(kw[key])
+        if "arrivals" in kw:  # in their normal spelling, as the file's are
+            kw["arrivals"] = _arrivals(kw["arrivals"], "command line")
         prof = replace(self, **kw)
         prof._check_names(lambda key: "command line" if key in kw else self.path)
         return prof
@@ -206,8 +212,13 @@ class Profile:
             raise ProfileError(f"{locate('capacity')}: capacity.touch_mib: must be at least 1")
         from rtax_tui.engine.plan import PLAN_MAX
 
+        if self.capacity is not None and self.arrivals != (SEQUENTIAL,):
+            raise ProfileError(
+                f"{locate('arrivals')}: arrivals: a capacity run asks for its batches at once "
+                "(remove [capacity] or the arrival patterns)"
+            )
         cells = len(self.hosts) * len(self.drivers) * len(self.workloads) * len(self.channels)
-        cells *= len(self.run_modes)
+        cells *= len(self.run_modes) * len(self.arrivals)
         if self.capacity is not None:
             curve = self.capacity.curve
             total, key = cells * (sum(curve) * self.capacity.batches + min(curve)), "capacity"
@@ -441,7 +452,17 @@ def _top(data: dict[str, Any], where: Where) -> dict[str, Any]:
 def _run(body: dict[str, Any], where: Where) -> dict[str, Any]:
     """`[run]` as the Profile's keys (`modes`, read after `[pool]`, by `_modes`)."""
     _check_table(RUN, body, "run", lambda key: where("run", key))
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in body.items() if k != "modes"}
+    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items() if k != "modes"}
+    if "arrivals" in kw:
+        kw["arrivals"] = _arrivals(kw["arrivals"], where("run", "arrivals"))
+    return kw
+
+
+def _arrivals(values: Any, where: str) -> tuple[str, ...]:
+    try:
+        return check_arrivals(values, where)
+    except RtaxError as exc:
+        raise ProfileError(str(exc)) from None
 
 
 def _timeouts(body: dict[str, Any], where: Where) -> Timeouts:

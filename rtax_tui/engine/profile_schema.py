@@ -128,6 +128,9 @@ RUN = Table("run", "which cells to run and how often", {
     "modes": Key((list,), None,
                  "cold, pool (none given: pool with a [pool] table, else cold)",
                  items=(str,)),
+    "arrivals": Key((list,), ("sequential",),
+                    "sequential, burst:N (N at once), rate:R (Poisson arrivals, R a second)",
+                    items=(str,)),
 })  # fmt: skip
 
 _PHASES = {

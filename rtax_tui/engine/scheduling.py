@@ -9,6 +9,10 @@ Locality (warm pools, `engine.pool`): with `prefer` set, a pending trial whose h
 ready environment for its cell goes before the plan's next trial when that one would
 have to wait for its pool (looked for among the next `LOCALITY_WINDOW` trials, so the
 plan's interleaving is only locally disturbed).
+
+Arrival patterns (`engine.arrivals`): an episode of the plan waits for the trials in
+flight, then starts its arrivals at their instants, open loop, outside the concurrency
+limits above.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from rtax_tui.engine.arrivals import IN_FLIGHT_MAX
 from rtax_tui.engine.control import RunControl
 from rtax_tui.engine.health import HostHealth
 from rtax_tui.engine.plan import PlannedTrial
@@ -48,7 +53,57 @@ class Scheduler:
         self.prefer: Callable[[Cell], bool] | None = None  # a ready pool for this cell
 
     async def run(self, plan: Sequence[PlannedTrial], launch: Launch) -> None:
-        """Start every planned trial (until stopped), then wait for all of them."""
+        """Start every planned trial (until stopped), then wait for all of them. The
+        plan's episodes (engine.arrivals) each run alone, after what is in flight."""
+        for seg in _segments(plan):
+            if self._control.stopping:
+                break
+            if seg[0].episode is None:
+                await self._closed_loop(seg, launch)
+            else:
+                await self._control.drain()  # an episode runs alone
+                await self._episode(seg, launch)
+        await self._control.drain()
+
+    async def _episode(self, trials: Sequence[PlannedTrial], launch: Launch) -> None:
+        """An episode's arrivals, each started at its instant (open loop: none waits for
+        another to end), at most `IN_FLIGHT_MAX` in flight; its scheduled time is the
+        instant it was due, however late it started."""
+        ctl = self._control
+        await ctl.gate.wait()
+        room = asyncio.Semaphore(IN_FLIGHT_MAX)
+        start = time.monotonic_ns()
+        for pt in trials:
+            due = start + pt.offset_ns
+            # the loop may wake a timer up to its clock's resolution early: sleep again
+            while (wait := due - time.monotonic_ns()) > 0:
+                await asyncio.sleep(wait / 1e9)
+            await ctl.gate.wait()
+            if ctl.stopping:
+                break
+            await room.acquire()
+            if ctl.stopping:
+                break
+            self._launch(pt, due, launch, room.release)
+        await ctl.drain()
+
+    def _launch(
+        self, pt: PlannedTrial, scheduled_ns: int, launch: Launch, done: Callable[[], None]
+    ) -> None:
+        """One trial's task, counted in flight on its host until it ends."""
+        task = asyncio.create_task(launch(pt, scheduled_ns))
+        self._control.track(task)
+        h = pt.cell.host
+        self.in_flight[h] = self.in_flight.get(h, 0) + 1
+
+        def ended(_t: asyncio.Task[Any]) -> None:
+            self.in_flight[h] -= 1
+            done()
+
+        task.add_done_callback(ended)
+
+    async def _closed_loop(self, plan: Sequence[PlannedTrial], launch: Launch) -> None:
+        """Trials in the plan's order, under the run's and each host's concurrency."""
         ctl = self._control
         sem = asyncio.Semaphore(self._concurrency)
         pending = deque(plan)
@@ -77,22 +132,14 @@ class Scheduler:
             host_sem = self._host_sems.get(pt.cell.host)
             if host_sem is not None:
                 await host_sem.acquire()  # has room: returns at once
-            task = asyncio.create_task(launch(pt, time.monotonic_ns()))
-            ctl.track(task)
-            h = pt.cell.host
-            self.in_flight[h] = self.in_flight.get(h, 0) + 1
 
-            def done(
-                _t: asyncio.Task[Any], hs: asyncio.Semaphore | None = host_sem, h: str = h
-            ) -> None:
-                self.in_flight[h] -= 1
+            def done(hs: asyncio.Semaphore | None = host_sem) -> None:
                 sem.release()
                 if hs is not None:
                     hs.release()
                 room.set()
 
-            task.add_done_callback(done)
-        await ctl.drain()
+            self._launch(pt, time.monotonic_ns(), launch, done)
 
     def next_with_room(self, pending: deque[PlannedTrial]) -> int | None:
         """Index of the first pending trial whose host can take it now (a trial with a
@@ -124,3 +171,19 @@ class Scheduler:
             if self._has_room(pt):
                 return i
         return None
+
+
+def _segments(plan: Sequence[PlannedTrial]) -> list[Sequence[PlannedTrial]]:
+    """The plan cut where an episode begins or ends: runs of trials without one, and
+    each episode's trials (contiguous in the plan)."""
+    out: list[Sequence[PlannedTrial]] = []
+    i = 0
+    n = len(plan)
+    while i < n:
+        e = plan[i].episode
+        j = i + 1
+        while j < n and plan[j].episode == e:
+            j += 1
+        out.append(plan[i:j])
+        i = j
+    return out

@@ -80,6 +80,7 @@ class Session:
             profile.workloads,
             profile.channels,
             profile.run_modes,
+            profile.arrivals,
         )
         self.cells = [c for c in cells if (c.host, c.driver) in drivers]
         self.progress = Progress()

@@ -54,7 +54,12 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   reports it). An older rtax rejects a recording with `clock` events the same way;
 # - added `run.loop` (optional): the event loop the run's process ran on, which a timed
 #   action's wake-up is part of (`uvloop 0.23.0`, `asyncio`; `engine.evloop`). Absent in
-#   older recordings: asyncio's, the only loop rtax ran on before.
+#   older recordings: asyncio's, the only loop rtax ran on before;
+# - added, for a trial of an arrival pattern's episode (issue 25, `engine.arrivals`),
+#   `trial_start.arrival` (`burst:N`, `rate:R`), `trial_start.episode` (the episode's id,
+#   `e1`, ...) and `trial_start.arrival_ns` (when it was due, on the run's clock: its
+#   start's `t_ns` minus it is how late it began), and `run.profile.arrivals`; the
+#   pattern is also the cell's suffix (`...@burst:8`). Absent: sequential, as before.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -90,7 +95,8 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"trial": "id", "cell": "str", "host": "str", "driver": "str", "workload": "str",
          "channel": "str", "warmup": "bool", "batch": "str?"},
         {"t_ns": "count", "steps": "count", "batch_size": "count", "deadline_s": "num",
-         "replay": "dict", "mode": "str"},
+         "replay": "dict", "mode": "str", "arrival": "str", "episode": "str",
+         "arrival_ns": "count"},
     ),
     "phase": (
         {"trial": "id", "name": "str", "dur_ns": "count", "ok": "bool"},
@@ -266,6 +272,9 @@ class TrialStartEvent(TypedDict):
     deadline_s: NotRequired[float]
     replay: NotRequired[dict[str, Any]]
     mode: NotRequired[str]
+    arrival: NotRequired[str]
+    episode: NotRequired[str]
+    arrival_ns: NotRequired[int]
 
 
 class PhaseEvent(TypedDict):
@@ -437,10 +446,14 @@ def trial_start(
     deadline_s: float | None = None,
     replay: dict[str, Any] | None = None,
     mode: str = "cold",
+    arrival: str | None = None,
+    episode: str | None = None,
+    arrival_ns: int | None = None,
 ) -> TrialStartEvent:
     """`steps` (None only in recordings made before it existed), and `batch_size` and
     `deadline_s` (capacity runs) let a live view draw the barrier before the batch's
-    `barrier` event."""
+    `barrier` event. `arrival`, `episode` and `arrival_ns` (the run's clock) belong to a
+    trial of an arrival pattern's episode."""
     ev: TrialStartEvent = {
         "type": "trial_start",
         "trial": trial,
@@ -461,6 +474,10 @@ def trial_start(
         ev["replay"] = replay
     if mode != "cold":
         ev["mode"] = mode
+    if arrival is not None and episode is not None and arrival_ns is not None:
+        ev["arrival"] = arrival
+        ev["episode"] = episode
+        ev["arrival_ns"] = arrival_ns
     return ev
 
 

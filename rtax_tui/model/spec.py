@@ -214,13 +214,18 @@ class Cell:
     workload: str
     channel: str
     mode: str = "cold"
+    arrival: str = "sequential"  # engine.arrivals: sequential, burst:N, rate:R
 
     @property
     def id(self) -> str:
         """`host/driver/workload/channel`, with `+pool` on the channel's part for a pooled
-        cell: the mode is a part of the cell's name, and a cold cell's id is what it was."""
+        cell and `@PATTERN` at the end for an arrival pattern other than sequential: the
+        mode and the pattern are parts of the cell's name, and a cold sequential cell's id
+        is what it was."""
         base = f"{self.host}/{self.driver}/{self.workload}/{self.channel}"
-        return base if self.mode == "cold" else f"{base}+{self.mode}"
+        if self.mode != "cold":
+            base += f"+{self.mode}"
+        return base if self.arrival == "sequential" else f"{base}@{self.arrival}"
 
 
 @dataclass(frozen=True)

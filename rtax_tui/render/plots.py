@@ -16,7 +16,10 @@ Each kind draws one figure:
 - `cdf`: the empirical distribution of every phase, one panel a phase, one line a cell;
 - `trajectory`: per substrate, the completion time of each trial against its length
   in steps, and the normalized composition of the mean trial at each length;
-- `capacity`: per cell and batch size, the passed batches out of those run.
+- `capacity`: per cell and batch size, the passed batches out of those run;
+- `load`: per cell, the start-up (create + ready, or a pooled cell's acquire) P50 with
+  its P95 against the offered load: environments asked for at once (sequential: 1, a
+  burst: its size), and arrivals a second (rates), one panel each (engine.arrivals).
 
 SVG text stays text (`svg.fonttype = none`) and ids are seeded, so a figure drawn
 twice from the same recordings is the same file, and its series can be found by
@@ -40,7 +43,7 @@ from rtax_tui.model.spec import RtaxError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-KINDS = ("breakdown", "cold-start", "cdf", "trajectory", "capacity")
+KINDS = ("breakdown", "cold-start", "cdf", "trajectory", "capacity", "load")
 SUFFIXES = (".svg", ".png")
 # the five parts of a rollout, in the order they happen (docs/architecture.md, "The model")
 PARTS = ("create", "ready", "actions", "teardown", "orchestration")
@@ -424,12 +427,71 @@ def _capacity(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
     fig.set_size_inches(max(6.0, 1.5 + 1.4 * len(sizes) * max(1, len(cells) / 2)), 4.5)
 
 
+def _load(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    from rtax_tui.analysis.load_report import arrival_of
+    from rtax_tui.engine.arrivals import SEQUENTIAL, base_cell, parse_arrival
+
+    cells = _need(cells, "load", names)
+
+    def series_of(c: PlotCell) -> str:  # the cell without its pattern (and its recording)
+        return base_cell(c.cell) + ("" if c.label == c.cell else f" ({c.source})")
+
+    bases = {series_of(c) for c in cells if arrival_of(c.cell) != SEQUENTIAL}
+    if not bases:
+        raise PlotError(
+            f"{', '.join(names)}: no arrival pattern to plot (a run with [run] arrivals "
+            "burst:N or rate:R)"
+        )
+    series = [b for b in dict.fromkeys(series_of(c) for c in cells) if b in bases]
+    color = dict(zip(series, _colors(len(series)), strict=True))
+    at_once, per_s = fig.subplots(1, 2, sharey=True)
+    for s in series:
+        points: dict[Any, list[tuple[float, float, float]]] = {at_once: [], per_s: []}
+        for c in cells:
+            if series_of(c) != s:
+                continue
+            a = parse_arrival(arrival_of(c.cell), c.cell)
+            up = [
+                t.phases["acquire"] if "acquire" in t.phases
+                else t.phases.get("create", 0) + t.phases.get("ready", 0)
+                for t in c.trials
+            ]  # fmt: skip
+            p50, p95 = (float(v) / NS_PER_MS for v in np.percentile(up, [50, 95]))
+            ax, x = (per_s, a.rate) if a.kind == "rate" else (at_once, float(a.n))
+            points[ax].append((x, p50, p95))
+        for ax, pts in points.items():
+            if not pts:
+                continue
+            pts.sort()
+            xs, p50s, p95s = (np.asarray(v) for v in zip(*pts, strict=True))
+            ax.errorbar(
+                xs, p50s, yerr=[np.zeros(len(xs)), p95s - p50s], marker="o", capsize=3,
+                color=color[s], label=s, gid=f"series:{s}",
+            )  # fmt: skip
+    from matplotlib.ticker import ScalarFormatter
+
+    at_once.set_xscale("log", base=2)
+    at_once.xaxis.set_major_formatter(ScalarFormatter())
+    at_once.set_xlabel("environments asked for at once (sequential: 1, burst:N: N)")
+    per_s.set_xlabel("arrivals a second (rate:R, Poisson)")
+    at_once.set_ylabel("start-up: P50 (point), P95 (whisker) (ms, log)")
+    at_once.set_yscale("log")
+    at_once.yaxis.set_major_formatter(ScalarFormatter())
+    for ax in (at_once, per_s):
+        if not ax.has_data():
+            ax.text(0.5, 0.5, "no pattern of this kind", ha="center", transform=ax.transAxes)
+    at_once.legend(title="cell", fontsize=7)
+    fig.suptitle("Start-up against offered load (create + ready; pooled: acquire)")
+    fig.set_size_inches(11.0, 5.0)
+
+
 DRAW = {
     "breakdown": _breakdown,
     "cold-start": _cold_start,
     "cdf": _cdf,
     "trajectory": _trajectory,
     "capacity": _capacity,
+    "load": _load,
 }
 
 

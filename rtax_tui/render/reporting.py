@@ -199,6 +199,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if replays:
         out += ["## Replay fidelity (same exit code as recorded)", ""]
         out += [_md_table(REPLAY_HEADERS, replays), ""]
+    if report.get("load"):  # a run with arrival patterns
+        from rtax_tui.render.load_render import load_markdown
+
+        out += [load_markdown(report["load"])]
     bounds = run.get("boundaries") or {}
     if bounds:
         out += ["## Boundaries (the last `rtax probe` when the run began)", ""]
@@ -370,6 +374,10 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
         from rtax_tui.render.pool_render import render_pools
 
         console.print(render_pools(report["pools"]))
+    if report.get("load"):  # a run with arrival patterns
+        from rtax_tui.render.load_render import render_load
+
+        console.print(render_load(report["load"]))
     for name, h in (report.get("run", {}).get("hosts") or {}).items():
         net = h.get("net") or {}
         if "connect_ms" in net and "exec_rtt_ms" in net:
