@@ -468,15 +468,16 @@ def _load(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
                 xs, p50s, yerr=[np.zeros(len(xs)), p95s - p50s], marker="o", capsize=3,
                 color=color[s], label=s, gid=f"series:{s}",
             )  # fmt: skip
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter
 
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 0.1, 1, 32: not 10^-1, 2^5 or 0
     at_once.set_xscale("log", base=2)
-    at_once.xaxis.set_major_formatter(ScalarFormatter())
+    at_once.xaxis.set_major_formatter(plain)
     at_once.set_xlabel("environments asked for at once (sequential: 1, burst:N: N)")
     per_s.set_xlabel("arrivals a second (rate:R, Poisson)")
     at_once.set_ylabel("start-up: P50 (point), P95 (whisker) (ms, log)")
     at_once.set_yscale("log")
-    at_once.yaxis.set_major_formatter(ScalarFormatter())
+    at_once.yaxis.set_major_formatter(plain)
     for ax in (at_once, per_s):
         if not ax.has_data():
             ax.text(0.5, 0.5, "no pattern of this kind", ha="center", transform=ax.transAxes)
