@@ -1,6 +1,7 @@
 """Load (issue 25, item 2): start-up under arrival patterns, per substrate, cold and
 pooled, in one interleaved rtax run; prints the report's load table and checks each
-start-up P50 a second way, from the raw recording. Asserts nothing.
+start-up P50 a second way, from the raw recording; then the projection of 1M
+trajectories of 150 steps per cell, with what each pool held idle. Asserts nothing.
 
 Needs root (stage) and, for docker, the daemon and its image (`bash scripts/start-dockerd`
 starts the daemon and builds the images).
@@ -67,7 +68,7 @@ def main() -> int:
     drivers = ", ".join(json.dumps(x) for x in a.drivers.split(","))
     prof.write_text(
         f'[run]\ndrivers = [{drivers}]\nworkloads = ["t0"]\nchannels = ["exec"]\n'
-        f'trials = {a.trials}\nwarmup = 1\nseed = 1\narrivals = [{arrivals}]\n'
+        f"trials = {a.trials}\nwarmup = 1\nseed = 1\narrivals = [{arrivals}]\n"
         f'modes = ["cold", "pool"]\n[pool]\nsize = {a.pool}\n'
     )
     rec = out / "load.jsonl"
@@ -79,8 +80,10 @@ def main() -> int:
     raw = raw_startup_p50(rec)
     print(f"# one run: {a.drivers}, t0/exec, {a.trials} trials a cell, pool size {a.pool}, "
           f"{wall:.0f} s wall; {rec}")  # fmt: skip
-    print("| cell | arrival | n | failed | achieved/s | spread ms | late P95 ms "
-          "| start-up P50 / P95 / P99 ms | P50 from the raw events |")
+    print(
+        "| cell | arrival | n | failed | achieved/s | spread ms | late P95 ms "
+        "| start-up P50 / P95 / P99 ms | P50 from the raw events |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in report["load"]:
         su = r.get("startup") or {}
@@ -94,6 +97,23 @@ def main() -> int:
             f"| {f(r.get('achieved_per_s'))} | {f(r.get('spread_p50_ms'))} "
             f"| {f(r.get('late_p95_ms'))} | {f(su.get('p50_ms'))} / {f(su.get('p95_ms'))} / "
             f"{f(su.get('p99_ms'))} | {f(raw.get(cell))} |"
+        )
+    # worker-hours with the pattern and the pool's idle capacity: 1M trajectories of 150 steps
+    proj = json.loads(rtax("project", str(rec), "--trajectories", "1000000", "--steps", "150",
+                           "--format", "json"))  # fmt: skip
+    print("\n# rtax project: 1,000,000 trajectories x 150 steps")
+    print("| cell | worker-h | 95% CI | pool work s/traj | pool idle env-h | pool idle GiB-h |")
+    print("|---|---|---|---|---|---|")
+
+    def g(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.4g}"
+
+    for c in proj["cells"]:
+        lo, hi = c["ci95"]
+        print(
+            f"| {c['cell']} | {g(c['worker_hours'])} | [{g(lo)}, {g(hi)}] "
+            f"| {g(c.get('pool_s_per_trajectory'))} | {g(c.get('pool_idle_env_hours'))} "
+            f"| {g(c.get('pool_idle_gib_hours'))} |"
         )
     svg = out / "load.svg"
     rtax("plot", str(rec), "--kind", "load", "-o", str(svg), "--force")

@@ -131,6 +131,12 @@ class Environment(ABC):
         usage), or None when the driver cannot tell. The pool records it per piece of work."""
         return None
 
+    def memory_bytes(self) -> int | None:
+        """Memory the substrate charges to this environment now (e.g. its cgroup's usage,
+        page cache and tmpfs included), or None when the driver cannot tell. The pool
+        records it for an environment waiting ready (what a warm pool holds)."""
+        return None
+
 
 # Why a reset is not offered, per reset; None means supported. `recreate` needs nothing of
 # a driver (create and teardown), so every driver has it.

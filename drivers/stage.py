@@ -397,6 +397,11 @@ class StageEnvironment(Environment):
             return None
         return Cgroup(self.cg).cpu_usage_ns()
 
+    def memory_bytes(self) -> int | None:
+        if self.cg is None or not self.host.controller_local:
+            return None
+        return Cgroup(self.cg).memory_bytes()
+
     # -- teardown ----------------------------------------------------------
 
     async def teardown(self) -> None:

@@ -281,3 +281,49 @@ def test_locality_a_trial_whose_host_has_a_ready_environment_goes_first() -> Non
     assert sch.next_with_room(pending) == 0
     sch.prefer = lambda cell: cell.host == "b"
     assert sch.next_with_room(deque([PlannedTrial(3, cold, False), *pending])) == 0  # cold first
+
+
+class MemEnvironment(FakeEnvironment):
+    """The double with a memory of its own: 64 MiB plus a MiB per environment."""
+
+    def memory_bytes(self) -> int | None:
+        return (64 + self.n) << 20
+
+
+class MemDriver(FakeDriver):
+    def environment(self, spec: EnvSpec, sub: Any = None) -> Any:
+        return MemEnvironment(self, spec, sub)
+
+
+def test_what_a_pool_holds_idle_is_recorded_and_projected() -> None:
+    """An environment's wait in the pool (ready until taken, or until the pool closes)
+    goes on its next reset or teardown with its memory as it went in; the report sums
+    it, and the projection gives it per trajectory as environment- and GiB-hours beside
+    the worker-hours (recomputed here from the raw events)."""
+    drv = MemDriver()
+    drv.delays = {"action": 0.03}
+    _, ev = run(pooled(warmup=0, trials=6, pool=PoolSpec(size=3)), drv, {"w": W_OK})
+    pools = by_type(ev, "pool")
+    idle = [e for e in pools if "idle_ns" in e]
+    assert idle and all(e["op"] in ("reset", "teardown") for e in idle)
+    assert all(e["idle_ns"] > 0 and e["mem_bytes"] >= 64 << 20 for e in idle)
+    assert not any("idle_ns" in e for e in pools if e["op"] == "create")
+    # the ones still ready when the run ended waited until the pool closed: the run's end
+    # comes after, so none waited longer than the run
+    assert max(e["idle_ns"] for e in idle) < by_type(ev, "run_end")[0]["t_ns"]
+    rec = read_bytes("mem", b"".join(encode(e) for e in ev))
+    rep = build_report(rec)
+    c = rep["pools"]["cells"]["local/local/w/exec+pool"]
+    assert c["pool_idle_s"] == pytest.approx(sum(e["idle_ns"] for e in idle) / 1e9)
+    mems = sorted(e["mem_bytes"] for e in idle)
+    assert c["pool_idle_mem_p50_mib"] == pytest.approx(
+        (mems[(len(mems) - 1) // 2] + mems[len(mems) // 2]) / 2 / (1 << 20)
+    )
+    proj = {p["cell"]: p for p in project_report(rec, 1_000_000, 10)["cells"]}
+    p = proj["local/local/w/exec+pool"]
+    served = len(by_type(ev, "trial_start"))
+    idle_s = sum(e["idle_ns"] for e in idle) / 1e9
+    gib_s = sum(e["idle_ns"] / 1e9 * e["mem_bytes"] / (1 << 30) for e in idle)
+    assert p["pool_idle_env_hours"] == pytest.approx(1_000_000 * idle_s / served / 3600)
+    assert p["pool_idle_gib_hours"] == pytest.approx(1_000_000 * gib_s / served / 3600)
+    assert drv.live == 0

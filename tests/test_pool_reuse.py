@@ -109,3 +109,42 @@ def test_microvm_snapshot_reset_holds(request: pytest.FixtureRequest) -> None:
 
     got = asyncio.run(run())
     assert got.result == "held", got  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["stage", "docker", "podman"])
+def test_an_environments_memory_is_what_its_cgroup_is_charged(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """`memory_bytes` (what a warm pool holds, engine.pool) reads the environment's own
+    memory cgroup: 16 MiB written into its workspace (a tmpfs charged to it) shows."""
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.model.spec import Cell, Step, Workload
+
+    if name != "stage":
+        request.getfixturevalue(f"{name}_engine")  # conftest: the daemon and the images
+    drv = get_driver(name, LocalHost(), {})
+    spec = EnvSpec(
+        cell=Cell("local", name, "w", "exec"),
+        workload=Workload("w", (Step(("true",)),)),
+        limits=LIMITS,
+    )
+    env = drv.environment(spec)
+
+    async def go() -> tuple[int | None, int | None]:
+        try:
+            await env.create()
+            await env.ready()
+            before = env.memory_bytes()
+            res = await env.action(
+                Step(("sh", "-c", "dd if=/dev/zero of=big bs=1M count=16 2>/dev/null; sync")),
+                60,
+            )
+            assert res.rc == 0, res
+            return before, env.memory_bytes()
+        finally:
+            await env.teardown()
+
+    before, after = asyncio.run(go())
+    assert before is not None and before > 0
+    assert after is not None and after - before >= 15 << 20

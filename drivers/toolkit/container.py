@@ -802,6 +802,27 @@ class ContainerEnvironment(Environment):
             await asyncio.to_thread(_own_tree, ws, opts.uid, opts.gid)
         await self._put_workspace(await self.d.api())
 
+    def memory_bytes(self) -> int | None:
+        """The container's memory cgroup's usage (its pages, page cache and the tmpfs
+        mounts it writes), where the engine runs here and puts it where its cgroupfs
+        driver does: `<parent>/<id>` (docker) or `<parent>/libpod-<id>` (podman), under
+        the run's budget parent or the engine's default one."""
+        if self.cid is None or not self.d.local:
+            return None
+        from rtax_tui.hosts.cgroups import Cgroup, CgroupError
+
+        parents = [self.spec.cgroup_parent.strip("/")] if self.spec.cgroup_parent else []
+        for parent in (*parents, "docker", "libpod_parent"):
+            for leaf in (self.cid, f"libpod-{self.cid}"):
+                try:
+                    cg = Cgroup(f"{parent}/{leaf}")
+                    got = cg.memory_bytes() if cg.exists() else None
+                except (CgroupError, ValueError):
+                    continue
+                if got is not None:
+                    return got
+        return None
+
     # -- teardown ------------------------------------------------------------
 
     async def teardown(self) -> None:

@@ -17,6 +17,8 @@ import numpy as np
 from rtax_tui.model.fold import TrialOutcome
 
 NS_PER_S = 1e9
+MIB = float(1 << 20)
+GIB = float(1 << 30)
 STARTUP_NOTE = (
     "pooled: start-up is acquire (the wait for a ready environment); the pool's own "
     "create/ready/reset work is its worker-time, counted apart"
@@ -52,13 +54,19 @@ def pool_document(
     work: dict[str, dict[str, Any]] = {}
     for ev in pool_events:
         for key in (f"host:{ev['host']}", ev["cell"]):
-            w = work.setdefault(key, {"ops": {}, "work_ns": 0, "cpu_ns": 0, "env_cpu_ns": 0,
-                                      "failed": 0})  # fmt: skip
+            w = work.setdefault(key, _new_work())
             w["ops"][ev["op"]] = w["ops"].get(ev["op"], 0) + 1
             w["work_ns"] += int(ev["dur_ns"])
             w["cpu_ns"] += int(ev.get("cpu_ns") or 0)
             w["env_cpu_ns"] += int(ev.get("env_cpu_ns") or 0)
             w["failed"] += 0 if ev.get("ok") else 1
+            idle = int(ev.get("idle_ns") or 0)
+            if idle:
+                w["idle_ns"] += idle
+                mem = ev.get("mem_bytes")
+                if mem is not None:
+                    w["mem"].append(int(mem))
+                    w["idle_gib_s"] += idle / NS_PER_S * int(mem) / GIB
     return {
         "hosts": {h: _finish(d, work.get(f"host:{h}")) for h, d in hosts.items()},
         "cells": {c: _finish(d, work.get(c)) for c, d in cells.items()},
@@ -69,7 +77,8 @@ def _finish(d: dict[str, Any], w: dict[str, Any] | None) -> dict[str, Any]:
     waited = np.asarray(d["waited"], dtype=np.int64)
     acq = np.asarray(d["acquire"], dtype=np.int64)
     n = d["trials"]
-    w = w or {"ops": {}, "work_ns": 0, "cpu_ns": 0, "env_cpu_ns": 0, "failed": 0}
+    w = w or _new_work()
+    mem = np.asarray(w["mem"], dtype=np.int64)
     return {
         "trials": n,
         "hits": d["hits"],
@@ -83,7 +92,40 @@ def _finish(d: dict[str, Any], w: dict[str, Any] | None) -> dict[str, Any]:
         "pool_work_s": w["work_ns"] / NS_PER_S,
         "pool_cpu_s": w["cpu_ns"] / NS_PER_S,
         "pool_env_cpu_s": w["env_cpu_ns"] / NS_PER_S,
+        # what the pool held while it waited: environment-seconds ready and unused, the
+        # memory of an environment as it went in (P50), and GiB-seconds held idle
+        "pool_idle_s": w["idle_ns"] / NS_PER_S,
+        "pool_idle_mem_p50_mib": float(np.median(mem)) / MIB if mem.size else None,
+        "pool_idle_gib_s": w["idle_gib_s"] if mem.size else None,
     }
+
+
+def _new_work() -> dict[str, Any]:
+    return {"ops": {}, "work_ns": 0, "cpu_ns": 0, "env_cpu_ns": 0, "failed": 0, "idle_ns": 0,
+            "mem": [], "idle_gib_s": 0.0}  # fmt: skip
+
+
+def pool_idle_per_trajectory(
+    pool_events: list[dict[str, Any]], served: int
+) -> tuple[float | None, float | None]:
+    """What a pooled cell's warm pool held idle per trajectory it served: environment-
+    seconds waiting ready, and GiB-seconds of their memory (None where not measured)."""
+    if not served:
+        return None, None
+    idle_ns = 0
+    gib_s = 0.0
+    known = False
+    for ev in pool_events:
+        idle = int(ev.get("idle_ns") or 0)
+        if not idle:
+            continue
+        idle_ns += idle
+        if ev.get("mem_bytes") is not None:
+            known = True
+            gib_s += idle / NS_PER_S * int(ev["mem_bytes"]) / GIB
+    if not any("idle_ns" in ev for ev in pool_events):
+        return None, None  # a recording made before the pool measured it
+    return idle_ns / NS_PER_S / served, (gib_s / served if known else None)
 
 
 def pooled_project_inputs(

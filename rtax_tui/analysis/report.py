@@ -22,7 +22,12 @@ from typing import Any, cast
 import numpy as np
 
 from rtax_tui.analysis.load_report import arrival_of, load_document
-from rtax_tui.analysis.pool_report import STARTUP_NOTE, pool_document, pooled_project_inputs
+from rtax_tui.analysis.pool_report import (
+    STARTUP_NOTE,
+    pool_document,
+    pool_idle_per_trajectory,
+    pooled_project_inputs,
+)
 from rtax_tui.analysis.report_model import CellReport, DiffRow, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.model.checks import build_document
@@ -599,6 +604,11 @@ def _project_cell(
     extra = p["pool_s_per_trajectory"]
     out["startup"] = STARTUP_NOTE
     out["pool_s_per_trajectory"] = extra
+    # what the pool held idle, beside the worker-hours (capacity held, not a rollout's
+    # time): environment-hours and GiB-hours per `trajectories`
+    idle_s, gib_s = pool_idle_per_trajectory(cd.pool_events, served)
+    out["pool_idle_env_hours"] = None if idle_s is None else trajectories * idle_s / 3600.0
+    out["pool_idle_gib_hours"] = None if gib_s is None else trajectories * gib_s / 3600.0
     if extra is not None and out["worker_hours"] is not None:
         add = trajectories * extra / 3600.0
         out["worker_hours"] += add

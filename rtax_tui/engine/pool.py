@@ -50,6 +50,23 @@ class PooledEnv:
     n: int
     env: Any  # drivers.base.Environment (core does not import drivers)
     uses: int = 0
+    ready_at: int | None = None  # monotonic: when it last went into the pool ready
+    idle_ns: int = 0  # how long it waited ready, not yet recorded
+    mem_bytes: int | None = None  # its memory when it went in (Environment.memory_bytes)
+
+    def went_in(self) -> None:
+        """It waits ready from now: its memory is read now, off any trial's clock."""
+        self.ready_at = time.monotonic_ns()
+        try:
+            self.mem_bytes = self.env.memory_bytes()
+        except Exception:  # informative only
+            self.mem_bytes = None
+
+    def came_out(self) -> None:
+        """Taken (or torn down at the pool's close): its wait is counted."""
+        if self.ready_at is not None:
+            self.idle_ns += time.monotonic_ns() - self.ready_at
+            self.ready_at = None
 
 
 def effective_reset(driver: Any, channel: str, wanted: str) -> tuple[str, str | None]:
@@ -154,11 +171,14 @@ class EnvPool:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         while self._held or self.ready:  # a finished reset delivers to a closed pool:
             while self.ready:  # torn down
-                self._spawn(self._teardown(self.ready.popleft()))
+                pe = self.ready.popleft()
+                pe.came_out()
+                self._spawn(self._teardown(pe))
             await asyncio.gather(*list(self._held), return_exceptions=True)
 
     # -- the background work ---------------------------------------------------
     def _take(self, pe: PooledEnv) -> None:
+        pe.came_out()
         pe.uses += 1
         self.in_use += 1
         if self.conf.refill == "eager":
@@ -210,6 +230,7 @@ class EnvPool:
         if self.closed or len(self.ready) >= self.conf.size:
             self._spawn(self._teardown(pe))
             return
+        pe.went_in()
         self.ready.append(pe)
 
     def _fail_waiter(self, exc: PhaseFailure) -> None:
@@ -227,6 +248,8 @@ class EnvPool:
         self, op: str, pe: PooledEnv, t0: int, cpu0: int, env0: int | None, err: str | None
     ) -> None:
         env1 = pe.env.cpu_ns()
+        idle, mem = pe.idle_ns, pe.mem_bytes
+        pe.idle_ns = 0
         self.emit(
             events.pool(
                 host=self.cell.host,
@@ -238,6 +261,8 @@ class EnvPool:
                 cpu_ns=time.process_time_ns() - cpu0,
                 env_cpu_ns=None if env1 is None else env1 - (env0 or 0),
                 error=err,
+                idle_ns=idle if idle else None,
+                mem_bytes=mem if idle else None,
             )
         )
 

@@ -346,6 +346,18 @@ class Cgroup:
 
     # -- reading -----------------------------------------------------------
 
+    def memory_bytes(self) -> int | None:
+        """The memory the cgroup is charged now (v2 `memory.current`, v1
+        `memory.usage_in_bytes`): its processes' pages, page cache and tmpfs included."""
+        d = self._dir("memory")
+        if d is None:
+            return None
+        fname = "memory.current" if self.ver == "v2" else "memory.usage_in_bytes"
+        try:
+            return int(_read(os.path.join(d, fname)).split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def memory_peak_bytes(self) -> int | None:
         d = self._dir("memory")
         if d is None:

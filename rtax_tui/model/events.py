@@ -59,7 +59,10 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   `trial_start.arrival` (`burst:N`, `rate:R`), `trial_start.episode` (the episode's id,
 #   `e1`, ...) and `trial_start.arrival_ns` (when it was due, on the run's clock: its
 #   start's `t_ns` minus it is how late it began), and `run.profile.arrivals`; the
-#   pattern is also the cell's suffix (`...@burst:8`). Absent: sequential, as before.
+#   pattern is also the cell's suffix (`...@burst:8`). Absent: sequential, as before;
+# - added `pool.idle_ns` and `pool.mem_bytes` (issue 25) on a reset or teardown: how long
+#   the environment had waited ready in the pool before, and its memory as it went in
+#   (null: the driver cannot tell). Absent in older recordings: not measured.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -136,7 +139,8 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "pool": (
         {"host": "str", "cell": "str", "env": "count", "op": "str", "dur_ns": "count",
          "ok": "bool"},
-        {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?"},
+        {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?",
+         "idle_ns": "count", "mem_bytes": "count?"},
     ),
     # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
     "clock": (
@@ -348,6 +352,8 @@ class PoolEvent(TypedDict):
     cpu_ns: int
     env_cpu_ns: int | None
     error: str | None
+    idle_ns: NotRequired[int]
+    mem_bytes: NotRequired[int | None]
 
 
 class ClockEvent(TypedDict):
@@ -599,12 +605,17 @@ def pool(
     cpu_ns: int,
     env_cpu_ns: int | None,
     error: str | None,
+    idle_ns: int | None = None,
+    mem_bytes: int | None = None,
 ) -> PoolEvent:
     """One piece of a pool's background work on environment `env` (the pool's own number):
     `create` (create + ready), `reset` (clean or snapshot), `teardown`. `cpu_ns` is
     rtax's process CPU time over the work (shared with whatever else ran meanwhile: an
-    upper bound), `env_cpu_ns` what the driver attributes to the environment, if it can."""
-    return {
+    upper bound), `env_cpu_ns` what the driver attributes to the environment, if it can.
+    On a reset or teardown, `idle_ns`: how long the environment had waited ready in the
+    pool before (taken by a trial, or the pool's close), with `mem_bytes`, its memory as
+    it went in (null when the driver cannot tell)."""
+    ev: PoolEvent = {
         "type": "pool",
         "host": host,
         "cell": cell,
@@ -616,6 +627,10 @@ def pool(
         "env_cpu_ns": env_cpu_ns,
         "error": error,
     }
+    if idle_ns is not None:
+        ev["idle_ns"] = idle_ns
+        ev["mem_bytes"] = mem_bytes
+    return ev
 
 
 def run_end(status: str, trials: int, error: str | None = None) -> RunEndEvent:

@@ -1,6 +1,7 @@
 """The warm pools of a report (`report["pools"]`, analysis.pool_report) for a terminal:
 per host the hit rate and the time trials waited, per pooled cell its start-up
-(`acquire`) and what the pool spent."""
+(`acquire`), what the pool spent, and what it held idle (environment-time waiting ready,
+and an environment's memory as it went in)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _ms(v: float | None) -> str:
 def render_pools(pools: dict[str, Any]) -> Table:
     table = Table(title="warm pools (a pooled cell's start-up is acquire; times in ms)")
     for h in ("host / cell", "trials", "hit rate", "acquire P50", "waited", "waited P50",
-              "pool work", "pool CPU", "pool ops"):  # fmt: skip
+              "pool work", "pool CPU", "idle", "idle MiB P50", "pool ops"):  # fmt: skip
         table.add_column(h, justify="left" if h in ("host / cell", "pool ops") else "right")
     rows = [(f"host {h}", d) for h, d in pools.get("hosts", {}).items()]
     rows += [(f"  {c}", d) for c, d in pools.get("cells", {}).items()]
@@ -37,6 +38,8 @@ def render_pools(pools: dict[str, Any]) -> Table:
             _ms(d.get("waited_p50_s")),
             _ms(d.get("pool_work_s")),
             _ms(d.get("pool_cpu_s")),
+            _ms(d.get("pool_idle_s")),
+            fmt_ms(d.get("pool_idle_mem_p50_mib")),
             ops,
         )
     return table

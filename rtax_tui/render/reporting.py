@@ -304,10 +304,18 @@ def render_project(proj: dict[str, Any]) -> Table:
     for h in ("cell", "create s", "ready s", "action s", "teardown s", "per traj s", "worker-h"):
         table.add_column(h, justify="left" if h == "cell" else "right")
     table.add_column("95% CI", justify="right")
+    pooled = any("pool_idle_env_hours" in c for c in proj["cells"])
+    if pooled:  # what a warm pool held idle: capacity, beside the worker-hours
+        table.add_column("pool idle env-h", justify="right")
+        table.add_column("pool idle GiB-h", justify="right")
+        table.caption = (
+            "pooled cells: worker-h includes the pool's own work; its idle environments "
+            "(env-h) and their memory (GiB-h) are capacity held, shown beside"
+        )
     for c in proj["cells"]:
         inp = c["inputs"]
         lo, hi = c["ci95"]
-        table.add_row(
+        row = [
             c["cell"],
             _fmt_num(inp["create"]["p50_s"]),
             _fmt_num(inp["ready"]["p50_s"]),
@@ -316,7 +324,10 @@ def render_project(proj: dict[str, Any]) -> Table:
             _fmt_num(c["per_trajectory_s"]),
             _fmt_num(c["worker_hours"]),
             "-" if lo is None else f"[{_fmt_num(lo)}, {_fmt_num(hi)}]",
-        )
+        ]
+        if pooled:
+            row += [_fmt_num(c.get("pool_idle_env_hours")), _fmt_num(c.get("pool_idle_gib_hours"))]
+        table.add_row(*row)
     return table
 
 
