@@ -724,7 +724,7 @@ class GvisorDriver(Driver):
                 if p == "kvm" and not os.path.exists("/dev/kvm"):
                     why.append("kvm: no /dev/kvm")
                     continue
-                err = await asyncio.to_thread(self._try_platform, p)
+                err = await self._try_platform(p)
                 if err is None:
                     self._platform = p
                     self._platform_reason = "; ".join([*why, f"{p}: a sandbox ran"])
@@ -736,15 +736,23 @@ class GvisorDriver(Driver):
             _write_platform_cache(self.exe, self._platform, self._platform_reason)
             return self._platform
 
-    def _try_platform(self, platform: str) -> str | None:
-        """Run `true` in a throw-away busybox sandbox on `platform`; None when it ran."""
+    async def _try_platform(self, platform: str) -> str | None:
+        """Run `true` in a throw-away busybox sandbox on `platform`; None when it ran.
+
+        runsc starts its sandbox in a session of its own, out of reach of a kill of
+        runsc's process group: the probe runs in a cgroup of its own, registered with the
+        host's reaper before it exists, so a sandbox that hangs (KVM here) is ended by
+        the cgroup's removal, or by the reaper if rtax itself is killed meanwhile."""
         try:
-            root = busybox_root()
+            root = await asyncio.to_thread(busybox_root)
         except RtaxError as exc:
             return str(exc)
-        d = os.path.join(STATE_BASE, f"rtax-{safe_label(runlock.owner())}-p{os.urandom(3).hex()}")
+        tag = f"{safe_label(runlock.owner())}-p{os.urandom(3).hex()}"
+        d = os.path.join(STATE_BASE, f"rtax-{tag}")
+        cg = Cgroup.relpath_of(f"gvisor-probe-{tag}")
         self.host.track("path", d)
         try:
+            procs = await self.host.make_cgroup(cg)
             os.makedirs(os.path.join(d, "state"), mode=0o700)
             cfg = {
                 "ociVersion": "1.0.0",
@@ -758,32 +766,36 @@ class GvisorDriver(Driver):
             argv = self.runsc_argv(os.path.join(d, "state"), "run", "--bundle", d, "probe")
             argv[1:1] = [f"--platform={platform}"]
             with open(os.path.join(d, "run.log"), "wb") as log:
-                p = subprocess.Popen(
+                proc = await self.host.spawn(
                     argv,
+                    cwd="/",
+                    env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    start_new_session=True,
+                    stderr=log.fileno(),
+                    cgroup_procs=procs,
                 )
-                try:
-                    rc = p.wait(PLATFORM_PROBE_S)
-                except subprocess.TimeoutExpired:
-                    return f"no sandbox ran within {PLATFORM_PROBE_S:.0f} s (hangs here)"
-                finally:
-                    if p.returncode is None:
-                        _kill_naming(d)
-                        try:
-                            os.killpg(p.pid, signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
-                        p.wait()
+            try:
+                rc = await asyncio.wait_for(proc.wait(), PLATFORM_PROBE_S)
+            except TimeoutError:
+                return f"no sandbox ran within {PLATFORM_PROBE_S:.0f} s (hangs here)"
+            finally:
+                if proc.returncode is None:
+                    await self.host.kill(proc)
+                self.host.release(proc)
             if rc != 0:
                 with open(os.path.join(d, "run.log"), "rb") as f:
                     return f"runsc exited {rc}: {f.read()[-200:].decode(errors='replace')}"
             return None
+        except PhaseFailure as exc:  # the cgroup could not be made
+            return exc.message
         finally:
-            _kill_naming(d)
-            shutil.rmtree(d, ignore_errors=True)
+            try:
+                await self.host.remove_cgroup(cg)  # the sandbox and gofer with it
+            except PhaseFailure:
+                pass  # still tracked: the reaper removes it
+            await asyncio.to_thread(_kill_naming, d)
+            await asyncio.to_thread(shutil.rmtree, d, True)
             self.host.untrack("path", d)
 
     # -- checks ------------------------------------------------------------
