@@ -60,6 +60,8 @@ def pool_document(
             w["cpu_ns"] += int(ev.get("cpu_ns") or 0)
             w["env_cpu_ns"] += int(ev.get("env_cpu_ns") or 0)
             w["failed"] += 0 if ev.get("ok") else 1
+            if "idle_ns" in ev:
+                w["idle_known"] = True
             idle = int(ev.get("idle_ns") or 0)
             if idle:
                 w["idle_ns"] += idle
@@ -94,15 +96,16 @@ def _finish(d: dict[str, Any], w: dict[str, Any] | None) -> dict[str, Any]:
         "pool_env_cpu_s": w["env_cpu_ns"] / NS_PER_S,
         # what the pool held while it waited: environment-seconds ready and unused, the
         # memory of an environment as it went in (P50), and GiB-seconds held idle
-        "pool_idle_s": w["idle_ns"] / NS_PER_S,
+        "pool_idle_s": w["idle_ns"] / NS_PER_S if w["idle_known"] else None,
         "pool_idle_mem_p50_mib": float(np.median(mem)) / MIB if mem.size else None,
         "pool_idle_gib_s": w["idle_gib_s"] if mem.size else None,
     }
 
 
 def _new_work() -> dict[str, Any]:
+    # idle_known: some event said how long its environment waited (older recordings: none)
     return {"ops": {}, "work_ns": 0, "cpu_ns": 0, "env_cpu_ns": 0, "failed": 0, "idle_ns": 0,
-            "mem": [], "idle_gib_s": 0.0}  # fmt: skip
+            "idle_known": False, "mem": [], "idle_gib_s": 0.0}  # fmt: skip
 
 
 def pool_idle_per_trajectory(

@@ -261,7 +261,7 @@ class EnvPool:
                 cpu_ns=time.process_time_ns() - cpu0,
                 env_cpu_ns=None if env1 is None else env1 - (env0 or 0),
                 error=err,
-                idle_ns=idle if idle else None,
+                idle_ns=None if op == "create" else idle,  # measured: 0 when never idle
                 mem_bytes=mem if idle else None,
             )
         )
