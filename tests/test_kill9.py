@@ -118,7 +118,11 @@ def test_the_leftover_scan_sees_a_live_sandbox(tmp_path):
 
                 run_id = orjson.loads(data.split(b"\n", 1)[0])["run_id"]
                 seen = _leftovers(run_id, ("stage",))
-                if any("/sys/fs/cgroup" in x for x in seen) and any("rtax-ws" in x for x in seen):
+                if (
+                    any("/sys/fs/cgroup" in x for x in seen)
+                    and any("rtax-ws" in x for x in seen)
+                    and any(": " in x for x in seen)  # its processes: they start last
+                ):
                     break
             time.sleep(0.05)
     finally:
