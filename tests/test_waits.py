@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from rtax_tui.engine.lifecycle import timed
 from rtax_tui.model.waits import Waits, waiting_on
@@ -65,7 +66,11 @@ class _Daemon:
 
     def daemon_call(self):  # type: ignore[no-untyped-def]
         async def call() -> None:
-            await asyncio.sleep(3600 if self.secs is None else self.secs)
+            # a loop's timer may fire up to its resolution early (uvloop's: 1 ms): sleep
+            # again until the time has really passed, as a daemon's answer would take it
+            end = time.monotonic() + (3600 if self.secs is None else self.secs)
+            while (left := end - time.monotonic()) > 0:
+                await asyncio.sleep(left)
 
         return "libvirtd", "domain capabilities", call
 
