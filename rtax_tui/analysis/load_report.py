@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rtax_tui.analysis.stats import summarize
-from rtax_tui.engine.arrivals import SEQUENTIAL, base_cell, order_key, parse_arrival, split_cell
+from rtax_tui.engine.arrivals import SEQUENTIAL, arrival_of, base_cell, order_key, parse_arrival
 from rtax_tui.model.fold import TrialOutcome
 
 NS_PER_MS = 1e6
@@ -38,11 +38,6 @@ class LoadCell(Protocol):
 
     @property
     def trials(self) -> list[TrialOutcome]: ...
-
-
-def arrival_of(cell_id: str) -> str:
-    """The pattern a cell id carries (`...@burst:8`), sequential without one."""
-    return split_cell(cell_id)[1]
 
 
 def load_document(cells: Sequence[LoadCell], seed: int = 0) -> list[dict[str, Any]] | None:

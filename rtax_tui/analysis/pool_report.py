@@ -60,15 +60,12 @@ def pool_document(
             w["cpu_ns"] += int(ev.get("cpu_ns") or 0)
             w["env_cpu_ns"] += int(ev.get("env_cpu_ns") or 0)
             w["failed"] += 0 if ev.get("ok") else 1
-            if "idle_ns" in ev:
-                w["idle_known"] = True
-            idle = int(ev.get("idle_ns") or 0)
-            if idle:
-                w["idle_ns"] += idle
-                mem = ev.get("mem_bytes")
-                if mem is not None:
-                    w["mem"].append(int(mem))
-                    w["idle_gib_s"] += idle / NS_PER_S * int(mem) / GIB
+            idle, mem = _idle(ev)
+            w["idle_known"] = w["idle_known"] or "idle_ns" in ev
+            w["idle_ns"] += idle
+            if mem is not None:
+                w["mem"].append(mem)
+                w["idle_gib_s"] += _gib_s(idle, mem)
     return {
         "hosts": {h: _finish(d, work.get(f"host:{h}")) for h, d in hosts.items()},
         "cells": {c: _finish(d, work.get(c)) for c, d in cells.items()},
@@ -113,22 +110,30 @@ def pool_idle_per_trajectory(
 ) -> tuple[float | None, float | None]:
     """What a pooled cell's warm pool held idle per trajectory it served: environment-
     seconds waiting ready, and GiB-seconds of their memory (None where not measured)."""
-    if not served:
-        return None, None
+    if not served or not any("idle_ns" in ev for ev in pool_events):
+        return None, None  # nothing served, or a recording made before the pool measured it
     idle_ns = 0
     gib_s = 0.0
     known = False
     for ev in pool_events:
-        idle = int(ev.get("idle_ns") or 0)
-        if not idle:
-            continue
+        idle, mem = _idle(ev)
         idle_ns += idle
-        if ev.get("mem_bytes") is not None:
+        if mem is not None:
             known = True
-            gib_s += idle / NS_PER_S * int(ev["mem_bytes"]) / GIB
-    if not any("idle_ns" in ev for ev in pool_events):
-        return None, None  # a recording made before the pool measured it
+            gib_s += _gib_s(idle, mem)
     return idle_ns / NS_PER_S / served, (gib_s / served if known else None)
+
+
+def _idle(ev: dict[str, Any]) -> tuple[int, int | None]:
+    """A pool event's idle time (0: none, or not measured) and, with some, the memory the
+    environment held meanwhile (None: the driver could not tell)."""
+    idle = int(ev.get("idle_ns") or 0)
+    mem = ev.get("mem_bytes") if idle else None
+    return idle, None if mem is None else int(mem)
+
+
+def _gib_s(idle_ns: int, mem_bytes: int) -> float:
+    return idle_ns / NS_PER_S * mem_bytes / GIB
 
 
 def pooled_project_inputs(

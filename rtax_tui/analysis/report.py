@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from rtax_tui.analysis.load_report import arrival_of, load_document
+from rtax_tui.analysis.load_report import load_document
 from rtax_tui.analysis.pool_report import (
     STARTUP_NOTE,
     pool_document,
@@ -30,6 +30,7 @@ from rtax_tui.analysis.pool_report import (
 )
 from rtax_tui.analysis.report_model import CellReport, DiffRow, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
+from rtax_tui.engine.arrivals import arrival_of
 from rtax_tui.model.checks import build_document
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
 from rtax_tui.model.recording import Recording, read_recording

@@ -121,6 +121,11 @@ def base_cell(cell_id: str) -> str:
     return split_cell(cell_id)[0]
 
 
+def arrival_of(cell_id: str) -> str:
+    """The pattern a cell id carries (`...@burst:8`), sequential without one."""
+    return split_cell(cell_id)[1]
+
+
 def order_key(name: str) -> tuple[int, float]:
     """Patterns from the lightest load: sequential, bursts by size, rates by rate."""
     a = parse_arrival(name, "arrival")

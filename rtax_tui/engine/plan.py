@@ -64,34 +64,31 @@ def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[P
     sequential brings its trials as episodes (engine.arrivals), each kept together and
     shuffled among the other cells' trials as one unit; an episode's offsets are drawn
     from the seed, the cell and the episode's place, so a plan is the same every time."""
-    n_measured = sum(_measured(c, trials) for c in cells)
+    arrivals = [(c, parse_arrival(c.arrival, "cell")) for c in cells]
+    n_measured = sum(sum(a.episodes(trials)) or trials for _, a in arrivals)
     _bounded(n_measured + len(cells) * warmup, "cells x (trials + warmup)")
     order: list[tuple[Cell, bool]] = [(c, True) for c in cells for _ in range(warmup)]
-    units: list[list[tuple[Cell, bool, str | None, int]]] = []
-    for c in cells:
-        arrival = parse_arrival(c.arrival, "cell")
+    # a unit: a sequential trial (its cell), or an episode (its cell and offsets)
+    units: list[Cell | tuple[Cell, list[int]]] = []
+    for c, arrival in arrivals:
         if arrival.kind == SEQUENTIAL:
-            units.extend([[(c, False, None, 0)] for _ in range(trials)])
+            units.extend([c] * trials)
             continue
         for k, size in enumerate(arrival.episodes(trials)):
             rng = random.Random(f"{seed}/{c.id}/{k}")
-            units.append([(c, False, "", off) for off in arrival.offsets_ns(size, rng)])
+            units.append((c, arrival.offsets_ns(size, rng)))
     random.Random(seed).shuffle(units)
     plan = [PlannedTrial(i + 1, cell, warm) for i, (cell, warm) in enumerate(order)]
     episodes = 0
     for unit in units:
-        episode = None
-        if unit[0][2] is not None:
-            episodes += 1
-            episode = f"e{episodes}"
-        for cell, _warm, _e, off in unit:
-            plan.append(PlannedTrial(len(plan) + 1, cell, False, None, episode, off))
+        if isinstance(unit, Cell):
+            plan.append(PlannedTrial(len(plan) + 1, unit, False))
+            continue
+        episodes += 1
+        cell, offsets = unit
+        for off in offsets:
+            plan.append(PlannedTrial(len(plan) + 1, cell, False, None, f"e{episodes}", off))
     return plan
-
-
-def _measured(cell: Cell, trials: int) -> int:
-    """A cell's measured trials (a burst's episodes round them up)."""
-    return sum(parse_arrival(cell.arrival, "cell").episodes(trials)) or trials
 
 
 def build_capacity_plan(

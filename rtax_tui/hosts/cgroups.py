@@ -349,20 +349,17 @@ class Cgroup:
     def memory_bytes(self) -> int | None:
         """The memory the cgroup is charged now (v2 `memory.current`, v1
         `memory.usage_in_bytes`): its processes' pages, page cache and tmpfs included."""
-        d = self._dir("memory")
-        if d is None:
-            return None
-        fname = "memory.current" if self.ver == "v2" else "memory.usage_in_bytes"
-        try:
-            return int(_read(os.path.join(d, fname)).split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
+        return self._memory_value("memory.current", "memory.usage_in_bytes")
 
     def memory_peak_bytes(self) -> int | None:
+        return self._memory_value("memory.peak", "memory.max_usage_in_bytes")
+
+    def _memory_value(self, v2_file: str, v1_file: str) -> int | None:
+        """A byte count the memory controller keeps (v2's file or v1's), or None."""
         d = self._dir("memory")
         if d is None:
             return None
-        fname = "memory.peak" if self.ver == "v2" else "memory.max_usage_in_bytes"
+        fname = v2_file if self.ver == "v2" else v1_file
         try:
             return int(_read(os.path.join(d, fname)).split()[0])
         except (OSError, ValueError, IndexError):

@@ -428,8 +428,7 @@ def _capacity(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
 
 
 def _load(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
-    from rtax_tui.analysis.load_report import arrival_of
-    from rtax_tui.engine.arrivals import SEQUENTIAL, base_cell, parse_arrival
+    from rtax_tui.engine.arrivals import SEQUENTIAL, arrival_of, base_cell, parse_arrival
 
     cells = _need(cells, "load", names)
 
