@@ -173,6 +173,9 @@ class Driver(ABC):
     # The option that picks how the driver runs, with its values: the contract suite runs
     # the driver once per value (e.g. SWE-ReX's deployment). None: one way.
     variants: ClassVar[tuple[str, tuple[str, ...]] | None] = None
+    # It shows the workspace at `EnvSpec.workspace_alias` too (a link to /workspace made
+    # as the environment is created), so that a replay's `cd /testbed` finds it.
+    places_workspace_alias: bool = False
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host

@@ -172,6 +172,7 @@ class StageEnvironment(Environment):
                 seccomp_fd=SPAWN_SECCOMP_FD,
                 binds=binds,
                 info_fd=SPAWN_INFO_FD,
+                alias=spec.workspace_alias,
             )
             # rtax-enter joins the cgroup, opens the filter and drops to the sandbox uid:
             # no pre-exec hook (the spawn can vfork) and no descriptor to pass
@@ -566,6 +567,7 @@ class StageDriver(Driver):
     channels = ("exec", "shell")
     # Every check (sandbox.py says how), locally and on an SSH host alike.
     boundary = ALL_CHECKS
+    places_workspace_alias = True  # a link in bubblewrap's own root (`bwrap_argv`)
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)

@@ -163,9 +163,17 @@ def test_markdown_and_table_show_fidelity(tmp_path: Path) -> None:
     assert rtax("run", str(prof), "--headless", "-o", str(out)).returncode == 0
     md = rtax("report", str(out), "--format", "markdown").stdout
     assert "## Replay fidelity" in md
-    assert "| local/stage/two/exec | 1 | 1 | 50% | 1/2 | 2 | 0 | 0 |" in md
+    # under the 80% threshold: marked in the fidelity table and in the cells table
+    row = "| local/stage/two/exec | 1 | 1 | 50% (not representative) | 1/2 | 2 | 0 | 0 |"
+    assert row + " attrs assets | /repo (yes) |" in md
+    assert "| local/stage/two/exec (fidelity 50%: not representative) | 1 | 0 | 0 |" in md
     table = rtax("report", str(out)).stdout
     assert "replay fidelity" in table and "50%" in table
+    # a threshold of 50% makes it representative; bad values are one line
+    md = rtax("report", str(out), "--format", "markdown", "--fidelity-min", "50").stdout
+    assert "| 50% | 1/2 |" in md and "not representative" not in md
+    bad = rtax("report", str(out), "--fidelity-min", "120")
+    assert bad.returncode == 2 and "--fidelity-min" in bad.stderr
 
 
 # -- local is refused unless allowed; bad keys -----------------------------------------
@@ -197,6 +205,12 @@ def test_local_refused_without_allow_unisolated(tmp_path: Path) -> None:
         (['trajectory = "t.json"', 'repo = "g"', 'commit = "abc123"'], 4, "commit", "not in"),
         (['trajectory = "t.json"', 'commit = "abc123"'], 3, "commit", "needs `repo`"),
         (['repo = "g"', "steps = []"], 2, "repo", "a replay: trajectory"),
+        (['trajectory = "t.json"', 'project = "astropy"'], 3, "project", "NAME==VERSION"),
+        (['trajectory = "t.json"', 'project = "a>=1"'], 3, "project", "a pinned release"),
+        (['trajectory = "t.json"', 'project = "a==1"', 'repo = "g"'], 3, "project", "not both"),
+        (['trajectory = "t.json"', 'index = "https://x/simple"'], 3, "index", "needs `project`"),
+        (['trajectory = "t.json"', 'project = "a==1"', 'index = "/x"'], 4, "index", "http(s)"),
+        (['trajectory = "t.json"', 'at_root = "yes"'], 3, "at_root", "true or false"),
     ],
 )
 def test_bad_replay_keys_one_line(

@@ -587,6 +587,11 @@ class ContainerEnvironment(Environment):
         if self._archive_plan() is not None:
             async with self.sub("workspace"):
                 await self._put_workspace(api)
+        alias = self.spec.workspace_alias
+        if alias is not None and self.d.places_workspace_alias:
+            async with self.sub("workspace_alias"):
+                data = await asyncio.to_thread(_alias_tar, alias)
+                await _call("linking the workspace", api.put_archive, self.cid, "/", data)
         if self.channel == "shell":
             async with self.sub("attach"):
                 await self._attach_shell(api)
@@ -945,6 +950,22 @@ def _tar_workspace(
     return buf.getvalue()
 
 
+def _alias_tar(alias: str) -> bytes:
+    """A tar archive of one symbolic link, `alias` -> /workspace, to put at / before the
+    container first runs (the engine makes the directories above it). The path is
+    checked again here: it names a place in the container's root, and came from a
+    trajectory."""
+    why = model.workspace_alias_problem(alias)
+    if why is not None:
+        raise PhaseFailure(ErrorKind.ERROR, f"workspace alias {alias!r}: {why}")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        ti = tarfile.TarInfo(alias.lstrip("/"))
+        ti.type, ti.linkname, ti.mode, ti.mtime = tarfile.SYMTYPE, WORKDIR, 0o777, int(time.time())
+        tf.addfile(ti)
+    return buf.getvalue()
+
+
 def _own_tree(path: str, uid: int, gid: int | None) -> None:
     """chown -R (without following links) a host workspace to the container's user."""
     from rtax_tui.hosts import safefs
@@ -1016,6 +1037,8 @@ class ContainerDriver(Driver):
         self.local = _socket_path(self.socket) is not None
         self._cg_users: dict[str, int] = {}
         self._init: str | None = None
+        # a link put into the root at create: not into a read-only one
+        self.places_workspace_alias = not self.opts.read_only
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:

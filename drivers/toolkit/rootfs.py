@@ -28,7 +28,18 @@ from rtax_tui.model.spec import RtaxError
 DEBIAN_RECIPE_VERSION = 1
 DEBIAN_SUITE = "bookworm"
 DEBIAN_VARIANT = "minbase"
-DEBIAN_INCLUDE = ("python3", "git", "python3-pytest", "python3-hypothesis")
+# python-is-python3, python3-numpy, python3-pip: what agents' commands call most after
+# the shell and git (`python -c "import numpy ..."`, `pip install`): a replayed step that
+# finds them runs as the agent's did instead of failing fast (docs/trajectories.md).
+DEBIAN_INCLUDE = (
+    "python3",
+    "git",
+    "python3-pytest",
+    "python3-hypothesis",
+    "python-is-python3",
+    "python3-numpy",
+    "python3-pip",
+)
 DEBIAN_FALLBACK_MIRROR = "http://deb.debian.org/debian"
 DEBOOTSTRAP_TIMEOUT_S = 1800
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")

@@ -86,6 +86,8 @@ from rtax_tui.drivers.toolkit import seccomp
 from rtax_tui.drivers.toolkit.assets import cache_dir
 from rtax_tui.drivers.toolkit.stepenv import step_env
 
+from rtax_tui.model.spec import workspace_alias_problem
+
 HOSTNAME = "rtax"
 READY = b"RTAX-READY\n"
 # Inside the sandbox, the execute-only copies of rtax-enter (the init) and of the
@@ -201,6 +203,7 @@ def bwrap_argv(
     seccomp_fd: int,
     binds: Sequence[tuple[str, str]] = (),
     info_fd: int | None = None,
+    alias: str | None = None,
 ) -> list[str]:
     """bubblewrap's arguments for one sandbox (the caller runs it as the sandbox uid).
 
@@ -208,7 +211,8 @@ def bwrap_argv(
     has; `etc`: the curated /etc on the host; `bin_dir`: the execute-only init and
     shell on the host (`BIN_SH`); `seccomp_fd`: the filter, open for
     bubblewrap to read; `binds`: (a host path the sandbox uid can reach, the path
-    inside), read-only.
+    inside), read-only; `alias`: a path that links to /workspace (its directories made
+    in the sandbox's own root, read-only like the rest of it).
     """
     a = [bwrap, "--die-with-parent", "--new-session", "--as-pid-1"]
     a += ["--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns"]
@@ -226,7 +230,12 @@ def bwrap_argv(
     for src, dest in binds:
         a += ["--ro-bind", src, dest]
     a += ["--ro-bind", f"{bin_dir}/init", INIT_BIN, "--ro-bind", f"{bin_dir}/sh", SHELL_BIN]
-    a += ["--bind", workspace, "/workspace", "--remount-ro", "/", "--chdir", "/workspace"]
+    a += ["--bind", workspace, "/workspace"]
+    if alias is not None:
+        if workspace_alias_problem(alias) is not None:
+            raise ValueError(f"workspace alias {alias!r}: {workspace_alias_problem(alias)}")
+        a += ["--symlink", "/workspace", alias]
+    a += ["--remount-ro", "/", "--chdir", "/workspace"]
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
     return a + ["--", *cmd]

@@ -362,17 +362,17 @@ def _host_info(hosts: Any) -> dict[str, Any]:
     return out
 
 
-def build_report(rec: Recording, *, seed: int = 0) -> Report:
+def build_report(rec: Recording, *, seed: int = 0, fidelity_min: float | None = None) -> Report:
     """The `rtax-report/1` document of a recording read whole (see the module docstring)."""
     c = _Collect()
     b = RowBuilder(c.fold)
     for pos, ev in enumerate(rec.events):
         b.add(pos, ev)
     c.feed(b.build())
-    return _document(c, rec.header, rec.torn_tail, seed, rec.events)
+    return _document(c, rec.header, rec.torn_tail, seed, rec.events, fidelity_min)
 
 
-def report_file(path: str | Path, *, seed: int = 0) -> Report:
+def report_file(path: str | Path, *, seed: int = 0, fidelity_min: float | None = None) -> Report:
     """`build_report(read_recording(path))`, read and folded a chunk at a time as columns
     (`model.scan`): no event is held as a dict but the few the report keeps, so a
     recording larger than memory is reported too. A recording that replays trajectories
@@ -384,7 +384,7 @@ def report_file(path: str | Path, *, seed: int = 0) -> Report:
     for rows in scan:
         c.feed(rows)
         if c.replay:
-            return build_report(read_recording(path), seed=seed)
+            return build_report(read_recording(path), seed=seed, fidelity_min=fidelity_min)
     return _document(c, scan.header, scan.torn_tail, seed, None)
 
 
@@ -394,6 +394,7 @@ def _document(
     torn_tail: bool,
     seed: int,
     events: list[dict[str, Any]] | None,
+    fidelity_min: float | None = None,
 ) -> Report:
     cells = c.finish()
     out_cells: list[CellReport] = []
@@ -420,9 +421,10 @@ def _document(
             fields["startup"] = STARTUP_NOTE
         out_cells.append(cast(CellReport, fields))  # its keys in the order they always had
     if c.replay and events is not None:
-        from rtax_tui.engine.traj.fidelity import replay_by_cell
+        from rtax_tui.engine.traj.fidelity import FIDELITY_MIN, replay_by_cell
 
-        replays = replay_by_cell(events)  # a replay's fidelity, per cell
+        # a replay's fidelity, per cell
+        replays = replay_by_cell(events, FIDELITY_MIN if fidelity_min is None else fidelity_min)
         for row in out_cells:
             if row["cell"] in replays:
                 row["replay"] = replays[row["cell"]]

@@ -130,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="statistics of a recording")
     rep.add_argument("file")
     rep.add_argument("--format", choices=("table", "json", "markdown", "csv"), default="table")
+    rep.add_argument(
+        "--fidelity-min",
+        type=argtypes.integer(0, 100, "--fidelity-min"),
+        default=80,
+        metavar="PCT",
+        help="a replay cell whose fidelity (steps with the exit code the trajectory "
+        "recorded) is under PCT%% is marked not representative (default 80)",
+    )
 
     c = sub.add_parser("compare", help="median differences between two recordings, per cell")
     c.add_argument("a")
@@ -546,7 +554,7 @@ def _report(args: argparse.Namespace) -> int:
     from rtax_tui.analysis.report import report_file
     from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
 
-    report = report_file(args.file)
+    report = report_file(args.file, fidelity_min=args.fidelity_min / 100)
     if args.format == "json":
         _print_json(report)
     elif args.format == "markdown":

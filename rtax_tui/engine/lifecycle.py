@@ -204,7 +204,17 @@ class TrialRunner:
             workspace_src=workload.files,
             cgroup_parent=cgroup_parent,
             label=self.run_id,
+            workspace_alias=None if workload.replay is None else workload.replay.alias,
         )
+
+    def _replay_json(self, cell: Cell, workload: Workload, spec: EnvSpec) -> dict[str, Any] | None:
+        """`trial_start.replay`: the trajectory, its workspace's source, its root, and
+        whether this cell's environments show the workspace there (`at_root`)."""
+        if workload.replay is None:
+            return None
+        driver = self.drivers.get((cell.host, cell.driver))
+        places = bool(getattr(driver, "places_workspace_alias", False))
+        return workload.replay.to_json() | {"at_root": places and spec.workspace_alias is not None}
 
     async def run(
         self,
@@ -269,7 +279,7 @@ class TrialRunner:
                 warmup=pt.warmup,
                 batch=pt.batch,
                 steps=len(workload.steps),
-                replay=None if workload.replay is None else workload.replay.to_json(),
+                replay=self._replay_json(cell, workload, spec),
                 batch_size=barrier.size if with_batch and barrier is not None else None,
                 deadline_s=cap.deadline_s if with_batch and cap is not None else None,
                 mode=cell.mode,

@@ -128,14 +128,69 @@ class ReplaySource:
     allow_unisolated: bool = False  # the profile lets it run on `local` (no boundary)
     repo: str | None = None  # the workspace's source (a git directory or tarball)
     commit: str | None = None
+    project: str | None = None  # or NAME==VERSION's source distribution from `index`
+    index: str | None = None
+    # Where the agent worked (its first recorded cwd, else the common directory of the
+    # files it named): the workspace is shown there too, when `at_root` and the path is
+    # one an environment may have (`workspace_alias_problem`).
+    root: str | None = None
+    at_root: bool = True
+
+    @property
+    def source(self) -> str:
+        """What the workspace holds, as the report names it."""
+        if self.project is not None:
+            return f"{self.project} (index)"
+        if self.repo is not None:
+            name = self.repo.rstrip("/").rsplit("/", 1)[-1]
+            return f"{name}@{self.commit}" if self.commit else name
+        return "attrs assets"
+
+    @property
+    def alias(self) -> str | None:
+        """The path at which environments show the workspace too, or None."""
+        if not self.at_root or self.root is None:
+            return None
+        return None if workspace_alias_problem(self.root) else self.root
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "trajectory": self.trajectory,
             "format": self.format,
             "steps": self.steps,
             "skipped": self.skipped,
+            "source": self.source,
         }
+        if self.root is not None:
+            out["root"] = self.root
+        return out
+
+
+# The top directories an environment's own system lives in: the workspace is never
+# shown at or under one of them (a link there would hide, or replace, what the
+# environment runs on); under these, only deeper than the directory itself.
+SYSTEM_DIRS = frozenset(
+    "bin boot dev etc lib lib32 lib64 libx32 proc run sbin sys tmp usr var workspace".split()
+)
+HOME_DIRS = frozenset("home media mnt opt root srv".split())
+
+
+def workspace_alias_problem(path: str) -> str | None:
+    """Why the workspace may not also be shown at `path` inside an environment, or None.
+    The path comes from a trajectory (what a model ran): it must be absolute and plain
+    (no `.`, `..`, empty part or odd character), not a system directory or under one."""
+    if not path.startswith("/") or len(path) > 255:
+        return "not an absolute path"
+    parts = path.split("/")[1:]
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        return "not a plain absolute path (empty, `.` or `..` parts)"
+    if any(not (c.isalnum() or c in "._-+@~,") for p in parts for c in p):
+        return "has characters other than letters, digits and ._-+@~,"
+    if parts[0] in SYSTEM_DIRS:
+        return f"/{parts[0]} is the environment's own system"
+    if parts[0] in HOME_DIRS and len(parts) < 2:
+        return f"/{parts[0]} itself is the environment's own"
+    return None
 
 
 # Every environment of every driver gets these unless the profile's `[limits]` says
@@ -239,6 +294,10 @@ class EnvSpec:
     env: dict[str, str] = field(default_factory=dict)
     cgroup_parent: str | None = None  # a budget cgroup to nest under (capacity)
     label: str = ""  # run id, carried by everything the driver creates
+    # Where the environment shows its workspace too (a link to /workspace), for a replay
+    # whose agent worked at that path; checked by `workspace_alias_problem`. Drivers that
+    # say `places_workspace_alias` honour it; the others leave it out.
+    workspace_alias: str | None = None
 
     def __post_init__(self) -> None:
         # held before anything carrying the label exists: `rtax cleanup` spares it

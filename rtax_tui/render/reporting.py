@@ -86,7 +86,7 @@ def capacity_rows(report: Mapping[str, Any]) -> list[list[str]]:
         for i, s in enumerate(sizes):
             rows.append(
                 [
-                    str(c["cell"]) if i == 0 else "",
+                    cell_name(c) if i == 0 else "",
                     str(s["size"]),
                     f"{s['passed']}/{s['batches']}",
                     f"{s['arrived']}/{s['tasks']}",
@@ -120,9 +120,19 @@ def _has_capacity(report: Mapping[str, Any]) -> bool:
     return any(c.get("capacity") for c in report["cells"])
 
 
+def cell_name(c: Mapping[str, Any]) -> str:
+    """A cell as every table of its figures names it: marked when it replays
+    trajectories with a fidelity under the threshold (its steps did not do the agent's
+    work)."""
+    from rtax_tui.engine.traj.fidelity import not_representative
+
+    mark = not_representative(dict(c))
+    return str(c["cell"]) if mark is None else f"{c['cell']} ({mark})"
+
+
 def _cell_row(c: Mapping[str, Any], capacity: bool) -> list[str]:
     row = [
-        str(c["cell"]),
+        cell_name(c),
         str(c["n"]),
         str(c["failed"]),
         str(c["invalid"]),

@@ -112,6 +112,8 @@ REPLAY_HEADERS = [
     "steps run",
     "timed out",
     "skipped",
+    "workspace",
+    "at root",
 ]
 
 
@@ -124,6 +126,10 @@ def replay_rows(report: Mapping[str, Any]) -> list[list[str]]:
         if not r:
             continue
         fid = "-" if r["fidelity"] is None else f"{100 * r['fidelity']:.0f}%"
+        if not r.get("representative", True):
+            fid += " (not representative)"
+        root = r.get("root")
+        at = "-" if root is None else f"{root} ({'yes' if r.get('at_root') else 'no'})"
         rows.append(
             [
                 str(c["cell"]),
@@ -134,6 +140,8 @@ def replay_rows(report: Mapping[str, Any]) -> list[list[str]]:
                 str(r["steps_run"]),
                 str(r["timed_out"]),
                 str(r["skipped"]),
+                str(r.get("workspace", "-")),
+                at,
             ]
         )
     return rows
@@ -145,7 +153,9 @@ def render_replay(report: Mapping[str, Any]) -> Table | None:
         return None
     table = Table(
         title="replay fidelity: steps that got the exit code the trajectory recorded",
-        caption="skipped: steps not replayed (other tools, paths outside the trajectory's root)",
+        caption="skipped: steps not replayed (other tools, paths outside the trajectory's "
+        "root); at root: the agent's directory, and whether the environments showed the "
+        "workspace there; not representative: fidelity under `--fidelity-min`",
     )
     for i, h in enumerate(REPLAY_HEADERS):
         table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)

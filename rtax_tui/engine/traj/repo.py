@@ -2,6 +2,9 @@
 out at `commit` if given, prepared once into rtax's cache and copied into every
 environment like the attrs assets are.
 
+A tarball that holds no `.git` (a source distribution) is made a repository of one
+commit, so that the agent's `git diff` and `git status` work as in its own checkout.
+
 The cache entry is named by what it holds (the git commit's id, or the tarball's sha256
 with the commit), so a changed source gets a new entry and an unchanged one is reused; it
 is built beside its final place and renamed into it, so a killed rtax leaves at most a
@@ -63,7 +66,7 @@ def check_repo(repo: str, commit: str | None) -> str | None:
 def _key(repo: str, commit: str | None) -> str:
     h = hashlib.sha256()
     if is_tarball(repo):
-        h.update(b"tar\0")
+        h.update(b"tar2\0")  # 2: a tarball without .git is made one commit
         with open(repo, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
@@ -114,6 +117,8 @@ def _fill(repo: str, commit: str | None, tree: Path) -> None:
             if not (tree / ".git").exists():
                 raise RtaxError(f"{repo}: commit {commit!r} given, but the tarball is no git tree")
             _checked(_git("-C", str(tree), "checkout", "-q", "--detach", commit), repo)
+        elif not (tree / ".git").exists():
+            _snapshot(tree, os.path.basename(repo), repo)
         return
     cid = _commit_id(repo, commit)
     if cid is None:
@@ -121,6 +126,42 @@ def _fill(repo: str, commit: str | None, tree: Path) -> None:
     # a local clone copies every object, so any commit of the source can be checked out
     _checked(_git("clone", "-q", "--no-hardlinks", "--no-checkout", repo, str(tree)), repo)
     _checked(_git("-C", str(tree), "checkout", "-q", "--detach", cid), repo)
+
+
+# a snapshot's commit is the same whenever it is made: its id names nothing of this machine
+_SNAPSHOT_ENV = {
+    "GIT_AUTHOR_NAME": "rtax",
+    "GIT_AUTHOR_EMAIL": "rtax@localhost",
+    "GIT_COMMITTER_NAME": "rtax",
+    "GIT_COMMITTER_EMAIL": "rtax@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+
+
+def _snapshot(tree: Path, what: str, repo: str) -> None:
+    """`tree` as a git repository of one commit (what it holds ignored by its own
+    .gitignore stays a file, untracked)."""
+    env = {
+        **os.environ,
+        **_SNAPSHOT_ENV,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    for args in (
+        ("init", "-q", "-b", "main"),
+        ("add", "-A"),
+        ("commit", "-q", "--no-gpg-sign", "--allow-empty", "-m", f"{what} (rtax snapshot)"),
+    ):
+        res = subprocess.run(
+            [*_GIT, "-C", str(tree), *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env=env,
+        )
+        _checked(res, repo)
 
 
 def _checked(res: subprocess.CompletedProcess[str], repo: str) -> None:

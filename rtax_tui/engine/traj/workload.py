@@ -48,6 +48,9 @@ REPLAY_KEYS: dict[str, tuple[type, ...]] = {
     "trajectory": (str,),
     "repo": (str,),
     "commit": (str,),
+    "project": (str,),
+    "index": (str,),
+    "at_root": (bool,),
     "allow_unisolated": (bool,),
     "description": (str,),
 }
@@ -203,7 +206,9 @@ def one_workload(name: str, traj: Trajectory, kill_s: float, description: str) -
         steps=tuple(steps),
         needs_assets=True,  # agents' commands want the full image: python3, git, bash
         description=description or f"replay of {traj.path} ({traj.format})",
-        replay=ReplaySource(traj.path, traj.format, len(traj.steps), skipped),
+        replay=ReplaySource(
+            traj.path, traj.format, len(traj.steps), skipped, root=trajectory_root(plan)
+        ),
     )
 
 
@@ -266,7 +271,28 @@ def parse_replay_table(
         raise ReplayError(
             f"{locate('trajectory')}: {table}.trajectory: no step to replay in {traj_path}"
         )
-    repo = commit = None
+    repo = commit = project = index = None
+    if "project" in body:
+        if "repo" in body:
+            raise ReplayError(
+                f"{locate('project')}: {table}.project: give `repo` or `project`, not both"
+            )
+        from rtax_tui.engine.traj.sdist import parse_project
+
+        project = body["project"]
+        try:
+            parse_project(project)
+        except ValueError as exc:
+            raise ReplayError(f"{locate('project')}: {table}.project: {exc}") from None
+    if "index" in body:
+        index = body["index"]
+        if project is None:
+            raise ReplayError(f"{locate('index')}: {table}.index: needs `project`")
+        if not index.startswith(("https://", "http://")):
+            raise ReplayError(
+                f"{locate('index')}: {table}.index: expected an http(s) URL of a package "
+                f"index's Simple API, got {index!r}"
+            )
     if "repo" in body:
         repo = _resolve(base_dir, body["repo"])
         commit = body.get("commit")
@@ -279,21 +305,30 @@ def parse_replay_table(
     elif "commit" in body:
         raise ReplayError(f"{locate('commit')}: {table}.commit: needs `repo`")
     allow = bool(body.get("allow_unisolated", False))
+    at_root = bool(body.get("at_root", True))
+    shared = {
+        "allow_unisolated": allow,
+        "repo": repo,
+        "commit": commit,
+        "project": project,
+        "index": index,
+        "at_root": at_root,
+    }
+    variants = tuple(
+        replace(v, replay=replace(v.replay, **shared)) if v.replay is not None else v
+        for v in variants
+    )
     if len(variants) == 1:
-        w = variants[0]
-        assert w.replay is not None
-        return replace(
-            w, replay=replace(w.replay, allow_unisolated=allow, repo=repo, commit=commit)
-        )
+        return variants[0]
     formats = {v.replay.format for v in variants if v.replay is not None}
+    roots = {v.replay.root for v in variants if v.replay is not None}
     src = ReplaySource(
         traj_path,
         formats.pop() if len(formats) == 1 else "mixed",
         sum(v.replay.steps for v in variants if v.replay is not None),
         sum(v.replay.skipped for v in variants if v.replay is not None),
-        allow,
-        repo,
-        commit,
+        root=roots.pop() if len(roots) == 1 else None,  # a pool's environments: one root
+        **shared,
     )
     return Workload(
         name=name,
@@ -330,7 +365,12 @@ def with_sources(w: Workload, log: Any = None) -> Workload:
     src = w.replay
     if src is None:
         return w
-    if src.repo is not None:
+    if src.project is not None:
+        from rtax_tui.engine.traj.repo import prepare_repo
+        from rtax_tui.engine.traj.sdist import fetch_sdist
+
+        files = prepare_repo(fetch_sdist(src.project, src.index, log), None, log)
+    elif src.repo is not None:
         from rtax_tui.engine.traj.repo import prepare_repo
 
         files = prepare_repo(src.repo, src.commit, log)
