@@ -306,29 +306,33 @@ def parse_replay_table(
         raise ReplayError(f"{locate('commit')}: {table}.commit: needs `repo`")
     allow = bool(body.get("allow_unisolated", False))
     at_root = bool(body.get("at_root", True))
-    shared = {
-        "allow_unisolated": allow,
-        "repo": repo,
-        "commit": commit,
-        "project": project,
-        "index": index,
-        "at_root": at_root,
-    }
+
+    def sourced(src: ReplaySource) -> ReplaySource:
+        return replace(
+            src,
+            allow_unisolated=allow,
+            repo=repo,
+            commit=commit,
+            project=project,
+            index=index,
+            at_root=at_root,
+        )
+
     variants = tuple(
-        replace(v, replay=replace(v.replay, **shared)) if v.replay is not None else v
-        for v in variants
+        replace(v, replay=sourced(v.replay)) if v.replay is not None else v for v in variants
     )
     if len(variants) == 1:
         return variants[0]
     formats = {v.replay.format for v in variants if v.replay is not None}
     roots = {v.replay.root for v in variants if v.replay is not None}
-    src = ReplaySource(
-        traj_path,
-        formats.pop() if len(formats) == 1 else "mixed",
-        sum(v.replay.steps for v in variants if v.replay is not None),
-        sum(v.replay.skipped for v in variants if v.replay is not None),
-        root=roots.pop() if len(roots) == 1 else None,  # a pool's environments: one root
-        **shared,
+    src = sourced(
+        ReplaySource(
+            traj_path,
+            formats.pop() if len(formats) == 1 else "mixed",
+            sum(v.replay.steps for v in variants if v.replay is not None),
+            sum(v.replay.skipped for v in variants if v.replay is not None),
+            root=roots.pop() if len(roots) == 1 else None,  # a pool's environments: one root
+        )
     )
     return Workload(
         name=name,
