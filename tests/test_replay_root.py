@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from rtax_tui.engine.traj.sdist import ProjectError, fetch_sdist, parse_project
+from rtax_tui.model.recording import read_recording
 from rtax_tui.model.spec import workspace_alias_problem
+from rtax_tui.ui.livestate import LiveState
 from tests.test_replay import by_cell, mini_v1, profile, run_profile
 
 
@@ -112,6 +114,15 @@ def test_the_workspace_is_at_the_agents_root_on_stage(tmp_path: Path, channel: s
     assert apart["representative"] is False
     starts = [e for e in got["events"] if e["type"] == "trial_start"]
     assert {e["replay"]["at_root"] for e in starts if e["workload"] == "at"} == {True}
+    # the console's live fold says the same fidelity as the report, per cell
+    rec = read_recording(tmp_path / "r.jsonl")
+    live = LiveState()
+    for ev in (rec.header, *rec.events):
+        live.ingest(ev)
+    for c in got["rep"]["cells"]:
+        cs = live.cells[c["cell"]]
+        assert (cs.same_rc, cs.with_rc) == (c["replay"]["matched"], c["replay"]["with_rc"])
+        assert cs.fidelity() == c["replay"]["fidelity"]
 
 
 @pytest.mark.usefixtures("docker_engine")

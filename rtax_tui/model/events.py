@@ -63,6 +63,10 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # - added `pool.idle_ns` and `pool.mem_bytes` (issue 25) on a reset or teardown: how long
 #   the environment had waited ready in the pool before, and its memory as it went in
 #   (null: the driver cannot tell). Absent in older recordings: not measured.
+# - added `trial_start.replay.source` (what the workspace held: `NAME==VERSION (index)`,
+#   a repository's name[@commit], or `attrs assets`), `.root` (the agent's directory,
+#   when the trajectory has one) and `.at_root` (the environment showed the workspace
+#   there). Absent in older recordings: the workspace was at /workspace only.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;

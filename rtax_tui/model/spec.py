@@ -67,6 +67,13 @@ class HostLost(PhaseFailure):
         super().__init__(ErrorKind.HOST_LOST, message)
 
 
+def shell_rc(rc: int | None) -> int | None:
+    """An exit status as a shell reports it: a process killed by signal N (which a
+    parent sees as -N, e.g. the exec channel of `local`) is 128 + N, as agents record it.
+    A replay's fidelity compares a step's status so (the report and the console)."""
+    return 128 - rc if rc is not None and rc < 0 else rc
+
+
 @dataclass(frozen=True)
 class Step:
     """One action of a workload: argv run in the environment's workspace."""

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
-from rtax_tui.model.spec import PHASES, TIMED_PHASES
+from rtax_tui.model.spec import PHASES, TIMED_PHASES, shell_rc
 
 # Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.
 BIN_LO_NS = 1_000
@@ -99,6 +99,13 @@ class CellState:
         default_factory=lambda: {p: PhaseSamples() for p in PHASES}
     )
     capacity: CapacityFold = field(default_factory=CapacityFold)  # the report's own fold
+    # a replay's fidelity so far (the report's rule: measured trials' steps that have a
+    # recorded exit code, and those that got it)
+    same_rc: int = 0
+    with_rc: int = 0
+
+    def fidelity(self) -> float | None:
+        return self.same_rc / self.with_rc if self.with_rc else None
 
 
 @dataclass
@@ -176,6 +183,8 @@ class LiveState:
             tr = self.fold.add(ev)
             if tr is not None and tr.batch is not None and etype in ("action", "phase"):
                 self._mark(tr, ev)
+            if etype == "action" and "expect_rc" in ev and tr is not None:
+                self._replayed(tr, ev)
         elif etype == "barrier":
             self._barrier(ev)
         elif etype == "run":
@@ -201,6 +210,14 @@ class LiveState:
             elif name == "barrier.wait" and state == "working":
                 state = "arrived"
         self.marks[tr.trial] = state
+
+    def _replayed(self, tr: TrialOutcome, ev: dict[str, Any]) -> None:
+        if tr.meta.get("warmup"):
+            return
+        cs = self.cells.get(tr.cell)
+        if cs is not None:
+            cs.with_rc += 1
+            cs.same_rc += shell_rc(ev.get("rc")) == ev["expect_rc"]
 
     def _cell(self, ev: dict[str, Any]) -> CellState:
         cid = ev["cell"]

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
+from rtax_tui.engine.traj.fidelity import FIDELITY_MIN
 from rtax_tui.model.fold import SizeFold
 from rtax_tui.ui.histogram import fmt_ms
 from rtax_tui.ui.livestate import LiveState
@@ -25,6 +26,7 @@ class CellTable(DataTable):
         self.add_column("cell", key="cell", width=20)
         for k in ("n", "fail", "inv"):
             self.add_column(k, key=k, width=4)
+
         for p in TABLE_PHASES:  # fixed widths: live updates never make columns jump
             self.add_column(f"{SHORT.get(p, p)} P50", key=f"{p}50", width=10)
             self.add_column("P95", key=f"{p}95", width=8)
@@ -40,20 +42,28 @@ class CellTable(DataTable):
             for p in TABLE_PHASES:
                 p50, p95 = cs.phases[p].percentiles_ms(exact=state.status is not None)
                 vals += [fmt_ms(p50), fmt_ms(p95)]
-            key = tuple(str(v) for v in vals)
+            name = _cell_name(cid, cs.fidelity())
+            key = (str(name), *(str(v) for v in vals))
             if cid not in self._shown:
-                col = self.columns[ColumnKey("cell")]
-                if len(cid) > col.width:  # widen for long names (ssh hosts) before the row
-                    col.width = len(cid)
-                    self._require_update_dimensions = True
-                self.add_row(cid, *vals, key=cid)
+                self._fit(name)
+                self.add_row(name, *vals, key=cid)
             elif self._shown[cid] != key:
+                if str(name) != self._shown[cid][0]:
+                    self._fit(name)
+                    self.update_cell(cid, "cell", name)
                 cols = ["n", "fail", "inv"] + [f"{p}{q}" for p in TABLE_PHASES for q in (50, 95)]
-                old = self._shown[cid]
+                old = self._shown[cid][1:]
                 for col, v, o in zip(cols, vals, old, strict=True):
                     if str(v) != o:
                         self.update_cell(cid, col, v)
             self._shown[cid] = key
+
+    def _fit(self, name: str | Text) -> None:
+        """Widen the cell column for a long name (ssh hosts, a fidelity) before it shows."""
+        col = self.columns[ColumnKey("cell")]
+        if len(name) > col.width:
+            col.width = len(name)
+            self._require_update_dimensions = True
 
     @property
     def selected_cell(self) -> str | None:
@@ -61,6 +71,16 @@ class CellTable(DataTable):
             return None
         row = min(max(self.cursor_row, 0), self.row_count - 1)
         return str(self.coordinate_to_cell_key((row, 0)).row_key.value)
+
+
+def _cell_name(cid: str, fidelity: float | None) -> str | Text:
+    """A cell's name; a replay's with its fidelity so far beside it, in red and marked
+    under FIDELITY_MIN (its figures are not representative of the agent's work)."""
+    if fidelity is None:
+        return cid
+    if fidelity < FIDELITY_MIN:
+        return Text(f"{cid} fid {100 * fidelity:.0f}% !", style="bold red")
+    return f"{cid} fid {100 * fidelity:.0f}%"
 
 
 DENSE_OVER = 64  # a batch larger than this is drawn as counts per state, not marks

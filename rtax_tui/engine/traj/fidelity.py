@@ -15,13 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rtax_tui.model.spec import shell_rc
+
 FIDELITY_MIN = 0.8  # `rtax report --fidelity-min`: under it, a cell is marked
-
-
-def shell_rc(rc: int | None) -> int | None:
-    """An exit status as a shell reports it: a process killed by signal N (which a
-    parent sees as -N, e.g. the exec channel of `local`) is 128 + N, as agents record it."""
-    return 128 - rc if rc is not None and rc < 0 else rc
 
 
 def replay_by_cell(
