@@ -22,8 +22,9 @@ import pytest
 from rtax_tui.engine.traj.sdist import ProjectError, fetch_sdist, parse_project
 from rtax_tui.model.recording import read_recording
 from rtax_tui.model.spec import workspace_alias_problem
+from rtax_tui.render.plots import load_cells
 from rtax_tui.ui.livestate import LiveState
-from tests.test_replay import by_cell, mini_v1, profile, run_profile
+from tests.test_replay import by_cell, mini_v1, profile, rtax, run_profile
 
 
 @pytest.mark.parametrize(
@@ -123,6 +124,18 @@ def test_the_workspace_is_at_the_agents_root_on_stage(tmp_path: Path, channel: s
         cs = live.cells[c["cell"]]
         assert (cs.same_rc, cs.with_rc) == (c["replay"]["matched"], c["replay"]["with_rc"])
         assert cs.fidelity() == c["replay"]["fidelity"]
+    # the plots name the cell under the threshold so, and only it
+    labels = {pc.cell: pc.label for pc in load_cells([rec])}
+    assert labels[cells["apart"]["cell"]].endswith("[fidelity 0%: not representative]")
+    assert labels[cells["at"]["cell"]] == cells["at"]["cell"]
+    # and so does the worker-hour projection
+    args = ("project", str(tmp_path / "r.jsonl"), "--trajectories", "1000", "--steps", "10")
+    proj = rtax(*args, "--format", "json")
+    assert proj.returncode == 0, proj.stderr
+    rows = {r["cell"]: r for r in json.loads(proj.stdout)["cells"]}
+    assert rows[cells["apart"]["cell"]]["replay"]["representative"] is False
+    assert rows[cells["at"]["cell"]]["replay"]["representative"] is True
+    assert "not representative" in rtax(*args).stdout
 
 
 @pytest.mark.usefixtures("docker_engine")

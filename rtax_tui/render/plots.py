@@ -73,6 +73,8 @@ class PlotCell:
     capacity: dict[str, Any] | None = None
     batched: bool = False  # some trial ran in a capacity batch
     label: str = ""
+    # a replay whose fidelity is under the threshold: said beside its name in every plot
+    mark: str | None = None
 
     def samples_ms(self, phase: str) -> np.ndarray:
         """The report's samples of `phase` (`action`: every action; `total`: per trial)."""
@@ -122,13 +124,27 @@ def load_cells(recs: Sequence[Recording], *, capacity: bool = False) -> list[Plo
                     meta = {k: c.get(k) for k in ("host", "driver", "workload", "channel")}
                     pc = by_cell[c["cell"]] = PlotCell(c["cell"], meta, source)
                 pc.capacity = c["capacity"]
+        _mark_replays(rec, by_cell)
         cells.extend(by_cell.values())
     seen: dict[str, int] = {}
     for pc in cells:
         seen[pc.cell] = seen.get(pc.cell, 0) + 1
     for pc in cells:  # the same cell in two recordings: name the recording too
         pc.label = pc.cell if seen[pc.cell] == 1 else f"{pc.cell} ({pc.source})"
+        if pc.mark is not None:
+            pc.label += f" [{pc.mark}]"
     return cells
+
+
+def _mark_replays(rec: Recording, by_cell: dict[str, PlotCell]) -> None:
+    """The report's mark on each replay cell whose fidelity is under the threshold."""
+    if not any(e["type"] == "trial_start" and e.get("replay") for e in rec.events):
+        return
+    from rtax_tui.engine.traj.fidelity import not_representative, replay_by_cell
+
+    for cell, r in replay_by_cell(rec.events).items():
+        if cell in by_cell:
+            by_cell[cell].mark = not_representative({"replay": r})
 
 
 def capacity_sizes(cap: dict[str, Any]) -> list[dict[str, int]]:

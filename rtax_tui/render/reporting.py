@@ -326,7 +326,7 @@ def render_project(proj: dict[str, Any]) -> Table:
         inp = c["inputs"]
         lo, hi = c["ci95"]
         row = [
-            c["cell"],
+            cell_name(c),
             _fmt_num(inp["create"]["p50_s"]),
             _fmt_num(inp["ready"]["p50_s"]),
             _fmt_num(inp["action"]["p50_s"]),
