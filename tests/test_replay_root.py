@@ -148,6 +148,26 @@ def test_the_workspace_is_at_the_agents_root_on_docker(tmp_path: Path, channel: 
     assert cells["apart"]["replay"]["matched"] == 0
 
 
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_a_nested_root_in_a_container(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    """A root several directories deep (Claude Code's `/Users/user/repo`): the engine
+    makes the directories above the link, for a cold trial and a pooled one alike."""
+    request.getfixturevalue(f"{engine}_engine")
+    steps = [("cd /Users/user/repo && test -f setup.py && pwd", 0), ("test -d /Users/user", 0)]
+    traj = mini_v1(tmp_path / "t.json", steps, cwd="/Users/user/repo")
+    _repo(tmp_path)
+    body = f'[workloads.n]\ntrajectory = "{traj}"\nrepo = "proj"\n'
+    run = f'drivers = ["{engine}"]\nworkloads = ["n"]\nmodes = ["cold", "pool"]'
+    prof = profile(tmp_path, body + "[pool]\nsize = 1\nreset = \"recreate\"\n", run)
+    rep, events = run_profile(tmp_path, prof, "--trials", "2")
+    for c in rep["cells"]:
+        assert (c["n"], c["failed"]) == (2, 0), c["errors"]
+        r = c["replay"]
+        assert (r["fidelity"], r["at_root"]) == (1.0, True), (c["cell"], by_cell(events))
+
+
 def test_a_root_in_the_environments_system_is_not_shown(tmp_path: Path) -> None:
     """A trajectory whose agent worked in /usr/bin (or /etc): a link there would hide
     the environment's own programs, so the workspace stays at /workspace only, and the
