@@ -10,7 +10,6 @@ import hashlib
 import http.server
 import io
 import json
-import subprocess
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from rtax_tui.model.recording import read_recording
 from rtax_tui.model.spec import workspace_alias_problem
 from rtax_tui.render.plots import load_cells
 from rtax_tui.ui.livestate import LiveState
-from tests.test_replay import by_cell, mini_v1, profile, rtax, run_profile
+from tests.test_replay import _git, by_cell, mini_v1, profile, rtax, run_profile
 
 
 @pytest.mark.parametrize(
@@ -55,16 +54,6 @@ from tests.test_replay import by_cell, mini_v1, profile, rtax, run_profile
 )
 def test_which_roots_an_environment_may_show(path: str, ok: bool) -> None:
     assert (workspace_alias_problem(path) is None) is ok, workspace_alias_problem(path)
-
-
-def _git(repo: Path, *args: str) -> str:
-    res = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return res.stdout.strip()
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -160,7 +149,7 @@ def test_a_nested_root_in_a_container(
     _repo(tmp_path)
     body = f'[workloads.n]\ntrajectory = "{traj}"\nrepo = "proj"\n'
     run = f'drivers = ["{engine}"]\nworkloads = ["n"]\nmodes = ["cold", "pool"]'
-    prof = profile(tmp_path, body + "[pool]\nsize = 1\nreset = \"recreate\"\n", run)
+    prof = profile(tmp_path, body + '[pool]\nsize = 1\nreset = "recreate"\n', run)
     rep, events = run_profile(tmp_path, prof, "--trials", "2")
     for c in rep["cells"]:
         assert (c["n"], c["failed"]) == (2, 0), c["errors"]

@@ -95,7 +95,7 @@ def _files(index: str, name: str) -> list[tuple[str, str, str | None]]:
 def fetch_sdist(project: str, index: str | None = None, log: Any = None) -> str:
     """The path of `project`'s (NAME==VERSION) source distribution, fetched once from
     `index` into rtax's cache and checked against the index's sha256."""
-    from rtax_tui.drivers.toolkit.assets import cache_dir
+    from rtax_tui.drivers.toolkit.assets import cache_dir, sha256_file
 
     name, version = parse_project(project)
     index = index or DEFAULT_INDEX
@@ -109,7 +109,7 @@ def fetch_sdist(project: str, index: str | None = None, log: Any = None) -> str:
     try:
         seen = json.loads(note.read_text())
         cached = base / seen["sha256"] / seen["filename"]
-        if cached.is_file() and _sha256(cached) == seen["sha256"]:
+        if cached.is_file() and sha256_file(cached) == seen["sha256"]:
             return str(cached)
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -128,7 +128,7 @@ def fetch_sdist(project: str, index: str | None = None, log: Any = None) -> str:
     if sha is None or not re.fullmatch(r"[0-9a-f]{64}", sha) or "/" in filename:
         raise ProjectError(f"project {project}: the index gives no sha256 for {filename}")
     final = base / sha / filename
-    if final.is_file() and _sha256(final) == sha:
+    if final.is_file() and sha256_file(final) == sha:
         _remember(note, sha, filename)
         return str(final)
     if log is not None:
@@ -153,11 +153,3 @@ def _remember(note: Path, sha: str, filename: str) -> None:
     tmp = note.with_name(f".tmp-{os.getpid()}-{note.name}")
     tmp.write_text(json.dumps({"sha256": sha, "filename": filename}))
     os.replace(tmp, note)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
