@@ -19,6 +19,7 @@ from rtax_tui.drivers.toolkit.workspace import (
     WORKSPACE_PREFIX,
     base_env,
     close_shell,
+    made_workspace,
     run_exec,
     tools_problems,
     workspace_cleanup,
@@ -37,6 +38,7 @@ class LocalEnvironment(Environment):
         self.env: dict[str, str] = {}
         self.shell_proc: asyncio.subprocess.Process | None = None
         self.shell: FramedShell | None = None
+        self._ws: asyncio.Future[str] | None = None
         self.procs = self._cgroup_procs()
 
     def _cgroup_procs(self) -> list[str]:
@@ -49,9 +51,14 @@ class LocalEnvironment(Environment):
         async with self.sub("workspace"):
             # Through the host: a copy here, a tar stream on a remote host's stdin there.
             prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
-            self.workspace = await host.make_workspace(
-                prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+            # shielded: a create cancelled while the host makes it still learns its path
+            # (teardown: `made_workspace`)
+            self._ws = asyncio.ensure_future(
+                host.make_workspace(
+                    prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+                )
             )
+            self.workspace = await asyncio.shield(self._ws)
             self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.channel == "shell":
             async with self.sub("spawn"):
@@ -91,6 +98,8 @@ class LocalEnvironment(Environment):
             stale = self.shell is not None and self.shell.broken
             await close_shell(self.shell_proc, host=host, grace=0.0 if stale else 1.0)
             self.shell_proc = None
+        self.workspace = await made_workspace(self.workspace, self._ws)
+        self._ws = None
         if self.workspace is not None:
             await host.remove_tree(self.workspace)
             self.workspace = None

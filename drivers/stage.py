@@ -64,7 +64,13 @@ from rtax_tui.drivers.toolkit.stage_site import (
     host_support,
     list_root,
 )
-from rtax_tui.drivers.toolkit.workspace import WORKSPACE_PREFIX, counts, run_exec, workspace_mib
+from rtax_tui.drivers.toolkit.workspace import (
+    WORKSPACE_PREFIX,
+    counts,
+    made_workspace,
+    run_exec,
+    workspace_mib,
+)
 
 from rtax_tui.hosts import cgroups
 from rtax_tui.hosts.cgroups import Cgroup
@@ -430,15 +436,12 @@ class StageEnvironment(Environment):
                 self.cg = None
             except PhaseFailure as exc:  # keep going: the workspace still has to go
                 errors.append(exc.message)
-        for fut in (self._binds, self._ws):  # a copy a cancelled create left running
-            if fut is not None and not fut.done():
-                try:
-                    await asyncio.wait_for(asyncio.shield(fut), 60)
-                except Exception:
-                    pass
-        if self.workspace is None and self._ws is not None and self._ws.done():
-            if not self._ws.cancelled() and self._ws.exception() is None:
-                self.workspace = self._ws.result()
+        if self._binds is not None and not self._binds.done():  # a cancelled create's
+            try:
+                await asyncio.wait_for(asyncio.shield(self._binds), 60)
+            except Exception:
+                pass
+        self.workspace = await made_workspace(self.workspace, self._ws)
         self._ws = self._binds = None
         if self.workspace is not None:
             await self.host.remove_tree(self.workspace)

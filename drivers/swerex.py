@@ -63,6 +63,7 @@ from rtax_tui.drivers.toolkit.images import swerex_images
 from rtax_tui.drivers.toolkit.workspace import (
     WORKSPACE_PREFIX,
     base_env,
+    made_workspace,
     workspace_cleanup,
     workspace_mib,
 )
@@ -210,6 +211,7 @@ class SwerexEnvironment(Environment):
         super().__init__(driver, spec, sub)
         self.deployment: str = self.driver.deployment
         self.workspace: str | None = None  # on the host (local, remote)
+        self._ws: asyncio.Future[str] | None = None
         self.cwd = CONTAINER_WORKSPACE  # where commands run
         self.env: dict[str, str] = {}
         self.runtime: AbstractRuntime | None = None
@@ -236,9 +238,13 @@ class SwerexEnvironment(Environment):
         host = self.driver.host
         async with self.sub("workspace"):
             prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
-            self.workspace = await host.make_workspace(
-                prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+            # shielded: a create cancelled meanwhile still learns its path (teardown)
+            self._ws = asyncio.ensure_future(
+                host.make_workspace(
+                    prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
+                )
             )
+            self.workspace = await asyncio.shield(self._ws)
             self.cwd = self.workspace
             self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.deployment == "local":
@@ -469,6 +475,8 @@ class SwerexEnvironment(Environment):
             host.untrack("pgid", str(pgid))
         self.session_pgids = []
         self.runtime = None
+        self.workspace = await made_workspace(self.workspace, self._ws)
+        self._ws = None
         if self.workspace is not None:
             await asyncio.to_thread(_kill_in, self.workspace)
             await host.remove_tree(self.workspace)

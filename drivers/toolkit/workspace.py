@@ -45,6 +45,21 @@ async def make_workspace(host: Host, label: str, size_mib: int | None = None) ->
     return await host.make_workspace(f"{WORKSPACE_PREFIX}{safe_label(label)}-", size_mib=size_mib)
 
 
+async def made_workspace(current: str | None, making: asyncio.Future[str] | None) -> str | None:
+    """The workspace a create made, also when the create was cancelled while the host was
+    making it (`making`: the shielded make): a teardown waits for a make still running (up
+    to 60 s) and removes what it made, so a cancelled create leaves nothing behind."""
+    if making is not None and not making.done():
+        try:
+            await asyncio.wait_for(asyncio.shield(making), 60)
+        except Exception:
+            pass
+    if current is None and making is not None and making.done():
+        if not making.cancelled() and making.exception() is None:
+            return making.result()
+    return current
+
+
 async def remove_workspace(host: Host, path: str) -> None:
     await asyncio.to_thread(safefs.remove_workspace, path)
     host.untrack("path", path)
