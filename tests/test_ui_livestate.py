@@ -186,3 +186,29 @@ def test_capacity_curve_per_size_and_a_dense_barrier_view() -> None:
     text = density_bar(counts, 1000).plain
     assert len(text.splitlines()) == 2 and max(len(line) for line in text.splitlines()) < 80
     assert "arrived 990" in text and "working 10" in text
+
+
+def test_planned_count_of_a_run_with_modes_and_arrival_patterns(tmp_path: Path) -> None:
+    """The live view's count follows the engine's plan: every mode, and a burst's trials
+    rounded up to whole bursts."""
+    import subprocess
+    import sys
+
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["local"]\nworkloads = ["t0"]\ntrials = 5\nwarmup = 1\n'
+        'modes = ["cold", "pool"]\narrivals = ["sequential", "burst:4", "rate:50"]\n'
+        "[pool]\nsize = 2\n"
+    )
+    out = tmp_path / "r.jsonl"
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "--quiet",
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rec = read_recording(out)
+    starts = sum(1 for e in rec.events if e["type"] == "trial_start")
+    assert starts == 2 * ((5 + 1) + (8 + 1) + (5 + 1))  # burst:4 of 5 trials: 2 bursts
+    st = _fed(out)
+    assert st.planned == starts == st.ended

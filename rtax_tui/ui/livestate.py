@@ -158,7 +158,7 @@ class LiveState:
     def _plan_from_header(self, h: dict[str, Any]) -> None:
         prof = h.get("profile") or {}
         n_cells = 1
-        for k in ("hosts", "drivers", "workloads", "channels"):
+        for k in ("hosts", "drivers", "workloads", "channels", "modes"):
             n_cells *= max(1, len(prof.get(k) or ()))
         cap = prof.get("capacity")
         if isinstance(cap, dict) and cap.get("batches"):
@@ -166,7 +166,16 @@ class LiveState:
             warm = min(curve) if int(prof.get("warmup") or 0) > 0 else 0  # one per cell
             self.planned = (int(cap["batches"]) * sum(curve) + warm) * n_cells
         else:
-            per_cell = int(prof.get("trials") or 0) + int(prof.get("warmup") or 0)
+            from rtax_tui.engine.arrivals import SEQUENTIAL, parse_arrival
+
+            trials, warmup = int(prof.get("trials") or 0), int(prof.get("warmup") or 0)
+            per_cell = 0
+            for a in prof.get("arrivals") or (SEQUENTIAL,):  # a burst rounds its trials up
+                try:
+                    measured = sum(parse_arrival(a, "arrivals").episodes(trials)) or trials
+                except Exception:  # a header this rtax cannot read: the plain count
+                    measured = trials
+                per_cell += measured + warmup
             self.planned = per_cell * n_cells
 
     # -- events ----------------------------------------------------------------
@@ -284,8 +293,12 @@ class LiveState:
         if verdict == "invalid":
             cs.invalid += 1
             return
+        phases = cs.phases
         for name, dur in tr.phases.items():
-            cs.phases[name].add(dur)
+            ps = phases.get(name)
+            if ps is None:  # a pooled trial's acquire and release
+                ps = phases[name] = PhaseSamples()
+            ps.add(dur)
         acts = cs.phases["action"]
         for a in tr.actions:
             acts.add(a)
