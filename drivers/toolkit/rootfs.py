@@ -202,7 +202,7 @@ def remove_abandoned(parent: str) -> list[str]:
     """Remove the build directories in `parent` whose process is gone; their paths. Never
     crossing into a file system mounted inside one (a killed debootstrap may leave /proc
     mounted in its root): what is under such a mount stays, and so does the directory."""
-    gone: list[str] = []
+    gone = []
     try:
         names = os.listdir(parent)
     except OSError:
