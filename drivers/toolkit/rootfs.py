@@ -12,13 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import struct
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from rtax_tui.drivers.toolkit.assets import cache_dir
@@ -185,48 +183,6 @@ def debian_rootfs_path() -> str:
     return str(cache_dir() / "images" / f"workload-{DEBIAN_SUITE}-{digest}.tar")
 
 
-BUILD_PREFIX = ".rtax-rootfs-"
-
-
-@contextmanager
-def build_dir(parent: str) -> Iterator[str]:
-    """A temporary directory in `parent` (beside the cache entry being built), named with
-    this process's pid. A build killed by a signal leaves its directory (a partial root:
-    hundreds of MiB), so one whose pid is gone is removed first."""
-    remove_abandoned(parent)
-    with tempfile.TemporaryDirectory(prefix=f"{BUILD_PREFIX}{os.getpid()}-", dir=parent) as tmp:
-        yield tmp
-
-
-def remove_abandoned(parent: str) -> list[str]:
-    """Remove the build directories in `parent` whose process is gone; their paths. Never
-    crossing into a file system mounted inside one (a killed debootstrap may leave /proc
-    mounted in its root): what is under such a mount stays, and so does the directory."""
-    gone = []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return gone
-    for name in names:
-        m = re.fullmatch(re.escape(BUILD_PREFIX) + r"(\d+)-.+", name)
-        if m is None or _alive(int(m.group(1))):
-            continue
-        path = os.path.join(parent, name)
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", path], capture_output=True)
-        gone.append(path)
-    return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def build_debian_rootfs(*, force: bool = False, log: Log | None = None) -> str:
     """debootstrap the Debian root filesystem and tar it into the cache (or find it
     there); return the tarball's path. Needs root."""
@@ -240,7 +196,7 @@ def build_debian_rootfs(*, force: bool = False, log: Log | None = None) -> str:
     exe = _ensure_debootstrap(say)
     mirror = apt_mirror()
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    with build_dir(os.path.dirname(dest)) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".rtax-rootfs-", dir=os.path.dirname(dest)) as tmp:
         root = os.path.join(tmp, "root")
         say(f"debootstrap {DEBIAN_SUITE} from {mirror} (about a minute)")
         argv = [

@@ -51,11 +51,12 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.drivers.toolkit.rootfs import build_debian_rootfs, build_dir, find_static_busybox
+from rtax_tui.drivers.toolkit.rootfs import build_debian_rootfs, find_static_busybox
 
 from rtax_tui.model.spec import RtaxError
 
@@ -304,7 +305,7 @@ def build_rootdisk(dest: str, say: Log) -> None:
     """The Debian root filesystem (cached tarball) as a raw ext4 image (`mke2fs -d`)."""
     tar = build_debian_rootfs(log=say)
     mke2fs = shutil.which("mke2fs") or "/sbin/mke2fs"
-    with build_dir(os.path.dirname(dest)) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".rtax-rootfs-", dir=os.path.dirname(dest)) as tmp:
         root = os.path.join(tmp, "root")
         os.makedirs(root)
         subprocess.run(["tar", "--numeric-owner", "-C", root, "-xf", tar], check=True)
