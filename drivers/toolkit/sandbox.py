@@ -232,8 +232,9 @@ def bwrap_argv(
     a += ["--ro-bind", f"{bin_dir}/init", INIT_BIN, "--ro-bind", f"{bin_dir}/sh", SHELL_BIN]
     a += ["--bind", workspace, "/workspace"]
     if alias is not None:
-        if workspace_alias_problem(alias) is not None:
-            raise ValueError(f"workspace alias {alias!r}: {workspace_alias_problem(alias)}")
+        why = workspace_alias_problem(alias)
+        if why is not None:
+            raise ValueError(f"workspace alias {alias!r}: {why}")
         a += ["--symlink", "/workspace", alias]
     a += ["--remount-ro", "/", "--chdir", "/workspace"]
     if info_fd is not None:

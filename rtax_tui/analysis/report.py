@@ -571,13 +571,12 @@ def project_report(
             _project_cell(cd, trajectories, steps, seed, steps_dist) for cd in cells.values()
         ],
     }
-    if any(e["type"] == "trial_start" and e.get("replay") for e in rec.events):
-        from rtax_tui.engine.traj.fidelity import replay_by_cell
+    from rtax_tui.engine.traj.fidelity import replay_by_cell
 
-        replays = replay_by_cell(rec.events)  # the report's replay entry, and so its mark
-        for row in out["cells"]:
-            if row["cell"] in replays:
-                row["replay"] = replays[row["cell"]]
+    replays = replay_by_cell(rec.events)  # the report's replay entry, and so its mark
+    for row in out["cells"]:
+        if row["cell"] in replays:
+            row["replay"] = replays[row["cell"]]
     if steps_dist is not None:
         d = sorted(steps_dist)
         out["steps_from"] = {

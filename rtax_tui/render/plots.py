@@ -138,8 +138,6 @@ def load_cells(recs: Sequence[Recording], *, capacity: bool = False) -> list[Plo
 
 def _mark_replays(rec: Recording, by_cell: dict[str, PlotCell]) -> None:
     """The report's mark on each replay cell whose fidelity is under the threshold."""
-    if not any(e["type"] == "trial_start" and e.get("replay") for e in rec.events):
-        return
     from rtax_tui.engine.traj.fidelity import not_representative, replay_by_cell
 
     for cell, r in replay_by_cell(rec.events).items():
