@@ -150,14 +150,19 @@ def test_a_platform_probe_killed_with_rtax_leaves_no_sandbox(ready, tmp_path):
             time.sleep(0.1)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        deadline = time.monotonic() + 15
-        while sandboxes() and time.monotonic() < deadline:
+
+        def cgroups_left() -> list[str]:
+            base = "/sys/fs/cgroup/memory/rtax"
+            names = os.listdir(base) if os.path.isdir(base) else []
+            return [d for d in names if f"gvisor-probe-p{proc.pid}-" in d]
+
+        # The sandbox leaves `ps` when it dies; the reaper removes the cgroup after
+        # that (its last rmdir can come a moment later): both are waited for.
+        deadline = time.monotonic() + 30
+        while (sandboxes() or cgroups_left()) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert sandboxes() == []
-        left = [d for d in os.listdir("/sys/fs/cgroup/memory/rtax")
-                if f"gvisor-probe-p{proc.pid}-" in d] if os.path.isdir(
-                    "/sys/fs/cgroup/memory/rtax") else []  # fmt: skip
-        assert left == []
+        assert cgroups_left() == []
     finally:
         if proc.poll() is None:
             proc.kill()

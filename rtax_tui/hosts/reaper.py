@@ -19,6 +19,7 @@ from typing import IO, Any
 
 # How long the reaper sleeps between reads of its pipe (see main).
 BATCH_S = 0.02
+CGROUP_WAIT_S = 30.0  # how long the reaper waits for a cgroup's last process to die
 
 
 _MAIN = (
@@ -186,9 +187,11 @@ def _reap(
         try:
             from rtax_tui.hosts.cgroups import Cgroup
 
+            # A sandbox stuck in a hung KVM guest can take seconds to die on a loaded
+            # host: the reaper outlives the engine and may wait for it.
             for rel in sorted(cgroups, key=len, reverse=True):
                 try:
-                    Cgroup.at(rel).remove()
+                    Cgroup.at(rel).remove(timeout=CGROUP_WAIT_S)
                 except Exception:
                     pass
         except ImportError:
