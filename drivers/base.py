@@ -71,6 +71,18 @@ class Environment(ABC):
         self.sub: SubTimer = sub or _no_timer
         self.channel = spec.cell.channel
 
+    async def deliver_image(self) -> None:
+        """Deliver the environment's root by `spec.image` (`drivers.toolkit.delivery`:
+        cached, pull or lazy), before `create`: only called, timed as the `image` phase,
+        in a run that lists image modes, and only with a mode in `Driver.image_modes`.
+        Whatever it mounted or fetched, `teardown` removes. Raises `PhaseFailure`."""
+        raise PhaseFailure(ErrorKind.ERROR, f"{self.driver.name}: no image modes")
+
+    def image_report(self) -> dict[str, Any] | None:
+        """After teardown, what the image phase delivered: the `image` event's {mode,
+        fetched, requests, size} (the bytes counted by the content server), or None."""
+        return None
+
     @abstractmethod
     async def create(self) -> None:
         """Make the environment: what it runs in, its workspace (`spec.workspace_src`
@@ -176,6 +188,9 @@ class Driver(ABC):
     # It shows the workspace at `EnvSpec.workspace_alias` too (a link to /workspace made
     # as the environment is created), so that a replay's `cd /testbed` finds it.
     places_workspace_alias: bool = False
+    # The image modes `Environment.deliver_image` delivers (drivers.toolkit.delivery.MODES); none:
+    # the driver's root is on the host before the run, and a run with image modes refuses it.
+    image_modes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host

@@ -49,6 +49,7 @@ from rtax_tui.drivers.toolkit.sandbox import (
     SupportError,
     bwrap_argv,
     enter_argv,
+    image_root,
     public_copy,
     sandbox_env,
     spawn_argv,
@@ -135,6 +136,28 @@ class StageEnvironment(Environment):
         self.pidfd: int | None = None  # the init, held (controller's host): is it alive?
         self.dev: list[str] = []  # /dev as the sandbox started: NAME:KIND:TARGET (reset)
         self._auxv: bytes | None = None  # the shell's, when it was trusted (shell channel)
+        self.delivered: Any = None  # delivery.Delivered: the image root (image modes)
+        self.image_dir: str | None = None  # the trial's own mounts, to release
+
+    # -- image (a run with image modes) --------------------------------------
+
+    async def deliver_image(self) -> None:
+        """The root as `spec.image` says: a cached mount, a pulled or a lazy one
+        (drivers.toolkit.delivery); the sandbox then binds its entries, not the host's."""
+        from rtax_tui.drivers.toolkit import delivery
+
+        if not self.host.controller_local:
+            raise PhaseFailure(ErrorKind.ERROR, "image modes: stage on the local host only")
+        try:
+            got = await delivery.current().deliver(
+                str(self.spec.image), safe_label(self.spec.label)
+            )
+        except delivery.DeliveryError as exc:
+            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
+        self.delivered, self.image_dir = got
+
+    def image_report(self) -> dict[str, Any] | None:
+        return None if self.delivered is None else self.delivered.to_json()
 
     # -- create ------------------------------------------------------------
 
@@ -172,7 +195,8 @@ class StageEnvironment(Environment):
                 site.tools["bwrap"],
                 self.workspace,
                 INIT_CMD[self.channel],
-                root=site.root,
+                root=site.root if self.delivered is None else image_root(self.delivered.root),
+                root_dir="/" if self.delivered is None else self.delivered.root,
                 etc=site.support.etc,
                 bin_dir=site.support.bin,
                 seccomp_fd=SPAWN_SECCOMP_FD,
@@ -446,6 +470,12 @@ class StageEnvironment(Environment):
         if self.workspace is not None:
             await self.host.remove_tree(self.workspace)
             self.workspace = None
+        if self.image_dir is not None:  # after the sandbox: nothing reads the mounts now
+            from rtax_tui.drivers.toolkit import delivery
+
+            await asyncio.to_thread(delivery.release_dir, self.image_dir)
+            self.image_dir = None
+            delivery.current().count(self.delivered)
         if errors:
             raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, "; ".join(errors))
 
@@ -570,6 +600,7 @@ class StageDriver(Driver):
     channels = ("exec", "shell")
     # Every check (sandbox.py says how), locally and on an SSH host alike.
     boundary = ALL_CHECKS
+    image_modes = ("cached", "pull", "lazy")  # drivers.toolkit.delivery
     places_workspace_alias = True  # a link in bubblewrap's own root (`bwrap_argv`)
 
     def __init__(self, host: Any, options: dict[str, Any]) -> None:

@@ -204,6 +204,7 @@ def bwrap_argv(
     binds: Sequence[tuple[str, str]] = (),
     info_fd: int | None = None,
     alias: str | None = None,
+    root_dir: str = "/",
 ) -> list[str]:
     """bubblewrap's arguments for one sandbox (the caller runs it as the sandbox uid).
 
@@ -212,7 +213,8 @@ def bwrap_argv(
     shell on the host (`BIN_SH`); `seccomp_fd`: the filter, open for
     bubblewrap to read; `binds`: (a host path the sandbox uid can reach, the path
     inside), read-only; `alias`: a path that links to /workspace (its directories made
-    in the sandbox's own root, read-only like the rest of it).
+    in the sandbox's own root, read-only like the rest of it); `root_dir`: where the
+    entries of `root` are on the host (an image's mounted root, `image_root`), else `/`.
     """
     a = [bwrap, "--die-with-parent", "--new-session", "--as-pid-1"]
     a += ["--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns"]
@@ -223,7 +225,7 @@ def bwrap_argv(
         if kind == "link":
             a += ["--symlink", target, "/" + name]
         else:
-            a += ["--ro-bind", "/" + name, "/" + name]
+            a += ["--ro-bind", posixpath.join(root_dir, name), "/" + name]
     a += ["--ro-bind", etc, "/etc"]
     a += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
     a += _masks(root, etc)
@@ -263,6 +265,22 @@ def _masks(root: Sequence[tuple[str, str, str]], etc: str) -> list[str]:
         for d in HIDDEN_DIRS:  # FHS hosts have it; bwrap cannot make it in a read-only /usr
             a += ["--perms", "0755", "--tmpfs", d, "--remount-ro", d]
     return a
+
+
+def image_root(root_dir: str) -> list[tuple[str, str, str]]:
+    """The entries of ROOT_NAMES as an image mounted at `root_dir` (on the controller's
+    host, read-only, made by rtax) has them: (name, dir|link, target), as `list_root`."""
+    out = []
+    for name in ROOT_NAMES:
+        path = posixpath.join(root_dir, name)
+        try:
+            if os.path.islink(path):
+                out.append((name, "link", os.readlink(path)))
+            elif os.path.isdir(path):
+                out.append((name, "dir", ""))
+        except OSError:
+            continue
+    return sorted(out)
 
 
 def sandbox_env(extra: dict[str, str]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from rtax_tui.analysis.image_report import image_document
 from rtax_tui.analysis.load_report import load_document
 from rtax_tui.analysis.pool_report import (
     STARTUP_NOTE,
@@ -34,7 +35,7 @@ from rtax_tui.engine.arrivals import arrival_of
 from rtax_tui.model.checks import build_document
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
 from rtax_tui.model.recording import Recording, read_recording
-from rtax_tui.model.spec import PHASES, POOL_PHASES, REPORT_FORMAT, TIMED_PHASES
+from rtax_tui.model.spec import EXTRA_PHASES, PHASES, REPORT_FORMAT, TIMED_PHASES
 
 COMPARE_FORMAT = "rtax-compare/1"
 PROJECT_FORMAT = "rtax-project/1"
@@ -62,6 +63,7 @@ class _CellData:
         # (cold) or acquire (pooled); `rtax compare` sets the two side by side
         self.startup = np.zeros(0, dtype=np.int64)
         self.served = 0  # trials that recorded an `acquire` (a pooled cell's)
+        self.image_events: list[dict[str, Any]] = []  # what each trial's image fetched
 
     @property
     def pooled(self) -> bool:
@@ -142,6 +144,10 @@ class _Collect:
                 self.probes.append(ev)
             elif etype == "clock":
                 self.clocks.append(ev)
+            elif etype == "image":  # after its trial's trial_start: its cell is known
+                cd = cells.get(ev["cell"])
+                if cd is not None:
+                    cd.image_events.append(ev)
 
     def finish(self) -> dict[str, _CellData]:
         for ev in self.orphan_pool:
@@ -204,7 +210,7 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
             cd.errors[kind] = cd.errors.get(kind, 0) + 1
         ms = slots[v == measured]
         samples: dict[str, np.ndarray] = {}
-        for p in TIMED_PHASES + POOL_PHASES:
+        for p in TIMED_PHASES + EXTRA_PHASES:
             got = cols.get(p)
             samples[p] = (
                 got.sum[ms][got.first[ms] != absent] if got is not None else np.zeros(0, np.int64)
@@ -213,7 +219,7 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
         samples["action"] = fold.ac_dur.view[mine]
         samples["total"] = timed_sum[ms] + ac_sum[ms]
         cd.samples = {p: samples[p] for p in PHASES}
-        for p in POOL_PHASES:  # a pooled cell's acquire and release
+        for p in EXTRA_PHASES:  # a pooled cell's acquire and release, an image phase
             if samples[p].size:
                 cd.samples[p] = samples[p]
         acq = cols.get("acquire")
@@ -439,6 +445,9 @@ def _document(
             (t for cd in cells.values() if cd.pooled for t in cd.trials),
             [ev for cd in cells.values() for ev in cd.pool_events],
         )
+    image = image_document(list(cells.values()), seed=seed)
+    if image is not None:  # a run with image modes (drivers.toolkit.delivery)
+        out["image"] = image
     load = load_document(list(cells.values()), seed=seed)
     if load is not None:  # a run with arrival patterns (engine.arrivals)
         out["load"] = load

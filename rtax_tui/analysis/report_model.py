@@ -83,5 +83,6 @@ class Report(TypedDict):
     diffs: list[DiffRow]
     pools: NotRequired[dict[str, Any]]
     load: NotRequired[list[dict[str, Any]]]  # per cell and arrival pattern (load_report)
+    image: NotRequired[list[dict[str, Any]]]  # per cell with an image mode (image_report)
     prep: NotRequired[dict[str, Any]]
     probe: NotRequired[dict[str, Any]]

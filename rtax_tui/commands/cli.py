@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(Poisson, R a second); replaces [run] arrivals",
     )
     r.add_argument(
+        "--image",
+        type=_csv,
+        metavar="M,..",
+        help="image modes, comma-separated: cached, pull (the whole image from a content "
+        "server on loopback), lazy (fetched as read); replaces [run] images",
+    )
+    r.add_argument(
         "--sizes",
         type=_sizes,
         help="capacity curve: batch sizes, comma-separated (replaces [capacity] sizes/size)",
@@ -462,6 +469,7 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
         channels=getattr(args, "channel", None),
         concurrency=getattr(args, "concurrency", None),
         arrivals=getattr(args, "arrival", None),
+        images=getattr(args, "image", None),
         pool=_pool_override(profile, getattr(args, "pool", None)),
         **host_overrides(args),
     )
@@ -515,7 +523,8 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         if v is not None:
             overrides += [flag, str(v)]
     for flag, key in (("--driver", "driver"), ("--workload", "workload"), ("--channel", "channel"),
-                      ("--host", "host"), ("--arrival", "arrival")):  # fmt: skip
+                      ("--host", "host"), ("--arrival", "arrival"),
+                      ("--image", "image")):  # fmt: skip
         v = getattr(args, key, None)
         if v:
             overrides += [flag, ",".join(v)]

@@ -205,6 +205,7 @@ class TrialRunner:
             cgroup_parent=cgroup_parent,
             label=self.run_id,
             workspace_alias=None if workload.replay is None else workload.replay.alias,
+            image=cell.image or None,
         )
 
     def _replay_json(self, cell: Cell, workload: Workload, spec: EnvSpec) -> dict[str, Any] | None:
@@ -286,6 +287,7 @@ class TrialRunner:
                 arrival=None if pt.episode is None else cell.arrival,
                 episode=pt.episode,
                 arrival_ns=None if pt.episode is None else max(0, scheduled_ns - self.emit.t0),
+                image=cell.image or None,
             )
         )
         tr = TrialState(pt, scheduled_ns, barrier, workload, spec, timeouts, self.emit)
@@ -337,10 +339,10 @@ class TrialRunner:
         if tr.env is None:
             return
         to = tr.timeouts
-        for phase, fn, timeout in (
-            ("create", tr.env.create, to.create),
-            ("ready", tr.env.ready, to.ready),
-        ):
+        steps = [("create", tr.env.create, to.create), ("ready", tr.env.ready, to.ready)]
+        if tr.spec.image is not None:  # the image's delivery, under create's timeout
+            steps.insert(0, ("image", tr.env.deliver_image, to.create))
+        for phase, fn, timeout in steps:
             tr.current = phase
             dur, _, tr.error = await timed(phase, fn, timeout, tr.barrier)
             tr.covered += dur
@@ -513,6 +515,11 @@ class TrialRunner:
         total = time.monotonic_ns() - tr.scheduled_ns
         orch = max(0, total - tr.covered - tr.waited)
         self.emit(events.phase(tr.pt.id, "orchestration", orch, True))
+        if tr.spec.image is not None and tr.env is not None:
+            got = tr.env.image_report()
+            if got is not None:
+                pt = tr.pt
+                self.emit(events.image(pt.id, pt.cell.id, pt.warmup, **got))
         self._end(tr.pt, tr.error, tr.actions_ok)
 
     # -- helpers -------------------------------------------------------------------

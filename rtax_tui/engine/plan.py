@@ -46,15 +46,17 @@ def make_cells(
     channels: tuple[str, ...],
     modes: tuple[str, ...] = ("cold",),
     arrivals: tuple[str, ...] = (SEQUENTIAL,),
+    images: tuple[str, ...] = ("",),
 ) -> list[Cell]:
     return [
-        Cell(h, d, w, c, m, a)
+        Cell(h, d, w, c, m, a, i)
         for h in hosts
         for d in drivers
         for w in workloads
         for c in channels
         for m in modes
         for a in arrivals
+        for i in images
     ]
 
 

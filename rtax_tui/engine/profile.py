@@ -94,6 +94,7 @@ class Profile:
     pool: PoolSpec | None = None  # [pool] or --pool N
     modes: tuple[str, ...] | None = RUN["modes"].default  # None: pool if [pool], else cold
     arrivals: tuple[str, ...] = RUN["arrivals"].default  # engine.arrivals
+    images: tuple[str, ...] = RUN["images"].default  # drivers.toolkit.delivery; (): none
     custom_workloads: dict[str, Workload] = field(default_factory=dict)
     driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -121,6 +122,8 @@ class Profile:
         }
         if self.arrivals != RUN["arrivals"].default:  # older headers keep their shape
             d["arrivals"] = list(self.arrivals)
+        if self.images:  # the page cache is kept: the server's is warm, a mount's is new
+            d["images"] = list(self.images)
         if self.pool is not None or self.modes is not None:  # older headers keep their shape
             d["pool"] = self.pool_spec.to_dict()
             d["modes"] = list(self.run_modes)
@@ -147,7 +150,7 @@ class Profile:
 
     def with_overrides(self, **kw: Any) -> Profile:
         kw = {k: v for k, v in kw.items() if v is not None}
-        for key in ("drivers", "workloads", "channels", "hosts", "arrivals"):
+        for key in ("drivers", "workloads", "channels", "hosts", "arrivals", "images"):
             if key in kw:
                 kw[key] = tuple(kw[key])
         if "arrivals" in kw:  # in their normal spelling, as the file's are
@@ -197,6 +200,7 @@ class Profile:
                     f"{locate('hosts')}: hosts: unknown {h!r} (allowed: local, "
                     f"ssh://[user@]host[:port]{''.join(', ' + n for n in self.host_tables)})"
                 )
+        self._check_images(locate)
         for key in ("drivers", "workloads", "channels", "hosts"):
             if not getattr(self, key):
                 raise ProfileError(f"{locate(key)}: {key}: must name at least one")
@@ -218,7 +222,7 @@ class Profile:
                 "(remove [capacity] or the arrival patterns)"
             )
         cells = len(self.hosts) * len(self.drivers) * len(self.workloads) * len(self.channels)
-        cells *= len(self.run_modes) * len(self.arrivals)
+        cells *= len(self.run_modes) * len(self.arrivals) * max(1, len(self.images))
         if self.capacity is not None:
             curve = self.capacity.curve
             total, key = cells * (sum(curve) * self.capacity.batches + min(curve)), "capacity"
@@ -234,6 +238,42 @@ class Profile:
                 f"{locate('modes')}: pool: a capacity run starts its batches cold "
                 "(remove [pool] or [capacity])"
             )
+
+    def _check_images(self, locate: Callable[[str], str]) -> None:
+        """`images`: known modes, once each, on drivers that deliver them, on the local
+        host, with cold environments (a pool's are made before a trial asks)."""
+        from rtax_tui.drivers.registry import DriverRegistryError, resolve
+        from rtax_tui.drivers.toolkit.delivery import MODES
+
+        where = locate("images")
+        for m in self.images:
+            if m not in MODES:
+                raise ProfileError(f"{where}: images: unknown {m!r} (allowed: {', '.join(MODES)})")
+        if len(set(self.images)) != len(self.images):
+            raise ProfileError(f"{where}: images: a mode is listed twice")
+        if not self.images:
+            return
+        if self.hosts != ("local",):
+            raise ProfileError(
+                f'{where}: images: image delivery runs on the local host only (hosts = ["local"])'
+            )
+        if "pool" in self.run_modes:
+            raise ProfileError(
+                f"{where}: images: a pooled environment's image is delivered before a trial "
+                'asks for it (modes = ["cold"], or no images)'
+            )
+        for d in self.drivers:
+            try:
+                cls, _ = resolve(d, self.driver_options.get(d))
+            except DriverRegistryError:
+                continue  # _check_names says so
+            lacking = [m for m in self.images if m not in cls.image_modes]
+            if lacking:
+                have = ", ".join(cls.image_modes) or "none"
+                raise ProfileError(
+                    f"{where}: images: driver {d} has no image mode {lacking[0]} "
+                    f"(its modes: {have})"
+                )
 
     @property
     def run_modes(self) -> tuple[str, ...]:

@@ -81,6 +81,7 @@ class Session:
             profile.channels,
             profile.run_modes,
             profile.arrivals,
+            profile.images or ("",),
         )
         self.cells = [c for c in cells if (c.host, c.driver) in drivers]
         self.progress = Progress()
@@ -169,6 +170,10 @@ class Session:
         self._watch_clocks()
         try:
             p = self.profile
+            if p.images:  # the image, the server, the cached mount: before any trial
+                from rtax_tui.drivers.toolkit import delivery
+
+                await delivery.open_delivery().prepare(p.images)
             if p.capacity is not None:
                 batches = CapacityRun(
                     p.capacity,
@@ -202,6 +207,10 @@ class Session:
             self._unwatch_clocks()  # no clock event after run_end
             if self.pools is not None:
                 await self.pools.close()
+            if self.profile.images:  # nothing left mounted or serving
+                from rtax_tui.drivers.toolkit import delivery
+
+                await delivery.close_delivery()
         self.emit(events.run_end(self.status, self.trials.ended))
         return self.status
 

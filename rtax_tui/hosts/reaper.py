@@ -199,7 +199,9 @@ def _reap(
     time.sleep(0.05)
     from rtax_tui.hosts import safefs
 
-    for path in paths:  # directories (workspaces, maybe tmpfs mounts) and single files
+    # directories (workspaces, maybe tmpfs mounts, an image's mounts) and single files,
+    # deepest first: a mount inside a directory goes before the directory
+    for path in sorted(paths, key=len, reverse=True):
         try:
             safefs.remove_workspace(path)  # unmounts, then never follows a link
         except OSError:

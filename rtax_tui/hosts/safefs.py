@@ -440,12 +440,21 @@ def mount_tmpfs(path: str, size_mib: int, uid: int = 0, mode: int = 0o700) -> No
         raise _err(f"mount tmpfs on {path}")
 
 
+def _dead_fuse(path: str) -> bool:
+    """A FUSE mount whose server is gone (`ENOTCONN` on every look at it)."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        return exc.errno == errno.ENOTCONN
+    return False
+
+
 def unmount(path: str) -> bool:
     """Lazily unmount whatever is mounted at `path` (not following a link), every layer;
     whether something was."""
     done = False
     for _ in range(16):
-        if not is_mount_point(path):
+        if not is_mount_point(path) and not _dead_fuse(path):
             break
         if _libc.umount2(os.fsencode(path), MNT_DETACH | UMOUNT_NOFOLLOW) != 0:
             break

@@ -67,6 +67,14 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   a repository's name[@commit], or `attrs assets`), `.root` (the agent's directory,
 #   when the trajectory has one) and `.at_root` (the environment showed the workspace
 #   there). Absent in older recordings: the workspace was at /workspace only.
+# - added image delivery (issue 24, `drivers.toolkit.delivery`): `trial_start.image`
+#   (the trial's image mode: `cached`, `pull` or `lazy`; also the cell's suffix, `~pull`),
+#   the `image` phase before `create` (zero for `cached`), `image` events (one per trial,
+#   before its `trial_end`: trial, cell, warmup, mode, fetched: the bytes the content
+#   server sent under the trial's prefix, headers included; requests; size: the image's
+#   whole size) and `run.profile.images`. An older rtax rejects a recording with `image`
+#   events (an unknown type). Absent in runs that list no image modes: the image was on
+#   the host, and its delivery was not part of the run.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -103,7 +111,7 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
          "channel": "str", "warmup": "bool", "batch": "str?"},
         {"t_ns": "count", "steps": "count", "batch_size": "count", "deadline_s": "num",
          "replay": "dict", "mode": "str", "arrival": "str", "episode": "str",
-         "arrival_ns": "count"},
+         "arrival_ns": "count", "image": "str"},
     ),
     "phase": (
         {"trial": "id", "name": "str", "dur_ns": "count", "ok": "bool"},
@@ -145,6 +153,12 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
          "ok": "bool"},
         {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?",
          "idle_ns": "count", "mem_bytes": "count?"},
+    ),
+    # what one trial's image delivery fetched (rtax/1, issue 24)
+    "image": (
+        {"trial": "id", "cell": "str", "warmup": "bool", "mode": "str", "fetched": "count",
+         "requests": "count", "size": "count"},
+        {"t_ns": "count"},
     ),
     # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
     "clock": (
@@ -283,6 +297,7 @@ class TrialStartEvent(TypedDict):
     arrival: NotRequired[str]
     episode: NotRequired[str]
     arrival_ns: NotRequired[int]
+    image: NotRequired[str]
 
 
 class PhaseEvent(TypedDict):
@@ -360,6 +375,18 @@ class PoolEvent(TypedDict):
     mem_bytes: NotRequired[int | None]
 
 
+class ImageEvent(TypedDict):
+    type: Literal["image"]
+    t_ns: NotRequired[int]
+    trial: int
+    cell: str
+    warmup: bool
+    mode: str
+    fetched: int
+    requests: int
+    size: int
+
+
 class ClockEvent(TypedDict):
     type: Literal["clock"]
     t_ns: NotRequired[int]
@@ -397,6 +424,7 @@ Event = (
     | ProbeEvent
     | PoolEvent
     | ClockEvent
+    | ImageEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -459,6 +487,7 @@ def trial_start(
     arrival: str | None = None,
     episode: str | None = None,
     arrival_ns: int | None = None,
+    image: str | None = None,
 ) -> TrialStartEvent:
     """`steps` (None only in recordings made before it existed), and `batch_size` and
     `deadline_s` (capacity runs) let a live view draw the barrier before the batch's
@@ -488,6 +517,8 @@ def trial_start(
         ev["arrival"] = arrival
         ev["episode"] = episode
         ev["arrival_ns"] = arrival_ns
+    if image is not None:
+        ev["image"] = image
     return ev
 
 
@@ -596,6 +627,16 @@ def barrier(
         ev["oom_kills"] = oom_kills
         ev["cpu_ns"] = cpu_ns
     return ev
+
+
+def image(
+    trial: int, cell: str, warmup: bool, mode: str, fetched: int, requests: int, size: int
+) -> ImageEvent:
+    """What trial `trial`'s image delivery fetched (`drivers.toolkit.delivery`): the bytes
+    and requests the content server counted under its prefix (0 for `cached`), and the
+    image's whole size."""
+    return {"type": "image", "trial": trial, "cell": cell, "warmup": warmup, "mode": mode,
+            "fetched": fetched, "requests": requests, "size": size}  # fmt: skip
 
 
 def pool(

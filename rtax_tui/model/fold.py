@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rtax_tui.model.spec import POOL_PHASES, TIMED_PHASES
+from rtax_tui.model.spec import EXTRA_PHASES, TIMED_PHASES
 
-_TIMED = frozenset(TIMED_PHASES + POOL_PHASES)
+_TIMED = frozenset(TIMED_PHASES + EXTRA_PHASES)
 
 Verdict = Literal["warmup", "incomplete", "failed", "invalid", "measured"]
 VERDICTS: tuple[Verdict, ...] = ("warmup", "incomplete", "failed", "invalid", "measured")

@@ -16,6 +16,9 @@ TIMED_PHASES = ("create", "ready", "teardown", "orchestration")
 # A pooled trial's phases in place of create + ready and teardown (engine.pool): in a
 # report only where a cell has them, so that a cold run's report keeps its shape.
 POOL_PHASES = ("acquire", "release")
+# Phases a report shows only where a cell has them: a pooled trial's, and the `image`
+# phase of a run with image modes (drivers.toolkit.delivery). Timed: part of the total.
+EXTRA_PHASES = POOL_PHASES + ("image",)
 CHANNELS = ("exec", "shell")
 # The built-in workloads (built in rtax_tui.engine.workloads), named here so that a
 # reader of names (the console's launcher) needs no workload's assets.
@@ -277,16 +280,19 @@ class Cell:
     channel: str
     mode: str = "cold"
     arrival: str = "sequential"  # engine.arrivals: sequential, burst:N, rate:R
+    image: str = ""  # drivers.toolkit.delivery: cached, pull, lazy ("": no image modes)
 
     @property
     def id(self) -> str:
         """`host/driver/workload/channel`, with `+pool` on the channel's part for a pooled
-        cell and `@PATTERN` at the end for an arrival pattern other than sequential: the
-        mode and the pattern are parts of the cell's name, and a cold sequential cell's id
-        is what it was."""
+        cell, `~MODE` for an image mode (in a run that lists them) and `@PATTERN` at the end
+        for an arrival pattern other than sequential: the mode and the pattern are parts of
+        the cell's name, and a cold sequential cell's id is what it was."""
         base = f"{self.host}/{self.driver}/{self.workload}/{self.channel}"
         if self.mode != "cold":
             base += f"+{self.mode}"
+        if self.image:
+            base += f"~{self.image}"
         return base if self.arrival == "sequential" else f"{base}@{self.arrival}"
 
 
@@ -305,6 +311,9 @@ class EnvSpec:
     # whose agent worked at that path; checked by `workspace_alias_problem`. Drivers that
     # say `places_workspace_alias` honour it; the others leave it out.
     workspace_alias: str | None = None
+    # The image mode of the environment's root (drivers.toolkit.delivery), in a run that
+    # lists image modes; None: the driver's usual root, delivered before the run.
+    image: str | None = None
 
     def __post_init__(self) -> None:
         # held before anything carrying the label exists: `rtax cleanup` spares it

@@ -213,6 +213,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         from rtax_tui.render.load_render import load_markdown
 
         out += [load_markdown(report["load"])]
+    if report.get("image"):  # a run with image modes
+        from rtax_tui.render.image_render import image_markdown
+
+        out += [image_markdown(report["image"])]
     bounds = run.get("boundaries") or {}
     if bounds:
         out += ["## Boundaries (the last `rtax probe` when the run began)", ""]
@@ -399,6 +403,10 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
         from rtax_tui.render.load_render import render_load
 
         console.print(render_load(report["load"]))
+    if report.get("image"):  # a run with image modes
+        from rtax_tui.render.image_render import render_image
+
+        console.print(render_image(report["image"]))
     for name, h in (report.get("run", {}).get("hosts") or {}).items():
         net = h.get("net") or {}
         if "connect_ms" in net and "exec_rtt_ms" in net:

@@ -1,0 +1,434 @@
+"""Image delivery (issue 24): how an environment's root reaches the host, as a phase.
+
+A run that lists image modes (`[run] images`) gives each trial one of:
+
+- `cached`: the image is on the host already (the phase is zero, and says so);
+- `pull`: the whole image is fetched from a content server on loopback, then mounted;
+- `lazy`: the image is mounted from the content server, and only what a step reads is
+  fetched, when it reads it (FUSE over HTTP range requests, a read-only squashfs on top).
+
+The image is the workload root of `rootfs.build_debian_rootfs` as a zstd squashfs
+(`squashfs_image`), made once per recipe under `SERVED` (world-readable: nginx's workers
+run as `nobody`). `ContentServer` is a real nginx on 127.0.0.1 started for the run: each
+trial fetches under a prefix of its own (`/t/TAG/...`), so the bytes it fetched are the
+server's own count (`$bytes_sent` of its access log, headers included), never an
+estimate. `rclone mount` is the FUSE client of the lazy mode: it reads in bounded 128
+KiB ranges (an open-ended range makes nginx count what it queued, not what was read)
+and keeps no cache of its own, so every fetch reaches the server.
+
+Everything a trial mounts is under `TRIALS/<label>-<tag>/`, registered with the host's
+reaper before it exists (the reaper unmounts, deepest path first, and kills the FUSE
+client's and the server's process groups): nothing stays mounted or serving after a
+run, `kill -9` included. rtax acts as root only on these paths, which no environment
+can reach; the environment sees the mounted root read-only, through bubblewrap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from rtax_tui.hosts import reaper, safefs
+from rtax_tui.model.spec import RtaxError
+
+CACHED, PULL, LAZY = "cached", "pull", "lazy"
+MODES = (CACHED, PULL, LAZY)
+# Served images and the trials' mounts: outside /root, so that nginx's workers (nobody)
+# and bubblewrap's sandbox uid can traverse to them.
+BASE = "/var/cache/rtax/images"
+SERVED = f"{BASE}/served"
+TRIALS = f"{BASE}/trials"
+# The lazy client's read size: bounded ranges (see the module docstring).
+CHUNK = "128k"
+# How long a mount may take to appear (rclone's FUSE mount, on a loaded host).
+MOUNT_WAIT_S = 30.0
+TOOLS = {"nginx": "nginx-light", "mksquashfs": "squashfs-tools", "rclone": "rclone",
+         "fusermount": "fuse"}  # fmt: skip
+
+
+class DeliveryError(RtaxError):
+    """An image could not be made, served, fetched or mounted."""
+
+
+def missing_tools() -> list[str]:
+    """The Debian packages whose programs image delivery needs and this host lacks."""
+    return [pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
+
+
+def _public_dir(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o755)
+    parent = os.path.dirname(path)
+    while parent.startswith("/var/cache/rtax"):
+        os.chmod(parent, os.stat(parent).st_mode | 0o755)
+        parent = os.path.dirname(parent)
+
+
+def squashfs_image(log: Any = None) -> str:
+    """The workload root as a zstd squashfs under SERVED/<name>/ (made once per recipe of
+    the root, about 20 s plus the root's own build when it is not cached): its path."""
+    from rtax_tui.drivers.toolkit.rootfs import build_debian_rootfs
+
+    tarball = build_debian_rootfs(log=log)
+    name = os.path.basename(tarball).removesuffix(".tar")
+    out_dir = f"{SERVED}/{name}"
+    out = f"{out_dir}/root.sqfs"
+    if os.path.exists(out):
+        return out
+    for tool in ("mksquashfs", "tar"):
+        if shutil.which(tool) is None:
+            raise DeliveryError(f"image delivery needs {tool} (apt-get install squashfs-tools)")
+    _public_dir(out_dir)
+    work = tempfile.mkdtemp(prefix=".build-", dir=out_dir)
+    try:
+        root = f"{work}/root"
+        os.mkdir(root)
+        subprocess.run(["tar", "-xf", tarball, "-C", root], check=True, capture_output=True)
+        subprocess.run(
+            ["mksquashfs", root, f"{work}/root.sqfs", "-comp", "zstd", "-noappend", "-quiet",
+             "-no-progress"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        os.chmod(f"{work}/root.sqfs", 0o644)
+        os.replace(f"{work}/root.sqfs", out)
+    except subprocess.CalledProcessError as exc:
+        err = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+        raise DeliveryError(f"{exc.cmd[0]} failed: {err[-1] if err else exc.returncode}") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+NGINX_CONF = """daemon off;
+master_process on;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+  log_format rtax '$request_uri $status $bytes_sent';
+  access_log {dir}/access.log rtax;
+  client_body_temp_path {dir}/tmp;
+  proxy_temp_path {dir}/tmp;
+  fastcgi_temp_path {dir}/tmp;
+  uwsgi_temp_path {dir}/tmp;
+  scgi_temp_path {dir}/tmp;
+  default_type application/octet-stream;
+  sendfile on;
+  server {{
+    listen 127.0.0.1:{port};
+    location ~ ^/t/[^/]+/(.*)$ {{
+      alias {served}/$1;
+      autoindex on;
+    }}
+  }}
+}}
+"""
+
+
+class ContentServer:
+    """A real nginx on 127.0.0.1 serving SERVED under per-trial prefixes, for one run."""
+
+    def __init__(self) -> None:
+        self.dir: str | None = None
+        self.port = 0
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        """nginx up and answering (its first preparation, not any trial's)."""
+        if shutil.which("nginx") is None:
+            raise DeliveryError("image delivery needs nginx (apt-get install nginx-light)")
+        _public_dir(SERVED)
+        self.dir = tempfile.mkdtemp(prefix=f"rtax-nginx-{os.getpid()}-")
+        reaper.current().add_path(self.dir)
+        os.mkdir(f"{self.dir}/tmp")
+        for _ in range(5):
+            self.port = _free_port()
+            conf = NGINX_CONF.format(dir=self.dir, port=self.port, served=SERVED)
+            with open(f"{self.dir}/nginx.conf", "w") as f:
+                f.write(conf)
+            self.proc = await asyncio.create_subprocess_exec(
+                "nginx", "-c", f"{self.dir}/nginx.conf", "-p", self.dir,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            reaper.current().add_pgid(self.proc.pid)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.returncode is None:
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        return
+                except OSError:
+                    await asyncio.sleep(0.02)
+            await self.stop(keep_dir=True)  # the port was taken meanwhile: another
+        raise DeliveryError(f"nginx did not start: {self._error_tail()}")
+
+    def _error_tail(self) -> str:
+        try:
+            with open(f"{self.dir}/error.log") as f:
+                lines = f.read().strip().splitlines()
+            return lines[-1] if lines else "no error logged"
+        except OSError:
+            return "no error log"
+
+    def url(self, tag: str, path: str) -> str:
+        """The address of SERVED/`path` under trial `tag`'s prefix."""
+        rel = os.path.relpath(path, SERVED)
+        return f"{self.base}/t/{tag}/{rel}"
+
+    def fetched(self, tag: str) -> tuple[int, int]:
+        """(bytes sent, requests) under `tag`'s prefix, from the server's access log."""
+        if self.dir is None:
+            return 0, 0
+        prefix = f"/t/{tag}/"
+        total = n = 0
+        try:
+            with open(f"{self.dir}/access.log", "rb") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 3 and parts[0].decode(errors="replace").startswith(prefix):
+                        total += int(parts[2])
+                        n += 1
+        except OSError:
+            pass
+        return total, n
+
+    async def stop(self, keep_dir: bool = False) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+            await proc.wait()
+            reaper.current().drop_pgid(proc.pid)
+        if self.dir is not None and not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            reaper.current().drop_path(self.dir)
+            self.dir = None
+
+
+@dataclass
+class Delivered:
+    """What a trial's image phase left: its mounted root, and what the trial fetched."""
+
+    mode: str
+    root: str  # the image's root directory on the host (read-only)
+    size: int  # the image's full size, bytes
+    fetched: int = 0  # bytes the server sent under this trial's prefix (headers included)
+    requests: int = 0
+    tag: str | None = None  # the trial's prefix on the server (None: nothing fetched)
+
+    def to_json(self) -> dict[str, Any]:
+        """`trial_end.image`."""
+        return {"mode": self.mode, "fetched": self.fetched, "requests": self.requests,
+                "size": self.size}  # fmt: skip
+
+
+class Delivery:
+    """The run's image service: the image, the server, the cached mount, each trial's."""
+
+    def __init__(self) -> None:
+        self.image: str | None = None
+        self.server: ContentServer | None = None
+        self._cached: str | None = None
+        self._lock = asyncio.Lock()
+
+    async def prepare(self, modes: tuple[str, ...]) -> None:
+        """Before the first trial (not timed as any trial's): the image made, the server
+        started when a mode fetches, the cached mount made when `cached` is listed."""
+        async with self._lock:
+            if self.image is None:
+                self.image = await asyncio.to_thread(squashfs_image)
+            if (PULL in modes or LAZY in modes) and self.server is None:
+                for tool in ("rclone", "fusermount") if LAZY in modes else ():
+                    if shutil.which(tool) is None:
+                        raise DeliveryError(
+                            f"the lazy image mode needs {tool} (apt-get install {TOOLS[tool]})"
+                        )
+                self.server = ContentServer()
+                await self.server.start()
+            if CACHED in modes and self._cached is None:
+                d = _trial_dir("cached")
+                root = f"{d}/root"
+                _mkdir_tracked(root)
+                await _mount_squashfs(self.image, root)
+                self._cached = d
+
+    @property
+    def size(self) -> int:
+        return os.path.getsize(self.image) if self.image else 0
+
+    async def deliver(self, mode: str, label: str) -> tuple[Delivered, str | None]:
+        """One trial's image by `mode`: (what it got, its own directory to remove at
+        teardown, or None for the shared cached mount)."""
+        if self.image is None:
+            raise DeliveryError("image delivery was not prepared for this run")
+        if mode == CACHED:
+            assert self._cached is not None
+            return Delivered(mode, f"{self._cached}/root", self.size), None
+        if self.server is None:
+            raise DeliveryError(f"image mode {mode}: no content server in this run")
+        tag = os.urandom(6).hex()
+        d = _trial_dir(f"{label}-{tag}")
+        got = Delivered(mode, f"{d}/root", self.size, tag=tag)
+        root = f"{d}/root"
+        _mkdir_tracked(root)
+        url = self.server.url(tag, self.image)
+        try:
+            if mode == PULL:
+                local = f"{d}/image.sqfs"
+                await asyncio.to_thread(_download, url, local)
+                await _mount_squashfs(local, root)
+            else:
+                fuse = f"{d}/fuse"
+                _mkdir_tracked(fuse)
+                await _rclone_mount(os.path.dirname(url) + "/", fuse)
+                await _mount_squashfs(f"{fuse}/{os.path.basename(self.image)}", root)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(release_dir, d))
+            raise
+        return got, d
+
+    def count(self, got: Delivered) -> None:
+        """Fill in what the server counted for the trial (after its mounts are gone)."""
+        if got.tag is not None and self.server is not None:
+            got.fetched, got.requests = self.server.fetched(got.tag)
+
+    async def close(self) -> None:
+        if self._cached is not None:
+            await asyncio.to_thread(release_dir, self._cached)
+            self._cached = None
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+
+
+_current: Delivery | None = None
+
+
+def current() -> Delivery:
+    """The run's image service (`open` made it), for the environments' image phase."""
+    if _current is None:
+        raise DeliveryError("image delivery was not prepared for this run")
+    return _current
+
+
+def open_delivery() -> Delivery:
+    global _current
+    if _current is None:
+        _current = Delivery()
+    return _current
+
+
+async def close_delivery() -> None:
+    global _current
+    d, _current = _current, None
+    if d is not None:
+        await d.close()
+
+
+def _trial_dir(name: str) -> str:
+    _public_dir(TRIALS)
+    path = f"{TRIALS}/{name}-{os.getpid()}-{os.urandom(3).hex()}"
+    reaper.current().add_path(path)
+    os.mkdir(path, 0o755)
+    return path
+
+
+def _mkdir_tracked(path: str) -> None:
+    reaper.current().add_path(path)
+    os.mkdir(path, 0o755)
+
+
+async def _run(argv: list[str], what: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        tail = out.decode(errors="replace").strip().splitlines()
+        raise DeliveryError(f"{what}: {tail[-1] if tail else f'exit {proc.returncode}'}")
+
+
+async def _mount_squashfs(image: str, root: str) -> None:
+    await _run(["mount", "-t", "squashfs", "-o", "loop,ro,nodev,nosuid", image, root],
+               f"mount of {os.path.basename(image)}")  # fmt: skip
+
+
+def _download(url: str, path: str) -> int:
+    n = 0
+    with urllib.request.urlopen(url, timeout=60) as resp, open(path, "wb") as out:
+        while True:
+            chunk = resp.read(1 << 20)
+            if not chunk:
+                return n
+            out.write(chunk)
+            n += len(chunk)
+
+
+async def _rclone_mount(url: str, fuse: str) -> None:
+    """rclone's FUSE mount of `url` at `fuse`, its process group with the reaper, there
+    once the mount point answers."""
+    argv = [
+        "rclone", "mount", ":http:", fuse, "--http-url", url, "--read-only",
+        "--vfs-cache-mode", "off", "--vfs-read-chunk-size", CHUNK,
+        "--vfs-read-chunk-size-limit", CHUNK, "--buffer-size", "0", "--allow-other",
+        "--dir-cache-time", "1h", "--config", "/dev/null",
+    ]  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    reaper.current().add_pgid(proc.pid)
+    deadline = time.monotonic() + MOUNT_WAIT_S
+    while not safefs.is_mount_point(fuse):
+        if proc.returncode is not None or time.monotonic() > deadline:
+            err = b""
+            if proc.returncode is not None and proc.stderr is not None:
+                err = await proc.stderr.read()
+            raise DeliveryError(
+                f"rclone mount did not come up: {err.decode(errors='replace')[-200:]}"
+            )
+        await asyncio.sleep(0.005)
+    _MOUNTS[fuse] = proc
+
+
+_MOUNTS: dict[str, asyncio.subprocess.Process] = {}  # a lazy trial's FUSE client, by mount
+
+
+def release_dir(d: str) -> None:
+    """Unmount a trial's root and FUSE mount, end its FUSE client, remove its directory."""
+    for sub in ("root", "fuse"):
+        path = f"{d}/{sub}"
+        safefs.unmount(path)
+        proc = _MOUNTS.pop(path, None)
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            reaper.current().drop_pgid(proc.pid)
+        if safefs.remove_tree(path) == []:
+            reaper.current().drop_path(path)
+    if safefs.remove_tree(d) == []:
+        reaper.current().drop_path(d)

@@ -1,0 +1,180 @@
+"""Image delivery (issue 24): the `image` phase, its modes, the bytes the server counted,
+and nothing left mounted or serving, on stage with a real nginx, rclone and squashfs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from rtax_tui.drivers.toolkit import delivery
+
+from rtax_tui.analysis.image_report import image_mode
+from rtax_tui.model.spec import Cell
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rtax(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _mounts_under(path: str) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [ln.split()[4] for ln in f if ln.split()[4].startswith(path)]
+
+
+def _rclones(pid: int) -> list[str]:
+    """rclone processes whose mount is one of run `pid`'s."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if "rclone" in ln and f"-{pid}-" in ln]
+
+
+def _group(pgid: int) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pgid=,pid=,args="], capture_output=True, text=True)
+    return [ln for ln in out.stdout.splitlines() if ln.split()[0] == str(pgid)]
+
+
+def test_a_cell_carries_its_image_mode_and_one_without_keeps_its_id() -> None:
+    assert Cell("local", "stage", "t0", "exec").id == "local/stage/t0/exec"
+    c = Cell("local", "stage", "t0", "exec", "cold", "burst:4", "lazy")
+    assert c.id == "local/stage/t0/exec~lazy@burst:4"
+    assert image_mode(c.id) == "lazy" and image_mode("local/stage/t0/exec") is None
+    assert image_mode("ssh://a~b/stage/t0/exec") is None  # a host's ~ is not a mode
+
+
+def test_image_modes_that_cannot_run_are_refused_with_the_line(tmp_path: Path) -> None:
+    cases = [
+        ('"stage"]\nimages = ["cached", "warm"]',
+         ":3: images: unknown 'warm' (allowed: cached, pull, lazy)"),
+        ('"stage"]\nimages = ["pull", "pull"]', ":3: images: a mode is listed twice"),
+        ('"stage", "local"]\nimages = ["pull"]',
+         ":3: images: driver local has no image mode pull (its modes: none)"),
+        ('"stage"]\nmodes = ["pool"]\nimages = ["cached"]',
+         ":4: images: a pooled environment's image is delivered before a trial asks for it"),
+    ]  # fmt: skip
+    for body, want in cases:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f"[run]\ndrivers = [{body}\n")
+        res = _rtax("run", str(bad), "-o", str(tmp_path / "r.jsonl"))
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and want in lines[0] and str(bad) in lines[0], res.stderr
+    res = _rtax("run", "t0", "--driver", "stage", "--image", "lazy,eager", "-o",
+                str(tmp_path / "r.jsonl"))  # fmt: skip
+    assert res.returncode == 2 and "command line: images: unknown 'eager'" in res.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.fixture(scope="module")
+def image_tools() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("image delivery mounts images: root only")
+    lacking = delivery.missing_tools()
+    assert not lacking, f"bootstrap installs these: {lacking}"
+
+
+def test_each_mode_delivers_the_image_root_and_the_server_counts_what_it_sent(
+    tmp_path: Path, image_tools: None
+) -> None:
+    prof = tmp_path / "img.toml"
+    # the image's root, not the host's: rclone is on the host, not in the workload image
+    prof.write_text(
+        '[run]\ndrivers = ["stage"]\nworkloads = ["t0", "own"]\ntrials = 2\nwarmup = 1\n'
+        'images = ["cached", "pull", "lazy"]\n'
+        '[workloads.own]\nsteps = [{argv = ["sh", "-c", "test ! -e /usr/bin/rclone && '
+        'python3 -c \\"import hypothesis\\""], expect_rc = 0}]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    res = _rtax("run", str(prof), "--headless", "--quiet", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert events[0]["profile"]["images"] == ["cached", "pull", "lazy"]
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 18 and all(e["valid"] for e in ends), [e for e in ends if not e["valid"]]
+    starts = {e["trial"]: e for e in events if e["type"] == "trial_start"}
+    images = [e for e in events if e["type"] == "image"]
+    assert len(images) == 18
+    phase = {e["trial"]: e["dur_ns"] for e in events if e["type"] == "phase"
+             and e["name"] == "image"}  # fmt: skip
+    assert set(phase) == set(starts)
+    size = os.path.getsize(delivery.squashfs_image())
+    for e in images:
+        mode = starts[e["trial"]]["image"]
+        assert e["mode"] == mode and e["cell"] == starts[e["trial"]]["cell"]
+        assert e["cell"].endswith(f"~{mode}") and e["size"] == size
+        if mode == "cached":
+            assert e["fetched"] == 0 and e["requests"] == 0
+        elif mode == "pull":  # the whole image in one response, its headers on top
+            assert size < e["fetched"] < size + 4096 and e["requests"] == 1
+        else:  # only what was read: a small part of the image
+            assert 0 < e["fetched"] < size // 4 and e["requests"] >= 2
+    res = _rtax("report", str(out), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["cell"]: r for r in json.loads(res.stdout)["image"]}
+    assert len(rows) == 6
+    for cell, row in rows.items():
+        mine = sorted(e["fetched"] for e in images if e["cell"] == cell and not e["warmup"])
+        assert row["fetched_p50"] == (mine[0] + mine[1]) / 2  # a second way: the raw events
+        assert row["mode"] == cell.rsplit("~", 1)[1] and row["n"] == 2
+        assert row["image"]["p50_ms"] is not None
+    lazy = rows["local/stage/t0/exec~lazy"]
+    assert 0 < lazy["fraction"] < 0.25
+    md = _rtax("report", str(out), "--format", "markdown").stdout
+    assert "image delivery: per cell and image mode" in md and "of 111 MB" in md.replace(
+        f"{size / 1e6:.3g} MB", "111 MB"
+    )
+    assert _mounts_under(delivery.TRIALS) == []
+    assert os.listdir(delivery.TRIALS) == []
+
+
+def test_a_run_killed_mid_lazy_trial_leaves_nothing_mounted_or_serving(
+    tmp_path: Path, image_tools: None
+) -> None:
+    prof = tmp_path / "img.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["stage"]\nworkloads = ["slow"]\ntrials = 3\nwarmup = 0\n'
+        'images = ["lazy"]\n[workloads.slow]\nsteps = [{argv = ["sleep", "60"]}]\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "--quiet", "-o",
+         str(tmp_path / "r.jsonl")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not any(f"-{proc.pid}-" in m and m.endswith("/root")
+                      for m in _mounts_under(delivery.TRIALS)):  # fmt: skip
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "no lazy root mounted"
+            time.sleep(0.1)
+        assert _rclones(proc.pid), "the lazy trial's FUSE client"
+        (conf,) = Path(tempfile.gettempdir()).glob(f"rtax-nginx-{proc.pid}-*")
+        nginx = int((conf / "nginx.pid").read_text())  # its master: its group's leader
+        assert len(_group(nginx)) >= 2  # the master and its worker
+        time.sleep(0.5)  # in its step
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            [m for m in _mounts_under(delivery.TRIALS) if f"-{proc.pid}-" in m]
+            or _rclones(proc.pid)
+            or _group(nginx)
+        ):
+            time.sleep(0.2)
+        assert [m for m in _mounts_under(delivery.TRIALS) if f"-{proc.pid}-" in m] == []
+        assert _rclones(proc.pid) == [] and _group(nginx) == []
+        assert not conf.exists()
+        assert [d for d in os.listdir(delivery.TRIALS) if f"-{proc.pid}-" in d] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
