@@ -71,6 +71,13 @@ class Environment(ABC):
         self.sub: SubTimer = sub or _no_timer
         self.channel = spec.cell.channel
 
+    async def before_image(self) -> None:
+        """Put the host in the state the trial's image mode starts from (a pull's local
+        copy removed, a cached one present), before `deliver_image`: not the trial's cost,
+        recorded as the `image.before` sub-phase and left out of its phases and
+        orchestration. By default nothing. Raises `PhaseFailure`."""
+        return None
+
     async def deliver_image(self) -> None:
         """Deliver the environment's root by `spec.image` (`drivers.toolkit.delivery`:
         cached, pull or lazy), before `create`: only called, timed as the `image` phase,
@@ -191,6 +198,8 @@ class Driver(ABC):
     # The image modes `Environment.deliver_image` delivers (drivers.toolkit.delivery.MODES); none:
     # the driver's root is on the host before the run, and a run with image modes refuses it.
     image_modes: ClassVar[tuple[str, ...]] = ()
+    # Its pull fetches from a registry (on loopback, behind the run's content server).
+    image_registry: ClassVar[bool] = False
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host
@@ -201,6 +210,13 @@ class Driver(ABC):
         """Raise `OptionError` for a bad `[drivers_options.NAME]` table, before any host
         is reached; the profile layer adds the file and line. The default checks nothing
         (the driver's constructor still may)."""
+        return None
+
+    async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
+        """Before a run with image modes, once: what its trials' image phases deliver from
+        made ready (an image built, pushed to the run's registry, mounted for `cached`), so
+        that no trial pays for the server's first preparation. Raises RtaxError. By
+        default nothing (a driver without image modes)."""
         return None
 
     @abstractmethod

@@ -15,3 +15,6 @@ __all__ = ["DEFAULT_SOCKET", "LABEL_KEY", "DockerDriver"]
 
 class DockerDriver(ContainerDriver):
     name = "docker"
+    # drivers.toolkit.delivery: its own copy, or a pull from a registry on loopback
+    image_modes = ("cached", "pull")
+    image_registry = True

@@ -618,6 +618,12 @@ class StageDriver(Driver):
         self._site: Site | None = None
         self._site_lock = asyncio.Lock()
 
+    async def prepare_images(self, workloads: list[Any], modes: tuple[str, ...]) -> None:
+        """The workload root as a squashfs, and its run-long mount for `cached`."""
+        from rtax_tui.drivers.toolkit import delivery
+
+        await delivery.current().prepare_squashfs(modes)
+
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
         if not self.host.controller_local:

@@ -178,3 +178,42 @@ def test_a_run_killed_mid_lazy_trial_leaves_nothing_mounted_or_serving(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_docker_pulls_from_a_registry_behind_the_server_and_keeps_its_copy_after(
+    tmp_path: Path, image_tools: None, docker_engine: list[str]
+) -> None:
+    """`pull` on docker: the engine's copy removed (untimed), pulled back from a real
+    docker-registry through nginx under the trial's prefix, the same image id; `cached`
+    beside it fetches nothing, and the image is there again after the run."""
+    import docker
+
+    api = docker.APIClient(base_url="unix:///var/run/docker.sock")
+    before = {t for img in api.images() for t in img.get("RepoTags") or ()}
+    prof = tmp_path / "img.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["docker"]\nworkloads = ["t0"]\ntrials = 2\nwarmup = 0\n'
+        'images = ["pull", "cached"]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    res = _rtax("run", str(prof), "--headless", "--quiet", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 4 and all(e["valid"] for e in ends), ends
+    images = {e["trial"]: e for e in events if e["type"] == "image"}
+    subs = {(e["trial"], e["name"]) for e in events if e["type"] == "phase"}
+    for t, e in images.items():
+        assert (t, "image.before") in subs and (t, "image") in subs
+        if e["mode"] == "pull":  # manifest, config, the layer: the whole image, once
+            assert (t, "image.pull") in subs
+            assert e["size"] <= e["fetched"] < e["size"] + 8192 and e["requests"] >= 3
+        else:
+            assert e["fetched"] == 0 and (t, "image.pull") not in subs
+    assert sorted(e["mode"] for e in images.values()) == ["cached", "cached", "pull", "pull"]
+    after = {t for img in api.images() for t in img.get("RepoTags") or ()}
+    assert after == before  # no trial's tag left, the local one back
+    bad = tmp_path / "bad.toml"
+    bad.write_text(prof.read_text().replace("warmup = 0", "warmup = 0\nconcurrency = 2"))
+    res = _rtax("run", str(bad), "-o", str(tmp_path / "b.jsonl"))
+    assert res.returncode == 2 and "(concurrency = 1)" in res.stderr

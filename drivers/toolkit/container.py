@@ -471,6 +471,69 @@ class ContainerEnvironment(Environment):
         self._bg: set[asyncio.Task[Any]] = set()
         self._cg_parent: str | None = None  # held on the driver until teardown
         self.host_workspace: str | None = None  # workspace = "bind": the host's side
+        self.delivered: Any = None  # delivery.Delivered (image modes)
+        self.pulled: str | None = None  # the per-trial reference a pull made, to untag
+
+    # -- image (a run with image modes: drivers.toolkit.delivery) ---------------
+
+    async def before_image(self) -> None:
+        """`pull`: the engine's copy of the image removed (every tag, so its layers go
+        and the pull really fetches them); `cached`: the local tag there (put back from
+        the run's registry, untimed, when a pull trial removed it)."""
+        api = await self.d.api()
+        if self.spec.image == "pull":
+            await _call(f"removing image {self.image}", _evict, api, self.image)
+        elif self.spec.image == "cached" and self.d.pushed.get(self.image) is not None:
+            from rtax_tui.drivers.toolkit import delivery
+
+            d = delivery.current()
+            if not await asyncio.to_thread(_present, api, self.image) and d.registry:
+                repo, tag, _ = self.d.pushed[self.image]
+                src = f"127.0.0.1:{d.registry.port}/{repo}"
+                await _call(f"restoring image {self.image}", _pull_as, api, src, tag, self.image)
+
+    async def deliver_image(self) -> None:
+        """`cached`: nothing; `pull`: the image pulled from the run's registry through the
+        content server under this trial's prefix, then tagged with its local name."""
+        from rtax_tui.drivers.toolkit import delivery
+
+        mode = str(self.spec.image)
+        got = self.d.pushed.get(self.image)
+        if got is None:
+            raise PhaseFailure(ErrorKind.ERROR, f"image {self.image} was not prepared")
+        repo, tag, size = got
+        if mode == "cached":
+            self.delivered = delivery.Delivered(mode, "", size)
+            return
+        trial = os.urandom(6).hex()
+        self.delivered = delivery.Delivered(mode, "", size, tag=trial)
+        src = delivery.current().pull_ref(repo, trial)
+        self.pulled = f"{src}:{tag}"
+        api = await self.d.api()
+        async with self.sub("pull"):
+            await _call(f"pulling {self.pulled}", _pull_as, api, src, tag, self.image)
+        want = self.d.image_ids.get(self.image)
+        have = (await _call("looking up the pulled image", api.inspect_image, self.image))["Id"]
+        if want is not None and have != want:
+            raise PhaseFailure(ErrorKind.ERROR, f"pulled {have}, pushed {want}")
+
+    def image_report(self) -> dict[str, Any] | None:
+        return None if self.delivered is None else self.delivered.to_json()
+
+    async def _release_image(self) -> None:
+        """After the container: the trial's own tag untagged (the image stays under its
+        local name), and what the server sent for it counted."""
+        if self.pulled is not None:
+            api = await self.d.api()
+            try:
+                await asyncio.to_thread(api.remove_image, self.pulled, noprune=True)
+            except Exception:
+                pass  # gone already: the next pull trial removes every tag anyway
+            self.pulled = None
+        if self.delivered is not None and self.delivered.tag is not None:
+            from rtax_tui.drivers.toolkit import delivery
+
+            delivery.current().count(self.delivered)
 
     # -- create ------------------------------------------------------------
 
@@ -836,6 +899,8 @@ class ContainerEnvironment(Environment):
             if self.host_workspace is not None:  # after the container that used it
                 await remove_workspace(self.d.host, self.host_workspace)
                 self.host_workspace = None
+            if self.delivered is not None:
+                await self._release_image()
         finally:
             parent, self._cg_parent = self._cg_parent, None
             if parent is not None and self.d.drop_cgroup_parent(parent):  # the last one
@@ -875,6 +940,36 @@ class ContainerEnvironment(Environment):
     def _remove(self, api: Any, target: str) -> None:
         """The forced remove (kill + remove, with volumes), in a worker thread."""
         api.remove_container(target, v=True, force=True)
+
+
+def _present(api: Any, ref: str) -> bool:
+    import docker.errors
+
+    try:
+        api.inspect_image(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _evict(api: Any, ref: str) -> None:
+    """Every tag of `ref`'s image removed, and with them its layers (none is shared)."""
+    import docker.errors
+
+    try:
+        image_id = api.inspect_image(ref)["Id"]
+    except docker.errors.ImageNotFound:
+        return
+    api.remove_image(image_id, force=True)
+
+
+def _pull_as(api: Any, src: str, tag: str, local: str) -> None:
+    """`src:tag` pulled (an error in the engine's stream raised), then tagged `local`."""
+    for line in api.pull(src, tag=tag, stream=True, decode=True):
+        if isinstance(line, dict) and line.get("error"):
+            raise RuntimeError(f"pull of {src}:{tag}: {line['error']}")
+    repo, _, ltag = local.rpartition(":")
+    api.tag(f"{src}:{tag}", repo or local, ltag if repo else "latest")
 
 
 def _remove_engine_cgroups(
@@ -1023,6 +1118,10 @@ class ContainerDriver(Driver):
         self.opts = self.parse_options(options)
         self.socket = self.opts.socket or self.default_socket
         self._tracked_labels: set[str] = set()
+        # image modes (prepare_images): per local image, (repository, tag, whole size) in
+        # the run's registry, and the id a pull must give back
+        self.pushed: dict[str, tuple[str, str, int]] = {}
+        self.image_ids: dict[str, str] = {}
         # The option `image` names the one image of every environment; without it,
         # busybox for what runs with busybox (t0) and the Debian image for the rest.
         self.image = self.opts.image or self.default_image()
@@ -1184,6 +1283,20 @@ class ContainerDriver(Driver):
         masked paths, in the API's HostConfig: docker's MaskedPaths replace its
         defaults, so they are given too."""
         host_config["MaskedPaths"] = [*DOCKER_MASKED_PATHS, "/proc/cmdline"]
+
+    async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
+        """Each workload's image pushed to the run's registry (with `pull`), its id kept
+        (a pull must give the same image back) and its whole size."""
+        from rtax_tui.drivers.toolkit import delivery
+
+        api = await self.api()
+        for ref in dict.fromkeys(self.image_for(w) for w in workloads):
+            info = await _call(f"looking up image {ref}", api.inspect_image, ref)
+            self.image_ids[ref] = str(info["Id"])
+            if "pull" in modes:
+                self.pushed[ref] = await delivery.current().push(api, ref)
+            else:  # cached only: its size as the engine has it, nothing is fetched
+                self.pushed[ref] = (ref, "", int(info.get("Size") or 0))
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)

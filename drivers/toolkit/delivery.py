@@ -26,6 +26,7 @@ can reach; the environment sees the mounted root read-only, through bubblewrap.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -134,19 +135,47 @@ http {{
     location ~ ^/t/[^/]+/(.*)$ {{
       alias {served}/$1;
       autoindex on;
-    }}
+    }}{registry}
   }}
 }}
 """
+# The registry behind nginx (a container engine's pull): `/v2/` as it is, and each trial's
+# `/v2/t-TAG/REPO/...` as `/v2/REPO/...`, streamed (no buffering to disk).
+NGINX_REGISTRY = """
+    location = /v2/ {{
+      proxy_pass http://127.0.0.1:{port};
+    }}
+    location ~ ^/v2/t-[^/]+/(.*)$ {{
+      proxy_pass http://127.0.0.1:{port}/v2/$1$is_args$args;
+      proxy_http_version 1.1;
+      proxy_buffering off;
+      proxy_set_header Host $http_host;
+    }}"""
+REGISTRY_CONF = """version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+"""
+# The registry's storage: kept between runs, so that a second run's push sends nothing.
+REGISTRY_ROOT = f"{BASE}/registry"
 
 
 class ContentServer:
     """A real nginx on 127.0.0.1 serving SERVED under per-trial prefixes, for one run."""
 
-    def __init__(self) -> None:
+    def __init__(self, registry_port: int | None = None) -> None:
         self.dir: str | None = None
         self.port = 0
         self.proc: asyncio.subprocess.Process | None = None
+        self.registry_port = registry_port  # proxied under /v2/ when given
 
     @property
     def base(self) -> str:
@@ -162,7 +191,10 @@ class ContentServer:
         os.mkdir(f"{self.dir}/tmp")
         for _ in range(5):
             self.port = _free_port()
-            conf = NGINX_CONF.format(dir=self.dir, port=self.port, served=SERVED)
+            reg = ""
+            if self.registry_port is not None:
+                reg = NGINX_REGISTRY.format(port=self.registry_port)
+            conf = NGINX_CONF.format(dir=self.dir, port=self.port, served=SERVED, registry=reg)
             with open(f"{self.dir}/nginx.conf", "w") as f:
                 f.write(conf)
             self.proc = await asyncio.create_subprocess_exec(
@@ -195,10 +227,10 @@ class ContentServer:
         return f"{self.base}/t/{tag}/{rel}"
 
     def fetched(self, tag: str) -> tuple[int, int]:
-        """(bytes sent, requests) under `tag`'s prefix, from the server's access log."""
+        """(bytes sent, requests) under `tag`'s prefixes, from the server's access log."""
         if self.dir is None:
             return 0, 0
-        prefix = f"/t/{tag}/"
+        prefix = (f"/t/{tag}/", f"/v2/t-{tag}/")
         total = n = 0
         try:
             with open(f"{self.dir}/access.log", "rb") as f:
@@ -212,16 +244,79 @@ class ContentServer:
         return total, n
 
     async def stop(self, keep_dir: bool = False) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            if proc.returncode is None:
-                try:
-                    os.killpg(proc.pid, 9)
-                except ProcessLookupError:
-                    pass
-            await proc.wait()
-            reaper.current().drop_pgid(proc.pid)
+        await _end(self.proc)
+        self.proc = None
         if self.dir is not None and not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            reaper.current().drop_path(self.dir)
+            self.dir = None
+
+
+async def _end(proc: asyncio.subprocess.Process | None) -> None:
+    """Kill a server's process group, wait for it, tell the reaper."""
+    if proc is None:
+        return
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+    await proc.wait()
+    reaper.current().drop_pgid(proc.pid)
+
+
+class Registry:
+    """A real `docker-registry` (the CNCF distribution registry) on 127.0.0.1, for one
+    run, storing under REGISTRY_ROOT; reached by the engines through ContentServer."""
+
+    def __init__(self) -> None:
+        self.dir: str | None = None
+        self.port = 0
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        if shutil.which("docker-registry") is None:
+            raise DeliveryError("the pull mode of containers needs docker-registry "
+                                "(apt-get install docker-registry)")  # fmt: skip
+        os.makedirs(REGISTRY_ROOT, exist_ok=True)
+        self.dir = tempfile.mkdtemp(prefix=f"rtax-registry-{os.getpid()}-")
+        reaper.current().add_path(self.dir)
+        for _ in range(5):
+            self.port = _free_port()
+            with open(f"{self.dir}/config.yml", "w") as f:
+                f.write(REGISTRY_CONF.format(root=REGISTRY_ROOT, port=self.port))
+            self.proc = await asyncio.create_subprocess_exec(
+                "docker-registry", "serve", f"{self.dir}/config.yml",
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            reaper.current().add_pgid(self.proc.pid)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.proc.returncode is None:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/", timeout=1).close()
+                    return
+                except OSError:
+                    await asyncio.sleep(0.05)
+            await _end(self.proc)
+        raise DeliveryError("docker-registry did not start on 127.0.0.1")
+
+    def size(self, repo: str, tag: str) -> int:
+        """A pushed image's whole size: its manifest's config and layers (compressed, as
+        they are sent), and the manifest itself."""
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/v2/{repo}/manifests/{tag}",
+            headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            body = resp.read()
+        m = json.loads(body)
+        return len(body) + int(m["config"]["size"]) + sum(int(x["size"]) for x in m["layers"])
+
+    async def stop(self) -> None:
+        await _end(self.proc)
+        self.proc = None
+        if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             reaper.current().drop_path(self.dir)
             self.dir = None
@@ -250,23 +345,68 @@ class Delivery:
     def __init__(self) -> None:
         self.image: str | None = None
         self.server: ContentServer | None = None
+        self.registry: Registry | None = None
         self._cached: str | None = None
+        self._pushed: dict[str, tuple[str, str, int]] = {}  # local ref -> repo, tag, size
         self._lock = asyncio.Lock()
 
-    async def prepare(self, modes: tuple[str, ...]) -> None:
-        """Before the first trial (not timed as any trial's): the image made, the server
-        started when a mode fetches, the cached mount made when `cached` is listed."""
+    async def prepare(self, modes: tuple[str, ...], registry: bool = False) -> None:
+        """Before the first trial (not timed as any trial's): the servers, when a mode
+        fetches (a registry behind nginx too when a container engine pulls)."""
+        for tool in ("rclone", "fusermount") if LAZY in modes else ():
+            if shutil.which(tool) is None:
+                raise DeliveryError(
+                    f"the lazy image mode needs {tool} (apt-get install {TOOLS[tool]})"
+                )
+        if PULL not in modes and LAZY not in modes:
+            return
+        if registry and PULL in modes and self.registry is None:
+            self.registry = Registry()
+            await self.registry.start()
+        if self.server is None:
+            self.server = ContentServer(None if self.registry is None else self.registry.port)
+            await self.server.start()
+
+    async def push(self, api: Any, ref: str) -> tuple[str, str, int]:
+        """A container engine's local image `ref` pushed to the run's registry (once per
+        run; the registry keeps its blobs between runs): (repository, tag, whole size)."""
+        async with self._lock:
+            got = self._pushed.get(ref)
+            if got is not None:
+                return got
+            if self.registry is None:
+                raise DeliveryError("image mode pull: no registry in this run")
+            repo, _, tag = ref.rpartition(":")
+            if not repo or "/" in tag:
+                repo, tag = ref, "latest"
+            remote = f"127.0.0.1:{self.registry.port}/{repo}"
+
+            def push() -> None:
+                api.tag(ref, remote, tag)
+                try:
+                    for line in api.push(remote, tag=tag, stream=True, decode=True):
+                        if isinstance(line, dict) and line.get("error"):
+                            raise DeliveryError(f"push of {ref}: {line['error']}")
+                finally:
+                    api.remove_image(f"{remote}:{tag}", noprune=True)
+
+            await asyncio.to_thread(push)
+            assert self.registry is not None
+            size = await asyncio.to_thread(self.registry.size, repo, tag)
+            got = self._pushed[ref] = (repo, tag, size)
+            return got
+
+    def pull_ref(self, repo: str, trial_tag: str) -> str:
+        """Where an engine pulls `repo` for one trial: nginx's per-trial prefix."""
+        assert self.server is not None
+        return f"127.0.0.1:{self.server.port}/t-{trial_tag}/{repo}"
+
+    async def prepare_squashfs(self, modes: tuple[str, ...]) -> None:
+        """The workload root as a squashfs (made once per recipe) and, when `cached` is
+        listed, mounted once for the run's cached trials."""
         async with self._lock:
             if self.image is None:
                 self.image = await asyncio.to_thread(squashfs_image)
-            if (PULL in modes or LAZY in modes) and self.server is None:
-                for tool in ("rclone", "fusermount") if LAZY in modes else ():
-                    if shutil.which(tool) is None:
-                        raise DeliveryError(
-                            f"the lazy image mode needs {tool} (apt-get install {TOOLS[tool]})"
-                        )
-                self.server = ContentServer()
-                await self.server.start()
             if CACHED in modes and self._cached is None:
                 d = _trial_dir("cached")
                 root = f"{d}/root"
@@ -321,6 +461,9 @@ class Delivery:
         if self.server is not None:
             await self.server.stop()
             self.server = None
+        if self.registry is not None:
+            await self.registry.stop()
+            self.registry = None
 
 
 _current: Delivery | None = None

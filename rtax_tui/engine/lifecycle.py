@@ -339,6 +339,12 @@ class TrialRunner:
         if tr.env is None:
             return
         to = tr.timeouts
+        if tr.spec.image is not None:  # the mode's starting state: not the trial's cost
+            dur, _, tr.error = await timed("image", tr.env.before_image, to.create)
+            tr.waited += dur
+            self.emit(events.phase(tr.pt.id, "image.before", dur, tr.error is None))
+            if tr.error is not None:
+                return
         steps = [("create", tr.env.create, to.create), ("ready", tr.env.ready, to.ready)]
         if tr.spec.image is not None:  # the image's delivery, under create's timeout
             steps.insert(0, ("image", tr.env.deliver_image, to.create))

@@ -267,6 +267,11 @@ class Profile:
                 cls, _ = resolve(d, self.driver_options.get(d))
             except DriverRegistryError:
                 continue  # _check_names says so
+            if cls.image_registry and "pull" in self.images and self.concurrency > 1:
+                raise ProfileError(
+                    f"{where}: images: driver {d}'s pull removes the engine's copy of the "
+                    "image first, which no other trial may be using (concurrency = 1)"
+                )
             lacking = [m for m in self.images if m not in cls.image_modes]
             if lacking:
                 have = ", ".join(cls.image_modes) or "none"

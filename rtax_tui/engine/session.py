@@ -170,10 +170,8 @@ class Session:
         self._watch_clocks()
         try:
             p = self.profile
-            if p.images:  # the image, the server, the cached mount: before any trial
-                from rtax_tui.drivers.toolkit import delivery
-
-                await delivery.open_delivery().prepare(p.images)
+            if p.images:  # the servers, the images, the cached mounts: before any trial
+                await self._prepare_images(p.images)
             if p.capacity is not None:
                 batches = CapacityRun(
                     p.capacity,
@@ -213,6 +211,15 @@ class Session:
                 await delivery.close_delivery()
         self.emit(events.run_end(self.status, self.trials.ended))
         return self.status
+
+    async def _prepare_images(self, modes: tuple[str, ...]) -> None:
+        from rtax_tui.drivers.toolkit import delivery
+
+        registry = any(getattr(d, "image_registry", False) for d in self.drivers.values())
+        await delivery.open_delivery().prepare(modes, registry=registry)
+        for (h, name), drv in self.drivers.items():
+            mine = dict.fromkeys(c.workload for c in self.cells if (c.host, c.driver) == (h, name))
+            await drv.prepare_images([self.workloads[w] for w in mine], modes)
 
     # -- remote clocks ---------------------------------------------------------
     def _watch_clocks(self) -> None:
