@@ -132,8 +132,23 @@ def test_each_mode_delivers_the_image_root_and_the_server_counts_what_it_sent(
     assert "image delivery: per cell and image mode" in md and "of 111 MB" in md.replace(
         f"{size / 1e6:.3g} MB", "111 MB"
     )
+    svg = tmp_path / "image.svg"
+    res = _rtax("plot", str(out), "--kind", "image", "-o", str(svg))
+    assert res.returncode == 0, res.stderr
+    assert 'id="series:local/stage/t0/exec~lazy#' in svg.read_text()
     assert _mounts_under(delivery.TRIALS) == []
     assert os.listdir(delivery.TRIALS) == []
+
+
+def test_the_image_plot_says_when_a_run_has_no_image_mode(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    res = _rtax("run", "t0", "--driver", "local", "--trials", "1", "--warmup", "0",
+                "--headless", "--quiet", "-o", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = _rtax("plot", str(out), "--kind", "image", "-o", str(tmp_path / "i.svg"))
+    assert res.returncode == 2
+    want = "rtax: error: r.jsonl: no image mode to plot (a run with [run] images)"
+    assert res.stderr.strip() == want
 
 
 def test_a_run_killed_mid_lazy_trial_leaves_nothing_mounted_or_serving(

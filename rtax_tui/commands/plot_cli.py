@@ -19,6 +19,9 @@ kinds:
   load        start-up P50 (and P95) against offered load: environments asked for at
               once (sequential, burst:N) and arrivals a second (rate:R); needs a run
               with [run] arrivals
+  image       start-up (image + create + ready) P50 and P95 against the median bytes
+              each trial's image delivery fetched, per cell and image mode; needs a
+              run with [run] images
 
 Several recordings go into one figure; a cell found in two of them is labelled with
 its file name too. Only measured trials count (not warm-up, ok, valid), as in

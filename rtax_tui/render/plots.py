@@ -43,7 +43,7 @@ from rtax_tui.model.spec import RtaxError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-KINDS = ("breakdown", "cold-start", "cdf", "trajectory", "capacity", "load")
+KINDS = ("breakdown", "cold-start", "cdf", "trajectory", "capacity", "load", "image")
 SUFFIXES = (".svg", ".png")
 # the five parts of a rollout, in the order they happen (docs/architecture.md, "The model")
 PARTS = ("create", "ready", "actions", "teardown", "orchestration")
@@ -75,6 +75,7 @@ class PlotCell:
     label: str = ""
     # a replay whose fidelity is under the threshold: said beside its name in every plot
     mark: str | None = None
+    fetched: dict[Any, int] = field(default_factory=dict)  # trial -> its image's bytes
 
     def samples_ms(self, phase: str) -> np.ndarray:
         """The report's samples of `phase` (`action`: every action; `total`: per trial)."""
@@ -125,6 +126,9 @@ def load_cells(recs: Sequence[Recording], *, capacity: bool = False) -> list[Plo
                     pc = by_cell[c["cell"]] = PlotCell(c["cell"], meta, source)
                 pc.capacity = c["capacity"]
         _mark_replays(rec, by_cell)
+        for ev in rec.events:  # what each trial's image delivery fetched (issue 24)
+            if ev.get("type") == "image" and ev["cell"] in by_cell:
+                by_cell[ev["cell"]].fetched[ev["trial"]] = int(ev["fetched"])
         cells.extend(by_cell.values())
     seen: dict[str, int] = {}
     for pc in cells:
@@ -499,6 +503,48 @@ def _load(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
     fig.set_size_inches(11.0, 5.0)
 
 
+def _image(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    from rtax_tui.analysis.image_report import image_mode
+
+    cells = [c for c in _need(cells, "image", names) if image_mode(c.cell) is not None]
+    if not cells:
+        raise PlotError(f"{', '.join(names)}: no image mode to plot (a run with [run] images)")
+
+    def series_of(c: PlotCell) -> str:  # the cell without its mode (and its recording)
+        base = c.cell.replace(f"~{image_mode(c.cell)}", "", 1)
+        return base + ("" if c.label == c.cell else f" ({c.source})")
+
+    series = list(dict.fromkeys(series_of(c) for c in cells))
+    color = dict(zip(series, _colors(len(series)), strict=True))
+    marker = {"cached": "o", "pull": "s", "lazy": "^"}
+    ax = fig.subplots()
+    for c in cells:
+        mode = str(image_mode(c.cell))
+        up = [sum(t.phases.get(p, 0) for p in ("image", "create", "ready")) for t in c.trials]
+        got = [c.fetched[t.trial] for t in c.trials if t.trial in c.fetched]
+        if not up or not got:
+            continue
+        p50, p95 = (float(v) / NS_PER_MS for v in np.percentile(up, [50, 95]))
+        x = float(np.median(got)) / 1e6
+        ax.errorbar(
+            [x], [p50], yerr=[[0.0], [p95 - p50]], marker=marker.get(mode, "D"), capsize=3,
+            color=color[series_of(c)], label=f"{series_of(c)} {mode}", gid=f"series:{c.label}",
+            linestyle="none",
+        )  # fmt: skip
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
+    ax.set_xlabel("bytes fetched per trial, median (MB; cached: 0; linear below 0.1)")
+    ax.set_ylabel("start-up: image + create + ready, P50 (point), P95 (whisker) (ms, log)")
+    ax.legend(title="cell and image mode", fontsize=7)
+    fig.suptitle("Start-up against the bytes an image delivery fetched (server on loopback)")
+    fig.set_size_inches(9.0, 5.5)
+
+
 DRAW = {
     "breakdown": _breakdown,
     "cold-start": _cold_start,
@@ -506,6 +552,7 @@ DRAW = {
     "trajectory": _trajectory,
     "capacity": _capacity,
     "load": _load,
+    "image": _image,
 }
 
 
