@@ -68,6 +68,11 @@ def test_image_modes_that_cannot_run_are_refused_with_the_line(tmp_path: Path) -
         assert res.returncode == 2, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and want in lines[0] and str(bad) in lines[0], res.stderr
+    # a driver that has some of the modes: its cells of the others are left out, and said
+    some = tmp_path / "some.toml"
+    some.write_text('[run]\ndrivers = ["local"]\nimages = ["cached"]\n')
+    res = _rtax("run", str(some), "-o", str(tmp_path / "r.jsonl"))
+    assert res.returncode == 2 and "driver local has no image mode cached" in res.stderr
     res = _rtax("run", "t0", "--driver", "stage", "--image", "lazy,eager", "-o",
                 str(tmp_path / "r.jsonl"))  # fmt: skip
     assert res.returncode == 2 and "command line: images: unknown 'eager'" in res.stderr
@@ -228,6 +233,30 @@ def test_docker_pulls_from_a_registry_behind_the_server_and_keeps_its_copy_after
     assert sorted(e["mode"] for e in images.values()) == ["cached", "cached", "pull", "pull"]
     after = {t for img in api.images() for t in img.get("RepoTags") or ()}
     assert after == before  # no trial's tag left, the local one back
+    # docker has no lazy mode: with stage's lazy beside it, docker's lazy cells are left out
+    both = tmp_path / "both.toml"
+    both.write_text(
+        prof.read_text()
+        .replace('["docker"]', '["docker", "stage"]')
+        .replace('["pull", "cached"]', '["lazy", "cached"]')
+        .replace("trials = 2", "trials = 1")
+    )
+    out = tmp_path / "both.jsonl"
+    res = _rtax("run", str(both), "--headless", "--quiet", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert events[0]["profile"]["images_left_out"] == {"docker": ["lazy"]}
+    assert {e["cell"] for e in events if e["type"] == "trial_start"} == {
+        "local/docker/t0/exec~cached",
+        "local/stage/t0/exec~lazy",
+        "local/stage/t0/exec~cached",
+    }
+    from rtax_tui.ui.livestate import LiveState
+
+    live = LiveState()  # the console's count of the plan follows the cells run
+    for ev in events:
+        live.ingest(ev)
+    assert live.planned == 3 == sum(1 for e in events if e["type"] == "trial_start")
     bad = tmp_path / "bad.toml"
     bad.write_text(prof.read_text().replace("warmup = 0", "warmup = 0\nconcurrency = 2"))
     res = _rtax("run", str(bad), "-o", str(tmp_path / "b.jsonl"))

@@ -124,6 +124,9 @@ class Profile:
             d["arrivals"] = list(self.arrivals)
         if self.images:  # the page cache is kept: the server's is warm, a mount's is new
             d["images"] = list(self.images)
+            left = self.images_left_out()
+            if left:  # cells a driver cannot deliver: not in the run
+                d["images_left_out"] = left
         if self.pool is not None or self.modes is not None:  # older headers keep their shape
             d["pool"] = self.pool_spec.to_dict()
             d["modes"] = list(self.run_modes)
@@ -272,13 +275,28 @@ class Profile:
                     f"{where}: images: driver {d}'s pull removes the engine's copy of the "
                     "image first, which no other trial may be using (concurrency = 1)"
                 )
-            lacking = [m for m in self.images if m not in cls.image_modes]
-            if lacking:
+            if not any(m in cls.image_modes for m in self.images):
                 have = ", ".join(cls.image_modes) or "none"
                 raise ProfileError(
-                    f"{where}: images: driver {d} has no image mode {lacking[0]} "
+                    f"{where}: images: driver {d} has no image mode {self.images[0]} "
                     f"(its modes: {have})"
                 )
+
+    def images_left_out(self) -> dict[str, list[str]]:
+        """Per driver, the listed image modes it does not deliver: those cells are left out
+        of the run (a driver with none of them is refused by `_check_images`)."""
+        from rtax_tui.drivers.registry import DriverRegistryError, resolve
+
+        out: dict[str, list[str]] = {}
+        for d in self.drivers if self.images else ():
+            try:
+                cls, _ = resolve(d, self.driver_options.get(d))
+            except DriverRegistryError:
+                continue
+            lacking = [m for m in self.images if m not in cls.image_modes]
+            if lacking:
+                out[d] = lacking
+        return out
 
     @property
     def run_modes(self) -> tuple[str, ...]:

@@ -83,7 +83,11 @@ class Session:
             profile.arrivals,
             profile.images or ("",),
         )
-        self.cells = [c for c in cells if (c.host, c.driver) in drivers]
+        left = profile.images_left_out()  # a driver's cells of a mode it cannot deliver
+        self.cells = [
+            c for c in cells
+            if (c.host, c.driver) in drivers and c.image not in left.get(c.driver, ())
+        ]  # fmt: skip
         self.progress = Progress()
         self.status = "completed"
         self.emit = Emitter(sinks)

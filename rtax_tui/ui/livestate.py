@@ -158,8 +158,14 @@ class LiveState:
     def _plan_from_header(self, h: dict[str, Any]) -> None:
         prof = h.get("profile") or {}
         n_cells = 1
-        for k in ("hosts", "drivers", "workloads", "channels", "modes"):
+        for k in ("hosts", "workloads", "channels", "modes"):
             n_cells *= max(1, len(prof.get(k) or ()))
+        # per driver, its image modes (those it cannot deliver are left out of the run)
+        images = prof.get("images") or ()
+        left = prof.get("images_left_out") or {}
+        n_cells *= sum(
+            max(1, len(images) - len(left.get(d) or ())) for d in prof.get("drivers") or ("",)
+        )
         cap = prof.get("capacity")
         if isinstance(cap, dict) and cap.get("batches"):
             curve = [int(n) for n in cap.get("sizes") or ()] or [int(cap.get("size") or 1)]
