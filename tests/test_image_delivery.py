@@ -68,6 +68,13 @@ def test_image_modes_that_cannot_run_are_refused_with_the_line(tmp_path: Path) -
         assert res.returncode == 2, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and want in lines[0] and str(bad) in lines[0], res.stderr
+    nocache = tmp_path / "nocache.toml"
+    nocache.write_text('[run]\ndrivers = ["stage"]\npage_cache = "dropped"\n')
+    res = _rtax("run", str(nocache), "-o", str(tmp_path / "r.jsonl"))
+    assert res.returncode == 2, res.stderr
+    assert f"{nocache}:3: page_cache: dropped before an image phase: needs [run] images" in (
+        res.stderr
+    )
     # a driver that has some of the modes: its cells of the others are left out, and said
     some = tmp_path / "some.toml"
     some.write_text('[run]\ndrivers = ["local"]\nimages = ["cached"]\n')
@@ -261,3 +268,21 @@ def test_docker_pulls_from_a_registry_behind_the_server_and_keeps_its_copy_after
     bad.write_text(prof.read_text().replace("warmup = 0", "warmup = 0\nconcurrency = 2"))
     res = _rtax("run", str(bad), "-o", str(tmp_path / "b.jsonl"))
     assert res.returncode == 2 and "(concurrency = 1)" in res.stderr
+
+
+def test_a_dropped_page_cache_is_recorded_and_dropped_outside_the_image_phase(
+    tmp_path: Path, image_tools: None
+) -> None:
+    prof = tmp_path / "img.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["stage"]\nworkloads = ["t0"]\ntrials = 1\nwarmup = 0\n'
+        'images = ["lazy"]\npage_cache = "dropped"\n'
+    )
+    out = tmp_path / "r.jsonl"
+    res = _rtax("run", str(prof), "--headless", "--quiet", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert events[0]["profile"]["page_cache"] == "dropped"
+    names = [e["name"] for e in events if e["type"] == "phase"]
+    assert names.index("image.before") < names.index("image") < names.index("create")
+    assert all(e["valid"] for e in events if e["type"] == "trial_end")

@@ -490,6 +490,14 @@ async def close_delivery() -> None:
         await d.close()
 
 
+def drop_page_cache() -> None:
+    """The host's page cache written back and dropped (`page_cache = "dropped"`): the next
+    image phase reads its image, and the server its file, from the disk. Host-wide."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
 def _trial_dir(name: str) -> str:
     _public_dir(TRIALS)
     path = f"{TRIALS}/{name}-{os.getpid()}-{os.urandom(3).hex()}"

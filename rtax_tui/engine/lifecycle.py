@@ -340,7 +340,7 @@ class TrialRunner:
             return
         to = tr.timeouts
         if tr.spec.image is not None:  # the mode's starting state: not the trial's cost
-            dur, _, tr.error = await timed("image", tr.env.before_image, to.create)
+            dur, _, tr.error = await timed("image", self._before_image(tr.env), to.create)
             tr.waited += dur
             self.emit(events.phase(tr.pt.id, "image.before", dur, tr.error is None))
             if tr.error is not None:
@@ -355,6 +355,19 @@ class TrialRunner:
             self.emit(events.phase(tr.pt.id, phase, dur, tr.error is None))
             if tr.error is not None:
                 return
+
+    def _before_image(self, env: Any) -> Callable[[], Awaitable[None]]:
+        """The environment's `before_image`, then the page cache dropped if the profile
+        says so (`page_cache`): both before the image phase, neither timed as it."""
+
+        async def before() -> None:
+            await env.before_image()
+            if self.profile.page_cache == "dropped":
+                from rtax_tui.drivers.toolkit.delivery import drop_page_cache
+
+                await asyncio.to_thread(drop_page_cache)
+
+        return before
 
     async def _actions(self, tr: TrialState) -> None:
         """The workload's steps, in order, each under its timeout: the work the trial

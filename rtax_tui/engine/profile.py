@@ -95,6 +95,7 @@ class Profile:
     modes: tuple[str, ...] | None = RUN["modes"].default  # None: pool if [pool], else cold
     arrivals: tuple[str, ...] = RUN["arrivals"].default  # engine.arrivals
     images: tuple[str, ...] = RUN["images"].default  # drivers.toolkit.delivery; (): none
+    page_cache: str = RUN["page_cache"].default  # before each image phase: kept, dropped
     custom_workloads: dict[str, Workload] = field(default_factory=dict)
     driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -124,6 +125,7 @@ class Profile:
             d["arrivals"] = list(self.arrivals)
         if self.images:  # the page cache is kept: the server's is warm, a mount's is new
             d["images"] = list(self.images)
+            d["page_cache"] = self.page_cache
             left = self.images_left_out()
             if left:  # cells a driver cannot deliver: not in the run
                 d["images_left_out"] = left
@@ -255,6 +257,11 @@ class Profile:
         if len(set(self.images)) != len(self.images):
             raise ProfileError(f"{where}: images: a mode is listed twice")
         if not self.images:
+            if self.page_cache != "kept":
+                raise ProfileError(
+                    f"{locate('page_cache')}: page_cache: dropped before an image phase: "
+                    "needs [run] images"
+                )
             return
         if self.hosts != ("local",):
             raise ProfileError(

@@ -131,6 +131,8 @@ RUN = Table("run", "which cells to run and how often", {
     "images": Key((list,), (),
                   "image modes: cached, pull (whole, from loopback), lazy (fetched as read)",
                   items=(str,)),
+    "page_cache": Key((str,), "kept", "before each image phase: kept, or dropped (the host's)",
+                      choices=("kept", "dropped")),
     "arrivals": Key((list,), ("sequential",),
                     "sequential, burst:N (N at once), rate:R (Poisson arrivals, R a second)",
                     items=(str,)),
