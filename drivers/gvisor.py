@@ -49,6 +49,7 @@ import threading
 from typing import Any, ClassVar
 
 from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer, which
+from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.assets import cache_dir
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import (
@@ -207,6 +208,7 @@ class GvisorEnvironment(Environment):
         self._ws: asyncio.Future[str] | None = None
         self._spawn: asyncio.Future[Any] | None = None
         self._made_dir = False
+        self.img = delivery.RootImage()  # its root in a run with image modes
         self._started = False
 
     def runsc(self, *args: str) -> list[str]:
@@ -268,11 +270,23 @@ class GvisorEnvironment(Environment):
 
     # -- create ------------------------------------------------------------
 
+    async def deliver_image(self) -> None:
+        """The root as `spec.image` says (drivers.toolkit.delivery): the Debian root as a
+        cached, pulled or lazy squashfs, for every workload; read-only, as gVisor's
+        roots are (the `overlay` option puts a writable layer in the sandbox's memory)."""
+        try:
+            await self.img.deliver(str(self.spec.image), safe_label(self.spec.label))
+        except delivery.DeliveryError as exc:
+            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
+
+    def image_report(self) -> dict[str, Any] | None:
+        return self.img.report()
+
     async def create(self) -> None:
         spec = self.spec
         label = safe_label(spec.label)
         async with self.sub("root"):
-            root = await self.driver.root_for(spec.workload)
+            root = self.img.root or await self.driver.root_for(spec.workload)
             platform = await self.driver.platform()
         async with self.sub("workspace"):
             self._ws = asyncio.ensure_future(
@@ -424,6 +438,7 @@ class GvisorEnvironment(Environment):
         if self.workspace is not None:
             await self.host.remove_tree(self.workspace)
             self.workspace = None
+        await self.img.release()  # after the sandbox and its gofer: nothing reads it now
         if errors:
             raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, "; ".join(errors))
 
@@ -556,6 +571,7 @@ class GvisorDriver(Driver):
     runs_remote = False  # runsc, the bundle and the cached roots are the controller's
     image_recipe: ClassVar[ImageRecipe | None] = ImageRecipe("gvisor", build_roots)
     leaves: ClassVar[frozenset[str]] = frozenset({"monitors"})
+    image_modes = ("cached", "pull", "lazy")  # drivers.toolkit.delivery
     # What `rtax probe --driver gvisor` found kept on both channels here (runsc
     # 2022-12-19, ptrace), pids_limit and default_limits included (the sandbox's
     # RLIMIT_NPROC refuses the fork past the limit; the probe's bomb keeps its processes
@@ -660,6 +676,10 @@ class GvisorDriver(Driver):
                 "process (the sentry), so rtax cannot tell which one wrote the answer"
             )
         return None
+
+    async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
+        """The Debian root as a squashfs, and its run-long mount for `cached`."""
+        await delivery.current().prepare_squashfs(modes)
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)

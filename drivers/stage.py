@@ -38,6 +38,7 @@ import subprocess
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
+from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.assets import assets_root
 from rtax_tui.drivers.toolkit.sandbox import (
     ENTER_GONE,
@@ -136,28 +137,22 @@ class StageEnvironment(Environment):
         self.pidfd: int | None = None  # the init, held (controller's host): is it alive?
         self.dev: list[str] = []  # /dev as the sandbox started: NAME:KIND:TARGET (reset)
         self._auxv: bytes | None = None  # the shell's, when it was trusted (shell channel)
-        self.delivered: Any = None  # delivery.Delivered: the image root (image modes)
-        self.image_dir: str | None = None  # the trial's own mounts, to release
+        self.img = delivery.RootImage()  # its root in a run with image modes
 
     # -- image (a run with image modes) --------------------------------------
 
     async def deliver_image(self) -> None:
         """The root as `spec.image` says: a cached mount, a pulled or a lazy one
         (drivers.toolkit.delivery); the sandbox then binds its entries, not the host's."""
-        from rtax_tui.drivers.toolkit import delivery
-
         if not self.host.controller_local:
             raise PhaseFailure(ErrorKind.ERROR, "image modes: stage on the local host only")
         try:
-            got = await delivery.current().deliver(
-                str(self.spec.image), safe_label(self.spec.label)
-            )
+            await self.img.deliver(str(self.spec.image), safe_label(self.spec.label))
         except delivery.DeliveryError as exc:
             raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
-        self.delivered, self.image_dir = got
 
     def image_report(self) -> dict[str, Any] | None:
-        return None if self.delivered is None else self.delivered.to_json()
+        return self.img.report()
 
     # -- create ------------------------------------------------------------
 
@@ -195,8 +190,8 @@ class StageEnvironment(Environment):
                 site.tools["bwrap"],
                 self.workspace,
                 INIT_CMD[self.channel],
-                root=site.root if self.delivered is None else image_root(self.delivered.root),
-                root_dir="/" if self.delivered is None else self.delivered.root,
+                root=site.root if self.img.root is None else image_root(self.img.root),
+                root_dir=self.img.root or "/",
                 etc=site.support.etc,
                 bin_dir=site.support.bin,
                 seccomp_fd=SPAWN_SECCOMP_FD,
@@ -470,12 +465,7 @@ class StageEnvironment(Environment):
         if self.workspace is not None:
             await self.host.remove_tree(self.workspace)
             self.workspace = None
-        if self.image_dir is not None:  # after the sandbox: nothing reads the mounts now
-            from rtax_tui.drivers.toolkit import delivery
-
-            await asyncio.to_thread(delivery.release_dir, self.image_dir)
-            self.image_dir = None
-            delivery.current().count(self.delivered)
+        await self.img.release()  # after the sandbox: nothing reads the mounts now
         if errors:
             raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, "; ".join(errors))
 
@@ -620,8 +610,6 @@ class StageDriver(Driver):
 
     async def prepare_images(self, workloads: list[Any], modes: tuple[str, ...]) -> None:
         """The workload root as a squashfs, and its run-long mount for `cached`."""
-        from rtax_tui.drivers.toolkit import delivery
-
         await delivery.current().prepare_squashfs(modes)
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:

@@ -286,3 +286,27 @@ def test_a_dropped_page_cache_is_recorded_and_dropped_outside_the_image_phase(
     names = [e["name"] for e in events if e["type"] == "phase"]
     assert names.index("image.before") < names.index("image") < names.index("create")
     assert all(e["valid"] for e in events if e["type"] == "trial_end")
+
+
+def test_gvisor_runs_on_the_lazy_root_too(tmp_path: Path, image_tools: None) -> None:
+    """The same delivery, another driver: gVisor's root is the image's mount (T1, which
+    binds the assets at their host path: a mount point the image was made with)."""
+    import shutil
+
+    if shutil.which("runsc") is None:
+        pytest.skip("no runsc here (bootstrap installs it)")
+    prof = tmp_path / "img.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["gvisor"]\nworkloads = ["t1"]\ntrials = 1\nwarmup = 0\n'
+        'images = ["cached", "lazy"]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    res = _rtax("run", str(prof), "--headless", "--quiet", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    ends = [e for e in events if e["type"] == "trial_end"]
+    assert len(ends) == 2 and all(e["valid"] for e in ends), ends
+    got = {e["mode"]: e for e in events if e["type"] == "image"}
+    assert got["cached"]["fetched"] == 0
+    assert 0 < got["lazy"]["fetched"] < got["lazy"]["size"] // 4
+    assert _mounts_under(delivery.TRIALS) == []

@@ -75,11 +75,20 @@ def _public_dir(path: str) -> None:
 
 def squashfs_image(log: Any = None) -> str:
     """The workload root as a zstd squashfs under SERVED/<name>/ (made once per recipe of
-    the root, about 20 s plus the root's own build when it is not cached): its path."""
+    the root, about 20 s plus the root's own build when it is not cached): its path.
+
+    A read-only root needs its mount points made beforehand: `/workspace`, `/tmp`,
+    `/proc`, and the assets' path (rtax's cache, bound at its host path by stage and
+    gVisor), which is this host's: the name carries a hash of it."""
+    import hashlib
+
+    from rtax_tui.drivers.toolkit.assets import cache_dir
     from rtax_tui.drivers.toolkit.rootfs import build_debian_rootfs
 
     tarball = build_debian_rootfs(log=log)
-    name = os.path.basename(tarball).removesuffix(".tar")
+    assets = os.path.abspath(cache_dir())
+    key = hashlib.sha256(assets.encode()).hexdigest()[:8]
+    name = f"{os.path.basename(tarball).removesuffix('.tar')}-{key}"
     out_dir = f"{SERVED}/{name}"
     out = f"{out_dir}/root.sqfs"
     if os.path.exists(out):
@@ -92,7 +101,14 @@ def squashfs_image(log: Any = None) -> str:
     try:
         root = f"{work}/root"
         os.mkdir(root)
-        subprocess.run(["tar", "-xf", tarball, "-C", root], check=True, capture_output=True)
+        subprocess.run(
+            ["tar", "--numeric-owner", "-xf", tarball, "-C", root], check=True,
+            capture_output=True,
+        )  # fmt: skip
+        for sub, mode in (("workspace", 0o755), ("tmp", 0o1777), ("proc", 0o555)):
+            os.makedirs(f"{root}/{sub}", exist_ok=True)
+            os.chmod(f"{root}/{sub}", mode)
+        os.makedirs(root + assets, exist_ok=True)
         subprocess.run(
             ["mksquashfs", root, f"{work}/root.sqfs", "-comp", "zstd", "-noappend", "-quiet",
              "-no-progress"],
@@ -488,6 +504,36 @@ async def close_delivery() -> None:
     d, _current = _current, None
     if d is not None:
         await d.close()
+
+
+class RootImage:
+    """One environment's root image, for a driver whose root is a directory on the host
+    (stage, gVisor): delivered by the trial's mode, released after the environment is
+    gone, and what its server counted reported. One rule for every such driver."""
+
+    def __init__(self) -> None:
+        self.delivered: Delivered | None = None
+        self.dir: str | None = None  # the trial's own mounts, to release
+
+    @property
+    def root(self) -> str | None:
+        """The image's root directory on the host, once delivered."""
+        return None if self.delivered is None else self.delivered.root
+
+    async def deliver(self, mode: str, label: str) -> None:
+        """Raises DeliveryError (the image phase's failure)."""
+        self.delivered, self.dir = await current().deliver(mode, label)
+
+    async def release(self) -> None:
+        """After the environment: its mounts unmounted and removed, its bytes counted."""
+        if self.dir is not None:
+            await asyncio.to_thread(release_dir, self.dir)
+            self.dir = None
+            if self.delivered is not None:
+                current().count(self.delivered)
+
+    def report(self) -> dict[str, Any] | None:
+        return None if self.delivered is None else self.delivered.to_json()
 
 
 def drop_page_cache() -> None:

@@ -41,9 +41,20 @@ def image_mode(cell: str) -> str | None:
 
 
 def image_document(cells: Sequence[ImageCell], seed: int = 0) -> list[dict[str, Any]] | None:
-    """One row per cell that has an image mode, in the cells' order; None without any."""
+    """One row per cell that has an image mode, a cell's modes together (cached, pull,
+    lazy), in the order the cells first ran; None without any."""
     rows = [_row(cd, seed) for cd in cells if image_mode(cd.cell) is not None]
+    first: dict[str, int] = {}
+    for r in rows:
+        first.setdefault(_without_mode(r["cell"]), len(first))
+    order = {m: i for i, m in enumerate(("cached", "pull", "lazy"))}
+    rows.sort(key=lambda r: (first[_without_mode(r["cell"])], order.get(r["mode"], 9)))
     return rows or None
+
+
+def _without_mode(cell: str) -> str:
+    mode = image_mode(cell)
+    return cell if mode is None else cell.replace(f"~{mode}", "", 1)
 
 
 def _row(cd: ImageCell, seed: int) -> dict[str, Any]:
