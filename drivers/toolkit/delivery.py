@@ -592,22 +592,23 @@ async def _rclone_mount(url: str, fuse: str) -> None:
         "--vfs-read-chunk-size-limit", CHUNK, "--buffer-size", "0", "--allow-other",
         "--dir-cache-time", "1h", "--config", "/dev/null",
     ]  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+    log = os.path.join(os.path.dirname(fuse), "rclone.log")  # a file: a pipe could fill
+    with open(log, "wb") as err:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=err, start_new_session=True,
+        )  # fmt: skip
     reaper.current().add_pgid(proc.pid)
+    _MOUNTS[fuse] = proc  # release_dir ends it, even if the mount never comes up
     deadline = time.monotonic() + MOUNT_WAIT_S
     while not safefs.is_mount_point(fuse):
         if proc.returncode is not None or time.monotonic() > deadline:
-            err = b""
-            if proc.returncode is not None and proc.stderr is not None:
-                err = await proc.stderr.read()
+            with open(log, "rb") as f:
+                tail = f.read().decode(errors="replace").strip().splitlines()
             raise DeliveryError(
-                f"rclone mount did not come up: {err.decode(errors='replace')[-200:]}"
+                f"rclone mount did not come up: {tail[-1] if tail else 'no error logged'}"
             )
         await asyncio.sleep(0.005)
-    _MOUNTS[fuse] = proc
 
 
 _MOUNTS: dict[str, asyncio.subprocess.Process] = {}  # a lazy trial's FUSE client, by mount

@@ -267,6 +267,11 @@ class Profile:
             raise ProfileError(
                 f'{where}: images: image delivery runs on the local host only (hosts = ["local"])'
             )
+        if self.capacity is not None:
+            raise ProfileError(
+                f"{where}: images: a capacity run measures its batches with their images "
+                "on the host (remove [capacity] or the image modes)"
+            )
         if "pool" in self.run_modes:
             raise ProfileError(
                 f"{where}: images: a pooled environment's image is delivered before a trial "
