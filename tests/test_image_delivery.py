@@ -144,6 +144,24 @@ def test_each_mode_delivers_the_image_root_and_the_server_counts_what_it_sent(
     assert "image delivery: per cell and image mode" in md and "of 111 MB" in md.replace(
         f"{size / 1e6:.3g} MB", "111 MB"
     )
+    # worker-hours count the image phase once a trajectory (recomputed from the events)
+    res = _rtax("project", str(out), "--trajectories", "1000", "--steps", "10", "--format",
+                "json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    proj = {c["cell"]: c for c in json.loads(res.stdout)["cells"]}
+    pull = proj["local/stage/t0/exec~pull"]
+    measured = {t for t, e in starts.items() if not e["warmup"] and e["cell"] == pull["cell"]}
+
+    def med(name: str) -> float:
+        vals = sorted(e["dur_ns"] for e in events if e["type"] == "phase"
+                      and e["name"] == name and e["trial"] in measured)  # fmt: skip
+        return (vals[0] + vals[1]) / 2 / 1e9
+
+    assert pull["inputs"]["image"]["p50_s"] == pytest.approx(med("image"))
+    acts = sorted(e["dur_ns"] for e in events if e["type"] == "action" and e["trial"] in measured)
+    per = med("image") + med("create") + med("ready") + med("teardown")
+    per += 10 * (acts[len(acts) // 2] + acts[(len(acts) - 1) // 2]) / 2 / 1e9
+    assert pull["per_trajectory_s"] == pytest.approx(per)
     svg = tmp_path / "image.svg"
     res = _rtax("plot", str(out), "--kind", "image", "-o", str(svg))
     assert res.returncode == 0, res.stderr

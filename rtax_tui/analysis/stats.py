@@ -262,17 +262,22 @@ def project(
     name to durations in ns; `action` is the pool of all action durations). The
     95% interval comes from resampling each phase independently (one
     `default_rng(seed)`, phases in the order create, ready, teardown, action).
-    When a phase has no samples every figure is None.
+    When a phase has no samples every figure is None. A cell with an `image` phase (a
+    run with image modes) adds it once a trajectory, resampled last (so a cell without
+    one gets the figures it always had).
     """
-    arrays = {p: np.sort(_as_array(per_trial_ns.get(p, ()))) for p in PROJECT_PHASES}
+    phases = PROJECT_PHASES
+    if _as_array(per_trial_ns.get("image", ())).shape[0]:
+        phases = PROJECT_PHASES + ("image",)
+    arrays = {p: np.sort(_as_array(per_trial_ns.get(p, ()))) for p in phases}
     inputs: dict[str, Any] = {
         p: {
             "n": int(arrays[p].shape[0]),
             "p50_s": float(np.median(arrays[p])) / NS_PER_S if arrays[p].shape[0] else None,
         }
-        for p in PROJECT_PHASES
+        for p in phases
     }
-    if any(arrays[p].shape[0] == 0 for p in PROJECT_PHASES):
+    if any(arrays[p].shape[0] == 0 for p in phases):
         return {
             "worker_hours": None,
             "ci95": [None, None],
@@ -281,11 +286,11 @@ def project(
         }
     dist = None if steps_dist is None else np.asarray(steps_dist, dtype=np.float64)
     s_mean = steps if dist is None else float(dist.mean())
-    weights = {"create": 1.0, "ready": 1.0, "teardown": 1.0, "action": s_mean}
-    per_traj = sum(weights[p] * inputs[p]["p50_s"] for p in PROJECT_PHASES)
+    weights = {"create": 1.0, "ready": 1.0, "teardown": 1.0, "action": s_mean, "image": 1.0}
+    per_traj = sum(weights[p] * inputs[p]["p50_s"] for p in phases)
     rng = np.random.default_rng(seed)
     boot = np.zeros(n_boot, dtype=np.float64)
-    for p in PROJECT_PHASES:
+    for p in phases:
         meds = bootstrap_medians(arrays[p], rng, n_boot) / NS_PER_S
         if p == "action" and dist is not None:
             picks = rng.integers(0, dist.shape[0], size=(n_boot, dist.shape[0]))

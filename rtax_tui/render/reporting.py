@@ -315,7 +315,10 @@ def render_project(proj: dict[str, Any]) -> Table:
     else:
         s = f"{s} steps"
     table = Table(title=f"rtax project: {n:,} trajectories x {s}")
-    for h in ("cell", "create s", "ready s", "action s", "teardown s", "per traj s", "worker-h"):
+    imaged = any("image" in c["inputs"] for c in proj["cells"])  # a run with image modes
+    heads = ["cell", *(["image s"] if imaged else []), "create s", "ready s", "action s",
+             "teardown s", "per traj s", "worker-h"]  # fmt: skip
+    for h in heads:
         table.add_column(h, justify="left" if h == "cell" else "right")
     table.add_column("95% CI", justify="right")
     pooled = any("pool_idle_env_hours" in c for c in proj["cells"])
@@ -331,6 +334,7 @@ def render_project(proj: dict[str, Any]) -> Table:
         lo, hi = c["ci95"]
         row = [
             cell_name(c),
+            *([_fmt_num((inp.get("image") or {}).get("p50_s"))] if imaged else []),
             _fmt_num(inp["create"]["p50_s"]),
             _fmt_num(inp["ready"]["p50_s"]),
             _fmt_num(inp["action"]["p50_s"]),
