@@ -328,3 +328,46 @@ def test_gvisor_runs_on_the_lazy_root_too(tmp_path: Path, image_tools: None) -> 
     assert got["cached"]["fetched"] == 0
     assert 0 < got["lazy"]["fetched"] < got["lazy"]["size"] // 4
     assert _mounts_under(delivery.TRIALS) == []
+
+
+def test_rtax_cleanup_removes_what_a_run_killed_with_its_reaper_left(
+    tmp_path: Path, image_tools: None
+) -> None:
+    """rtax and its reaper both killed (kill -9): the mounts, the FUSE client and nginx
+    stay, and `rtax cleanup` removes them (a live run's, named by its pid, it spares)."""
+    prof = tmp_path / "img.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["stage"]\nworkloads = ["slow"]\ntrials = 2\nwarmup = 0\n'
+        'images = ["lazy"]\n[workloads.slow]\nsteps = [{argv = ["sleep", "60"]}]\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "--quiet", "-o",
+         str(tmp_path / "r.jsonl")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not [m for m in _mounts_under(delivery.TRIALS) if f"-{proc.pid}-" in m]:
+            assert proc.poll() is None and time.monotonic() < deadline, "no lazy root"
+            time.sleep(0.1)
+        reapers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "hosts.reaper"],
+                                 capture_output=True, text=True).stdout.split()  # fmt: skip
+        assert len(reapers) == 1
+        for pid in [proc.pid, int(reapers[0])]:  # rtax and its reaper, at once
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        time.sleep(1)
+        left = [m for m in _mounts_under(delivery.TRIALS) if f"-{proc.pid}-" in m]
+        assert left and _rclones(proc.pid), "the kill left its mounts and FUSE client"
+        res = _rtax("cleanup")
+        assert res.returncode == 0, res.stderr
+        assert "image delivery: removed" in res.stdout, res.stdout
+        assert [m for m in _mounts_under(delivery.TRIALS) if f"-{proc.pid}-" in m] == []
+        assert _rclones(proc.pid) == []
+        assert [d for d in os.listdir(delivery.TRIALS) if f"-{proc.pid}-" in d] == []
+        assert list(Path(tempfile.gettempdir()).glob(f"rtax-nginx-{proc.pid}-*")) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _rtax("cleanup")

@@ -630,3 +630,66 @@ def release_dir(d: str) -> None:
             reaper.current().drop_path(path)
     if safefs.remove_tree(d) == []:
         reaper.current().drop_path(d)
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _procs_naming(text: str) -> list[int]:
+    """Processes whose command line names `text` (a path of a dead run's)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    out.append(int(d))
+        except OSError:
+            continue
+    return out
+
+
+def _kill_groups(pids: list[int]) -> None:
+    for pid in pids:
+        for kill in (os.killpg, os.kill):  # a server leads its group; else the process
+            try:
+                kill(pid, 9)
+                break
+            except (ProcessLookupError, PermissionError):
+                continue
+
+
+def cleanup(label: str | None = None) -> int:
+    """`rtax cleanup`: what image delivery left of runs whose rtax is gone (its reaper
+    killed too): trials' mounts and FUSE clients, the cached mount, nginx and the
+    registry with their directories. Every name carries the pid of the rtax that made
+    it, so a live run's are spared; `label`: only that run's trials. Returns how many."""
+    import re
+
+    n = 0
+    if os.path.isdir(TRIALS):
+        for name in sorted(os.listdir(TRIALS)):
+            m = re.search(r"-(\d+)-[0-9a-f]{6}$", name)
+            if m is None or _alive(int(m.group(1))):
+                continue
+            if label is not None and not name.startswith(f"{label}-"):
+                continue
+            d = f"{TRIALS}/{name}"
+            safefs.unmount(f"{d}/root")  # before its FUSE client goes
+            _kill_groups(_procs_naming(f"{d}/fuse"))
+            release_dir(d)
+            n += 1
+    if label is not None:
+        return n
+    tmp = tempfile.gettempdir()
+    for name in sorted(os.listdir(tmp)):
+        m = re.fullmatch(r"rtax-(nginx|registry)-(\d+)-\w+", name)
+        if m is None or _alive(int(m.group(2))):
+            continue
+        d = os.path.join(tmp, name)
+        _kill_groups(_procs_naming(d))
+        shutil.rmtree(d, ignore_errors=True)
+        n += 1
+    return n

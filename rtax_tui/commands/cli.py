@@ -696,6 +696,13 @@ def _cleanup(args: argparse.Namespace) -> int:
         n = cgroups.cleanup(spare=spare)
     if n:
         print(f"cgroups: removed {n}")
+    if not args.driver:  # image delivery's mounts and servers (a run with image modes)
+        from rtax_tui.drivers.toolkit import delivery
+
+        got = delivery.cleanup(None if args.run is None else runlock.safe_label(args.run))
+        if got:
+            print(f"image delivery: removed {got}")
+        n += got
     print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
     _print_spared(runlock.take_spared())
     return 0
