@@ -274,10 +274,7 @@ class GvisorEnvironment(Environment):
         """The root as `spec.image` says (drivers.toolkit.delivery): the Debian root as a
         cached, pulled or lazy squashfs, for every workload; read-only, as gVisor's
         roots are (the `overlay` option puts a writable layer in the sandbox's memory)."""
-        try:
-            await self.img.deliver(str(self.spec.image), safe_label(self.spec.label))
-        except delivery.DeliveryError as exc:
-            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
+        await self.img.deliver(self.spec)
 
     def image_report(self) -> dict[str, Any] | None:
         return self.img.report()

@@ -146,10 +146,7 @@ class StageEnvironment(Environment):
         (drivers.toolkit.delivery); the sandbox then binds its entries, not the host's."""
         if not self.host.controller_local:
             raise PhaseFailure(ErrorKind.ERROR, "image modes: stage on the local host only")
-        try:
-            await self.img.deliver(str(self.spec.image), safe_label(self.spec.label))
-        except delivery.DeliveryError as exc:
-            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
+        await self.img.deliver(self.spec)
 
     def image_report(self) -> dict[str, Any] | None:
         return self.img.report()

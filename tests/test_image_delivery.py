@@ -181,12 +181,11 @@ def test_the_image_plot_says_when_a_run_has_no_image_mode(tmp_path: Path) -> Non
     assert res.stderr.strip() == want
 
 
-def test_a_run_killed_mid_lazy_trial_leaves_nothing_mounted_or_serving(
-    tmp_path: Path, image_tools: None
-) -> None:
+def _in_a_lazy_step(tmp_path: Path) -> subprocess.Popen[str]:
+    """A run of stage on a lazy root whose one step sleeps, once its root is mounted."""
     prof = tmp_path / "img.toml"
     prof.write_text(
-        '[run]\ndrivers = ["stage"]\nworkloads = ["slow"]\ntrials = 3\nwarmup = 0\n'
+        '[run]\ndrivers = ["stage"]\nworkloads = ["slow"]\ntrials = 2\nwarmup = 0\n'
         'images = ["lazy"]\n[workloads.slow]\nsteps = [{argv = ["sleep", "60"]}]\n'
     )
     proc = subprocess.Popen(
@@ -194,13 +193,22 @@ def test_a_run_killed_mid_lazy_trial_leaves_nothing_mounted_or_serving(
          str(tmp_path / "r.jsonl")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not any(f"-{proc.pid}-" in m and m.endswith("/root")
+                  for m in _mounts_under(delivery.TRIALS)):  # fmt: skip
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"no lazy root mounted: {proc.stderr.read() if proc.stderr else ''}")
+        time.sleep(0.1)
+    return proc
+
+
+def test_a_run_killed_mid_lazy_trial_leaves_nothing_mounted_or_serving(
+    tmp_path: Path, image_tools: None
+) -> None:
+    proc = _in_a_lazy_step(tmp_path)
     try:
-        deadline = time.monotonic() + 300
-        while not any(f"-{proc.pid}-" in m and m.endswith("/root")
-                      for m in _mounts_under(delivery.TRIALS)):  # fmt: skip
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no lazy root mounted"
-            time.sleep(0.1)
         assert _rclones(proc.pid), "the lazy trial's FUSE client"
         (conf,) = Path(tempfile.gettempdir()).glob(f"rtax-nginx-{proc.pid}-*")
         nginx = int((conf / "nginx.pid").read_text())  # its master: its group's leader
@@ -335,21 +343,8 @@ def test_rtax_cleanup_removes_what_a_run_killed_with_its_reaper_left(
 ) -> None:
     """rtax and its reaper both killed (kill -9): the mounts, the FUSE client and nginx
     stay, and `rtax cleanup` removes them (a live run's, named by its pid, it spares)."""
-    prof = tmp_path / "img.toml"
-    prof.write_text(
-        '[run]\ndrivers = ["stage"]\nworkloads = ["slow"]\ntrials = 2\nwarmup = 0\n'
-        'images = ["lazy"]\n[workloads.slow]\nsteps = [{argv = ["sleep", "60"]}]\n'
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "--quiet", "-o",
-         str(tmp_path / "r.jsonl")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = _in_a_lazy_step(tmp_path)
     try:
-        deadline = time.monotonic() + 300
-        while not [m for m in _mounts_under(delivery.TRIALS) if f"-{proc.pid}-" in m]:
-            assert proc.poll() is None and time.monotonic() < deadline, "no lazy root"
-            time.sleep(0.1)
         reapers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "hosts.reaper"],
                                  capture_output=True, text=True).stdout.split()  # fmt: skip
         assert len(reapers) == 1

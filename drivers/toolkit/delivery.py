@@ -34,11 +34,14 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.hosts import reaper, safefs
-from rtax_tui.model.spec import RtaxError
+from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.runlock import safe_label
+from rtax_tui.model.spec import EnvSpec, PhaseFailure, RtaxError
 
 CACHED, PULL, LAZY = "cached", "pull", "lazy"
 MODES = (CACHED, PULL, LAZY)
@@ -184,13 +187,29 @@ http:
 REGISTRY_ROOT = f"{BASE}/registry"
 
 
-class ContentServer:
-    """A real nginx on 127.0.0.1 serving SERVED under per-trial prefixes, for one run."""
+class _Server:
+    """A server rtax runs for one run: its directory (configuration, logs), its port on
+    127.0.0.1 and its process; `stop` ends the process group and removes the directory."""
 
-    def __init__(self, registry_port: int | None = None) -> None:
+    def __init__(self) -> None:
         self.dir: str | None = None
         self.port = 0
         self.proc: asyncio.subprocess.Process | None = None
+
+    async def stop(self) -> None:
+        await _end(self.proc)
+        self.proc = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            reaper.current().drop_path(self.dir)
+            self.dir = None
+
+
+class ContentServer(_Server):
+    """A real nginx on 127.0.0.1 serving SERVED under per-trial prefixes, for one run."""
+
+    def __init__(self, registry_port: int | None = None) -> None:
+        super().__init__()
         self.registry_port = registry_port  # proxied under /v2/ when given
 
     @property
@@ -205,29 +224,18 @@ class ContentServer:
         self.dir = tempfile.mkdtemp(prefix=f"rtax-nginx-{os.getpid()}-")
         reaper.current().add_path(self.dir)
         os.mkdir(f"{self.dir}/tmp")
-        for _ in range(5):
-            self.port = _free_port()
-            reg = ""
-            if self.registry_port is not None:
-                reg = NGINX_REGISTRY.format(port=self.registry_port)
-            conf = NGINX_CONF.format(dir=self.dir, port=self.port, served=SERVED, registry=reg)
-            with open(f"{self.dir}/nginx.conf", "w") as f:
-                f.write(conf)
-            self.proc = await asyncio.create_subprocess_exec(
-                "nginx", "-c", f"{self.dir}/nginx.conf", "-p", self.dir,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-            reaper.current().add_pgid(self.proc.pid)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.proc.returncode is None:
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return
-                except OSError:
-                    await asyncio.sleep(0.02)
-            await self.stop(keep_dir=True)  # the port was taken meanwhile: another
-        raise DeliveryError(f"nginx did not start: {self._error_tail()}")
+        d = self.dir
+        reg = "" if self.registry_port is None else NGINX_REGISTRY.format(port=self.registry_port)
+
+        def configure(port: int) -> list[str]:
+            with open(f"{d}/nginx.conf", "w") as f:
+                f.write(NGINX_CONF.format(dir=d, port=port, served=SERVED, registry=reg))
+            return ["nginx", "-c", f"{d}/nginx.conf", "-p", d]
+
+        got = await _serve(configure)
+        if got is None:
+            raise DeliveryError(f"nginx did not start: {self._error_tail()}")
+        self.proc, self.port = got
 
     def _error_tail(self) -> str:
         try:
@@ -259,13 +267,30 @@ class ContentServer:
             pass
         return total, n
 
-    async def stop(self, keep_dir: bool = False) -> None:
-        await _end(self.proc)
-        self.proc = None
-        if self.dir is not None and not keep_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            reaper.current().drop_path(self.dir)
-            self.dir = None
+
+async def _serve(
+    configure: Callable[[int], list[str]], wait_s: float = 15.0
+) -> tuple[asyncio.subprocess.Process, int] | None:
+    """A server on a free port of 127.0.0.1: `configure(port)` writes its configuration
+    and returns its argv; its process group goes to the reaper as it starts. (process,
+    port) once the port accepts a connection; another port when this one was taken
+    meanwhile; None after five."""
+    for _ in range(5):
+        port = _free_port()
+        proc = await asyncio.create_subprocess_exec(
+            *configure(port), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        reaper.current().add_pgid(proc.pid)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and proc.returncode is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return proc, port
+            except OSError:
+                await asyncio.sleep(0.02)
+        await _end(proc)
+    return None
 
 
 async def _end(proc: asyncio.subprocess.Process | None) -> None:
@@ -281,14 +306,9 @@ async def _end(proc: asyncio.subprocess.Process | None) -> None:
     reaper.current().drop_pgid(proc.pid)
 
 
-class Registry:
+class Registry(_Server):
     """A real `docker-registry` (the CNCF distribution registry) on 127.0.0.1, for one
     run, storing under REGISTRY_ROOT; reached by the engines through ContentServer."""
-
-    def __init__(self) -> None:
-        self.dir: str | None = None
-        self.port = 0
-        self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         if shutil.which("docker-registry") is None:
@@ -297,25 +317,17 @@ class Registry:
         os.makedirs(REGISTRY_ROOT, exist_ok=True)
         self.dir = tempfile.mkdtemp(prefix=f"rtax-registry-{os.getpid()}-")
         reaper.current().add_path(self.dir)
-        for _ in range(5):
-            self.port = _free_port()
-            with open(f"{self.dir}/config.yml", "w") as f:
-                f.write(REGISTRY_CONF.format(root=REGISTRY_ROOT, port=self.port))
-            self.proc = await asyncio.create_subprocess_exec(
-                "docker-registry", "serve", f"{self.dir}/config.yml",
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-            reaper.current().add_pgid(self.proc.pid)
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and self.proc.returncode is None:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/", timeout=1).close()
-                    return
-                except OSError:
-                    await asyncio.sleep(0.05)
-            await _end(self.proc)
-        raise DeliveryError("docker-registry did not start on 127.0.0.1")
+        d = self.dir
+
+        def configure(port: int) -> list[str]:
+            with open(f"{d}/config.yml", "w") as f:
+                f.write(REGISTRY_CONF.format(root=REGISTRY_ROOT, port=port))
+            return ["docker-registry", "serve", f"{d}/config.yml"]
+
+        got = await _serve(configure)
+        if got is None:
+            raise DeliveryError("docker-registry did not start on 127.0.0.1")
+        self.proc, self.port = got
 
     def size(self, repo: str, tag: str) -> int:
         """A pushed image's whole size: its manifest's config and layers (compressed, as
@@ -328,14 +340,6 @@ class Registry:
             body = resp.read()
         m = json.loads(body)
         return len(body) + int(m["config"]["size"]) + sum(int(x["size"]) for x in m["layers"])
-
-    async def stop(self) -> None:
-        await _end(self.proc)
-        self.proc = None
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            reaper.current().drop_path(self.dir)
-            self.dir = None
 
 
 @dataclass
@@ -520,9 +524,14 @@ class RootImage:
         """The image's root directory on the host, once delivered."""
         return None if self.delivered is None else self.delivered.root
 
-    async def deliver(self, mode: str, label: str) -> None:
-        """Raises DeliveryError (the image phase's failure)."""
-        self.delivered, self.dir = await current().deliver(mode, label)
+    async def deliver(self, spec: EnvSpec) -> None:
+        """The image phase of the environment of `spec`. Raises PhaseFailure."""
+        try:
+            self.delivered, self.dir = await current().deliver(
+                str(spec.image), safe_label(spec.label)
+            )
+        except DeliveryError as exc:
+            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
 
     async def release(self) -> None:
         """After the environment: its mounts unmounted and removed, its bytes counted."""

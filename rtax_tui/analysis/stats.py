@@ -266,7 +266,7 @@ def project(
     run with image modes) adds it once a trajectory, resampled last (so a cell without
     one gets the figures it always had).
     """
-    phases = PROJECT_PHASES
+    phases: tuple[str, ...] = PROJECT_PHASES
     if _as_array(per_trial_ns.get("image", ())).shape[0]:
         phases = PROJECT_PHASES + ("image",)
     arrays = {p: np.sort(_as_array(per_trial_ns.get(p, ()))) for p in phases}

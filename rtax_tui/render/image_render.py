@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from rtax_tui.render.richtable import titled_table
 from rtax_tui.render.tables import fmt_ms, md_table
 
 TITLE = "image delivery: per cell and image mode (times in ms)"
@@ -51,16 +52,7 @@ def image_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def render_image(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=TITLE, caption=NOTE)
-    for h in HEADERS:
-        table.add_column(
-            h,
-            justify="left" if h in ("cell", "mode") else "right",
-            overflow="fold" if h == "cell" else "ellipsis",
-        )
-    for row in image_rows(rows):
-        table.add_row(*row)
-    return table
+    return titled_table(TITLE, NOTE, HEADERS, image_rows(rows), left=("cell", "mode"))
 
 
 def image_markdown(rows: list[dict[str, Any]]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from rtax_tui.render.richtable import titled_table
 from rtax_tui.render.tables import fmt_ms, md_table
 
 TITLE = "load: start-up per arrival pattern (times in ms)"
@@ -45,16 +46,7 @@ def load_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def render_load(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=TITLE, caption=NOTE)
-    for h in HEADERS:
-        table.add_column(
-            h,
-            justify="left" if h in ("cell", "arrival") else "right",
-            overflow="fold" if h == "cell" else "ellipsis",
-        )
-    for row in load_rows(rows):
-        table.add_row(*row)
-    return table
+    return titled_table(TITLE, NOTE, HEADERS, load_rows(rows), left=("cell", "arrival"))
 
 
 def load_markdown(rows: list[dict[str, Any]]) -> str:
