@@ -80,6 +80,36 @@ class MicrovmEnvironment(Environment):
         self.serial: SerialWatch | None = None
         self.agent: AgentChannel | None = None
         self.restore = driver.opts.start == "restore"
+        # image modes (drivers.toolkit.delivery): what the root disk's overlay is made on
+        # (the host's disk, a pulled copy, or QEMU's http driver on the content server)
+        self.base: str | None = None
+        self.delivered: Any = None
+        self.image_dir: str | None = None
+
+    async def deliver_image(self) -> None:
+        """The root disk by `spec.image`: the guest's own (cached), a whole copy pulled from
+        the content server (pull, holes kept), or read from it by QEMU as the guest reads
+        (lazy: its http block driver under the trial's qcow2 overlay). A workload that
+        boots from the initramfs alone (T0) has no root disk: nothing is delivered."""
+        from rtax_tui.drivers.toolkit import delivery
+
+        mode = str(self.spec.image)
+        if not needs_full_image(self.spec.workload):
+            self.delivered = delivery.Delivered(mode, "", 0)
+            return
+        local = self.d.guest_for(self.spec.workload).rootdisk
+        served = self.d.served.get(str(local))
+        if local is None or served is None:
+            raise PhaseFailure(ErrorKind.IMAGE_MISSING, "the VM root disk was not prepared")
+        try:
+            self.delivered, self.image_dir, self.base = await delivery.current().deliver_file(
+                mode, safe(self.spec.label), local, served
+            )
+        except delivery.DeliveryError as exc:
+            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
+
+    def image_report(self) -> dict[str, Any] | None:
+        return None if self.delivered is None else self.delivered.to_json()
 
     def _alive(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
@@ -214,6 +244,12 @@ class MicrovmEnvironment(Environment):
         if self.dir is not None:
             await asyncio.to_thread(self.dir.remove)
             self.dir = None
+        if self.image_dir is not None:  # after QEMU: nothing reads the disk now
+            from rtax_tui.drivers.toolkit import delivery
+
+            await asyncio.to_thread(delivery.release_dir, self.image_dir)
+            self.image_dir = None
+            delivery.current().count(self.delivered)
 
 
 class MicrovmDriver(Driver):
@@ -223,6 +259,7 @@ class MicrovmDriver(Driver):
     exec_reusable_after_timeout = False  # exec goes through the agent's one stream
     boots_a_kernel = True
     leaves = frozenset({"monitors"})
+    image_modes = ("cached", "pull", "lazy")  # the root disk (drivers.toolkit.delivery)
     # Every check but `process_vm`: its own kernel, no network, no shared file system, the
     # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
     # processes (nothing of the host); an exec step is uid 1000.
@@ -242,6 +279,7 @@ class MicrovmDriver(Driver):
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.opts = parse_options(self.name, options, self.extra_options)
+        self.served: dict[str, str] = {}  # a root disk -> its served copy (image modes)
         append = options.get("append", "")
         if not isinstance(append, str):
             from rtax_tui.model.spec import RtaxError
@@ -268,6 +306,15 @@ class MicrovmDriver(Driver):
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)
 
+    async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
+        """Each root disk the workloads boot on, served by the run's content server."""
+        from rtax_tui.drivers.toolkit import delivery
+
+        for w in workloads:
+            disk = self.guest_for(w).rootdisk if needs_full_image(w) else None
+            if disk is not None and str(disk) not in self.served:
+                self.served[str(disk)] = await delivery.current().serve_file(str(disk))
+
     def guest_for(self, workload: Workload) -> GuestFiles:
         g = guest_files(need_root=needs_full_image(workload))
         if g is None:
@@ -292,7 +339,7 @@ class MicrovmDriver(Driver):
             if needs_full_image(w):
                 assert guest.rootdisk is not None
                 ov = env.dir("root.qcow2")
-                await overlay(self.qemu_img(), guest.rootdisk, ov, self.host)
+                await overlay(self.qemu_img(), env.base or guest.rootdisk, ov, self.host)
                 out.append((ov, "qcow2", ROOT_SERIAL))
             if env.spec.workspace_src or size is not None:
                 from rtax_tui.drivers.toolkit.vmimage import make_workspace_disk

@@ -366,3 +366,24 @@ def test_rtax_cleanup_removes_what_a_run_killed_with_its_reaper_left(
             proc.kill()
             proc.wait()
         _rtax("cleanup")
+
+
+@pytest.mark.usefixtures("vm_guest")  # conftest: the guest built
+def test_a_microvm_boots_on_a_root_disk_read_through_the_server(
+    tmp_path: Path, image_tools: None
+) -> None:
+    """The lazy mode for a VM: QEMU's http block driver under the trial's overlay reads
+    the root disk from nginx as the guest boots and runs T1: a small part of it."""
+    prof = tmp_path / "img.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["microvm"]\nworkloads = ["t1"]\ntrials = 1\nwarmup = 0\n'
+        'images = ["lazy"]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    res = _rtax("run", str(prof), "--headless", "--quiet", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [e["valid"] for e in events if e["type"] == "trial_end"] == [True]
+    (img,) = [e for e in events if e["type"] == "image"]
+    assert img["mode"] == "lazy" and 0 < img["fetched"] < img["size"] // 4
+    assert os.listdir(delivery.TRIALS) == []

@@ -416,6 +416,55 @@ class Delivery:
             got = self._pushed[ref] = (repo, tag, size)
             return got
 
+    async def serve_file(self, path: str) -> str:
+        """A file of rtax's cache (a VM's root disk) served too: linked (or copied, keeping
+        its holes) under SERVED/<name>/ once per content; its served path."""
+        import hashlib
+
+        st = os.stat(path)
+        key = hashlib.sha256(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+        out_dir = f"{SERVED}/file-{key}"
+        out = f"{out_dir}/{os.path.basename(path)}"
+        if not os.path.exists(out):
+            _public_dir(out_dir)
+            tmp = f"{out}.tmp-{os.getpid()}"
+            try:
+                os.link(path, tmp)
+            except OSError:  # another file system
+                await asyncio.to_thread(
+                    subprocess.run, ["cp", "--sparse=always", path, tmp], check=True
+                )
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, out)
+        return out
+
+    async def deliver_file(
+        self, mode: str, label: str, local: str, served: str
+    ) -> tuple[Delivered, str | None, str]:
+        """One trial's copy of a served file (a VM's root disk, raw) by `mode`: (what it
+        got, its own directory to remove at teardown or None, what QEMU opens: `local`
+        itself (cached), the pulled copy (pull), or a `json:` spec of QEMU's http block
+        driver on the server (lazy))."""
+        size = os.path.getsize(served)
+        if mode == CACHED:
+            return Delivered(mode, "", size), None, local
+        if self.server is None:
+            raise DeliveryError(f"image mode {mode}: no content server in this run")
+        tag = os.urandom(6).hex()
+        d = _trial_dir(f"{label}-{tag}")
+        got = Delivered(mode, "", size, tag=tag)
+        url = self.server.url(tag, served)
+        if mode == LAZY:
+            spec = {"driver": "raw", "file": {"driver": "http", "url": url}}
+            return got, d, "json:" + json.dumps(spec, separators=(",", ":"))
+        dest = f"{d}/{os.path.basename(served)}"
+        try:
+            await asyncio.to_thread(_download, url, dest, True)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(release_dir, d))
+            raise
+        return got, d, dest
+
     def pull_ref(self, repo: str, trial_tag: str) -> str:
         """Where an engine pulls `repo` for one trial: nginx's per-trial prefix."""
         assert self.server is not None
@@ -581,14 +630,20 @@ async def _mount_squashfs(image: str, root: str) -> None:
                f"mount of {os.path.basename(image)}")  # fmt: skip
 
 
-def _download(url: str, path: str) -> int:
+def _download(url: str, path: str, sparse: bool = False) -> int:
+    """`url` into `path`; `sparse`: a MiB of zeros is a hole, not written (a disk image)."""
     n = 0
+    zero = bytes(1 << 20)
     with urllib.request.urlopen(url, timeout=60) as resp, open(path, "wb") as out:
         while True:
             chunk = resp.read(1 << 20)
             if not chunk:
+                out.truncate(n)
                 return n
-            out.write(chunk)
+            if sparse and chunk == zero[: len(chunk)]:
+                out.seek(len(chunk), os.SEEK_CUR)
+            else:
+                out.write(chunk)
             n += len(chunk)
 
 
