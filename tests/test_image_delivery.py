@@ -39,8 +39,11 @@ def _rclones(pid: int) -> list[str]:
 
 
 def _group(pgid: int) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pgid=,pid=,args="], capture_output=True, text=True)
-    return [ln for ln in out.stdout.splitlines() if ln.split()[0] == str(pgid)]
+    """The live processes of a process group (a zombie has ended: its parent, killed by
+    the test, left it to an init that reaps when it will)."""
+    out = subprocess.run(["ps", "-eo", "pgid=,pid=,stat=,args="], capture_output=True, text=True)
+    return [ln for ln in out.stdout.splitlines()
+            if ln.split()[0] == str(pgid) and not ln.split()[2].startswith("Z")]  # fmt: skip
 
 
 def test_a_cell_carries_its_image_mode_and_one_without_keeps_its_id() -> None:
@@ -348,7 +351,10 @@ def test_rtax_cleanup_removes_what_a_run_killed_with_its_reaper_left(
         reapers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "hosts.reaper"],
                                  capture_output=True, text=True).stdout.split()  # fmt: skip
         assert len(reapers) == 1
-        for pid in [proc.pid, int(reapers[0])]:  # rtax and its reaper, at once
+        (conf,) = Path(tempfile.gettempdir()).glob(f"rtax-nginx-{proc.pid}-*")
+        nginx = int((conf / "nginx.pid").read_text())
+        # rtax, its reaper and nginx's master (its worker names no path), at once
+        for pid in [proc.pid, int(reapers[0]), nginx]:
             os.kill(pid, signal.SIGKILL)
         proc.wait()
         time.sleep(1)
@@ -361,6 +367,7 @@ def test_rtax_cleanup_removes_what_a_run_killed_with_its_reaper_left(
         assert _rclones(proc.pid) == []
         assert [d for d in os.listdir(delivery.TRIALS) if f"-{proc.pid}-" in d] == []
         assert list(Path(tempfile.gettempdir()).glob(f"rtax-nginx-{proc.pid}-*")) == []
+        assert _group(nginx) == []  # the orphaned worker too
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -754,6 +754,11 @@ def cleanup(label: str | None = None) -> int:
             continue
         d = os.path.join(tmp, name)
         _kill_groups(_procs_naming(d))
+        try:  # nginx's workers name no path: their group is the master's, dead or not
+            with open(os.path.join(d, "nginx.pid")) as f:
+                os.killpg(int(f.read().strip()), 9)
+        except (OSError, ValueError):
+            pass
         shutil.rmtree(d, ignore_errors=True)
         n += 1
     return n
