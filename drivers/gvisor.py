@@ -208,7 +208,7 @@ class GvisorEnvironment(Environment):
         self._ws: asyncio.Future[str] | None = None
         self._spawn: asyncio.Future[Any] | None = None
         self._made_dir = False
-        self.img = delivery.RootImage()  # its root in a run with image modes
+        self.img = delivery.TrialImage()  # its root in a run with image modes
         self._started = False
 
     def runsc(self, *args: str) -> list[str]:
@@ -274,7 +274,7 @@ class GvisorEnvironment(Environment):
         """The root as `spec.image` says (drivers.toolkit.delivery): the Debian root as a
         cached, pulled or lazy squashfs, for every workload; read-only, as gVisor's
         roots are (the `overlay` option puts a writable layer in the sandbox's memory)."""
-        await self.img.deliver(self.spec)
+        await self.img.deliver_root(self.spec)
 
     def image_report(self) -> dict[str, Any] | None:
         return self.img.report()

@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer
+from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.images import vm_guest_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.vmguest import (
@@ -83,33 +84,24 @@ class MicrovmEnvironment(Environment):
         # image modes (drivers.toolkit.delivery): what the root disk's overlay is made on
         # (the host's disk, a pulled copy, or QEMU's http driver on the content server)
         self.base: str | None = None
-        self.delivered: Any = None
-        self.image_dir: str | None = None
+        self.img = delivery.TrialImage()
 
     async def deliver_image(self) -> None:
         """The root disk by `spec.image`: the guest's own (cached), a whole copy pulled from
         the content server (pull, holes kept), or read from it by QEMU as the guest reads
         (lazy: its http block driver under the trial's qcow2 overlay). A workload that
         boots from the initramfs alone (T0) has no root disk: nothing is delivered."""
-        from rtax_tui.drivers.toolkit import delivery
-
-        mode = str(self.spec.image)
         if not needs_full_image(self.spec.workload):
-            self.delivered = delivery.Delivered(mode, "", 0)
+            self.img.got(delivery.Delivered(str(self.spec.image), "", 0))
             return
         local = self.d.guest_for(self.spec.workload).rootdisk
         served = self.d.served.get(str(local))
         if local is None or served is None:
             raise PhaseFailure(ErrorKind.IMAGE_MISSING, "the VM root disk was not prepared")
-        try:
-            self.delivered, self.image_dir, self.base = await delivery.current().deliver_file(
-                mode, safe(self.spec.label), local, served
-            )
-        except delivery.DeliveryError as exc:
-            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
+        self.base = await self.img.deliver_file(self.spec, local, served)
 
     def image_report(self) -> dict[str, Any] | None:
-        return None if self.delivered is None else self.delivered.to_json()
+        return self.img.report()
 
     def _alive(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
@@ -244,12 +236,7 @@ class MicrovmEnvironment(Environment):
         if self.dir is not None:
             await asyncio.to_thread(self.dir.remove)
             self.dir = None
-        if self.image_dir is not None:  # after QEMU: nothing reads the disk now
-            from rtax_tui.drivers.toolkit import delivery
-
-            await asyncio.to_thread(delivery.release_dir, self.image_dir)
-            self.image_dir = None
-            delivery.current().count(self.delivered)
+        await self.img.release()  # after QEMU: nothing reads the disk now
 
 
 class MicrovmDriver(Driver):
@@ -308,8 +295,6 @@ class MicrovmDriver(Driver):
 
     async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
         """Each root disk the workloads boot on, served by the run's content server."""
-        from rtax_tui.drivers.toolkit import delivery
-
         for w in workloads:
             disk = self.guest_for(w).rootdisk if needs_full_image(w) else None
             if disk is not None and str(disk) not in self.served:

@@ -137,7 +137,7 @@ class StageEnvironment(Environment):
         self.pidfd: int | None = None  # the init, held (controller's host): is it alive?
         self.dev: list[str] = []  # /dev as the sandbox started: NAME:KIND:TARGET (reset)
         self._auxv: bytes | None = None  # the shell's, when it was trusted (shell channel)
-        self.img = delivery.RootImage()  # its root in a run with image modes
+        self.img = delivery.TrialImage()  # its root in a run with image modes
 
     # -- image (a run with image modes) --------------------------------------
 
@@ -146,7 +146,7 @@ class StageEnvironment(Environment):
         (drivers.toolkit.delivery); the sandbox then binds its entries, not the host's."""
         if not self.host.controller_local:
             raise PhaseFailure(ErrorKind.ERROR, "image modes: stage on the local host only")
-        await self.img.deliver(self.spec)
+        await self.img.deliver_root(self.spec)
 
     def image_report(self) -> dict[str, Any] | None:
         return self.img.report()

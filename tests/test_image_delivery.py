@@ -394,3 +394,58 @@ def test_a_microvm_boots_on_a_root_disk_read_through_the_server(
     (img,) = [e for e in events if e["type"] == "image"]
     assert img["mode"] == "lazy" and 0 < img["fetched"] < img["size"] // 4
     assert os.listdir(delivery.TRIALS) == []
+
+
+def test_a_tag_forged_in_the_registry_does_not_change_what_a_pull_gets(
+    image_tools: None, docker_engine: list[str]
+) -> None:
+    """A step with the host's network (docker's `network` option) could push to the
+    run's registry on loopback: pulls go by the pushed manifest's digest, so a tag
+    pushed over it afterwards changes nothing that rtax pulls."""
+    import asyncio
+    import shutil
+
+    import docker
+    from rtax_tui.drivers.toolkit.container import _pull_as
+    from rtax_tui.drivers.toolkit.images import BUSYBOX_REPO, DEBIAN_REPO
+
+    api = docker.APIClient(base_url="unix:///var/run/docker.sock")
+    tags = {t for img in api.images() for t in img.get("RepoTags") or ()}
+    busybox = next(t for t in tags if t.startswith(BUSYBOX_REPO + ":"))
+    other = next(t for t in tags if t.startswith(DEBIAN_REPO + ":"))
+
+    async def go() -> None:
+        d = delivery.Delivery()
+        try:
+            await d.prepare(("pull",), registry=True)
+            repo, digest, _ = await d.push(api, busybox)
+            assert d.registry is not None
+            remote = f"127.0.0.1:{d.registry.port}/{repo}"
+            forged_tag = busybox.rpartition(":")[2]
+            api.tag(other, remote, forged_tag)  # the forgery: another image, same tag
+            for _ in api.push(remote, tag=forged_tag, stream=True, decode=True):
+                pass
+            api.remove_image(f"{remote}:{forged_tag}", noprune=True)
+            for _ in api.pull(remote, tag=forged_tag, stream=True, decode=True):
+                pass  # the forgery took: a pull by the tag gets the other image
+            assert (
+                api.inspect_image(f"{remote}:{forged_tag}")["Id"]
+                == (api.inspect_image(other)["Id"])
+            )
+            api.remove_image(f"{remote}:{forged_tag}", noprune=True)
+            await asyncio.to_thread(_pull_as, api, remote, digest, "rtax-test/forged:check")
+            assert (
+                api.inspect_image("rtax-test/forged:check")["Id"]
+                == (api.inspect_image(busybox)["Id"])
+            )
+        finally:
+            try:
+                api.remove_image("rtax-test/forged:check", noprune=True)
+            except docker.errors.APIError:
+                pass
+            await d.close()
+            # the forged tag stays the registry's until a push of the image overwrites
+            # it: no forged manifest is left for later runs
+            shutil.rmtree(delivery.REGISTRY_ROOT, ignore_errors=True)
+
+    asyncio.run(go())

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, Problem, SubTimer
+from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import image_env
@@ -471,7 +472,7 @@ class ContainerEnvironment(Environment):
         self._bg: set[asyncio.Task[Any]] = set()
         self._cg_parent: str | None = None  # held on the driver until teardown
         self.host_workspace: str | None = None  # workspace = "bind": the host's side
-        self.delivered: Any = None  # delivery.Delivered (image modes)
+        self.img = delivery.TrialImage()  # what its image phase delivered (image modes)
         self.pulled: str | None = None  # the per-trial reference a pull made, to untag
 
     # -- image (a run with image modes: drivers.toolkit.delivery) ---------------
@@ -484,45 +485,41 @@ class ContainerEnvironment(Environment):
         if self.spec.image == "pull":
             await _call(f"removing image {self.image}", _evict, api, self.image)
         elif self.spec.image == "cached" and self.d.pushed.get(self.image) is not None:
-            from rtax_tui.drivers.toolkit import delivery
-
             d = delivery.current()
             if not await asyncio.to_thread(_present, api, self.image) and d.registry:
-                repo, tag, _ = self.d.pushed[self.image]
+                repo, digest, _ = self.d.pushed[self.image]
                 src = f"127.0.0.1:{d.registry.port}/{repo}"
-                await _call(f"restoring image {self.image}", _pull_as, api, src, tag, self.image)
+                await _call(f"restoring image {self.image}", _pull_as, api, src, digest, self.image)
 
     async def deliver_image(self) -> None:
         """`cached`: nothing; `pull`: the image pulled from the run's registry through the
         content server under this trial's prefix, then tagged with its local name."""
-        from rtax_tui.drivers.toolkit import delivery
-
         mode = str(self.spec.image)
         got = self.d.pushed.get(self.image)
         if got is None:
             raise PhaseFailure(ErrorKind.ERROR, f"image {self.image} was not prepared")
-        repo, tag, size = got
+        repo, digest, size = got
         if mode == "cached":
-            self.delivered = delivery.Delivered(mode, "", size)
+            self.img.got(delivery.Delivered(mode, "", size))
             return
         trial = os.urandom(6).hex()
-        self.delivered = delivery.Delivered(mode, "", size, tag=trial)
+        self.img.got(delivery.Delivered(mode, "", size, tag=trial))
         src = delivery.current().pull_ref(repo, trial)
-        self.pulled = f"{src}:{tag}"
+        self.pulled = f"{src}@{digest}"
         api = await self.d.api()
         async with self.sub("pull"):
-            await _call(f"pulling {self.pulled}", _pull_as, api, src, tag, self.image)
+            await _call(f"pulling {self.pulled}", _pull_as, api, src, digest, self.image)
         want = self.d.image_ids.get(self.image)
         have = (await _call("looking up the pulled image", api.inspect_image, self.image))["Id"]
         if want is not None and have != want:
             raise PhaseFailure(ErrorKind.ERROR, f"pulled {have}, pushed {want}")
 
     def image_report(self) -> dict[str, Any] | None:
-        return None if self.delivered is None else self.delivered.to_json()
+        return self.img.report()
 
     async def _release_image(self) -> None:
-        """After the container: the trial's own tag untagged (the image stays under its
-        local name), and what the server sent for it counted."""
+        """After the container: the trial's own reference removed (the image stays under
+        its local name), and what the server sent for it counted."""
         if self.pulled is not None:
             api = await self.d.api()
             try:
@@ -530,10 +527,7 @@ class ContainerEnvironment(Environment):
             except Exception:
                 pass  # gone already: the next pull trial removes every tag anyway
             self.pulled = None
-        if self.delivered is not None and self.delivered.tag is not None:
-            from rtax_tui.drivers.toolkit import delivery
-
-            delivery.current().count(self.delivered)
+        await self.img.release()
 
     # -- create ------------------------------------------------------------
 
@@ -899,7 +893,7 @@ class ContainerEnvironment(Environment):
             if self.host_workspace is not None:  # after the container that used it
                 await remove_workspace(self.d.host, self.host_workspace)
                 self.host_workspace = None
-            if self.delivered is not None:
+            if self.img.delivered is not None:
                 await self._release_image()
         finally:
             parent, self._cg_parent = self._cg_parent, None
@@ -963,13 +957,15 @@ def _evict(api: Any, ref: str) -> None:
     api.remove_image(image_id, force=True)
 
 
-def _pull_as(api: Any, src: str, tag: str, local: str) -> None:
-    """`src:tag` pulled (an error in the engine's stream raised), then tagged `local`."""
-    for line in api.pull(src, tag=tag, stream=True, decode=True):
+def _pull_as(api: Any, src: str, digest: str, local: str) -> None:
+    """`src@digest` pulled (an error in the engine's stream raised), then tagged `local`.
+    By its manifest's digest, never a tag: whatever a tag of the registry says now (a
+    step with the host's network could push one), the pull gets the pushed image."""
+    for line in api.pull(src, tag=digest, stream=True, decode=True):
         if isinstance(line, dict) and line.get("error"):
-            raise RuntimeError(f"pull of {src}:{tag}: {line['error']}")
+            raise RuntimeError(f"pull of {src}@{digest}: {line['error']}")
     repo, _, ltag = local.rpartition(":")
-    api.tag(f"{src}:{tag}", repo or local, ltag if repo else "latest")
+    api.tag(f"{src}@{digest}", repo or local, ltag if repo else "latest")
 
 
 def _remove_engine_cgroups(
@@ -1287,8 +1283,6 @@ class ContainerDriver(Driver):
     async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
         """Each workload's image pushed to the run's registry (with `pull`), its id kept
         (a pull must give the same image back) and its whole size."""
-        from rtax_tui.drivers.toolkit import delivery
-
         api = await self.api()
         for ref in dict.fromkeys(self.image_for(w) for w in workloads):
             info = await _call(f"looking up image {ref}", api.inspect_image, ref)

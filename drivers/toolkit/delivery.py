@@ -34,11 +34,13 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.hosts import reaper, safefs
+from rtax_tui.hosts.local import LocalHost, kill_group
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.runlock import safe_label
 from rtax_tui.model.spec import EnvSpec, PhaseFailure, RtaxError
@@ -54,6 +56,8 @@ TRIALS = f"{BASE}/trials"
 CHUNK = "128k"
 # How long a mount may take to appear (rclone's FUSE mount, on a loaded host).
 MOUNT_WAIT_S = 30.0
+# Where image delivery runs its servers, clients and mounts: the controller's own host.
+_HOST = LocalHost()
 TOOLS = {"nginx": "nginx-light", "mksquashfs": "squashfs-tools", "rclone": "rclone",
          "fusermount": "fuse"}  # fmt: skip
 
@@ -178,8 +182,6 @@ log:
 storage:
   filesystem:
     rootdirectory: {root}
-  delete:
-    enabled: true
 http:
   addr: 127.0.0.1:{port}
 """
@@ -277,11 +279,9 @@ async def _serve(
     meanwhile; None after five."""
     for _ in range(5):
         port = _free_port()
-        proc = await asyncio.create_subprocess_exec(
-            *configure(port), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-        reaper.current().add_pgid(proc.pid)
+        proc = await _HOST.spawn(
+            configure(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and proc.returncode is None:
             try:
@@ -297,13 +297,9 @@ async def _end(proc: asyncio.subprocess.Process | None) -> None:
     """Kill a server's process group, wait for it, tell the reaper."""
     if proc is None:
         return
-    if proc.returncode is None:
-        try:
-            os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
+    kill_group(proc)
     await proc.wait()
-    reaper.current().drop_pgid(proc.pid)
+    _HOST.release(proc)
 
 
 class Registry(_Server):
@@ -329,9 +325,12 @@ class Registry(_Server):
             raise DeliveryError("docker-registry did not start on 127.0.0.1")
         self.proc, self.port = got
 
-    def size(self, repo: str, tag: str) -> int:
-        """A pushed image's whole size: its manifest's config and layers (compressed, as
-        they are sent), and the manifest itself."""
+    def manifest(self, repo: str, tag: str) -> tuple[str, int]:
+        """A pushed image's manifest digest (sha256 of its bytes, as the registry stores
+        them) and its whole size: the manifest, its config and its layers (compressed, as
+        they are sent)."""
+        import hashlib
+
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/v2/{repo}/manifests/{tag}",
             headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
@@ -339,7 +338,8 @@ class Registry(_Server):
         with urllib.request.urlopen(req, timeout=30) as resp:
             body = resp.read()
         m = json.loads(body)
-        return len(body) + int(m["config"]["size"]) + sum(int(x["size"]) for x in m["layers"])
+        size = len(body) + int(m["config"]["size"]) + sum(int(x["size"]) for x in m["layers"])
+        return "sha256:" + hashlib.sha256(body).hexdigest(), size
 
 
 @dataclass
@@ -354,7 +354,7 @@ class Delivered:
     tag: str | None = None  # the trial's prefix on the server (None: nothing fetched)
 
     def to_json(self) -> dict[str, Any]:
-        """`trial_end.image`."""
+        """The trial's `image` event's fields (`model.events.image`)."""
         return {"mode": self.mode, "fetched": self.fetched, "requests": self.requests,
                 "size": self.size}  # fmt: skip
 
@@ -389,7 +389,8 @@ class Delivery:
 
     async def push(self, api: Any, ref: str) -> tuple[str, str, int]:
         """A container engine's local image `ref` pushed to the run's registry (once per
-        run; the registry keeps its blobs between runs): (repository, tag, whole size)."""
+        run; the registry keeps its blobs between runs): (repository, its manifest's
+        digest, whole size). Pulls ask for the digest, which no later push can change."""
         async with self._lock:
             got = self._pushed.get(ref)
             if got is not None:
@@ -412,8 +413,8 @@ class Delivery:
 
             await asyncio.to_thread(push)
             assert self.registry is not None
-            size = await asyncio.to_thread(self.registry.size, repo, tag)
-            got = self._pushed[ref] = (repo, tag, size)
+            digest, size = await asyncio.to_thread(self.registry.manifest, repo, tag)
+            got = self._pushed[ref] = (repo, digest, size)
             return got
 
     async def serve_file(self, path: str) -> str:
@@ -559,39 +560,60 @@ async def close_delivery() -> None:
         await d.close()
 
 
-class RootImage:
-    """One environment's root image, for a driver whose root is a directory on the host
-    (stage, gVisor): delivered by the trial's mode, released after the environment is
-    gone, and what its server counted reported. One rule for every such driver."""
+class TrialImage:
+    """One environment's image, whatever the driver: delivered by the trial's mode (a
+    root directory, a VM's disk, or what a container engine pulled, `got`), released
+    after the environment is gone (its directory removed, the server's count read), and
+    reported. One rule for every driver with image modes."""
 
     def __init__(self) -> None:
         self.delivered: Delivered | None = None
-        self.dir: str | None = None  # the trial's own mounts, to release
+        self.dir: str | None = None  # the trial's own files and mounts, to release
 
     @property
     def root(self) -> str | None:
-        """The image's root directory on the host, once delivered."""
-        return None if self.delivered is None else self.delivered.root
+        """The image's root directory on the host, once delivered (stage, gVisor)."""
+        return None if self.delivered is None else self.delivered.root or None
 
-    async def deliver(self, spec: EnvSpec) -> None:
-        """The image phase of the environment of `spec`. Raises PhaseFailure."""
-        try:
+    async def deliver_root(self, spec: EnvSpec) -> None:
+        """The image phase of a driver whose root is a directory (stage, gVisor)."""
+        with _phase():
             self.delivered, self.dir = await current().deliver(
                 str(spec.image), safe_label(spec.label)
             )
-        except DeliveryError as exc:
-            raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
+
+    async def deliver_file(self, spec: EnvSpec, local: str, served: str) -> str:
+        """The image phase of a VM's disk: what QEMU opens (`Delivery.deliver_file`)."""
+        with _phase():
+            self.delivered, self.dir, source = await current().deliver_file(
+                str(spec.image), safe_label(spec.label), local, served
+            )
+        return source
+
+    def got(self, delivered: Delivered) -> None:
+        """What a driver delivered itself (a container engine's pull, nothing at all)."""
+        self.delivered = delivered
 
     async def release(self) -> None:
-        """After the environment: its mounts unmounted and removed, its bytes counted."""
+        """After the environment: its directory unmounted and removed, then what the
+        server sent for it counted."""
         if self.dir is not None:
             await asyncio.to_thread(release_dir, self.dir)
             self.dir = None
-            if self.delivered is not None:
-                current().count(self.delivered)
+        if self.delivered is not None:
+            current().count(self.delivered)
 
     def report(self) -> dict[str, Any] | None:
         return None if self.delivered is None else self.delivered.to_json()
+
+
+@contextmanager
+def _phase() -> Iterator[None]:
+    """A delivery's error as the image phase's failure."""
+    try:
+        yield
+    except DeliveryError as exc:
+        raise PhaseFailure(ErrorKind.ERROR, str(exc)) from None
 
 
 def drop_page_cache() -> None:
@@ -615,19 +637,14 @@ def _mkdir_tracked(path: str) -> None:
     os.mkdir(path, 0o755)
 
 
-async def _run(argv: list[str], what: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    out, _ = await proc.communicate()
-    if proc.returncode != 0:
-        tail = out.decode(errors="replace").strip().splitlines()
-        raise DeliveryError(f"{what}: {tail[-1] if tail else f'exit {proc.returncode}'}")
-
-
 async def _mount_squashfs(image: str, root: str) -> None:
-    await _run(["mount", "-t", "squashfs", "-o", "loop,ro,nodev,nosuid", image, root],
-               f"mount of {os.path.basename(image)}")  # fmt: skip
+    argv = ["mount", "-t", "squashfs", "-o", "loop,ro,nodev,nosuid", image, root]
+    res = await _HOST.run(argv, timeout=MOUNT_WAIT_S, merge_stderr=True)
+    if res.returncode != 0:
+        tail = res.stdout.decode(errors="replace").strip().splitlines()
+        raise DeliveryError(
+            f"mount of {os.path.basename(image)}: {tail[-1] if tail else res.returncode}"
+        )
 
 
 def _download(url: str, path: str, sparse: bool = False) -> int:
@@ -658,11 +675,7 @@ async def _rclone_mount(url: str, fuse: str) -> None:
     ]  # fmt: skip
     log = os.path.join(os.path.dirname(fuse), "rclone.log")  # a file: a pipe could fill
     with open(log, "wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=err, start_new_session=True,
-        )  # fmt: skip
-    reaper.current().add_pgid(proc.pid)
+        proc = await _HOST.spawn(argv, stdout=subprocess.DEVNULL, stderr=err.fileno())
     _MOUNTS[fuse] = proc  # release_dir ends it, even if the mount never comes up
     deadline = time.monotonic() + MOUNT_WAIT_S
     while not safefs.is_mount_point(fuse):
@@ -685,11 +698,8 @@ def release_dir(d: str) -> None:
         safefs.unmount(path)
         proc = _MOUNTS.pop(path, None)
         if proc is not None:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            reaper.current().drop_pgid(proc.pid)
+            kill_group(proc)
+            _HOST.release(proc)
         if safefs.remove_tree(path) == []:
             reaper.current().drop_path(path)
     if safefs.remove_tree(d) == []:
