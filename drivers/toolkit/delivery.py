@@ -449,12 +449,8 @@ class Delivery:
         size = os.path.getsize(served)
         if mode == CACHED:
             return Delivered(mode, "", size), None, local
-        if self.server is None:
-            raise DeliveryError(f"image mode {mode}: no content server in this run")
-        tag = os.urandom(6).hex()
-        d = _trial_dir(f"{label}-{tag}")
+        tag, d, url = self._trial(mode, label, served)
         got = Delivered(mode, "", size, tag=tag)
-        url = self.server.url(tag, served)
         if mode == LAZY:
             spec = {"driver": "raw", "file": {"driver": "http", "url": url}}
             return got, d, "json:" + json.dumps(spec, separators=(",", ":"))
@@ -496,14 +492,10 @@ class Delivery:
         if mode == CACHED:
             assert self._cached is not None
             return Delivered(mode, f"{self._cached}/root", self.size), None
-        if self.server is None:
-            raise DeliveryError(f"image mode {mode}: no content server in this run")
-        tag = os.urandom(6).hex()
-        d = _trial_dir(f"{label}-{tag}")
+        tag, d, url = self._trial(mode, label, self.image)
         got = Delivered(mode, f"{d}/root", self.size, tag=tag)
         root = f"{d}/root"
         _mkdir_tracked(root)
-        url = self.server.url(tag, self.image)
         try:
             if mode == PULL:
                 local = f"{d}/image.sqfs"
@@ -518,6 +510,14 @@ class Delivery:
             await asyncio.shield(asyncio.to_thread(release_dir, d))
             raise
         return got, d
+
+    def _trial(self, mode: str, label: str, served: str) -> tuple[str, str, str]:
+        """A fetching trial's own prefix on the server, its directory (with the reaper)
+        and the address of `served` under that prefix."""
+        if self.server is None:
+            raise DeliveryError(f"image mode {mode}: no content server in this run")
+        tag = os.urandom(6).hex()
+        return tag, _trial_dir(f"{label}-{tag}"), self.server.url(tag, served)
 
     def count(self, got: Delivered) -> None:
         """Fill in what the server counted for the trial (after its mounts are gone)."""

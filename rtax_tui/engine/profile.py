@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -247,7 +247,6 @@ class Profile:
     def _check_images(self, locate: Callable[[str], str]) -> None:
         """`images`: known modes, once each, on drivers that deliver them, on the local
         host, with cold environments (a pool's are made before a trial asks)."""
-        from rtax_tui.drivers.registry import DriverRegistryError, resolve
         from rtax_tui.drivers.toolkit.delivery import MODES
 
         where = locate("images")
@@ -277,11 +276,7 @@ class Profile:
                 f"{where}: images: a pooled environment's image is delivered before a trial "
                 'asks for it (modes = ["cold"], or no images)'
             )
-        for d in self.drivers:
-            try:
-                cls, _ = resolve(d, self.driver_options.get(d))
-            except DriverRegistryError:
-                continue  # _check_names says so
+        for d, cls in self._driver_classes():
             if cls.image_registry and "pull" in self.images and self.concurrency > 1:
                 raise ProfileError(
                     f"{where}: images: driver {d}'s pull removes the engine's copy of the "
@@ -297,18 +292,23 @@ class Profile:
     def images_left_out(self) -> dict[str, list[str]]:
         """Per driver, the listed image modes it does not deliver: those cells are left out
         of the run (a driver with none of them is refused by `_check_images`)."""
-        from rtax_tui.drivers.registry import DriverRegistryError, resolve
-
         out: dict[str, list[str]] = {}
-        for d in self.drivers if self.images else ():
-            try:
-                cls, _ = resolve(d, self.driver_options.get(d))
-            except DriverRegistryError:
-                continue
+        for d, cls in self._driver_classes() if self.images else ():
             lacking = [m for m in self.images if m not in cls.image_modes]
             if lacking:
                 out[d] = lacking
         return out
+
+    def _driver_classes(self) -> Iterator[tuple[str, Any]]:
+        """Each driver the profile names with its class (an instance's base's); a name
+        that resolves to none is left to `_check_names` to refuse."""
+        from rtax_tui.drivers.registry import DriverRegistryError, resolve
+
+        for d in self.drivers:
+            try:
+                yield d, resolve(d, self.driver_options.get(d))[0]
+            except DriverRegistryError:
+                continue
 
     @property
     def run_modes(self) -> tuple[str, ...]:
