@@ -25,6 +25,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import (
     DataTable,
@@ -509,8 +510,12 @@ class LauncherScreen(Screen[None]):
 
     def _refill_drivers(self) -> None:
         """The drivers list again (new names from doctor, new marks), keeping what is
-        chosen and the highlighted driver (whose options the field shows)."""
-        sl = self.query_one("#drivers", SelectionList)
+        chosen and the highlighted driver (whose options the field shows). Nothing once
+        the launcher was left: a doctor worker can answer after its widgets are gone."""
+        try:
+            sl = self.query_one("#drivers", SelectionList)
+        except NoMatches:
+            return
         chosen = list(sl.selected) or list(
             self.data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"])
         )
@@ -522,7 +527,10 @@ class LauncherScreen(Screen[None]):
         self._sync_opts()
 
     def _draw_doctor(self) -> None:
-        t = self.query_one("#doctor", DataTable)
+        try:
+            t = self.query_one("#doctor", DataTable)
+        except NoMatches:  # the launcher was left while doctor ran
+            return
         t.clear()
         for (host, drv), st in sorted(self.status.items()):
             if st is None:
