@@ -405,7 +405,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if cmd == "serve":
         from rtax_tui.commands.serve import run_serve
 
-        return run_serve(args)
+        return run_serve(args, _check_console)
     if cmd == "doctor":
         from rtax_tui.commands.doctor import run_doctor
 
@@ -457,6 +457,24 @@ def _images(args: argparse.Namespace) -> int:
 
 def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
     from rtax_tui.commands.headless import run_headless
+
+    profile = _profile_for(name, args)
+    output = getattr(args, "output", None)
+    headless = getattr(args, "headless", False) or output == "-" or getattr(args, "control", False)
+    if headless or not _interactive():
+        return run_headless(
+            profile,
+            output,
+            argv,
+            record=getattr(args, "record", None),
+            control=getattr(args, "control", False),
+            quiet=getattr(args, "quiet", False),
+        )
+    return _run_console(name, profile, args, output)
+
+
+def _profile_for(name: str, args: argparse.Namespace) -> Profile:
+    """The profile `name` with the command line's overrides."""
     from rtax_tui.engine.profile import load_profile, resolve_profile_path
 
     profile = load_profile(resolve_profile_path(name))
@@ -475,18 +493,30 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
     )
     if getattr(args, "sizes", None):
         profile = profile.with_sizes(args.sizes)
-    output = getattr(args, "output", None)
-    headless = getattr(args, "headless", False) or output == "-" or getattr(args, "control", False)
-    if headless or not _interactive():
-        return run_headless(
-            profile,
-            output,
-            argv,
-            record=getattr(args, "record", None),
-            control=getattr(args, "control", False),
-            quiet=getattr(args, "quiet", False),
-        )
-    return _run_console(name, profile, args, output)
+    return profile
+
+
+CONSOLES = (None, "run", "replay", "home")  # what `rtax serve ARGS` may serve
+
+
+def _check_console(argv: list[str]) -> None:
+    """What the console of `rtax serve ARGS` loads first, loaded now (nothing started):
+    a bad flag, profile or recording is one line before serving, not a page per tab."""
+    args = build_parser().parse_args(argv)
+    if args.command not in CONSOLES:
+        raise RtaxError(f"serve: `rtax {args.command}` is not a console; try `replay FILE` or `run P`")
+    if args.command == "replay":
+        from rtax_tui.model.recording import read_recording
+
+        read_recording(args.file)
+        return
+    from rtax_tui.engine.profile import load_profile, resolve_profile_path
+
+    if args.command == "home":
+        if args.profile:
+            load_profile(resolve_profile_path(args.profile))
+        return
+    _profile_for("default" if args.command is None else args.profile, args)
 
 
 def _pool_override(profile: Profile, size: int | None) -> PoolSpec | None:

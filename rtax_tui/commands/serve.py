@@ -7,8 +7,11 @@ console runs what `rtax ARGS...` would run in a terminal (by default the console
 the default profile; e.g. `rtax serve replay FILE`); `cli._interactive` treats the
 web driver as a terminal.
 
-Anyone who can reach the port gets a console that can start runs: the default host
-is 127.0.0.1, and another address has to be asked for.
+The console can start runs with any driver option, so only its user may reach it: the
+default host is 127.0.0.1 (another address prints a warning), and every request needs
+the secret token of the URL printed, a `Host` naming the address served and, from a
+browser, an `Origin` of that same address (`servegate.py` holds the rule,
+`servehttp.py` asks it before textual-serve's handlers).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 
 from rtax_tui.model.spec import RtaxError
 
@@ -26,8 +30,11 @@ ARGS are what follows `rtax` for the console (default: none, the console on the
 default profile); each browser tab gets its own console process, ended when the tab
 closes or the server stops (Ctrl-C, SIGTERM).
 
+It prints the URL to open, with a secret token (http://127.0.0.1:8000/?token=...);
+without the token, or from a page of another site, every request gets 403.
+
 examples:
-  rtax serve                                    http://127.0.0.1:8000, the default console
+  rtax serve                                    the default console, on 127.0.0.1:8000
   rtax serve --port 8080 replay recordings/examples/t0-local-stage.jsonl
   rtax serve run t0 --trials 50
 """
@@ -53,19 +60,28 @@ def console_command(args: list[str]) -> str:
     """The shell command textual-serve runs per connection: this Python, this rtax."""
     if args and args[0] == "--":
         args = args[1:]
-    if args and args[0] in ("serve", "plot", "report", "compare", "project", "doctor"):
-        raise RtaxError(f"serve: `rtax {args[0]}` is not a console; try `replay FILE` or `run P`")
     return shlex.join([sys.executable, "-m", "rtax_tui", *args])
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    command = console_command(list(args.args))
+def run_serve(args: argparse.Namespace, check: Callable[[list[str]], None]) -> int:
+    """Serve the console once `check` (the CLI's) has loaded what ARGS name: a bad
+    profile or recording is one line and exit 2 here, not a broken page per tab."""
+    console_args = list(args.args)
+    if console_args and console_args[0] == "--":
+        console_args = console_args[1:]
+    check(console_args)
+    command = console_command(console_args)
     try:
-        from textual_serve.server import Server
+        from rtax_tui.commands.servehttp import GatedServer
     except ImportError:
         raise RtaxError("serve needs textual-serve: pip install 'rtax[serve]'") from None
-    title = "rtax " + " ".join(args.args) if args.args else "rtax"
-    server = Server(command, host=args.host, port=args.port, title=title)
+    from rtax_tui.commands.servegate import Gate, bind_warning
+
+    warning = bind_warning(args.host)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    title = "rtax " + " ".join(console_args) if console_args else "rtax"
+    server = GatedServer(command, Gate(args.host, args.port), title=title)
     try:
         server.serve()
     except OSError as exc:  # the port is taken, the address is not ours

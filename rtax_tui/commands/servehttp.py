@@ -1,0 +1,132 @@
+"""textual-serve's server with `servegate`'s rule in front of every route.
+
+textual-serve (1.1) answers any request: its page, its static files, its downloads,
+and a websocket that starts a console process. `GatedServer` keeps its handlers and
+puts one aiohttp middleware before all of them (unknown paths included), so a refused
+request gets 403 before a handler runs: no console process is started for it. The
+page's URLs are built from the request's own (checked) Host, so a user who opened
+`localhost` keeps talking to `localhost` and the cookie goes along. Every answer says:
+no Referer (the page's URL holds the token), no framing, no cache, and a content
+policy that lets the page load only from this server (textual-serve's page asks Google
+for a font: that request is not made). aiohttp's access log is off (it would write
+every request's URL, token included, and grow with a flood); refusals go through the
+gate's bounded log instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+from aiohttp.web_runner import GracefulExit
+from textual_serve.server import Server
+
+from rtax_tui.commands.servegate import TOKEN_PARAM, Gate, RefusalLog, shown
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _policy(host: str) -> str:
+    return (
+        "default-src 'self'; "
+        f"connect-src 'self' ws://{host}; "
+        "script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data: blob:; font-src 'self' data:; "
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    )
+
+
+class GatedServer(Server):
+    """A textual-serve Server whose every route first asks the gate."""
+
+    def __init__(self, command: str, gate: Gate, title: str) -> None:
+        super().__init__(command, host=gate.bind or "0.0.0.0", port=gate.port, title=title)
+        self.gate = gate
+        self.refusals = RefusalLog()
+
+    async def _make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard])
+        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
+        app.add_routes(
+            [
+                web.get("/", self.handle_index, name="index"),
+                web.get("/ws", self.handle_websocket, name="websocket"),
+                web.get("/download/{key}", self.handle_download, name="download"),
+                web.static("/static", self.statics_path, show_index=False, name="static"),
+            ]
+        )
+        return app
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        host = request.headers.get("Host")
+        origin = request.headers.get("Origin")
+        tokens = request.query.getall(TOKEN_PARAM, [])
+        why = self.gate.refusal(host, origin, tokens, request.cookies.get(self.gate.cookie))
+        if why is not None:
+            self.refusals.refused(
+                f"rtax serve: refused {request.method} {shown(request.path)}: {why} "
+                f"(Host {shown(host)}, Origin {shown(origin)}, from {request.remote})"
+            )
+            return self._headers(web.Response(status=403, text="403: forbidden\n"), "")
+        response = await handler(request)
+        if tokens and not response.prepared:  # a websocket's headers are already sent
+            response.headers["Set-Cookie"] = self.gate.set_cookie()
+        if response.prepared:
+            return response
+        return self._headers(response, request.host)
+
+    @staticmethod
+    def _headers(response: web.StreamResponse, host: str) -> web.StreamResponse:
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Content-Security-Policy"] = _policy(host) if host else "default-src 'none'"
+        return response
+
+    async def handle_index(self, request: web.Request) -> web.Response:  # type: ignore[override]
+        """textual-serve's page, its URLs on the Host the browser used (checked)."""
+        try:
+            font_size = min(max(int(request.query.get("fontsize", "16")), 6), 64)
+        except ValueError:
+            font_size = 16
+        context: dict[str, Any] = {
+            "font_size": font_size,
+            "app_websocket_url": f"ws://{request.host}/ws",
+            "config": {"static": {"url": "/static/"}},
+            "application": {"name": self.title},
+        }
+        return aiohttp_jinja2.render_template("app_index.html", request, context)
+
+    def _announce(self, *_: object) -> None:
+        """Called by aiohttp once the port listens: the URL to open."""
+        print(f"rtax serve: the console at {self.gate.url()}", flush=True)
+        print("rtax serve: Ctrl-C stops it (and every console it started)", flush=True)
+
+    def serve(self, debug: bool = False) -> None:
+        """textual-serve's `serve`, without its access log and banner."""
+        self.debug = debug
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loop.add_signal_handler(signal.SIGINT, self.request_exit)
+        loop.add_signal_handler(signal.SIGTERM, self.request_exit)
+        try:
+            web.run_app(
+                self._make_app(),
+                host=self.host,
+                port=self.port,
+                handle_signals=False,
+                loop=loop,
+                access_log=None,
+                print=self._announce,
+            )
+        except GracefulExit:
+            pass
+        finally:
+            self.refusals.flush()
