@@ -6,6 +6,8 @@ its first byte, and then checks what a user would see: the websocket frames the 
 received hold the console's table (the replayed cells and "trials 36/36"), a key
 typed into the page reaches the console (the selection moves to the next cell), and
 a screenshot shows a drawn screen, not a blank page or textual-serve's intro dialog.
+The page is opened at the URL `rtax serve` printed (its token in the query); the
+page's own later requests (static files, the websocket) pass on the cookie it set.
 At the end the server is stopped (SIGTERM, as Ctrl-C would) while the browser is
 still connected, and no process of it is left: server, console, engine.
 """
@@ -56,16 +58,17 @@ def _pids_with(marker: str) -> list[int]:
     return out
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30) -> str:
+    """Waits until `rtax serve` listens; returns the URL it printed (with its token)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"rtax serve exited with {proc.returncode}")
-        try:
+        m = re.search(r"(http://\S+/\?token=[A-Za-z0-9_-]+)", log.read_text())
+        if m:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
+                return m.group(1)
+        time.sleep(0.1)
     raise AssertionError("rtax serve did not listen in time")
 
 
@@ -107,7 +110,9 @@ class Page:
             await asyncio.sleep(0.1)
 
 
-async def _browse(url: str, user_dir: Path, shot: Path) -> str:
+async def _browse(url: str, user_dir: Path, shot: Path, marker: str, seen: list[int]) -> str:
+    """Opens `url`, checks the console in it; `seen` gets the processes holding `marker`
+    while the page is still connected (its console ends when the browser goes)."""
     import aiohttp
 
     chrome = subprocess.Popen(
@@ -178,6 +183,7 @@ async def _browse(url: str, user_dir: Path, shot: Path) -> str:
                     return "selected: local/local/t0/shell" in page.text()
 
                 await page.until(moved)
+                seen += _pids_with(marker)
                 await asyncio.sleep(0.5)  # the browser paints the last frames
                 res = await page.call("Page.captureScreenshot", format="png")
                 shot.write_bytes(base64.b64decode(res["data"]))
@@ -219,12 +225,14 @@ def test_serve_shows_the_console_in_headless_chromium(tmp_path: Path) -> None:
     )
     shot = tmp_path / "console.png"
     try:
-        _wait_listening(port, server)
+        url = _wait_listening(port, server, tmp_path / "serve.log")
+        assert url.startswith(f"http://127.0.0.1:{port}/?token=")
         with socket.socket() as s:  # loopback only by default
             assert s.connect_ex((_an_address_not_loopback() or "127.0.0.2", port)) != 0
-        browser_done = asyncio.run(_browse(f"http://127.0.0.1:{port}/", tmp_path / "chr", shot))
+        seen: list[int] = []
+        browser_done = asyncio.run(_browse(url, tmp_path / "chr", shot, str(rec), seen))
         assert "rtax" in browser_done
-        consoles = [p for p in _pids_with(str(rec)) if p != server.pid]
+        consoles = [p for p in seen if p != server.pid]
         assert consoles, "no console process was started for the page"
     finally:
         os.kill(server.pid, signal.SIGTERM)  # what Ctrl-C does: a graceful exit
@@ -268,6 +276,10 @@ def _an_address_not_loopback() -> str | None:
         (["--port", "70000"], "--port: expected an integer 1..65535, got 70000"),
         (["--port", "0"], "argument --port"),
         (["report", "x.jsonl"], "`rtax report` is not a console"),
+        (["probe"], "`rtax probe` is not a console"),
+        (["run", "no-such-profile"], "no-such-profile.toml: cannot open profile"),
+        (["replay", "missing.jsonl"], "missing.jsonl: cannot open the recording"),
+        (["run", "t0", "--trials", "0"], "--trials"),
     ],
 )
 def test_bad_serve_input_is_one_line_and_exit_2(tmp_path: Path, args, message) -> None:
@@ -282,6 +294,7 @@ def test_bad_serve_input_is_one_line_and_exit_2(tmp_path: Path, args, message) -
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], res.stderr
+    assert "token=" not in res.stdout  # it failed before serving
 
 
 def test_the_served_command_is_this_rtax_quoted_for_the_shell() -> None:
