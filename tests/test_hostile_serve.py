@@ -1,0 +1,205 @@
+"""`rtax serve` against forged clients: what a web page (or a local process) could send.
+
+One real `rtax serve` (a replay console) on a free loopback port; each case sends a
+request as raw bytes, so every header is exactly what the attack needs: a websocket
+from a foreign Origin (`http://evil.example`, `null`, another port of 127.0.0.1,
+https), a foreign Host (DNS rebinding: the attacker's name resolving to 127.0.0.1),
+no token, a wrong token, the right token in a wrong place (path, Referer, a header,
+another query name, another port's cookie). Each gets 403, and the server's process
+tree stays empty: no console was started. A control with the right token, Host and
+Origin gets its websocket and a console, so the check can fail. A flood of refused
+requests leaves a bounded number of lines on stderr, and the token is in none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.procs import dead
+
+pytest.importorskip("textual_serve", reason="textual-serve is not installed (rtax[serve])")
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = ROOT / "recordings" / "examples" / "t0-local-stage.jsonl"
+WS = (
+    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+)
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen, port: int, token: str, log: Path) -> None:
+        self.proc, self.port, self.token, self.log = proc, port, token, log
+        self.here = f"127.0.0.1:{port}"
+
+    def send(self, path: str, headers: str, *, ws: bool = True) -> tuple[int, bytes, socket.socket]:
+        """Sends `GET path` with `headers` (each ending in CRLF); the status, the
+        response's head and the socket, left open (an accepted websocket stays up)."""
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(f"GET {path} HTTP/1.1\r\n{headers}{WS if ws else ''}\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            head += chunk
+        m = re.match(rb"HTTP/1\.[01] (\d{3})", head)
+        assert m, head[:200]
+        return int(m.group(1)), head, s
+
+    def status(self, path: str, headers: str, *, ws: bool = True) -> int:
+        code, _, s = self.send(path, headers, ws=ws)
+        s.close()
+        return code
+
+    def tree(self) -> list[int]:
+        """The server's descendants (a console, its shell, its engine)."""
+        kids: dict[int, list[int]] = {}
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(d.name))
+        out, todo = [], [self.proc.pid]
+        while todo:
+            for k in kids.get(todo.pop(), []):
+                if not dead(k, 0):
+                    out.append(k)
+                    todo.append(k)
+        return out
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("hostile-serve")
+    rec = tmp / "hostile-t0.jsonl"
+    rec.write_bytes(T0.read_bytes())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out, err = tmp / "serve.out", tmp / "serve.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rtax_tui", "serve", "--port", str(port), "replay", str(rec)],
+            cwd=tmp,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=o,
+            stderr=e,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not (m := re.search(r"\?token=([A-Za-z0-9_-]+)", out.read_text())):
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "rtax serve printed no URL"
+            time.sleep(0.1)
+        yield Served(proc, port, m.group(1), err)
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _cases(port: int, t: str) -> list[tuple[str, str, str]]:
+    here = f"127.0.0.1:{port}"
+    own = f"Host: {here}\r\nOrigin: http://{here}\r\n"
+    return [
+        # a page of another site opens the websocket (it knows no token)
+        ("foreign Origin", "/ws", f"Host: {here}\r\nOrigin: http://evil.example\r\n"),
+        # ... and even with the token: Origin alone refuses it
+        ("foreign Origin, token", f"/ws?token={t}", f"Host: {here}\r\nOrigin: http://evil.example\r\n"),
+        ("Origin null", f"/ws?token={t}", f"Host: {here}\r\nOrigin: null\r\n"),
+        ("another local port", f"/ws?token={t}", f"Host: {here}\r\nOrigin: http://127.0.0.1:1\r\n"),
+        ("https Origin", f"/ws?token={t}", f"Host: {here}\r\nOrigin: https://{here}\r\n"),
+        # DNS rebinding: the attacker's name now resolves to 127.0.0.1
+        ("rebinding ws", f"/ws?token={t}",
+         f"Host: evil.example:{port}\r\nOrigin: http://evil.example:{port}\r\n"),
+        ("rebinding cookie", "/ws",
+         f"Host: evil.example:{port}\r\nCookie: rtax-serve-{port}={t}\r\n"),
+        ("userinfo Host", f"/ws?token={t}", f"Host: {here}@evil.example\r\n"),
+        ("no token", "/ws", own),
+        ("wrong token", "/ws?token=" + "A" * len(t), own),
+        ("wrong cookie", "/ws", own + f"Cookie: rtax-serve-{port}=nope\r\n"),
+        ("two tokens", f"/ws?token={t}&token=x", own),
+        # the right token in a wrong place
+        ("token in path", f"/ws/{t}", own),
+        ("token in Referer", "/ws", own + f"Referer: http://{here}/?token={t}\r\n"),
+        ("token in a header", "/ws", own + f"Authorization: token {t}\r\nX-Token: {t}\r\n"),
+        ("another query name", f"/ws?Token={t}&t={t}", own),
+        ("another port's cookie", "/ws", own + f"Cookie: rtax-serve-{port + 1}={t}\r\n"),
+        ("token in Origin", "/ws", f"Host: {here}\r\nOrigin: http://{here}/?token={t}\r\n"),
+    ]
+
+
+def test_every_forged_websocket_gets_403_and_starts_nothing(served: Served) -> None:
+    for name, path, headers in _cases(served.port, served.token):
+        assert served.status(path, headers) == 403, name
+    # HTTP/1.1 without a Host: aiohttp's parser refuses it (400) before the gate
+    assert served.status(f"/ws?token={served.token}", "") in (400, 403)
+    time.sleep(1)  # a console, had one been started, would show by now
+    assert served.tree() == [], "a refused request started a process"
+
+
+@pytest.mark.parametrize("path", ["/", "/static/js/textual.js", "/download/x", "/nowhere"])
+def test_every_route_needs_the_token_and_the_host(served: Served, path: str) -> None:
+    t, here = served.token, served.here
+    assert served.status(path, f"Host: {here}\r\n", ws=False) == 403
+    sep = "&" if "?" in path else "?"
+    rebound = f"Host: evil.example:{served.port}\r\n"
+    assert served.status(f"{path}{sep}token={t}", rebound, ws=False) == 403
+    if path in ("/", "/static/js/textual.js"):
+        assert served.status(f"{path}?token={t}", f"Host: {here}\r\n", ws=False) == 200
+        cookie = f"Host: {here}\r\nCookie: rtax-serve-{served.port}={t}\r\n"
+        assert served.status(path, cookie, ws=False) == 200
+    assert served.tree() == []
+
+
+def test_the_page_sets_a_strict_cookie_and_leaks_no_referer(served: Served) -> None:
+    _, head, s = served.send(f"/?token={served.token}", f"Host: {served.here}\r\n", ws=False)
+    s.close()
+    text = head.decode()
+    assert re.search(r"Set-Cookie: rtax-serve-\d+=\S+; Path=/; HttpOnly; SameSite=Strict", text)
+    assert "Referrer-Policy: no-referrer" in text
+    assert "frame-ancestors 'none'" in text and "X-Frame-Options: DENY" in text
+
+
+def test_the_user_gets_a_console_and_the_log_stays_bounded(served: Served) -> None:
+    """The control: right token, Host and Origin start a console (so the 403s above
+    are the gate's). Then a flood: stderr gains a bounded count of lines, no token."""
+    here = served.here
+    code, _, s = served.send(f"/ws?token={served.token}", f"Host: {here}\r\nOrigin: http://{here}\r\n")
+    try:
+        assert code == 101
+        deadline = time.monotonic() + 20
+        while not served.tree():
+            assert time.monotonic() < deadline, "no console was started for the user"
+            time.sleep(0.1)
+    finally:
+        s.close()
+    deadline = time.monotonic() + 20
+    while served.tree() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    before = served.log.read_text().count("\n")
+    for i in range(300):
+        assert served.status(f"/ws?token=guess{i}", f"Host: {here}\r\n") == 403
+    time.sleep(0.5)
+    text = served.log.read_text()
+    assert text.count("\n") - before <= 10, text[-2000:]
+    assert served.token not in text and "guess" not in text
