@@ -124,15 +124,25 @@ def _cases(port: int, t: str) -> list[tuple[str, str, str]]:
         # a page of another site opens the websocket (it knows no token)
         ("foreign Origin", "/ws", f"Host: {here}\r\nOrigin: http://evil.example\r\n"),
         # ... and even with the token: Origin alone refuses it
-        ("foreign Origin, token", f"/ws?token={t}", f"Host: {here}\r\nOrigin: http://evil.example\r\n"),
+        (
+            "foreign Origin, token",
+            f"/ws?token={t}",
+            f"Host: {here}\r\nOrigin: http://evil.example\r\n",
+        ),
         ("Origin null", f"/ws?token={t}", f"Host: {here}\r\nOrigin: null\r\n"),
         ("another local port", f"/ws?token={t}", f"Host: {here}\r\nOrigin: http://127.0.0.1:1\r\n"),
         ("https Origin", f"/ws?token={t}", f"Host: {here}\r\nOrigin: https://{here}\r\n"),
         # DNS rebinding: the attacker's name now resolves to 127.0.0.1
-        ("rebinding ws", f"/ws?token={t}",
-         f"Host: evil.example:{port}\r\nOrigin: http://evil.example:{port}\r\n"),
-        ("rebinding cookie", "/ws",
-         f"Host: evil.example:{port}\r\nCookie: rtax-serve-{port}={t}\r\n"),
+        (
+            "rebinding ws",
+            f"/ws?token={t}",
+            f"Host: evil.example:{port}\r\nOrigin: http://evil.example:{port}\r\n",
+        ),
+        (
+            "rebinding cookie",
+            "/ws",
+            f"Host: evil.example:{port}\r\nCookie: rtax-serve-{port}={t}\r\n",
+        ),
         ("userinfo Host", f"/ws?token={t}", f"Host: {here}@evil.example\r\n"),
         ("no token", "/ws", own),
         ("wrong token", "/ws?token=" + "A" * len(t), own),
@@ -184,7 +194,9 @@ def test_the_user_gets_a_console_and_the_log_stays_bounded(served: Served) -> No
     """The control: right token, Host and Origin start a console (so the 403s above
     are the gate's). Then a flood: stderr gains a bounded count of lines, no token."""
     here = served.here
-    code, _, s = served.send(f"/ws?token={served.token}", f"Host: {here}\r\nOrigin: http://{here}\r\n")
+    code, _, s = served.send(
+        f"/ws?token={served.token}", f"Host: {here}\r\nOrigin: http://{here}\r\n"
+    )
     try:
         assert code == 101
         deadline = time.monotonic() + 20

@@ -504,7 +504,9 @@ def _check_console(argv: list[str]) -> None:
     a bad flag, profile or recording is one line before serving, not a page per tab."""
     args = build_parser().parse_args(argv)
     if args.command not in CONSOLES:
-        raise RtaxError(f"serve: `rtax {args.command}` is not a console; try `replay FILE` or `run P`")
+        raise RtaxError(
+            f"serve: `rtax {args.command}` is not a console; try `replay FILE` or `run P`"
+        )
     if args.command == "replay":
         from rtax_tui.model.recording import read_recording
 

@@ -87,10 +87,11 @@ class GatedServer(Server):
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Cache-Control"] = "no-store"
-        response.headers["Content-Security-Policy"] = _policy(host) if host else "default-src 'none'"
+        policy = _policy(host) if host else "default-src 'none'"
+        response.headers["Content-Security-Policy"] = policy
         return response
 
-    async def handle_index(self, request: web.Request) -> web.Response:  # type: ignore[override]
+    async def handle_index(self, request: web.Request) -> web.Response:
         """textual-serve's page, its URLs on the Host the browser used (checked)."""
         try:
             font_size = min(max(int(request.query.get("fontsize", "16")), 6), 64)
