@@ -175,17 +175,20 @@ def test_every_route_needs_the_token_and_the_host(served: Served, path: str) -> 
     rebound = f"Host: evil.example:{served.port}\r\n"
     assert served.status(f"{path}{sep}token={t}", rebound, ws=False) == 403
     if path in ("/", "/static/js/textual.js"):
-        assert served.status(f"{path}?token={t}", f"Host: {here}\r\n", ws=False) == 200
+        first = 303 if path == "/" else 200  # the page: a cookie, then itself without token
+        assert served.status(f"{path}?token={t}", f"Host: {here}\r\n", ws=False) == first
         cookie = f"Host: {here}\r\nCookie: rtax-serve-{served.port}={t}\r\n"
         assert served.status(path, cookie, ws=False) == 200
     assert served.tree() == []
 
 
 def test_the_page_sets_a_strict_cookie_and_leaks_no_referer(served: Served) -> None:
-    _, head, s = served.send(f"/?token={served.token}", f"Host: {served.here}\r\n", ws=False)
+    path = f"/?fontsize=20&token={served.token}"
+    _, head, s = served.send(path, f"Host: {served.here}\r\n", ws=False)
     s.close()
     text = head.decode()
     assert re.search(r"Set-Cookie: rtax-serve-\d+=\S+; Path=/; HttpOnly; SameSite=Strict", text)
+    assert "Location: /?fontsize=20\r\n" in text  # the same page, the token out of its URL
     assert "Referrer-Policy: no-referrer" in text
     assert "frame-ancestors 'none'" in text and "X-Frame-Options: DENY" in text
 
@@ -203,6 +206,12 @@ def test_the_user_gets_a_console_and_the_log_stays_bounded(served: Served) -> No
         while not served.tree():
             assert time.monotonic() < deadline, "no console was started for the user"
             time.sleep(0.1)
+        for pid in served.tree():  # the console (and what it starts) never learns the token
+            for what in ("cmdline", "environ"):
+                try:
+                    assert served.token.encode() not in Path(f"/proc/{pid}/{what}").read_bytes()
+                except OSError:
+                    pass  # it ended meanwhile
     finally:
         s.close()
     deadline = time.monotonic() + 20

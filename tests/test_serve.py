@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -25,7 +26,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,7 @@ class Page:
         self.ws = ws
         self.n = 0
         self.received = bytearray()  # what the page's websocket received, decoded
+        self.requests: list[dict] = []  # every request the page made (url, headers)
 
     async def call(self, method: str, **params):
         self.n += 1
@@ -89,6 +93,8 @@ class Page:
             if msg.get("id") == me:
                 assert "error" not in msg, msg
                 return msg.get("result", {})
+            if msg.get("method") == "Network.requestWillBeSent":
+                self.requests.append(msg["params"]["request"])
             if msg.get("method") == "Network.webSocketFrameReceived":
                 frame = msg["params"]["response"]
                 data = frame["payloadData"]
@@ -110,9 +116,9 @@ class Page:
             await asyncio.sleep(0.1)
 
 
-async def _browse(url: str, user_dir: Path, shot: Path, marker: str, seen: list[int]) -> str:
-    """Opens `url`, checks the console in it; `seen` gets the processes holding `marker`
-    while the page is still connected (its console ends when the browser goes)."""
+@contextlib.asynccontextmanager
+async def chromium(user_dir: Path, *flags: str) -> AsyncIterator[Page]:
+    """Headless Chromium with one page driven over the DevTools protocol."""
     import aiohttp
 
     chrome = subprocess.Popen(
@@ -125,6 +131,7 @@ async def _browse(url: str, user_dir: Path, shot: Path, marker: str, seen: list[
             "--remote-debugging-port=0",
             f"--user-data-dir={user_dir}",
             "--window-size=1280,800",
+            *flags,
             "about:blank",
         ],
         stdout=subprocess.DEVNULL,
@@ -145,53 +152,68 @@ async def _browse(url: str, user_dir: Path, shot: Path, marker: str, seen: list[
                 page = Page(ws)
                 await page.call("Network.enable")
                 await page.call("Page.enable")
-                await page.call("Page.navigate", url=url)
-
-                async def first_byte() -> bool:
-                    return "-first-byte" in str(await page.js("document.body.className"))
-
-                await page.until(first_byte)
-
-                async def drawn() -> bool:
-                    await page.js("1")  # collect the frames that arrived meanwhile
-                    return "trials 36/36" in page.text()
-
-                await page.until(drawn)
-                text = page.text()
-                assert "local/local/t0/exec" in text and "local/stage/t0/shell" in text
-                assert "selected: local/local/t0/exec" in text
-                # a key typed into the page reaches the console: the next cell
-                await page.js("document.querySelector('.xterm-helper-textarea').focus()")
-                await page.call(
-                    "Input.dispatchKeyEvent",
-                    type="keyDown",
-                    key="s",
-                    text="s",
-                    code="KeyS",
-                    windowsVirtualKeyCode=83,
-                )
-                await page.call(
-                    "Input.dispatchKeyEvent",
-                    type="keyUp",
-                    key="s",
-                    code="KeyS",
-                    windowsVirtualKeyCode=83,
-                )
-
-                async def moved() -> bool:
-                    await page.js("1")
-                    return "selected: local/local/t0/shell" in page.text()
-
-                await page.until(moved)
-                seen += _pids_with(marker)
-                await asyncio.sleep(0.5)  # the browser paints the last frames
-                res = await page.call("Page.captureScreenshot", format="png")
-                shot.write_bytes(base64.b64decode(res["data"]))
-                assert "-closed" not in str(await page.js("document.body.className"))
-                return page.text()
+                yield page
     finally:
         os.killpg(chrome.pid, signal.SIGKILL)
         chrome.wait()
+
+
+async def _browse(url: str, user_dir: Path, shot: Path, marker: str, seen: list[int]) -> str:
+    """Opens `url`, checks the console in it; `seen` gets the processes holding `marker`
+    while the page is still connected (its console ends when the browser goes)."""
+    async with chromium(user_dir) as page:
+        await page.call("Page.navigate", url=url)
+
+        async def first_byte() -> bool:
+            return "-first-byte" in str(await page.js("document.body.className"))
+
+        await page.until(first_byte)
+
+        async def drawn() -> bool:
+            await page.js("1")  # collect the frames that arrived meanwhile
+            return "trials 36/36" in page.text()
+
+        await page.until(drawn)
+        # the page asks only its server (textual-serve's Google font is not fetched), and
+        # its URL, in the address bar or a Referer, holds no token (a redirect took it out)
+        here = urllib.parse.urlsplit(url).netloc
+        asked = [r for r in page.requests if not r["url"].startswith(("data:", "blob:"))]
+        assert {urllib.parse.urlsplit(r["url"]).netloc for r in asked} == {here}, asked
+        leaks = [r["url"] for r in asked if "token" in r.get("headers", {}).get("Referer", "")]
+        assert not leaks, asked
+        assert "token" not in str(await page.js("window.location.href"))
+        text = page.text()
+        assert "local/local/t0/exec" in text and "local/stage/t0/shell" in text
+        assert "selected: local/local/t0/exec" in text
+        # a key typed into the page reaches the console: the next cell
+        await page.js("document.querySelector('.xterm-helper-textarea').focus()")
+        await page.call(
+            "Input.dispatchKeyEvent",
+            type="keyDown",
+            key="s",
+            text="s",
+            code="KeyS",
+            windowsVirtualKeyCode=83,
+        )
+        await page.call(
+            "Input.dispatchKeyEvent",
+            type="keyUp",
+            key="s",
+            code="KeyS",
+            windowsVirtualKeyCode=83,
+        )
+
+        async def moved() -> bool:
+            await page.js("1")
+            return "selected: local/local/t0/shell" in page.text()
+
+        await page.until(moved)
+        seen += _pids_with(marker)
+        await asyncio.sleep(0.5)  # the browser paints the last frames
+        res = await page.call("Page.captureScreenshot", format="png")
+        shot.write_bytes(base64.b64decode(res["data"]))
+        assert "-closed" not in str(await page.js("document.body.className"))
+        return page.text()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")

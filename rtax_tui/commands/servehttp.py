@@ -4,21 +4,25 @@ textual-serve (1.1) answers any request: its page, its static files, its downloa
 and a websocket that starts a console process. `GatedServer` keeps its handlers and
 puts one aiohttp middleware before all of them (unknown paths included), so a refused
 request gets 403 before a handler runs: no console process is started for it. The
+printed URL's page answers with the cookie and a redirect to itself without the token. The
 page's URLs are built from the request's own (checked) Host, so a user who opened
 `localhost` keeps talking to `localhost` and the cookie goes along. Every answer says:
 no Referer (the page's URL holds the token), no framing, no cache, and a content
-policy that lets the page load only from this server (textual-serve's page asks Google
-for a font: that request is not made). aiohttp's access log is off (it would write
-every request's URL, token included, and grow with a flood); refusals go through the
-gate's bounded log instead.
+policy that lets the page load only from this server (textual-serve's page links a font
+on Google's servers: the link is taken out of its template). aiohttp's access log is
+off (it would write every request's URL, token included, and grow with a flood);
+refusals go through the gate's bounded log instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp_jinja2
 import jinja2
@@ -28,6 +32,8 @@ from textual_serve.server import Server
 
 from rtax_tui.commands.servegate import TOKEN_PARAM, Gate, RefusalLog, shown
 
+_FOREIGN_LINK = re.compile(r"<link\s[^>]*href=\"https?://[^>]*>", re.S)
+_HEAD = '<head>\n    <meta name="referrer" content="no-referrer" />'
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -51,7 +57,7 @@ class GatedServer(Server):
 
     async def _make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
-        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
+        aiohttp_jinja2.setup(app, loader=jinja2.FunctionLoader(self._template))
         app.add_routes(
             [
                 web.get("/", self.handle_index, name="index"),
@@ -61,6 +67,12 @@ class GatedServer(Server):
             ]
         )
         return app
+
+    def _template(self, name: str) -> str:
+        """textual-serve's page template, without its link to Google's fonts (the
+        terminal's font is among the static files): the page asks only this server."""
+        text = (Path(self.templates_path) / Path(name).name).read_text()
+        return _FOREIGN_LINK.sub("", text).replace("<head>", _HEAD, 1)
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -74,12 +86,26 @@ class GatedServer(Server):
                 f"(Host {shown(host)}, Origin {shown(origin)}, from {request.remote})"
             )
             return self._headers(web.Response(status=403, text="403: forbidden\n"), "")
+        if tokens and request.path == "/":
+            return self._headers(self._without_token(request), request.host)
         response = await handler(request)
         if tokens and not response.prepared:  # a websocket's headers are already sent
             response.headers["Set-Cookie"] = self.gate.set_cookie()
         if response.prepared:
             return response
         return self._headers(response, request.host)
+
+    def _without_token(self, request: web.Request) -> web.StreamResponse:
+        """The page opened with the token: a cookie, and the same page without the token
+        in its URL (nor then in the address bar, the history's last entry or a Referer:
+        Chromium sends the page's URL as Referer for an inline style's image despite the
+        no-referrer policy)."""
+        rest = request.query.copy()
+        rest.popall(TOKEN_PARAM, None)
+        location = "/" + ("?" + urlencode(list(rest.items())) if rest else "")
+        response = web.HTTPSeeOther(location)
+        response.headers["Set-Cookie"] = self.gate.set_cookie()
+        return response
 
     @staticmethod
     def _headers(response: web.StreamResponse, host: str) -> web.StreamResponse:
