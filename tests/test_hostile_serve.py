@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -224,3 +225,119 @@ def test_the_user_gets_a_console_and_the_log_stays_bounded(served: Served) -> No
     text = served.log.read_text()
     assert text.count("\n") - before <= 10, text[-2000:]
     assert served.token not in text and "guess" not in text
+
+
+ATTACK = """<!doctype html><html><body><script>
+window.results = {};
+const P = %d;
+function ws(name, url) {
+  return new Promise((resolve) => {
+    const w = new WebSocket(url);
+    w.onopen = () => resolve("open");
+    w.onerror = () => resolve("error");
+    setTimeout(() => resolve("timeout"), 8000);
+  }).then((r) => { window.results[name] = r; });
+}
+const framed = new Promise((resolve) => {  // a sandboxed frame: Origin null
+  const f = document.createElement("iframe");
+  f.sandbox = "allow-scripts";
+  f.srcdoc = "<script>const w = new WebSocket('ws://127.0.0.1:" + P + "/ws');"
+    + "w.onopen = () => parent.postMessage('open', '*');"
+    + "w.onerror = () => parent.postMessage('error', '*');<\\/script>";
+  window.addEventListener("message", (e) => { window.results["Origin null"] = e.data; resolve(); });
+  document.body.appendChild(f);
+});
+const console_frame = document.createElement("iframe");  // the console itself, framed
+console_frame.src = "http://127.0.0.1:" + P + "/";
+document.body.appendChild(console_frame);
+Promise.all([
+  ws("ws", "ws://127.0.0.1:" + P + "/ws"),
+  ws("ws localhost", "ws://localhost:" + P + "/ws"),
+  ws("ws guessed token", "ws://127.0.0.1:" + P + "/ws?token=guess"),
+  fetch("http://127.0.0.1:" + P + "/", {credentials: "include"})
+    .then((r) => r.status, () => "unreadable").then((v) => { window.results["fetch"] = v; }),
+  framed,
+]).then(() => { window.finished = true; });
+</script></body></html>"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_pages_of_other_origins_in_chromium_get_nothing(served: Served, tmp_path: Path) -> None:
+    """The user opened the console (its cookie is in the browser); then pages of another
+    port of 127.0.0.1 (same site: the cookie goes along), of another site, and of a
+    rebound name (evil.example resolving to 127.0.0.1) try the websocket, a sandboxed
+    frame (Origin null), a framed console and a read of the page: nothing opens."""
+    import asyncio
+    import functools
+    import http.server
+    import threading
+
+    from tests.test_serve import chromium
+
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "attack.html").write_text(ATTACK % served.port)
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www")
+    )
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    q = evil.server_address[1]
+
+    async def attack() -> None:
+        rules = "--host-resolver-rules=MAP evil.example 127.0.0.1"
+        async with chromium(tmp_path / "chr", rules) as page:
+
+            async def until(expr: str, timeout: float = 30) -> None:
+                deadline = time.monotonic() + timeout
+                while not await page.js(expr):
+                    assert time.monotonic() < deadline, expr
+                    await asyncio.sleep(0.1)
+
+            url = f"http://127.0.0.1:{served.port}/?token={served.token}"
+            await page.call("Page.navigate", url=url)  # the user, once
+            await until("document.body && document.body.className.includes('-first-byte')")
+            assert served.tree(), "the user's page started no console"
+            await page.call("Page.navigate", url="about:blank")
+            deadline = time.monotonic() + 20
+            while served.tree():
+                assert time.monotonic() < deadline, "the user's console did not end"
+                await asyncio.sleep(0.1)
+            for origin in (f"http://127.0.0.1:{q}", f"http://evil.example:{q}"):
+                await page.call("Page.navigate", url=f"{origin}/attack.html")
+                await until("window.finished === true")
+                results = await page.js("window.results")
+                assert results.pop("fetch") == "unreadable"  # no CORS: the page reads nothing
+                assert set(results.values()) == {"error"}, (origin, results)
+                await asyncio.sleep(1)
+                assert served.tree() == [], f"a page of {origin} started a console"
+            # DNS rebinding: the attacker's page, its name now resolving to 127.0.0.1
+            # (the attacker's page came from its own server, with no policy of ours: the
+            # browser's CSP is bypassed to run its script in that origin)
+            rebound = f"evil.example:{served.port}"
+            await page.call("Page.setBypassCSP", enabled=True)
+            await page.call("Page.navigate", url=f"http://{rebound}/")
+            await until("document.readyState === 'complete'")
+            assert "403" in await page.js("document.body.innerText")
+            res = await page.call(
+                "Runtime.evaluate",
+                expression="fetch('/').then((r) => r.status)",
+                awaitPromise=True,
+                returnByValue=True,
+            )
+            assert res["result"]["value"] == 403
+            await page.js(
+                f"window.r = 'wait'; const w = new WebSocket('ws://{rebound}/ws');"
+                "w.onopen = () => { window.r = 'open'; };"
+                "w.onerror = () => { window.r = 'error'; };"
+            )
+            await until("window.r !== 'wait'")
+            assert await page.js("window.r") == "error"
+            await asyncio.sleep(1)
+            assert served.tree() == [], "the rebound page started a console"
+
+    try:
+        asyncio.run(attack())
+    finally:
+        evil.shutdown()
+        evil.server_close()
