@@ -100,9 +100,8 @@ class GatedServer(Server):
         in its URL (nor then in the address bar, the history's last entry or a Referer:
         Chromium sends the page's URL as Referer for an inline style's image despite the
         no-referrer policy)."""
-        rest = request.query.copy()
-        rest.popall(TOKEN_PARAM, None)
-        location = "/" + ("?" + urlencode(list(rest.items())) if rest else "")
+        rest = [(k, v) for k, v in request.query.items() if k != TOKEN_PARAM]
+        location = "/" + ("?" + urlencode(rest) if rest else "")
         response = web.HTTPSeeOther(location)
         response.headers["Set-Cookie"] = self.gate.set_cookie()
         return response
