@@ -175,7 +175,8 @@ async def _browse(url: str, user_dir: Path, shot: Path, marker: str, seen: list[
 
         await page.until(drawn)
         # the page asks only its server (textual-serve's Google font is not fetched), and
-        # its URL, in the address bar or a Referer, holds no token (a redirect took it out)
+        # its URL, in the address bar or a Referer, holds no token (the token's page
+        # replaced itself)
         here = urllib.parse.urlsplit(url).netloc
         asked = [r for r in page.requests if not r["url"].startswith(("data:", "blob:"))]
         assert {urllib.parse.urlsplit(r["url"]).netloc for r in asked} == {here}, asked

@@ -4,7 +4,8 @@ textual-serve (1.1) answers any request: its page, its static files, its downloa
 and a websocket that starts a console process. `GatedServer` keeps its handlers and
 puts one aiohttp middleware before all of them (unknown paths included), so a refused
 request gets 403 before a handler runs: no console process is started for it. The
-printed URL's page answers with the cookie and a redirect to itself without the token. The
+printed URL's page answers with the cookie and a script that opens the page without
+the token. The
 page's URLs are built from the request's own (checked) Host, so a user who opened
 `localhost` keeps talking to `localhost` and the cookie goes along. Every answer says:
 no Referer (the page's URL holds the token), no framing, no cache, and a content
@@ -17,6 +18,7 @@ refusals go through the gate's bounded log instead.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 from collections.abc import Awaitable, Callable
@@ -34,6 +36,10 @@ from rtax_tui.commands.servegate import TOKEN_PARAM, Gate, RefusalLog, shown
 
 _FOREIGN_LINK = re.compile(r"<link\s[^>]*href=\"https?://[^>]*>", re.S)
 _HEAD = '<head>\n    <meta name="referrer" content="no-referrer" />'
+_ONWARD = """<!DOCTYPE html>
+<html><head><meta name="referrer" content="no-referrer" /><title>rtax</title>
+<script>window.location.replace(%s);</script></head><body></body></html>
+"""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -96,13 +102,17 @@ class GatedServer(Server):
         return self._headers(response, request.host)
 
     def _without_token(self, request: web.Request) -> web.StreamResponse:
-        """The page opened with the token: a cookie, and the same page without the token
-        in its URL (nor then in the address bar, the history's last entry or a Referer:
-        Chromium sends the page's URL as Referer for an inline style's image despite the
-        no-referrer policy)."""
+        """The page opened with the token: the cookie, and a page of nothing but a
+        script that replaces itself with the console's page without the token (so the
+        token is in no Referer, and not in the address bar or the history's entry:
+        Chromium sent the page's URL as Referer for an inline style's image despite the
+        no-referrer policy). Not an HTTP redirect: after a link on another site's page,
+        the browser would not send the `Strict` cookie to the redirect's target; a
+        navigation this page starts is this site's own."""
         rest = [(k, v) for k, v in request.query.items() if k != TOKEN_PARAM]
-        location = "/" + ("?" + urlencode(rest) if rest else "")
-        response = web.HTTPSeeOther(location)
+        location = json.dumps("/" + ("?" + urlencode(rest) if rest else "")).replace("<", "\\u003c")
+        page = _ONWARD % location
+        response = web.Response(text=page, content_type="text/html")
         response.headers["Set-Cookie"] = self.gate.set_cookie()
         return response
 
