@@ -169,28 +169,42 @@ def test_every_forged_websocket_gets_403_and_starts_nothing(served: Served) -> N
     assert served.tree() == [], "a refused request started a process"
 
 
-@pytest.mark.parametrize("path", ["/", "/static/js/textual.js", "/download/x", "/nowhere"])
+@pytest.mark.parametrize("path", ["/", "/download/x", "/nowhere"])
 def test_every_route_needs_the_token_and_the_host(served: Served, path: str) -> None:
     t, here = served.token, served.here
     assert served.status(path, f"Host: {here}\r\n", ws=False) == 403
     sep = "&" if "?" in path else "?"
     rebound = f"Host: evil.example:{served.port}\r\n"
     assert served.status(f"{path}{sep}token={t}", rebound, ws=False) == 403
-    if path in ("/", "/static/js/textual.js"):
-        assert served.status(f"{path}?token={t}", f"Host: {here}\r\n", ws=False) == 200
-        cookie = f"Host: {here}\r\nCookie: rtax-serve-{served.port}={t}\r\n"
-        assert served.status(path, cookie, ws=False) == 200
+    # no cookie lets anything in (a browser sends 127.0.0.1's cookies to every port)
+    cookie = f"Host: {here}\r\nCookie: rtax-serve-{served.port}={t}; token={t}\r\n"
+    assert served.status(path, cookie, ws=False) == 403
+    expected = 200 if path == "/" else 404  # rtax's console delivers no download
+    assert served.status(f"{path}{sep}token={t}", f"Host: {here}\r\n", ws=False) == expected
     assert served.tree() == []
 
 
-def test_the_page_sets_a_strict_cookie_and_leaks_no_referer(served: Served) -> None:
+def test_the_static_files_need_only_the_host(served: Served) -> None:
+    """textual-serve's script and style, the same for everyone, hold nothing secret."""
+    here, rebound = served.here, f"evil.example:{served.port}"
+    assert served.status("/static/js/textual.js", f"Host: {here}\r\n", ws=False) == 200
+    assert served.status("/static/js/textual.js", f"Host: {rebound}\r\n", ws=False) == 403
+    origin = f"Host: {here}\r\nOrigin: http://evil.example\r\n"
+    assert served.status("/static/js/textual.js", origin, ws=False) == 403
+    # a path that climbs out of /static/ is the route it lands on, with its rule
+    assert served.status("/static/../ws", f"Host: {here}\r\n") == 403
+    assert served.tree() == []
+
+
+def test_the_page_sets_no_cookie_and_leaks_no_referer(served: Served) -> None:
     path = f"/?fontsize=20&token={served.token}"
     _, head, s = served.send(path, f"Host: {served.here}\r\n", ws=False)
     s.close()
     text = head.decode()
-    assert re.search(r"Set-Cookie: rtax-serve-\d+=\S+; Path=/; HttpOnly; SameSite=Strict", text)
-    # the console's page, the token out of its URL (nothing else in this one)
-    assert 'window.location.replace("/?fontsize=20")' in text and "<link" not in text
+    assert "Set-Cookie" not in text
+    # the terminal's websocket carries the token; the page asks nothing of another server
+    assert f'"ws://{served.here}/ws?token={served.token}&amp;"' in text
+    assert 'href="/static/' in text and not re.search(r'(?:href|src)="(?:https?:)?//', text)
     assert "Referrer-Policy: no-referrer" in text
     assert "frame-ancestors 'none'" in text and "X-Frame-Options: DENY" in text
 
@@ -264,8 +278,9 @@ Promise.all([
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 def test_pages_of_other_origins_in_chromium_get_nothing(served: Served, tmp_path: Path) -> None:
-    """The user opened the console (its cookie is in the browser); then pages of another
-    port of 127.0.0.1 (same site: the cookie goes along), of another site, and of a
+    """The user opened the console; then a server on another port of 127.0.0.1 is
+    visited and hears no token; a page of it sends the browser to the console and gets
+    403; pages of another port of 127.0.0.1 (same site), of another site, and of a
     rebound name (evil.example resolving to 127.0.0.1) try the websocket, a sandboxed
     frame (Origin null), a framed console and a read of the page: nothing opens."""
     import asyncio
@@ -279,10 +294,17 @@ def test_pages_of_other_origins_in_chromium_get_nothing(served: Served, tmp_path
     (tmp_path / "www" / "attack.html").write_text(ATTACK % served.port)
     url = f"http://127.0.0.1:{served.port}/?token={served.token}"
     (tmp_path / "www" / "link.html").write_text(f'<a id="l" href="{url}">the console</a>')
-    handler = functools.partial(
-        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www")
-    )
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    heard: list[str] = []  # every request line and header the attacker's server got
+
+    class Listening(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            heard.append(f"{self.requestline}\n{self.headers}")
+            super().do_GET()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    handler = functools.partial(Listening, directory=str(tmp_path / "www"))
     evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=evil.serve_forever, daemon=True).start()
     q = evil.server_address[1]
@@ -298,13 +320,36 @@ def test_pages_of_other_origins_in_chromium_get_nothing(served: Served, tmp_path
                     await asyncio.sleep(0.1)
 
             # the user, once: the printed URL, as a link on another site's page (a chat,
-            # a notebook); the page has no token in its URL, the cookie does the rest
+            # a notebook)
             await page.call("Page.navigate", url=f"http://evil.example:{q}/link.html")
             await until("document.getElementById('l') !== null")
             await page.js("document.getElementById('l').click()")
             await until("document.body && document.body.className.includes('-first-byte')")
-            assert await page.js("window.location.href") == f"http://127.0.0.1:{served.port}/"
             assert served.tree(), "the user's page started no console"
+            # then another server on the user's loopback (any port: cookies ignore
+            # ports) is visited, as a page and as a fetch with credentials: it hears no
+            # token (no cookie holds it, no Referer carries it)
+            await page.call("Page.navigate", url=f"http://127.0.0.1:{q}/link.html")
+            await until("document.getElementById('l') !== null")
+            await page.js(f"fetch('http://127.0.0.1:{q}/x', {{credentials: 'include'}})")
+            await page.js("document.getElementById('l').click()")  # the console again
+            await until("document.body && document.body.className.includes('-first-byte')")
+            await page.call("Page.navigate", url=f"http://127.0.0.1:{q}/link.html?back")
+            await until("document.getElementById('l') !== null")
+            assert len(heard) >= 3 and not [h for h in heard if served.token in h], heard
+            # a same-site page (127.0.0.1, another port) sends the browser to the
+            # console, as a top-level navigation: no token, nothing starts
+            await until("true")
+            deadline = time.monotonic() + 20
+            while served.tree():
+                assert time.monotonic() < deadline, "the user's console did not end"
+                await asyncio.sleep(0.1)
+            await page.js(f"window.location.href = 'http://127.0.0.1:{served.port}/'")
+            await until(f"window.location.port === '{served.port}'")
+            await until("document.readyState === 'complete'")
+            assert "403" in await page.js("document.body.innerText")
+            await asyncio.sleep(1)
+            assert served.tree() == [], "a same-site page's navigation started a console"
             await page.call("Page.navigate", url="about:blank")
             deadline = time.monotonic() + 20
             while served.tree():

@@ -35,61 +35,60 @@ def test_host_headers_are_parsed_strictly(value, parsed) -> None:
 
 def test_the_served_address_with_the_token_passes() -> None:
     g = gate()
-    assert g.refusal("127.0.0.1:8000", None, [TOKEN], None) is None
-    assert g.refusal("127.0.0.1:8000", "http://127.0.0.1:8000", [], TOKEN) is None
-    assert g.refusal("localhost:8000", "http://localhost:8000", [TOKEN], None) is None
+    assert g.refusal("127.0.0.1:8000", None, [TOKEN]) is None
+    assert g.refusal("127.0.0.1:8000", "http://127.0.0.1:8000", [TOKEN]) is None
+    assert g.refusal("localhost:8000", "http://localhost:8000", [TOKEN]) is None
+    # the static files need the Host (and Origin) only: the same for everyone
+    assert g.refusal("127.0.0.1:8000", None, [], public=True) is None
+    assert g.refusal("evil.example:8000", None, [], public=True) == "foreign Host"
+    assert g.refusal("127.0.0.1:8000", "http://evil.example", [], public=True) == "foreign Origin"
 
 
 @pytest.mark.parametrize(
-    ("host", "origin", "tokens", "cookie", "why"),
+    ("host", "origin", "tokens", "why"),
     [
-        ("127.0.0.1:8000", None, [], None, "no token"),
-        ("127.0.0.1:8000", None, ["nope"], None, "wrong token"),
-        ("127.0.0.1:8000", None, ["nope"], TOKEN, "wrong token"),  # the query decides
-        ("127.0.0.1:8000", None, [], "nope", "wrong token (cookie)"),
-        ("127.0.0.1:8000", None, [TOKEN, TOKEN], None, "more than one token"),
-        ("127.0.0.1:8000", None, [TOKEN + "x"], None, "wrong token"),
-        ("127.0.0.1:8000", None, ["é" * 300], None, "wrong token"),
-        ("evil.example:8000", None, [TOKEN], None, "foreign Host"),  # DNS rebinding
-        ("127.0.0.1:8001", None, [TOKEN], None, "foreign Host"),
-        ("127.0.0.1", None, [TOKEN], None, "foreign Host"),  # port 80
-        (None, None, [TOKEN], None, "foreign Host"),
-        ("10.1.2.3:8000", None, [TOKEN], None, "foreign Host"),  # bound to loopback only
-        ("127.0.0.1:8000", "http://evil.example", [TOKEN], None, "foreign Origin"),
-        ("127.0.0.1:8000", "null", [TOKEN], None, "foreign Origin"),
-        ("127.0.0.1:8000", "https://127.0.0.1:8000", [TOKEN], None, "foreign Origin"),
-        ("127.0.0.1:8000", "http://127.0.0.1:9999", [TOKEN], None, "foreign Origin"),
-        ("127.0.0.1:8000", "http://127.0.0.1:8000/x", [TOKEN], None, "foreign Origin"),
-        ("127.0.0.1:8000", "", [TOKEN], None, "foreign Origin"),
+        ("127.0.0.1:8000", None, [], "no token"),
+        ("127.0.0.1:8000", None, ["nope"], "wrong token"),
+        ("127.0.0.1:8000", None, [TOKEN, TOKEN], "more than one token"),
+        ("127.0.0.1:8000", None, [TOKEN + "x"], "wrong token"),
+        ("127.0.0.1:8000", None, ["é" * 300], "wrong token"),
+        ("evil.example:8000", None, [TOKEN], "foreign Host"),  # DNS rebinding
+        ("127.0.0.1:8001", None, [TOKEN], "foreign Host"),
+        ("127.0.0.1", None, [TOKEN], "foreign Host"),  # port 80
+        (None, None, [TOKEN], "foreign Host"),
+        ("10.1.2.3:8000", None, [TOKEN], "foreign Host"),  # bound to loopback only
+        ("127.0.0.1:8000", "http://evil.example", [TOKEN], "foreign Origin"),
+        ("127.0.0.1:8000", "null", [TOKEN], "foreign Origin"),
+        ("127.0.0.1:8000", "https://127.0.0.1:8000", [TOKEN], "foreign Origin"),
+        ("127.0.0.1:8000", "http://127.0.0.1:9999", [TOKEN], "foreign Origin"),
+        ("127.0.0.1:8000", "http://127.0.0.1:8000/x", [TOKEN], "foreign Origin"),
+        ("127.0.0.1:8000", "", [TOKEN], "foreign Origin"),
     ],
 )
-def test_each_refusal_names_its_reason(host, origin, tokens, cookie, why) -> None:
-    assert gate().refusal(host, origin, tokens, cookie) == why
+def test_each_refusal_names_its_reason(host, origin, tokens, why) -> None:
+    assert gate().refusal(host, origin, tokens) == why
 
 
 def test_loopback_names_only_when_listening_on_loopback() -> None:
     outside = gate("10.1.2.3")
-    assert outside.refusal("10.1.2.3:8000", "http://10.1.2.3:8000", [TOKEN], None) is None
-    assert outside.refusal("localhost:8000", None, [TOKEN], None) == "foreign Host"
-    assert outside.refusal("127.0.0.1:8000", None, [TOKEN], None) == "foreign Host"
-    assert outside.refusal("box:8000", None, [TOKEN], None) == "foreign Host"
+    assert outside.refusal("10.1.2.3:8000", "http://10.1.2.3:8000", [TOKEN]) is None
+    assert outside.refusal("localhost:8000", None, [TOKEN]) == "foreign Host"
+    assert outside.refusal("127.0.0.1:8000", None, [TOKEN]) == "foreign Host"
+    assert outside.refusal("box:8000", None, [TOKEN]) == "foreign Host"
     every = gate("0.0.0.0")
     for host in ("10.1.2.3", "box", "box.lan", "localhost"):
-        assert every.refusal(f"{host}:8000", None, [TOKEN], None) is None, host
-    assert every.refusal("evil.example:8000", None, [TOKEN], None) == "foreign Host"
-    assert every.refusal("10.9.9.9:8000", None, [TOKEN], None) == "foreign Host"
+        assert every.refusal(f"{host}:8000", None, [TOKEN]) is None, host
+    assert every.refusal("evil.example:8000", None, [TOKEN]) == "foreign Host"
+    assert every.refusal("10.9.9.9:8000", None, [TOKEN]) == "foreign Host"
     v6 = gate("::1")
-    assert v6.refusal("[::1]:8000", "http://[::1]:8000", [TOKEN], None) is None
+    assert v6.refusal("[::1]:8000", "http://[::1]:8000", [TOKEN]) is None
     assert v6.url() == f"http://[::1]:8000/?token={TOKEN}"
 
 
-def test_the_printed_url_and_the_cookie() -> None:
+def test_the_printed_url_and_the_token() -> None:
     g = gate()
     assert g.url() == f"http://127.0.0.1:8000/?token={TOKEN}"
     assert gate("0.0.0.0").url().startswith("http://box:8000/?token=")
-    cookie = g.set_cookie()
-    assert cookie.startswith(f"rtax-serve-8000={TOKEN};")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert len(Gate("127.0.0.1", 1).token) >= 40  # 32 random bytes
     assert Gate("127.0.0.1", 1).token != Gate("127.0.0.1", 1).token
 

@@ -4,10 +4,14 @@ A page in the user's browser can reach the console's port (it is on the user's o
 machine), and the console can start runs with any driver option (the docker socket,
 `cap_add`, added hosts). So every request must show three things before anything runs:
 
-- the secret token of the URL `rtax serve` printed: a `token` query parameter, or,
-  when there is none, the cookie the server set on the first request that had it (the
-  page's own later requests: static files, the websocket, downloads). A page on
-  another site does not know it; a guessed one fails (`secrets.token_urlsafe(32)`);
+- the secret token of the URL `rtax serve` printed, as the `token` query parameter,
+  on the two routes that reach a console: the page (which holds it in the websocket's
+  URL it gives the terminal) and the websocket (which starts the console). Nothing
+  else carries it: no cookie, since a browser sends a cookie of 127.0.0.1 to every
+  port of 127.0.0.1 (another local server the user visits would learn it) and along
+  with any navigation a same-site page starts. A page on another site does not know
+  it; a guessed one fails (`secrets.token_urlsafe(32)`). The static files (textual-serve's
+  script, style and font, the same for everyone) need no token, only the Host;
 - a `Host` that names the address served, port included: a page on a name whose DNS
   answer was switched to 127.0.0.1 (DNS rebinding) sends its own name and is refused;
 - an `Origin`, when the browser sends one (always, on a websocket), that is this same
@@ -99,11 +103,6 @@ class Gate:
             self.hostnames = tuple(dict.fromkeys(names))
 
     @property
-    def cookie(self) -> str:
-        """Cookies ignore ports: one name per port, so two servers keep their own."""
-        return f"rtax-serve-{self.port}"
-
-    @property
     def loopback(self) -> bool:
         return _is_loopback(self.bind)
 
@@ -129,12 +128,12 @@ class Gate:
         return hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode())
 
     def refusal(
-        self, host: str | None, origin: str | None, tokens: list[str], cookie: str | None
+        self, host: str | None, origin: str | None, tokens: list[str], *, public: bool = False
     ) -> str | None:
         """Why a request is refused (one short phrase), or None when it may proceed.
 
         `tokens` are the values of the `token` query parameter (more than one is
-        refused); `cookie` is this server's cookie, if the request carried it."""
+        refused); a `public` route (the static files) needs the Host and Origin only."""
         where = split_host(host or "")
         if where is None or where[1] != self.port or not self.serves(where[0]):
             return "foreign Host"
@@ -144,18 +143,13 @@ class Gate:
             seen = split_host(origin[len("http://") :])
             if seen is None or seen[1] != self.port or not self.serves(seen[0]):
                 return "foreign Origin"
+        if public:
+            return None
         if len(tokens) > 1:
             return "more than one token"
-        if tokens:
-            return None if self._token_ok(tokens[0]) else "wrong token"
-        if cookie is None:
+        if not tokens:
             return "no token"
-        return None if self._token_ok(cookie) else "wrong token (cookie)"
-
-    def set_cookie(self) -> str:
-        """The Set-Cookie value for a request the query's token let in: the browser
-        sends it back only to this host, only from this site, never to a script."""
-        return f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+        return None if self._token_ok(tokens[0]) else "wrong token"
 
 
 def bind_warning(bind: str) -> str | None:

@@ -1,24 +1,22 @@
 """textual-serve's server with `servegate`'s rule in front of every route.
 
 textual-serve (1.1) answers any request: its page, its static files, its downloads,
-and a websocket that starts a console process. `GatedServer` keeps its handlers and
-puts one aiohttp middleware before all of them (unknown paths included), so a refused
-request gets 403 before a handler runs: no console process is started for it. The
-printed URL's page answers with the cookie and a script that opens the page without
-the token. The
-page's URLs are built from the request's own (checked) Host, so a user who opened
-`localhost` keeps talking to `localhost` and the cookie goes along. Every answer says:
-no Referer (the page's URL holds the token), no framing, no cache, and a content
-policy that lets the page load only from this server (textual-serve's page links a font
-on Google's servers: the link is taken out of its template). aiohttp's access log is
-off (it would write every request's URL, token included, and grow with a flood);
-refusals go through the gate's bounded log instead.
+and a websocket that starts a console process. `GatedServer` keeps its page, static
+files and websocket (rtax's console delivers no file, so there is no download route)
+and puts one aiohttp middleware before all of them (unknown paths included), so a
+refused request gets 403 before a handler runs: no console process is started for it.
+The page is served only with the token in its URL, and gives the terminal a websocket
+URL with the same token, on the request's own (checked) Host; no cookie is ever set.
+Every answer says: no Referer, no framing, no cache, and a content policy that lets the
+page load only from this server (textual-serve's page links a font on Google's servers:
+the link is taken out of its template), so the page's URL, token included, goes to no
+other server. aiohttp's access log is off (it would write every request's URL, token
+included, and grow with a flood); refusals go through the gate's bounded log instead.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import signal
 from collections.abc import Awaitable, Callable
@@ -36,10 +34,6 @@ from rtax_tui.commands.servegate import TOKEN_PARAM, Gate, RefusalLog, shown
 
 _FOREIGN_LINK = re.compile(r"<link\s[^>]*href=\"https?://[^>]*>", re.S)
 _HEAD = '<head>\n    <meta name="referrer" content="no-referrer" />'
-_ONWARD = """<!DOCTYPE html>
-<html><head><meta name="referrer" content="no-referrer" /><title>rtax</title>
-<script>window.location.replace(%s);</script></head><body></body></html>
-"""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -68,7 +62,6 @@ class GatedServer(Server):
             [
                 web.get("/", self.handle_index, name="index"),
                 web.get("/ws", self.handle_websocket, name="websocket"),
-                web.get("/download/{key}", self.handle_download, name="download"),
                 web.static("/static", self.statics_path, show_index=False, name="static"),
             ]
         )
@@ -85,36 +78,19 @@ class GatedServer(Server):
         host = request.headers.get("Host")
         origin = request.headers.get("Origin")
         tokens = request.query.getall(TOKEN_PARAM, [])
-        why = self.gate.refusal(host, origin, tokens, request.cookies.get(self.gate.cookie))
+        # the route aiohttp matched (after it normalized the path), not the path's text
+        public = request.match_info.route.name == "static"
+        why = self.gate.refusal(host, origin, tokens, public=public)
         if why is not None:
             self.refusals.refused(
                 f"rtax serve: refused {request.method} {shown(request.path)}: {why} "
                 f"(Host {shown(host)}, Origin {shown(origin)}, from {request.remote})"
             )
             return self._headers(web.Response(status=403, text="403: forbidden\n"), "")
-        if tokens and request.path == "/":
-            return self._headers(self._without_token(request), request.host)
         response = await handler(request)
-        if tokens and not response.prepared:  # a websocket's headers are already sent
-            response.headers["Set-Cookie"] = self.gate.set_cookie()
-        if response.prepared:
+        if response.prepared:  # a websocket: its headers are already sent
             return response
         return self._headers(response, request.host)
-
-    def _without_token(self, request: web.Request) -> web.StreamResponse:
-        """The page opened with the token: the cookie, and a page of nothing but a
-        script that replaces itself with the console's page without the token (so the
-        token is in no Referer, and not in the address bar or the history's entry:
-        Chromium sent the page's URL as Referer for an inline style's image despite the
-        no-referrer policy). Not an HTTP redirect: after a link on another site's page,
-        the browser would not send the `Strict` cookie to the redirect's target; a
-        navigation this page starts is this site's own."""
-        rest = [(k, v) for k, v in request.query.items() if k != TOKEN_PARAM]
-        location = json.dumps("/" + ("?" + urlencode(rest) if rest else "")).replace("<", "\\u003c")
-        page = _ONWARD % location
-        response = web.Response(text=page, content_type="text/html")
-        response.headers["Set-Cookie"] = self.gate.set_cookie()
-        return response
 
     @staticmethod
     def _headers(response: web.StreamResponse, host: str) -> web.StreamResponse:
@@ -127,18 +103,31 @@ class GatedServer(Server):
         return response
 
     async def handle_index(self, request: web.Request) -> web.Response:
-        """textual-serve's page, its URLs on the Host the browser used (checked)."""
+        """textual-serve's page, its URLs on the Host the browser used (checked), its
+        websocket's with the token the page was asked with (the gate checked it)."""
+        token = request.query[TOKEN_PARAM]
         try:
             font_size = min(max(int(request.query.get("fontsize", "16")), 6), 64)
         except ValueError:
             font_size = 16
         context: dict[str, Any] = {
             "font_size": font_size,
-            "app_websocket_url": f"ws://{request.host}/ws",
+            # textual.js appends "?width=...&height=..." to this URL: the `&` makes
+            # that a parameter of its own ("?width"), which `handle_websocket` reads
+            "app_websocket_url": f"ws://{request.host}/ws?{urlencode({TOKEN_PARAM: token})}&",
             "config": {"static": {"url": "/static/"}},
             "application": {"name": self.title},
         }
         return aiohttp_jinja2.render_template("app_index.html", request, context)
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """textual-serve's websocket, its terminal's size read where textual.js put it
+        (after the token: `/ws?token=...&?width=80&height=24`)."""
+        query = request.query
+        if "?width" in query:
+            size = {"width": query["?width"], "height": query.get("height", "24")}
+            request = request.clone(rel_url=request.rel_url.with_query(size))
+        return await super().handle_websocket(request)
 
     def _announce(self, *_: object) -> None:
         """Called by aiohttp once the port listens: the URL to open."""

@@ -13,6 +13,7 @@ their shape for the type checker on both sides.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
@@ -736,6 +737,7 @@ class Emitter:
             "t_ns": time.monotonic_ns() - self.t0,
             **event,
         }
+        ev = visible(ev)  # an error's message may hold what a step wrote
         failed = []
         for sink in self.sinks:
             try:
@@ -750,8 +752,9 @@ class Emitter:
 
 
 def stamp_last(event: Event, t_ns: int) -> dict[str, Any]:
-    """The event with `t_ns` last: the order `rtax probe` has always recorded."""
-    return {**event, "t_ns": t_ns}
+    """The event with `t_ns` last: the order `rtax probe` has always recorded; its
+    strings `visible` (a probe's evidence holds what a step printed)."""
+    return {**visible(event), "t_ns": t_ns}
 
 
 # -- encoding and decoding ---------------------------------------------------
@@ -760,8 +763,48 @@ def encode(event: Mapping[str, Any]) -> bytes:
     return orjson.dumps(event) + b"\n"
 
 
-decode = orjson.loads  # one line (bytes) to a dict; `missing_fields` checks its shape
 DecodeError = orjson.JSONDecodeError
+
+# A control character in a line: JSON's escapes for C0, DEL and C1, DEL and C1 as they
+# are (JSON allows them raw), and `\\b`, `\\f`, `\\r`. A false alarm (an escaped
+# backslash before a `b`) only costs the walk below, which changes nothing then. A raw
+# DEL in an ASCII line is not looked for (terminals ignore it); an emitted event's is
+# made visible all the same.
+_CONTROL_IN_LINE = re.compile(
+    rb"\\u00[0-1][0-9A-Fa-f]|\\u00[7-9][0-9A-Fa-f]|\\[bfr]|\x7f|\xc2[\x80-\x9f]"
+)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
+def visible(value: Any) -> Any:
+    """`value` with every control character of its strings (keys included), but newline
+    and tab, written as a visible `\\xNN`. Text in an event comes from places a step
+    controls (an error's message, a command's stderr, a crafted recording): on a
+    terminal, or in the browser's xterm.js, an escape sequence in it would act (set the
+    clipboard through OSC 52, retitle the window, rewrite the screen). Every event is
+    made visible once, where it enters rtax: when the engine emits it and when a reader
+    decodes it; so no screen, report or recording shows one."""
+    if isinstance(value, str):
+        return _CONTROL.sub(_shown, value) if _CONTROL.search(value) else value
+    if isinstance(value, dict):
+        return {visible(k): visible(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [visible(v) for v in value]
+    return value
+
+
+def decode(raw: bytes) -> Any:
+    """One line (bytes) to its value (a dict for an event; `missing_fields` checks its
+    shape), its strings `visible`. The check for a control character is one scan of the
+    line's bytes, so a line without one (nearly every line) costs only orjson's parse."""
+    value = orjson.loads(raw)
+    if (b"\\" in raw or not raw.isascii()) and _CONTROL_IN_LINE.search(raw):
+        return visible(value)
+    return value
 
 
 def missing_fields(event: Mapping[str, Any]) -> list[str] | None:
