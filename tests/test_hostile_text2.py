@@ -30,10 +30,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
-MINI = ROOT / "tests" / "data" / "trajectories" / "mini-swe-agent" / "astropy__astropy-12907.traj.json"
+MINI = (
+    ROOT / "tests" / "data" / "trajectories" / "mini-swe-agent" / "astropy__astropy-12907.traj.json"
+)
 T0 = ROOT / "recordings" / "examples" / "t0-local-stage.jsonl"
 
 
