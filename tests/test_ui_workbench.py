@@ -280,7 +280,7 @@ async def test_launcher_run_history_compare_and_a_rerun_with_another_channel(her
         await _until(lambda: cmp.query("#cmp"))  # composed
         table = cmp.query_one("#cmp")
         await _until(lambda: table.row_count > 0)
-        cells = {table.get_row_at(i)[0] for i in range(table.row_count)}
+        cells = {str(table.get_row_at(i)[0]) for i in range(table.row_count)}
         assert cells == {"local/local/t0/exec → local/local/t0/shell"}
         assert load_profile(profile_beside(rec2)).channels == ("shell",)
         assert "rerun of" in profile_beside(rec2).read_text()

@@ -18,6 +18,7 @@ from rtax_tui.drivers import DriverRegistryError, driver_class, get_driver, name
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import remote_aware_check
 from rtax_tui.model.spec import RtaxError
+from rtax_tui.render.plaintext import styled
 from rtax_tui.render.reporting import out_console
 
 # A daemon slower than this to answer one cheap call is named slow: every create waits on it.
@@ -129,7 +130,9 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
     ok_all = True
     for hname, facts, rows in asyncio.run(_doctor(names, profile)):
         if isinstance(facts, Exception):
-            console.print(f"host [bold]{hname}[/bold]: [red]unreachable[/red]: {facts}")
+            console.print(
+                styled("host ", (hname, "bold"), ": ", ("unreachable", "red"), f": {facts}")
+            )
             ok_all = False
             continue
         net = facts.get("net") or {}
@@ -139,24 +142,29 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
             else ""
         )
         console.print(
-            f"host [bold]{hname}[/bold]: {facts.get('os')}, kernel {facts.get('kernel')}, "
-            f"{facts.get('cpus')} CPUs ({facts.get('cpu_model')}), {facts.get('memory_mib')} MiB, "
-            f"cgroup {facts.get('cgroup') or 'none'}, clock {facts.get('clocksource')}{net_s}"
+            styled(
+                "host ",
+                (hname, "bold"),
+                f": {facts.get('os')}, kernel {facts.get('kernel')}, "
+                f"{facts.get('cpus')} CPUs ({facts.get('cpu_model')}), "
+                f"{facts.get('memory_mib')} MiB, "
+                f"cgroup {facts.get('cgroup') or 'none'}, clock {facts.get('clocksource')}{net_s}",
+            )
         )
         table = Table("driver", "status", "details / fix", title=f"drivers on {hname}")
         ok_any = False
         for name, probs, dfacts, _ in rows:
             if probs:
                 detail = "\n".join(f"{p.reason} -> fix: {p.fix}" for p in probs)
-                table.add_row(name, "[red]not usable[/red]", detail)
+                table.add_row(name, styled(("not usable", "red")), styled(detail))
             else:
                 ok_any = True
                 slow = dfacts.pop("slow", None)
                 detail = ", ".join(f"{k} {v}" for k, v in dfacts.items())
                 if slow is not None:
-                    table.add_row(name, "[yellow]ok, slow[/yellow]", f"{slow}\n{detail}")
+                    table.add_row(name, styled(("ok, slow", "yellow")), styled(f"{slow}\n{detail}"))
                 else:
-                    table.add_row(name, "[green]ok[/green]", detail)
+                    table.add_row(name, styled(("ok", "green")), styled(detail))
         console.print(table)
         console.print(_pool_table(hname, [(n, r) for n, probs, _, r in rows if not probs]))
         if hname == "local":
@@ -255,7 +263,8 @@ def _pool_table(hname: str, usable: list[tuple[str, dict[str, Any]]]) -> Table:
     for name, per_channel in usable:
         for ch, got in per_channel.items():
             cells = [
-                "[green]yes[/green]" if got.get(r) is None else f"no: {got.get(r)}" for r in RESETS
+                styled(("yes", "green")) if got.get(r) is None else styled(f"no: {got.get(r)}")
+                for r in RESETS
             ]
             table.add_row(name, ch, *cells)
     return table

@@ -19,6 +19,7 @@ from rtax_tui.engine.session import Session
 from rtax_tui.hosts import reaper, subreaper
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.model.spec import RtaxError
+from rtax_tui.render.plaintext import styled
 from rtax_tui.render.reporting import out_console
 
 # Each stops the run the same way: no new trial, what runs is interrupted and torn down,
@@ -109,7 +110,7 @@ async def _run(
             profile,
             sinks=sinks,
             argv=argv,
-            log=lambda msg: err.print(f"[dim]{msg}[/dim]"),
+            log=lambda msg: err.print(styled((msg, "dim"))),
         )
     except BaseException:
         reaper.stop()
@@ -181,7 +182,7 @@ def run_headless(
 ) -> int:
     """`output` "-" streams the events to stdout; `record` then also writes them to a file
     (the console reads the stream and keeps the file). `control` reads commands on stdin."""
-    err = Console(stderr=True)
+    err = out_console(stderr=True)
     to_stdout = output == "-"
     writers: list[RecordingWriter] = []
     path: Path | None = None
@@ -259,7 +260,7 @@ def run_probe_command(
     from rtax_tui.engine.probe import state as probe_state
     from rtax_tui.model.checks import build_document
 
-    err = Console(stderr=True)
+    err = out_console(stderr=True)
     path = Path(output) if output else None
     if path is not None and path.exists():
         raise RtaxError(f"{path}: already exists; rtax never overwrites a recording")
@@ -343,7 +344,7 @@ async def _probe(
                 hosts[host.name] = host
             except RtaxError as exc:
                 left_out[host.name] = str(exc)
-                err.print(f"[yellow]left out[/yellow]: {exc}")
+                err.print(styled(("left out", "yellow"), f": {exc}"))
         facts: dict[str, Any] = {}
         for name, host in hosts.items():
             try:
@@ -386,7 +387,7 @@ async def _probe(
                 options=profile.driver_options,
                 limits=PROBE_LIMITS,
                 left_out=left_out,
-                log=lambda m: err.print(f"[dim]{m}[/dim]"),
+                log=lambda m: err.print(styled((m, "dim"))),
             )
         except asyncio.CancelledError:
             status = "interrupted"

@@ -17,6 +17,7 @@ included, and grow with a flood); refusals go through the gate's bounded log ins
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,21 @@ from rtax_tui.commands.servegate import TOKEN_PARAM, Gate, RefusalLog, shown
 _FOREIGN_LINK = re.compile(r"<link\s[^>]*href=\"https?://[^>]*>", re.S)
 _HEAD = '<head>\n    <meta name="referrer" content="no-referrer" />'
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _Refused(logging.Handler):
+    """aiohttp's own log lines (a request its parser refused before any route: a
+    duplicate `Host`, a bad path; each would be a traceback) go through the same
+    bounded log as the gate's refusals: one short line each, at most 10 a minute."""
+
+    def __init__(self, refusals: RefusalLog) -> None:
+        super().__init__(logging.WARNING)
+        self.refusals = refusals
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        why = f"{record.getMessage()}: {type(exc).__name__}" if exc else record.getMessage()
+        self.refusals.refused(f"rtax serve: refused a request aiohttp could not take: {shown(why)}")
 
 
 def _policy(host: str) -> str:
@@ -137,6 +153,9 @@ class GatedServer(Server):
     def serve(self, debug: bool = False) -> None:
         """textual-serve's `serve`, without its access log and banner."""
         self.debug = debug
+        aiohttp_log = logging.getLogger("aiohttp")
+        aiohttp_log.handlers = [_Refused(self.refusals)]
+        aiohttp_log.propagate = False
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         loop.add_signal_handler(signal.SIGINT, self.request_exit)

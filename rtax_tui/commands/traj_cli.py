@@ -97,12 +97,13 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.format == "json":
         _print_json(docs[0] if len(docs) == 1 else docs)
         return 0
+    from rtax_tui.model.events import visible
     from rtax_tui.render.reporting import out_console
     from rtax_tui.render.traj_render import render_steps
 
     console = out_console()
-    for d in docs:
-        console.print(render_steps(d))
+    for d in docs:  # an agent's commands, shown as text (their escapes visible)
+        console.print(render_steps(visible(d)))
     return 0
 
 

@@ -11,9 +11,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from rtax_tui.model.events import visible
+from rtax_tui.render.plaintext import styled
 from rtax_tui.render.tables import fmt_ms
 from rtax_tui.render.tables import md_table as _md_table
 
@@ -350,17 +352,20 @@ def render_project(proj: dict[str, Any]) -> Table:
 
 
 def out_console(stderr: bool = False) -> Console:
-    """A console that does not squeeze tables to 80 columns when writing to a pipe or file."""
-    c = Console(stderr=stderr)
+    """A console that does not squeeze tables to 80 columns when writing to a pipe or file,
+    and reads no markup: a string is printed as it is (a recording's or a trajectory's
+    text, e.g. `[link=...]`, never becomes a link, a hidden span or a style); rtax's own
+    styles are `Text` spans (`plaintext.styled`)."""
+    c = Console(stderr=stderr, markup=False)
     if not c.is_terminal:
-        c = Console(stderr=stderr, width=180)
+        c = Console(stderr=stderr, width=180, markup=False)
     return c
 
 
 _LIMIT_UNITS = {"cpus": "", "memory_mib": " MiB", "pids": "", "workspace_mib": " MiB"}
 
 
-def limits_lines(limits: Any) -> list[str]:
+def limits_lines(limits: Any) -> list[str | Text]:
     """The run's limits as a line, and a warning line when any was lifted ("unlimited");
     nothing for a report without a `run` (a probe's)."""
     if limits is None:
@@ -370,12 +375,15 @@ def limits_lines(limits: Any) -> list[str]:
     parts = [
         f"{k} {v}{_LIMIT_UNITS.get(k, '') if v != 'unlimited' else ''}" for k, v in limits.items()
     ]
-    out = ["limits: " + ", ".join(parts)]
+    out: list[str | Text] = ["limits: " + ", ".join(parts)]
     lifted = [k for k, v in limits.items() if v == "unlimited"]
     if lifted:
         out.append(
-            f"[bold yellow]warning[/bold yellow]: unlimited {', '.join(lifted)}: "
-            "an environment could take all of the host's share of it"
+            styled(
+                ("warning", "bold yellow"),
+                f": unlimited {', '.join(lifted)}: "
+                "an environment could take all of the host's share of it",
+            )
         )
     return out
 
@@ -431,32 +439,32 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
                 f"{clock['rtt_us']:.0f} us){drift}"
             )
         elif h.get("clock_error"):
-            console.print(f"host {name}: clock not synchronised: {escape(str(h['clock_error']))}")
+            console.print(f"host {name}: clock not synchronised: {h['clock_error']}")
         if h.get("unreachable"):
-            console.print(f"[red]host {name}: left out[/red]: {h['unreachable']}")
+            console.print(styled((f"host {name}: left out", "red"), f": {h['unreachable']}"))
         for d, why in (h.get("drivers_left_out") or {}).items():
-            console.print(f"[yellow]{name}/{d} left out[/yellow]: {why}")
+            console.print(styled((f"{name}/{d} left out", "yellow"), f": {why}"))
     for line in limits_lines(report.get("run", {}).get("limits")):
         console.print(line, soft_wrap=True)
     for key, how in (report.get("run", {}).get("limits_applied") or {}).items():
-        console.print(f"  {escape(key)}: {escape(how)}", soft_wrap=True)
+        console.print(f"  {key}: {how}", soft_wrap=True)
     bounds = report.get("run", {}).get("boundaries") or {}
     if bounds:
         console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")
         for key, b in bounds.items():
-            console.print("  " + escape(boundary_line(key, b)), soft_wrap=True)
+            console.print("  " + boundary_line(key, b), soft_wrap=True)
     forgeable = report.get("run", {}).get("forgeable") or {}
     if forgeable:
         console.print("results a workload could forge (the driver does not state they hold):")
         for key, why in forgeable.items():
-            console.print(f"  [yellow]{escape(key)}[/yellow]: {escape(why)}", soft_wrap=True)
+            console.print(styled("  ", (key, "yellow"), f": {why}"), soft_wrap=True)
     if report.get("probe"):
         print_probe(report["probe"], console)
     for c in report["cells"]:
         errors = c.get("errors") or {}
         if errors:
             kinds = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
-            console.print(f"[red]{c['cell']}[/red]: failures: {kinds}")
+            console.print(styled((c["cell"], "red"), f": failures: {kinds}"))
     if report.get("diffs"):
         table = Table(title="differences between drivers (b - a, ms, P50)")
         heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
@@ -499,8 +507,8 @@ def probe_cell_text(name: str, c: dict[str, Any]) -> str:
     return text
 
 
-def _probe_cell(name: str, c: dict[str, Any]) -> str:
-    return f"[{RESULT_STYLE.get(c['result'], '')}]{escape(probe_cell_text(name, c))}[/]"
+def _probe_cell(name: str, c: dict[str, Any]) -> Text:
+    return styled((probe_cell_text(name, c), RESULT_STYLE.get(c["result"], "")))
 
 
 def render_probe(doc: dict[str, Any]) -> Table:
@@ -522,7 +530,7 @@ def render_probe(doc: dict[str, Any]) -> Table:
     names += sorted({k for d in drivers.values() for k in d["checks"]} - set(names))
     for name in names:
         kind = BY_NAME[name].kind if name in BY_NAME else "?"
-        row = [name, kind]
+        row: list[str | Text] = [name, kind]
         for d in drivers.values():
             c = d["checks"].get(name)
             row.append("-" if c is None else _probe_cell(name, c))
@@ -539,14 +547,14 @@ def print_probe(doc: dict[str, Any], console: Console) -> None:
     drivers = doc.get("drivers") or {}
     for d, dd in drivers.items():
         broken = dd["summary"].get("broken_promises") or []
-        line = f"[b]{d}[/b]: {summary_text(dd['summary'])}"
+        line = styled((d, "b"), f": {summary_text(dd['summary'])}")
         if broken:
-            line += f" [red](broken: {', '.join(broken)})[/red]"
+            line.append(visible(f" (broken: {', '.join(broken)})"), style="red")
         console.print(line)
     for d, dd in drivers.items():
         for name, c in dd["checks"].items():
             if c["result"] == "breached":
-                console.print(f"[red]{d}/{name}[/red]: {escape(c['evidence'])}", soft_wrap=True)
+                console.print(styled((f"{d}/{name}", "red"), f": {c['evidence']}"), soft_wrap=True)
 
 
 def boundary_line(key: str, b: dict[str, Any]) -> str:

@@ -12,8 +12,10 @@ from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from rtax_tui.model.events import visible
 from rtax_tui.ui.monitor import MonitorScreen, replay_screen
 
 SPEED_ARG: dict[str, float | None] = {"1": 1.0, "2": 2.0, "10": 10.0, "max": None}
@@ -38,6 +40,23 @@ class RtaxApp(App[int]):
 
     def on_mount(self) -> None:
         self.push_screen(self.first)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notification of the console (a screen's `notify` comes here) is plain
+        text: its message often holds an error's text, a path or a command's last line,
+        which markup would read (`[ @click=...]` an action); control characters shown."""
+        super().notify(
+            visible(message), title=visible(title), severity=severity, timeout=timeout,
+            markup=False,
+        )  # fmt: skip
 
     def action_launcher(self) -> None:
         """A new run; on a run that ended (or a replay), the launcher is filled in from

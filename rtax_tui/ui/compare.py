@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.histogram import fmt_ms
 
 
@@ -25,7 +26,7 @@ class CompareScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="τ")
         with Vertical(id="main"):
-            yield Static(f"a: {self.path_a}\nb: {self.path_b}", id="cmp-head")
+            yield Static(styled(f"a: {self.path_a}\nb: {self.path_b}"), id="cmp-head")
             yield DataTable(id="cmp")
             yield Static("reading both recordings…", id="cmp-note")
         yield Static(id="too-small")
@@ -54,7 +55,7 @@ class CompareScreen(Screen[None]):
         self.app.call_from_thread(self._show, cmp)
 
     def _error(self, text: str) -> None:
-        self.query_one("#cmp-note", Static).update(f"[red]cannot compare: {text}[/red]")
+        self.query_one("#cmp-note", Static).update(styled((f"cannot compare: {text}", "red")))
 
     def _show(self, cmp: dict[str, Any]) -> None:
         t = self.query_one("#cmp", DataTable)
@@ -69,8 +70,8 @@ class CompareScreen(Screen[None]):
             faster = Text(r["faster"], style="bold green" if r["faster"] != "neither" else "")
             ratio = r["ratio"]
             t.add_row(
-                r["cell"],
-                r["phase"],
+                styled(r["cell"]),  # a recording's label: text, never markup
+                styled(r["phase"]),
                 fmt_ms(r["a_p50_ms"]),
                 fmt_ms(r["b_p50_ms"]),
                 f"{r['diff_ms']:+.3f}ms",

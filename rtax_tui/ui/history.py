@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from rich.markup import escape
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,6 +21,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 from rtax_tui.analysis.history import RunSummary, display_path, fmt_duration, history
+from rtax_tui.render.plaintext import styled
 
 STATUS_STYLE = {"completed": "green", "interrupted": "yellow", "failed": "red"}
 
@@ -201,7 +201,7 @@ class ReportPanel(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="report"):
-            yield Label(f"report: {escape(self.path)}", classes="title")
+            yield Label(styled(f"report: {self.path}"), classes="title")
             with VerticalScroll(id="report-body"):
                 yield Static("reading…", id="report")
             yield Static("[dim]escape: close[/dim]")

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.markup import escape
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -58,6 +57,7 @@ from rtax_tui.engine.profile_toml import (
     profiles_dir,
 )
 from rtax_tui.model.spec import CHANNELS, WORKLOAD_NAMES
+from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
 NUMBERS = ("trials", "warmup", "concurrency", "seed")
@@ -245,7 +245,7 @@ class LauncherScreen(Screen[None]):
             if g != group:
                 group = g
                 ol.add_option(Option(f"[dim]{g}[/dim]", disabled=True))
-            ol.add_option(Option(f"  {escape(label)}", id=str(path)))
+            ol.add_option(Option(styled(f"  {label}"), id=str(path)))
 
     @on(OptionList.OptionSelected, "#profiles")
     def _profile_chosen(self, ev: OptionList.OptionSelected) -> None:
@@ -312,14 +312,14 @@ class LauncherScreen(Screen[None]):
         sl.clear_options()
         sl.add_options([(self._label(sel, c), c, c in chosen) for c in choices])
 
-    def _label(self, sel: str, value: str) -> str:
+    def _label(self, sel: str, value: str) -> Text:
         if sel != "#drivers":
-            return escape(value)
+            return styled(value)
         marks = []
         for host in self._hosts():
             st = self.status.get((host, value), "?")
             marks.append("…" if st is None else "?" if st == "?" else "✓" if not st else "✗")
-        return f"{escape(value):8} {' '.join(marks)}"
+        return styled(f"{value:8} {' '.join(marks)}")
 
     def _hosts(self) -> list[str]:
         return list(self.data.get("run", {}).get("hosts", RUN.file_defaults()["hosts"]))
@@ -406,7 +406,7 @@ class LauncherScreen(Screen[None]):
     def _update_plan(self) -> None:
         plan = self.query_one("#plan", Static)
         if self.error:
-            plan.update(f"[red]{escape(self.error)}[/red]")
+            plan.update(styled((self.error, "red")))
             return
         run = {**RUN.file_defaults(), **self.data.get("run", {})}
         missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
@@ -540,7 +540,7 @@ class LauncherScreen(Screen[None]):
             else:
                 status = "[green]✓ ok[/green]"
             # a reason is shown as it is: "[Errno 111]" is not markup
-            t.add_row(Text(host), drv, Text.from_markup(status), Text(st or ""))
+            t.add_row(styled(host), styled(drv), Text.from_markup(status), styled(st or ""))
         self._refill_drivers()
         self._update_plan()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,6 +15,7 @@ from textual.widgets.option_list import Option
 
 from rtax_tui.analysis.history import find_recordings
 from rtax_tui.model.recording import Recording
+from rtax_tui.render.plaintext import styled
 
 LEGEND = (
     "Histograms: the selected cell's samples in log-spaced bins; ▲ green P50, ▲ yellow P95, "
@@ -40,7 +40,7 @@ class HelpScreen(ModalScreen[None]):
             yield Label(self.title_text, classes="title")
             width = max([8, *(len(k) for k, _ in self.rows)])
             for key, what in self.rows:
-                yield Static(f"[b]{escape(key):>{width}}[/b]  {escape(what)}")
+                yield Static(styled((f"{key:>{width}}", "b"), f"  {what}"))
             if self.legend:
                 yield Static(self.legend, classes="legend")
             yield Static("[dim]escape: close · ctrl+p: every action by name[/dim]")

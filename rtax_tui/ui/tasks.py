@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from textual.widgets import Static
 
+from rtax_tui.render.plaintext import styled
+
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -95,10 +97,10 @@ class WorkLine(Static):
         if not ok:
             self._failure = text
         if not ok or self._failure is None:
-            mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-            self.update(f"{mark} {_escape(text)}")
+            mark = ("✓", "green") if ok else ("✗", "red")
+            self.update(styled(mark, f" {text}"))
         elif not self._busy:
-            self.update(f"[red]✗[/red] {_escape(self._failure)}")
+            self.update(styled(("✗", "red"), f" {self._failure}"))
 
     def _tick(self) -> None:
         if self._busy:
@@ -111,14 +113,8 @@ class WorkLine(Static):
         news = f": {self._news}" if self._news else "…"
         line = f"{SPINNER[self._frame]} {self._what}{news}"
         width = max(20, self.size.width or 100)
-        self.update(_escape(line[: width - 1]))
+        self.update(styled(line[: width - 1]))
 
     @property
     def busy(self) -> bool:
         return self._busy > 0
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
