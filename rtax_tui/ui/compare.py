@@ -85,7 +85,7 @@ class CompareScreen(Screen[None]):
                 "no cell is in both recordings (cells match by host/driver/workload/channel, "
                 "or differ in one of them)"
             )
-        self.query_one("#cmp-note", Static).update(note)
+        self.query_one("#cmp-note", Static).update(styled(note))
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:

@@ -90,7 +90,9 @@ class HistoryScreen(Screen[None]):
         if self.marked:
             note += f"; marked: {', '.join(Path(p).name for p in self.marked)}"
         self.query_one("#runs-note", Static).update(
-            note + "  ·  enter open · space mark · c compare · r report · e rerun · / filter"
+            styled(
+                note + "  ·  enter open · space mark · c compare · r report · e rerun · / filter"
+            )
         )
 
     def _row(self, r: RunSummary) -> list[str | Text]:

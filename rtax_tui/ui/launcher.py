@@ -411,7 +411,7 @@ class LauncherScreen(Screen[None]):
         run = {**RUN.file_defaults(), **self.data.get("run", {})}
         missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
         if missing:
-            plan.update(f"[red]choose at least one of: {', '.join(missing)}[/red]")
+            plan.update(styled((f"choose at least one of: {', '.join(missing)}", "red")))
             return
         counts = planned_trials(self.data, self.host_names)
         total = sum(counts.values())
@@ -423,10 +423,16 @@ class LauncherScreen(Screen[None]):
         bad = [
             f"{d} on {h}" for h in run["hosts"] for d in run["drivers"] if self.status.get((h, d))
         ]
-        warn = f"  [yellow]not usable: {', '.join(bad)}[/yellow]" if bad else ""
+        warn = ("  not usable: " + ", ".join(bad), "yellow") if bad else ""
         plan.update(
-            f"plan: {len(counts)} cells, {total} trials (concurrency {run['concurrency']}), "
-            f"duration {est}{warn}   [b]enter[/b]: start"
+            styled(
+                f"plan: {len(counts)} cells, {total} trials (concurrency {run['concurrency']}), "
+                f"duration {est}",
+                warn,
+                "   ",
+                ("enter", "b"),
+                ": start",
+            )
         )
 
     @work(thread=True, exclusive=True, group="history")

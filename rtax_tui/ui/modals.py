@@ -149,7 +149,7 @@ class ProjectPanel(ModalScreen[None]):
             lo, hi = c["ci95"]
             per = c["per_trajectory_s"]
             t.add_row(
-                c["cell"],
+                styled(c["cell"]),
                 "-" if per is None else f"{per:.3g}",
                 "-" if wh is None else f"{wh:,.0f}",
                 "-" if lo is None else f"{lo:,.0f} – {hi:,.0f}",
@@ -182,7 +182,7 @@ class BoundaryPanel(ModalScreen[None]):
             else:
                 yield DataTable(id="bounds", cursor_type="row", zebra_stripes=False)
                 notes = [f"{k}: {c['note']}" for k, c in self.columns.items()]
-                yield Static("\n".join(notes), id="bounds-note", classes="legend")
+                yield Static(styled("\n".join(notes)), id="bounds-note", classes="legend")
             yield Static(
                 "[dim]green: blocked / held (kept out); red: breached; dim: n/a; "
                 "-: not probed. escape: close[/dim]"

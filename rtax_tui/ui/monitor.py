@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from rtax_tui.model.recording import Recording, read_recording
+from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
 from rtax_tui.ui.histogram import Histogram, fmt_ms
 from rtax_tui.ui.livestate import LiveState
@@ -316,7 +317,7 @@ class MonitorScreen(Screen[None]):
             h.set_data(ps.counts, p50, p95, others, self.log_axis)
             h.border_title = f"{p}  P50 {fmt_ms(p50)}  P95 {fmt_ms(p95)}  n={len(ps)}"
         sel = f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)" if cell else ""
-        self.query_one("#selected", Static).update(sel)
+        self.query_one("#selected", Static).update(styled(sel))
 
     @on(DataTable.RowHighlighted)
     def _row(self) -> None:

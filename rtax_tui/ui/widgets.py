@@ -8,6 +8,7 @@ from textual.widgets.data_table import ColumnKey
 
 from rtax_tui.engine.traj.fidelity import FIDELITY_MIN
 from rtax_tui.model.fold import SizeFold
+from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.histogram import fmt_ms
 from rtax_tui.ui.livestate import LiveState
 
@@ -73,14 +74,14 @@ class CellTable(DataTable):
         return str(self.coordinate_to_cell_key((row, 0)).row_key.value)
 
 
-def _cell_name(cid: str, fidelity: float | None) -> str | Text:
+def _cell_name(cid: str, fidelity: float | None) -> Text:
     """A cell's name; a replay's with its fidelity so far beside it, in red and marked
     under FIDELITY_MIN (its figures are not representative of the agent's work)."""
     if fidelity is None:
-        return cid
+        return styled(cid)  # a recording's label: text, never markup
     if fidelity < FIDELITY_MIN:
-        return Text(f"{cid} fid {100 * fidelity:.0f}% !", style="bold red")
-    return f"{cid} fid {100 * fidelity:.0f}%"
+        return styled((f"{cid} fid {100 * fidelity:.0f}% !", "bold red"))
+    return styled(f"{cid} fid {100 * fidelity:.0f}%")
 
 
 DENSE_OVER = 64  # a batch larger than this is drawn as counts per state, not marks
