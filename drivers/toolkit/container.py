@@ -83,6 +83,7 @@ from rtax_tui.model.spec import (
     OptionError,
     OutputSink,
     PhaseFailure,
+    RtaxError,
     Step,
     SubstrateLost,
     Workload,
@@ -154,6 +155,8 @@ EXEC_FAILED_RC = 126
 EXIT_WAIT_S = 30.0
 CGROUP_RELEASE_WAIT_S = 5.0  # podman's conmon cgroups, busy until conmon is reaped
 HEADER = struct.Struct(">BxxxL")
+# The engine's log driver for every container rtax makes: none (dockerd and podman both)
+NO_LOG = {"Type": "none", "Config": {}}
 
 T = TypeVar("T")
 
@@ -171,13 +174,25 @@ def _workload_image() -> str:
 
 
 def _assets_mount(workload: Workload) -> str | None:
-    """The host directory bound read-only at the same path for workloads with assets
-    (T2 clones from, and applies a patch at, absolute paths under it)."""
+    """The cache's path, where a workload with assets gets its view bound read-only (T2
+    clones from, and applies a patch at, absolute paths under it), or None."""
     if not workload.needs_assets:
         return None
     from rtax_tui.drivers.toolkit.assets import cache_dir
 
     return os.path.abspath(cache_dir())
+
+
+async def _assets_view(spec: EnvSpec) -> str:
+    """The directory of only the assets `spec`'s workload names (made once per set)."""
+    from rtax_tui.drivers.toolkit.assetview import workload_view
+
+    try:
+        view = await asyncio.to_thread(workload_view, spec.workload, spec.env)
+    except RtaxError as exc:
+        raise PhaseFailure(ErrorKind.ERROR, str(exc)) from exc
+    assert view is not None
+    return view
 
 
 def _safe(label: str) -> str:
@@ -474,6 +489,7 @@ class ContainerEnvironment(Environment):
         self.host_workspace: str | None = None  # workspace = "bind": the host's side
         self.img = delivery.TrialImage()  # what its image phase delivered (image modes)
         self.pulled: str | None = None  # the per-trial reference a pull made, to untag
+        self.view = ""  # the assets' view bound at the cache's path (assets only)
 
     # -- image (a run with image modes: drivers.toolkit.delivery) ---------------
 
@@ -533,7 +549,10 @@ class ContainerEnvironment(Environment):
 
     def _container_kwargs(self, api: Any) -> dict[str, Any]:
         lim = self.spec.limits
-        hc: dict[str, Any] = {"network_mode": self.d.network}
+        # No engine log: the shell channel's init is the shell, whose output the engine
+        # would keep in a host file of no size (json-file, k8s-file); rtax reads the
+        # container's streams itself (docs/boundaries.md, host-side sinks)
+        hc: dict[str, Any] = {"network_mode": self.d.network, "log_config": NO_LOG}
         if lim.cpus:
             hc["nano_cpus"] = int(lim.cpus * 1e9)
         if lim.memory_mib:
@@ -545,8 +564,8 @@ class ContainerEnvironment(Environment):
             hc["cgroup_parent"] = "/" + self.spec.cgroup_parent.strip("/")
         binds: dict[str, dict[str, str]] = {}
         mount = _assets_mount(self.spec.workload)
-        if mount is not None:
-            binds[mount] = {"bind": mount, "mode": "ro"}
+        if mount is not None:  # only what the workload names (drivers.toolkit.assetview)
+            binds[self.view] = {"bind": mount, "mode": "ro"}
         if self.host_workspace is not None:
             binds[self.host_workspace] = {"bind": WORKDIR, "mode": "rw"}
         init = self.d.init_binary() if self.channel == "exec" else None
@@ -632,6 +651,8 @@ class ContainerEnvironment(Environment):
                 if opts.uid is not None:
                     await asyncio.to_thread(_own_tree, self.host_workspace, opts.uid, opts.gid)
         async with self.sub("container_create"):
+            if self.spec.workload.needs_assets:
+                self.view = await _assets_view(self.spec)
             self.d.track_containers(self.spec.label)  # before the container exists
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
