@@ -494,13 +494,12 @@ class ContainerEnvironment(Environment):
     # -- image (a run with image modes: drivers.toolkit.delivery) ---------------
 
     async def before_image(self) -> None:
-        """`pull`: the engine's copy of the image removed (every tag, so its layers go
-        and the pull really fetches them); `cached`: the local tag there (put back from
-        the run's registry, untimed, when a pull trial removed it)."""
+        """`cached`: the local tag there (put back from the run's registry, untimed, when
+        something else removed it); `pull`: nothing is removed. The engine is shared
+        with every other run on it (a `cached` run may be using the image under its
+        local name right now), so a pull trial never removes an image, under any name."""
         api = await self.d.api()
-        if self.spec.image == "pull":
-            await _call(f"removing image {self.image}", _evict, api, self.image)
-        elif self.spec.image == "cached" and self.d.pushed.get(self.image) is not None:
+        if self.spec.image == "cached" and self.d.pushed.get(self.image) is not None:
             d = delivery.current()
             if not await asyncio.to_thread(_present, api, self.image) and d.registry:
                 repo, digest, _ = self.d.pushed[self.image]
@@ -509,7 +508,10 @@ class ContainerEnvironment(Environment):
 
     async def deliver_image(self) -> None:
         """`cached`: nothing; `pull`: the image pulled from the run's registry through the
-        content server under this trial's prefix, then tagged with its local name."""
+        content server under this trial's prefix, and kept under that name of its own
+        (the run's server's port and the trial's tag: no other run or trial has it); the
+        container is made from it. The engine fetches the layers it does not hold under
+        any name (docs/images.md)."""
         mode = str(self.spec.image)
         got = self.d.pushed.get(self.image)
         if got is None:
@@ -524,11 +526,12 @@ class ContainerEnvironment(Environment):
         self.pulled = f"{src}@{digest}"
         api = await self.d.api()
         async with self.sub("pull"):
-            await _call(f"pulling {self.pulled}", _pull_as, api, src, digest, self.image)
+            await _call(f"pulling {self.pulled}", _pull, api, src, digest)
         want = self.d.image_ids.get(self.image)
-        have = (await _call("looking up the pulled image", api.inspect_image, self.image))["Id"]
+        have = (await _call("looking up the pulled image", api.inspect_image, self.pulled))["Id"]
         if want is not None and have != want:
             raise PhaseFailure(ErrorKind.ERROR, f"pulled {have}, pushed {want}")
+        self.image = self.pulled  # the container is made from the trial's own name
 
     def image_report(self) -> dict[str, Any] | None:
         return self.img.report()
@@ -538,11 +541,12 @@ class ContainerEnvironment(Environment):
         its local name), and what the server sent for it counted."""
         if self.pulled is not None:
             api = await self.d.api()
-            try:
+            try:  # only this name: the image stays under every other
                 await asyncio.to_thread(api.remove_image, self.pulled, noprune=True)
             except Exception:
-                pass  # gone already: the next pull trial removes every tag anyway
+                pass  # gone already
             self.pulled = None
+            self.image = self.d.image_for(self.spec.workload)
         await self.img.release()
 
     # -- create ------------------------------------------------------------
@@ -967,24 +971,18 @@ def _present(api: Any, ref: str) -> bool:
         return False
 
 
-def _evict(api: Any, ref: str) -> None:
-    """Every tag of `ref`'s image removed, and with them its layers (none is shared)."""
-    import docker.errors
-
-    try:
-        image_id = api.inspect_image(ref)["Id"]
-    except docker.errors.ImageNotFound:
-        return
-    api.remove_image(image_id, force=True)
-
-
-def _pull_as(api: Any, src: str, digest: str, local: str) -> None:
-    """`src@digest` pulled (an error in the engine's stream raised), then tagged `local`.
-    By its manifest's digest, never a tag: whatever a tag of the registry says now (a
-    step with the host's network could push one), the pull gets the pushed image."""
+def _pull(api: Any, src: str, digest: str) -> None:
+    """`src@digest` pulled (an error in the engine's stream raised). By its manifest's
+    digest, never a tag: whatever a tag of the registry says now (a step with the host's
+    network could push one), the pull gets the pushed image."""
     for line in api.pull(src, tag=digest, stream=True, decode=True):
         if isinstance(line, dict) and line.get("error"):
             raise RuntimeError(f"pull of {src}@{digest}: {line['error']}")
+
+
+def _pull_as(api: Any, src: str, digest: str, local: str) -> None:
+    """`src@digest` pulled, then tagged `local` (a cached image put back)."""
+    _pull(api, src, digest)
     repo, _, ltag = local.rpartition(":")
     api.tag(f"{src}@{digest}", repo or local, ltag if repo else "latest")
 
