@@ -586,7 +586,8 @@ class GvisorDriver(Driver):
     # What `rtax probe --driver gvisor` found kept on both channels here (runsc
     # 2022-12-19, ptrace), pids_limit and default_limits included (the sandbox's
     # RLIMIT_NPROC refuses the fork past the limit; the probe's bomb keeps its processes
-    # until counted, as forks under ptrace take ~20 ms). Not stated: sys_write (gVisor's
+    # until counted, as forks under ptrace take ~20 ms), assets_view and host_sinks
+    # (the named assets' view; the init's stderr a drained pipe). Not stated: sys_write (gVisor's
     # /sys has no setting the probe knows: n/a), and the pool's reuse checks (recreate
     # only).
     boundary = frozenset(
@@ -603,6 +604,8 @@ class GvisorDriver(Driver):
             "result_integrity",
             "tmp_sentinel",
             "cache_sentinel",
+            "assets_view",
+            "host_sinks",
             "etc_shadow",
             "root_home",
             "usr_local",

@@ -197,3 +197,13 @@ def test_h8_a_pull_run_beside_a_cached_run_on_one_dockerd(request, tmp_path):
         assert len(ends) == 3 and all(e["valid"] for e in ends), (mode, ends)
     after = {t for img in api.images() for t in img.get("RepoTags") or ()}
     assert before <= after, before - after
+
+
+def test_an_error_message_is_capped_in_the_recording():
+    """A message carrying what an environment wrote (a runtime's stderr) is kept to
+    ERROR_CHARS, its start and its end."""
+    from rtax_tui.model.errors import ERROR_CHARS, ErrorKind, TrialError
+
+    msg = "start " + "x" * 10_000_000 + " end"
+    got = TrialError("create", ErrorKind.ERROR, msg).to_event()["message"]
+    assert len(got) <= ERROR_CHARS and got.startswith("start ") and got.endswith(" end")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 
 KEEP = 1024  # bytes kept from each end of a drained stream
-ERROR_CHARS = 2000  # the longest error message kept in a recording
 
 
 class HeadTail:
@@ -48,11 +47,3 @@ async def drain(reader: asyncio.StreamReader | None, into: HeadTail) -> None:
         if not data:
             return
         into.feed(data)
-
-
-def cap(message: str, limit: int = ERROR_CHARS) -> str:
-    """`message` cut to `limit` characters (its start and its end kept)."""
-    if len(message) <= limit:
-        return message
-    half = (limit - 20) // 2
-    return f"{message[:half]} [... cut ...] {message[-half:]}"
