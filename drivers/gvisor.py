@@ -49,8 +49,9 @@ import threading
 from typing import Any, ClassVar
 
 from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer, which
-from rtax_tui.drivers.toolkit import delivery
+from rtax_tui.drivers.toolkit import delivery, sinks
 from rtax_tui.drivers.toolkit.assets import cache_dir
+from rtax_tui.drivers.toolkit.assetview import workload_view
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import (
     Log,
@@ -102,6 +103,8 @@ def _roots_dir() -> str:
 
 
 def _assets_path() -> str:
+    """Where a workload's assets' view is bound (the cache's own path: steps name the
+    assets by their host paths)."""
     return os.path.abspath(cache_dir())
 
 
@@ -210,17 +213,16 @@ class GvisorEnvironment(Environment):
         self._made_dir = False
         self.img = delivery.TrialImage()  # its root in a run with image modes
         self._started = False
+        self.view: str | None = None  # the assets' view (drivers.toolkit.assetview)
+        self.err = sinks.HeadTail()  # runsc's stderr, the sandbox init's with it
+        self._drain: asyncio.Future[None] | None = None
 
     def runsc(self, *args: str) -> list[str]:
         return self.driver.runsc_argv(os.path.join(self.dir, "state"), *args)
 
     def _log(self) -> str:
-        try:
-            with open(os.path.join(self.dir, "run.log"), "rb") as f:
-                data = f.read()[-600:]
-        except OSError:
-            return ""
-        return data.decode(errors="replace").strip()
+        """What runsc (and the sandbox's init, through its stderr) said, both ends."""
+        return self.err.text()[-600:]
 
     def _config(self, root: str) -> dict[str, Any]:
         lim = self.spec.limits
@@ -234,10 +236,14 @@ class GvisorEnvironment(Environment):
                 "options": ["rbind", "rw"],
             },
         ]
-        if self.spec.workload.needs_assets:
-            a = _assets_path()
+        if self.view is not None:  # only what the workload names (toolkit.assetview)
             mounts.append(
-                {"destination": a, "type": "bind", "source": a, "options": ["rbind", "ro"]}
+                {
+                    "destination": _assets_path(),
+                    "type": "bind",
+                    "source": self.view,
+                    "options": ["rbind", "ro"],
+                }
             )
         args = ["sh"] if self.channel == "shell" else SLEEPER
         # The pid limit is the sandbox's own (gVisor counts its processes against
@@ -303,6 +309,11 @@ class GvisorEnvironment(Environment):
                 self.cg = None
                 raise
         async with self.sub("bundle"):
+            if spec.workload.needs_assets:
+                try:
+                    self.view = await asyncio.to_thread(workload_view, spec.workload, spec.env)
+                except RtaxError as exc:
+                    raise PhaseFailure(ErrorKind.SANDBOX_FAILED, str(exc)) from exc
             self.host.track("path", self.dir)
             self._made_dir = True
             os.makedirs(os.path.join(self.dir, "state"), mode=0o700)
@@ -310,7 +321,8 @@ class GvisorEnvironment(Environment):
                 json.dump(self._config(root), f)
         async with self.sub("spawn"):
             shell = self.channel == "shell"
-            log = open(os.path.join(self.dir, "run.log"), "wb")
+            # the sandbox init's stderr (which /proc/1/fd/2 reaches inside) is runsc's: a
+            # pipe rtax drains keeping both ends, never a host file that grows
             try:
                 argv = self.runsc("run", "--bundle", self.dir, self.cid)
                 argv[1:1] = [f"--platform={platform}"]
@@ -323,18 +335,14 @@ class GvisorEnvironment(Environment):
                         env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
                         stdin=subprocess.PIPE if shell else subprocess.DEVNULL,
                         stdout=subprocess.PIPE,
-                        stderr=log.fileno(),
+                        stderr=subprocess.PIPE,
                         cgroup_procs=self.procs,
                     )
                 )
-                try:
-                    self.proc = await asyncio.shield(self._spawn)
-                except OSError as exc:
-                    raise PhaseFailure(
-                        ErrorKind.SANDBOX_FAILED, f"cannot start runsc: {exc}"
-                    ) from exc
-            finally:
-                log.close()
+                self.proc = await asyncio.shield(self._spawn)
+            except OSError as exc:
+                raise PhaseFailure(ErrorKind.SANDBOX_FAILED, f"cannot start runsc: {exc}") from exc
+            self._drain = asyncio.ensure_future(sinks.drain(self.proc.stderr, self.err))
         if shell:
             self.shell = FramedShell(self.proc.stdin, self.proc.stdout)
 
@@ -412,6 +420,12 @@ class GvisorEnvironment(Environment):
             async with self.sub("kill"):
                 await self._end()
             self.proc = None
+        if self._drain is not None:
+            try:
+                await asyncio.wait_for(self._drain, 5)
+            except (TimeoutError, OSError):
+                self._drain.cancel()
+            self._drain = None
         if self._made_dir:
             async with self.sub("delete"):
                 left = await self._delete()
@@ -572,7 +586,8 @@ class GvisorDriver(Driver):
     # What `rtax probe --driver gvisor` found kept on both channels here (runsc
     # 2022-12-19, ptrace), pids_limit and default_limits included (the sandbox's
     # RLIMIT_NPROC refuses the fork past the limit; the probe's bomb keeps its processes
-    # until counted, as forks under ptrace take ~20 ms). Not stated: sys_write (gVisor's
+    # until counted, as forks under ptrace take ~20 ms), assets_view and host_sinks
+    # (the named assets' view; the init's stderr a drained pipe). Not stated: sys_write (gVisor's
     # /sys has no setting the probe knows: n/a), and the pool's reuse checks (recreate
     # only).
     boundary = frozenset(
@@ -589,6 +604,8 @@ class GvisorDriver(Driver):
             "result_integrity",
             "tmp_sentinel",
             "cache_sentinel",
+            "assets_view",
+            "host_sinks",
             "etc_shadow",
             "root_home",
             "usr_local",

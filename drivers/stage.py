@@ -39,7 +39,7 @@ from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.toolkit import delivery
-from rtax_tui.drivers.toolkit.assets import assets_root
+from rtax_tui.drivers.toolkit.assetview import named_assets
 from rtax_tui.drivers.toolkit.sandbox import (
     ENTER_GONE,
     HOSTNAME,
@@ -84,33 +84,6 @@ from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 
 TEARDOWN_GRACE_S = 2.0
 SPAWN_WAIT_S = 10.0  # teardown waits this long for a spawn that a cancelled create left
-
-
-def asset_paths(spec: EnvSpec, extra: list[str]) -> list[str]:
-    """Host paths bound read-only into the sandbox, at the same place.
-
-    Only what is named explicitly: paths under rtax's attrs assets that the
-    workload's steps or environment name (a file brings only itself), and the
-    driver option `ro_binds`. A step naming any other host path (the host's
-    `/tmp`, rtax's cache, `/etc/shadow`) makes nothing visible.
-    """
-    root = os.path.realpath(assets_root())
-    words: list[str] = [w for step in spec.workload.steps for w in step.argv]
-    words += list(spec.env.values())
-    found: set[str] = set()
-    for w in words:
-        for part in re.split(r"[=:,\s]", w):
-            if not part.startswith("/"):
-                continue
-            p = os.path.normpath(part)
-            if p.startswith(root + "/") and os.path.exists(p) and ".." not in p.split("/"):
-                found.add(p)
-    found.update(os.path.normpath(p) for p in extra)
-    out: list[str] = []
-    for p in sorted(found):  # keep only the outermost of nested paths
-        if not any(p.startswith(q + "/") for q in out):
-            out.append(p)
-    return out
 
 
 class StageEnvironment(Environment):
@@ -656,7 +629,7 @@ class StageDriver(Driver):
         names and `ro_binds`. They are the controller's files: none on another host."""
         if not self.host.controller_local:
             return []
-        wanted = asset_paths(spec, list(self.options.get("ro_binds", ())))
+        wanted = named_assets(spec.workload, spec.env, self.options.get("ro_binds", ()))
         if not wanted:
             return []
 

@@ -307,7 +307,7 @@ class SwerexEnvironment(Environment):
 
         limits = self.spec.limits
         args = ["--label", f"{LABEL_KEY}={self.spec.label}", "--label", DRIVER_LABEL]
-        args += ["--workdir", CONTAINER_WORKSPACE]
+        args += ["--workdir", CONTAINER_WORKSPACE, "--log-driver", "none"]  # no host log
         if limits.cpus:
             args += ["--cpus", str(limits.cpus)]
         if limits.memory_mib:

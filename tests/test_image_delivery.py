@@ -239,9 +239,10 @@ def test_a_run_killed_mid_lazy_trial_leaves_nothing_mounted_or_serving(
 def test_docker_pulls_from_a_registry_behind_the_server_and_keeps_its_copy_after(
     tmp_path: Path, image_tools: None, docker_engine: list[str]
 ) -> None:
-    """`pull` on docker: the engine's copy removed (untimed), pulled back from a real
-    docker-registry through nginx under the trial's prefix, the same image id; `cached`
-    beside it fetches nothing, and the image is there again after the run."""
+    """`pull` on docker: pulled from a real docker-registry through nginx under the
+    trial's prefix, by digest, under that name of its own, the same image id; nothing is
+    removed first (another run may use the image), so the engine fetches the manifest and
+    what it lacks; `cached` beside it fetches nothing; every tag as before after."""
     import docker
 
     api = docker.APIClient(base_url="unix:///var/run/docker.sock")
@@ -261,9 +262,9 @@ def test_docker_pulls_from_a_registry_behind_the_server_and_keeps_its_copy_after
     subs = {(e["trial"], e["name"]) for e in events if e["type"] == "phase"}
     for t, e in images.items():
         assert (t, "image.before") in subs and (t, "image") in subs
-        if e["mode"] == "pull":  # manifest, config, the layer: the whole image, once
+        if e["mode"] == "pull":  # the manifest at least; layers the engine holds: not
             assert (t, "image.pull") in subs
-            assert e["size"] <= e["fetched"] < e["size"] + 8192 and e["requests"] >= 3
+            assert 0 < e["fetched"] < e["size"] + 8192 and e["requests"] >= 1
         else:
             assert e["fetched"] == 0 and (t, "image.pull") not in subs
     assert sorted(e["mode"] for e in images.values()) == ["cached", "cached", "pull", "pull"]
@@ -293,10 +294,6 @@ def test_docker_pulls_from_a_registry_behind_the_server_and_keeps_its_copy_after
     for ev in events:
         live.ingest(ev)
     assert live.planned == 3 == sum(1 for e in events if e["type"] == "trial_start")
-    bad = tmp_path / "bad.toml"
-    bad.write_text(prof.read_text().replace("warmup = 0", "warmup = 0\nconcurrency = 2"))
-    res = _rtax("run", str(bad), "-o", str(tmp_path / "b.jsonl"))
-    assert res.returncode == 2 and "(concurrency = 1)" in res.stderr
 
 
 def test_a_dropped_page_cache_is_recorded_and_dropped_outside_the_image_phase(

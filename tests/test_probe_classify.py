@@ -212,6 +212,18 @@ CASES = [
      {"limit_mib": 64, "host_drop_mib": 128, "host_fs": "/"}, BREACHED),
     ("workspace_size", "@wrote_mib=10", {"limit_mib": 64}, NA),  # stopped, not for space
     ("workspace_size", "@wrote_mib=1\n@enospc", {}, NA),  # no size asked for
+    ("assets_view", "@named\n@listed=fix.patch", {"named": "/c/attrs/fix.patch"}, BLOCKED),
+    ("assets_view", "@named\n@listed=fix.patch\n@listed=attrs-repo",
+     {"named": "/c/attrs/fix.patch"}, BREACHED),
+    ("assets_view", "@named\n@exists=/c/probe-1/sentinel", {"named": "/c/attrs/fix.patch"},
+     BREACHED),
+    ("assets_view", "", {"named": "/c/attrs/fix.patch"}, NA),  # the asset is not there
+    ("assets_view", "", {"why": "no prepared assets"}, NA),
+    ("host_sinks", "@stream=pid 1 fd 2\n@done", {"wrote_mib": 320, "drops": {"/run": 1}},
+     HELD),
+    ("host_sinks", "@stream=pid 1 fd 2\n@done", {"wrote_mib": 320, "drops": {"/run": 300}},
+     BREACHED),
+    ("host_sinks", "@stream=pid 1 fd 2", {"wrote_mib": 320, "drops": {"/run": 0}}, NA),
     ("cleanup_spares_live", "rtax-probe-life-kkk", {"cleanup": "removed 0"}, HELD),
     ("cleanup_spares_live", "cat: ./.rtax-probe-life: No such file", {"cleanup": "removed 3"},
      BREACHED),

@@ -83,6 +83,7 @@ from rtax_tui.model.spec import (
     OptionError,
     OutputSink,
     PhaseFailure,
+    RtaxError,
     Step,
     SubstrateLost,
     Workload,
@@ -154,6 +155,8 @@ EXEC_FAILED_RC = 126
 EXIT_WAIT_S = 30.0
 CGROUP_RELEASE_WAIT_S = 5.0  # podman's conmon cgroups, busy until conmon is reaped
 HEADER = struct.Struct(">BxxxL")
+# The engine's log driver for every container rtax makes: none (dockerd and podman both)
+NO_LOG = {"Type": "none", "Config": {}}
 
 T = TypeVar("T")
 
@@ -171,13 +174,25 @@ def _workload_image() -> str:
 
 
 def _assets_mount(workload: Workload) -> str | None:
-    """The host directory bound read-only at the same path for workloads with assets
-    (T2 clones from, and applies a patch at, absolute paths under it)."""
+    """The cache's path, where a workload with assets gets its view bound read-only (T2
+    clones from, and applies a patch at, absolute paths under it), or None."""
     if not workload.needs_assets:
         return None
     from rtax_tui.drivers.toolkit.assets import cache_dir
 
     return os.path.abspath(cache_dir())
+
+
+async def _assets_view(spec: EnvSpec) -> str:
+    """The directory of only the assets `spec`'s workload names (made once per set)."""
+    from rtax_tui.drivers.toolkit.assetview import workload_view
+
+    try:
+        view = await asyncio.to_thread(workload_view, spec.workload, spec.env)
+    except RtaxError as exc:
+        raise PhaseFailure(ErrorKind.ERROR, str(exc)) from exc
+    assert view is not None
+    return view
 
 
 def _safe(label: str) -> str:
@@ -474,17 +489,17 @@ class ContainerEnvironment(Environment):
         self.host_workspace: str | None = None  # workspace = "bind": the host's side
         self.img = delivery.TrialImage()  # what its image phase delivered (image modes)
         self.pulled: str | None = None  # the per-trial reference a pull made, to untag
+        self.view = ""  # the assets' view bound at the cache's path (assets only)
 
     # -- image (a run with image modes: drivers.toolkit.delivery) ---------------
 
     async def before_image(self) -> None:
-        """`pull`: the engine's copy of the image removed (every tag, so its layers go
-        and the pull really fetches them); `cached`: the local tag there (put back from
-        the run's registry, untimed, when a pull trial removed it)."""
+        """`cached`: the local tag there (put back from the run's registry, untimed, when
+        something else removed it); `pull`: nothing is removed. The engine is shared
+        with every other run on it (a `cached` run may be using the image under its
+        local name right now), so a pull trial never removes an image, under any name."""
         api = await self.d.api()
-        if self.spec.image == "pull":
-            await _call(f"removing image {self.image}", _evict, api, self.image)
-        elif self.spec.image == "cached" and self.d.pushed.get(self.image) is not None:
+        if self.spec.image == "cached" and self.d.pushed.get(self.image) is not None:
             d = delivery.current()
             if not await asyncio.to_thread(_present, api, self.image) and d.registry:
                 repo, digest, _ = self.d.pushed[self.image]
@@ -493,7 +508,10 @@ class ContainerEnvironment(Environment):
 
     async def deliver_image(self) -> None:
         """`cached`: nothing; `pull`: the image pulled from the run's registry through the
-        content server under this trial's prefix, then tagged with its local name."""
+        content server under this trial's prefix, and kept under that name of its own
+        (the run's server's port and the trial's tag: no other run or trial has it); the
+        container is made from it. The engine fetches the layers it does not hold under
+        any name (docs/images.md)."""
         mode = str(self.spec.image)
         got = self.d.pushed.get(self.image)
         if got is None:
@@ -508,11 +526,12 @@ class ContainerEnvironment(Environment):
         self.pulled = f"{src}@{digest}"
         api = await self.d.api()
         async with self.sub("pull"):
-            await _call(f"pulling {self.pulled}", _pull_as, api, src, digest, self.image)
+            await _call(f"pulling {self.pulled}", _pull, api, src, digest)
         want = self.d.image_ids.get(self.image)
-        have = (await _call("looking up the pulled image", api.inspect_image, self.image))["Id"]
+        have = (await _call("looking up the pulled image", api.inspect_image, self.pulled))["Id"]
         if want is not None and have != want:
             raise PhaseFailure(ErrorKind.ERROR, f"pulled {have}, pushed {want}")
+        self.image = self.pulled  # the container is made from the trial's own name
 
     def image_report(self) -> dict[str, Any] | None:
         return self.img.report()
@@ -522,18 +541,22 @@ class ContainerEnvironment(Environment):
         its local name), and what the server sent for it counted."""
         if self.pulled is not None:
             api = await self.d.api()
-            try:
+            try:  # only this name: the image stays under every other
                 await asyncio.to_thread(api.remove_image, self.pulled, noprune=True)
             except Exception:
-                pass  # gone already: the next pull trial removes every tag anyway
+                pass  # gone already
             self.pulled = None
+            self.image = self.d.image_for(self.spec.workload)
         await self.img.release()
 
     # -- create ------------------------------------------------------------
 
     def _container_kwargs(self, api: Any) -> dict[str, Any]:
         lim = self.spec.limits
-        hc: dict[str, Any] = {"network_mode": self.d.network}
+        # No engine log: the shell channel's init is the shell, whose output the engine
+        # would keep in a host file of no size (json-file, k8s-file); rtax reads the
+        # container's streams itself (docs/boundaries.md, host-side sinks)
+        hc: dict[str, Any] = {"network_mode": self.d.network, "log_config": NO_LOG}
         if lim.cpus:
             hc["nano_cpus"] = int(lim.cpus * 1e9)
         if lim.memory_mib:
@@ -545,8 +568,8 @@ class ContainerEnvironment(Environment):
             hc["cgroup_parent"] = "/" + self.spec.cgroup_parent.strip("/")
         binds: dict[str, dict[str, str]] = {}
         mount = _assets_mount(self.spec.workload)
-        if mount is not None:
-            binds[mount] = {"bind": mount, "mode": "ro"}
+        if mount is not None:  # only what the workload names (drivers.toolkit.assetview)
+            binds[self.view] = {"bind": mount, "mode": "ro"}
         if self.host_workspace is not None:
             binds[self.host_workspace] = {"bind": WORKDIR, "mode": "rw"}
         init = self.d.init_binary() if self.channel == "exec" else None
@@ -632,6 +655,8 @@ class ContainerEnvironment(Environment):
                 if opts.uid is not None:
                     await asyncio.to_thread(_own_tree, self.host_workspace, opts.uid, opts.gid)
         async with self.sub("container_create"):
+            if self.spec.workload.needs_assets:
+                self.view = await _assets_view(self.spec)
             self.d.track_containers(self.spec.label)  # before the container exists
             self._create = asyncio.ensure_future(asyncio.to_thread(self._do_create, api))
             try:
@@ -946,24 +971,18 @@ def _present(api: Any, ref: str) -> bool:
         return False
 
 
-def _evict(api: Any, ref: str) -> None:
-    """Every tag of `ref`'s image removed, and with them its layers (none is shared)."""
-    import docker.errors
-
-    try:
-        image_id = api.inspect_image(ref)["Id"]
-    except docker.errors.ImageNotFound:
-        return
-    api.remove_image(image_id, force=True)
-
-
-def _pull_as(api: Any, src: str, digest: str, local: str) -> None:
-    """`src@digest` pulled (an error in the engine's stream raised), then tagged `local`.
-    By its manifest's digest, never a tag: whatever a tag of the registry says now (a
-    step with the host's network could push one), the pull gets the pushed image."""
+def _pull(api: Any, src: str, digest: str) -> None:
+    """`src@digest` pulled (an error in the engine's stream raised). By its manifest's
+    digest, never a tag: whatever a tag of the registry says now (a step with the host's
+    network could push one), the pull gets the pushed image."""
     for line in api.pull(src, tag=digest, stream=True, decode=True):
         if isinstance(line, dict) and line.get("error"):
             raise RuntimeError(f"pull of {src}@{digest}: {line['error']}")
+
+
+def _pull_as(api: Any, src: str, digest: str, local: str) -> None:
+    """`src@digest` pulled, then tagged `local` (a cached image put back)."""
+    _pull(api, src, digest)
     repo, _, ltag = local.rpartition(":")
     api.tag(f"{src}@{digest}", repo or local, ltag if repo else "latest")
 

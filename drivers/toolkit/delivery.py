@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rtax_tui.drivers.toolkit import sinks
+
 from rtax_tui.hosts import reaper, safefs
 from rtax_tui.hosts.local import LocalHost, kill_group
 from rtax_tui.model.errors import ErrorKind
@@ -141,11 +143,13 @@ NGINX_CONF = """daemon off;
 master_process on;
 worker_processes 1;
 pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
+error_log {dir}/error.log crit;
 events {{ worker_connections 512; }}
 http {{
   log_format rtax '$request_uri $status $bytes_sent';
-  access_log {dir}/access.log rtax;
+  map $request_uri $rtax_trial {{ ~^/(t/|v2/t-) 1; default 0; }}
+  access_log {dir}/access.log rtax if=$rtax_trial;
+  log_not_found off;
   client_body_temp_path {dir}/tmp;
   proxy_temp_path {dir}/tmp;
   fastcgi_temp_path {dir}/tmp;
@@ -673,15 +677,17 @@ async def _rclone_mount(url: str, fuse: str) -> None:
         "--vfs-read-chunk-size-limit", CHUNK, "--buffer-size", "0", "--allow-other",
         "--dir-cache-time", "1h", "--config", "/dev/null",
     ]  # fmt: skip
-    log = os.path.join(os.path.dirname(fuse), "rclone.log")  # a file: a pipe could fill
-    with open(log, "wb") as err:
-        proc = await _HOST.spawn(argv, stdout=subprocess.DEVNULL, stderr=err.fileno())
+    # its errors (a step's reads can cause them) go to a pipe rtax drains, keeping both
+    # ends (drivers.toolkit.sinks), never to a host file that grows
+    proc = await _HOST.spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _MOUNTS[fuse] = proc  # release_dir ends it, even if the mount never comes up
+    err = sinks.HeadTail()
+    _DRAINS[fuse] = asyncio.ensure_future(sinks.drain(proc.stderr, err))
     deadline = time.monotonic() + MOUNT_WAIT_S
     while not safefs.is_mount_point(fuse):
         if proc.returncode is not None or time.monotonic() > deadline:
-            with open(log, "rb") as f:
-                tail = f.read().decode(errors="replace").strip().splitlines()
+            await asyncio.sleep(0.05)  # what it said before it exited
+            tail = err.text().splitlines()
             raise DeliveryError(
                 f"rclone mount did not come up: {tail[-1] if tail else 'no error logged'}"
             )
@@ -689,6 +695,7 @@ async def _rclone_mount(url: str, fuse: str) -> None:
 
 
 _MOUNTS: dict[str, asyncio.subprocess.Process] = {}  # a lazy trial's FUSE client, by mount
+_DRAINS: dict[str, asyncio.Future[None]] = {}  # its stderr's drain, by mount
 
 
 def release_dir(d: str) -> None:
@@ -697,6 +704,7 @@ def release_dir(d: str) -> None:
         path = f"{d}/{sub}"
         safefs.unmount(path)
         proc = _MOUNTS.pop(path, None)
+        _DRAINS.pop(path, None)  # it ends at the pipe's end, as the client does
         if proc is not None:
             kill_group(proc)
             _HOST.release(proc)

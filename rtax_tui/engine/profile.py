@@ -277,11 +277,6 @@ class Profile:
                 'asks for it (modes = ["cold"], or no images)'
             )
         for d, cls in self._driver_classes():
-            if cls.image_registry and "pull" in self.images and self.concurrency > 1:
-                raise ProfileError(
-                    f"{where}: images: driver {d}'s pull removes the engine's copy of the "
-                    "image first, which no other trial may be using (concurrency = 1)"
-                )
             if not any(m in cls.image_modes for m in self.images):
                 have = ", ".join(cls.image_modes) or "none"
                 raise ProfileError(

@@ -56,6 +56,10 @@ CHECKS: tuple[Check, ...] = (
     Check("cache_sentinel", ESCAPE, "host files",
           "a file rtax planted in its cache on the host (outside the workload's assets), "
           "named in the step, is visible or readable"),
+    Check("assets_view", ESCAPE, "host files",
+          "an environment whose workload names one of rtax's assets sees more of rtax's "
+          "cache than that asset: the probe's sentinel in the cache, or another asset "
+          "beside the named one"),
     Check("etc_shadow", ESCAPE, "host files",
           "the host's /etc/shadow is readable (the same md5 as the host's own)"),
     Check("root_home", ESCAPE, "host files",
@@ -109,6 +113,11 @@ CHECKS: tuple[Check, ...] = (
     Check("workspace_size", GUARANTEE, "cgroups",
           "a write of 64 MiB past the workspace's size stops at it (ENOSPC), and the free "
           "space of the workspace's filesystem on the host drops by no more than the size"),
+    Check("host_sinks", GUARANTEE, "cgroups",
+          "a step writes past its memory and workspace limits through every stream the "
+          "host may keep (its own output, pid 1's stdout and stderr: an engine's log, "
+          "gVisor's files, journald): the host directories that would hold them (engine "
+          "container logs, /run, /var/log, rtax's cache) grow by less than half of it"),
     Check("loopback_tcp", ESCAPE, "network",
           "a TCP listener the probe opened on the host's loopback is reachable"),
     Check("host_processes", ESCAPE, "processes",
@@ -608,6 +617,47 @@ def _workspace_size(check: Check, out: Outcome, ctx: Context) -> Verdict:
     return _v(NA, f"stopped at {wrote} MiB, but not for lack of space{host}", out.output)
 
 
+def _assets_view(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """The step's facts: `named` (the named asset is there), `exists` (the cache
+    sentinel), `listed` (each entry beside the named asset); `observed`: `named`."""
+    token = ctx.tokens.get("cache_sentinel")
+    path = ctx.paths.get("cache_sentinel")
+    named = str(out.observed.get("named") or "")
+    if not token or not path or not named:
+        why = out.observed.get("why") or "no asset or no cache sentinel on this host"
+        return _v(NA, str(why))
+    f = facts(out.output)
+    if "named" not in f:
+        return _v(NA, f"the named asset {named} is not visible inside", out.output)
+    if token in out.output:
+        return _v(BREACHED, f"read the host's {path} (its random token)", out.output)
+    if f.get("exists"):
+        return _v(BREACHED, f"the host's {path} is visible beside the assets", out.output)
+    base = named.rstrip("/").rsplit("/", 1)[-1]
+    others = sorted(set(f.get("listed") or []) - {base, ".", ".."})
+    if others:
+        return _v(BREACHED, f"assets not named are visible: {', '.join(others)}", out.output)
+    return _v(BLOCKED, f"only {base} of the assets, and no sentinel, is in view", out.output)
+
+
+def _host_sinks(check: Check, out: Outcome, ctx: Context) -> Verdict:
+    """`observed`: `wrote_mib` (per stream), `drops` ({host directory: MiB it grew})."""
+    f = facts(out.output)
+    wrote = int(out.observed.get("wrote_mib") or 0)
+    drops: Mapping[str, Any] = out.observed.get("drops") or {}
+    if "done" not in f or not wrote:
+        return _v(NA, "the writes did not finish", out.output)
+    if not drops:
+        return _v(NA, "no host filesystem could be measured")
+    fs, worst = max(drops.items(), key=lambda kv: float(kv[1]))
+    said = ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))
+    streams = ", ".join(f.get("stream") or []) or "its own output"
+    if float(worst) >= wrote / 2:
+        why = f"the host's {fs} grew by {worst} MiB after {wrote} MiB through {streams}"
+        return _v(BREACHED, why)
+    return _v(HELD, f"{wrote} MiB each through {streams}; growth (MiB): {said}")
+
+
 def _cleanup_spares(check: Check, out: Outcome, ctx: Context) -> Verdict:
     """`out`: the action after the cleanup; `observed`: `cleanup` (what it said)."""
     said = str(out.observed.get("cleanup", ""))
@@ -698,6 +748,8 @@ _CLASSIFIERS = {
     LINKS_CHECK: _reset_links,
     "default_limits": _pids,
     "workspace_size": _workspace_size,
+    "assets_view": _assets_view,
+    "host_sinks": _host_sinks,
     "init_kill": _init_kill,
     "deep_tree": _deep_tree,
     "cleanup_spares_live": _cleanup_spares,

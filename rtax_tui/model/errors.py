@@ -87,8 +87,22 @@ class TrialError:
     reconnect_failed: bool = False
 
     def to_event(self) -> ErrorObject:
-        """The `trial_end.error` object; `kind` as a plain string for the encoder."""
-        return {"phase": self.phase, "kind": str(self.kind), "message": self.message}
+        """The `trial_end.error` object; `kind` as a plain string for the encoder; the
+        message cut to ERROR_CHARS (an environment can make it as long as it likes)."""
+        return {"phase": self.phase, "kind": str(self.kind), "message": cap(self.message)}
+
+
+# The longest error message a recording keeps (its start and end): a message can carry
+# what an environment wrote (a runtime's stderr, a step's output).
+ERROR_CHARS = 2000
+
+
+def cap(message: str, limit: int = ERROR_CHARS) -> str:
+    """`message` cut to `limit` characters, its start and its end kept."""
+    if len(message) <= limit:
+        return message
+    half = (limit - 20) // 2
+    return f"{message[:half]} [... cut ...] {message[-half:]}"
 
 
 def interrupted(phase: str, barrier_expired: bool) -> TrialError:

@@ -92,7 +92,19 @@ _LATER = frozenset(
         "init_kill",
         "deep_tree",
         "cleanup_spares_live",
+        "assets_view",
+        "host_sinks",
     }
+)
+# host_sinks: the host directories where what a step writes could be kept (an engine's
+# container logs, gVisor's and rtax's state under /run, journald and syslog), measured
+# (`du`) before and after, besides rtax's cache. Not whole filesystems: the host is
+# shared, and an image pull elsewhere would read as growth.
+SINK_PATHS = (
+    "/var/lib/docker/containers",
+    "/var/lib/containers/storage/overlay-containers",
+    "/run",
+    "/var/log",
 )
 # The steps after result_integrity's attacks, and the status each really has.
 TRUTH: tuple[tuple[tuple[str, ...], int], ...] = ((("false",), 1), (("sh", "-c", "exit 3"), 3))
@@ -286,6 +298,8 @@ class CellProbe:
         await self._run_integrity(decide)
         await self._run_life(decide)
         await self._run_init_kill(decide)
+        await self._run_assets(decide)
+        await self._run_sinks(decide)
         for c in CHECKS:  # anything not decided above (a step that was never run)
             if c.name not in self.verdicts:
                 decide(c.name, Verdict(NA, "not measured (see the other checks' evidence)"))
@@ -493,6 +507,64 @@ class CellProbe:
             if not torn:
                 await _down(env)
 
+    async def _run_assets(self, decide: Callable[[str, Verdict], None]) -> None:
+        """Environment G, whose workload needs assets and names one (`assets_view`): it
+        looks for the cache sentinel and for the assets beside the named one."""
+        named = _probe_asset() if getattr(self.plant.host, "controller_local", False) else None
+        sentinel = self.plant.paths.get("cache_sentinel")
+        if named is None or not sentinel:
+            why = (
+                "no prepared assets on this host (rtax assets prepare)"
+                if not named
+                else ("no cache sentinel could be planted")
+            )
+            decide("assets_view", classify("assets_view", Outcome(observed={"why": why}), self.ctx))
+            return
+        step = _step(S.ASSETS_VIEW, named, sentinel)
+        spec = self._spec("g", [step])
+        spec = EnvSpec(
+            cell=spec.cell,
+            workload=Workload("probe-g", (step,), needs_assets=True),
+            limits=spec.limits,
+            label=spec.label,
+        )
+        try:
+            env = await _up(self.drv, spec)
+        except Exception as exc:
+            why = trim(f"an environment with assets did not start: {_why(exc)}")
+            decide("assets_view", Verdict(NA, why))
+            return
+        try:
+            out = await self._act(env, step)
+            out = Outcome(out.output, out.rc, out.error, {"named": named})
+            decide("assets_view", classify("assets_view", out, self.ctx))
+        finally:
+            await _down(env)
+
+    async def _run_sinks(self, decide: Callable[[str, Verdict], None]) -> None:
+        """Environment H (`host_sinks`): writes past its limits through every stream the
+        host may keep; the host's filesystems' free space before and after."""
+        mib = (self.limits.memory_mib or 256) + (self.limits.workspace_mib or 64)
+        step = _step(S.SINKS, str(mib), self.channel, timeout=HOG_TIMEOUT_S)
+        paths = [*SINK_PATHS, *([self.plant.cache] if self.plant.cache else [])]
+        try:
+            env = await _up(self.drv, self._spec("h", [step]))
+        except Exception as exc:
+            decide("host_sinks", Verdict(NA, trim(f"an environment did not start: {_why(exc)}")))
+            return
+        try:
+            before = await _held_mib(self.plant.host, paths)
+            out = await self._act(env, step)
+            after = await _held_mib(self.plant.host, paths)
+            drops = {d: after[d] - before[d] for d in before if d in after}
+            observed = {"wrote_mib": mib, "drops": drops}
+            decide(
+                "host_sinks",
+                classify("host_sinks", Outcome(out.output, out.rc, out.error, observed), self.ctx),
+            )
+        finally:
+            await _down(env)
+
     async def _run_init_kill(self, decide: Callable[[str, Verdict], None]) -> None:
         """Environment F: a marker, `kill -9 1` and `kill -9 -1`, then the marker read
         back by a later action (`init_kill`)."""
@@ -662,6 +734,28 @@ async def _up(drv: Any, spec: EnvSpec) -> Any:
         await _down(env)
         raise
     return env
+
+
+def _probe_asset() -> str | None:
+    """The asset `assets_view`'s workload names (the fix patch), if prepared here."""
+    from rtax_tui.drivers.toolkit import assets as A
+
+    got = A.find_prepared()
+    return str(got.patch) if got is not None else None
+
+
+async def _held_mib(host: Any, dirs: list[str]) -> dict[str, int]:
+    """MiB held under each of `dirs` that exists on the host."""
+    try:
+        res = await host.run(["sh", "-c", S.HOST_DU, S.ARG0, *dirs], timeout=120)
+    except Exception:
+        return {}
+    out: dict[str, int] = {}
+    for v in facts(res.stdout.decode(errors="replace")).get("du") or []:
+        d, _, kib = v.rpartition("=")
+        if kib.isdigit():
+            out[d] = int(kib) >> 10
+    return out
 
 
 def _host_workspace(env: Any) -> str:

@@ -44,6 +44,41 @@ echo
 ls -ld -- "${f%/*}" 2>&1
 """
 
+# assets_view: the named asset there, the cache sentinel (not named as an asset), and
+# every entry beside the named asset. Args: named asset, sentinel path.
+ASSETS_VIEW = r"""
+a=$1; f=$2
+[ -e "$a" ] && echo "@named"
+[ -e "$f" ] && echo "@exists=$f"
+cat -- "$f" 2>/dev/null
+echo
+for e in "${a%/*}"/* "${a%/*}"/.[!.]*; do [ -e "$e" ] && echo "@listed=${e##*/}"; done
+ls -la -- "${a%/*}" 2>&1 | head -n 20
+"""
+
+# host_sinks: MiB written through each stream the host may keep: pid 1's stderr and (exec
+# only: in the shell channel it is the framing's) stdout, then the step's own output
+# (last: rtax keeps only its start, where the facts are); a write that blocks (a pipe
+# nobody reads) is cut after 20 s. Args: MiB, channel.
+SINKS = r"""
+n=$1
+fds=2; [ "$2" = exec ] && fds="1 2"
+chan=$(readlink /proc/1/fd/1 2>/dev/null)
+for fd in $fds; do
+  if [ "$2" != exec ] && [ "$(readlink /proc/1/fd/$fd 2>/dev/null)" = "$chan" ]; then
+    echo "@stream=pid 1 fd $fd (the channel's own stream)"
+  elif [ -w /proc/1/fd/$fd ]; then
+    timeout 20 sh -c 'head -c "$(($1 * 1048576))" /dev/zero >"/proc/1/fd/$2"' s "$n" "$fd" \
+      2>/dev/null
+    echo "@stream=pid 1 fd $fd"
+  fi
+done
+echo "@stream=own stdout"
+echo "@done"
+head -c "$((n * 1048576))" /dev/zero | tr '\0' x
+echo
+"""
+
 # /etc/shadow: its md5 (compared with the host's, never printed as evidence).
 SHADOW = r"""
 if s=$(md5sum 2>/dev/null </etc/shadow); then echo "@md5=${s%% *}"; echo "/etc/shadow: readable";
@@ -520,6 +555,14 @@ rm -f -- "./$1" && echo removed
 """
 
 # The free space (MiB) of the filesystem holding $1, on the host.
+# The KiB held under each existing directory given (one filesystem each). Args: dirs.
+HOST_DU = r"""
+for d in "$@"; do
+  [ -d "$d" ] && du -skx -- "$d" 2>/dev/null | awk '{ print "@du=" $2 "=" $1 }'
+done
+true
+"""
+
 HOST_FREE = r"""
 df -Pk -- "$1" 2>/dev/null | awk 'NR == 2 { print "@free_mib=" int($4 / 1024); print "@fs=" $6 }'
 """
