@@ -47,16 +47,37 @@ from rtax_tui.model import spec as model
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import ActionResult, OutputSink, PhaseFailure
 
-# What follows a command: its status saved by a special builtin, any function named
-# printf removed, then the builtin printf writes the frame.
-_TAIL = '\\set -- "$?"; \\unset -f printf read; '
+# Every signal a trap may be set on, and EXIT (0): reset after each step (dash, busybox
+# ash and bash all take numbers; an unknown one is ignored).
+_SIGNALS = " ".join(str(n) for n in range(65))
+# What follows a command, inside a group whose stderr is /dev/null (so that a step's
+# `set -x` traces none of it into the output): its status kept in a readonly variable
+# named after the frame's own sentinel (no trap that fires later can change it, none can
+# know its name before), every trap reset, `-e` and `-v` turned off (`-v` would echo the
+# next frame as the shell reads it; `-e` would end the shell at a later step's failure
+# before its status is written), any function named printf or read removed, then the
+# builtin printf writes the frame. Special builtins (`readonly`, `trap`, `set`, `unset`)
+# are found before any function; the backslashes stop alias expansion.
+_TAIL = (
+    "{{ \\readonly {var}=\"$?\"; \\trap - {signals}; \\set +ev; \\unset -f printf read; "
+    "\\printf '\\n%s %d\\n' {sentinel} \"${var}\"; }} 2>/dev/null"
+)
 
 
 def frame(argv: Sequence[str], sentinel: str) -> bytes:
-    cmd = shlex.join(argv)
-    return (
-        f"{{ {cmd}\n}} </dev/null 2>&1; {_TAIL}\\printf '\\n%s %d\\n' {sentinel} \"$1\"\n"
-    ).encode()
+    """The text the shell is sent for `argv`. The command runs in a group that gives it
+    /dev/null as stdin and the shell's stdout as stdout and stderr; the group's
+    redirections are undone after it, so a step's `exec >/dev/null` (or `exec 9>&-`)
+    does not outlive it. A command word that is an absolute path is written with a
+    backslash before it: that file, whatever alias a step defined (dash and busybox let
+    an alias be named `/bin/sh`); a bare name is resolved by the session, as in any
+    shell (aliases, functions, then `PATH`)."""
+    words = [shlex.quote(a) for a in argv]
+    if words and words[0].startswith("/"):
+        words[0] = "\\" + words[0]
+    cmd = " ".join(words)
+    tail = _TAIL.format(var="R" + sentinel, signals=_SIGNALS, sentinel=sentinel)
+    return f"{{ {cmd}\n}} </dev/null 9>&1 >&9 2>&1 9>&-; {tail}\n".encode()
 
 
 def new_sentinel() -> str:
