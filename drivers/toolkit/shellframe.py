@@ -59,7 +59,7 @@ _SIGNALS = " ".join(str(n) for n in range(65))
 # builtin printf writes the frame. Special builtins (`readonly`, `trap`, `set`, `unset`)
 # are found before any function; the backslashes stop alias expansion.
 _TAIL = (
-    "{{ \\readonly {var}=\"$?\"; \\trap - {signals}; \\set +ev; \\unset -f printf read; "
+    '{{ \\readonly {var}="$?"; \\trap - {signals}; \\set +ev; \\unset -f printf read; '
     "\\printf '\\n%s %d\\n' {sentinel} \"${var}\"; }} 2>/dev/null"
 )
 
