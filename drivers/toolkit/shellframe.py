@@ -51,16 +51,17 @@ from rtax_tui.model.spec import ActionResult, OutputSink, PhaseFailure
 # ash and bash all take numbers; an unknown one is ignored).
 _SIGNALS = " ".join(str(n) for n in range(65))
 # What follows a command, inside a group whose stderr is /dev/null (so that a step's
-# `set -x` traces none of it into the output): its status kept in a readonly variable
-# named after the frame's own sentinel (no trap that fires later can change it, none can
-# know its name before), every trap reset, `-e` and `-v` turned off (`-v` would echo the
-# next frame as the shell reads it; `-e` would end the shell at a later step's failure
-# before its status is written), any function named printf or read removed, then the
-# builtin printf writes the frame. Special builtins (`readonly`, `trap`, `set`, `unset`)
-# are found before any function; the backslashes stop alias expansion.
+# `set -x` traces none of it into the output): one `eval` (a special builtin, found
+# before any function) of a text in which the status is already a literal number: `$?`
+# is expanded when that one simple command is read, before any trap could run, and no
+# trap can change a number written in the text. The text resets every trap, turns `-e`
+# and `-v` off (`-v` would echo the next frame as the shell reads it; `-e` would end the
+# shell at a later step's failure before its status is written), removes any function
+# named printf or read, then the builtin printf writes the frame. `trap`, `set` and
+# `unset` are special builtins too; the backslashes stop alias expansion.
 _TAIL = (
-    '{{ \\readonly {var}="$?"; \\trap - {signals}; \\set +ev; \\unset -f printf read; '
-    "\\printf '\\n%s %d\\n' {sentinel} \"${var}\"; }} 2>/dev/null"
+    '{{ \\eval "\\\\trap - {signals}; \\\\set +ev; \\\\unset -f printf read; '
+    "\\\\printf '\\n%s %d\\n' {sentinel} $?\"; }} 2>/dev/null"
 )
 
 
@@ -76,7 +77,7 @@ def frame(argv: Sequence[str], sentinel: str) -> bytes:
     if words and words[0].startswith("/"):
         words[0] = "\\" + words[0]
     cmd = " ".join(words)
-    tail = _TAIL.format(var="R" + sentinel, signals=_SIGNALS, sentinel=sentinel)
+    tail = _TAIL.format(signals=_SIGNALS, sentinel=sentinel)
     return f"{{ {cmd}\n}} </dev/null 9>&1 >&9 2>&1 9>&-; {tail}\n".encode()
 
 
