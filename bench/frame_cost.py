@@ -86,14 +86,22 @@ async def cost(sh: str, steps: int, rounds: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in got.items()}
 
 
-async def aged(sh: str, steps: int, before: int) -> tuple[float, float]:
-    """µs/step of the hardened frame in a fresh shell and after `before` steps."""
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0])
+
+
+async def aged(sh: str, steps: int, before: int) -> tuple[float, float, int, int]:
+    """µs/step of the hardened frame and the shell's RSS (KiB), in a fresh shell and
+    after `before` more steps: nothing a frame leaves may pile up."""
     proc, fs = await shell(sh)
     fresh = await per_step(fs, steps)
+    rss0 = rss_kib(proc.pid)
     await per_step(fs, before)
     old = await per_step(fs, steps)
+    rss1 = rss_kib(proc.pid)
     await close(proc)
-    return fresh, old
+    return fresh, old, rss0, rss1
 
 
 KILLER = "( while kill -s WINCH $$ 2>/dev/null; do :; done ) </dev/null >/dev/null 2>&1 &"
@@ -130,8 +138,11 @@ def main() -> None:
     for k, v in c.items():
         print(f"  {k:9s} {v:8.1f} µs")
     print(f"  hardened - before: {c['hardened'] - c['before']:+.1f} µs")
-    fresh, old = asyncio.run(aged(a.shell, a.steps, a.aged))
-    print(f"hardened, fresh shell {fresh:.1f} µs/step; after {a.aged} steps {old:.1f} µs/step")
+    fresh, old, rss0, rss1 = asyncio.run(aged(a.shell, a.steps, a.aged))
+    print(
+        f"hardened, fresh shell {fresh:.1f} µs/step, RSS {rss0} KiB; "
+        f"after {a.aged} more steps {old:.1f} µs/step, RSS {rss1} KiB"
+    )
     forged = asyncio.run(race(a.shell, a.steps))
     print(f"a trap setting $1 on a signal sent nonstop, {a.steps} failing steps, forged:")
     for k, v in forged.items():
