@@ -139,3 +139,54 @@ def test_frames_printed_by_a_step_are_its_output(driver: Any) -> None:
     res = session(driver, [ev(script), FALSE, EXIT3])
     assert res[0].rc == 0 and res[0].output.count(b"__RTAX_") == 9
     truth_holds(res)
+
+
+# bash's DEBUG trap runs before each simple command, with that command's text in
+# $BASH_COMMAND: the frame's sentinel included, before the frame writes it.
+DEBUG_TRAP = (
+    "trap 'case $BASH_COMMAND in *__RTAX_*) s=${BASH_COMMAND#*__RTAX_}; s=${s%% *}; "
+    'builtin printf "\\n__RTAX_%s 0\\n" "$s";; esac\' DEBUG'
+)
+
+
+def framed_shell_run(argv0: list[str], steps: list[tuple[str, ...]]) -> list[int | None]:
+    from rtax_tui.drivers.toolkit.shellframe import FramedShell
+
+    async def run() -> list[int | None]:
+        proc = await asyncio.create_subprocess_exec(
+            *argv0, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            fs = FramedShell(proc.stdin, proc.stdout)
+            return [(await fs.run(s)).rc for s in steps]
+        finally:
+            proc.kill()
+            await proc.wait()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "shell",
+    [
+        pytest.param(["dash"], id="dash"),
+        pytest.param(["busybox", "sh"], id="busybox"),
+        pytest.param(
+            ["bash", "--posix"],
+            id="bash",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="bash as sh: a DEBUG trap reads the frame's text before it runs "
+                "and answers it first (docs/drivers.md, where the promise holds)",
+            ),
+        ),
+    ],
+)
+def test_a_debug_trap_cannot_answer_the_frame(shell: list[str]) -> None:
+    import shutil
+
+    if shutil.which(shell[0]) is None:
+        pytest.skip(f"no {shell[0]} here")
+    rcs = framed_shell_run(shell, [("eval", DEBUG_TRAP), ("/bin/false",), ("/bin/false",)])
+    assert rcs[1:] == [1, 1], rcs
