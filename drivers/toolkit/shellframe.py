@@ -1,27 +1,53 @@
-"""The `shell` channel: one persistent shell, each command framed with a sentinel.
+r"""The `shell` channel: one persistent shell, each command framed with a sentinel.
 
 Each command is sent as
 
     { CMD
-    } </dev/null 2>&1; \\set -- "$?"; \\unset -f printf read; \\printf '\\n%s %d\\n' SENTINEL "$1"
+    } </dev/null 9>&1 >&9 2>&1 9>&-; { \eval "\\trap - 0 1 .. 64; \\set +ev;
+      \\unset -f printf read; \\printf '\n%s %d\n' SENTINEL $?"; } 2>/dev/null
+
+(on one line; inside the double quotes, `\\` is one backslash)
 
 The output is every byte before the newline that precedes the sentinel, so output
 that does not end in a newline is returned exactly. The command runs in the shell
 itself (no subshell), so builtins cost no fork and `cd` persists, as in an agent's
 shell.
 
+What is promised (docs/drivers.md, "What the shell channel promises"): the status a
+frame reports is the status of what the shell ran, and no step can make it read
+otherwise. Which program a bare command name runs is the session's: the aliases,
+functions and `PATH` that earlier steps left, as in any shell; a command word that is
+an absolute path is written with a backslash before it (dash and busybox ash let an
+alias be named `/bin/sh`), so it is that file. A grader that must not depend on the
+session takes its reward from the exec channel or names its programs that way.
+
 The shell runs code written by a model under training, which may try to make a later
 step's failure read as a success. The frame therefore trusts nothing a step can
-redefine: `set` and `unset` are POSIX special builtins (found before any function, and
-no function may take their names), the exit status is saved in `$1` by `set` (a
-variable could have been made readonly), functions named `printf` and `read` are
-removed before the builtins are called, and the backslashes stop alias expansion.
+redefine or leave behind:
+- the status is expanded into the text of one `eval` (a POSIX special builtin: found
+  before any function, and no function may take its name) by the first simple command
+  after the step, so no trap can run in between, and none can change a number already
+  written in the text (a trap that set `$1`, where the status used to wait for
+  `printf`, forged about one failing step in 40 while a signal kept firing:
+  bench/frame_cost.py);
+- inside it every trap is reset (a step's traps do not outlive it), `-e` and `-v` are
+  turned off (`-e` would end the shell at the next failure before its status is
+  written; `-v` would echo the next frame, sentinel included, as the shell reads it),
+  functions named `printf` and `read` are removed before the builtins run, and the
+  backslashes stop alias expansion; its stderr is /dev/null, so a step's `set -x`
+  (which stays, the session's) traces none of it;
+- the step's redirections are the group's, undone after it: a step's `exec >/dev/null`
+  or `exec 9>&-` does not reach the frame or a later step.
 The sentinel is new for every command (16 random bytes), so a step that prints a
 frame cannot know the one its own command, or a later one, will be answered with.
-What the frame cannot stop (a step that replaces the shell with `exec`, or rewrites
-its memory) is for the driver to rule out: `CredReader` tells which process wrote
-the answer, and `FramedShell`'s `verify` lets the driver check the shell is still the
-one it started (the stage driver does both; see drivers/stage.py). The probe's
+This holds where `sh` is dash or busybox ash (the stage root and the images rtax
+builds). Where `sh` is bash, it does not: bash's DEBUG trap sees each command's text
+before it runs (the sentinel included) and may print a frame of its own, and after
+`set +o posix` a function may take a special builtin's name. What the frame cannot stop
+(a step that replaces the shell with `exec`, reads the frame from the shell's stdin, or
+rewrites its memory) is for the driver to rule out: `CredReader` tells which process
+wrote the answer, and `FramedShell`'s `verify` lets the driver check the shell is still
+the one it started (the stage driver does both; see drivers/stage.py). The probe's
 `result_integrity` check measures it.
 
 A step's output is read to the frame's end however long it is, and only its first
@@ -47,16 +73,38 @@ from rtax_tui.model import spec as model
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import ActionResult, OutputSink, PhaseFailure
 
-# What follows a command: its status saved by a special builtin, any function named
-# printf removed, then the builtin printf writes the frame.
-_TAIL = '\\set -- "$?"; \\unset -f printf read; '
+# Every signal a trap may be set on, and EXIT (0): reset after each step (dash, busybox
+# ash and bash all take numbers; an unknown one is ignored).
+_SIGNALS = " ".join(str(n) for n in range(65))
+# What follows a command, inside a group whose stderr is /dev/null (so that a step's
+# `set -x` traces none of it into the output): one `eval` (a special builtin, found
+# before any function) of a text in which the status is already a literal number: `$?`
+# is expanded when that one simple command is read, before any trap could run, and no
+# trap can change a number written in the text. The text resets every trap, turns `-e`
+# and `-v` off (`-v` would echo the next frame as the shell reads it; `-e` would end the
+# shell at a later step's failure before its status is written), removes any function
+# named printf or read, then the builtin printf writes the frame. `trap`, `set` and
+# `unset` are special builtins too; the backslashes stop alias expansion.
+_TAIL = (
+    '{{ \\eval "\\\\trap - {signals}; \\\\set +ev; \\\\unset -f printf read; '
+    "\\\\printf '\\n%s %d\\n' {sentinel} $?\"; }} 2>/dev/null"
+)
 
 
 def frame(argv: Sequence[str], sentinel: str) -> bytes:
-    cmd = shlex.join(argv)
-    return (
-        f"{{ {cmd}\n}} </dev/null 2>&1; {_TAIL}\\printf '\\n%s %d\\n' {sentinel} \"$1\"\n"
-    ).encode()
+    """The text the shell is sent for `argv`. The command runs in a group that gives it
+    /dev/null as stdin and the shell's stdout as stdout and stderr; the group's
+    redirections are undone after it, so a step's `exec >/dev/null` (or `exec 9>&-`)
+    does not outlive it. A command word that is an absolute path is written with a
+    backslash before it: that file, whatever alias a step defined (dash and busybox let
+    an alias be named `/bin/sh`); a bare name is resolved by the session, as in any
+    shell (aliases, functions, then `PATH`)."""
+    words = [shlex.quote(a) for a in argv]
+    if words and words[0].startswith("/"):
+        words[0] = "\\" + words[0]
+    cmd = " ".join(words)
+    tail = _TAIL.format(signals=_SIGNALS, sentinel=sentinel)
+    return f"{{ {cmd}\n}} </dev/null 9>&1 >&9 2>&1 9>&-; {tail}\n".encode()
 
 
 def new_sentinel() -> str:

@@ -106,8 +106,16 @@ SINK_PATHS = (
     "/run",
     "/var/log",
 )
-# The steps after result_integrity's attacks, and the status each really has.
-TRUTH: tuple[tuple[tuple[str, ...], int], ...] = ((("false",), 1), (("sh", "-c", "exit 3"), 3))
+# The steps after result_integrity's attacks, and the status each really has. Each names
+# its program by absolute path (no function, alias or `PATH` of the session applies: the
+# frame writes such a word with a backslash before it) and runs it with an environment of
+# its own (`env -i`): what an earlier step left in the session cannot change what they
+# mean. A bare `false` would be the session's `false`, which a step may have redefined.
+_FRESH = ("/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "/bin/sh", "-c")
+TRUTH: tuple[tuple[tuple[str, ...], int], ...] = (
+    ((*_FRESH, "false"), 1),
+    ((*_FRESH, "exit 3"), 3),
+)
 
 
 def _step(script: str, *args: str, timeout: float = STEP_TIMEOUT_S) -> Step:
@@ -641,10 +649,12 @@ class CellProbe:
             attacks = [
                 Step(("eval", S.FORGE_BACKGROUND), timeout_s=STEP_TIMEOUT_S),
                 Step(("eval", S.FORGE_FUNCTIONS), timeout_s=STEP_TIMEOUT_S),
+                _step(S.FORGE_MEMORY),
+                # last: its names would take the `sh` of the step before
+                Step(("eval", S.FORGE_SESSION), timeout_s=STEP_TIMEOUT_S),
             ]
         else:
-            attacks = [_step(S.FORGE_FUNCTIONS)]
-        attacks.append(_step(S.FORGE_MEMORY))
+            attacks = [_step(S.FORGE_FUNCTIONS), _step(S.FORGE_MEMORY)]
         return attacks, [Step(argv, timeout_s=STEP_TIMEOUT_S) for argv, _ in TRUTH]
 
     async def _run_integrity(self, decide: Callable[[str, Verdict], None]) -> None:

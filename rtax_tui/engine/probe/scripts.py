@@ -694,6 +694,23 @@ alias read=true
 set -v
 :
 """
+# The session's names (issue 34, H7): functions and aliases named like the checking
+# steps' programs, a `PATH` that puts a fake `sh`, `env`, `false` and `python3` first,
+# traps that set `$1` and `-v` on a signal a background process keeps sending for a
+# few seconds (WINCH: ignored by default, so the shell outlives the traps' reset), and
+# `set -e` and `set -x` left on.
+FORGE_SESSION = r"""d=$(mktemp -d)
+for c in sh env false python3; do printf '#!/bin/sh\nexit 0\n' >"$d/$c"; chmod +x "$d/$c"; done
+export PATH="$d:$PATH"
+false() { return 0; }
+sh() { return 0; }
+env() { return 0; }
+alias false=true sh=true env=true /usr/bin/env=true /bin/sh=true 2>/dev/null
+trap 'set -- 0; set -v' WINCH
+( i=0; while [ $i -lt 20000 ] && kill -s WINCH $$ 2>/dev/null; do i=$((i+1)); done ) \
+  </dev/null >/dev/null 2>&1 &
+set -ex
+:"""
 # A child tries to open, for writing, the memory of its parent: the process that reports
 # the step's result (the persistent shell on the shell channel; rtax itself for an
 # unsandboxed exec; nothing, pid 0, where the parent is outside the environment).
