@@ -121,6 +121,9 @@ def one_run(
 ) -> dict[str, float]:
     prof = tmp / f"scale-{size}.toml"
     extra = f"touch_mib = {args.touch_mib}\n"
+    limits = (
+        "" if args.workspace_mib is None else f"[limits]\nworkspace_mib = {args.workspace_mib}\n"
+    )
     if args.release_concurrency is not None:
         extra += f"release_concurrency = {args.release_concurrency}\n"
     prof.write_text(
@@ -128,7 +131,7 @@ def one_run(
         f'channels = ["{args.channel}"]\n'
         "[timeouts]\ncreate = 600\nready = 600\naction = 600\nteardown = 600\n"
         f"[capacity]\nsize = {size}\nbatches = 1\ndeadline_s = {args.deadline}\n"
-        "cpus = 2.0\nmemory_mib = 16384\n" + extra
+        "cpus = 2.0\nmemory_mib = 16384\n" + extra + limits
     )
     out = tmp / f"{name}-{size}-{i}.jsonl"
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -205,6 +208,9 @@ def main() -> int:
     ap.add_argument("--workload", default="t0", choices=("t0", "capacity"))
     ap.add_argument("--touch-mib", type=int, default=1, help="capacity: MiB each holds")
     ap.add_argument("--release-concurrency", type=int, default=None)
+    ap.add_argument(
+        "--workspace-mib", default=None, help="[limits] workspace_mib (a number or '\"unlimited\"')"
+    )
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else [args.size]
     trees: list[tuple[str, Path]] = []
