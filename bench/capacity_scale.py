@@ -20,10 +20,11 @@ per run and as the median over runs:
   memory (VmHWM), and the budget's peak memory for the N environments.
 - the phases of the N trials: create and ready P50 / P95, teardown P50 (the batch's
   own trials, from the recording's `phase` events).
-With `--before REV`, every run is made twice, first with the tree of git revision REV
+With `--before REV`, every run is made twice, with the tree of git revision REV
 (a worktree of it, made once under ~/.cache/rtax/bench-trees and kept, or
 `--before-tree DIR`, a checkout of it; run with its own .venv, made there if missing),
-then with this checkout, so that a busy spell on the machine hits both; the medians
+and with this checkout, in alternating order, so that a busy spell on the machine hits
+both; the medians
 are printed per tree, with the ratio after/before and what the batch costs per
 environment (time to release / N). Asserts nothing: the figures are for bench/README.md.
 """
@@ -229,7 +230,8 @@ def main() -> int:
     for size in sizes:
         rows: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
         for i in range(args.runs):
-            for name, tree in trees:
+            # the order alternates: a machine growing busier does not always hit "after"
+            for name, tree in trees if i % 2 == 0 else trees[::-1]:
                 r = one_run(tmp, i, args, size, tree, name.split()[0])
                 rows[name].append(r)
                 show(f"N={size} run {i + 1} {name}", r, size)
