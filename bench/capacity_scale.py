@@ -20,12 +20,11 @@ per run and as the median over runs:
   memory (VmHWM), and the budget's peak memory for the N environments.
 - the phases of the N trials: create and ready P50 / P95, teardown P50 (the batch's
   own trials, from the recording's `phase` events).
-With `--before REV`, every run is made twice, with the tree of git revision REV
-(a worktree of it, made once under ~/.cache/rtax/bench-trees and kept, or
-`--before-tree DIR`, a checkout of it; run with its own .venv, made there if missing),
-and with this checkout, in alternating order, so that a busy spell on the machine hits
-both; the medians
-are printed per tree, with the ratio after/before and what the batch costs per
+With `--before REV`, every run is made twice, with the tree of git revision REV (a
+worktree of it, made once under ~/.cache/rtax/bench-trees and kept, or `--before-tree
+DIR`, a checkout of it; run with its own .venv, made there if missing) and with this
+checkout, in alternating order, so that a busy spell on the machine hits both; the
+medians are printed per tree, with the ratio after/before and what the batch costs per
 environment (time to release / N). Asserts nothing: the figures are for bench/README.md.
 """
 
