@@ -4,10 +4,16 @@ Each environment is one long-lived bubblewrap sandbox ("init") whose boundary is
 described in `sandbox.py`: a minimal read-only view of the host (`/usr` and a
 curated `/etc`), an unprivileged host uid behind a user namespace, no capability,
 no_new_privs, a seccomp filter, new PID/IPC/UTS/cgroup/network namespaces, a private
-`/tmp`, and the workspace (a host temporary directory, `rtax-ws-<label>-*`, owned by
-the sandbox's uid) read-write at `/workspace`. A cgroup `rtax/env-<label>-<hex>` (or
-under `spec.cgroup_parent`) with the cell's CPU, memory and pid limits is joined
-before exec, so nothing escapes it.
+`/tmp`, and the workspace read-write at `/workspace`. Each environment has a host
+temporary directory, `rtax-ws-<label>-*`, owned by the sandbox's uid and named in
+bubblewrap's command line (how `rtax cleanup` and the tests find a run's sandboxes).
+With the limits' `workspace_mib` (the default) it stays empty and is not bound:
+/workspace is a tmpfs of that size that bubblewrap mounts in the sandbox's own mount
+namespace (nothing is mounted on the host per environment), and a `workspace_src` is
+unpacked into it from inside, as the sandbox's uid, before the first step; with
+"unlimited" the directory is the workspace, bound, and filled on the host. A cgroup
+`rtax/env-<label>-<hex>` (or under `spec.cgroup_parent`) with the cell's CPU, memory
+and pid limits is joined before exec, so nothing escapes it.
 
 Channel `shell`: the init process is the persistent `sh`, driven by FramedShell.
 Channel `exec`: the init process is a sleeper on a stdin pipe, and each action is a
@@ -111,6 +117,7 @@ class StageEnvironment(Environment):
         self.dev: list[str] = []  # /dev as the sandbox started: NAME:KIND:TARGET (reset)
         self._auxv: bytes | None = None  # the shell's, when it was trusted (shell channel)
         self.img = delivery.TrialImage()  # its root in a run with image modes
+        self._fill = False  # workspace_src still to unpack into the sandbox's tmpfs
 
     # -- image (a run with image modes) --------------------------------------
 
@@ -131,11 +138,15 @@ class StageEnvironment(Environment):
         label = safe_label(spec.label)
         site = await self.driver.site()
         uid = self.driver.uid
+        size_mib = workspace_mib(spec)
+        # sized: the host directory stays empty (only named), /workspace is the
+        # sandbox's own tmpfs (bwrap_argv), filled from inside in ready; unlimited:
+        # the directory is the workspace
+        self._fill = size_mib is not None and bool(spec.workspace_src)
+        src = None if size_mib is not None else spec.workspace_src
         async with self.sub("workspace"):
             self._ws = asyncio.ensure_future(
-                self.host.make_workspace(
-                    f"{WORKSPACE_PREFIX}{label}-", spec.workspace_src, uid, workspace_mib(spec)
-                )
+                self.host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", src, uid, None)
             )
             self.workspace = await asyncio.shield(self._ws)
             self._binds = asyncio.ensure_future(self.driver.binds(spec))
@@ -160,6 +171,7 @@ class StageEnvironment(Environment):
                 site.tools["bwrap"],
                 self.workspace,
                 INIT_CMD[self.channel],
+                workspace_mib=size_mib,
                 root=site.root if self.img.root is None else image_root(self.img.root),
                 root_dir=self.img.root or "/",
                 etc=site.support.etc,
@@ -259,8 +271,35 @@ class StageEnvironment(Environment):
                 ) from exc
         self.pid = pid
 
+    async def _fill_workspace(self) -> None:
+        """Unpack `workspace_src` into the sandbox's own /workspace tmpfs, from inside (a
+        process that rtax-enter puts into the sandbox, its cgroup and its filter, as the
+        sandbox's uid), before any step ran: nothing of the host's is written as root."""
+        if not self._fill:
+            return
+        assert self.pid is not None and self.spec.workspace_src
+        support = (await self.driver.site()).support
+        data = await tar_of(self.spec.workspace_src)
+        argv = enter_argv(
+            support.enter,
+            support.filter,
+            self.pid,
+            self.start or 0,
+            self.procs,
+            ["/bin/sh", "-c", FILL_SH, "rtax-fill"],
+            cwd="/",
+        )
+        res = await self.host.run(argv, input=data, env=self.env, timeout=120, merge_stderr=True)
+        if res.returncode != 0:
+            out = res.stdout.decode(errors="replace").strip()[-300:]
+            raise PhaseFailure(
+                ErrorKind.SANDBOX_FAILED, f"filling the workspace inside the sandbox: {out}"
+            )
+        self._fill = False
+
     async def ready(self) -> None:
         await self._started()
+        await self._fill_workspace()
         if self.channel == "exec":
             await super().ready()
             return
@@ -490,6 +529,10 @@ def _dev_listing(dev: str) -> list[str]:
             out.append(f"{name}:o:")
     return out
 
+
+# Unpacking workspace_src into a fresh sandbox's /workspace (a tar on stdin), as the
+# sandbox's uid: the files are its own (no owner from the archive).
+FILL_SH = "exec tar -x --no-same-owner -f - -C /workspace"
 
 # The clean reset's work inside the sandbox, as the sandbox's uid, with the host's own
 # tools (read-only /usr). Args: FILL ENTRY... (FILL 1: a tar of the workspace on stdin;

@@ -22,10 +22,12 @@ class FilesOnlyReset(StageEnvironment):
     """Broken on purpose: empties the workspace, leaves /tmp and the processes."""
 
     async def reset_clean(self) -> None:
-        from rtax_tui.drivers.toolkit.workspace import empty_dir
+        from rtax_tui.model.spec import Step
 
-        assert self.workspace is not None
-        await asyncio.to_thread(empty_dir, self.workspace)
+        # /workspace is the sandbox's own tmpfs: emptied from inside, as its uid
+        script = "find /workspace -mindepth 1 -maxdepth 1 -exec rm -rf {} +"
+        res = await self.action(Step(("sh", "-c", script)), 30)
+        assert res.rc == 0, res
 
 
 class BrokenStage(StageDriver):

@@ -102,11 +102,16 @@ def test_lifecycle_output_and_isolation(channel):
             r = await act(env, "sh", "-c", "echo $HOME $TMPDIR")
             assert r.output == b"/workspace /tmp\n"
 
-            # Writable: the workspace (seen by the host) and a private /tmp.
+            # Writable: the workspace (the sandbox's own tmpfs: the host sees it through
+            # the init's root, not in its directory) and a private /tmp.
             r = await act(env, "sh", "-c", "echo data > /workspace/f && cat f")
             assert (r.rc, r.output) == (0, b"data\n")
-            with open(os.path.join(ws, "f")) as f:
+            with open(f"/proc/{env.pid}/root/workspace/f") as f:
                 assert f.read() == "data\n"
+            assert os.listdir(ws) == []
+            # the host directory is named on bubblewrap's command line, not inside
+            r = await act(env, "sh", "-c", "env; cat /proc/self/mountinfo")
+            assert b"RTAX_WORKSPACE_ON_HOST" not in r.output and ws.encode() not in r.output
             private = f"/tmp/rtax-private-{LABEL}"
             r = await act(env, "sh", "-c", f"echo t > {private} && cat {private}")
             assert (r.rc, r.output) == (0, b"t\n")
@@ -254,7 +259,8 @@ def test_only_named_assets_and_ro_binds_are_visible_read_only(tmp_path, monkeypa
             assert (await act(env, "cat", "seed.txt")).output == b"seed\n"
             # the workspace belongs to root inside, an unprivileged uid outside
             assert (await act(env, "sh", "-c", "echo x >> seed.txt && id -u")).output == b"0\n"
-            assert os.stat(os.path.join(env.workspace, "seed.txt")).st_uid == env.driver.uid
+            seed = f"/proc/{env.pid}/root/workspace/seed.txt"
+            assert os.stat(seed).st_uid == env.driver.uid
         finally:
             await env.teardown()
 
@@ -346,8 +352,10 @@ def test_bad_option():
 
 
 def test_a_2_gib_write_into_the_workspace_stops_at_its_limit(monkeypatch):
-    """B8: /workspace is its own tmpfs: a 2 GiB write fails with ENOSPC at the limit, the
-    host's disk does not grow, and teardown leaves no mount."""
+    """B8: /workspace is its own tmpfs: a 2 GiB write fails with ENOSPC at the limit and
+    the host's disk does not grow. The tmpfs is the sandbox's, in its own mount namespace:
+    the host's mount table never holds it (a mount per environment there made a burst of
+    sandboxes quadratic), and teardown leaves nothing."""
     import dataclasses
 
     limits = dataclasses.replace(Limits(cpus=1, memory_mib=256, pids=128), workspace_mib=64)
@@ -371,9 +379,14 @@ def test_a_2_gib_write_into_the_workspace_stops_at_its_limit(monkeypatch):
             assert 60 <= int(r.output) <= 64, r
             assert before - free() < 64 << 20
             with open("/proc/self/mountinfo") as f:
-                assert f" {env.workspace} " in f.read()
+                assert f" {env.workspace} " not in f.read()
             r = await act(env, "cat", "/proc/self/mountinfo")
             assert env.workspace.encode() not in r.output  # the host's path is not shown
+            top = [ln.split() for ln in r.output.decode().splitlines() if " /workspace " in ln]
+            assert top and top[-1][top[-1].index("-") + 1] == "tmpfs", r
+            assert "size=65536k" in top[-1][-1], r
+            r = await act(env, "stat", "-c", "%a %u", "/workspace")
+            assert r.output == b"700 0\n", r
             return str(env.workspace)
         finally:
             await env.teardown()

@@ -197,6 +197,7 @@ def bwrap_argv(
     workspace: str,
     cmd: tuple[str, ...] | list[str],
     *,
+    workspace_mib: int | None = None,
     root: list[tuple[str, str, str]],
     etc: str,
     bin_dir: str,
@@ -208,6 +209,9 @@ def bwrap_argv(
 ) -> list[str]:
     """bubblewrap's arguments for one sandbox (the caller runs it as the sandbox uid).
 
+    `workspace`: a host directory the sandbox uid owns, bound read-write at /workspace,
+    or with `workspace_mib` only named: /workspace is then a tmpfs of that many MiB,
+    mounted by bubblewrap in the sandbox's own mount namespace (`workspace_args`).
     `root`: (name, "dir"|"link", link target) for the entries of ROOT_NAMES the host
     has; `etc`: the curated /etc on the host; `bin_dir`: the execute-only init and
     shell on the host (`BIN_SH`); `seccomp_fd`: the filter, open for
@@ -232,7 +236,7 @@ def bwrap_argv(
     for src, dest in binds:
         a += ["--ro-bind", src, dest]
     a += ["--ro-bind", f"{bin_dir}/init", INIT_BIN, "--ro-bind", f"{bin_dir}/sh", SHELL_BIN]
-    a += ["--bind", workspace, "/workspace"]
+    a += workspace_args(workspace, workspace_mib)
     if alias is not None:
         why = workspace_alias_problem(alias)
         if why is not None:
@@ -242,6 +246,35 @@ def bwrap_argv(
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
     return a + ["--", *cmd]
+
+
+# bubblewrap sets, then unsets this in its own environment as it reads its arguments:
+# nothing reaches the sandbox, but its command line names the host directory.
+WORKSPACE_TAG = "RTAX_WORKSPACE_ON_HOST"
+
+
+def workspace_args(workspace: str, size_mib: int | None) -> list[str]:
+    """bubblewrap's arguments for /workspace: the host directory `workspace` bound
+    read-write, or with `size_mib` a tmpfs of that many MiB (mode 0700, nosuid, nodev),
+    the sandbox's own. The directory then stays empty and unseen inside (no bind: a bind
+    would show its host path in the sandbox's mountinfo); bubblewrap's command line
+    still names it (WORKSPACE_TAG), which is how `rtax cleanup` and the reaper's
+    leftovers tell a run's sandboxes.
+
+    The tmpfs is mounted by bubblewrap inside the sandbox's new mount namespace, not on
+    the host: a mount per environment in the host's table is copied into every later
+    sandbox's namespace (and unmounted again when it pivots its root), all under the
+    kernel's one mount lock, which made a burst of N sandboxes cost O(N^2) (bench/README.md,
+    "Capacity at 1,000 environments"). Its pages are charged to the memory cgroup of the
+    process that writes them: the environment's."""
+    if size_mib is None:
+        return ["--bind", workspace, "/workspace"]
+    if int(size_mib) <= 0:
+        raise ValueError(f"workspace_mib {size_mib!r}: a size in MiB above 0")
+    return [
+        *("--setenv", WORKSPACE_TAG, workspace, "--unsetenv", WORKSPACE_TAG),
+        *("--perms", "0700", "--size", str(int(size_mib) << 20), "--tmpfs", "/workspace"),
+    ]
 
 
 # /proc files of the host's kernel that say more than programs need: its boot command

@@ -64,11 +64,25 @@ def _clean_rel(relpath: str) -> str:
     return rel
 
 
+# root -> its v1 hierarchies, looked up once per process (every cgroup operation
+# asks, and the answer does not change while rtax runs); an empty answer is not kept.
+_V1_CACHE: dict[str, list[tuple[frozenset[str], str]]] = {}
+
+
 def _v1_hierarchies(root: str) -> list[tuple[frozenset[str], str]]:
     """(controllers, mount directory) for each mounted v1 hierarchy rtax uses.
 
     Co-mounted controllers (`cpu,cpuacct` reached through two symlinks) appear once.
     """
+    found = _V1_CACHE.get(root)
+    if found is None:
+        found = _find_v1_hierarchies(root)
+        if found:
+            _V1_CACHE[root] = found
+    return list(found)
+
+
+def _find_v1_hierarchies(root: str) -> list[tuple[frozenset[str], str]]:
     seen: set[str] = set()
     out: list[tuple[frozenset[str], str]] = []
     for ctrl in V1_CONTROLLERS:
