@@ -45,9 +45,13 @@ def test_a_broken_reset_is_caught_as_a_dirty_reuse() -> None:
     assert "file:/workspace" not in got.evidence
 
 
-def test_no_clean_reset_on_the_shell_channel_is_not_measured() -> None:
-    got = asyncio.run(check_reuse(StageDriver(LocalHost(), {}), "local", "shell", "clean", LIMITS))
-    assert got.result == "n/a" and "persistent shell" in got.evidence
+def test_stage_clean_reset_holds_on_the_shell_channel() -> None:
+    """A clean reset replaces the sandbox, its shell included: the exported variable and
+    the working directory the planting trial left in the shell are gone."""
+    drv = StageDriver(LocalHost(), {})
+    assert drv.pool_resets("shell")["clean"] is None
+    got = asyncio.run(check_reuse(drv, "local", "shell", "clean", LIMITS))
+    assert got.result == "held", got
 
 
 @pytest.mark.parametrize("engine", ["docker", "podman"])
