@@ -1,0 +1,107 @@
+"""Issue 34, rows H5 and H6: a pooled environment's clean reset replaces what a trial can
+change, and the proof is differential (engine.probe.fingerprint): on every driver that
+offers a clean reset, the fingerprint of the environment as the pool made it equals the
+one after a trial that changed all it could (modes of /tmp and /dev, entries, fifos,
+links and device nodes there, xattrs, the IPC namespace's sysctls, IPC objects, message
+queues, the init's limits, priority and oom score, processes left running) and a reset.
+A reset that cleans instead of replacing (the old way, as a test double) is caught."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from rtax_tui.drivers.stage import StageDriver, StageEnvironment
+
+from rtax_tui.engine.probe import fingerprint as fp
+from rtax_tui.engine.probe.reuse import ReuseResult, check_reuse
+from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import EnvSpec, Limits, Step
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="stage needs root and cgroups")
+LIMITS = Limits(cpus=1, memory_mib=256, pids=128)
+
+
+def _changed(got: ReuseResult, what: str) -> bool:
+    """Did the attack change a fingerprint line that starts with `what`?"""
+    return any(
+        d[2:].startswith(what) for d in fp.differences(list(got.fresh), list(got.attacked), 10**6)
+    )
+
+
+def _assert_held(got: ReuseResult) -> None:
+    assert got.result == "held", got.evidence
+    assert fp.complete(list(got.fresh)) and fp.complete(list(got.after))
+    assert fp.differences(list(got.fresh), list(got.after)) == []
+
+
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+def test_stage_clean_reset_gives_back_the_fresh_fingerprint(channel: str) -> None:
+    got = asyncio.run(check_reuse(StageDriver(LocalHost(), {}), "local", channel, "clean", LIMITS))
+    _assert_held(got)
+    # the attacks took effect before the reset (H5): else equal would prove nothing
+    for what in (
+        "path /tmp directory drwx------",  # the mode of /tmp
+        "path /dev directory dr-xr-xr-x",  # chmod 555 /dev after making entries there
+        "path /dev/rtax-fifo fifo",
+        "path /tmp/rtax-link symbolic link",
+        "xattr /tmp user.rtax",
+        "sysctl /proc/sys/kernel/msgmax 9",
+        "sysctl /proc/sys/kernel/shmmni 9",
+        "sysctl /proc/sys/fs/mqueue/msg_max",
+        "init limits Max open files            64",  # prlimit on the init
+        "init sched prio=27 nice=7",  # renice on the init
+        "ipc /proc/sysvipc/msg",
+        "proc . sleep",
+    ):
+        assert _changed(got, what), (what, fp.differences(list(got.fresh), list(got.attacked)))
+
+
+class CleaningEnvironment(StageEnvironment):
+    """The old reset, as a test double: the sandbox kept, its processes killed, its
+    places emptied and its IPC objects removed from inside."""
+
+    async def reset_clean(self) -> None:
+        script = (
+            "chmod 755 /dev; kill -9 -1 2>/dev/null; ipcrm --all 2>/dev/null; "
+            "chmod -R u+rwX /tmp /workspace; "
+            "rm -rf /tmp/* /tmp/.[!.]* /workspace/* /workspace/.[!.]* /dev/shm/* /dev/rtax-*; "
+            "rm -rf /dev/fd; ln -s /proc/self/fd /dev/fd; ln -sf /proc/self/fd/0 /dev/stdin; true"
+        )
+        res = await self.action(Step(("sh", "-c", script)), 60)
+        assert res.rc == 0, res
+
+
+class CleaningStage(StageDriver):
+    def environment(self, spec: EnvSpec, sub=None):  # type: ignore[no-untyped-def]
+        return CleaningEnvironment(self, spec, sub)
+
+
+def test_a_cleaning_reset_is_caught_by_the_fingerprint() -> None:
+    """The token search finds nothing after the old cleaning (files gone, processes
+    killed), yet the mode of /tmp and /dev, the sysctls and the init's limits remain."""
+    got = asyncio.run(check_reuse(CleaningStage(LocalHost(), {}), "local", "exec", "clean", LIMITS))
+    assert got.result == "breached", got.evidence
+    assert "fingerprint" in got.evidence, got.evidence
+    diff = fp.differences(list(got.fresh), list(got.after), 10**6)
+    assert any("Max open files" in d for d in diff), diff
+    assert any(d.startswith("+ sysctl /proc/sys/kernel/msgmax") for d in diff), diff
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_container_clean_reset_gives_back_the_fresh_fingerprint(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    """docker and podman with read_only = true (H6): fifos, links and device nodes in
+    /dev, a message queue in /dev/mqueue, xattrs and the mode of /tmp do not survive."""
+    from rtax_tui.drivers import get_driver
+
+    request.getfixturevalue(f"{engine}_engine")  # conftest: the daemon and the images
+    drv = get_driver(engine, LocalHost(), {"read_only": True})
+    if drv.pool_resets("exec")["clean"] is not None:
+        pytest.skip(f"{engine} offers no clean reset: {drv.pool_resets('exec')['clean']}")
+    got = asyncio.run(check_reuse(drv, "local", "exec", "clean", LIMITS))
+    _assert_held(got)
+    for what in ("path /tmp directory drwx------", "path /dev/rtax-fifo fifo"):
+        assert _changed(got, what), (what, fp.differences(list(got.fresh), list(got.attacked)))
