@@ -4,7 +4,11 @@ offers a clean reset, the fingerprint of the environment as the pool made it equ
 one after a trial that changed all it could (modes of /tmp and /dev, entries, fifos,
 links and device nodes there, xattrs, the IPC namespace's sysctls, IPC objects, message
 queues, the init's limits, priority and oom score, processes left running) and a reset.
-A reset that cleans instead of replacing (the old way, as a test double) is caught."""
+A reset that cleans instead of replacing (the old way, as a test double) is caught.
+
+docker and podman no longer offer a clean reset (they cannot replace a bound /workspace
+without a new container): tests/test_pool_reuse.py checks that they say so and that
+their pools use recreate."""
 
 from __future__ import annotations
 
@@ -87,21 +91,3 @@ def test_a_cleaning_reset_is_caught_by_the_fingerprint() -> None:
     diff = fp.differences(list(got.fresh), list(got.after), 10**6)
     assert any("Max open files" in d for d in diff), diff
     assert any(d.startswith("+ sysctl /proc/sys/kernel/msgmax") for d in diff), diff
-
-
-@pytest.mark.parametrize("engine", ["docker", "podman"])
-def test_container_clean_reset_gives_back_the_fresh_fingerprint(
-    engine: str, request: pytest.FixtureRequest
-) -> None:
-    """docker and podman with read_only = true (H6): fifos, links and device nodes in
-    /dev, a message queue in /dev/mqueue, xattrs and the mode of /tmp do not survive."""
-    from rtax_tui.drivers import get_driver
-
-    request.getfixturevalue(f"{engine}_engine")  # conftest: the daemon and the images
-    drv = get_driver(engine, LocalHost(), {"read_only": True})
-    if drv.pool_resets("exec")["clean"] is not None:
-        pytest.skip(f"{engine} offers no clean reset: {drv.pool_resets('exec')['clean']}")
-    got = asyncio.run(check_reuse(drv, "local", "exec", "clean", LIMITS))
-    _assert_held(got)
-    for what in ("path /tmp directory drwx------", "path /dev/rtax-fifo fifo"):
-        assert _changed(got, what), (what, fp.differences(list(got.fresh), list(got.attacked)))
