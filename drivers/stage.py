@@ -414,8 +414,8 @@ class StageEnvironment(Environment):
             if self._binds is not None and self._binds.done()
             else await self.driver.binds(self.spec)
         )
-        old_ws, old_cg = self.workspace, self.cg
-        await self._end_init(graceful=False)
+        old_ws, old_cg, old_proc = self.workspace, self.cg, self.proc
+        assert old_ws is not None and old_cg is not None
         self.proc = self.shell = None
         if isinstance(self.reader, CredReader):
             self.reader.close()
@@ -427,9 +427,8 @@ class StageEnvironment(Environment):
         self._auxv = None
         self._spawn = None
         self.cg = self.workspace = None
-        self._ws = None
-        assert old_ws is not None and old_cg is not None
-        # the old cgroup and workspace go while the new ones are made
+        # the old sandbox ends while the new workspace and cgroup are made; the old
+        # cgroup and workspace go while the new sandbox starts
         label = safe_label(self.spec.label)
         self._ws = asyncio.ensure_future(
             self.host.make_workspace(
@@ -439,21 +438,37 @@ class StageEnvironment(Environment):
                 workspace_mib(self.spec),
             )
         )
-        gone = await asyncio.gather(
+        made = await asyncio.gather(
             asyncio.shield(self._ws),
             self._new_cgroup(),
-            self.host.remove_cgroup(old_cg),
-            self.host.remove_tree(old_ws),
+            self._end_old_sandbox(old_proc, old_cg),
             return_exceptions=True,
         )
-        if isinstance(gone[0], str):
-            self.workspace = gone[0]
-        for res in gone:
-            if isinstance(res, BaseException):
-                msg = res.message if isinstance(res, PhaseFailure) else repr(res)
-                raise PhaseFailure(ErrorKind.RESET_FAILED, f"stage reset: {msg}")
-        await self._spawn_sandbox(site, binds)
-        await self.ready()
+        if isinstance(made[0], str):
+            self.workspace = made[0]
+        removing = asyncio.gather(
+            self.host.remove_cgroup(old_cg), self.host.remove_tree(old_ws), return_exceptions=True
+        )
+        try:
+            _reset_failed(made)
+            await self._spawn_sandbox(site, binds)
+            await self.ready()
+        finally:
+            gone = await removing
+        _reset_failed(gone)
+
+    async def _end_old_sandbox(self, proc: Any, cg: str) -> None:
+        """Kill a replaced sandbox: every process of its cgroup, then bubblewrap."""
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+        await self.host.kill_cgroup(cg, spare=proc.pid)
+        try:
+            await asyncio.wait_for(proc.wait(), 1.0)
+        except TimeoutError:
+            pass
+        await self.host.kill(proc)
+        await proc.wait()
+        self.host.release(proc)
 
     def cpu_ns(self) -> int | None:
         if self.cg is None or not self.host.controller_local:
@@ -535,6 +550,14 @@ class StageEnvironment(Environment):
         await self.host.kill(proc)
         await proc.wait()
         self.host.release(proc)
+
+
+def _reset_failed(results: list[Any]) -> None:
+    """Raise RESET_FAILED naming the first exception among a reset's gathered steps."""
+    for res in results:
+        if isinstance(res, BaseException):
+            msg = res.message if isinstance(res, PhaseFailure) else repr(res)
+            raise PhaseFailure(ErrorKind.RESET_FAILED, f"stage reset: {msg}") from res
 
 
 def _ppid(pid: int) -> int:
