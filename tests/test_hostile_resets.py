@@ -91,3 +91,20 @@ def test_a_cleaning_reset_is_caught_by_the_fingerprint() -> None:
     diff = fp.differences(list(got.fresh), list(got.after), 10**6)
     assert any("Max open files" in d for d in diff), diff
     assert any(d.startswith("+ sysctl /proc/sys/kernel/msgmax") for d in diff), diff
+
+
+def test_the_scripts_parse_under_dash_and_busybox() -> None:
+    """Both scripts run under whatever sh the environment has (Debian's dash, busybox in
+    images and VM guests): a quote or bracket that one of them reads otherwise would
+    make every fingerprint incomplete (n/a), so each parses under both."""
+    import shutil
+    import subprocess
+
+    shells = [["/bin/sh", "-n", "-c"]]
+    bb = shutil.which("busybox")
+    if bb:
+        shells.append([bb, "sh", "-n", "-c"])
+    for sh in shells:
+        for script in (fp.FINGERPRINT, fp.ATTACK):
+            res = subprocess.run([*sh, script], capture_output=True, text=True)
+            assert res.returncode == 0, (sh, res.stderr)

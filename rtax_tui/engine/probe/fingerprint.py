@@ -23,7 +23,8 @@ VALUE`:
 - `self`: the step's own limits, nice and umask;
 - `cgroup`: the values of the cgroup the step sees, where /sys/fs/cgroup is mounted;
 - `proc`: the other processes of the PID namespace (their command), outside the
-  fingerprint's own process tree;
+  fingerprint's own process tree, but kernel threads (a VM guest's: their names change
+  with the work they do);
 - `env`, `cwd`: the step's environment and working directory.
 
 Times and inode numbers are left out: a new instance has new ones, and no trial can
@@ -65,9 +66,10 @@ me=$$
 for p in /proc/[0-9]*; do
   s=$(cat "$p/stat" 2>/dev/null) || continue
   n=${p#/proc/}; rest=${s##*) }; set -- $rest
-  echo "$n $2 $(cat "$p/comm" 2>/dev/null)"
+  echo "$n $2 $7 $(cat "$p/comm" 2>/dev/null)"
 done | awk -v me="$me" '
-  { pp[$1] = $2; c[$1] = $3 }
+  int($3 / 2097152) % 2 == 1 { next }  # PF_KTHREAD: kernel threads
+  { pp[$1] = $2; c[$1] = $4 }
   END { for (p in pp) { q = p; mine = 0
           while (q != "" && q != 0) { if (q == me) { mine = 1; break }; q = pp[q] }
           if (!mine) print "proc .", c[p] } }' | LC_ALL=C sort
