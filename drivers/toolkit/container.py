@@ -116,14 +116,14 @@ SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
 INIT_PATH = "/.rtax-init"
 INIT_ARGS = ["--init", "hold"]
 # Why docker and podman offer no clean reset (issue 34): a clean reset must replace every
-# writable surface, not walk it. A restart would give new tmpfs mounts, /dev, IPC
-# namespace and init, but /workspace is a host directory bound at create (its root's mode,
-# owner and xattrs are the trial's) and a writable root keeps the trial's layer: only a
-# new container replaces them, and that is `recreate`.
+# writable surface, not walk it. A restart would bring new tmpfs mounts, /dev, an IPC
+# namespace and an init, but not /workspace, a host directory bound at create (its root's
+# mode, owner and xattrs are the trial's), nor a writable root, a layer of this container.
+# Replacing those on the host before a restart is not done: the pool uses `recreate`.
 CONTAINER_NO_CLEAN = (
-    "a clean reset must replace, not clean: /workspace is a host directory bound at create "
-    "and the root a layer of this container, which only a new container replaces "
-    "(the pool uses recreate)"
+    "a clean reset must replace, not clean: a restart would not replace /workspace (a host "
+    "directory bound at create) nor a writable root (this container's layer), and rtax "
+    "does not replace them yet (the pool uses recreate)"
 )
 API_TIMEOUT_S = 60
 POOL_SIZE = 64  # concurrent API connections (capacity batches); the SDK's default is 10
