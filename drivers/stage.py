@@ -135,6 +135,7 @@ class StageEnvironment(Environment):
         self.start: int | None = None  # the init's start time: with pid, its identity
         self.pidfd: int | None = None  # the init, held (controller's host): is it alive?
         self._auxv: bytes | None = None  # the shell's, when it was trusted (shell channel)
+        self._cpu_replaced = 0  # CPU of the cgroups that clean resets replaced (cpu_ns)
         self.img = delivery.TrialImage()  # its root in a run with image modes
 
     # -- image (a run with image modes) --------------------------------------
@@ -446,6 +447,8 @@ class StageEnvironment(Environment):
         )
         if isinstance(made[0], str):
             self.workspace = made[0]
+        if not isinstance(made[2], BaseException):  # all of it ended: its CPU is final
+            self._cpu_replaced += Cgroup(old_cg).cpu_usage_ns() or 0
         removing = asyncio.gather(
             self.host.remove_cgroup(old_cg), self.host.remove_tree(old_ws), return_exceptions=True
         )
@@ -471,9 +474,12 @@ class StageEnvironment(Environment):
         self.host.release(proc)
 
     def cpu_ns(self) -> int | None:
+        """The environment's CPU: its cgroup's, plus the cgroups that clean resets
+        replaced (so that it never goes back across a reset)."""
         if self.cg is None or not self.host.controller_local:
             return None
-        return Cgroup(self.cg).cpu_usage_ns()
+        now = Cgroup(self.cg).cpu_usage_ns()
+        return None if now is None else now + self._cpu_replaced
 
     def memory_bytes(self) -> int | None:
         if self.cg is None or not self.host.controller_local:

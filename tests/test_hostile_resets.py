@@ -108,3 +108,34 @@ def test_the_scripts_parse_under_dash_and_busybox() -> None:
         for script in (fp.FINGERPRINT, fp.ATTACK):
             res = subprocess.run([*sh, script], capture_output=True, text=True)
             assert res.returncode == 0, (sh, res.stderr)
+
+
+def test_an_environments_cpu_does_not_go_back_across_a_replacing_reset() -> None:
+    """The pool records `env_cpu_ns` over a reset as after - before: the replaced
+    cgroup's CPU stays counted (a negative figure is a recording rtax can't read)."""
+    from rtax_tui.model.spec import Cell, Workload
+
+    spec = EnvSpec(
+        cell=Cell("local", "stage", "w", "exec"),
+        workload=Workload("w", (Step(("true",)),)),
+        limits=LIMITS,
+    )
+    env = StageDriver(LocalHost(), {}).environment(spec)
+
+    async def go() -> tuple[int | None, int | None, int | None]:
+        try:
+            await env.create()
+            await env.ready()
+            burn = Step(("sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done"))
+            assert (await env.action(burn, 60)).rc == 0
+            before = env.cpu_ns()
+            await env.reset_clean()
+            after = env.cpu_ns()
+            assert (await env.action(burn, 60)).rc == 0
+            return before, after, env.cpu_ns()
+        finally:
+            await env.teardown()
+
+    before, after, later = asyncio.run(go())
+    assert before is not None and after is not None and later is not None
+    assert before > 0 and after >= before and later > after
