@@ -558,7 +558,7 @@ class StageEnvironment(Environment):
         self.host.release(proc)
 
 
-def _reset_failed(results: list[Any]) -> None:
+def _reset_failed(results: tuple[Any, ...] | list[Any]) -> None:
     """Raise RESET_FAILED naming the first exception among a reset's gathered steps."""
     for res in results:
         if isinstance(res, BaseException):
