@@ -6,7 +6,8 @@ asserts nothing.
 
 Needs root (stage) and, for docker/podman, the daemons and images
 (`rtax images build --driver docker|podman`). docker and podman run with
-`read_only = true`, the setting under which they offer the `clean` reset.
+`read_only = true`, the setting under which they used to offer the `clean` reset (since
+issue 34 they offer none: their pools recreate; bench/reset_bench.py compares).
 
     python3 bench/pool_bench.py [--trials 40] [--size 2] [--reset clean]
                                 [--drivers stage,docker,podman] [--channel exec]

@@ -135,9 +135,12 @@ class Environment(ABC):
 
     # -- warm pools (engine.pool) ---------------------------------------------
     async def reset_clean(self) -> None:
-        """Make this environment as a fresh one for the next trial, in place: none of the
-        last trial's workspace files, /tmp files, processes, environment changes or
-        network state may remain (the probe's `pool_reuse_clean` checks it). Only called
+        """Give the next trial a fresh environment under the same pool entry: a new
+        instance of every surface a step can write (filesystems, /dev, IPC namespace,
+        init with its starting limits and priority), not a walk over the old ones, so
+        nothing the last trial changed remains (the probe's `pool_reuse_clean` compares
+        the environment's fingerprint fresh and after the reset, engine.probe
+        .fingerprint). A driver that cannot replace does not offer `clean`. Only called
         when `Driver.pool_resets` says `clean` is supported for this channel."""
         raise PhaseFailure(ErrorKind.RESET_UNSUPPORTED, f"{self.driver.name}: no clean reset")
 

@@ -38,7 +38,6 @@ import asyncio
 import os
 import re
 import select
-import signal
 import socket
 import subprocess
 from typing import Any
@@ -114,8 +113,8 @@ class StageEnvironment(Environment):
         self.reader: Reader | None = None  # the sandbox's stdout (a CredReader locally)
         self.start: int | None = None  # the init's start time: with pid, its identity
         self.pidfd: int | None = None  # the init, held (controller's host): is it alive?
-        self.dev: list[str] = []  # /dev as the sandbox started: NAME:KIND:TARGET (reset)
         self._auxv: bytes | None = None  # the shell's, when it was trusted (shell channel)
+        self._cpu_replaced = 0  # CPU of the cgroups that clean resets replaced (cpu_ns)
         self.img = delivery.TrialImage()  # its root in a run with image modes
         self._fill = False  # workspace_src still to unpack into the sandbox's tmpfs
 
@@ -152,69 +151,80 @@ class StageEnvironment(Environment):
             self._binds = asyncio.ensure_future(self.driver.binds(spec))
             binds = await asyncio.shield(self._binds)
         async with self.sub("cgroup"):
-            name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
-            lim = spec.limits
-            self.cg = Cgroup.relpath_of(name, spec.cgroup_parent)
-            try:
-                self.procs = await self.host.make_cgroup(
-                    self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=lim.pids
-                )
-            except PhaseFailure:
-                self.cg = None  # the host removed what it had made
-                raise
+            await self._new_cgroup()
         async with self.sub("spawn"):
-            if "bwrap" not in site.tools:
-                raise PhaseFailure(
-                    ErrorKind.SANDBOX_FAILED, f"bwrap is not on PATH on {self.host.name}"
-                )
-            bwrap = bwrap_argv(
-                site.tools["bwrap"],
-                self.workspace,
-                INIT_CMD[self.channel],
-                workspace_mib=size_mib,
-                root=site.root if self.img.root is None else image_root(self.img.root),
-                root_dir=self.img.root or "/",
-                etc=site.support.etc,
-                bin_dir=site.support.bin,
-                seccomp_fd=SPAWN_SECCOMP_FD,
-                binds=binds,
-                info_fd=SPAWN_INFO_FD,
-                alias=spec.workspace_alias,
+            await self._spawn_sandbox(site, binds)
+
+    async def _new_cgroup(self) -> None:
+        """A new cgroup for the sandbox with the cell's limits (self.cg, self.procs)."""
+        spec = self.spec
+        label = safe_label(spec.label)
+        name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
+        lim = spec.limits
+        self.cg = Cgroup.relpath_of(name, spec.cgroup_parent)
+        try:
+            self.procs = await self.host.make_cgroup(
+                self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=lim.pids
             )
-            # rtax-enter joins the cgroup, opens the filter and drops to the sandbox uid:
-            # no pre-exec hook (the spawn can vfork) and no descriptor to pass
-            argv = spawn_argv(site.support, uid, self.procs, bwrap, info=True)
-            # The controller's own shell channel reads a unix socket that says which
-            # process wrote each byte, so only the shell itself can answer a frame.
-            theirs: socket.socket | None = None
-            if self.channel == "shell" and self.host.controller_local:
-                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.reader = CredReader(ours)
-            # Shielded: cancelling asyncio's subprocess creation half-way can hang it
-            # for good (3.11: it then waits for pipes that a surviving grandchild
-            # holds open). A cancelled create leaves the spawn to finish; teardown
-            # collects the process.
-            self._spawn = asyncio.ensure_future(
-                self.host.spawn(
-                    argv,
-                    cwd="/",
-                    env=self.env,
-                    stdin=subprocess.PIPE,
-                    stdout=theirs.fileno() if theirs is not None else subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
+        except PhaseFailure:
+            self.cg = None  # the host removed what it had made
+            raise
+
+    async def _spawn_sandbox(self, site: Site, binds: list[tuple[str, str]]) -> None:
+        """Start bubblewrap (the sandbox's init) in self.cg on self.workspace."""
+        spec = self.spec
+        uid = self.driver.uid
+        assert self.workspace is not None
+        if "bwrap" not in site.tools:
+            raise PhaseFailure(
+                ErrorKind.SANDBOX_FAILED, f"bwrap is not on PATH on {self.host.name}"
             )
-            try:
-                self.proc = await asyncio.shield(self._spawn)
-            except OSError as exc:
-                raise PhaseFailure(
-                    ErrorKind.SANDBOX_FAILED, f"cannot start {argv[0]}: {exc}"
-                ) from exc
-            finally:
-                if theirs is not None:
-                    theirs.close()
-            if self.reader is None:
-                self.reader = self.proc.stdout
+        bwrap = bwrap_argv(
+            site.tools["bwrap"],
+            self.workspace,
+            INIT_CMD[self.channel],
+            workspace_mib=workspace_mib(spec),
+            root=site.root if self.img.root is None else image_root(self.img.root),
+            root_dir=self.img.root or "/",
+            etc=site.support.etc,
+            bin_dir=site.support.bin,
+            seccomp_fd=SPAWN_SECCOMP_FD,
+            binds=binds,
+            info_fd=SPAWN_INFO_FD,
+            alias=spec.workspace_alias,
+        )
+        # rtax-enter joins the cgroup, opens the filter and drops to the sandbox uid:
+        # no pre-exec hook (the spawn can vfork) and no descriptor to pass
+        argv = spawn_argv(site.support, uid, self.procs, bwrap, info=True)
+        # The controller's own shell channel reads a unix socket that says which
+        # process wrote each byte, so only the shell itself can answer a frame.
+        theirs: socket.socket | None = None
+        if self.channel == "shell" and self.host.controller_local:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.reader = CredReader(ours)
+        # Shielded: cancelling asyncio's subprocess creation half-way can hang it
+        # for good (3.11: it then waits for pipes that a surviving grandchild
+        # holds open). A cancelled create leaves the spawn to finish; teardown
+        # collects the process.
+        self._spawn = asyncio.ensure_future(
+            self.host.spawn(
+                argv,
+                cwd="/",
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=theirs.fileno() if theirs is not None else subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        try:
+            self.proc = await asyncio.shield(self._spawn)
+        except OSError as exc:
+            raise PhaseFailure(ErrorKind.SANDBOX_FAILED, f"cannot start {argv[0]}: {exc}") from exc
+        finally:
+            if theirs is not None:
+                theirs.close()
+        if self.reader is None:
+            self.reader = self.proc.stdout
         if self.channel == "shell":
             verify = self._verify_shell if self.host.controller_local else None
             self.shell = FramedShell(self.proc.stdin, self.reader, verify=verify)
@@ -234,7 +244,7 @@ class StageEnvironment(Environment):
     async def _started(self) -> None:
         """Read bubblewrap's info (the init's host pid, first on stdout) and the init's
         READY line (the sandbox is set up); then take the init's identity (pid and start
-        time, and locally a pidfd) and /dev as it started."""
+        time, and locally a pidfd)."""
         if self.pid is not None:
             return
         if self.proc is None or self.reader is None:
@@ -256,7 +266,6 @@ class StageEnvironment(Environment):
                 with open(f"/proc/{pid}/stat") as f:  # after the pidfd: the same process
                     self.start = start_time(f.read())
                 self.pidfd = fd
-                self.dev = await asyncio.to_thread(_dev_listing, f"/proc/{pid}/root/dev")
             except (OSError, ValueError, IndexError) as exc:
                 raise PhaseFailure(
                     ErrorKind.SANDBOX_FAILED, f"the sandbox's init is gone: {exc}"
@@ -383,54 +392,106 @@ class StageEnvironment(Environment):
         except (ValueError, IndexError):
             return True
 
-    # -- warm pools: the clean reset ------------------------------------------
+    # -- warm pools: the clean reset (a replacement) -----------------------------
 
     async def reset_clean(self) -> None:
-        """The next trial gets an environment it can't tell from a fresh one (exec channel,
-        on the controller's host: the driver's `pool_resets`).
-
-        On the host: every process of the cgroup but the sandbox's bubblewrap and init is
-        killed; the init must be the same process (its pidfd) running the same file. The
-        init cannot have been changed by a step (not dumpable, see sandbox.py), so
-        nothing of the last trial runs. Inside the sandbox, as its own unprivileged uid
-        (so a link a step left can't lead anywhere the sandbox could not write itself):
-        `RESET_SH` removes SysV IPC objects, rebuilds /dev from its listing at start,
-        empties /tmp, /dev/shm and the workspace, and fills the workspace again from a
-        tar stream. No network, no capability and one process per action leave no other
-        state: sockets die with their processes, variables and cwd with the action."""
+        """The next trial gets a new sandbox, not a cleaned one (both channels, on the
+        controller's host: the driver's `pool_resets`). See `_replace_sandbox`."""
         if (
-            self.channel != "exec"
-            or not self.host.controller_local
+            not self.host.controller_local
             or self.cg is None
             or self.pid is None
             or self.proc is None
+            or self.workspace is None
         ):
             raise PhaseFailure(
-                ErrorKind.RESET_UNSUPPORTED, "stage: clean reset needs a live exec sandbox"
+                ErrorKind.RESET_UNSUPPORTED, "stage: clean reset needs a live sandbox"
             )
-        await _kill_all_but(Cgroup(self.cg), {self.proc.pid, self.pid})
-        if not self._init_alive():
-            raise PhaseFailure(ErrorKind.RESET_FAILED, "the sandbox's init died")
-        support = (await self.driver.site()).support
-        data = await tar_of(self.spec.workspace_src) if self.spec.workspace_src else b""
-        argv = enter_argv(
-            support.enter,
-            support.filter,
-            self.pid,
-            self.start or 0,
-            self.procs,
-            ["/bin/sh", "-c", RESET_SH, "rtax-reset", "1" if data else "0", *self.dev],
-            cwd="/",
+        await self._replace_sandbox()
+
+    async def _replace_sandbox(self) -> None:
+        """Replace every writable surface of the environment instead of walking it.
+
+        Everything of the last trial is ended with its cgroup (the init, bubblewrap and
+        whatever they left), the cgroup and the workspace are removed as at teardown
+        (never following a link, hosts.safefs), and a new cgroup with the cell's limits,
+        a new workspace filled from `workspace_src` and a new bubblewrap sandbox are made
+        as at create: fresh tmpfs /tmp and /dev/shm, /dev built by bubblewrap from its
+        fixed list, new IPC, PID and UTS namespaces (with their sysctls and message
+        queues), a new init with the starting limits and priority, and on the shell
+        channel a new shell. What stays is what no step can write: the site's tools, the
+        read-only binds and the image's root."""
+        site = await self.driver.site()
+        binds = (
+            self._binds.result()
+            if self._binds is not None and self._binds.done()
+            else await self.driver.binds(self.spec)
         )
-        res = await self.host.run(argv, input=data, env=self.env, timeout=120, merge_stderr=True)
-        if res.returncode != 0:
-            out = res.stdout.decode(errors="replace").strip()[-300:]
-            raise PhaseFailure(ErrorKind.RESET_FAILED, f"stage reset inside the sandbox: {out}")
+        old_ws, old_cg, old_proc = self.workspace, self.cg, self.proc
+        assert old_ws is not None and old_cg is not None
+        self.proc = self.shell = None
+        if isinstance(self.reader, CredReader):
+            self.reader.close()
+        self.reader = None
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        self.pid = self.start = None
+        self._auxv = None
+        self._spawn = None
+        self.cg = self.workspace = None
+        # the old sandbox ends while the new workspace and cgroup are made; the old
+        # cgroup and workspace go while the new sandbox starts
+        # as at create: sized, an empty named directory and the new sandbox's own tmpfs,
+        # filled from inside by `ready`; unlimited, the directory filled on the host
+        label = safe_label(self.spec.label)
+        size_mib = workspace_mib(self.spec)
+        self._fill = size_mib is not None and bool(self.spec.workspace_src)
+        src = None if size_mib is not None else self.spec.workspace_src
+        self._ws = asyncio.ensure_future(
+            self.host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", src, self.driver.uid, None)
+        )
+        made = await asyncio.gather(
+            asyncio.shield(self._ws),
+            self._new_cgroup(),
+            self._end_old_sandbox(old_proc, old_cg),
+            return_exceptions=True,
+        )
+        if isinstance(made[0], str):
+            self.workspace = made[0]
+        if not isinstance(made[2], BaseException):  # all of it ended: its CPU is final
+            self._cpu_replaced += Cgroup(old_cg).cpu_usage_ns() or 0
+        removing = asyncio.gather(
+            self.host.remove_cgroup(old_cg), self.host.remove_tree(old_ws), return_exceptions=True
+        )
+        try:
+            _reset_failed(made)
+            await self._spawn_sandbox(site, binds)
+            await self.ready()
+        finally:
+            gone = await removing
+        _reset_failed(gone)
+
+    async def _end_old_sandbox(self, proc: Any, cg: str) -> None:
+        """Kill a replaced sandbox: every process of its cgroup, then bubblewrap."""
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+        await self.host.kill_cgroup(cg, spare=proc.pid)
+        try:
+            await asyncio.wait_for(proc.wait(), 1.0)
+        except TimeoutError:
+            pass
+        await self.host.kill(proc)
+        await proc.wait()
+        self.host.release(proc)
 
     def cpu_ns(self) -> int | None:
+        """The environment's CPU: its cgroup's, plus the cgroups that clean resets
+        replaced (so that it never goes back across a reset)."""
         if self.cg is None or not self.host.controller_local:
             return None
-        return Cgroup(self.cg).cpu_usage_ns()
+        now = Cgroup(self.cg).cpu_usage_ns()
+        return None if now is None else now + self._cpu_replaced
 
     def memory_bytes(self) -> int | None:
         if self.cg is None or not self.host.controller_local:
@@ -509,67 +570,22 @@ class StageEnvironment(Environment):
         self.host.release(proc)
 
 
+def _reset_failed(results: tuple[Any, ...] | list[Any]) -> None:
+    """Raise RESET_FAILED naming the first exception among a reset's gathered steps."""
+    for res in results:
+        if isinstance(res, BaseException):
+            msg = res.message if isinstance(res, PhaseFailure) else repr(res)
+            raise PhaseFailure(ErrorKind.RESET_FAILED, f"stage reset: {msg}") from res
+
+
 def _ppid(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def _dev_listing(dev: str) -> list[str]:
-    """`NAME:KIND:TARGET` for each entry of a sandbox's /dev as it starts (read by root
-    through /proc/PID/root before any step ran): KIND `d` directory, `l` link (TARGET
-    its target), `o` anything else (device nodes: bind mounts a step cannot remove)."""
-    out = []
-    for name in sorted(os.listdir(dev)):
-        p = os.path.join(dev, name)
-        if os.path.islink(p):
-            out.append(f"{name}:l:{os.readlink(p)}")
-        elif os.path.isdir(p):
-            out.append(f"{name}:d:")
-        else:
-            out.append(f"{name}:o:")
-    return out
-
-
 # Unpacking workspace_src into a fresh sandbox's /workspace (a tar on stdin), as the
 # sandbox's uid: the files are its own (no owner from the archive).
 FILL_SH = "exec tar -x --no-same-owner -f - -C /workspace"
-
-# The clean reset's work inside the sandbox, as the sandbox's uid, with the host's own
-# tools (read-only /usr). Args: FILL ENTRY... (FILL 1: a tar of the workspace on stdin;
-# ENTRY: /dev at start, NAME:KIND:TARGET). Exits non-zero, saying what, if anything
-# it must remove is still there.
-RESET_SH = r"""fill=$1; shift
-cd / || exit 1
-ipcrm --all 2>/dev/null
-for f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do
-  [ "$(wc -l < "$f")" -le 1 ] || { echo "SysV IPC left: $f"; exit 2; }
-done
-# /dev: what was not there at start goes; what was, comes back as it was
-want=" "
-for e in "$@"; do want="$want${e%%:*} "; done
-for p in /dev/* /dev/.[!.]* /dev/..?*; do
-  [ -e "$p" ] || [ -L "$p" ] || continue
-  n=${p#/dev/}
-  case $want in *" $n "*) ;; *) chmod -R u+rwX -- "$p" 2>/dev/null; rm -rf -- "$p" ;; esac
-done
-for e in "$@"; do
-  n=${e%%:*}; r=${e#*:}; k=${r%%:*}; t=${r#*:}
-  case $k in
-    l) [ -L "/dev/$n" ] && [ "$(readlink "/dev/$n")" = "$t" ] && continue
-       chmod -R u+rwX -- "/dev/$n" 2>/dev/null; rm -rf -- "/dev/$n"; ln -s -- "$t" "/dev/$n" ;;
-    d) [ -d "/dev/$n" ] && [ ! -L "/dev/$n" ] && continue
-       rm -f -- "/dev/$n"; mkdir -- "/dev/$n" ;;
-  esac
-done
-chmod 1777 /dev/shm 2>/dev/null
-for d in /tmp /dev/shm /workspace; do
-  chmod -R u+rwX -- "$d" 2>/dev/null
-  find "$d" -xdev -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} +
-  [ -z "$(ls -A -- "$d")" ] || { echo "not emptied: $d: $(ls -A -- "$d" | head -5)"; exit 3; }
-done
-[ "$fill" = 1 ] && { tar -x -f - -C /workspace || exit 4; }
-exit 0
-"""
 
 
 async def tar_of(src: str) -> bytes:
@@ -577,24 +593,6 @@ async def tar_of(src: str) -> bytes:
     from rtax_tui.hosts.ssh import tar_bytes
 
     return await tar_bytes(src)
-
-
-async def _kill_all_but(cg: Cgroup, keep: set[int], tries: int = 200) -> None:
-    """SIGKILL every process of the cgroup outside `keep` until none is left (a process
-    may fork while its siblings die: the pid limit bounds how often)."""
-    for _ in range(tries):
-        others = cg.pids() - keep
-        if not others:
-            return
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        await asyncio.sleep(0.001)
-    raise PhaseFailure(
-        ErrorKind.RESET_FAILED, "processes kept appearing in the environment's cgroup"
-    )
 
 
 class StageDriver(Driver):
@@ -627,13 +625,9 @@ class StageDriver(Driver):
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
+        # clean replaces the sandbox (`_replace_sandbox`): a new shell too on `shell`
         if not self.host.controller_local:
             out["clean"] = "on an SSH host: not yet (the pool uses recreate)"
-        elif channel == "shell":
-            out["clean"] = (
-                "shell channel: the persistent shell is the sandbox's init, its variables "
-                "and working directory would survive (the pool uses recreate)"
-            )
         else:
             out["clean"] = None
         return out

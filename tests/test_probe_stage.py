@@ -64,7 +64,7 @@ def _assert_kept(doc: dict[str, Any], check: str, reuse: tuple[str, ...] = ()) -
 
 @pytest.mark.parametrize("check", [c.name for c in CHECKS])
 def test_stage_keeps_it_locally(local_doc: dict[str, Any], check: str) -> None:
-    _assert_kept(local_doc, check, reuse=("exec",))
+    _assert_kept(local_doc, check, reuse=("exec", "shell"))  # a clean reset replaces
 
 
 @pytest.mark.parametrize("check", [c.name for c in CHECKS])

@@ -65,7 +65,6 @@ from rtax_tui.drivers.toolkit.sandbox import SupportError, local_bin
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.workspace import (
     WORKSPACE_PREFIX,
-    empty_dir,
     make_workspace,
     populate,
     remove_workspace,
@@ -114,36 +113,19 @@ SLEEPER = ["sh", "-c", "while :; do sleep 3600; done"]
 # ... on a local engine, rtax's own init instead (`rtax-enter --init hold`, bound in
 # read-only): it makes itself non-dumpable, so a step, root in the container with the
 # init's uid and capabilities, cannot rewrite it through /proc/1/mem (a sleeper shell's
-# memory it can: measured, docker 20.10 and podman 4.3), and a pooled container's init
-# is the one process that outlives a clean reset.
+# memory it can: measured, docker 20.10 and podman 4.3).
 INIT_PATH = "/.rtax-init"
 INIT_ARGS = ["--init", "hold"]
-# A pooled environment's clean reset, inside (engine.pool; read_only containers only, where
-# nothing but these places and /workspace is writable): every process but PID 1 (the
-# sleeper loop) and this one killed, then /tmp, /dev/shm and anything made in /dev gone,
-# the links of a container's /dev back, and every SysV IPC object removed.
-RESET_SH = r"""kill -9 -1 2>/dev/null
-for d in /tmp /dev/shm; do
-  [ -d "$d" ] && for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
-    [ -e "$f" ] || [ -L "$f" ] || continue; rm -rf "$f" || exit 1; done
-done
-for f in /dev/* /dev/.[!.]*; do
-  case "$f" in /dev/pts|/dev/shm|/dev/mqueue) continue;; esac
-  [ -L "$f" ] && continue
-  if [ -f "$f" ] || [ -d "$f" ]; then rm -rf "$f" || exit 1; fi
-done
-for l in fd:/proc/self/fd stdin:/proc/self/fd/0 stdout:/proc/self/fd/1 \
-    stderr:/proc/self/fd/2 core:/proc/kcore ptmx:pts/ptmx; do
-  [ -e "/dev/${l%%:*}" ] || [ -L "/dev/${l%%:*}" ] || ln -s "${l#*:}" "/dev/${l%%:*}"
-done
-for k in m q s; do
-  for id in $(ipcs -$k 2>/dev/null | awk '$1 ~ /^0x/ {print $2}'); do ipcrm -$k "$id"; done
-done
-for f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do  # no ipcrm: not clean
-  [ ! -r "$f" ] || [ "$(wc -l < "$f")" -le 1 ] || { echo "SysV IPC left: $f"; exit 1; }
-done
-echo reset
-"""
+# Why docker and podman offer no clean reset (issue 34): a clean reset must replace every
+# writable surface, not walk it. A restart would bring new tmpfs mounts, /dev, an IPC
+# namespace and an init, but not /workspace, a host directory bound at create (its root's
+# mode, owner and xattrs are the trial's), nor a writable root, a layer of this container.
+# Replacing those on the host before a restart is not done: the pool uses `recreate`.
+CONTAINER_NO_CLEAN = (
+    "a clean reset must replace, not clean: a restart would not replace /workspace (a host "
+    "directory bound at create) nor a writable root (this container's layer), and rtax "
+    "does not replace them yet (the pool uses recreate)"
+)
 API_TIMEOUT_S = 60
 POOL_SIZE = 64  # concurrent API connections (capacity batches); the SDK's default is 10
 KILL_GRACE_S = 5.0
@@ -869,26 +851,6 @@ class ContainerEnvironment(Environment):
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
 
-    # -- warm pools: the clean reset --------------------------------------------
-
-    async def reset_clean(self) -> None:
-        """The next trial gets a fresh environment in this container (exec channel, a
-        read-only root: `ContainerDriver.pool_resets`): RESET_SH inside, then the host's
-        /workspace directory emptied and filled again as at create."""
-        if self.d.pool_resets(self.channel)["clean"] is not None or self.host_workspace is None:
-            raise PhaseFailure(ErrorKind.RESET_UNSUPPORTED, f"{self.d.name}: no clean reset here")
-        res = await self._exec_action(Step(("sh", "-c", RESET_SH)), API_TIMEOUT_S)
-        if res.rc != 0 or b"reset" not in res.output:
-            raise PhaseFailure(ErrorKind.RESET_FAILED, f"rc {res.rc}: {res.output[-300:]!r}")
-        opts = self.d.opts
-        ws = self.host_workspace
-        await asyncio.to_thread(empty_dir, ws)
-        if self.d.workspace == "bind":
-            await asyncio.to_thread(populate, ws, self.spec.workspace_src)
-        if opts.uid is not None:
-            await asyncio.to_thread(_own_tree, ws, opts.uid, opts.gid)
-        await self._put_workspace(await self.d.api())
-
     def memory_bytes(self) -> int | None:
         """The container's memory cgroup's usage (its pages, page cache and the tmpfs
         mounts it writes), where the engine runs here and puts it where its cgroupfs
@@ -1318,15 +1280,8 @@ class ContainerDriver(Driver):
                 "shell channel: the persistent shell is the container's init, its variables "
                 "and working directory would survive"
             )
-        elif not self.opts.read_only:
-            out["clean"] = (
-                "the root filesystem is writable: what a trial wrote outside /workspace and "
-                "/tmp cannot be proven gone (set read_only = true)"
-            )
-        elif not self.local:
-            out["clean"] = "read_only needs the engine on this machine"
         else:
-            out["clean"] = None
+            out["clean"] = CONTAINER_NO_CLEAN
         return out
 
     def promised_checks(self) -> frozenset[str]:

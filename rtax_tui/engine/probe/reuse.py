@@ -14,9 +14,17 @@ environment's init lives on; a snapshot brings its memory back) the checking tri
 also tries to open the init's memory for writing, /proc/1/mem: a step that can could
 have rewritten the one process every reset spares, and have it plant anything later.
 
-Held: the checking trial ran on the same environment (the pool's event says so) and
-found nothing. Breached: it found something (the reset let the last trial's state
-through). `reset_links`: held when, after the reset and the teardown, the host
+The check is also differential (engine.probe.fingerprint): the pool's environment is
+fingerprinted before the planting trial (as fresh as the pool made it), the planting
+trial then also changes all it can of what the fingerprint sees (`ATTACK`: modes,
+xattrs, special files and links, IPC objects, the IPC namespace's sysctls, message
+queues, the init's limits and priority), and after the reset the fingerprint is taken
+again: any difference is a breach, whatever the token search says.
+
+Held: the checking trial ran on the same environment (the pool's event says so),
+found nothing and saw the fingerprint it saw fresh. Breached: it found something, or
+the fingerprint differs (the reset let the last trial's state through).
+`reset_links`: held when, after the reset and the teardown, the host
 directory and its file are intact (the host checks), breached when not.
 n/a: the driver has no clean (or snapshot) reset for this channel, or an
 environment did not start.
@@ -30,6 +38,7 @@ from typing import Any
 
 from rtax_tui.engine.pool import EnvPool, effective_reset
 from rtax_tui.engine.poolspec import PoolSpec
+from rtax_tui.engine.probe import fingerprint as fp
 from rtax_tui.model.checks import LINKS_CHECK, Context, Outcome, Verdict, classify, reuse_verdict
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Timeouts, Workload
@@ -121,6 +130,11 @@ class ReuseResult:
     result: str  # "held", "breached", "n/a"
     evidence: str
     links: Verdict | None = None  # `reset_links`, when a LinksTarget was given
+    # the fingerprints: fresh, after the planting trial, after the reset (engine.probe
+    # .fingerprint); empty where the environment did not get that far
+    fresh: tuple[str, ...] = ()
+    attacked: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
 
 
 def _steps(
@@ -130,10 +144,18 @@ def _steps(
     ln = (links.path, links.host_boot or "-", links.host_mntns or "-") if links else ("", "", "")
     plant = Step(("sh", "-c", PLANT, "plant", a, b, *ln), timeout_s=TIMEOUT_S)
     check = Step(("sh", "-c", CHECK, "check", a, b, reset), timeout_s=TIMEOUT_S)
-    extra = []
+    extra = [Step(("sh", "-c", fp.ATTACK + "\necho planted"), timeout_s=TIMEOUT_S)]
     if channel == "shell":  # the shell's own variables and cwd: the framed shell runs argv
         extra.append(Step(("eval", PLANT_SHELL.format(a=a, b=b)), timeout_s=TIMEOUT_S))
     return plant, check, extra
+
+
+FINGERPRINT_STEP = Step(("sh", "-c", fp.FINGERPRINT), timeout_s=TIMEOUT_S)
+
+
+async def _fingerprint(env: Any) -> list[str]:
+    res = await env.action(FINGERPRINT_STEP, TIMEOUT_S)
+    return fp.parse(res.output.decode(errors="replace"))
 
 
 async def links_intact(host: Any, links: LinksTarget) -> tuple[bool, str]:
@@ -189,6 +211,9 @@ async def check_reuse(
         first = pe.n
         healthy = True
         try:
+            fresh = await _fingerprint(pe.env)
+            if not fp.complete(fresh):
+                return ReuseResult("n/a", f"no fingerprint: {' | '.join(fresh[-3:])}")
             for step in (plant, *extra):
                 res = await pe.env.action(step, TIMEOUT_S)
                 if b"planted" not in res.output:
@@ -196,6 +221,7 @@ async def check_reuse(
                         "n/a", f"the planting trial failed: rc {res.rc} {res.output[-200:]!r}"
                     )
                 planted += res.output.decode(errors="replace")
+            attacked = await _fingerprint(pe.env)
         except Exception:
             healthy = False
             raise
@@ -211,6 +237,7 @@ async def check_reuse(
                 why = resets[-1]["error"] if resets else "no reset ran"
                 return ReuseResult("n/a", f"the pool did not hand the same environment back: {why}")
             res = await pe.env.action(check, TIMEOUT_S)
+            after = await _fingerprint(pe.env)
         finally:
             pool.release(pe, True)
     finally:
@@ -221,4 +248,14 @@ async def check_reuse(
         else:
             lv = None
     v = reuse_verdict(res.output.decode(errors="replace").strip())
-    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}", lv)
+    fps = {"fresh": tuple(fresh), "attacked": tuple(attacked), "after": tuple(after)}
+    diff = fp.differences(fresh, after)
+    if diff:
+        said = f"{v.evidence}; " if v.result == "breached" else ""
+        evidence = (
+            said + "the fingerprint after the reset is not the fresh one's: " + "; ".join(diff)
+        )
+        return ReuseResult("breached", f"after a {reset} reset: {evidence}", lv, **fps)
+    if v.result == "held" and not fp.complete(after):
+        return ReuseResult("n/a", f"no fingerprint after the reset: {after[-3:]}", lv, **fps)
+    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}", lv, **fps)
