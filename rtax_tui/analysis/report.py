@@ -493,17 +493,19 @@ def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
 
 
 def compare_reports(
-    rec_a: Recording, rec_b: Recording, seed: int = 0, pairs: dict[str, str] | None = None
+    rec_a: Recording, rec_b: Recording, seed: int = 0, changed: bool = False
 ) -> dict[str, Any]:
-    """Median differences (b - a) per cell present in both recordings, per phase.
-    `pairs` (a cell -> b cell) also matches cells that differ (see `changed_cell_pairs`);
-    such a row's cell reads `A → B`."""
+    """Median differences (b - a) per pair of cells that measure the same thing
+    (`pair_cells`, with `changed` its changed-cell rule), per phase; a pair of cells
+    that differ reads `A → B`. Each row has its uncorrected bootstrap p-value `p`
+    (`analysis.gates.judge` corrects them over all rows)."""
     cells_a, _ = _collect(rec_a)
     cells_b, _ = _collect(rec_b)
+    pairs = pair_cells(rec_a, rec_b, changed=changed)
     rows = []
     for cell, ca in cells_a.items():
-        other = (pairs or {}).get(cell, cell)
-        cb = cells_b.get(other)
+        other = pairs.get(cell)
+        cb = cells_b.get(other) if other is not None else None
         if cb is None:
             continue
         name = cell if other == cell else f"{cell} → {other}"
@@ -528,17 +530,24 @@ def compare_reports(
         "format": COMPARE_FORMAT,
         "a": rec_a.header.get("run_id"),
         "b": rec_b.header.get("run_id"),
+        "pairing": "changed" if changed else "same",
         "rows": rows,
     }
 
 
 CELL_FIELDS = ("host", "driver", "workload", "channel", "mode")  # mode: None when cold
+# what a changed-cell pair may differ in: never the workload (another program measured)
+CHANGEABLE = ("host", "driver", "channel", "mode")
 
 
-def changed_cell_pairs(rec_a: Recording, rec_b: Recording) -> dict[str, str]:
-    """Cells of a matched to cells of b: the same cell, or, for a rerun that changed one
-    thing (the channel, the host, a driver), the one cell of b that differs from it in
-    exactly one of host/driver/workload/channel/mode, when no other cell could claim it."""
+def pair_cells(rec_a: Recording, rec_b: Recording, changed: bool = False) -> dict[str, str]:
+    """The one pairing rule of `rtax compare` and the console's compare: cells of a
+    matched to cells of b that measure the same thing. A cell pairs with the cell of the
+    same host, driver, workload, channel and mode (its id). With `changed` (the user asks
+    to compare a rerun that changed one thing), a cell left unpaired also pairs with the
+    one unpaired cell of b that differs from it in exactly one of host, driver, channel
+    or mode, when no other cell could claim it; never across workloads (`local/t0` and
+    `local/mine` run different programs)."""
 
     def cells(rec: Recording) -> dict[str, tuple[str, ...]]:
         return {
@@ -549,10 +558,15 @@ def changed_cell_pairs(rec_a: Recording, rec_b: Recording) -> dict[str, str]:
 
     a, b = cells(rec_a), cells(rec_b)
     pairs = {c: c for c in a if c in b}
+    if not changed:
+        return pairs
     a_only = [c for c in a if c not in b]
     b_only = [c for c in b if c not in a]
+    workload = CELL_FIELDS.index("workload")
 
     def near(x: tuple[str, ...], y: tuple[str, ...]) -> bool:
+        if x[workload] != y[workload]:
+            return False
         return sum(i != j for i, j in zip(x, y, strict=True)) == 1
 
     for ca in a_only:

@@ -147,6 +147,12 @@ def median_diff(a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> M
         faster = "b"
     else:
         faster = "neither"
+    # two-sided bootstrap p-value of "no difference" (the share of resampled differences
+    # on the far side of 0, doubled; +1 so that it is never 0): what `rtax compare`
+    # corrects over all its rows (analysis.gates.judge)
+    below = int(np.count_nonzero(diffs <= 0))
+    above = int(np.count_nonzero(diffs >= 0))
+    p = min(1.0, 2 * (min(below, above) + 1) / (n_boot + 1))
     return {
         "a_p50_ms": ma / NS_PER_MS,
         "b_p50_ms": mb / NS_PER_MS,
@@ -154,6 +160,7 @@ def median_diff(a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> M
         "ci95_ms": [lo / NS_PER_MS, hi / NS_PER_MS],
         "ratio": (mb / ma) if ma != 0 else None,
         "faster": faster,
+        "p": p,
     }
 
 
