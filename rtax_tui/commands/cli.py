@@ -596,12 +596,24 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
     if getattr(args, "sizes", None):
         overrides += ["--sizes", ",".join(map(str, args.sizes))]
     path = str(resolve_profile_path(name))
-    return run_console_live(
+    thresholds = _thresholds_of(profile, args)  # type: ignore[arg-type]
+    summary = getattr(args, "summary", None)
+    rc = run_console_live(
         getattr(profile, "name", name),
         engine_argv(path, overrides, str(record)),
         str(record),
         ssh_flags=_ssh_flags(args),
     )
+    if rc == 0 and (thresholds or summary) and record.exists():
+        # the gates once the console is closed, as a headless run checks them
+        from rtax_tui.analysis.report import build_report
+        from rtax_tui.commands.gating import apply_gates
+        from rtax_tui.model.recording import read_recording
+
+        rec = read_recording(record)
+        if not apply_gates(build_report(rec), rec, thresholds, summary):
+            return 1
+    return rc
 
 
 def _ssh_flags(args: argparse.Namespace) -> list[str]:

@@ -1,0 +1,163 @@
+"""Gates (issue 38, items 4 and 5): compare's pairing rule, Holm's correction and the
+practical threshold, `--fail-on regression`, `[thresholds]` / `--threshold`, `--summary`.
+Cheap: the shipped example recordings and small crafted ones, no run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from test_report import Lines
+
+from rtax_tui.analysis.gates import (
+    check_thresholds,
+    holm,
+    judge,
+    parse_min_effect,
+    parse_threshold,
+    regressions,
+)
+from rtax_tui.analysis.report import build_report, compare_reports, pair_cells
+from rtax_tui.commands.cli import main
+from rtax_tui.engine.profile import ProfileError, load_profile
+from rtax_tui.model.recording import read_recording
+from rtax_tui.model.thresholds import ThresholdError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "recordings" / "examples"
+T0 = EXAMPLES / "t0-local-stage.jsonl"
+CELL = "local/local/T0/exec"
+
+
+def crafted(path: Path, cell: str, creates: list[int], run_id: str = "r") -> Path:
+    r = Lines(run_id)
+    for i, c in enumerate(creates):
+        r.trial(f"{run_id}{i}", cell, create=c, ready=2, actions=[1], teardown=1, orch=1)
+    path.write_bytes(b"".join(r.lines()))
+    return path
+
+
+def test_holm_adjusts_step_down_and_stays_monotone() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+    assert holm([]) == []
+
+
+def test_same_code_against_itself_flags_nothing() -> None:
+    rec = read_recording(T0)
+    cmp = compare_reports(rec, rec)
+    judge(cmp, parse_min_effect("5%,0.5ms"))
+    assert cmp["rows"] and {r["verdict"] for r in cmp["rows"]} == {"same"}
+    assert regressions(cmp) == []
+    assert "Holm-Bonferroni over" in cmp["correction"]
+
+
+def test_a_small_difference_is_same_whatever_its_p(tmp_path) -> None:
+    a = read_recording(crafted(tmp_path / "a.jsonl", CELL, [100] * 20, "a"))
+    b = read_recording(crafted(tmp_path / "b.jsonl", CELL, [102] * 20, "b"))  # +2%: p tiny
+    cmp = compare_reports(a, b)
+    create = next(r for r in cmp["rows"] if r["phase"] == "create")
+    judge(cmp, parse_min_effect("5%"))
+    assert create["p_holm"] < 0.05 and create["verdict"] == "same"
+    judge(cmp, parse_min_effect("1%,0.5ms"))
+    assert create["verdict"] == "slower"
+    assert [r["phase"] for r in regressions(cmp)] == ["create", "total"]
+
+
+def test_min_effect_parsing() -> None:
+    e = parse_min_effect("5%,0.5ms")
+    assert (e.rel, e.abs_ms) == (0.05, 0.5)
+    assert parse_min_effect("2ms").abs_ms == 2 and parse_min_effect("2ms").rel == 0
+    with pytest.raises(ThresholdError, match="--min-effect: 'fast'"):
+        parse_min_effect("fast")
+
+
+def test_pairing_never_crosses_workloads(tmp_path) -> None:
+    a = read_recording(crafted(tmp_path / "a.jsonl", "local/local/t0/exec", [5] * 5, "a"))
+    b = read_recording(crafted(tmp_path / "b.jsonl", "local/local/mine/exec", [50] * 5, "b"))
+    assert pair_cells(a, b) == {} and pair_cells(a, b, changed=True) == {}
+    c = read_recording(crafted(tmp_path / "c.jsonl", "local/local/t0/shell", [5] * 5, "c"))
+    assert pair_cells(a, c) == {}
+    assert pair_cells(a, c, changed=True) == {"local/local/t0/exec": "local/local/t0/shell"}
+
+
+def test_compare_fail_on_regression_sets_the_exit_code(tmp_path, capsys) -> None:
+    a = crafted(tmp_path / "a.jsonl", CELL, [10 + i % 3 for i in range(20)], "a")
+    b = crafted(tmp_path / "b.jsonl", CELL, [30 + i % 3 for i in range(20)], "b")
+    assert main(["compare", str(a), str(a), "--fail-on", "regression"]) == 0
+    assert main(["compare", str(b), str(a), "--fail-on", "regression"]) == 0  # faster
+    summary = tmp_path / "summary.md"
+    assert main(["compare", str(a), str(b), "--fail-on", "regression", "--summary",
+                 str(summary)]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"regression: {CELL} create:" in err
+    assert "| slower |" in summary.read_text()
+    assert main(["compare", str(a), str(b)]) == 0  # no gate asked: figures only
+
+
+def test_a_threshold_parses_or_names_what_is_wrong() -> None:
+    t = parse_threshold("stage/t0/exec create+ready p95 < 20ms", "x")
+    assert (t.cell, t.what, t.stat, t.op, t.value) == ("stage/t0/exec", "create+ready", "p95",
+                                                       "<", 20.0)  # fmt: skip
+    assert parse_threshold("total p50 <= 1.5s", "x").value == 1500.0
+    assert parse_threshold("failed == 0", "x").what == "failed"
+    for text, why in (
+        ("create p95 < 20", "needs its unit"),
+        ("create p97 < 20ms", "unknown statistic 'p97'"),
+        ("boot p95 < 20ms", "unknown phase 'boot'"),
+        ("failed = 0", "expected `.CELL. WHAT OP VALUE`"),
+        ("fidelity >= 80", "between 0 and 1"),
+        ("failed == 0ms", "without a unit"),
+    ):
+        with pytest.raises(ThresholdError, match=f"^--threshold: threshold '.*': .*{why}"):
+            parse_threshold(text, "--threshold")
+
+
+def test_thresholds_against_the_t0_example() -> None:
+    rec = read_recording(T0)
+    report = build_report(rec)
+    texts = ["stage/t0/exec create+ready p95 < 1s", "failed == 0", "stage/t0/exec total p50 < 1us",
+             "nosuch/t0/exec create p50 < 1s", "fidelity >= 0.8"]  # fmt: skip
+    res = check_thresholds(report, [parse_threshold(t, "x") for t in texts], rec)
+    by = {(r.threshold.text, r.cell): r for r in res}
+    assert by[(texts[0], "local/stage/t0/exec")].ok
+    assert all(r.ok for r in res if r.threshold.text == "failed == 0")
+    assert len([r for r in res if r.threshold.text == "failed == 0"]) == 4  # every cell
+    assert not by[(texts[2], "local/stage/t0/exec")].ok
+    assert not by[(texts[3], None)].ok  # no cell matches: breached, never vacuous
+    assert not by[(texts[4], None)].ok  # no replay cell
+
+
+def test_report_threshold_exit_code_and_summary(tmp_path, capsys) -> None:
+    summary = tmp_path / "s.md"
+    assert main(["report", str(T0), "--threshold", "failed == 0"]) == 0
+    assert main(["report", str(T0), "--threshold", "stage/t0/exec create p95 < 1us",
+                 "--summary", str(summary)]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert "threshold BREACHED: stage/t0/exec create p95 < 1us: local/stage/t0/exec" in err
+    text = summary.read_text()
+    assert text.startswith("# rtax report") and "## Gates" in text and "❌" in text
+    assert main(["report", str(T0), "--threshold", "create p95 < 20"]) == 2  # bad: one line
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_recorded_thresholds_are_checked_by_report(tmp_path) -> None:
+    lines = T0.read_bytes().splitlines()
+    head = orjson.loads(lines[0])
+    head["profile"]["thresholds"] = {"local/t0/exec create p95": "< 1us"}
+    rec = tmp_path / "r.jsonl"
+    rec.write_bytes(b"\n".join([orjson.dumps(head), *lines[1:]]) + b"\n")
+    assert main(["report", str(rec), "--format", "json"]) == 1
+
+
+def test_profile_thresholds_table(tmp_path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text('[run]\ndrivers = ["local"]\n\n[thresholds]\nfailed = "== 0"\n'
+                 '"create p95" = ["< 20ms", "> 0ms"]\n')  # fmt: skip
+    prof = load_profile(p)
+    assert prof.thresholds == {"failed": ["== 0"], "create p95": ["< 20ms", "> 0ms"]}
+    assert prof.to_dict()["thresholds"] == prof.thresholds
+    p.write_text('[run]\ndrivers = ["local"]\n\n[thresholds]\nfailed = "== 0"\n'
+                 '"create p95" = "< 20"\n')  # fmt: skip
+    with pytest.raises(ProfileError, match=r"p.toml:6: thresholds.create p95: threshold .*unit"):
+        load_profile(p)
