@@ -161,3 +161,29 @@ def test_profile_thresholds_table(tmp_path) -> None:
                  '"create p95" = "< 20"\n')  # fmt: skip
     with pytest.raises(ProfileError, match=r"p.toml:6: thresholds.create p95: threshold .*unit"):
         load_profile(p)
+
+
+def test_a_difference_just_past_the_threshold_is_unclear_not_slower() -> None:
+    """The p-value tests "within the practical threshold", not "no difference": a median 6%
+    up whose interval reaches under 5% is not a regression yet."""
+    from rtax_tui.analysis.stats import median_diff
+
+    a = [(90 + i % 21) * 1e6 for i in range(84)]
+    b = [x + 6e6 for x in a]
+    assert median_diff(a, b, margin_ns=0)["p"] < 0.01
+    assert median_diff(a, b, margin_ns=5e6)["p"] > 0.2
+
+
+def test_compare_tests_against_the_threshold(tmp_path) -> None:
+    noisy = [90 + i % 21 for i in range(84)]
+    a = read_recording(crafted(tmp_path / "a.jsonl", CELL, noisy, "a"))
+    b = read_recording(crafted(tmp_path / "b.jsonl", CELL, [c + 6 for c in noisy], "b"))
+    effect = parse_min_effect("5%,0.5ms")
+    cmp = compare_reports(a, b, min_effect=effect)
+    judge(cmp, effect)
+    create = next(r for r in cmp["rows"] if r["phase"] == "create")
+    assert create["diff_ms"] == pytest.approx(6.0) and create["verdict"] == "unclear"
+    c = read_recording(crafted(tmp_path / "c.jsonl", CELL, [c + 20 for c in noisy], "c"))
+    cmp = compare_reports(a, c, min_effect=effect)
+    judge(cmp, effect)
+    assert next(r for r in cmp["rows"] if r["phase"] == "create")["verdict"] == "slower"

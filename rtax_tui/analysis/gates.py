@@ -128,8 +128,12 @@ class MinEffect:
     abs_ms: float
     text: str
 
+    def margin_ms(self, a_ms: float) -> float:
+        """The smallest difference that counts, for a's median `a_ms`."""
+        return max(self.rel * abs(a_ms), self.abs_ms)
+
     def practical(self, a_ms: float, diff_ms: float) -> bool:
-        return abs(diff_ms) >= self.rel * abs(a_ms) and abs(diff_ms) >= self.abs_ms
+        return abs(diff_ms) >= self.margin_ms(a_ms)
 
 
 def parse_min_effect(text: str) -> MinEffect:
@@ -165,8 +169,9 @@ def holm(ps: Sequence[float]) -> list[float]:
 
 def judge(cmp: dict[str, Any], min_effect: MinEffect, alpha: float = ALPHA) -> None:
     """Each row's `p_holm` and `verdict` (b against a): `slower`/`faster` when the
-    adjusted p is below `alpha` and the difference practical, `same` when it is not
-    practical whatever the p, else `unclear`."""
+    difference is practical and the adjusted p (of "within the practical threshold":
+    rows from `compare_reports(..., min_effect=)`) is below `alpha`; `same` when it is
+    not practical whatever the p, else `unclear`."""
     rows = cmp["rows"]
     for r, p in zip(rows, holm([r["p"] for r in rows]), strict=True):
         r["p_holm"] = p

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -29,13 +29,21 @@ from rtax_tui.analysis.pool_report import (
     pool_idle_per_trajectory,
     pooled_project_inputs,
 )
-from rtax_tui.analysis.report_model import CellReport, DiffRow, Report
+from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.engine.arrivals import arrival_of
 from rtax_tui.model.checks import build_document
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
 from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.model.spec import EXTRA_PHASES, PHASES, REPORT_FORMAT, TIMED_PHASES
+
+
+class MinEffect(Protocol):
+    """A practical threshold (analysis.gates.MinEffect): the smallest difference that
+    counts, for a's median."""
+
+    def margin_ms(self, a_ms: float) -> float: ...
+
 
 COMPARE_FORMAT = "rtax-compare/1"
 PROJECT_FORMAT = "rtax-project/1"
@@ -493,12 +501,22 @@ def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
 
 
 def compare_reports(
-    rec_a: Recording, rec_b: Recording, seed: int = 0, changed: bool = False
+    rec_a: Recording,
+    rec_b: Recording,
+    seed: int = 0,
+    changed: bool = False,
+    min_effect: MinEffect | None = None,
 ) -> dict[str, Any]:
     """Median differences (b - a) per pair of cells that measure the same thing
     (`pair_cells`, with `changed` its changed-cell rule), per phase; a pair of cells
-    that differ reads `A → B`. Each row has its uncorrected bootstrap p-value `p`
-    (`analysis.gates.judge` corrects them over all rows)."""
+    that differ reads `A → B`. Each row has its uncorrected bootstrap p-value `p` of
+    "b - a is within `min_effect` of 0" (without one, of "no difference"), which
+    `analysis.gates.judge` corrects over all rows."""
+
+    def diff(a: np.ndarray, b: np.ndarray) -> MedianDiff:
+        margin = 0.0 if min_effect is None else min_effect.margin_ms(float(np.median(a)) / 1e6)
+        return median_diff(a, b, seed=seed, margin_ns=margin * 1e6)
+
     cells_a, _ = _collect(rec_a)
     cells_b, _ = _collect(rec_b)
     pairs = pair_cells(rec_a, rec_b, changed=changed)
@@ -515,7 +533,7 @@ def compare_reports(
             a, b = ca.samples[p], cb.samples[p]
             if a.size == 0 or b.size == 0:
                 continue
-            rows.append({"cell": name, "phase": p, **median_diff(a, b, seed=seed)})
+            rows.append({"cell": name, "phase": p, **diff(a, b)})
         if (ca.pooled or cb.pooled) and ca.startup.size and cb.startup.size:
             # cold against pooled: start-up is create + ready on one side, acquire on the other
             rows.append(
@@ -523,7 +541,7 @@ def compare_reports(
                     "cell": name,
                     "phase": "startup",
                     "note": STARTUP_NOTE,
-                    **median_diff(ca.startup, cb.startup, seed=seed),
+                    **diff(ca.startup, cb.startup),
                 }
             )
     return {

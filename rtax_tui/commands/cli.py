@@ -682,7 +682,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     min_effect = parse_min_effect(args.min_effect)
     rec_a, rec_b = read_recording(args.a), read_recording(args.b)
-    cmp = compare_reports(rec_a, rec_b, changed=args.changed)
+    cmp = compare_reports(rec_a, rec_b, changed=args.changed, min_effect=min_effect)
     if not cmp["rows"]:  # an empty table that exits 0 would read as "no difference"
         raise RtaxError(
             f"{args.a} and {args.b}: no cell with samples in common "

@@ -50,8 +50,9 @@ class CompareScreen(Screen[None]):
             a, b = read_recording(self.path_a), read_recording(self.path_b)
             # a rerun that changed one thing (the channel, a driver) still lines up: the
             # pairing rule of `rtax compare --changed` (one function), and its verdicts
-            cmp = compare_reports(a, b, changed=True)
-            judge(cmp, parse_min_effect(DEFAULT_MIN_EFFECT))
+            min_effect = parse_min_effect(DEFAULT_MIN_EFFECT)
+            cmp = compare_reports(a, b, changed=True, min_effect=min_effect)
+            judge(cmp, min_effect)
         except Exception as exc:  # a bad file: say which and why, stay usable
             self.app.call_from_thread(self._error, str(exc))
             return
