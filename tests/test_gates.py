@@ -187,3 +187,20 @@ def test_compare_tests_against_the_threshold(tmp_path) -> None:
     cmp = compare_reports(a, c, min_effect=effect)
     judge(cmp, effect)
     assert next(r for r in cmp["rows"] if r["phase"] == "create")["verdict"] == "slower"
+
+
+def test_junit_xml_from_report_and_compare(tmp_path) -> None:
+    from xml.etree import ElementTree as ET
+
+    out = tmp_path / "gates.xml"
+    assert main(["report", str(T0), "--threshold", "failed == 0", "--threshold",
+                 "stage/t0/exec create p95 < 1us", "--junit", str(out)]) == 1  # fmt: skip
+    suite = ET.parse(out).getroot().find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("5", "1")
+    failed = [tc.get("name") for tc in suite if tc.find("failure") is not None]
+    assert failed == ["stage/t0/exec create p95 < 1us [local/stage/t0/exec]"]
+    a = crafted(tmp_path / "a.jsonl", CELL, [10 + i % 3 for i in range(20)], "a")
+    b = crafted(tmp_path / "b.jsonl", CELL, [30 + i % 3 for i in range(20)], "b")
+    assert main(["compare", str(a), str(b), "--junit", str(out)]) == 0
+    suite = ET.parse(out).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "2"  # create and total slower

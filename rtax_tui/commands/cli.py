@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
         "beyond --min-effect)",
     )
     c.add_argument("--summary", metavar="FILE", help="append the comparison in Markdown to FILE")
+    c.add_argument(
+        "--junit", metavar="FILE", help="write the rows as JUnit XML (a `slower` row fails)"
+    )
 
     pr = sub.add_parser("project", help="worker-hours for N trajectories of S steps, per cell")
     pr.add_argument("file")
@@ -495,6 +498,7 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
             quiet=getattr(args, "quiet", False),
             thresholds=_thresholds_of(profile, args),
             summary=getattr(args, "summary", None),
+            junit=getattr(args, "junit", None),
         )
     return _run_console(name, profile, args, output)
 
@@ -597,21 +601,21 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         overrides += ["--sizes", ",".join(map(str, args.sizes))]
     path = str(resolve_profile_path(name))
     thresholds = _thresholds_of(profile, args)  # type: ignore[arg-type]
-    summary = getattr(args, "summary", None)
+    summary, junit = getattr(args, "summary", None), getattr(args, "junit", None)
     rc = run_console_live(
         getattr(profile, "name", name),
         engine_argv(path, overrides, str(record)),
         str(record),
         ssh_flags=_ssh_flags(args),
     )
-    if rc == 0 and (thresholds or summary) and record.exists():
+    if rc == 0 and (thresholds or summary or junit) and record.exists():
         # the gates once the console is closed, as a headless run checks them
         from rtax_tui.analysis.report import build_report
         from rtax_tui.commands.gating import apply_gates
         from rtax_tui.model.recording import read_recording
 
         rec = read_recording(record)
-        if not apply_gates(build_report(rec), rec, thresholds, summary):
+        if not apply_gates(build_report(rec), rec, thresholds, summary, junit):
             return 1
     return rc
 
@@ -642,6 +646,9 @@ def _add_gate_flags(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="append the report and the gates in Markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)",
     )
+    p.add_argument(
+        "--junit", metavar="FILE", help="write the gates as JUnit XML (a testcase per threshold)"
+    )
 
 
 def _print_json(obj: object) -> None:
@@ -661,7 +668,7 @@ def _report(args: argparse.Namespace) -> int:
     # the recorded profile's [thresholds], then the command line's
     thresholds = parse_thresholds(rec.header.get("profile"), args.threshold)
     report = report_file(args.file, fidelity_min=args.fidelity_min / 100)
-    held = apply_gates(report, rec, thresholds, args.summary)
+    held = apply_gates(report, rec, thresholds, args.summary, args.junit)
     if args.format == "json":
         _print_json(report)
     elif args.format == "markdown":
@@ -699,6 +706,10 @@ def _compare(args: argparse.Namespace) -> int:
         from rtax_tui.commands.gating import append_summary
 
         append_summary(args.summary, compare_markdown(cmp))
+    if args.junit:
+        from rtax_tui.commands.gating import compare_junit, write_junit
+
+        write_junit(args.junit, compare_junit(cmp))
     worse = regressions(cmp)
     if args.fail_on == "regression" and worse:
         for r in worse:

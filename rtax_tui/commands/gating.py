@@ -42,12 +42,19 @@ def append_summary(path: str, text: str) -> None:
 
 
 def apply_gates(
-    report: Any, rec: Any, thresholds: Sequence[Threshold], summary: str | None
+    report: Any,
+    rec: Any,
+    thresholds: Sequence[Threshold],
+    summary: str | None,
+    junit: str | None = None,
 ) -> bool:
-    """Check the thresholds (each result a line on stderr, breaches first), and append
-    the report and the gates to `summary`; True when every threshold held."""
+    """Check the thresholds (each result a line on stderr, breaches first), append the
+    report and the gates to `summary`, write them to `junit` as JUnit XML (one testcase
+    per threshold and cell); True when every threshold held."""
     results = check_thresholds(report, thresholds, rec)
     held = print_gates(results, lambda line: print(line, file=sys.stderr))
+    if junit:
+        write_junit(junit, gates_junit(results))
     if summary:
         from rtax_tui.render.reporting import render_markdown
 
@@ -56,3 +63,48 @@ def apply_gates(
             text += "\n" + gates_markdown(results)
         append_summary(summary, text)
     return held
+
+
+def junit_xml(suite: str, cases: Sequence[tuple[str, str, str | None]]) -> str:
+    """A JUnit XML document: one testcase per (name, what it measured, failure or None)."""
+    from xml.etree import ElementTree as ET
+
+    failures = sum(1 for _, _, f in cases if f is not None)
+    root = ET.Element("testsuites", name="rtax", tests=str(len(cases)), failures=str(failures))
+    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)),
+                       failures=str(failures))  # fmt: skip
+    for name, out, failure in cases:
+        tc = ET.SubElement(ts, "testcase", classname=suite, name=name)
+        if failure is not None:
+            ET.SubElement(tc, "failure", message=failure).text = failure
+        ET.SubElement(tc, "system-out").text = out
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_junit(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise RtaxError(f"{path}: --junit: cannot write ({exc.strerror})") from None
+
+
+def gates_junit(results: Sequence[Any]) -> str:
+    cases = [
+        (f"{r.threshold.text} [{r.cell or 'no cell'}]", r.line(), None if r.ok else r.line())
+        for r in results
+    ]
+    return junit_xml("rtax thresholds", cases)
+
+
+def compare_junit(cmp: Mapping[str, Any]) -> str:
+    cases = []
+    for r in cmp["rows"]:
+        line = (
+            f"{r['cell']} {r['phase']}: {r['a_p50_ms']:.3f}ms -> {r['b_p50_ms']:.3f}ms "
+            f"({r['diff_ms']:+.3f}ms, p Holm {r['p_holm']:.3g}): {r['verdict']}"
+        )
+        cases.append(
+            (f"{r['cell']} {r['phase']}", line, line if r["verdict"] == "slower" else None)
+        )
+    return junit_xml("rtax compare", cases)

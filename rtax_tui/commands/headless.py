@@ -185,12 +185,13 @@ def run_headless(
     quiet: bool = False,
     thresholds: Sequence[Threshold] = (),
     summary: str | None = None,
+    junit: str | None = None,
 ) -> int:
     """`output` "-" streams the events to stdout; `record` then also writes them to a file
     (the console reads the stream and keeps the file). `control` reads commands on stdin.
     `thresholds` are checked at the end (exit 1 on a breach); `summary`: a file the report
-    and the gates are appended to in Markdown."""
-    gated = bool(thresholds) or summary is not None
+    and the gates are appended to in Markdown; `junit`: the gates as JUnit XML."""
+    gated = bool(thresholds) or summary is not None or junit is not None
     err = out_console(stderr=True)
     to_stdout = output == "-"
     writers: list[RecordingWriter] = []
@@ -241,7 +242,7 @@ def run_headless(
             if gated and fault is None:
                 from rtax_tui.commands.gating import apply_gates
 
-                held = apply_gates(report, rec, thresholds, summary)
+                held = apply_gates(report, rec, thresholds, summary, junit)
         elif thresholds:
             print("threshold BREACHED: the run recorded no trial to check", file=sys.stderr)
             held = False
