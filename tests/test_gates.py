@@ -204,3 +204,26 @@ def test_junit_xml_from_report_and_compare(tmp_path) -> None:
     assert main(["compare", str(a), str(b), "--junit", str(out)]) == 0
     suite = ET.parse(out).getroot().find("testsuite")
     assert suite is not None and suite.get("failures") == "2"  # create and total slower
+
+
+def test_the_report_is_drawn_full_width_into_a_log(tmp_path) -> None:
+    """Not a terminal (a CI log): no column squeezed to 80 or cut, on stdout and when the
+    report goes to stderr (as with `run -o -`)."""
+    import subprocess
+    import sys
+
+    rec = EXAMPLES / "t0-stage-docker-libvirt-microvm.jsonl"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no COLUMNS from a terminal
+    out = subprocess.run([sys.executable, "-m", "rtax_tui", "report", str(rec)],
+                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    code = (
+        "import sys; from rtax_tui.analysis.report import report_file; "
+        "from rtax_tui.render.reporting import out_console, print_report; "
+        f"print_report(report_file({str(rec)!r}), out_console(stderr=True))"
+    )
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=60)  # fmt: skip
+    for text in (out.stdout, err.stderr):
+        table = [ln for ln in text.splitlines() if ln.startswith("│ local/")]
+        assert table and "…" not in text
+        assert max(len(ln) for ln in table) > 100  # its natural width, not 80
