@@ -118,7 +118,7 @@ def test_thresholds_against_the_t0_example() -> None:
     report = build_report(rec)
     texts = ["stage/t0/exec create+ready p95 < 1s", "failed == 0", "stage/t0/exec total p50 < 1us",
              "nosuch/t0/exec create p50 < 1s", "fidelity >= 0.8"]  # fmt: skip
-    res = check_thresholds(report, [parse_threshold(t, "x") for t in texts], rec)
+    res = check_thresholds(report, [parse_threshold(t, "x") for t in texts], lambda: rec)
     by = {(r.threshold.text, r.cell): r for r in res}
     assert by[(texts[0], "local/stage/t0/exec")].ok
     assert all(r.ok for r in res if r.threshold.text == "failed == 0")
@@ -227,3 +227,17 @@ def test_the_report_is_drawn_full_width_into_a_log(tmp_path) -> None:
         table = [ln for ln in text.splitlines() if ln.startswith("│ local/")]
         assert table and "…" not in text
         assert max(len(ln) for ln in table) > 100  # its natural width, not 80
+
+
+def test_report_reads_only_the_header_for_its_thresholds(tmp_path, monkeypatch) -> None:
+    """A large recording is reported a chunk at a time: the gates read its header line and
+    the whole file only for a figure the report has not (create+ready)."""
+    import rtax_tui.model.recording as recording
+
+    calls: list[str] = []
+    real = recording.read_recording
+    monkeypatch.setattr(recording, "read_recording", lambda p: calls.append(str(p)) or real(p))
+    assert main(["report", str(T0), "--threshold", "failed == 0"]) == 0
+    assert calls == []
+    assert main(["report", str(T0), "--threshold", "stage/t0/exec create+ready p95 < 1s"]) == 0
+    assert calls == [str(T0)]

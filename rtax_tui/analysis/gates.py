@@ -65,10 +65,13 @@ def _startup_ms(rec: Any, seed: int) -> dict[str, np.ndarray]:
 
 
 def check_thresholds(
-    report: dict[str, Any], thresholds: Sequence[Threshold], rec: Any = None, seed: int = 0
+    report: dict[str, Any],
+    thresholds: Sequence[Threshold],
+    load: Callable[[], Any] | None = None,
+    seed: int = 0,
 ) -> list[GateResult]:
-    """Each threshold against each cell it names (`rec`: the recording, needed only for
-    `create+ready` figures not in the report)."""
+    """Each threshold against each cell it names (`load`: the recording, called only for
+    `create+ready` figures, which the report has not)."""
     import numpy as np
 
     from rtax_tui.analysis.stats import summarize
@@ -92,9 +95,9 @@ def check_thresholds(
             else:
                 if t.what == STARTUP:
                     if startup is None:
-                        if rec is None:
+                        if load is None:
                             raise RtaxError(f"threshold {t.text!r}: needs the recording")
-                        startup = _startup_ms(rec, seed)
+                        startup = _startup_ms(load(), seed)
                     summ: Any = summarize(startup.get(name, np.zeros(0)), seed=seed)
                 else:
                     summ = c["phases"].get(t.what)

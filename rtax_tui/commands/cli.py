@@ -615,7 +615,7 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
         from rtax_tui.model.recording import read_recording
 
         rec = read_recording(record)
-        if not apply_gates(build_report(rec), rec, thresholds, summary, junit):
+        if not apply_gates(build_report(rec), lambda: rec, thresholds, summary, junit):
             return 1
     return rc
 
@@ -661,14 +661,16 @@ def _report(args: argparse.Namespace) -> int:
 
     from rtax_tui.analysis.report import report_file
     from rtax_tui.commands.gating import apply_gates, parse_thresholds
-    from rtax_tui.model.recording import read_recording
+    from rtax_tui.model.recording import read_header, read_recording
     from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
 
-    rec = read_recording(args.file)
     # the recorded profile's [thresholds], then the command line's
-    thresholds = parse_thresholds(rec.header.get("profile"), args.threshold)
+    thresholds = parse_thresholds(read_header(args.file).get("profile"), args.threshold)
     report = report_file(args.file, fidelity_min=args.fidelity_min / 100)
-    held = apply_gates(report, rec, thresholds, args.summary, args.junit)
+    # the whole recording only for a figure the report has not (create+ready)
+    held = apply_gates(
+        report, lambda: read_recording(args.file), thresholds, args.summary, args.junit
+    )
     if args.format == "json":
         _print_json(report)
     elif args.format == "markdown":

@@ -4,7 +4,7 @@ Markdown step summary (`--summary FILE`) a CI job shows."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rtax_tui.analysis.gates import (
@@ -43,15 +43,16 @@ def append_summary(path: str, text: str) -> None:
 
 def apply_gates(
     report: Any,
-    rec: Any,
+    load: Callable[[], Any],
     thresholds: Sequence[Threshold],
     summary: str | None,
     junit: str | None = None,
 ) -> bool:
-    """Check the thresholds (each result a line on stderr, breaches first), append the
+    """Check the thresholds (each result a line on stderr, breaches first; `load`: the
+    recording, read only for a figure the report has not), append the
     report and the gates to `summary`, write them to `junit` as JUnit XML (one testcase
     per threshold and cell); True when every threshold held."""
-    results = check_thresholds(report, thresholds, rec)
+    results = check_thresholds(report, thresholds, load)
     held = print_gates(results, lambda line: print(line, file=sys.stderr))
     if junit:
         write_junit(junit, gates_junit(results))

@@ -242,7 +242,8 @@ def run_headless(
             if gated and fault is None:
                 from rtax_tui.commands.gating import apply_gates
 
-                held = apply_gates(report, rec, thresholds, summary, junit)
+                loaded = rec
+                held = apply_gates(report, lambda: loaded, thresholds, summary, junit)
         elif thresholds:
             print("threshold BREACHED: the run recorded no trial to check", file=sys.stderr)
             held = False
