@@ -203,7 +203,7 @@ def test_a_phase_failure_in_reset_never_hands_out_the_environment() -> None:
 
 
 def test_compare_sets_a_cold_recording_beside_a_pooled_one_by_start_up() -> None:
-    from rtax_tui.analysis.report import changed_cell_pairs, compare_reports
+    from rtax_tui.analysis.report import compare_reports, pair_cells
 
     def rec(**kw: Any) -> Any:
         drv = FakeDriver()
@@ -212,9 +212,9 @@ def test_compare_sets_a_cold_recording_beside_a_pooled_one_by_start_up() -> None
         return read_bytes("mem", b"".join(encode(e) for e in ev))
 
     cold, pooled = rec(), rec(pool=PoolSpec(size=2))
-    pairs = changed_cell_pairs(cold, pooled)
+    pairs = pair_cells(cold, pooled, changed=True)
     assert pairs == {"local/local/w/exec": "local/local/w/exec+pool"}
-    rows = compare_reports(cold, pooled, pairs=pairs)["rows"]
+    rows = compare_reports(cold, pooled, changed=True)["rows"]
     start = [r for r in rows if r["phase"] == "startup"]
     assert len(start) == 1 and "acquire" in start[0]["note"]
     assert start[0]["b_p50_ms"] < start[0]["a_p50_ms"]

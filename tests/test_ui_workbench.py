@@ -19,7 +19,7 @@ import pytest
 
 from rtax_tui.analysis import history as core_history
 from rtax_tui.analysis.history import estimate, history, profile_beside, summarize
-from rtax_tui.analysis.report import changed_cell_pairs, compare_reports
+from rtax_tui.analysis.report import compare_reports, pair_cells
 from rtax_tui.engine.plan import build_plan, make_cells
 from rtax_tui.engine.profile import load_profile, parse_profile, profiles_dir
 from rtax_tui.engine.profile_schema import CAPACITY, RUN
@@ -192,12 +192,12 @@ def test_a_rerun_that_changed_the_channel_is_compared_cell_by_cell(tmp_path) -> 
         return path
 
     a, b = read_recording(variant("a.jsonl", False)), read_recording(variant("b.jsonl", True))
-    pairs = changed_cell_pairs(a, b)
+    pairs = pair_cells(a, b, changed=True)
     assert pairs == {
         "local/stage/t0/exec": "local/stage/t0/exec",  # in both: itself
         "local/local/t0/exec": "local/local/t0/shell",  # one field changed
     }
-    cmp = compare_reports(a, b, pairs=pairs)
+    cmp = compare_reports(a, b, changed=True)
     assert {r["cell"] for r in cmp["rows"]} == {
         "local/stage/t0/exec",
         "local/local/t0/exec → local/local/t0/shell",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -29,13 +29,21 @@ from rtax_tui.analysis.pool_report import (
     pool_idle_per_trajectory,
     pooled_project_inputs,
 )
-from rtax_tui.analysis.report_model import CellReport, DiffRow, Report
+from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.engine.arrivals import arrival_of
 from rtax_tui.model.checks import build_document
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
 from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.model.spec import EXTRA_PHASES, PHASES, REPORT_FORMAT, TIMED_PHASES
+
+
+class MinEffect(Protocol):
+    """A practical threshold (analysis.gates.MinEffect): the smallest difference that
+    counts, for a's median."""
+
+    def margin_ms(self, a_ms: float) -> float: ...
+
 
 COMPARE_FORMAT = "rtax-compare/1"
 PROJECT_FORMAT = "rtax-project/1"
@@ -493,17 +501,29 @@ def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
 
 
 def compare_reports(
-    rec_a: Recording, rec_b: Recording, seed: int = 0, pairs: dict[str, str] | None = None
+    rec_a: Recording,
+    rec_b: Recording,
+    seed: int = 0,
+    changed: bool = False,
+    min_effect: MinEffect | None = None,
 ) -> dict[str, Any]:
-    """Median differences (b - a) per cell present in both recordings, per phase.
-    `pairs` (a cell -> b cell) also matches cells that differ (see `changed_cell_pairs`);
-    such a row's cell reads `A → B`."""
+    """Median differences (b - a) per pair of cells that measure the same thing
+    (`pair_cells`, with `changed` its changed-cell rule), per phase; a pair of cells
+    that differ reads `A → B`. Each row has its uncorrected bootstrap p-value `p` of
+    "b - a is within `min_effect` of 0" (without one, of "no difference"), which
+    `analysis.gates.judge` corrects over all rows."""
+
+    def diff(a: np.ndarray, b: np.ndarray) -> MedianDiff:
+        margin = 0.0 if min_effect is None else min_effect.margin_ms(float(np.median(a)) / 1e6)
+        return median_diff(a, b, seed=seed, margin_ns=margin * 1e6)
+
     cells_a, _ = _collect(rec_a)
     cells_b, _ = _collect(rec_b)
+    pairs = pair_cells(rec_a, rec_b, changed=changed)
     rows = []
     for cell, ca in cells_a.items():
-        other = (pairs or {}).get(cell, cell)
-        cb = cells_b.get(other)
+        other = pairs.get(cell)
+        cb = cells_b.get(other) if other is not None else None
         if cb is None:
             continue
         name = cell if other == cell else f"{cell} → {other}"
@@ -513,7 +533,7 @@ def compare_reports(
             a, b = ca.samples[p], cb.samples[p]
             if a.size == 0 or b.size == 0:
                 continue
-            rows.append({"cell": name, "phase": p, **median_diff(a, b, seed=seed)})
+            rows.append({"cell": name, "phase": p, **diff(a, b)})
         if (ca.pooled or cb.pooled) and ca.startup.size and cb.startup.size:
             # cold against pooled: start-up is create + ready on one side, acquire on the other
             rows.append(
@@ -521,24 +541,31 @@ def compare_reports(
                     "cell": name,
                     "phase": "startup",
                     "note": STARTUP_NOTE,
-                    **median_diff(ca.startup, cb.startup, seed=seed),
+                    **diff(ca.startup, cb.startup),
                 }
             )
     return {
         "format": COMPARE_FORMAT,
         "a": rec_a.header.get("run_id"),
         "b": rec_b.header.get("run_id"),
+        "pairing": "changed" if changed else "same",
         "rows": rows,
     }
 
 
 CELL_FIELDS = ("host", "driver", "workload", "channel", "mode")  # mode: None when cold
+# what a changed-cell pair may differ in: never the workload (another program measured)
+CHANGEABLE = ("host", "driver", "channel", "mode")
 
 
-def changed_cell_pairs(rec_a: Recording, rec_b: Recording) -> dict[str, str]:
-    """Cells of a matched to cells of b: the same cell, or, for a rerun that changed one
-    thing (the channel, the host, a driver), the one cell of b that differs from it in
-    exactly one of host/driver/workload/channel/mode, when no other cell could claim it."""
+def pair_cells(rec_a: Recording, rec_b: Recording, changed: bool = False) -> dict[str, str]:
+    """The one pairing rule of `rtax compare` and the console's compare: cells of a
+    matched to cells of b that measure the same thing. A cell pairs with the cell of the
+    same host, driver, workload, channel and mode (its id). With `changed` (the user asks
+    to compare a rerun that changed one thing), a cell left unpaired also pairs with the
+    one unpaired cell of b that differs from it in exactly one of host, driver, channel
+    or mode, when no other cell could claim it; never across workloads (`local/t0` and
+    `local/mine` run different programs)."""
 
     def cells(rec: Recording) -> dict[str, tuple[str, ...]]:
         return {
@@ -549,10 +576,15 @@ def changed_cell_pairs(rec_a: Recording, rec_b: Recording) -> dict[str, str]:
 
     a, b = cells(rec_a), cells(rec_b)
     pairs = {c: c for c in a if c in b}
+    if not changed:
+        return pairs
     a_only = [c for c in a if c not in b]
     b_only = [c for c in b if c not in a]
+    workload = CELL_FIELDS.index("workload")
 
     def near(x: tuple[str, ...], y: tuple[str, ...]) -> bool:
+        if x[workload] != y[workload]:
+            return False
         return sum(i != j for i, j in zip(x, y, strict=True)) == 1
 
     for ca in a_only:

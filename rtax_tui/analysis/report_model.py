@@ -42,6 +42,7 @@ class MedianDiff(TypedDict):
     ci95_ms: list[float]
     ratio: float | None
     faster: str  # "a", "b" or "neither": which side is faster, when the interval says so
+    p: NotRequired[float]  # two-sided bootstrap p-value, uncorrected
 
 
 class DiffRow(MedianDiff):

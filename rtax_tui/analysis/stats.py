@@ -124,7 +124,9 @@ def summarize(samples_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> PhaseSum
     }
 
 
-def median_diff(a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> MedianDiff:
+def median_diff(
+    a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000, margin_ns: float = 0.0
+) -> MedianDiff:
     """Median of b minus median of a (ms) with a 95% bootstrap interval.
 
     Both samples are resampled independently from one `default_rng(seed)` (a
@@ -147,6 +149,13 @@ def median_diff(a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> M
         faster = "b"
     else:
         faster = "neither"
+    # two-sided bootstrap p-value of "the difference is within `margin_ns` of 0" (the
+    # share of resampled differences inside the margin on the side away from the
+    # estimate, doubled; +1 so that it is never 0); with no margin, of "no difference":
+    # what `rtax compare` corrects over all its rows (analysis.gates.judge)
+    below = int(np.count_nonzero(diffs <= margin_ns))
+    above = int(np.count_nonzero(diffs >= -margin_ns))
+    p = min(1.0, 2 * (min(below, above) + 1) / (n_boot + 1))
     return {
         "a_p50_ms": ma / NS_PER_MS,
         "b_p50_ms": mb / NS_PER_MS,
@@ -154,6 +163,7 @@ def median_diff(a_ns: Any, b_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> M
         "ci95_ms": [lo / NS_PER_MS, hi / NS_PER_MS],
         "ratio": (mb / ma) if ma != 0 else None,
         "faster": faster,
+        "p": p,
     }
 
 

@@ -8,9 +8,10 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui import __version__
+from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT
 from rtax_tui.commands import argtypes
 from rtax_tui.commands.argtypes import _sizes, one_line_errors_everywhere
 from rtax_tui.commands.hostflags import add_host_flags, host_overrides
@@ -29,7 +30,8 @@ examples:
   rtax run t2 --driver local,stage -o r.jsonl
   rtax run t0 -o - | jq .                stream events to another program
   rtax report r.jsonl --format markdown
-  rtax compare before.jsonl after.jsonl
+  rtax compare before.jsonl after.jsonl --fail-on regression   exit 1 on a regression
+  rtax run t0 --threshold 'stage/t0/exec create+ready p95 < 20ms' --threshold 'failed == 0'
   rtax project r.jsonl --trajectories 1000000 --steps 150
   rtax plot r.jsonl --kind breakdown -o breakdown.svg   a figure (also cold-start, cdf, ...)
   rtax serve replay r.jsonl              the console in a browser, http://127.0.0.1:8000
@@ -118,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read `pause`, `resume`, `stop` lines on stdin; end of input stops the run",
     )
     r.add_argument("--quiet", action="store_true", help="no report at the end")
+    _add_gate_flags(r)
 
     rp = sub.add_parser("replay", help="open a recording in the console and play it back")
     rp.add_argument("file")
@@ -145,11 +148,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="a replay cell whose fidelity (steps with the exit code the trajectory "
         "recorded) is under PCT%% is marked not representative (default 80)",
     )
+    _add_gate_flags(rep)
 
     c = sub.add_parser("compare", help="median differences between two recordings, per cell")
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--format", choices=("table", "json"), default="table")
+    c.add_argument(
+        "--changed",
+        action="store_true",
+        help="also pair a cell with the one cell of b that differs from it in exactly one of "
+        "host, driver, channel or mode (a rerun that changed one thing); never across workloads",
+    )
+    c.add_argument(
+        "--min-effect",
+        default=DEFAULT_MIN_EFFECT,
+        metavar="PCT,TIME",
+        help="a difference smaller than this (all parts: a share of a's P50 and a time) is "
+        f"`same` whatever its p-value (default {DEFAULT_MIN_EFFECT})",
+    )
+    c.add_argument(
+        "--fail-on",
+        choices=("regression",),
+        help="exit 1 when any row is slower in b (significant after Holm's correction, and "
+        "beyond --min-effect)",
+    )
+    c.add_argument("--summary", metavar="FILE", help="append the comparison in Markdown to FILE")
+    c.add_argument(
+        "--junit", metavar="FILE", help="write the rows as JUnit XML (a `slower` row fails)"
+    )
 
     pr = sub.add_parser("project", help="worker-hours for N trajectories of S steps, per cell")
     pr.add_argument("file")
@@ -469,8 +496,17 @@ def _run_profile(name: str, args: argparse.Namespace, argv: list[str]) -> int:
             record=getattr(args, "record", None),
             control=getattr(args, "control", False),
             quiet=getattr(args, "quiet", False),
+            thresholds=_thresholds_of(profile, args),
+            summary=getattr(args, "summary", None),
+            junit=getattr(args, "junit", None),
         )
     return _run_console(name, profile, args, output)
+
+
+def _thresholds_of(profile: Profile, args: argparse.Namespace) -> list[Any]:
+    from rtax_tui.commands.gating import parse_thresholds
+
+    return parse_thresholds(profile.to_dict(), getattr(args, "threshold", None) or [])
 
 
 def _profile_for(name: str, args: argparse.Namespace) -> Profile:
@@ -564,12 +600,24 @@ def _run_console(name: str, profile: object, args: argparse.Namespace, output: s
     if getattr(args, "sizes", None):
         overrides += ["--sizes", ",".join(map(str, args.sizes))]
     path = str(resolve_profile_path(name))
-    return run_console_live(
+    thresholds = _thresholds_of(profile, args)  # type: ignore[arg-type]
+    summary, junit = getattr(args, "summary", None), getattr(args, "junit", None)
+    rc = run_console_live(
         getattr(profile, "name", name),
         engine_argv(path, overrides, str(record)),
         str(record),
         ssh_flags=_ssh_flags(args),
     )
+    if rc == 0 and (thresholds or summary or junit) and record.exists():
+        # the gates once the console is closed, as a headless run checks them
+        from rtax_tui.analysis.report import build_report
+        from rtax_tui.commands.gating import apply_gates
+        from rtax_tui.model.recording import read_recording
+
+        rec = read_recording(record)
+        if not apply_gates(build_report(rec), lambda: rec, thresholds, summary, junit):
+            return 1
+    return rc
 
 
 def _ssh_flags(args: argparse.Namespace) -> list[str]:
@@ -584,6 +632,25 @@ def _ssh_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
+def _add_gate_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a gate, e.g. 'stage/t0/exec create+ready p95 < 20ms', 'failed == 0', "
+        "'fidelity >= 0.8' (repeatable; with the profile's [thresholds]): exit 1 on a breach",
+    )
+    p.add_argument(
+        "--summary",
+        metavar="FILE",
+        help="append the report and the gates in Markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)",
+    )
+    p.add_argument(
+        "--junit", metavar="FILE", help="write the gates as JUnit XML (a testcase per threshold)"
+    )
+
+
 def _print_json(obj: object) -> None:
     import orjson
 
@@ -593,9 +660,17 @@ def _print_json(obj: object) -> None:
 def _report(args: argparse.Namespace) -> int:
 
     from rtax_tui.analysis.report import report_file
+    from rtax_tui.commands.gating import apply_gates, parse_thresholds
+    from rtax_tui.model.recording import read_header, read_recording
     from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
 
+    # the recorded profile's [thresholds], then the command line's
+    thresholds = parse_thresholds(read_header(args.file).get("profile"), args.threshold)
     report = report_file(args.file, fidelity_min=args.fidelity_min / 100)
+    # the whole recording only for a figure the report has not (create+ready)
+    held = apply_gates(
+        report, lambda: read_recording(args.file), thresholds, args.summary, args.junit
+    )
     if args.format == "json":
         _print_json(report)
     elif args.format == "markdown":
@@ -604,26 +679,48 @@ def _report(args: argparse.Namespace) -> int:
         sys.stdout.write(render_csv(report))
     else:
         print_report(report, out_console())
-    return 0
+    return 0 if held else 1
 
 
 def _compare(args: argparse.Namespace) -> int:
 
+    from rtax_tui.analysis.gates import judge, parse_min_effect, regressions
     from rtax_tui.analysis.report import compare_reports
     from rtax_tui.model.recording import read_recording
-    from rtax_tui.render.reporting import out_console, render_compare
+    from rtax_tui.render.reporting import compare_markdown, out_console, render_compare
 
+    min_effect = parse_min_effect(args.min_effect)
     rec_a, rec_b = read_recording(args.a), read_recording(args.b)
-    cmp = compare_reports(rec_a, rec_b)
+    cmp = compare_reports(rec_a, rec_b, changed=args.changed, min_effect=min_effect)
     if not cmp["rows"]:  # an empty table that exits 0 would read as "no difference"
         raise RtaxError(
             f"{args.a} and {args.b}: no cell with samples in common "
-            "(compare runs of the same host, driver, workload and channel)"
+            "(compare runs of the same host, driver, workload and channel"
+            + ("" if args.changed else "; --changed pairs cells that differ in one of them")
+            + ")"
         )
+    judge(cmp, min_effect)
     if args.format == "json":
         _print_json(cmp)
     else:
         out_console().print(render_compare(cmp))
+    if args.summary:
+        from rtax_tui.commands.gating import append_summary
+
+        append_summary(args.summary, compare_markdown(cmp))
+    if args.junit:
+        from rtax_tui.commands.gating import compare_junit, write_junit
+
+        write_junit(args.junit, compare_junit(cmp))
+    worse = regressions(cmp)
+    if args.fail_on == "regression" and worse:
+        for r in worse:
+            print(
+                f"regression: {r['cell']} {r['phase']}: {r['a_p50_ms']:.3f}ms -> "
+                f"{r['b_p50_ms']:.3f}ms ({r['diff_ms']:+.3f}ms, p Holm {r['p_holm']:.3g})",
+                file=sys.stderr,
+            )
+        return 1
     return 0
 
 

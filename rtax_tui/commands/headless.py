@@ -7,8 +7,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -21,6 +22,9 @@ from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.model.spec import RtaxError
 from rtax_tui.render.plaintext import styled
 from rtax_tui.render.reporting import out_console
+
+if TYPE_CHECKING:
+    from rtax_tui.analysis.gates import Threshold
 
 # Each stops the run the same way: no new trial, what runs is interrupted and torn down,
 # finished trials stay recorded (exit 130). SIGHUP: the terminal or the SSH session went.
@@ -179,9 +183,15 @@ def run_headless(
     record: str | None = None,
     control: bool = False,
     quiet: bool = False,
+    thresholds: Sequence[Threshold] = (),
+    summary: str | None = None,
+    junit: str | None = None,
 ) -> int:
     """`output` "-" streams the events to stdout; `record` then also writes them to a file
-    (the console reads the stream and keeps the file). `control` reads commands on stdin."""
+    (the console reads the stream and keeps the file). `control` reads commands on stdin.
+    `thresholds` are checked at the end (exit 1 on a breach); `summary`: a file the report
+    and the gates are appended to in Markdown; `junit`: the gates as JUnit XML."""
+    gated = bool(thresholds) or summary is not None or junit is not None
     err = out_console(stderr=True)
     to_stdout = output == "-"
     writers: list[RecordingWriter] = []
@@ -199,7 +209,7 @@ def run_headless(
         writers.append(file_writer)
     # The report at the end is read back from the file when there is one: a long run then
     # holds no event in memory (a soak's RSS stays flat); a stream alone is collected.
-    collector = _Collector() if file_writer is None and not quiet else None
+    collector = _Collector() if file_writer is None and (not quiet or gated) else None
     sinks: list[Any] = [w.write for w in writers]
     if to_stdout and path is not None:
         sinks[0] = _tolerant(writers[0])  # a reader that went away must not lose the file
@@ -215,7 +225,8 @@ def run_headless(
         raise
     for w in writers:
         w.close()
-    if not quiet:
+    held = True
+    if not quiet or gated:
         rec: Recording | None = None
         if path is not None and file_writer is not None and file_writer.lines:
             rec = read_recording(path)  # what the file holds, to its last complete line
@@ -225,7 +236,17 @@ def run_headless(
             from rtax_tui.analysis.report import build_report
             from rtax_tui.render.reporting import print_report
 
-            print_report(build_report(rec), err if to_stdout else out_console())
+            report = build_report(rec)
+            if not quiet:
+                print_report(report, err if to_stdout else out_console())
+            if gated and fault is None:
+                from rtax_tui.commands.gating import apply_gates
+
+                loaded = rec
+                held = apply_gates(report, lambda: loaded, thresholds, summary, junit)
+        elif thresholds:
+            print("threshold BREACHED: the run recorded no trial to check", file=sys.stderr)
+            held = False
     if path is not None:
         print(f"recording: {path}", file=sys.stderr)  # unwrapped: scripts read this line
     if fault is not None:
@@ -236,7 +257,7 @@ def run_headless(
     if status == "interrupted":
         err.print("run interrupted: finished trials are kept in the recording")
         return 130
-    return 0
+    return 0 if held else 1
 
 
 # -- rtax probe ------------------------------------------------------------------

@@ -101,6 +101,8 @@ class Profile:
     host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     # identity / known_hosts / trust_new from the command line, for every SSH host
     ssh_options: dict[str, Any] = field(default_factory=dict)
+    # [thresholds] as written ("WHAT" -> its conditions): analysis.gates
+    thresholds: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved profile, as written into the recording's header."""
@@ -136,6 +138,8 @@ class Profile:
             d["host_tables"] = self.host_tables
         if self.ssh_options:
             d["ssh_options"] = self.ssh_options
+        if self.thresholds:  # older headers keep their shape
+            d["thresholds"] = {k: list(v) for k, v in self.thresholds.items()}
         if self.custom_workloads:
             d["custom_workloads"] = {
                 name: [
@@ -489,6 +493,8 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
         kw["pool"] = _pool(data["pool"], where)
     if "modes" in run:
         kw["modes"] = _modes(run["modes"], where)
+    if "thresholds" in data:
+        kw["thresholds"] = _thresholds(data["thresholds"], where)
     if "drivers_options" in data:
         kw["driver_options"] = _drivers_options(data["drivers_options"], where)
     hosts = data.get("hosts", {})
@@ -503,7 +509,7 @@ def parse_profile(data: dict[str, Any], text: str, path: str, default_name: str)
 
 def _top(data: dict[str, Any], where: Where) -> dict[str, Any]:
     """The top level: `name` and `description` (profile_schema.TOP), and known tables."""
-    known = sorted(set(TABLES) - {""} | set(NAMED_TABLES))
+    known = sorted(set(TABLES) - {""} | set(NAMED_TABLES) | {"thresholds"})
     kw: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict):
@@ -556,6 +562,16 @@ def _capacity(body: dict[str, Any], where: Where) -> Capacity:
     if "sizes" in cap:
         cap["sizes"] = tuple(cap["sizes"])
     return Capacity(**cap)
+
+
+def _thresholds(body: Any, where: Where) -> dict[str, list[str]]:
+    """`[thresholds]`: each `"WHAT" = "OP VALUE"` (or a list) parsed by analysis.gates."""
+    from rtax_tui.model.thresholds import parse_table
+
+    try:
+        return parse_table(body, lambda key: where("thresholds", key or None))
+    except RtaxError as exc:
+        raise ProfileError(str(exc)) from None
 
 
 def _pool(body: Any, where: Where) -> PoolSpec:

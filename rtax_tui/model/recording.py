@@ -146,6 +146,24 @@ def read_recording(path: str | Path) -> Recording:
     return read_bytes(p, read_input(p, "the recording", RECORDING_MAX, RecordingError))
 
 
+HEADER_MAX = 16 << 20  # a header's line: the resolved profile, the hosts' facts
+
+
+def read_header(path: str | Path) -> dict[str, Any]:
+    """The `run` header of a recording, its first line alone (a recording larger than
+    memory is not read for it)."""
+    name = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.readline(HEADER_MAX)
+    except OSError as exc:
+        raise RecordingError(f"{name}: cannot read the recording ({exc.strerror})") from None
+    ev = parse_line(name, 1, raw) if raw.endswith(b"\n") else parse_tail(name, 1, raw, None)
+    if ev is None:
+        raise RecordingError(f"{name}: empty recording (no `run` header)")
+    return check_header(name, 1, ev)
+
+
 def read_stream(name: str, lines: Iterable[bytes]) -> Recording:
     return read_bytes(name, b"".join(lines))
 

@@ -278,23 +278,59 @@ def render_csv(report: Mapping[str, Any]) -> str:
     return buf.getvalue()
 
 
+COMPARE_HEADS = ("cell", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "p Holm", "b is")
+
+
+def _compare_row(r: Mapping[str, Any]) -> list[str]:
+    p = r.get("p_holm")
+    return [
+        r["cell"],
+        r["phase"],
+        fmt_ms(r["a_p50_ms"]),
+        fmt_ms(r["b_p50_ms"]),
+        fmt_ms(r["diff_ms"]),
+        _fmt_ci(r["ci95_ms"]),
+        _fmt_ratio(r["ratio"]),
+        "-" if p is None else f"{p:.3f}",
+        str(r.get("verdict", r["faster"])),
+    ]
+
+
+def compare_caption(cmp: Mapping[str, Any]) -> str:
+    """How the verdicts were reached: the pairing, the correction, the practical threshold."""
+    eff = cmp.get("min_effect") or {}
+    pairing = (
+        "cells paired by id, or differing in one of host/driver/channel/mode (--changed)"
+        if cmp.get("pairing") == "changed"
+        else "cells paired by id (same host/driver/workload/channel/mode)"
+    )
+    return (
+        f"{pairing}; p: two-sided bootstrap, {cmp.get('correction', 'uncorrected')}; "
+        f"a difference under {eff.get('rel', 0) * 100:g}% of a's P50 or under "
+        f"{eff.get('ms', 0):g}ms is `same` whatever its p; `unclear`: large enough but not "
+        "significant after the correction"
+    )
+
+
 def render_compare(cmp: dict[str, Any]) -> Table:
-    """Per cell and phase: median in run a, in run b, b - a with its interval."""
-    table = Table(title=f"rtax compare: a = {cmp.get('a')}, b = {cmp.get('b')}")
-    for h in ("cell", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"):
-        table.add_column(h, justify="left" if h in ("cell", "phase", "faster") else "right")
+    """Per cell and phase: median in run a, in run b, b - a with its interval, the
+    Holm-adjusted p-value and the verdict for b."""
+    table = Table(
+        title=f"rtax compare: a = {cmp.get('a')}, b = {cmp.get('b')}",
+        caption=compare_caption(cmp),
+    )
+    for h in COMPARE_HEADS:
+        table.add_column(h, justify="left" if h in ("cell", "phase", "b is") else "right")
     for r in cmp["rows"]:
-        table.add_row(
-            r["cell"],
-            r["phase"],
-            fmt_ms(r["a_p50_ms"]),
-            fmt_ms(r["b_p50_ms"]),
-            fmt_ms(r["diff_ms"]),
-            _fmt_ci(r["ci95_ms"]),
-            _fmt_ratio(r["ratio"]),
-            r["faster"],
-        )
+        table.add_row(*_compare_row(r))
     return table
+
+
+def compare_markdown(cmp: dict[str, Any]) -> str:
+    out = [f"# rtax compare: a = {cmp.get('a')}, b = {cmp.get('b')}", ""]
+    out += [_md_table(list(COMPARE_HEADS), [_compare_row(r) for r in cmp["rows"]]), ""]
+    out += [compare_caption(cmp), ""]
+    return "\n".join(out)
 
 
 def _fmt_num(v: float | None, digits: int = 3) -> str:

@@ -34,7 +34,7 @@ class CompareScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = "rtax compare"
-        self.sub_title = "b − a, 95% bootstrap interval of the difference of medians"
+        self.sub_title = "b − a, 95% bootstrap interval; verdicts Holm-corrected, 5% and 0.5ms"
         t = self.query_one("#cmp", DataTable)
         t.cursor_type = "row"
         t.zebra_stripes = True
@@ -42,13 +42,17 @@ class CompareScreen(Screen[None]):
 
     @work(thread=True, exclusive=True)
     def load(self) -> None:
-        from rtax_tui.analysis.report import changed_cell_pairs, compare_reports
+        from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT, judge, parse_min_effect
+        from rtax_tui.analysis.report import compare_reports
         from rtax_tui.model.recording import read_recording
 
         try:
             a, b = read_recording(self.path_a), read_recording(self.path_b)
-            # a rerun that changed one thing (the channel, a driver) still lines up
-            cmp = compare_reports(a, b, pairs=changed_cell_pairs(a, b))
+            # a rerun that changed one thing (the channel, a driver) still lines up: the
+            # pairing rule of `rtax compare --changed` (one function), and its verdicts
+            min_effect = parse_min_effect(DEFAULT_MIN_EFFECT)
+            cmp = compare_reports(a, b, changed=True, min_effect=min_effect)
+            judge(cmp, min_effect)
         except Exception as exc:  # a bad file: say which and why, stay usable
             self.app.call_from_thread(self._error, str(exc))
             return
@@ -63,11 +67,13 @@ class CompareScreen(Screen[None]):
         # at the headers' widths
         cell_w = max([len("cell"), *(len(r["cell"]) for r in cmp["rows"])])
         for col, w in (("cell", cell_w), ("phase", 13), ("a P50", 8), ("b P50", 8),
-                       ("b − a", 10), ("95% CI", 20), ("b/a", 5), ("faster", 7)):  # fmt: skip
+                       ("b − a", 10), ("95% CI", 20), ("b/a", 5), ("p Holm", 7),
+                       ("b is", 8)):  # fmt: skip
             t.add_column(col, key=col, width=w)
         for r in cmp["rows"]:
             lo, hi = r["ci95_ms"]
-            faster = Text(r["faster"], style="bold green" if r["faster"] != "neither" else "")
+            verdict = r["verdict"]
+            style = {"faster": "bold green", "slower": "bold red"}.get(verdict, "")
             ratio = r["ratio"]
             t.add_row(
                 styled(r["cell"]),  # a recording's label: text, never markup
@@ -77,7 +83,8 @@ class CompareScreen(Screen[None]):
                 f"{r['diff_ms']:+.3f}ms",
                 Text(f"[{lo:+.3f}, {hi:+.3f}]"),
                 "-" if ratio is None else f"{ratio:.2f}",
-                faster,
+                f"{r['p_holm']:.3f}",
+                Text(verdict, style=style),
             )
         note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows"
         if not cmp["rows"]:
