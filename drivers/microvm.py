@@ -254,7 +254,8 @@ class MicrovmDriver(Driver):
     # guest has no disk: `promised_checks`). Not `default_limits` (nor pids: a fork bomb
     # of 2 x 1024 fills the guest's RAM first; not measured under TCG) nor `deep_tree`
     # (the workspace is in the VM's disk image: no host path to look at).
-    boundary = ALL_CHECKS - {"process_vm", "deep_tree", "default_limits"}
+    # assets_view: an asset workload does not run in a guest (no cache is shared with it)
+    boundary = ALL_CHECKS - {"process_vm", "deep_tree", "default_limits", "assets_view"}
 
     extra_options: tuple[str, ...] = ("append",)
 
