@@ -476,11 +476,17 @@ class StageEnvironment(Environment):
         """Kill a replaced sandbox: every process of its cgroup, then bubblewrap."""
         if proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()
-        await self.host.kill_cgroup(cg, spare=proc.pid)
-        try:
-            await asyncio.wait_for(proc.wait(), 1.0)
-        except TimeoutError:
-            pass
+        await self._kill_sandbox(proc, cg)
+
+    async def _kill_sandbox(self, proc: Any, cg: str | None) -> None:
+        """Kill everything in cgroup `cg` (when given) but bubblewrap itself, so that it
+        reaps their children and exits, then bubblewrap's whole group; collect it."""
+        if cg is not None:
+            await self.host.kill_cgroup(cg, spare=proc.pid)
+            try:
+                await asyncio.wait_for(proc.wait(), 1.0)
+            except TimeoutError:
+                pass
         await self.host.kill(proc)
         await proc.wait()
         self.host.release(proc)
@@ -559,15 +565,7 @@ class StageEnvironment(Environment):
                 await asyncio.wait_for(proc.wait(), TEARDOWN_GRACE_S)
             except TimeoutError:
                 pass
-        if proc.returncode is None and self.cg is not None:
-            await self.host.kill_cgroup(self.cg, spare=proc.pid)
-            try:
-                await asyncio.wait_for(proc.wait(), 1.0)
-            except TimeoutError:
-                pass
-        await self.host.kill(proc)
-        await proc.wait()
-        self.host.release(proc)
+        await self._kill_sandbox(proc, self.cg if proc.returncode is None else None)
 
 
 def _reset_failed(results: tuple[Any, ...] | list[Any]) -> None:
