@@ -435,7 +435,8 @@ def test_driver_promises_name_known_checks() -> None:
     for vm in ("libvirt", "microvm"):
         # a booted guest's workspace is a disk of workspace_mib; a restored one has none
         got = get_driver(vm, LocalHost(), {}).promised_checks()
-        assert got == ALL_CHECKS - {"process_vm", "default_limits", "deep_tree"}
+        # and no asset workload runs in a guest (no cache is shared with it)
+        assert got == ALL_CHECKS - {"process_vm", "default_limits", "deep_tree", "assets_view"}
         restored = get_driver(vm, LocalHost(), {"start": "restore"}).promised_checks()
         assert restored == got - {"workspace_size"}
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rtax_tui.engine.probe.run import REMOTE_ASSETS
 from rtax_tui.model.checks import BY_NAME, CHECKS, RESET_CHECKS
 from tests.probetools import probe
 from tests.sshhosts import SSHLab, missing
@@ -45,7 +46,9 @@ def ssh_doc() -> dict[str, Any]:
         lab.close()
 
 
-def _assert_kept(doc: dict[str, Any], check: str, reuse: tuple[str, ...] = ()) -> None:
+def _assert_kept(
+    doc: dict[str, Any], check: str, reuse: tuple[str, ...] = (), remote: bool = False
+) -> None:
     """`reuse`: the channels where stage has an in-place (clean) reset here; elsewhere
     `pool_reuse_clean` and `reset_links` (the same pool) are not measured, and say why."""
     c = doc["drivers"]["stage"]["checks"][check]
@@ -56,6 +59,11 @@ def _assert_kept(doc: dict[str, Any], check: str, reuse: tuple[str, ...] = ()) -
         for ch in set(CHANNELS) - set(reuse):
             r = runs.pop(ch)
             assert r["result"] == "n/a" and "no in-place reset" in r["evidence"], r
+    if check == "assets_view" and remote:
+        for r in runs.values():  # no asset workload runs on a remote host (run.REMOTE_ASSETS)
+            assert r["result"] == "n/a" and REMOTE_ASSETS in r["evidence"], r
+        assert check not in doc["drivers"]["stage"]["summary"]["broken_promises"]
+        return
     bad = {ch: f"{r['result']}: {r['evidence']}" for ch, r in runs.items() if r["result"] != want}
     if check == "host_paths" and bad and all(WS_BIND in why for why in bad.values()):
         pytest.xfail("the workspace's bind names its host path (until it has a tmpfs of its own)")
@@ -69,4 +77,4 @@ def test_stage_keeps_it_locally(local_doc: dict[str, Any], check: str) -> None:
 
 @pytest.mark.parametrize("check", [c.name for c in CHECKS])
 def test_stage_keeps_it_over_ssh(ssh_doc: dict[str, Any], check: str) -> None:
-    _assert_kept(ssh_doc, check)
+    _assert_kept(ssh_doc, check, remote=True)

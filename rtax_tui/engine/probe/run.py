@@ -66,6 +66,10 @@ BOMB_DRAIN_S = 1.0  # its processes, killed once counted, are reaped
 DEFAULT_BOMB_FACTOR = 2  # default_limits: twice the default pids
 BOMB_SLEEP_S = 60  # a bound on the bomb's processes should its script be cut short
 FILL_PAST_MIB = 64  # workspace_size writes the limit and this much more
+REMOTE_ASSETS = (
+    "not measured on a remote host: rtax's assets are on the controller's machine, and no "
+    "asset workload runs elsewhere"
+)
 DEEP_TREE_LEVELS = 1200
 NO_PID_LIMIT = "pids: none applied"  # in a driver's facts()["limits"]: it states no pid limit
 HOG_FACTOR = 2  # the memory hog asks for twice the limit
@@ -518,14 +522,16 @@ class CellProbe:
     async def _run_assets(self, decide: Callable[[str, Verdict], None]) -> None:
         """Environment G, whose workload needs assets and names one (`assets_view`): it
         looks for the cache sentinel and for the assets beside the named one."""
-        named = _probe_asset() if getattr(self.plant.host, "controller_local", False) else None
+        local = getattr(self.plant.host, "controller_local", False)
+        named = _probe_asset() if local else None
         sentinel = self.plant.paths.get("cache_sentinel")
         if named is None or not sentinel:
-            why = (
-                "no prepared assets on this host (rtax assets prepare)"
-                if not named
-                else ("no cache sentinel could be planted")
-            )
+            if not local:
+                why = REMOTE_ASSETS
+            elif not named:
+                why = "no prepared assets on this host (rtax assets prepare)"
+            else:
+                why = "no cache sentinel could be planted"
             decide("assets_view", classify("assets_view", Outcome(observed={"why": why}), self.ctx))
             return
         step = _step(S.ASSETS_VIEW, named, sentinel)
@@ -815,11 +821,16 @@ def integrity_of(driver: Any, channel: str) -> str | None:
 
 
 def promised_of(driver: Any) -> frozenset[str]:
-    """The checks a driver states it keeps (`Driver.promised_checks()`); none if unstated."""
+    """The checks a driver states it keeps (`Driver.promised_checks()`); none if unstated.
+    On a host other than the controller's machine `assets_view` is not promised: rtax's
+    assets are on the controller's machine, and no asset workload runs elsewhere."""
     fn = getattr(driver, "promised_checks", None)
     if fn is None:
         return frozenset()
-    return frozenset(n for n in fn() if n in BY_NAME)
+    got = frozenset(n for n in fn() if n in BY_NAME)
+    if not getattr(getattr(driver, "host", None), "controller_local", False):
+        got -= {"assets_view"}
+    return got
 
 
 async def run_probe(
