@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rtax_tui import __version__
-from rtax_tui.commands import argtypes
+from rtax_tui.commands import argtypes, output, signals
 from rtax_tui.commands.argtypes import _sizes, one_line_errors_everywhere
 from rtax_tui.commands.hostflags import add_host_flags, host_overrides
+from rtax_tui.model import paths
 from rtax_tui.model.spec import RtaxError
 
 if TYPE_CHECKING:
@@ -342,12 +343,49 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     )
 
 
+# where each command's paths come from, by the flag or argument that gave them
+PATH_FLAGS = (
+    ("profile", "PROFILE"),
+    ("output", "-o"),
+    ("record", "--record"),
+    ("file", "FILE"),
+    ("a", "A"),
+    ("b", "B"),
+    ("steps_from", "--steps-from"),
+    ("paths", "FILE_OR_DIR"),
+    ("recordings", "REC"),
+    ("workspace", "--workspace"),
+    ("identity", "--identity"),
+    ("known_hosts", "--known-hosts"),
+)
+
+
+def _path_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
+    given: list[tuple[str, object]] = []
+    for key, flag in PATH_FLAGS:
+        value = getattr(args, key, None)
+        if value:
+            given.append(("--profile" if args.command == "probe" and key == "profile" else flag,
+                          value))  # fmt: skip
+    return given
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # First of all: a signal from now on ends rtax as an interrupt (130, what a run
+    # records as `interrupted`), never by the default action half-way through making a
+    # file; and a closed standard descriptor is held so no file takes its number.
+    signals.install()
+    output.prepare()
+    return output.guarded(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(args_list)
     try:
-        return _dispatch(args, args_list)
+        with paths.taking(*_path_flags(args)):  # type: ignore[arg-type]
+            return _dispatch(args, args_list)
     except RtaxError as exc:
         print(f"rtax: error: {exc}", file=sys.stderr)
         return 2
@@ -357,6 +395,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rtax: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if output.is_stream_error(exc):
+            raise  # stdout's: `output.guarded` says it
+        print(f"rtax: error: {exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:

@@ -110,8 +110,9 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
     from rtax_tui.analysis.report import build_report
     from rtax_tui.engine.session import new_run_id
     from rtax_tui.engine.traj.prepare import plan_tasks, run_prepare
+    from rtax_tui.model import paths
     from rtax_tui.model.events import FORMAT
-    from rtax_tui.model.recording import RecordingWriter, read_recording
+    from rtax_tui.model.recording import RecordingWriteError, RecordingWriter, read_recording
     from rtax_tui.model.spec import RtaxError
 
     workspace = Path(args.workspace) if args.workspace else None
@@ -121,11 +122,17 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
         out = Path(args.output)
     else:
         out = Path("recordings") / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-traj.jsonl")
-    if out.exists():
+    if os.path.lexists(out):
+        if out.is_symlink() and not out.exists():
+            raise RtaxError(f"-o {out}: a symbolic link that points nowhere; name another file")
         raise RtaxError(f"{out}: exists; name another recording with -o")
     # every input is read once before the recording exists: a bad file fails here
     tasks, _ = plan_tasks(args.paths, args.repeat, args.shuffle, args.seed, args.max_prefixes)
-    writer = RecordingWriter.open(out)
+    # written under a temporary name, linked to `out` only when whole (run_end written)
+    try:
+        writer = RecordingWriter.open(out, publish="explicit")
+    except OSError as exc:
+        raise paths.path_error("-o", out, exc) from None
     t0 = time.monotonic_ns()
     try:
         writer.write(
@@ -171,13 +178,15 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
                 "prep": result,
             }
         )
-    except BaseException:
-        writer.write(
-            {"type": "run_end", "t_ns": time.monotonic_ns() - t0, "status": "failed", "trials": 0}
-        )
-        raise
+        writer.publish()
+    except RecordingWriteError as exc:
+        raise RtaxError(
+            f"-o {out}: cannot write the recording ({exc.strerror}); nothing was kept"
+        ) from None
+    except OSError as exc:
+        raise paths.path_error("-o", out, exc) from None
     finally:
-        writer.close()
+        writer.close()  # unpublished (a failure, a signal): its temporary file is removed
     report = build_report(read_recording(out))
     if args.format == "json":
         _print_json({"recording": str(out), **report["prep"], "run_end": result})

@@ -162,7 +162,7 @@ def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     user, _, hostport = rest.rpartition("@")
     host, port = hostport, 22
     # a port of at most 5 digits: int() of thousands would hit Python's limit
-    m = re.fullmatch(r"\[([^\]]+)\](?::(\d{1,5}))?|([^:]+)(?::(\d{1,5}))?", hostport)
+    m = re.fullmatch(r"\[([^\]]+)\](?::([0-9]{1,5}))?|([^:]+)(?::([0-9]{1,5}))?", hostport)
     if not m:
         raise RtaxError(f"host {shown!r}: cannot read host and port")
     host = m.group(1) or m.group(3)

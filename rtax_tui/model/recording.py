@@ -6,8 +6,10 @@ decoding and the format's history) are defined in `model.events`.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,7 @@ class RecordingWriteError(SinkError):
         )
         self.path = path
         self.lines = lines
+        self.strerror = strerror
 
 
 class RecordingWriter:
@@ -68,11 +71,50 @@ class RecordingWriter:
         self.failed = False
         self.lines = 0
         self._end = 0  # the end of the last complete line, in bytes (files only)
+        self._pending: str | None = None  # the temporary name, until linked to `path`
+        self._publish_on_header = False
+        self.published = path is not None
 
     @classmethod
-    def open(cls, path: Path) -> RecordingWriter:
+    def open(cls, path: Path, *, publish: str = "header") -> RecordingWriter:
+        """A new recording at `path`, never one that exists. It is written under a
+        temporary name beside `path` (`.NAME.XXXX.part`) and linked into place when its
+        first line (the header) is whole (`publish="header"`), or when the writer's owner
+        calls `publish()` (`publish="explicit"`: a file that is only kept whole). So the
+        name never holds an empty or headless file, whatever signal comes when; a writer
+        closed before that removes its temporary file."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        return cls(open(path, "xb", buffering=0), path)  # noqa: SIM115
+        try:
+            os.lstat(path)  # a name too long, a directory not there: the error now
+        except FileNotFoundError:
+            pass
+        else:
+            raise FileExistsError(errno.EEXIST, "File exists", str(path))
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".part")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+            writer = cls(os.fdopen(fd, "wb", buffering=0), path)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        writer._pending = tmp
+        writer._publish_on_header = publish == "header"
+        writer.published = False
+        return writer
+
+    def publish(self) -> None:
+        """Link the temporary file to its name (FileExistsError when another file took
+        the name meanwhile: it is never replaced), then remove the temporary name."""
+        if self._pending is None or self.path is None:
+            return
+        os.link(self._pending, self.path)
+        self.published = True
+        tmp, self._pending = self._pending, None
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
     def write(self, event: dict[str, Any]) -> None:
         if self.closed or self.failed:
@@ -99,6 +141,14 @@ class RecordingWriter:
                     str(self.path), exc.strerror or str(exc), self.lines
                 ) from None
             self._end += len(line)
+            if self._publish_on_header and self._pending is not None:
+                try:
+                    self.publish()
+                except OSError as exc:
+                    self.failed = True
+                    raise RecordingWriteError(
+                        str(self.path), exc.strerror or str(exc), self.lines
+                    ) from None
         self.lines += 1
 
     def close(self) -> None:
@@ -106,6 +156,18 @@ class RecordingWriter:
             self.closed = True
             if self.path is not None:
                 self._stream.close()
+        if self._pending is not None:  # never published: nothing is kept
+            tmp, self._pending = self._pending, None
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @dataclass

@@ -6,6 +6,7 @@ The figures are computed in `rtax_tui.analysis`; this module only formats them.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -349,11 +350,20 @@ def render_project(proj: dict[str, Any]) -> Table:
     return table
 
 
+class _OutConsole(Console):
+    """A closed pipe is the caller's to end (rtax's one writer, `commands/output.py`:
+    status 141, quietly); Rich's own answer is SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
 def out_console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when writing to a pipe or file."""
-    c = Console(stderr=stderr)
+    c = _OutConsole(stderr=stderr)
     if not c.is_terminal:
-        c = Console(stderr=stderr, width=180)
+        c = _OutConsole(stderr=stderr, width=180)
     return c
 
 
