@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rtax_tui import __version__
-from rtax_tui.commands import argtypes, output, signals
+from rtax_tui.commands import argtypes, output
 from rtax_tui.commands.argtypes import _sizes, one_line_errors_everywhere
 from rtax_tui.commands.hostflags import add_host_flags, host_overrides
 from rtax_tui.model import paths
@@ -371,10 +371,8 @@ def _path_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # First of all: a signal from now on ends rtax as an interrupt (130, what a run
-    # records as `interrupted`), never by the default action half-way through making a
-    # file; and a closed standard descriptor is held so no file takes its number.
-    signals.install()
+    # A closed standard descriptor is held first, so that no file takes its number (the
+    # stop signals are handled already: `rtax_tui.commands.main`, model/signals.py).
     output.prepare()
     return output.guarded(lambda: _main(argv))
 

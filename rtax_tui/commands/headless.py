@@ -14,13 +14,12 @@ from typing import Any
 from rich.console import Console
 
 from rtax_tui.commands import output as stdout_guard
-from rtax_tui.commands import signals
 from rtax_tui.engine import evloop
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import build_session
 from rtax_tui.engine.session import Session
 from rtax_tui.hosts import reaper, subreaper
-from rtax_tui.model import paths
+from rtax_tui.model import paths, signals
 from rtax_tui.model.events import SinkError
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.model.spec import RtaxError
@@ -139,6 +138,8 @@ async def _run(
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, session.stop)
+    if evloop.take_stop():  # one came while the session was built: stop before a trial
+        session.stop()
     if control:
         _listen_for_commands(session, loop)
     status_task = None
@@ -160,7 +161,7 @@ async def _run(
             status.stop()
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
-        signals.restore()  # asyncio left the default action: a late signal is still ours
+        evloop.guard_signals()  # a signal from now on: KeyboardInterrupt, once out of the loop
         # remote hosts: closing a connection makes its remote reaper end what is left
         await asyncio.gather(
             *(h.close() for h in session.hosts.values() if h), return_exceptions=True
@@ -206,6 +207,22 @@ def _open_recording(path: Path) -> RecordingWriter:
 
 
 def run_headless(
+    profile: Profile,
+    output: str | None,
+    argv: list[str],
+    *,
+    record: str | None = None,
+    control: bool = False,
+    quiet: bool = False,
+) -> int:
+    """`_run_headless`, where a stop signal is a KeyboardInterrupt (model/signals.py):
+    before the run's loop takes them, and after, the recording is closed (kept once it
+    has its header, else its temporary file removed) and rtax ends with 130."""
+    with signals.armed():
+        return _run_headless(profile, output, argv, record=record, control=control, quiet=quiet)
+
+
+def _run_headless(
     profile: Profile,
     output: str | None,
     argv: list[str],
@@ -288,6 +305,19 @@ def run_probe_command(
 
     The exit status is 0 whatever the checks find (a breach is a measurement); the
     last result of each host/driver is kept for the headers of later runs."""
+    with signals.armed():
+        return _probe_command(drivers, channels, profile, fmt=fmt, output=output, argv=argv)
+
+
+def _probe_command(
+    drivers: list[str],
+    channels: list[str],
+    profile: Profile,
+    *,
+    fmt: str,
+    output: str | None,
+    argv: list[str],
+) -> int:
     from datetime import UTC, datetime
 
     from rtax_tui.engine.probe import state as probe_state
@@ -427,7 +457,7 @@ async def _probe(
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            signals.restore()
+            evloop.guard_signals()
         emit(run_end(status, 0))
     finally:
         await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)

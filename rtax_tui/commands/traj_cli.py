@@ -80,7 +80,10 @@ def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run_traj(args: argparse.Namespace, argv: list[str]) -> int:
     if args.traj_command == "inspect":
         return _inspect(args)
-    return _prepare(args, argv)
+    from rtax_tui.model import signals
+
+    with signals.armed():  # a signal removes the unfinished recording (KeyboardInterrupt)
+        return _prepare(args, argv)
 
 
 def _print_json(obj: object) -> None:

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from rtax_tui.model import signals
 from rtax_tui.model.spec import RtaxError
 
 REASONS = {
@@ -103,6 +104,13 @@ def atomic_write(
     is then refused, never replaced). On any failure the temporary file is removed and
     the error is one line naming `flag` and `path`."""
     target = Path(path)
+    with signals.armed():  # a signal now removes the temporary file (KeyboardInterrupt)
+        _write_beside(target, fill, flag, overwrite)
+
+
+def _write_beside(
+    target: Path, fill: Callable[[IO[bytes]], None], flag: str, overwrite: bool
+) -> None:
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(
