@@ -287,4 +287,83 @@ def check_header(name: str, lineno: int, ev: dict[str, Any]) -> dict[str, Any]:
         raise RecordingError(f"{name}:{lineno}: the first event must be `run`")
     if ev.get("format") != FORMAT:
         raise RecordingError(f"{name}:{lineno}: format {ev.get('format')!r} is not {FORMAT!r}")
+    why = header_fields_wrong(ev)
+    if why is not None:
+        raise RecordingError(f"{name}:{lineno}: {why}")
     return ev
+
+
+_COUNTS = ("blocked", "held", "breached", "n/a", "promised")
+
+
+def _str_list(v: Any) -> bool:
+    return v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+def _boundary_wrong(b: Any) -> str | None:
+    """A driver's `boundary` in the header, as `render.reporting.boundary_line` and the
+    console's boundary view read it."""
+    if not isinstance(b, dict):
+        return "expected an object"
+    for key in ("status", "probed_at"):
+        if b.get(key) is not None and not isinstance(b[key], str):
+            return f"{key}: expected a string"
+    summary = b.get("summary")
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        return "summary: expected an object"
+    for key in _COUNTS:
+        v = summary.get(key)
+        if v is not None and (type(v) is not int or v < 0):
+            return f"summary.{key}: expected a count"
+    for key in ("breached_checks", "broken_promises"):
+        if not _str_list(summary.get(key)):
+            return f"summary.{key}: expected a list of strings"
+    return None
+
+
+def header_fields_wrong(ev: dict[str, Any]) -> str | None:
+    """What is wrong in a `run` header's nested fields, to the depth its readers (report,
+    compare, the console) use them; None when nothing is. The event schema checks the
+    top level (`check_event`); here: `profile.name`, `limits`, and each
+    `hosts.HOST.drivers.DRIVER` (`boundary`, `integrity`, `limits`)."""
+    profile = ev.get("profile")
+    if isinstance(profile, dict):
+        for key in ("name", "path"):
+            if profile.get(key) is not None and not isinstance(profile[key], str):
+                return f"run.profile.{key}: expected a string"
+    limits = ev.get("limits")
+    if isinstance(limits, dict):
+        for k, v in limits.items():
+            if v is not None and not isinstance(v, str | int | float):
+                return f"run.limits.{k}: expected a number or a string"
+    hosts = ev.get("hosts")
+    if not isinstance(hosts, dict):
+        return None  # the schema's
+    for host, facts in hosts.items():
+        if not isinstance(facts, dict):
+            return f"run.hosts.{host}: expected an object"
+        drivers = facts.get("drivers")
+        if drivers is None:
+            continue
+        if not isinstance(drivers, dict):
+            return f"run.hosts.{host}.drivers: expected an object"
+        for d, df in drivers.items():
+            where = f"run.hosts.{host}.drivers.{d}"
+            if not isinstance(df, dict):
+                return f"{where}: expected an object"
+            if "boundary" in df:
+                why = _boundary_wrong(df["boundary"])
+                if why is not None:
+                    return f"{where}.boundary: {why}"
+            integrity = df.get("integrity")
+            if integrity is not None:
+                if not isinstance(integrity, dict):
+                    return f"{where}.integrity: expected an object"
+                for ch, v in integrity.items():
+                    if v is not None and not isinstance(v, str):
+                        return f"{where}.integrity.{ch}: expected a string or null"
+            if df.get("limits") is not None and not isinstance(df["limits"], str):
+                return f"{where}.limits: expected a string"
+    return None
