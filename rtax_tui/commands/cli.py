@@ -7,8 +7,8 @@ import asyncio
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui import __version__
 from rtax_tui.commands import argtypes, output
@@ -46,6 +46,10 @@ def _csv(value: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list")
     return items
+
+
+# each driver's cleanup, at most (gVisor's once ran past a minute: drivers/gvisor.py)
+CLEANUP_TIMEOUT_S = 120
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="only these drivers' leftovers (repeatable; then no budget cgroups)",
+    )
+    cl.add_argument(
+        "--timeout",
+        type=argtypes.integer(1, 3600, "timeout"),
+        default=CLEANUP_TIMEOUT_S,
+        metavar="S",
+        help=f"each driver's cleanup at most S seconds (default {CLEANUP_TIMEOUT_S}); one that "
+        "fails or runs out of time is named, the others still run, and the exit status is 1",
     )
     add_host_flags(cl)
     one_line_errors_everywhere(p)
@@ -733,16 +745,21 @@ def _cleanup(args: argparse.Namespace) -> int:
         print(f"rtax: unknown driver {', '.join(unknown)}", file=sys.stderr)
         return 2
 
-    async def go() -> int:
-        total = 0
-        for name in chosen:
-            n = await get_driver(name, LocalHost()).cleanup(args.run)
-            if n:
-                print(f"{name}: removed {n}")
-            total += n
-        return total
-
-    total = asyncio.run(go())
+    total, failed = 0, 0
+    for name in chosen:  # each bounded; one that fails or hangs does not stop the others
+        n, why = _cleanup_one(name, lambda name=name: get_driver(name, LocalHost()), args.run,
+                              args.timeout)  # fmt: skip
+        if why is not None:
+            failed += 1
+            print(
+                f"rtax: cleanup: {name}: {why}; what it had not removed is left "
+                f"(again: rtax cleanup --driver {name})",
+                file=sys.stderr,
+            )
+            continue
+        if n:
+            print(f"{name}: removed {n}")
+        total += n
     if args.host:
         from rtax_tui.commands.hostflags import cleanup_remote_hosts
 
@@ -778,7 +795,36 @@ def _cleanup(args: argparse.Namespace) -> int:
         n += got
     print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
     _print_spared(runlock.take_spared())
-    return 0
+    return 1 if failed else 0
+
+
+def _cleanup_one(
+    name: str, make: Callable[[], Any], run: str | None, timeout_s: float
+) -> tuple[int, str | None]:
+    """One driver's cleanup, on a thread and event loop of its own, waited for at most
+    `timeout_s`: (what it removed, None), or (0, why it did not finish). A cleanup that
+    hangs (a read of /proc that blocks, a daemon that never answers) is left behind on
+    its daemon thread; the others still run and rtax still ends."""
+    import threading
+
+    got: list[int] = []
+    err: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            got.append(asyncio.run(make().cleanup(run)))
+        except BaseException as exc:  # reported by the caller as one line
+            err.append(exc)
+
+    t = threading.Thread(target=work, name=f"cleanup-{name}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return 0, f"did not finish within {timeout_s:g} s"
+    if err:
+        exc = err[0]
+        return 0, f"failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    return got[0], None
 
 
 def _print_spared(n: int) -> None:
