@@ -382,6 +382,15 @@ def _path_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
     return given
 
 
+# a control character in an error (a file name may hold a newline) is shown escaped
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(32), 127) if c != 9}
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: its control characters escaped (`\\x0a`)."""
+    return text.translate(_CONTROLS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # A closed standard descriptor is held first, so that no file takes its number (the
     # stop signals are handled already: `rtax_tui.commands.main`, model/signals.py).
@@ -397,7 +406,7 @@ def _main(argv: Sequence[str] | None) -> int:
         with paths.taking(*_path_flags(args)):  # type: ignore[arg-type]
             return _dispatch(args, args_list)
     except RtaxError as exc:
-        print(f"rtax: error: {exc}", file=sys.stderr)
+        print(f"rtax: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except RecursionError:  # a reader's last line of defence: inputs are bounded before
         print("rtax: error: an input is nested too deeply", file=sys.stderr)

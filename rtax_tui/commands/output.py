@@ -63,11 +63,16 @@ def silence_stdout() -> None:
     """Nothing more reaches stdout: its descriptor becomes /dev/null (what is still
     buffered is dropped there at exit, with no "Exception ignored" message)."""
     try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.close(null)
-    except OSError:
-        pass
+        fd = sys.stdout.fileno()  # 1, unless main runs inside another program (a test)
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd >= 0:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+        except OSError:
+            pass
     raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
     if isinstance(raw, _ClosedRaw):
         raw.silent = True
