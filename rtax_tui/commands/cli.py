@@ -745,6 +745,8 @@ def _cleanup(args: argparse.Namespace) -> int:
         print(f"removed {n} leftovers" if n else "nothing to clean up")
         _print_spared(runlock.take_spared())
         return 0
+    from functools import partial
+
     from rtax_tui.drivers import get_driver, names
     from rtax_tui.hosts import LocalHost, cgroups
 
@@ -756,8 +758,7 @@ def _cleanup(args: argparse.Namespace) -> int:
 
     total, failed = 0, 0
     for name in chosen:  # each bounded; one that fails or hangs does not stop the others
-        n, why = _cleanup_one(name, lambda name=name: get_driver(name, LocalHost()), args.run,
-                              args.timeout)  # fmt: skip
+        n, why = _cleanup_one(name, partial(get_driver, name, LocalHost()), args.run, args.timeout)
         if why is not None:
             failed += 1
             print(

@@ -110,9 +110,18 @@ async def _guarded(main: Coroutine[Any, Any, T], before: dict[int, Any]) -> T:
     return got
 
 
+def _main_task() -> tuple[asyncio.Task[Any], _Stopped] | None:
+    """`run`'s main task on the running loop, with its stop signal's record."""
+    for t in asyncio.all_tasks():
+        stopped = getattr(t, "rtax_stopped", None)
+        if isinstance(stopped, _Stopped):
+            return t, stopped
+    return None
+
+
 def _stopped() -> _Stopped | None:
-    task = next((t for t in asyncio.all_tasks() if hasattr(t, "rtax_stopped")), None)
-    return None if task is None else task.rtax_stopped  # type: ignore[attr-defined,no-any-return]
+    got = _main_task()
+    return None if got is None else got[1]
 
 
 def take_stop() -> bool:
@@ -130,10 +139,10 @@ def guard_signals() -> None:
     raises KeyboardInterrupt). A part that installs its own handlers calls this again
     when it removes them."""
     loop = asyncio.get_running_loop()
-    task = next((t for t in asyncio.all_tasks(loop) if hasattr(t, "rtax_stopped")), None)
-    if task is None:
+    got = _main_task()
+    if got is None:
         return
-    stopped: _Stopped = task.rtax_stopped  # type: ignore[attr-defined]
+    task, stopped = got
 
     def stop(sig: int) -> None:
         if stopped.signal is None:
