@@ -259,7 +259,11 @@ def signals(rng: random.Random, n: int) -> Counter[str]:
             _, err = p.communicate(timeout=300)
             c["cases"] += 1
             c["tracebacks"] += b"Traceback" in err
-            c["unexpected status"] += p.returncode not in (130, 0)
+            if p.returncode not in (130, 0):
+                c["unexpected status"] += 1
+                print(
+                    f"  status {p.returncode}: {sig.name} at {delay:.3f} s: {err.decode()[-300:]!r}"
+                )
             c["completed first"] += p.returncode == 0
             if out.exists():
                 c["kept"] += 1

@@ -12,4 +12,7 @@ def main() -> int:
     signals.early()
     from rtax_tui.commands.cli import main as cli_main
 
-    return cli_main()
+    try:
+        return cli_main()
+    finally:
+        signals.done()

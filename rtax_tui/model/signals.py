@@ -13,7 +13,9 @@ a file) and none prints a traceback:
   header is whole, and is kept; a temporary file is removed). A run's event loop installs
   its own handlers meanwhile (they stop the session) and puts these back when it removes
   them (asyncio and uvloop leave the default action behind).
-- after that block, the handlers before it again.
+- after that block, the handlers before it again; once the command has ended (`done`),
+  none: the status is known, and the interpreter's shutdown would otherwise put the
+  default action back.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def _install(handler: Any) -> dict[int, Any]:
 
 def early() -> None:
     _install(_exit_now)
+
+
+def done() -> None:
+    """The command has ended and its status is known: a stop signal from now on changes
+    nothing (the interpreter's shutdown puts the default action back for every signal
+    with a Python handler, which would end rtax by the signal after its work was done)."""
+    for sig in STOP_SIGNALS:
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:
+            return
 
 
 def handlers() -> dict[int, Any]:
