@@ -74,13 +74,31 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         main.close()  # never started: no "never awaited" warning on top of the error
         raise
     before = signals.handlers()
+    _deferred.clear()
+    _deferring.clear()
+    _deferring.extend(s for s, h in before.items() if h != signal.SIG_IGN)  # nohup's stay
     try:
         if factory is None:
-            return asyncio.run(_guarded(main, before))
+            return asyncio.run(_guarded(main))
         with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(_guarded(main, before))
+            return runner.run(_guarded(main))
     finally:  # the loop's handlers removed leave the default action: the caller's again
         signals.put_back(before)
+        if _deferred:  # came while the loop shut down: the caller's to act on now
+            sig = _deferred[0]
+            _deferred.clear()
+            raise KeyboardInterrupt(signal.Signals(sig).name)
+
+
+# A stop signal while the loop shuts down (its tasks cancelled, its executor joined) is
+# noted and raised once it is closed: raised in the middle, it left the executor's thread
+# calling into a closed loop (a traceback).
+_deferred: list[int] = []
+_deferring: list[int] = []  # the stop signals noted so (not those ignored before)
+
+
+def _defer(signum: int, frame: Any) -> None:
+    _deferred.append(signum)
 
 
 class _Stopped:
@@ -88,7 +106,7 @@ class _Stopped:
     taken = False  # a part of the program took it (`take_stop`): its to act on
 
 
-async def _guarded(main: Coroutine[Any, Any, T], before: dict[int, Any]) -> T:
+async def _guarded(main: Coroutine[Any, Any, T]) -> T:
     stopped = _Stopped()
     task = asyncio.current_task()
     assert task is not None
@@ -104,7 +122,7 @@ async def _guarded(main: Coroutine[Any, Any, T], before: dict[int, Any]) -> T:
         loop = asyncio.get_running_loop()
         for sig in signals.STOP_SIGNALS:
             loop.remove_signal_handler(sig)
-        signals.put_back(before)  # at once: the loop's shutdown still takes a while
+        signals.put_back(dict.fromkeys(_deferring, _defer))  # until it is closed
     if stopped.signal is not None and not stopped.taken:  # a part swallowed the cancel
         raise KeyboardInterrupt(signal.Signals(stopped.signal).name)
     return got
