@@ -159,9 +159,10 @@ async def _run(
         if status_task is not None:
             status_task.cancel()
             status.stop()
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-        evloop.guard_signals()  # a signal from now on: KeyboardInterrupt, once out of the loop
+        with signals.held():  # never the default action in between
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+            evloop.guard_signals()  # a signal from now on: KeyboardInterrupt, once out of the loop
         # remote hosts: closing a connection makes its remote reaper end what is left
         await asyncio.gather(
             *(h.close() for h in session.hosts.values() if h), return_exceptions=True
@@ -455,9 +456,10 @@ async def _probe(
         except asyncio.CancelledError:
             status = "interrupted"
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            evloop.guard_signals()
+            with signals.held():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+                evloop.guard_signals()
         emit(run_end(status, 0))
     finally:
         await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)

@@ -120,9 +120,10 @@ async def _guarded(main: Coroutine[Any, Any, T]) -> T:
         raise KeyboardInterrupt(signal.Signals(stopped.signal).name) from None
     finally:
         loop = asyncio.get_running_loop()
-        for sig in signals.STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-        signals.put_back(dict.fromkeys(_deferring, _defer))  # until it is closed
+        with signals.held():  # never the default action in between
+            for sig in signals.STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+            signals.put_back(dict.fromkeys(_deferring, _defer))  # until it is closed
     if stopped.signal is not None and not stopped.taken:  # a part swallowed the cancel
         raise KeyboardInterrupt(signal.Signals(stopped.signal).name)
     return got

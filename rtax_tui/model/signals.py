@@ -70,6 +70,22 @@ def done() -> None:
             return
 
 
+@contextmanager
+def held() -> Iterator[None]:
+    """The stop signals held back (blocked) in the block, delivered after it: around a
+    change of handlers that passes through the default action (asyncio's
+    `remove_signal_handler` sets it before the next handler is in place)."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def handlers() -> dict[int, Any]:
     """The stop signals' handlers now (to put back with `put_back`)."""
     got: dict[int, Any] = {}
