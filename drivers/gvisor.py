@@ -502,6 +502,9 @@ def _procs_naming(needle: str) -> list[int]:
         if not name.isdigit() or int(name) == me:
             continue
         try:
+            with open(f"/proc/{name}/stat", "rb") as f:  # read without the mm lock
+                if f.read().rpartition(b") ")[2][:1] == b"D":
+                    continue  # its cmdline's read could wait minutes (stage_site.CLEANUP_SH)
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 if needle.encode() in f.read():
                     out.append(int(name))

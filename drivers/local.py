@@ -115,6 +115,13 @@ class LocalDriver(Driver):
         {"workspace_persists", "workspace_size", "deep_tree", "cleanup_spares_live"}
     )
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        from rtax_tui.model.spec import OptionError
+
+        for key in options:  # the baseline takes none: a key here is a mistake
+            raise OptionError(key, "local: unknown option (local takes no options)")
+
     async def check(self) -> list[Problem]:
         return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))
 

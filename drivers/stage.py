@@ -602,6 +602,32 @@ class StageDriver(Driver):
     image_modes = ("cached", "pull", "lazy")  # drivers.toolkit.delivery
     places_workspace_alias = True  # a link in bubblewrap's own root (`bwrap_argv`)
 
+    OPTIONS = ("sandbox", "uid", "ro_binds")
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """`sandbox` (auto|bwrap), `uid` (a host uid other than 0), `ro_binds` (host
+        paths, bound read-only at the same place): any other key is refused."""
+        from rtax_tui.model.spec import OptionError
+
+        known = ", ".join(cls.OPTIONS)
+        for key in options:
+            if key not in cls.OPTIONS:
+                raise OptionError(key, f"stage: unknown option (known: {known})")
+        want = options.get("sandbox", "auto")
+        if want not in ("auto", "bwrap"):
+            raise OptionError("sandbox", f"stage: must be auto or bwrap, not {want!r}")
+        try:
+            uid_option(options)
+        except ValueError as exc:
+            raise OptionError("uid", str(exc)) from None
+        binds = options.get("ro_binds", [])
+        if not isinstance(binds, list) or len(binds) > 256:
+            raise OptionError("ro_binds", "stage: expected a list of at most 256 host paths")
+        for b in binds:
+            if not isinstance(b, str) or not b.startswith("/") or len(b) > 4096 or "\0" in b:
+                raise OptionError("ro_binds", f"stage: expected absolute host paths, got {b!r}")
+
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         want = str(options.get("sandbox", "auto"))

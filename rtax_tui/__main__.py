@@ -1,3 +1,3 @@
-from rtax_tui.commands.cli import main
+from rtax_tui.commands import main
 
 raise SystemExit(main())

@@ -62,6 +62,10 @@ done"""
 # below them), workspaces; each spared when it carries a live run's label
 # (model/runlock.py), read after the candidates are listed. Args: WORKSPACE_PREFIX
 # CGROUP_PREFIX CGROUP_ROOT; prints `removed spared`.
+# A process in uninterruptible sleep (state D: stuck in the kernel, say on a mount
+# whose daemon was killed) is skipped before its cmdline is read: that read waits for the
+# process's memory map lock, which such a process may hold for minutes (what made this
+# script run past its 60 s once dockerd was killed mid-run). Its stat is read without it.
 CLEANUP_SH = (
     r"""p=$1 cg=$2 r=$3 n=0 s=0 t=${TMPDIR:-/tmp}
 ws=; for w in "$t/$p"*; do [ -e "$w" ] && ws="$ws $w"; done
@@ -69,6 +73,8 @@ cgs=; for d in /sys/fs/cgroup/$r /sys/fs/cgroup/*/$r; do
   [ -d "$d" ] && cgs="$cgs $(find "$d" -mindepth 1 -type d -name "$cg*" 2>/dev/null)"
 done
 bw=; for d in /proc/[0-9]*; do
+  st=; read -r st < $d/stat 2>/dev/null || continue
+  case ${st##*") "} in D*) continue ;; esac
   case $(tr '\0' ' ' < $d/cmdline 2>/dev/null) in *bwrap*"$t/$p"*) bw="$bw ${d#/proc/}" ;; esac
 done
 live=$( (

@@ -29,6 +29,10 @@ def integer(lo: int, hi: int, name: str) -> Callable[[str], int]:
         text = value.strip()
         if len(text) > 25:  # int() of thousands of digits is slow, and past 64 bits anyway
             raise argparse.ArgumentTypeError(f"expected an integer {lo}..{hi}, got a long string")
+        if not text.isascii():  # int() reads any script's digits: `--port ٣` was port 3
+            raise argparse.ArgumentTypeError(
+                f"expected an integer {lo}..{hi} in ASCII digits, got {value!r}"
+            )
         try:
             n = int(text)
         except ValueError:

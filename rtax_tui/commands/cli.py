@@ -7,14 +7,15 @@ import asyncio
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rtax_tui import __version__
 from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT
-from rtax_tui.commands import argtypes
+from rtax_tui.commands import argtypes, output
 from rtax_tui.commands.argtypes import _sizes, one_line_errors_everywhere
 from rtax_tui.commands.hostflags import add_host_flags, host_overrides
+from rtax_tui.model import paths
 from rtax_tui.model.spec import RtaxError
 
 if TYPE_CHECKING:
@@ -47,6 +48,10 @@ def _csv(value: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list")
     return items
+
+
+# each driver's cleanup, at most (gVisor's once ran past a minute: drivers/gvisor.py)
+CLEANUP_TIMEOUT_S = 120
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,6 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="only these drivers' leftovers (repeatable; then no budget cgroups)",
     )
+    cl.add_argument(
+        "--timeout",
+        type=argtypes.integer(1, 3600, "timeout"),
+        default=CLEANUP_TIMEOUT_S,
+        metavar="S",
+        help=f"each driver's cleanup at most S seconds (default {CLEANUP_TIMEOUT_S}); one that "
+        "fails or runs out of time is named, the others still run, and the exit status is 1",
+    )
     add_host_flags(cl)
     one_line_errors_everywhere(p)
     return p
@@ -369,14 +382,58 @@ def _probe(args: argparse.Namespace, argv: list[str]) -> int:
     )
 
 
+# where each command's paths come from, by the flag or argument that gave them
+PATH_FLAGS = (
+    ("profile", "PROFILE"),
+    ("output", "-o"),
+    ("record", "--record"),
+    ("file", "FILE"),
+    ("a", "A"),
+    ("b", "B"),
+    ("steps_from", "--steps-from"),
+    ("paths", "FILE_OR_DIR"),
+    ("recordings", "REC"),
+    ("workspace", "--workspace"),
+    ("identity", "--identity"),
+    ("known_hosts", "--known-hosts"),
+)
+
+
+def _path_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
+    given: list[tuple[str, object]] = []
+    for key, flag in PATH_FLAGS:
+        value = getattr(args, key, None)
+        if value:
+            given.append(("--profile" if args.command == "probe" and key == "profile" else flag,
+                          value))  # fmt: skip
+    return given
+
+
+# a control character in an error (a file name may hold a newline) is shown escaped
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(32), 127) if c != 9}
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: its control characters escaped (`\\x0a`)."""
+    return text.translate(_CONTROLS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # A closed standard descriptor is held first, so that no file takes its number (the
+    # stop signals are handled already: `rtax_tui.commands.main`, model/signals.py).
+    output.prepare()
+    return output.guarded(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(args_list)
     try:
-        return _dispatch(args, args_list)
+        with paths.taking(*_path_flags(args)):  # type: ignore[arg-type]
+            return _dispatch(args, args_list)
     except RtaxError as exc:
-        print(f"rtax: error: {exc}", file=sys.stderr)
+        print(f"rtax: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except RecursionError:  # a reader's last line of defence: inputs are bounded before
         print("rtax: error: an input is nested too deeply", file=sys.stderr)
@@ -384,6 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rtax: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if output.is_stream_error(exc):
+            raise  # stdout's: `output.guarded` says it
+        print(f"rtax: error: {exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
@@ -780,6 +842,8 @@ def _cleanup(args: argparse.Namespace) -> int:
         print(f"removed {n} leftovers" if n else "nothing to clean up")
         _print_spared(runlock.take_spared())
         return 0
+    from functools import partial
+
     from rtax_tui.drivers import get_driver, names
     from rtax_tui.hosts import LocalHost, cgroups
 
@@ -789,16 +853,20 @@ def _cleanup(args: argparse.Namespace) -> int:
         print(f"rtax: unknown driver {', '.join(unknown)}", file=sys.stderr)
         return 2
 
-    async def go() -> int:
-        total = 0
-        for name in chosen:
-            n = await get_driver(name, LocalHost()).cleanup(args.run)
-            if n:
-                print(f"{name}: removed {n}")
-            total += n
-        return total
-
-    total = asyncio.run(go())
+    total, failed = 0, 0
+    for name in chosen:  # each bounded; one that fails or hangs does not stop the others
+        n, why = _cleanup_one(name, partial(get_driver, name, LocalHost()), args.run, args.timeout)
+        if why is not None:
+            failed += 1
+            print(
+                f"rtax: cleanup: {name}: {why}; what it had not removed is left "
+                f"(again: rtax cleanup --driver {name})",
+                file=sys.stderr,
+            )
+            continue
+        if n:
+            print(f"{name}: removed {n}")
+        total += n
     if args.host:
         from rtax_tui.commands.hostflags import cleanup_remote_hosts
 
@@ -834,7 +902,36 @@ def _cleanup(args: argparse.Namespace) -> int:
         n += got
     print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
     _print_spared(runlock.take_spared())
-    return 0
+    return 1 if failed else 0
+
+
+def _cleanup_one(
+    name: str, make: Callable[[], Any], run: str | None, timeout_s: float
+) -> tuple[int, str | None]:
+    """One driver's cleanup, on a thread and event loop of its own, waited for at most
+    `timeout_s`: (what it removed, None), or (0, why it did not finish). A cleanup that
+    hangs (a read of /proc that blocks, a daemon that never answers) is left behind on
+    its daemon thread; the others still run and rtax still ends."""
+    import threading
+
+    got: list[int] = []
+    err: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            got.append(asyncio.run(make().cleanup(run)))
+        except BaseException as exc:  # reported by the caller as one line
+            err.append(exc)
+
+    t = threading.Thread(target=work, name=f"cleanup-{name}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return 0, f"did not finish within {timeout_s:g} s"
+    if err:
+        exc = err[0]
+        return 0, f"failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    return got[0], None
 
 
 def _print_spared(n: int) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,11 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from rtax_tui.commands import output as stdout_guard
 from rtax_tui.engine import evloop
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import build_session
 from rtax_tui.engine.session import Session
 from rtax_tui.hosts import reaper, subreaper
+from rtax_tui.model import paths, signals
+from rtax_tui.model.events import SinkError
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.model.spec import RtaxError
 from rtax_tui.render.plaintext import styled
@@ -67,32 +71,48 @@ def _listen_for_commands(session: Session, loop: asyncio.AbstractEventLoop) -> N
     """The console's control channel: `pause`, `resume`, `stop` lines on stdin.
 
     End of input (the console went away) stops the run: nothing keeps running alone.
+    Read on a thread with plain blocking reads, so that any readable stdin works: a pipe,
+    a terminal, a file or /dev/null (which the loop's readers refuse: EPERM). A daemon
+    thread: a read still blocked when the run ends holds nothing up.
     """
     fd = sys.stdin.fileno()
-    buf = bytearray()
 
-    def readable() -> None:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            loop.remove_reader(fd)
+    def command(cmd: str) -> None:
+        if cmd == "pause":
+            session.pause()
+        elif cmd == "resume":
+            session.resume()
+        elif cmd == "stop":
             session.stop()
-            return
-        buf.extend(chunk)
-        while b"\n" in buf:
-            line, _, rest = bytes(buf).partition(b"\n")
-            buf[:] = rest
-            cmd = line.decode(errors="replace").strip()
-            if cmd == "pause":
-                session.pause()
-            elif cmd == "resume":
-                session.resume()
-            elif cmd == "stop":
-                session.stop()
 
-    loop.add_reader(fd, readable)
+    def read() -> None:
+        buf = bytearray()
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buf.extend(chunk)
+            while b"\n" in buf:
+                line, _, rest = bytes(buf).partition(b"\n")
+                buf[:] = rest
+                cmd = line.decode(errors="replace").strip()
+                try:
+                    loop.call_soon_threadsafe(command, cmd)
+                except RuntimeError:  # the loop is closed: the run is over
+                    return
+            if len(buf) > 1 << 16:  # a line that never ends is no command
+                buf.clear()
+        try:
+            loop.call_soon_threadsafe(session.stop)
+        except RuntimeError:
+            pass
+
+    threading.Thread(target=read, name="rtax-control", daemon=True).start()
 
 
 async def _run(
@@ -123,6 +143,8 @@ async def _run(
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, session.stop)
+    if evloop.take_stop():  # one came while the session was built: stop before a trial
+        session.stop()
     if control:
         _listen_for_commands(session, loop)
     status_task = None
@@ -142,8 +164,10 @@ async def _run(
         if status_task is not None:
             status_task.cancel()
             status.stop()
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
+        with signals.held():  # never the default action in between
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+            evloop.guard_signals()  # a signal from now on: KeyboardInterrupt, once out of the loop
         # remote hosts: closing a connection makes its remote reaper end what is left
         await asyncio.gather(
             *(h.close() for h in session.hosts.values() if h), return_exceptions=True
@@ -152,30 +176,72 @@ async def _run(
         subreaper.disable()
 
 
-def _tolerant(writer: RecordingWriter) -> Any:
-    """A stream sink that goes quiet when its reader goes away."""
-    dead = [False]
+class _StreamSink:
+    """The events to stdout (`-o -`). A write that fails (the reader went away: EPIPE; a
+    full disk; a closed stdout) ends this sink and nothing more is written there. With
+    `--record` the run goes on into its file (the console that read the stream is gone;
+    the recording is what it keeps); alone, the run stops (`SinkError`) and rtax ends as
+    `output.stream_failed` says: quietly with 141 for a closed pipe, one line else."""
 
-    def write(ev: dict[str, Any]) -> None:
-        if not dead[0]:
-            try:
-                writer.write(ev)
-            except OSError:
-                dead[0] = True
+    def __init__(self, writer: RecordingWriter, keep_going: bool) -> None:
+        self.writer = writer
+        self.keep_going = keep_going
+        self.error: OSError | None = None
 
-    return write
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if self.error is not None:
+            return
+        try:
+            self.writer.write(ev)
+        except OSError as exc:
+            self.error = exc
+            stdout_guard.silence_stdout()
+            if not self.keep_going:
+                raise SinkError(f"standard output: {exc.strerror or exc}") from None
 
 
 def _open_recording(path: Path) -> RecordingWriter:
     try:
         return RecordingWriter.open(path)
     except FileExistsError:
+        if path.is_symlink() and not path.exists():
+            why = "a symbolic link that points nowhere; name another file"
+            raise RtaxError(f"{path}: {why}") from None
         raise RtaxError(f"{path}: already exists; rtax never overwrites a recording") from None
     except OSError as exc:
-        raise RtaxError(f"{path}: cannot write the recording ({exc.strerror})") from None
+        raise RtaxError(f"{path}: cannot write the recording ({paths.reason(exc)})") from None
 
 
 def run_headless(
+    profile: Profile,
+    output: str | None,
+    argv: list[str],
+    *,
+    record: str | None = None,
+    control: bool = False,
+    quiet: bool = False,
+    thresholds: Sequence[Threshold] = (),
+    summary: str | None = None,
+    junit: str | None = None,
+) -> int:
+    """`_run_headless`, where a stop signal is a KeyboardInterrupt (model/signals.py):
+    before the run's loop takes them, and after, the recording is closed (kept once it
+    has its header, else its temporary file removed) and rtax ends with 130."""
+    with signals.armed():
+        return _run_headless(
+            profile,
+            output,
+            argv,
+            record=record,
+            control=control,
+            quiet=quiet,
+            thresholds=thresholds,
+            summary=summary,
+            junit=junit,
+        )
+
+
+def _run_headless(
     profile: Profile,
     output: str | None,
     argv: list[str],
@@ -211,20 +277,21 @@ def run_headless(
     # holds no event in memory (a soak's RSS stays flat); a stream alone is collected.
     collector = _Collector() if file_writer is None and (not quiet or gated) else None
     sinks: list[Any] = [w.write for w in writers]
-    if to_stdout and path is not None:
-        sinks[0] = _tolerant(writers[0])  # a reader that went away must not lose the file
+    stream: _StreamSink | None = None
+    if to_stdout:  # a reader that went away must not lose the file
+        stream = sinks[0] = _StreamSink(writers[0], keep_going=path is not None)
     if collector is not None:
         sinks.append(collector)
     try:
         status, fault = evloop.run(_run(profile, sinks, argv, err, control))
     except BaseException:
         for w in writers:
-            w.close()
-        if path is not None and file_writer is not None and file_writer.lines == 0:
-            path.unlink(missing_ok=True)  # failed before the first event: nothing to keep
+            w.close()  # before its header, a recording is only a temporary file: removed
         raise
     for w in writers:
         w.close()
+    if stream is not None and stream.error is not None and path is None:
+        return stdout_guard.stream_failed(stream.error)  # nothing else to keep or say
     held = True
     if not quiet or gated:
         rec: Recording | None = None
@@ -247,11 +314,9 @@ def run_headless(
         elif thresholds:
             print("threshold BREACHED: the run recorded no trial to check", file=sys.stderr)
             held = False
-    if path is not None:
+    if path is not None and file_writer is not None and file_writer.published:
         print(f"recording: {path}", file=sys.stderr)  # unwrapped: scripts read this line
-    if fault is not None:
-        if path is not None and writers[-1].lines == 0:
-            path.unlink(missing_ok=True)  # not even the header fitted: nothing to keep
+    if fault is not None:  # not even the header fitted: no file was kept (close removed it)
         print(f"rtax: error: {fault}", file=sys.stderr)
         return 1
     if status == "interrupted":
@@ -276,6 +341,19 @@ def run_probe_command(
 
     The exit status is 0 whatever the checks find (a breach is a measurement); the
     last result of each host/driver is kept for the headers of later runs."""
+    with signals.armed():
+        return _probe_command(drivers, channels, profile, fmt=fmt, output=output, argv=argv)
+
+
+def _probe_command(
+    drivers: list[str],
+    channels: list[str],
+    profile: Profile,
+    *,
+    fmt: str,
+    output: str | None,
+    argv: list[str],
+) -> int:
     from datetime import UTC, datetime
 
     from rtax_tui.engine.probe import state as probe_state
@@ -413,8 +491,10 @@ async def _probe(
         except asyncio.CancelledError:
             status = "interrupted"
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+            with signals.held():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+                evloop.guard_signals()
         emit(run_end(status, 0))
     finally:
         await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)

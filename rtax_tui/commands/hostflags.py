@@ -19,10 +19,26 @@ def _csv(value: str) -> list[str]:
     return items
 
 
+def _hosts(value: str) -> list[str]:
+    """`--host`: the list, each ssh:// URL read now (a host name that is no name, a label
+    over 63 bytes: one line naming the flag, before anything connects)."""
+    items = _csv(value)
+    for item in items:
+        if item.startswith("ssh://"):
+            from rtax_tui.hosts.ssh import parse_ssh_url
+            from rtax_tui.model.spec import RtaxError
+
+            try:
+                parse_ssh_url(item)
+            except RtaxError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+    return items
+
+
 def add_host_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host",
-        type=_csv,
+        type=_hosts,
         help="hosts, comma-separated: local, ssh://[user@]host[:port], or [hosts.NAME] names",
     )
     p.add_argument("--identity", metavar="FILE", help="SSH private key for the ssh:// hosts")

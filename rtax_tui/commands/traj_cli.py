@@ -80,7 +80,10 @@ def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run_traj(args: argparse.Namespace, argv: list[str]) -> int:
     if args.traj_command == "inspect":
         return _inspect(args)
-    return _prepare(args, argv)
+    from rtax_tui.model import signals
+
+    with signals.armed():  # a signal removes the unfinished recording (KeyboardInterrupt)
+        return _prepare(args, argv)
 
 
 def _print_json(obj: object) -> None:
@@ -111,8 +114,9 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
     from rtax_tui.analysis.report import build_report
     from rtax_tui.engine.session import new_run_id
     from rtax_tui.engine.traj.prepare import plan_tasks, run_prepare
+    from rtax_tui.model import paths
     from rtax_tui.model.events import FORMAT
-    from rtax_tui.model.recording import RecordingWriter, read_recording
+    from rtax_tui.model.recording import RecordingWriteError, RecordingWriter, read_recording
     from rtax_tui.model.spec import RtaxError
 
     workspace = Path(args.workspace) if args.workspace else None
@@ -122,11 +126,17 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
         out = Path(args.output)
     else:
         out = Path("recordings") / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-traj.jsonl")
-    if out.exists():
+    if os.path.lexists(out):
+        if out.is_symlink() and not out.exists():
+            raise RtaxError(f"-o {out}: a symbolic link that points nowhere; name another file")
         raise RtaxError(f"{out}: exists; name another recording with -o")
     # every input is read once before the recording exists: a bad file fails here
     tasks, _ = plan_tasks(args.paths, args.repeat, args.shuffle, args.seed, args.max_prefixes)
-    writer = RecordingWriter.open(out)
+    # written under a temporary name, linked to `out` only when whole (run_end written)
+    try:
+        writer = RecordingWriter.open(out, publish="explicit")
+    except OSError as exc:
+        raise paths.path_error("-o", out, exc) from None
     t0 = time.monotonic_ns()
     try:
         writer.write(
@@ -172,13 +182,15 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
                 "prep": result,
             }
         )
-    except BaseException:
-        writer.write(
-            {"type": "run_end", "t_ns": time.monotonic_ns() - t0, "status": "failed", "trials": 0}
-        )
-        raise
+        writer.publish()
+    except RecordingWriteError as exc:
+        raise RtaxError(
+            f"-o {out}: cannot write the recording ({exc.strerror}); nothing was kept"
+        ) from None
+    except OSError as exc:
+        raise paths.path_error("-o", out, exc) from None
     finally:
-        writer.close()
+        writer.close()  # unpublished (a failure, a signal): its temporary file is removed
     report = build_report(read_recording(out))
     if args.format == "json":
         _print_json({"recording": str(out), **report["prep"], "run_end": result})

@@ -35,7 +35,8 @@ RATE_EPISODE = 32  # arrivals of a `rate` cell per episode (at most)
 IN_FLIGHT_MAX = 1024  # trials of an episode in flight at once
 ALLOWED = "sequential, burst:N (N at once), rate:R (R a second, Poisson)"
 
-_PATTERN = re.compile(r"(sequential)|burst:(\d{1,5})|rate:(\d{1,6}(?:\.\d{1,6})?)")
+# ASCII digits only: `\d` alone would take any script's (burst:٣ read as 3)
+_PATTERN = re.compile(r"(sequential)|burst:(\d{1,5})|rate:(\d{1,6}(?:\.\d{1,6})?)", re.ASCII)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any, TypeVar
 
+from rtax_tui.model import signals
 from rtax_tui.model.spec import RtaxError
 
 ENV = "RTAX_LOOP"
@@ -62,17 +64,115 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)` on the chosen loop (the same runner: SIGINT cancels `main`,
-    async generators and the default executor are shut down at the end)."""
+    """`asyncio.run(main)` on the chosen loop (the same runner: async generators and the
+    default executor are shut down at the end). A stop signal (SIGINT, SIGTERM, SIGHUP)
+    cancels `main` (`guard_signals`), which then raises KeyboardInterrupt: never an
+    exception raised in the middle of one of the loop's callbacks."""
     try:
         factory = loop_factory()
     except BaseException:
         main.close()  # never started: no "never awaited" warning on top of the error
         raise
-    if factory is None:
-        return asyncio.run(main)
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main)
+    before = signals.handlers()
+    _deferred.clear()
+    _deferring.clear()
+    _deferring.extend(s for s, h in before.items() if h != signal.SIG_IGN)  # nohup's stay
+    try:
+        if factory is None:
+            return asyncio.run(_guarded(main))
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(_guarded(main))
+    finally:  # the loop's handlers removed leave the default action: the caller's again
+        signals.put_back(before)
+        if _deferred:  # came while the loop shut down: the caller's to act on now
+            sig = _deferred[0]
+            _deferred.clear()
+            raise KeyboardInterrupt(signal.Signals(sig).name)
+
+
+# A stop signal while the loop shuts down (its tasks cancelled, its executor joined) is
+# noted and raised once it is closed: raised in the middle, it left the executor's thread
+# calling into a closed loop (a traceback).
+_deferred: list[int] = []
+_deferring: list[int] = []  # the stop signals noted so (not those ignored before)
+
+
+def _defer(signum: int, frame: Any) -> None:
+    _deferred.append(signum)
+
+
+class _Stopped:
+    signal: int | None = None
+    taken = False  # a part of the program took it (`take_stop`): its to act on
+
+
+async def _guarded(main: Coroutine[Any, Any, T]) -> T:
+    stopped = _Stopped()
+    task = asyncio.current_task()
+    assert task is not None
+    task.rtax_stopped = stopped  # type: ignore[attr-defined]
+    guard_signals()
+    try:
+        got = await main
+    except asyncio.CancelledError:
+        if stopped.signal is None:
+            raise
+        raise KeyboardInterrupt(signal.Signals(stopped.signal).name) from None
+    finally:
+        loop = asyncio.get_running_loop()
+        with signals.held():  # never the default action in between
+            for sig in signals.STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+            signals.put_back(dict.fromkeys(_deferring, _defer))  # until it is closed
+    if stopped.signal is not None and not stopped.taken:  # a part swallowed the cancel
+        raise KeyboardInterrupt(signal.Signals(stopped.signal).name)
+    return got
+
+
+def _main_task() -> tuple[asyncio.Task[Any], _Stopped] | None:
+    """`run`'s main task on the running loop, with its stop signal's record."""
+    for t in asyncio.all_tasks():
+        stopped = getattr(t, "rtax_stopped", None)
+        if isinstance(stopped, _Stopped):
+            return t, stopped
+    return None
+
+
+def _stopped() -> _Stopped | None:
+    got = _main_task()
+    return None if got is None else got[1]
+
+
+def take_stop() -> bool:
+    """Whether a stop signal came before a part installed its own handlers (which are
+    then its to act on: a run stops its session); taken, it raises nothing more."""
+    stopped = _stopped()
+    if stopped is None or stopped.signal is None:
+        return False
+    stopped.taken = True
+    return True
+
+
+def guard_signals() -> None:
+    """On the running loop of `run`: each stop signal cancels its main task (which then
+    raises KeyboardInterrupt). A part that installs its own handlers calls this again
+    when it removes them."""
+    loop = asyncio.get_running_loop()
+    got = _main_task()
+    if got is None:
+        return
+    task, stopped = got
+
+    def stop(sig: int) -> None:
+        if stopped.signal is None:
+            stopped.signal = sig
+            task.cancel()
+
+    for sig in signals.STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, stop, sig)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+            return
 
 
 def describe(loop: asyncio.AbstractEventLoop | None = None) -> str:

@@ -589,6 +589,23 @@ def _modes(modes: Any, where: Where) -> tuple[str, ...]:
         raise ProfileError(str(exc)) from None
 
 
+OPTIONS_DEPTH = 8  # the deepest nesting a driver's options may hold (tables, arrays)
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests lists and tables (a scalar: 0); without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            d += 1
+            deepest = max(deepest, d)
+            if deepest > OPTIONS_DEPTH:
+                return deepest
+            stack.extend((x, d) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def _drivers_options(opts: dict[str, Any], where: Where) -> dict[str, Any]:
     """`[drivers_options.NAME]`: a table per driver, checked by the driver."""
     from rtax_tui.drivers import names as driver_names
@@ -596,6 +613,11 @@ def _drivers_options(opts: dict[str, Any], where: Where) -> dict[str, Any]:
 
     known = driver_names()
     for name, body in opts.items():
+        if _depth(body) > OPTIONS_DEPTH:  # a header with it must still encode (orjson: 254)
+            raise ProfileError(
+                f"{where('drivers_options.' + name, None)}: drivers_options.{name}: nested "
+                f"more than {OPTIONS_DEPTH} levels deep"
+            )
         instance = isinstance(body, dict) and INSTANCE_KEY in body
         if not isinstance(body, dict) or (name not in known and not instance):
             raise ProfileError(

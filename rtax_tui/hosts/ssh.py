@@ -153,6 +153,41 @@ class SSHTarget:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _private_key(path: str) -> Any:
+    """The `--identity` key, read now: a file that is no private key asyncssh can import
+    (or that cannot be read) is one line naming the flag."""
+    import asyncssh
+
+    try:
+        return asyncssh.read_private_key(path)
+    except OSError as exc:
+        raise RtaxError(f"--identity {path}: cannot read it ({exc.strerror or exc})") from None
+    except (asyncssh.KeyImportError, ValueError) as exc:
+        raise RtaxError(f"--identity {path}: not a private key rtax can use ({exc})") from None
+
+
+def host_name_wrong(host: str) -> str | None:
+    """Why `host` (a name or an address) is no host name a resolver takes: a label over
+    63 bytes, a name over 253, one IDNA cannot encode; None when it is one."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError as exc:
+        return f"IDNA cannot encode it: {exc}"
+    if len(encoded.rstrip(b".")) > 253:
+        return "longer than 253 bytes"
+    for label in encoded.rstrip(b".").split(b"."):
+        if not 0 < len(label) <= 63:
+            return "a label is empty or longer than 63 bytes"
+    return None
+
+
 def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     """`ssh://[user@]host[:port]` -> SSHTarget named `user@host:port`."""
     shown = url if len(url) <= 80 else url[:77] + "..."  # an error is one short line
@@ -162,13 +197,16 @@ def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     user, _, hostport = rest.rpartition("@")
     host, port = hostport, 22
     # a port of at most 5 digits: int() of thousands would hit Python's limit
-    m = re.fullmatch(r"\[([^\]]+)\](?::(\d{1,5}))?|([^:]+)(?::(\d{1,5}))?", hostport)
+    m = re.fullmatch(r"\[([^\]]+)\](?::([0-9]{1,5}))?|([^:]+)(?::([0-9]{1,5}))?", hostport)
     if not m:
         raise RtaxError(f"host {shown!r}: cannot read host and port")
     host = m.group(1) or m.group(3)
     port = int(m.group(2) or m.group(4) or 22)
     if not host or not (0 < port < 65536):
         raise RtaxError(f"host {shown!r}: bad host or port")
+    why = host_name_wrong(host)
+    if why is not None:
+        raise RtaxError(f"host {shown!r}: not a host name ({why})")
     name = f"{user + '@' if user else ''}{host}:{port}"
     return SSHTarget(name=name, address=host, user=user or None, port=port, **kw)
 
@@ -378,7 +416,7 @@ class SSHHost(Host):
         if t.user:  # else asyncssh's default (the local user, or ~/.ssh/config's); None breaks it
             kw["username"] = t.user
         if t.identity:
-            kw["client_keys"] = [t.identity]
+            kw["client_keys"] = [_private_key(t.identity)]
         if t.trust_new:
             kw["known_hosts"] = None
         elif t.known_hosts:

@@ -6,8 +6,10 @@ decoding and the format's history) are defined in `model.events`.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,7 @@ class RecordingWriteError(SinkError):
         )
         self.path = path
         self.lines = lines
+        self.strerror = strerror
 
 
 class RecordingWriter:
@@ -68,11 +71,50 @@ class RecordingWriter:
         self.failed = False
         self.lines = 0
         self._end = 0  # the end of the last complete line, in bytes (files only)
+        self._pending: str | None = None  # the temporary name, until linked to `path`
+        self._publish_on_header = False
+        self.published = path is not None
 
     @classmethod
-    def open(cls, path: Path) -> RecordingWriter:
+    def open(cls, path: Path, *, publish: str = "header") -> RecordingWriter:
+        """A new recording at `path`, never one that exists. It is written under a
+        temporary name beside `path` (`.NAME.XXXX.part`) and linked into place when its
+        first line (the header) is whole (`publish="header"`), or when the writer's owner
+        calls `publish()` (`publish="explicit"`: a file that is only kept whole). So the
+        name never holds an empty or headless file, whatever signal comes when; a writer
+        closed before that removes its temporary file."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        return cls(open(path, "xb", buffering=0), path)  # noqa: SIM115
+        try:
+            os.lstat(path)  # a name too long, a directory not there: the error now
+        except FileNotFoundError:
+            pass
+        else:
+            raise FileExistsError(errno.EEXIST, "File exists", str(path))
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".part")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+            writer = cls(os.fdopen(fd, "wb", buffering=0), path)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        writer._pending = tmp
+        writer._publish_on_header = publish == "header"
+        writer.published = False
+        return writer
+
+    def publish(self) -> None:
+        """Link the temporary file to its name (FileExistsError when another file took
+        the name meanwhile: it is never replaced), then remove the temporary name."""
+        if self._pending is None or self.path is None:
+            return
+        os.link(self._pending, self.path)
+        self.published = True
+        tmp, self._pending = self._pending, None
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
     def write(self, event: dict[str, Any]) -> None:
         if self.closed or self.failed:
@@ -99,6 +141,14 @@ class RecordingWriter:
                     str(self.path), exc.strerror or str(exc), self.lines
                 ) from None
             self._end += len(line)
+            if self._publish_on_header and self._pending is not None:
+                try:
+                    self.publish()
+                except OSError as exc:
+                    self.failed = True
+                    raise RecordingWriteError(
+                        str(self.path), exc.strerror or str(exc), self.lines
+                    ) from None
         self.lines += 1
 
     def close(self) -> None:
@@ -106,6 +156,18 @@ class RecordingWriter:
             self.closed = True
             if self.path is not None:
                 self._stream.close()
+        if self._pending is not None:  # never published: nothing is kept
+            tmp, self._pending = self._pending, None
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @dataclass
@@ -243,4 +305,83 @@ def check_header(name: str, lineno: int, ev: dict[str, Any]) -> dict[str, Any]:
         raise RecordingError(f"{name}:{lineno}: the first event must be `run`")
     if ev.get("format") != FORMAT:
         raise RecordingError(f"{name}:{lineno}: format {ev.get('format')!r} is not {FORMAT!r}")
+    why = header_fields_wrong(ev)
+    if why is not None:
+        raise RecordingError(f"{name}:{lineno}: {why}")
     return ev
+
+
+_COUNTS = ("blocked", "held", "breached", "n/a", "promised")
+
+
+def _str_list(v: Any) -> bool:
+    return v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+def _boundary_wrong(b: Any) -> str | None:
+    """A driver's `boundary` in the header, as `render.reporting.boundary_line` and the
+    console's boundary view read it."""
+    if not isinstance(b, dict):
+        return "expected an object"
+    for key in ("status", "probed_at"):
+        if b.get(key) is not None and not isinstance(b[key], str):
+            return f"{key}: expected a string"
+    summary = b.get("summary")
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        return "summary: expected an object"
+    for key in _COUNTS:
+        v = summary.get(key)
+        if v is not None and (type(v) is not int or v < 0):
+            return f"summary.{key}: expected a count"
+    for key in ("breached_checks", "broken_promises"):
+        if not _str_list(summary.get(key)):
+            return f"summary.{key}: expected a list of strings"
+    return None
+
+
+def header_fields_wrong(ev: dict[str, Any]) -> str | None:
+    """What is wrong in a `run` header's nested fields, to the depth its readers (report,
+    compare, the console) use them; None when nothing is. The event schema checks the
+    top level (`check_event`); here: `profile.name`, `limits`, and each
+    `hosts.HOST.drivers.DRIVER` (`boundary`, `integrity`, `limits`)."""
+    profile = ev.get("profile")
+    if isinstance(profile, dict):
+        for key in ("name", "path"):
+            if profile.get(key) is not None and not isinstance(profile[key], str):
+                return f"run.profile.{key}: expected a string"
+    limits = ev.get("limits")
+    if isinstance(limits, dict):
+        for k, v in limits.items():
+            if v is not None and not isinstance(v, str | int | float):
+                return f"run.limits.{k}: expected a number or a string"
+    hosts = ev.get("hosts")
+    if not isinstance(hosts, dict):
+        return None  # the schema's
+    for host, facts in hosts.items():
+        if not isinstance(facts, dict):
+            return f"run.hosts.{host}: expected an object"
+        drivers = facts.get("drivers")
+        if drivers is None:
+            continue
+        if not isinstance(drivers, dict):
+            return f"run.hosts.{host}.drivers: expected an object"
+        for d, df in drivers.items():
+            where = f"run.hosts.{host}.drivers.{d}"
+            if not isinstance(df, dict):
+                return f"{where}: expected an object"
+            if "boundary" in df:
+                why = _boundary_wrong(df["boundary"])
+                if why is not None:
+                    return f"{where}.boundary: {why}"
+            integrity = df.get("integrity")
+            if integrity is not None:
+                if not isinstance(integrity, dict):
+                    return f"{where}.integrity: expected an object"
+                for ch, v in integrity.items():
+                    if v is not None and not isinstance(v, str):
+                        return f"{where}.integrity.{ch}: expected a string or null"
+            if df.get("limits") is not None and not isinstance(df["limits"], str):
+                return f"{where}.limits: expected a string"
+    return None

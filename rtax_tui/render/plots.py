@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rtax_tui.model import paths
 from rtax_tui.model.fold import TrialFold, TrialOutcome
 from rtax_tui.model.recording import Recording
 from rtax_tui.model.spec import RtaxError
@@ -604,10 +605,11 @@ def plot(recs: Sequence[Recording], kind: str, out: str | Path) -> Path:
     DRAW[kind](fig, cells, names)
     _unique_ids(fig)
     meta = {"Date": None} if path.suffix.lower() == ".svg" else {}
-    try:
-        fig.savefig(path, metadata=meta, dpi=120)
-    except OSError as exc:
-        raise PlotError(f"-o {out}: cannot write ({exc.strerror})") from None
+    fmt = path.suffix.lower().lstrip(".")
+    try:  # whole or not at all: a full disk leaves no cut figure (nor replaces one)
+        paths.atomic_write(path, lambda f: fig.savefig(f, format=fmt, metadata=meta, dpi=120))
+    except RtaxError as exc:
+        raise PlotError(f"cannot write the figure: {exc}") from None
     return path
 
 

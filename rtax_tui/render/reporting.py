@@ -6,6 +6,7 @@ The figures are computed in `rtax_tui.analysis`; this module only formats them.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -387,14 +388,23 @@ def render_project(proj: dict[str, Any]) -> Table:
     return table
 
 
+class _OutConsole(Console):
+    """A closed pipe is the caller's to end (rtax's one writer, `commands/output.py`:
+    status 141, quietly); Rich's own answer is SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
 def out_console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when writing to a pipe or file,
     and reads no markup: a string is printed as it is (a recording's or a trajectory's
     text, e.g. `[link=...]`, never becomes a link, a hidden span or a style); rtax's own
     styles are `Text` spans (`plaintext.styled`)."""
-    c = Console(stderr=stderr, markup=False)
+    c = _OutConsole(stderr=stderr, markup=False)
     if not c.is_terminal:
-        c = Console(stderr=stderr, width=180, markup=False)
+        c = _OutConsole(stderr=stderr, width=180, markup=False)
     return c
 
 

@@ -56,7 +56,8 @@ from rtax_tui.engine.profile_toml import (
     parse_inline,
     profiles_dir,
 )
-from rtax_tui.model.spec import CHANNELS, WORKLOAD_NAMES
+from rtax_tui.model.paths import atomic_write
+from rtax_tui.model.spec import CHANNELS, WORKLOAD_NAMES, RtaxError
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
@@ -669,7 +670,12 @@ class LauncherScreen(Screen[None]):
         origin = f"rerun of {self.rerun_of}" if self.rerun_of else f"from {self.source}"
         note = f"made by the rtax console, {origin}"
         again = shlex.join(["rtax", "run", str(prof), *self.ssh_flags])
-        prof.write_text(dump(data, comment=f"{note}\nrun again: {again}"))
+        text = dump(data, comment=f"{note}\nrun again: {again}").encode()
+        try:  # whole or not at all (a full disk leaves no cut profile)
+            atomic_write(prof, lambda f: f.write(text), flag="profile")
+        except RtaxError as exc:
+            self.notify(str(exc), severity="error")
+            return None
         from rtax_tui.ui.feeds import engine_argv
 
         screen = MonitorScreen(
@@ -694,7 +700,12 @@ class LauncherScreen(Screen[None]):
             self.notify(f"{out} exists: rename the profile (its `name`) first", severity="error")
             return
         out.parent.mkdir(exist_ok=True)
-        out.write_text(dump(data, comment=f"saved from the rtax console (from {self.source})"))
+        text = dump(data, comment=f"saved from the rtax console (from {self.source})").encode()
+        try:  # whole or not at all (a full disk leaves no cut profile)
+            atomic_write(out, lambda f: f.write(text), flag="profile")
+        except RtaxError as exc:
+            self.notify(str(exc), severity="error")
+            return
         self.notify(f"saved {out}: rtax run {out}")
         self._fill_profiles()
 
