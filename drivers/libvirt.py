@@ -72,6 +72,7 @@ from rtax_tui.model.spec import (
 from rtax_tui.model.waits import waiting_on
 
 DEFAULT_URI = "qemu:///system"
+LIBVIRT_OPTIONS = ("uri", "append")  # beside the VM options of toolkit.vmguest
 NS = "https://rtax.dev/libvirt/1"
 PID_DIR = "/run/libvirt/qemu"
 SETUP_TIMEOUT_S = 60.0
@@ -335,9 +336,13 @@ class LibvirtDriver(Driver):
         )
         return out
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        parse_options(cls.name, options, LIBVIRT_OPTIONS)
+
     def __init__(self, host: Any, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.opts = parse_options(self.name, options, ("uri", "append"))
+        self.opts = parse_options(self.name, options, LIBVIRT_OPTIONS)
         self.uri = str(options.get("uri", DEFAULT_URI))
         append = options.get("append", "")
         if not isinstance(append, str):

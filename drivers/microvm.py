@@ -259,6 +259,10 @@ class MicrovmDriver(Driver):
 
     extra_options: tuple[str, ...] = ("append",)
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        parse_options(cls.name, options, cls.extra_options)
+
     def promised_checks(self) -> frozenset[str]:
         if self.opts.start != "boot":
             return self.boundary - {"workspace_size"}

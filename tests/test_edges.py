@@ -14,6 +14,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -292,16 +293,33 @@ def test_t7_driver_options_are_declared(tmp_path: Path, body: str, says: str) ->
 # -- T8, T9: SSH client errors ---------------------------------------------------------------
 
 
-def test_t8_an_identity_that_is_no_key_is_one_line_naming_the_flag() -> None:
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        ("empty", "not a private key"),  # a regular file asyncssh cannot import
+        ("devnull", "cannot read a private key (not a regular file)"),
+        ("fifo", "cannot read a private key (not a regular file)"),  # never waited on
+    ],
+)
+def test_t8_an_identity_that_is_no_key_is_one_line_naming_the_flag(
+    tmp_path: Path, make: str, says: str
+) -> None:
     from rtax_tui.hosts.ssh import SSHHost, parse_ssh_url
     from rtax_tui.model.spec import RtaxError
 
-    host = SSHHost(parse_ssh_url("ssh://127.0.0.1:1", identity=os.devnull))
-    with pytest.raises(RtaxError, match=r"^--identity /dev/null: not a private key"):
+    path = str(tmp_path / "id")
+    if make == "empty":
+        Path(path).write_bytes(b"")
+    elif make == "fifo":
+        os.mkfifo(path)
+    else:
+        path = os.devnull
+    host = SSHHost(parse_ssh_url("ssh://127.0.0.1:1", identity=path))
+    with pytest.raises(RtaxError, match=rf"^--identity {re.escape(path)}: {re.escape(says)}"):
         host._options()
-    res = rtax("doctor", "--host", "ssh://127.0.0.1:1", "--identity", os.devnull)
+    res = rtax("doctor", "--host", "ssh://127.0.0.1:1", "--identity", path)
     assert b"Traceback" not in res.stderr and b"KeyImportError" not in res.stdout + res.stderr
-    assert b"--identity /dev/null: not a private key" in res.stdout + res.stderr
+    assert f"--identity {path}: {says}".encode() in res.stdout + res.stderr
 
 
 def test_t9_a_host_label_over_63_bytes_is_one_line_naming_the_flag() -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import IO
 
+from rtax_tui.model.events import one_line
 from rtax_tui.model.inputs import (
     BATCH_MAX,
     CONCURRENCY_MAX,
@@ -68,10 +70,21 @@ def one_line_errors(parser: argparse.ArgumentParser, name: str) -> None:
     (argparse's own error prints the usage first)."""
 
     def error(message: str) -> None:
-        print(f"rtax {name}: error: {message}", file=sys.stderr)
+        print(f"rtax {name}: error: {one_line(message)}", file=sys.stderr)
         raise SystemExit(2)
 
     parser.error = error  # type: ignore[method-assign,assignment]
+    parser._print_message = _print_message  # type: ignore[method-assign,assignment]
+
+
+def _print_message(message: str | None, file: IO[str] | None = None) -> None:
+    """argparse's writer of `--help` and `--version`, which swallows a write error (a
+    help into /dev/full said nothing and exited 0): here the error goes on to rtax's one
+    writer (`commands/output.py`: a closed pipe 141, a full disk one line and 1)."""
+    if message:
+        f = file or sys.stderr
+        f.write(message)
+        f.flush()
 
 
 def one_line_errors_everywhere(parser: argparse.ArgumentParser, name: str = "") -> None:
@@ -82,10 +95,11 @@ def one_line_errors_everywhere(parser: argparse.ArgumentParser, name: str = "") 
     else:
 
         def error(message: str) -> None:
-            print(f"rtax: error: {message}", file=sys.stderr)
+            print(f"rtax: error: {one_line(message)}", file=sys.stderr)
             raise SystemExit(2)
 
         parser.error = error  # type: ignore[method-assign,assignment]
+        parser._print_message = _print_message  # type: ignore[method-assign,assignment]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub_name, sub in action.choices.items():

@@ -16,6 +16,7 @@ from rtax_tui.commands import argtypes, output
 from rtax_tui.commands.argtypes import _sizes, one_line_errors_everywhere
 from rtax_tui.commands.hostflags import add_host_flags, host_overrides
 from rtax_tui.model import paths
+from rtax_tui.model.events import one_line
 from rtax_tui.model.spec import RtaxError
 
 if TYPE_CHECKING:
@@ -335,7 +336,7 @@ def _add_probe_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     )
 
     def one_line_error(message: str) -> None:  # bad input: one line that names the field
-        print(f"rtax probe: error: {message}", file=sys.stderr)
+        print(f"rtax probe: error: {one_line(message)}", file=sys.stderr)
         raise SystemExit(2)
 
     pb.error = one_line_error
@@ -410,12 +411,6 @@ def _path_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
 
 
 # a control character in an error (a file name may hold a newline) is shown escaped
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(32), 127) if c != 9}
-
-
-def one_line(text: str) -> str:
-    """`text` on one line: its control characters escaped (`\\x0a`)."""
-    return text.translate(_CONTROLS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -850,7 +845,7 @@ def _cleanup(args: argparse.Namespace) -> int:
     chosen = [d for d in names() if not args.driver or d in args.driver]
     unknown = sorted(set(args.driver or ()) - set(names()))
     if unknown:
-        print(f"rtax: unknown driver {', '.join(unknown)}", file=sys.stderr)
+        print(f"rtax: unknown driver {one_line(', '.join(unknown))}", file=sys.stderr)
         return 2
 
     total, failed = 0, 0

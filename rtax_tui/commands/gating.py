@@ -3,9 +3,11 @@ Markdown step summary (`--summary FILE`) a CI job shows."""
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 from rtax_tui.analysis.gates import (
     Threshold,
@@ -14,7 +16,9 @@ from rtax_tui.analysis.gates import (
     print_gates,
     table_texts,
 )
-from rtax_tui.model.spec import RtaxError
+from rtax_tui.model.events import visible
+from rtax_tui.model.inputs import read_input
+from rtax_tui.model.paths import atomic_write, path_error
 
 
 def parse_thresholds(resolved: Any, cli: Sequence[str]) -> list[Threshold]:
@@ -32,13 +36,39 @@ def gates_markdown(results: Sequence[Any]) -> str:
     return "\n".join(lines + [""])
 
 
+SUMMARY_MAX = 64 << 20  # a step summary rtax appends to (GitHub's own limit is 1 MiB)
+
+
+def _text_bytes(text: str) -> bytes:
+    """UTF-8; a byte of an argument that is not UTF-8 (a surrogate) as `\\xNN`."""
+    shown: str = visible(text)
+    return shown.encode("utf-8")
+
+
+def _put(f: IO[bytes], data: bytes) -> None:
+    f.write(data)
+
+
 def append_summary(path: str, text: str) -> None:
-    """Appended, as GitHub's $GITHUB_STEP_SUMMARY expects of each step."""
+    """Appended, as GitHub's $GITHUB_STEP_SUMMARY expects of each step. A regular file (or
+    none yet) is rewritten whole, beside it, and renamed: a full disk or a signal leaves
+    it as it was; anything else (a pipe, /dev/stdout) is appended to."""
+    add = _text_bytes(text.rstrip("\n") + "\n\n")
     try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text.rstrip("\n") + "\n\n")
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
     except OSError as exc:
-        raise RtaxError(f"{path}: --summary: cannot write ({exc.strerror})") from None
+        raise path_error("--summary", path, exc) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        try:
+            with open(path, "ab") as f:
+                f.write(add)
+        except OSError as exc:
+            raise path_error("--summary", path, exc) from None
+        return
+    old = read_input(path, "the summary", SUMMARY_MAX, prefix="") if st is not None else b""
+    atomic_write(path, lambda f: _put(f, old + add), flag="--summary")
 
 
 def apply_gates(
@@ -83,11 +113,9 @@ def junit_xml(suite: str, cases: Sequence[tuple[str, str, str | None]]) -> str:
 
 
 def write_junit(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise RtaxError(f"{path}: --junit: cannot write ({exc.strerror})") from None
+    """Written whole (beside it, then renamed)."""
+    data = _text_bytes(text)
+    atomic_write(path, lambda f: _put(f, data), flag="--junit")
 
 
 def gates_junit(results: Sequence[Any]) -> str:

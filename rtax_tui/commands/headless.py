@@ -21,7 +21,7 @@ from rtax_tui.engine.runner import build_session
 from rtax_tui.engine.session import Session
 from rtax_tui.hosts import reaper, subreaper
 from rtax_tui.model import paths, signals
-from rtax_tui.model.events import SinkError
+from rtax_tui.model.events import SinkError, one_line
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.model.spec import RtaxError
 from rtax_tui.render.plaintext import styled
@@ -315,9 +315,9 @@ def _run_headless(
             print("threshold BREACHED: the run recorded no trial to check", file=sys.stderr)
             held = False
     if path is not None and file_writer is not None and file_writer.published:
-        print(f"recording: {path}", file=sys.stderr)  # unwrapped: scripts read this line
+        print(f"recording: {one_line(str(path))}", file=sys.stderr)  # unwrapped: scripts read it
     if fault is not None:  # not even the header fitted: no file was kept (close removed it)
-        print(f"rtax: error: {fault}", file=sys.stderr)
+        print(f"rtax: error: {one_line(str(fault))}", file=sys.stderr)
         return 1
     if status == "interrupted":
         err.print("run interrupted: finished trials are kept in the recording")

@@ -89,7 +89,13 @@ def run_traj(args: argparse.Namespace, argv: list[str]) -> int:
 def _print_json(obj: object) -> None:
     import orjson
 
-    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    from rtax_tui.model.events import visible
+
+    try:  # JSON escapes a control character already: what a reader parses is as it was
+        data = orjson.dumps(obj, option=orjson.OPT_INDENT_2)
+    except TypeError:  # a name that is not UTF-8 (a surrogate): its bytes shown as \xNN
+        data = orjson.dumps(visible(obj), option=orjson.OPT_INDENT_2)
+    sys.stdout.buffer.write(data + b"\n")
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -153,15 +153,28 @@ class SSHTarget:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+KEY_MAX = 1 << 20  # a private key file is a few KiB; rtax reads at most 1 MiB of one
+
+
+class _IdentityError(RtaxError):
+    """`read_input`'s one line, named for the flag."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(f"--identity {msg}")
+
+
 def _private_key(path: str) -> Any:
     """The `--identity` key, read now: a file that is no private key asyncssh can import
     (or that cannot be read) is one line naming the flag."""
     import asyncssh
 
+    from rtax_tui.model.inputs import read_input
+
+    # a regular file of bounded size, opened without blocking: a FIFO would hold the loop's
+    # thread (no signal handled), /dev/zero would be read until memory runs out
+    data = read_input(path, "a private key", KEY_MAX, prefix="", error=_IdentityError)
     try:
-        return asyncssh.read_private_key(path)
-    except OSError as exc:
-        raise RtaxError(f"--identity {path}: cannot read it ({exc.strerror or exc})") from None
+        return asyncssh.import_private_key(data)
     except (asyncssh.KeyImportError, ValueError) as exc:
         raise RtaxError(f"--identity {path}: not a private key rtax can use ({exc})") from None
 
@@ -176,6 +189,10 @@ def host_name_wrong(host: str) -> str | None:
         return None
     except ValueError:
         pass
+    if host.startswith("-"):
+        return "it starts with '-'"
+    if not host.isprintable() or any(c.isspace() for c in host):
+        return "it holds a space or a control character"
     try:
         encoded = host.encode("idna")
     except UnicodeError as exc:
@@ -207,6 +224,9 @@ def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     why = host_name_wrong(host)
     if why is not None:
         raise RtaxError(f"host {shown!r}: not a host name ({why})")
+    if user and not re.fullmatch(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,63}", user):
+        why = "letters, digits, '.', '_' and '-' (not first), at most 64"
+        raise RtaxError(f"host {shown!r}: not a user name ({why})")
     name = f"{user + '@' if user else ''}{host}:{port}"
     return SSHTarget(name=name, address=host, user=user or None, port=port, **kw)
 

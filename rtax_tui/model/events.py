@@ -773,11 +773,16 @@ DecodeError = orjson.JSONDecodeError
 _CONTROL_IN_LINE = re.compile(
     rb"\\u00[0-1][0-9A-Fa-f]|\\u00[7-9][0-9A-Fa-f]|\\[bfr]|\x7f|\xc2[\x80-\x9f]"
 )
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# and a lone surrogate: a byte of a name that is not UTF-8 (a path or an argument, as
+# Python's surrogateescape holds it), which no JSON encoder or UTF-8 file can take
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _shown(m: re.Match[str]) -> str:
-    return f"\\x{ord(m.group()):02x}"
+    o = ord(m.group())
+    if 0xDC80 <= o <= 0xDCFF:  # surrogateescape's byte: shown as that byte
+        o -= 0xDC00
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
 
 def visible(value: Any) -> Any:
@@ -795,6 +800,12 @@ def visible(value: Any) -> Any:
     if isinstance(value, list):
         return [visible(v) for v in value]
     return value
+
+
+def one_line(text: str) -> str:
+    """`text` as one line of a terminal (an error, a name): `visible`, and its newlines
+    too, as `\\x0a`."""
+    return str(visible(text)).replace("\n", "\\x0a")
 
 
 def decode(raw: bytes) -> Any:

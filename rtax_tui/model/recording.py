@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import gc
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -83,7 +84,10 @@ class RecordingWriter:
         calls `publish()` (`publish="explicit"`: a file that is only kept whole). So the
         name never holds an empty or headless file, whatever signal comes when; a writer
         closed before that removes its temporary file."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a directory of the path should be
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path)) from None
         try:
             os.lstat(path)  # a name too long, a directory not there: the error now
         except FileNotFoundError:
@@ -215,11 +219,25 @@ def read_header(path: str | Path) -> dict[str, Any]:
     """The `run` header of a recording, its first line alone (a recording larger than
     memory is not read for it)."""
     name = str(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.readline(HEADER_MAX)
+    try:  # opened without blocking: a FIFO is refused, not waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise RecordingError(f"{name}: cannot read the recording ({exc.strerror})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise RecordingError(f"{name}: cannot read the recording ({kind})")
+        os.set_blocking(fd, True)
+        with open(fd, "rb", closefd=False) as f:
+            raw = f.readline(HEADER_MAX + 1)
+    except OSError as exc:
+        raise RecordingError(f"{name}: cannot read the recording ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(raw) > HEADER_MAX:
+        why = f"its header line is longer than rtax reads ({HEADER_MAX >> 20} MiB)"
+        raise RecordingError(f"{name}:1: {why}")
     ev = parse_line(name, 1, raw) if raw.endswith(b"\n") else parse_tail(name, 1, raw, None)
     if ev is None:
         raise RecordingError(f"{name}: empty recording (no `run` header)")
@@ -341,6 +359,19 @@ def _boundary_wrong(b: Any) -> str | None:
     return None
 
 
+def thresholds_wrong(table: Any) -> str | None:
+    """What is wrong in the shape of a `[thresholds]` table as a header holds it (keys to
+    strings or lists of strings; each text is parsed where it is used), as `.KEY: why`
+    or `: why`; None when nothing is."""
+    if not isinstance(table, dict):
+        return ": expected an object"
+    for key, value in table.items():
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            return f".{key}: expected a string or a list of strings"
+    return None
+
+
 def header_fields_wrong(ev: dict[str, Any]) -> str | None:
     """What is wrong in a `run` header's nested fields, to the depth its readers (report,
     compare, the console) use them; None when nothing is. The event schema checks the
@@ -351,6 +382,11 @@ def header_fields_wrong(ev: dict[str, Any]) -> str | None:
         for key in ("name", "path"):
             if profile.get(key) is not None and not isinstance(profile[key], str):
                 return f"run.profile.{key}: expected a string"
+        thresholds = profile.get("thresholds")
+        if thresholds is not None:
+            why = thresholds_wrong(thresholds)
+            if why is not None:
+                return f"run.profile.thresholds{why}"
     limits = ev.get("limits")
     if isinstance(limits, dict):
         for k, v in limits.items():

@@ -21,8 +21,12 @@ STARTUP = "create+ready"
 GATE_PHASES = (*PHASES, *EXTRA_PHASES, STARTUP)
 COUNTS = ("failed", "invalid")
 UNITS_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}
-_EXPR = re.compile(r"^\s*(?P<lhs>.*?)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<rhs>\S+)\s*$")
-_NUMBER = re.compile(r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?P<unit>[a-zµ]*)$")
+# The first operator splits the text (a linear scan: a regular expression with a lazy
+# group before it backtracks, quadratic in a long run of spaces); digits are ASCII only.
+_OP = re.compile(r"<=|>=|==|!=|<|>")
+_NUMBER = re.compile(
+    r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?P<unit>[a-zµ]*)$", re.ASCII
+)
 
 
 class ThresholdError(RtaxError):
@@ -47,13 +51,24 @@ class Threshold:
         )
 
 
+def _split(text: str) -> dict[str, str] | None:
+    """`lhs`, `op` and `rhs` (one word) of a threshold's text, or None."""
+    m = _OP.search(text)
+    if m is None:
+        return None
+    rhs = text[m.end() :].strip()
+    if not rhs or len(rhs.split()) != 1:
+        return None
+    return {"lhs": text[: m.start()].strip(), "op": m.group(), "rhs": rhs}
+
+
 def parse_threshold(text: str, where: str) -> Threshold:
     """One threshold; a mistake is a ThresholdError `WHERE: threshold "TEXT": why`."""
 
     def bad(why: str) -> ThresholdError:
         return ThresholdError(f"{where}: threshold {text!r}: {why}")
 
-    m = _EXPR.match(text)
+    m = _split(text)
     if m is None:
         raise bad("expected `[CELL] WHAT OP VALUE` with OP one of " + ", ".join(OPS))
     words = m["lhs"].split()
@@ -102,6 +117,8 @@ def parse_table(body: Any, locate: Callable[[str], str]) -> dict[str, list[str]]
 
 def table_texts(table: dict[str, Any] | None) -> list[str]:
     """The thresholds of a `[thresholds]` table (as a profile, or a header, holds it)."""
+    if table is not None and not isinstance(table, dict):
+        raise ThresholdError("thresholds: expected a table")
     out = []
     for key, value in (table or {}).items():
         for v in value if isinstance(value, list) else [value]:
