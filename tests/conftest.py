@@ -16,11 +16,13 @@ import asyncio
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rtax_tui.engine import evloop
-from tests import services
+from tests import services, tiers
 
 # The console's tests: their loops stay asyncio's, as the console's own process (Textual's).
 _CONSOLE_TESTS = ("test_ui_", "test_probe_ui", "test_serve")
@@ -161,3 +163,49 @@ def podman_runsc_service(podman_engine: list[str]) -> Iterator[services.Daemon]:
             }
         )
     )
+
+
+# -- tiers (tests/tiers.py) ------------------------------------------------------------------
+_fast_only = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fast: needs no backend and is cheap (tests/tiers.py)")
+    config.addinivalue_line(
+        "markers",
+        "backend: needs a daemon, a VM, runsc, sshd, SWE-ReX, a browser or an image build",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(tiers.tier(item))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m fast`, the files of the other tiers are not even imported (some probe the
+    machine at import: `ip netns add` in the SSH tests)."""
+    if str(config.option.markexpr).strip() == "fast" and collection_path.name in (
+        tiers.BACKEND_FILES | tiers.SLOW_FILES
+    ):
+        return True
+    return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _fast_only
+    _fast_only = bool(session.items) and all(
+        i.get_closest_marker("fast") is not None for i in session.items
+    )
+
+
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> None:
+    """In a run of fast tests only, no daemon starts: a test classed fast that asks for a
+    backend at run time fails, naming where to class it."""
+    if _fast_only and fixturedef.argname in tiers.BACKEND_FIXTURES:
+        pytest.fail(
+            f"{request.node.nodeid} is in the fast tier but asks for {fixturedef.argname}: "
+            "add its file to BACKEND_FILES or the test to BACKEND_TESTS in tests/tiers.py",
+            pytrace=False,
+        )

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def tmpfs(where: Path, options: str, name: str = "rtaxtest") -> Iterator[Path]:
+    """A real tmpfs mounted at `where` (made) with `options` (`size=12k`, `ro,size=64k`),
+    lazily unmounted after: a full disk or a read-only one for a test (root only)."""
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, name, str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _gone(pid: int) -> bool:

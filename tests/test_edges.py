@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from rtax_tui.commands import cli
 from rtax_tui.model.recording import read_recording
+from tests.procs import tmpfs
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "recordings" / "examples" / "t0-local-stage.jsonl"
@@ -61,13 +62,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real tmpfs of 12 KiB: full after a few writes (root only)."""
     if not AS_ROOT:
         pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "rtaxedge", str(disk)], check=True)
-    try:
+    with tmpfs(tmp_path / "disk", "size=12k", "rtaxedge") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 @pytest.fixture
@@ -75,13 +71,8 @@ def ro_dir(tmp_path: Path) -> Iterator[Path]:
     """A real read-only file system (a tmpfs mounted ro: root writes nowhere in it)."""
     if not AS_ROOT:
         pytest.skip("mounting a tmpfs needs root")
-    d = tmp_path / "ro"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "rtaxro", str(d)], check=True)
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=64k", "rtaxro") as d:
         yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 # -- T1: a run's event stream to a pipe that closes, a full device, a closed stdout -----------

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import tmpfs
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "recordings" / "examples" / "t0-local-stage.jsonl"
 SMALL = ROOT / "recordings" / "examples" / "t2-local-stage.jsonl"
@@ -54,15 +56,11 @@ def with_header(tmp_path: Path, change: dict, src: Path = SMALL) -> Path:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real tmpfs of 16 KiB (a page free after a few writes; root only)."""
     if not AS_ROOT:
         pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "atk", str(disk)], check=True)
-    try:
+    with tmpfs(tmp_path / "disk", "size=16k", "atk") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 # -- 1. a recording header's profile.thresholds that is not a table: AttributeError ------

@@ -120,7 +120,7 @@ def _write_beside(
             fill(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644 & ~_umask())
+        os.chmod(tmp, 0o644 & ~umask())
         if overwrite:
             os.replace(tmp, target)
         else:
@@ -137,7 +137,8 @@ def _write_beside(
                 pass
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (read by setting it, then set back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -27,6 +27,7 @@ from rtax_tui.model.events import (
     encode,
 )
 from rtax_tui.model.inputs import RECORDING_MAX, read_input
+from rtax_tui.model.paths import umask
 from rtax_tui.model.spec import RtaxError
 
 __all__ = [
@@ -96,7 +97,7 @@ class RecordingWriter:
             raise FileExistsError(errno.EEXIST, "File exists", str(path))
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".part")
         try:
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~umask())
             writer = cls(os.fdopen(fd, "wb", buffering=0), path)
         except BaseException:
             os.close(fd)
@@ -166,12 +167,6 @@ class RecordingWriter:
                 os.unlink(tmp)
             except OSError:
                 pass
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 @dataclass

@@ -1,0 +1,96 @@
+"""The test suite's tiers: which tests need a backend, which are slow, the rest fast.
+
+`pytest -m fast` runs what needs no daemon, VM, runsc, sshd, SWE-ReX, browser or image
+build and is cheap (README says how long it takes here); `pytest -m "not backend"` every
+test that needs no backend, slow ones included; `pytest` everything (CI). The marks are
+set at collection (tests/conftest.py). A new test is fast unless a rule below catches it:
+a backend fixture among its fixtures, a backend named by a parameter or by a word of its
+name, or its file or name listed here. In a run of fast tests only, a backend fixture
+asked for at run time (`request.getfixturevalue`) fails the test, naming where to class
+it, rather than starting a daemon.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# whole files whose every test needs a backend
+BACKEND_FILES = frozenset(
+    {
+        "test_container_interrupt.py", "test_docker.py", "test_docker_options.py",
+        "test_docker_workloads.py", "test_engine_faults.py", "test_engines.py",
+        "test_fleet_bench.py", "test_gvisor.py", "test_libvirtd_faults.py", "test_podman.py",
+        "test_pool_kill9.py", "test_probe_engines.py", "test_probe_ssh.py", "test_probe_vm.py",
+        "test_slow_daemons.py", "test_ssh_host.py", "test_ssh_run.py", "test_ssh_stage.py",
+        "test_swerex.py", "test_vm_kill.py", "test_vm_kvm_probe.py", "test_vm_libvirt.py",
+        "test_vm_microvm.py", "test_vmagent.py",
+    }
+)  # fmt: skip
+# fixtures that bring a backend up (tests/conftest.py's, and the tests' own)
+BACKEND_FIXTURES = frozenset(
+    {
+        "dockerd", "podman_service", "libvirtd", "docker_engine", "podman_engine", "vm_guest",
+        "podman_runsc_service",
+        "image_tools",  # test_image_delivery: a Debian root as squashfs, nginx, rclone
+        "lab", "ssh_doc",  # sshd (tests/sshhosts.py)
+    }
+)  # fmt: skip
+# a backend named by a parameter's value (a driver, `swerex[local]`) or a test name's word
+BACKEND_WORDS = frozenset(
+    {
+        "docker", "dockerd", "podman", "gvisor", "runsc", "libvirt", "libvirtd", "microvm",
+        "kvm", "qemu", "swerex", "chromium",
+    }
+)  # fmt: skip
+# tests that need a backend and say so nowhere the rules look
+BACKEND_TESTS = frozenset(
+    {
+        # `rtax doctor` on local: microvm's check boots the KVM probe's guest where it is built
+        "test_plugins.py::test_a_plugin_driver_shows_in_doctor_and_runs_in_a_profile",
+        "test_ui_workbench.py::test_drivers_per_host_come_from_doctor_live_and_a_bad_host_says_why",
+        "test_ui_workbench.py::test_an_ssh_host_added_in_the_launcher_is_checked_at_once_and_runs",
+    }
+)
+# no backend, but long (real runs, a cold mypy): `slow`, out of the fast tier
+SLOW_FILES = frozenset(
+    {"test_checks.py", "test_workloads_e2e.py", "test_capacity.py", "test_ui_tmux.py"}
+)
+SLOW_FIXTURES = frozenset({"prepared", "local_probe", "local_doc", "plugin_path"})
+SLOW_TESTS = frozenset(
+    {
+        "test_replay.py::test_every_format_replays_on_local_and_stage",
+        "test_stage.py::test_default_limits_stop_a_fork_bomb_of_5000_sleeps",
+        "test_badinput.py::test_mutated_recordings_report_compare_project",
+        "test_badinput.py::test_mutated_trajectories_inspect_and_prepare",
+        "test_badinput.py::test_mutated_profiles_load_or_fail_in_one_line",
+    }
+)
+
+
+def tier(item: Any) -> str:
+    """ "backend", "slow" or "fast" for a collected test item."""
+    file = item.path.name
+    name = getattr(item, "originalname", item.name)
+    key = f"{file}::{name}"
+    fixtures = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    values = {
+        v.partition("[")[0]
+        for v in (callspec.params.values() if callspec is not None else ())
+        if isinstance(v, str)
+    }
+    if (
+        file in BACKEND_FILES
+        or key in BACKEND_TESTS
+        or fixtures & BACKEND_FIXTURES
+        or (values | set(name.split("_"))) & BACKEND_WORDS
+    ):
+        return "backend"
+    if (
+        item.get_closest_marker("slow") is not None
+        or file in SLOW_FILES
+        or key in SLOW_TESTS
+        or fixtures & SLOW_FIXTURES
+    ):
+        return "slow"
+    return "fast"
