@@ -15,6 +15,7 @@ by measuring nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -145,14 +146,17 @@ def parse_min_effect(text: str) -> MinEffect:
         part = part.strip()
         m = _NUMBER.match(part)
         if m is None or (m["unit"] not in UNITS_MS and not part.endswith("%")):
-            if part.endswith("%") and _NUMBER.match(part[:-1]):
-                rel = float(part[:-1]) / 100
+            pm = _NUMBER.match(part[:-1]) if part.endswith("%") else None
+            if pm is not None and not pm["unit"] and math.isfinite(float(pm["num"])):
+                rel = float(pm["num"]) / 100
                 continue
             raise ThresholdError(
                 f"--min-effect: {part!r}: expected a percentage (5%), a time (0.5ms), or both "
                 "comma-separated"
             )
         abs_ms = float(m["num"]) * UNITS_MS[m["unit"]]
+    if not (math.isfinite(rel) and math.isfinite(abs_ms)):
+        raise ThresholdError(f"--min-effect: {text!r}: must be finite")
     if rel < 0 or abs_ms < 0:
         raise ThresholdError(f"--min-effect: {text!r}: must not be negative")
     return MinEffect(rel, abs_ms, text)

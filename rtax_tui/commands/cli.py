@@ -717,10 +717,11 @@ def _print_json(obj: object) -> None:
 def _report(args: argparse.Namespace) -> int:
 
     from rtax_tui.analysis.report import report_file
-    from rtax_tui.commands.gating import apply_gates, parse_thresholds
+    from rtax_tui.commands.gating import apply_gates, parse_thresholds, refuse_inputs
     from rtax_tui.model.recording import read_header, read_recording
     from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
 
+    refuse_inputs({"--summary": args.summary, "--junit": args.junit}, [args.file])
     # the recorded profile's [thresholds], then the command line's
     thresholds = parse_thresholds(read_header(args.file).get("profile"), args.threshold)
     report = report_file(args.file, fidelity_min=args.fidelity_min / 100)
@@ -743,9 +744,11 @@ def _compare(args: argparse.Namespace) -> int:
 
     from rtax_tui.analysis.gates import judge, parse_min_effect, regressions
     from rtax_tui.analysis.report import compare_reports
+    from rtax_tui.commands.gating import refuse_inputs
     from rtax_tui.model.recording import read_recording
     from rtax_tui.render.reporting import compare_markdown, out_console, render_compare
 
+    refuse_inputs({"--summary": args.summary, "--junit": args.junit}, [args.a, args.b])
     min_effect = parse_min_effect(args.min_effect)
     rec_a, rec_b = read_recording(args.a), read_recording(args.b)
     cmp = compare_reports(rec_a, rec_b, changed=args.changed, min_effect=min_effect)

@@ -16,9 +16,9 @@ from rtax_tui.analysis.gates import (
     print_gates,
     table_texts,
 )
-from rtax_tui.model.events import visible
-from rtax_tui.model.inputs import read_input
+from rtax_tui.model.events import one_line, visible
 from rtax_tui.model.paths import atomic_write, path_error
+from rtax_tui.model.spec import RtaxError
 
 
 def parse_thresholds(resolved: Any, cli: Sequence[str]) -> list[Threshold]:
@@ -36,9 +36,6 @@ def gates_markdown(results: Sequence[Any]) -> str:
     return "\n".join(lines + [""])
 
 
-SUMMARY_MAX = 64 << 20  # a step summary rtax appends to (GitHub's own limit is 1 MiB)
-
-
 def _text_bytes(text: str) -> bytes:
     """UTF-8; a byte of an argument that is not UTF-8 (a surrogate) as `\\xNN`."""
     shown: str = visible(text)
@@ -50,25 +47,46 @@ def _put(f: IO[bytes], data: bytes) -> None:
 
 
 def append_summary(path: str, text: str) -> None:
-    """Appended, as GitHub's $GITHUB_STEP_SUMMARY expects of each step. A regular file (or
-    none yet) is rewritten whole, beside it, and renamed: a full disk or a signal leaves
-    it as it was; anything else (a pipe, /dev/stdout) is appended to."""
+    """Appended (`O_APPEND`: another step's append at the same time is kept; a symbolic
+    link's target is written; mode and owner stay), as GitHub's $GITHUB_STEP_SUMMARY
+    expects of each step. A write that fails (a full disk) is cut back to the file's
+    size before it (a file it made is removed): the summary holds the whole report or
+    none of it."""
     add = _text_bytes(text.rstrip("\n") + "\n\n")
+    made = not os.path.lexists(path)  # a file this call makes is removed if it fails
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         raise path_error("--summary", path, exc) from None
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        before = os.lseek(fd, 0, os.SEEK_END) if regular else 0
         try:
-            with open(path, "ab") as f:
-                f.write(add)
+            done = 0
+            while done < len(add):
+                done += os.write(fd, add[done:])
         except OSError as exc:
+            if regular:
+                try:
+                    os.ftruncate(fd, before)
+                    if made:
+                        os.unlink(path)
+                except OSError:
+                    pass
             raise path_error("--summary", path, exc) from None
-        return
-    old = read_input(path, "the summary", SUMMARY_MAX, prefix="") if st is not None else b""
-    atomic_write(path, lambda f: _put(f, old + add), flag="--summary")
+    finally:
+        os.close(fd)
+
+
+def refuse_inputs(outputs: dict[str, str | None], inputs: Sequence[str]) -> None:
+    """A `--junit` or `--summary` naming one of the recordings read is refused: it would
+    replace or append to the recording."""
+    from rtax_tui.model.inputs import same_file
+
+    for flag, out in outputs.items():
+        for rec in inputs:
+            if out and os.path.exists(out) and same_file(out, rec):
+                raise RtaxError(f"{flag} {one_line(out)}: is the recording {one_line(rec)}")
 
 
 def apply_gates(
@@ -83,7 +101,7 @@ def apply_gates(
     report and the gates to `summary`, write them to `junit` as JUnit XML (one testcase
     per threshold and cell); True when every threshold held."""
     results = check_thresholds(report, thresholds, load)
-    held = print_gates(results, lambda line: print(line, file=sys.stderr))
+    held = print_gates(results, lambda line: print(one_line(line), file=sys.stderr))
     if junit:
         write_junit(junit, gates_junit(results))
     if summary:
@@ -113,9 +131,9 @@ def junit_xml(suite: str, cases: Sequence[tuple[str, str, str | None]]) -> str:
 
 
 def write_junit(path: str, text: str) -> None:
-    """Written whole (beside it, then renamed)."""
+    """Written whole (beside it, then renamed; through a symbolic link, its target)."""
     data = _text_bytes(text)
-    atomic_write(path, lambda f: _put(f, data), flag="--junit")
+    atomic_write(os.path.realpath(path), lambda f: _put(f, data), flag="--junit")
 
 
 def gates_junit(results: Sequence[Any]) -> str:

@@ -134,7 +134,7 @@ async def _run(
             profile,
             sinks=sinks,
             argv=argv,
-            log=lambda msg: err.print(styled((msg, "dim"))),
+            log=lambda msg: err.print(styled((one_line(msg), "dim"))),
         )
     except BaseException:
         reaper.stop()
@@ -443,7 +443,7 @@ async def _probe(
                 hosts[host.name] = host
             except RtaxError as exc:
                 left_out[host.name] = str(exc)
-                err.print(styled(("left out", "yellow"), f": {exc}"))
+                err.print(styled(("left out", "yellow"), f": {one_line(str(exc))}"))
         facts: dict[str, Any] = {}
         for name, host in hosts.items():
             try:

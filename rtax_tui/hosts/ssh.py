@@ -186,6 +186,9 @@ def host_name_wrong(host: str) -> str | None:
 
     try:
         ipaddress.ip_address(host)
+        _, pct, zone = host.partition("%")  # an IPv6 scope: an interface's name or number
+        if pct and not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.:-]{0,63}", zone):
+            return "its zone is no interface name"
         return None
     except ValueError:
         pass

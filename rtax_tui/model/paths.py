@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -120,7 +121,11 @@ def _write_beside(
             fill(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644 & ~umask())
+        try:  # a file replaced keeps its mode (a private one stays private)
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except OSError:
+            mode = 0o644 & ~umask()
+        os.chmod(tmp, mode)
         if overwrite:
             os.replace(tmp, target)
         else:

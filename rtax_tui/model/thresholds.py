@@ -3,6 +3,7 @@ checked; analysis.gates holds them against a report. The grammar: analysis.gates
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -79,6 +80,8 @@ def parse_threshold(text: str, where: str) -> Threshold:
     if num is None:
         raise bad(f"value {m['rhs']!r} is not a number")
     value, unit = float(num["num"]), num["unit"]
+    if not math.isfinite(value * UNITS_MS.get(unit, 1.0)):
+        raise bad(f"value {m['rhs']!r} is not a finite number")
     if words in ([c] for c in COUNTS) or words == ["fidelity"]:
         if unit:
             raise bad(f"{words[0]} is a plain number, without a unit")
