@@ -147,7 +147,7 @@ def parse_min_effect(text: str) -> MinEffect:
         m = _NUMBER.match(part)
         if m is None or (m["unit"] not in UNITS_MS and not part.endswith("%")):
             pm = _NUMBER.match(part[:-1]) if part.endswith("%") else None
-            if pm is not None and not pm["unit"] and math.isfinite(float(pm["num"])):
+            if pm is not None and not pm["unit"]:  # finite: checked below, as abs_ms is
                 rel = float(pm["num"]) / 100
                 continue
             raise ThresholdError(

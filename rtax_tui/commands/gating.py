@@ -7,7 +7,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any
+from typing import Any
 
 from rtax_tui.analysis.gates import (
     Threshold,
@@ -17,6 +17,7 @@ from rtax_tui.analysis.gates import (
     table_texts,
 )
 from rtax_tui.model.events import one_line, visible
+from rtax_tui.model.inputs import same_file
 from rtax_tui.model.paths import atomic_write, path_error
 from rtax_tui.model.spec import RtaxError
 
@@ -40,10 +41,6 @@ def _text_bytes(text: str) -> bytes:
     """UTF-8; a byte of an argument that is not UTF-8 (a surrogate) as `\\xNN`."""
     shown: str = visible(text)
     return shown.encode("utf-8")
-
-
-def _put(f: IO[bytes], data: bytes) -> None:
-    f.write(data)
 
 
 def append_summary(path: str, text: str) -> None:
@@ -81,11 +78,9 @@ def append_summary(path: str, text: str) -> None:
 def refuse_inputs(outputs: dict[str, str | None], inputs: Sequence[str]) -> None:
     """A `--junit` or `--summary` naming one of the recordings read is refused: it would
     replace or append to the recording."""
-    from rtax_tui.model.inputs import same_file
-
     for flag, out in outputs.items():
         for rec in inputs:
-            if out and os.path.exists(out) and same_file(out, rec):
+            if out and same_file(out, rec):
                 raise RtaxError(f"{flag} {one_line(out)}: is the recording {one_line(rec)}")
 
 
@@ -133,7 +128,7 @@ def junit_xml(suite: str, cases: Sequence[tuple[str, str, str | None]]) -> str:
 def write_junit(path: str, text: str) -> None:
     """Written whole (beside it, then renamed; through a symbolic link, its target)."""
     data = _text_bytes(text)
-    atomic_write(os.path.realpath(path), lambda f: _put(f, data), flag="--junit")
+    atomic_write(os.path.realpath(path), lambda f: f.write(data), flag="--junit")
 
 
 def gates_junit(results: Sequence[Any]) -> str:

@@ -156,13 +156,6 @@ class SSHTarget:
 KEY_MAX = 1 << 20  # a private key file is a few KiB; rtax reads at most 1 MiB of one
 
 
-class _IdentityError(RtaxError):
-    """`read_input`'s one line, named for the flag."""
-
-    def __init__(self, msg: str) -> None:
-        super().__init__(f"--identity {msg}")
-
-
 def _private_key(path: str) -> Any:
     """The `--identity` key, read now: a file that is no private key asyncssh can import
     (or that cannot be read) is one line naming the flag."""
@@ -172,7 +165,10 @@ def _private_key(path: str) -> Any:
 
     # a regular file of bounded size, opened without blocking: a FIFO would hold the loop's
     # thread (no signal handled), /dev/zero would be read until memory runs out
-    data = read_input(path, "a private key", KEY_MAX, prefix="", error=_IdentityError)
+    try:
+        data = read_input(path, "a private key", KEY_MAX)
+    except RtaxError as exc:  # read_input's one line, named for the flag
+        raise RtaxError(f"--identity {exc}") from None
     try:
         return asyncssh.import_private_key(data)
     except (asyncssh.KeyImportError, ValueError) as exc:

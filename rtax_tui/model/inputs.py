@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 from rtax_tui.model.spec import RtaxError
@@ -46,7 +46,7 @@ def read_input_chunks(
     error: type[RtaxError] = RtaxError,
     prefix: str = "",
     chunk: int = 1 << 23,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """`read_input` a chunk at a time (of at most `chunk` bytes), for a reader that
     streams: the file is checked (opened, regular, within `limit`) before the first
     chunk, and a file that grows past `limit` while read is an error too."""

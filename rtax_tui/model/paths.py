@@ -95,7 +95,7 @@ def taking(*given: Given) -> Iterator[None]:
 
 def atomic_write(
     path: str | os.PathLike[str],
-    fill: Callable[[IO[bytes]], None],
+    fill: Callable[[IO[bytes]], object],
     *,
     flag: str = "-o",
     overwrite: bool = True,
@@ -110,7 +110,7 @@ def atomic_write(
 
 
 def _write_beside(
-    target: Path, fill: Callable[[IO[bytes]], None], flag: str, overwrite: bool
+    target: Path, fill: Callable[[IO[bytes]], object], flag: str, overwrite: bool
 ) -> None:
     tmp: str | None = None
     try:

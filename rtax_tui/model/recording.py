@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import gc
 import os
-import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from rtax_tui.model.events import (
     decode,
     encode,
 )
-from rtax_tui.model.inputs import RECORDING_MAX, read_input
+from rtax_tui.model.inputs import MIB, RECORDING_MAX, read_input, read_input_chunks
 from rtax_tui.model.paths import umask
 from rtax_tui.model.spec import RtaxError
 
@@ -214,22 +213,21 @@ def read_header(path: str | Path) -> dict[str, Any]:
     """The `run` header of a recording, its first line alone (a recording larger than
     memory is not read for it)."""
     name = str(path)
-    try:  # opened without blocking: a FIFO is refused, not waited on
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise RecordingError(f"{name}: cannot read the recording ({exc.strerror})") from None
+    # read as every input is (a regular file, opened without blocking: a FIFO is refused,
+    # not waited on), a chunk at a time until the first newline
+    chunks = read_input_chunks(path, "the recording", RECORDING_MAX, RecordingError, chunk=MIB)
+    got: list[bytes] = []
+    size = 0
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise RecordingError(f"{name}: cannot read the recording ({kind})")
-        os.set_blocking(fd, True)
-        with open(fd, "rb", closefd=False) as f:
-            raw = f.readline(HEADER_MAX + 1)
-    except OSError as exc:
-        raise RecordingError(f"{name}: cannot read the recording ({exc.strerror})") from None
+        for data in chunks:
+            end = data.find(b"\n")
+            got.append(data if end < 0 else data[: end + 1])
+            size += len(got[-1])
+            if end >= 0 or size > HEADER_MAX:
+                break
     finally:
-        os.close(fd)
+        chunks.close()
+    raw = b"".join(got)
     if len(raw) > HEADER_MAX:
         why = f"its header line is longer than rtax reads ({HEADER_MAX >> 20} MiB)"
         raise RecordingError(f"{name}:1: {why}")

@@ -119,9 +119,8 @@ def parse_table(body: Any, locate: Callable[[str], str]) -> dict[str, list[str]]
 
 
 def table_texts(table: dict[str, Any] | None) -> list[str]:
-    """The thresholds of a `[thresholds]` table (as a profile, or a header, holds it)."""
-    if table is not None and not isinstance(table, dict):
-        raise ThresholdError("thresholds: expected a table")
+    """The thresholds of a `[thresholds]` table (as a profile, or a header, holds it:
+    its shape checked where each is read, `parse_table` and `recording.thresholds_wrong`)."""
     out = []
     for key, value in (table or {}).items():
         for v in value if isinstance(value, list) else [value]:
