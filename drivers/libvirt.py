@@ -63,7 +63,6 @@ from rtax_tui.model.spec import (
     EnvSpec,
     Limits,
     PhaseFailure,
-    RtaxError,
     Step,
     SubstrateLost,
     Workload,
@@ -344,10 +343,7 @@ class LibvirtDriver(Driver):
         super().__init__(host, options)
         self.opts = parse_options(self.name, options, LIBVIRT_OPTIONS)
         self.uri = str(options.get("uri", DEFAULT_URI))
-        append = options.get("append", "")
-        if not isinstance(append, str):
-            raise RtaxError(f"drivers_options.{self.name}.append: expected a string")
-        self.append = append
+        self.append = str(options.get("append", ""))  # a string: parse_options
         self.conn: Any = None
         self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
         self.accel_reason = "not resolved yet"

@@ -272,12 +272,7 @@ class MicrovmDriver(Driver):
         super().__init__(host, options)
         self.opts = parse_options(self.name, options, self.extra_options)
         self.served: dict[str, str] = {}  # a root disk -> its served copy (image modes)
-        append = options.get("append", "")
-        if not isinstance(append, str):
-            from rtax_tui.model.spec import RtaxError
-
-            raise RtaxError(f"drivers_options.{self.name}.append: expected a string")
-        self.append = append
+        self.append = str(options.get("append", ""))  # a string: parse_options
         self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
         self.accel_reason = "not resolved yet"
         self._accel_done = False

@@ -708,12 +708,6 @@ def _add_gate_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _print_json(obj: object) -> None:
-    import orjson
-
-    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-
-
 def _report(args: argparse.Namespace) -> int:
 
     from rtax_tui.analysis.report import report_file
@@ -730,7 +724,7 @@ def _report(args: argparse.Namespace) -> int:
         report, lambda: read_recording(args.file), thresholds, args.summary, args.junit
     )
     if args.format == "json":
-        _print_json(report)
+        output.print_json(report)
     elif args.format == "markdown":
         sys.stdout.write(render_markdown(report))
     elif args.format == "csv":
@@ -761,7 +755,7 @@ def _compare(args: argparse.Namespace) -> int:
         )
     judge(cmp, min_effect)
     if args.format == "json":
-        _print_json(cmp)
+        output.print_json(cmp)
     else:
         out_console().print(render_compare(cmp))
     if args.summary:
@@ -800,7 +794,7 @@ def _project(args: argparse.Namespace) -> int:
     steps = 150 if args.steps is None else args.steps
     proj = project_report(read_recording(args.file), args.trajectories, steps, steps_dist=dist)
     if args.format == "json":
-        _print_json(proj)
+        output.print_json(proj)
     else:
         out_console().print(render_project(proj))
     return 0
@@ -813,7 +807,7 @@ def _assets(args: argparse.Namespace) -> int:
         paths = assets.prepare(force=args.force, log=lambda m: print(m, file=sys.stderr))
         print(paths.root)
     else:
-        _print_json(assets.status())
+        output.print_json(assets.status())
     return 0
 
 

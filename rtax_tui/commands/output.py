@@ -120,3 +120,18 @@ def guarded(run: Callable[[], int]) -> int:
             raise
         return stream_failed(exc)
     return status
+
+
+def print_json(obj: object) -> None:
+    """`obj` as indented JSON on stdout. JSON escapes a control character already (what a
+    reader parses is as it was); a string holding a byte of a name that is not UTF-8 (a
+    surrogate), which no JSON encoder takes, is written with it shown (`events.visible`)."""
+    import orjson
+
+    from rtax_tui.model.events import visible
+
+    try:
+        data = orjson.dumps(obj, option=orjson.OPT_INDENT_2)
+    except TypeError:
+        data = orjson.dumps(visible(obj), option=orjson.OPT_INDENT_2)
+    sys.stdout.buffer.write(data + b"\n")

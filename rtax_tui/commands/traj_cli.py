@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.commands import output
+
 TRAJ_HELP = """\
 formats (detected from the content, never the file name): swe-agent (.traj 0.x, 1.x),
 mini-swe-agent (-1, -1.1, v2), openhands-v0 (event list, eval history), openhands-v1
@@ -86,25 +88,13 @@ def run_traj(args: argparse.Namespace, argv: list[str]) -> int:
         return _prepare(args, argv)
 
 
-def _print_json(obj: object) -> None:
-    import orjson
-
-    from rtax_tui.model.events import visible
-
-    try:  # JSON escapes a control character already: what a reader parses is as it was
-        data = orjson.dumps(obj, option=orjson.OPT_INDENT_2)
-    except TypeError:  # a name that is not UTF-8 (a surrogate): its bytes shown as \xNN
-        data = orjson.dumps(visible(obj), option=orjson.OPT_INDENT_2)
-    sys.stdout.buffer.write(data + b"\n")
-
-
 def _inspect(args: argparse.Namespace) -> int:
     from rtax_tui.engine.traj import read_trajectories
 
     trajs = read_trajectories(args.file)
     docs = [t.to_json() for t in trajs]
     if args.format == "json":
-        _print_json(docs[0] if len(docs) == 1 else docs)
+        output.print_json(docs[0] if len(docs) == 1 else docs)
         return 0
     from rtax_tui.model.events import visible
     from rtax_tui.render.reporting import out_console
@@ -199,7 +189,7 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
         writer.close()  # unpublished (a failure, a signal): its temporary file is removed
     report = build_report(read_recording(out))
     if args.format == "json":
-        _print_json({"recording": str(out), **report["prep"], "run_end": result})
+        output.print_json({"recording": str(out), **report["prep"], "run_end": result})
     else:
         from rtax_tui.render.reporting import out_console
         from rtax_tui.render.traj_render import render_prep
