@@ -383,3 +383,38 @@ def test_b3_posix_message_queues_are_refused() -> None:
             await env.teardown()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+def test_b4_the_init_and_shell_directory_shows_them_and_takes_nothing(channel: str) -> None:
+    """B4: /.rtax is one read-only bind of the host directory that holds the init and the
+    shell (one bind, not one a file: issue 36): it lists exactly those two, neither can be
+    read (execute-only), and nothing can be added, renamed, replaced or removed there, so
+    no step changes the init a reset trusts or the shell that frames every result."""
+    probe = (
+        "ls -a /.rtax | tr '\\n' ' '; echo; "
+        "cat /.rtax/init >/dev/null 2>&1 && echo READ-INIT; "
+        "cat /.rtax/sh >/dev/null 2>&1 && echo READ-SH; "
+        "{ echo x > /.rtax/added; } 2>/dev/null && echo ADDED; "
+        "mv /.rtax/sh /.rtax/sh2 2>/dev/null && echo RENAMED; "
+        "cp /bin/true /.rtax/sh 2>/dev/null && echo REPLACED; "
+        "rm -f /.rtax/init 2>/dev/null; [ -e /.rtax/init ] || echo REMOVED; "
+        "chmod 777 /.rtax /.rtax/init 2>/dev/null && echo CHMOD; "
+        "awk '$5 == \"/.rtax\" {print $6}' /proc/self/mountinfo; echo looked"
+    )
+
+    async def run() -> None:
+        env = env_of(channel)
+        try:
+            await env.create()
+            await env.ready()
+            r = await env.action(Step(("sh", "-c", probe)), 30)
+            lines = r.output.decode().splitlines()
+            assert lines[0].split() == [".", "..", "init", "sh"], r.output
+            assert lines[-1] == "looked" and len(lines) == 3, r.output
+            assert lines[1].split(",")[0] == "ro", r.output  # the mount's own options
+            assert (await env.action(Step(("true",)), 10)).rc == 0  # the init still serves
+        finally:
+            await env.teardown()
+
+    asyncio.run(run())

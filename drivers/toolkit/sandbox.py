@@ -235,7 +235,10 @@ def bwrap_argv(
     a += _masks(root, etc)
     for src, dest in binds:
         a += ["--ro-bind", src, dest]
-    a += ["--ro-bind", f"{bin_dir}/init", INIT_BIN, "--ro-bind", f"{bin_dir}/sh", SHELL_BIN]
+    # One bind of the directory that holds both (its only entries, execute-only), not one
+    # per file: every bind is two mounts and a read of the mount table under the kernel's
+    # one mount lock, which a burst of sandboxes queues on (bench/README.md, issue 36).
+    a += ["--ro-bind", bin_dir, posixpath.dirname(INIT_BIN)]
     a += workspace_args(workspace, workspace_mib)
     if alias is not None:
         why = workspace_alias_problem(alias)
