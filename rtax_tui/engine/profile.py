@@ -655,7 +655,30 @@ def _host(name: str, body: Any, where: Where) -> dict[str, Any]:
     for key, spec in HOST.keys.items():
         if key in body:
             _check_bounds(where(table, key), f"{table}.{key}", spec, body[key])
+    _check_ssh_names(body, table, where)
     return dict(body)
+
+
+def _check_ssh_names(body: dict[str, Any], table: str, where: Where) -> None:
+    """`address`, `user` and `jump` held to the rules `--host ssh://...` is held to (one
+    rule each, in hosts.ssh): checked when the profile loads, not when asyncssh first
+    sees them (a newline in a user name ended in asyncssh's own message)."""
+    # deferred: rtax_tui.hosts and its ssh module add 45 ms to importing this module
+    # (python -X importtime), which every command that reads a profile would pay
+    from rtax_tui.hosts.ssh import USER_RULE, host_name_wrong, parse_ssh_url, user_name_wrong
+
+    why = host_name_wrong(body["address"])
+    if why is not None:
+        raise ProfileError(f"{where(table, 'address')}: {table}.address: not a host name ({why})")
+    user = body.get("user")
+    if user is not None and user_name_wrong(user):
+        raise ProfileError(f"{where(table, 'user')}: {table}.user: not a user name ({USER_RULE})")
+    jump = body.get("jump")
+    if jump is not None:
+        try:
+            parse_ssh_url(jump if "://" in jump else "ssh://" + jump)
+        except RtaxError as exc:
+            raise ProfileError(f"{where(table, 'jump')}: {table}.jump: {exc}") from None
 
 
 def _workloads(

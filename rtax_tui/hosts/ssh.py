@@ -204,6 +204,15 @@ def host_name_wrong(host: str) -> str | None:
     return None
 
 
+USER_RULE = "letters, digits, '.', '_' and '-' (not first), at most 64"
+
+
+def user_name_wrong(user: str) -> bool:
+    """Whether `user` is no SSH user name rtax takes (USER_RULE): one rule for `--host`'s
+    URL and a profile's `[hosts.NAME]`, so neither hands asyncssh a newline or an option."""
+    return re.fullmatch(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,63}", user) is None
+
+
 def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     """`ssh://[user@]host[:port]` -> SSHTarget named `user@host:port`."""
     shown = url if len(url) <= 80 else url[:77] + "..."  # an error is one short line
@@ -223,9 +232,8 @@ def parse_ssh_url(url: str, **kw: Any) -> SSHTarget:
     why = host_name_wrong(host)
     if why is not None:
         raise RtaxError(f"host {shown!r}: not a host name ({why})")
-    if user and not re.fullmatch(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,63}", user):
-        why = "letters, digits, '.', '_' and '-' (not first), at most 64"
-        raise RtaxError(f"host {shown!r}: not a user name ({why})")
+    if user and user_name_wrong(user):
+        raise RtaxError(f"host {shown!r}: not a user name ({USER_RULE})")
     name = f"{user + '@' if user else ''}{host}:{port}"
     return SSHTarget(name=name, address=host, user=user or None, port=port, **kw)
 

@@ -97,25 +97,28 @@ FORMAT = "rtax/1"
 # The schema of every event, declared once: per type, its required fields and its
 # optional ones, each with its kind. The kinds (`_KINDS`): `int` a signed 64-bit integer,
 # `count` an integer 0..2**63-1 (durations in ns, sizes), `num` a finite number >= 0
-# (seconds), `id` (a trial's) an integer of 64 bits or a string, `str`, `bool`, `list`,
+# (seconds), `id` (a trial's) an integer of 64 bits or a string, `str`, `name` a string
+# without a newline (what a table row, a gate line or a summary row shows as one line:
+# a cell, host, driver, phase or check; held to one line by readers since 2026-12, which
+# rtax never wrote otherwise, so no earlier recording is refused), `bool`, `list`,
 # `dict`, `any` (a field readers only show); a trailing `?` admits null. Readers check
 # every event against it (`check_event`), so that what a report folds has these types;
 # fields not named here pass through (a newer rtax/1 may add some).
 EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "run": (
-        {"format": "str", "run_id": "str", "started_at": "str", "seed": "int", "argv": "list",
+        {"format": "name", "run_id": "name", "started_at": "str", "seed": "int", "argv": "list",
          "profile": "dict", "hosts": "dict"},
         {"t_ns": "count", "limits": "dict", "loop": "str"},
     ),
     "trial_start": (
-        {"trial": "id", "cell": "str", "host": "str", "driver": "str", "workload": "str",
-         "channel": "str", "warmup": "bool", "batch": "str?"},
+        {"trial": "id", "cell": "name", "host": "name", "driver": "name", "workload": "name",
+         "channel": "name", "warmup": "bool", "batch": "name?"},
         {"t_ns": "count", "steps": "count", "batch_size": "count", "deadline_s": "num",
-         "replay": "dict", "mode": "str", "arrival": "str", "episode": "str",
-         "arrival_ns": "count", "image": "str"},
+         "replay": "dict", "mode": "name", "arrival": "name", "episode": "name",
+         "arrival_ns": "count", "image": "name"},
     ),
     "phase": (
-        {"trial": "id", "name": "str", "dur_ns": "count", "ok": "bool"},
+        {"trial": "id", "name": "name", "dur_ns": "count", "ok": "bool"},
         {"t_ns": "count"},
     ),
     "action": (
@@ -129,7 +132,7 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"t_ns": "count"},
     ),
     "barrier": (
-        {"batch": "str", "cell": "str", "size": "count", "arrived": "count",
+        {"batch": "name", "cell": "name", "size": "count", "arrived": "count",
          "released": "any", "ok": "bool", "deadline_s": "num"},
         {"t_ns": "count", "warmup": "bool", "release_ns": "count", "release_dur_ns": "count",
          "mem_peak_bytes": "count?", "oom_kills": "count?", "cpu_ns": "count?"},
@@ -137,7 +140,7 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "run_end": ({"status": "str", "trials": "count"}, {"t_ns": "count", "error": "str"}),
     # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
     "probe": (
-        {"host": "str", "driver": "str", "channel": "str", "check": "str", "result": "str",
+        {"host": "name", "driver": "name", "channel": "name", "check": "name", "result": "name",
          "evidence": "str"},
         {"t_ns": "count", "promised": "bool", "kind": "str"},
     ),
@@ -150,20 +153,20 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     ),
     # one piece of a warm pool's background work (rtax/1, third addition)
     "pool": (
-        {"host": "str", "cell": "str", "env": "count", "op": "str", "dur_ns": "count",
+        {"host": "name", "cell": "name", "env": "count", "op": "name", "dur_ns": "count",
          "ok": "bool"},
         {"t_ns": "count", "cpu_ns": "count", "env_cpu_ns": "count?", "error": "str?",
          "idle_ns": "count", "mem_bytes": "count?"},
     ),
     # what one trial's image delivery fetched (rtax/1, issue 24)
     "image": (
-        {"trial": "id", "cell": "str", "warmup": "bool", "mode": "str", "fetched": "count",
+        {"trial": "id", "cell": "name", "warmup": "bool", "mode": "name", "fetched": "count",
          "requests": "count", "size": "count"},
         {"t_ns": "count"},
     ),
     # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
     "clock": (
-        {"host": "str", "at_ns": "int", "offset_ns": "int", "err_ns": "count",
+        {"host": "name", "at_ns": "int", "offset_ns": "int", "err_ns": "count",
          "rtt_ns": "count", "samples": "count"},
         {"t_ns": "count", "drift_ppb": "int", "drift_err_ppb": "count"},
     ),
@@ -189,6 +192,7 @@ _KINDS: dict[str, tuple[str, str]] = {
         "an integer of 64 bits or a string",
     ),
     "str": ("type(v) is not str", "a string"),
+    "name": ("type(v) is not str or '\\n' in v", "a string of one line"),
     "any": ("False", "anything"),
     "bool": ("type(v) is not bool", "true or false"),
     "list": ("type(v) is not list", "an array"),
@@ -769,13 +773,20 @@ DecodeError = orjson.JSONDecodeError
 # are (JSON allows them raw), and `\\b`, `\\f`, `\\r`. A false alarm (an escaped
 # backslash before a `b`) only costs the walk below, which changes nothing then. A raw
 # DEL in an ASCII line is not looked for (terminals ignore it); an emitted event's is
-# made visible all the same.
+# made visible all the same. Then the format characters that move text without being
+# seen: the line and paragraph separators (U+2028, U+2029: a new line to some terminals
+# and every browser) and the bidirectional marks, embeddings, overrides and isolates
+# (U+061C, U+200E-F, U+202A-E, U+2066-9: "Trojan Source", a name that reads as another),
+# raw in UTF-8 or as JSON escapes.
 _CONTROL_IN_LINE = re.compile(
     rb"\\u00[0-1][0-9A-Fa-f]|\\u00[7-9][0-9A-Fa-f]|\\[bfr]|\x7f|\xc2[\x80-\x9f]"
+    rb"|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]|\xd8\x9c|\\u(?:20[026]|061)[0-9A-Fa-f]"
 )
 # and a lone surrogate: a byte of a name that is not UTF-8 (a path or an argument, as
 # Python's surrogateescape holds it), which no JSON encoder or UTF-8 file can take
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
+)
 
 
 def _shown(m: re.Match[str]) -> str:
@@ -787,7 +798,8 @@ def _shown(m: re.Match[str]) -> str:
 
 def visible(value: Any) -> Any:
     """`value` with every control character of its strings (keys included), but newline
-    and tab, written as a visible `\\xNN`. Text in an event comes from places a step
+    and tab, written as a visible `\\xNN` (and the invisible format characters above as
+    `\\uNNNN`). Text in an event comes from places a step
     controls (an error's message, a command's stderr, a crafted recording): on a
     terminal, or in the browser's xterm.js, an escape sequence in it would act (set the
     clipboard through OSC 52, retitle the window, rewrite the screen). Every event is
