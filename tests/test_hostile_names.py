@@ -1,5 +1,5 @@
-"""Names held to one line, and text that cannot move: what the edges' second red-team pass
-left (docs/boundaries.md, "Names and invisible characters").
+"""Names held to one line, text that cannot move, inputs read as inputs: what the edges'
+second red-team pass left (docs/boundaries.md, the edges' second pass).
 
 - a recording whose cell, host, driver, phase or check name holds a newline would split
   the report's table row, a gate line and a summary row: readers refuse such a line with
@@ -7,7 +7,8 @@ left (docs/boundaries.md, "Names and invisible characters").
 - U+2028, U+2029 and the bidirectional controls (a name that reads as another,
   "Trojan Source") are shown as `\\uNNNN` by `visible`, emitted or read, raw or escaped;
 - a profile's `[hosts.NAME]` is held to the rules `--host ssh://...` is held to when the
-  profile loads (address, user, jump), not when asyncssh first sees them.
+  profile loads (address, user, jump), not when asyncssh first sees them;
+- `--known-hosts` is read as an input (regular, bounded, non-blocking), not handed over.
 """
 
 from __future__ import annotations
@@ -141,3 +142,29 @@ def test_a_profile_host_is_checked_when_it_loads(
 def test_a_good_profile_host_loads(tmp_path: Path) -> None:
     p = _profile(tmp_path, 'address = "::1"\nuser = "rtax.bench"\njump = "me@gw:2222"\n')
     assert load_profile(p).host_tables["h"]["user"] == "rtax.bench"
+
+
+def test_known_hosts_is_read_as_an_input_not_handed_over(tmp_path: Path) -> None:
+    """`--known-hosts` names a FIFO, /dev/zero or a directory: one line naming the flag,
+    at once (asyncssh, given the path, would have opened it on the loop's thread when a
+    server answered); a real known_hosts file becomes asyncssh's entries."""
+    import os
+
+    from rtax_tui.hosts.ssh import SSHHost, SSHTarget
+    from rtax_tui.model.spec import RtaxError
+
+    fifo = tmp_path / "kh-fifo"
+    os.mkfifo(fifo)
+    for bad in (str(fifo), "/dev/zero", str(tmp_path), str(tmp_path / "missing")):
+        host = SSHHost(SSHTarget(name="h", address="127.0.0.1", known_hosts=bad))
+        with pytest.raises(RtaxError) as exc:
+            host._options()
+        assert str(exc.value).startswith(f"--known-hosts {bad}: "), exc.value
+        assert "\n" not in str(exc.value)
+    good = tmp_path / "known_hosts"
+    good.write_text(
+        "[127.0.0.1]:2222 ssh-ed25519 "
+        "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+    )
+    kw = SSHHost(SSHTarget(name="h", address="127.0.0.1", known_hosts=str(good)))._options()
+    assert type(kw["known_hosts"]).__name__ == "SSHKnownHosts"

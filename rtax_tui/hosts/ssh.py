@@ -175,6 +175,28 @@ def _private_key(path: str) -> Any:
         raise RtaxError(f"--identity {path}: not a private key rtax can use ({exc})") from None
 
 
+KNOWN_HOSTS_MAX = 16 << 20  # a known_hosts file of 100,000 hosts is about 10 MiB
+
+
+def _known_hosts(path: str) -> Any:
+    """The `--known-hosts` file, read now as `_private_key` reads a key (a regular file of
+    bounded size, opened without blocking), and handed to asyncssh as its entries: given
+    the path, asyncssh would open it itself when a server answers, where a FIFO would
+    hold the loop's thread."""
+    import asyncssh
+
+    from rtax_tui.model.inputs import read_input
+
+    try:
+        data = read_input(os.path.expanduser(path), "a known_hosts file", KNOWN_HOSTS_MAX)
+    except RtaxError as exc:
+        raise RtaxError(f"--known-hosts {exc}") from None
+    try:
+        return asyncssh.import_known_hosts(data.decode("utf-8", "replace"))
+    except (asyncssh.KeyImportError, ValueError) as exc:
+        raise RtaxError(f"--known-hosts {path}: not a known_hosts file ({exc})") from None
+
+
 def host_name_wrong(host: str) -> str | None:
     """Why `host` (a name or an address) is no host name a resolver takes: a label over
     63 bytes, a name over 253, one IDNA cannot encode; None when it is one."""
@@ -447,7 +469,7 @@ class SSHHost(Host):
         if t.trust_new:
             kw["known_hosts"] = None
         elif t.known_hosts:
-            kw["known_hosts"] = t.known_hosts
+            kw["known_hosts"] = _known_hosts(t.known_hosts)
         return kw
 
     async def _open_jump(self) -> Any:
