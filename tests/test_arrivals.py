@@ -1,4 +1,4 @@
-"""Arrival patterns (engine.arrivals): parsing, the plan's episodes, the scheduler's open
+"""Arrival patterns (model.arrivals): parsing, the plan's episodes, the scheduler's open
 loop, and what the recording, the report and the plot make of them."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.engine.arrivals import check_arrivals, parse_arrival
 from rtax_tui.engine.plan import build_plan, make_cells
+from rtax_tui.model.arrivals import check_arrivals, parse_arrival
 from rtax_tui.model.spec import Cell, RtaxError
 from tests.enginetools import W_OK, by_type, prof, run
 from tests.fakes import FakeDriver

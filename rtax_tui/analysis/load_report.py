@@ -1,5 +1,5 @@
 """What a recording says about load (`report["load"]`): per cell, its start-up under each
-arrival pattern (engine.arrivals), and how closely the arrivals kept to the pattern.
+arrival pattern (model.arrivals), and how closely the arrivals kept to the pattern.
 
 A row is one cell under one pattern: its measured trials' create, ready, acquire (pooled)
 and start-up (create + ready, or acquire) with P50/P95/P99 (the report's `summarize`,
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rtax_tui.analysis.stats import summarize
-from rtax_tui.engine.arrivals import SEQUENTIAL, arrival_of, base_cell, order_key, parse_arrival
+from rtax_tui.model.arrivals import SEQUENTIAL, arrival_of, base_cell, order_key, parse_arrival
 from rtax_tui.model.fold import TrialOutcome
 
 NS_PER_MS = 1e6

@@ -31,8 +31,9 @@ from rtax_tui.analysis.pool_report import (
 )
 from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
-from rtax_tui.engine.arrivals import arrival_of
+from rtax_tui.model.arrivals import arrival_of
 from rtax_tui.model.checks import build_document
+from rtax_tui.model.fidelity import FIDELITY_MIN, replay_by_cell
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
 from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.model.spec import EXTRA_PHASES, PHASES, REPORT_FORMAT, TIMED_PHASES
@@ -435,8 +436,6 @@ def _document(
             fields["startup"] = STARTUP_NOTE
         out_cells.append(cast(CellReport, fields))  # its keys in the order they always had
     if c.replay and events is not None:
-        from rtax_tui.engine.traj.fidelity import FIDELITY_MIN, replay_by_cell
-
         # a replay's fidelity, per cell
         replays = replay_by_cell(events, FIDELITY_MIN if fidelity_min is None else fidelity_min)
         for row in out_cells:
@@ -457,7 +456,7 @@ def _document(
     if image is not None:  # a run with image modes (drivers.toolkit.delivery)
         out["image"] = image
     load = load_document(list(cells.values()), seed=seed)
-    if load is not None:  # a run with arrival patterns (engine.arrivals)
+    if load is not None:  # a run with arrival patterns (model.arrivals)
         out["load"] = load
     if c.preps:  # a `rtax traj prepare -o` recording: figures per trajectory format
         from rtax_tui.analysis.traj_report import prep_document
@@ -612,7 +611,6 @@ def project_report(
             _project_cell(cd, trajectories, steps, seed, steps_dist) for cd in cells.values()
         ],
     }
-    from rtax_tui.engine.traj.fidelity import replay_by_cell
 
     replays = replay_by_cell(rec.events)  # the report's replay entry, and so its mark
     for row in out["cells"]:

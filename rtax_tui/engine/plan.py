@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rtax_tui.engine.arrivals import SEQUENTIAL, parse_arrival
+from rtax_tui.model.arrivals import SEQUENTIAL, parse_arrival
 from rtax_tui.model.spec import Cell, RtaxError
 
 # the most trials one run plans (each is an object in memory before the first one runs)
@@ -27,7 +27,7 @@ class PlannedTrial:
     cell: Cell
     warmup: bool
     batch: str | None = None
-    episode: str | None = None  # an arrival pattern's episode (engine.arrivals)
+    episode: str | None = None  # an arrival pattern's episode (model.arrivals)
     offset_ns: int = 0  # when in its episode it is due
 
 
@@ -63,7 +63,7 @@ def make_cells(
 def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[PlannedTrial]:
     """Warm-ups first (one at a time, whatever the cell's arrival pattern), then the
     measured trials in a seeded order. A cell with an arrival pattern other than
-    sequential brings its trials as episodes (engine.arrivals), each kept together and
+    sequential brings its trials as episodes (model.arrivals), each kept together and
     shuffled among the other cells' trials as one unit; an episode's offsets are drawn
     from the seed, the cell and the episode's place, so a plan is the same every time."""
     arrivals = [(c, parse_arrival(c.arrival, "cell")) for c in cells]

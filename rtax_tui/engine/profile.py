@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rtax_tui.engine.arrivals import SEQUENTIAL, check_arrivals
 from rtax_tui.engine.poolspec import PoolSpec, check_modes, parse_pool
 from rtax_tui.engine.profile_schema import (
     CAPACITY,
@@ -31,6 +30,7 @@ from rtax_tui.engine.profile_schema import (
     type_error,
 )
 from rtax_tui.engine.profile_toml import profiles_dir
+from rtax_tui.model.arrivals import SEQUENTIAL, check_arrivals
 from rtax_tui.model.inputs import INT64_MAX, INT64_MIN, PROFILE_MAX, decode_utf8, read_input
 from rtax_tui.model.spec import (
     CHANNELS,
@@ -93,7 +93,7 @@ class Profile:
     capacity: Capacity | None = None
     pool: PoolSpec | None = None  # [pool] or --pool N
     modes: tuple[str, ...] | None = RUN["modes"].default  # None: pool if [pool], else cold
-    arrivals: tuple[str, ...] = RUN["arrivals"].default  # engine.arrivals
+    arrivals: tuple[str, ...] = RUN["arrivals"].default  # model.arrivals
     images: tuple[str, ...] = RUN["images"].default  # drivers.toolkit.delivery; (): none
     page_cache: str = RUN["page_cache"].default  # before each image phase: kept, dropped
     custom_workloads: dict[str, Workload] = field(default_factory=dict)

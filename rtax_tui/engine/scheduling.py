@@ -10,7 +10,7 @@ ready environment for its cell goes before the plan's next trial when that one w
 have to wait for its pool (looked for among the next `LOCALITY_WINDOW` trials, so the
 plan's interleaving is only locally disturbed).
 
-Arrival patterns (`engine.arrivals`): an episode of the plan waits for the trials in
+Arrival patterns (`model.arrivals`): an episode of the plan waits for the trials in
 flight, then starts its arrivals at their instants, open loop, outside the concurrency
 limits above.
 """
@@ -23,10 +23,10 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from rtax_tui.engine.arrivals import IN_FLIGHT_MAX
 from rtax_tui.engine.control import RunControl
 from rtax_tui.engine.health import HostHealth
 from rtax_tui.engine.plan import PlannedTrial
+from rtax_tui.model.arrivals import IN_FLIGHT_MAX
 from rtax_tui.model.spec import Cell
 
 LOCALITY_WINDOW = 64
@@ -54,7 +54,7 @@ class Scheduler:
 
     async def run(self, plan: Sequence[PlannedTrial], launch: Launch) -> None:
         """Start every planned trial (until stopped), then wait for all of them. The
-        plan's episodes (engine.arrivals) each run alone, after what is in flight."""
+        plan's episodes (model.arrivals) each run alone, after what is in flight."""
         for seg in _segments(plan):
             if self._control.stopping:
                 break

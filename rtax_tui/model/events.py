@@ -56,7 +56,7 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # - added `run.loop` (optional): the event loop the run's process ran on, which a timed
 #   action's wake-up is part of (`uvloop 0.23.0`, `asyncio`; `engine.evloop`). Absent in
 #   older recordings: asyncio's, the only loop rtax ran on before;
-# - added, for a trial of an arrival pattern's episode (issue 25, `engine.arrivals`),
+# - added, for a trial of an arrival pattern's episode (issue 25, `model.arrivals`),
 #   `trial_start.arrival` (`burst:N`, `rate:R`), `trial_start.episode` (the episode's id,
 #   `e1`, ...) and `trial_start.arrival_ns` (when it was due, on the run's clock: its
 #   start's `t_ns` minus it is how late it began), and `run.profile.arrivals`; the

@@ -279,7 +279,7 @@ class Cell:
     workload: str
     channel: str
     mode: str = "cold"
-    arrival: str = "sequential"  # engine.arrivals: sequential, burst:N, rate:R
+    arrival: str = "sequential"  # model.arrivals: sequential, burst:N, rate:R
     image: str = ""  # drivers.toolkit.delivery: cached, pull, lazy ("": no image modes)
 
     @property

@@ -19,7 +19,7 @@ Each kind draws one figure:
 - `capacity`: per cell and batch size, the passed batches out of those run;
 - `load`: per cell, the start-up (create + ready, or a pooled cell's acquire) P50 with
   its P95 against the offered load: environments asked for at once (sequential: 1, a
-  burst: its size), and arrivals a second (rates), one panel each (engine.arrivals).
+  burst: its size), and arrivals a second (rates), one panel each (model.arrivals).
 
 SVG text stays text (`svg.fonttype = none`) and ids are seeded, so a figure drawn
 twice from the same recordings is the same file, and its series can be found by
@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rtax_tui.model import paths
+from rtax_tui.model.arrivals import SEQUENTIAL, arrival_of, base_cell, parse_arrival
+from rtax_tui.model.fidelity import not_representative, replay_by_cell
 from rtax_tui.model.fold import TrialFold, TrialOutcome
 from rtax_tui.model.recording import Recording
 from rtax_tui.model.spec import RtaxError
@@ -143,7 +145,6 @@ def load_cells(recs: Sequence[Recording], *, capacity: bool = False) -> list[Plo
 
 def _mark_replays(rec: Recording, by_cell: dict[str, PlotCell]) -> None:
     """The report's mark on each replay cell whose fidelity is under the threshold."""
-    from rtax_tui.engine.traj.fidelity import not_representative, replay_by_cell
 
     for cell, r in replay_by_cell(rec.events).items():
         if cell in by_cell:
@@ -447,7 +448,6 @@ def _capacity(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
 
 
 def _load(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
-    from rtax_tui.engine.arrivals import SEQUENTIAL, arrival_of, base_cell, parse_arrival
 
     cells = _need(cells, "load", names)
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rtax_tui.model.events import visible
+from rtax_tui.model.fidelity import not_representative
 from rtax_tui.render.plaintext import styled
 from rtax_tui.render.tables import fmt_ms
 from rtax_tui.render.tables import md_table as _md_table
@@ -127,7 +128,6 @@ def cell_name(c: Mapping[str, Any]) -> str:
     """A cell as every table of its figures names it: marked when it replays
     trajectories with a fidelity under the threshold (its steps did not do the agent's
     work)."""
-    from rtax_tui.engine.traj.fidelity import not_representative
 
     mark = not_representative(dict(c))
     return str(c["cell"]) if mark is None else f"{c['cell']} ({mark})"

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rtax_tui.model.arrivals import SEQUENTIAL, parse_arrival
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
 from rtax_tui.model.spec import PHASES, TIMED_PHASES, shell_rc
 
@@ -172,8 +173,6 @@ class LiveState:
             warm = min(curve) if int(prof.get("warmup") or 0) > 0 else 0  # one per cell
             self.planned = (int(cap["batches"]) * sum(curve) + warm) * n_cells
         else:
-            from rtax_tui.engine.arrivals import SEQUENTIAL, parse_arrival
-
             trials, warmup = int(prof.get("trials") or 0), int(prof.get("warmup") or 0)
             per_cell = 0
             for a in prof.get("arrivals") or (SEQUENTIAL,):  # a burst rounds its trials up

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
-from rtax_tui.engine.traj.fidelity import FIDELITY_MIN
+from rtax_tui.model.fidelity import FIDELITY_MIN
 from rtax_tui.model.fold import SizeFold
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.histogram import fmt_ms

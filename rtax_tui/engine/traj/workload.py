@@ -20,7 +20,7 @@ is timed by the engine like any other action, through the cell's own channel:
 
 Replayed steps expect nothing (a replay measures cost): the trial stays valid whatever
 they return; how many steps with a recorded exit code got the same one is the cell's
-fidelity (`fidelity.py`), from the `expect_rc` that each such step adds to its event.
+fidelity (`model/fidelity.py`), from the `expect_rc` that each such step adds to its event.
 """
 
 from __future__ import annotations
