@@ -7,7 +7,7 @@ from typing import Any
 
 from rtax_tui.engine.probe.run import run_probe
 from rtax_tui.hosts.local import LocalHost
-from rtax_tui.model.checks import build_document
+from rtax_tui.model.probedoc import build_document
 
 
 def probe(
@@ -47,7 +47,7 @@ def by_run(doc: dict[str, Any], driver: str) -> dict[tuple[str, str], dict[str, 
 
 def failures(doc: dict[str, Any], driver: str) -> list[str]:
     """Every run of a check that did not pass (blocked/held), with its evidence."""
-    from rtax_tui.model.checks import passed
+    from rtax_tui.model.probedoc import passed
 
     bad = []
     for name, c in doc["drivers"][driver]["checks"].items():

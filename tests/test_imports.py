@@ -26,6 +26,8 @@ CORE_MODULES = [
     "rtax_tui.hosts.cgroups",
     "rtax_tui.hosts.hostfacts",
     "rtax_tui.model.checks",
+    "rtax_tui.model.probedoc",
+    "rtax_tui.engine.probe.classify",
     "rtax_tui.engine.probe.scripts",
     "rtax_tui.engine.probe.host",
     "rtax_tui.engine.probe.run",

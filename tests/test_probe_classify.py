@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from rtax_tui.engine.probe import scripts as S
+from rtax_tui.engine.probe.classify import Context, Outcome, classify, facts, trim
 from rtax_tui.model.checks import (
     ALL_CHECKS,
     BLOCKED,
@@ -19,16 +20,8 @@ from rtax_tui.model.checks import (
     HELD,
     NA,
     PROBE_FORMAT,
-    Context,
-    Outcome,
-    build_document,
-    classify,
-    combine,
-    facts,
-    matrix,
-    summarize,
-    trim,
 )
+from rtax_tui.model.probedoc import build_document, combine, matrix, summarize
 
 TOK = {
     "tmp_sentinel": "rtax-probe-tmp-aaa",

@@ -281,7 +281,8 @@ def _ev(driver: str, channel: str, check: str, result: str, why: str, promised: 
 
 
 def test_the_markdown_tables_say_where_channels_differ_and_why_na() -> None:
-    from rtax_tui.model.checks import BLOCKED, NA, build_document
+    from rtax_tui.model.checks import BLOCKED, NA
+    from rtax_tui.model.probedoc import build_document
     from rtax_tui.render.reporting import probe_markdown
 
     evs = (

@@ -16,9 +16,10 @@ import pytest
 from rtax_tui.drivers.stage import StageDriver, StageEnvironment
 
 from rtax_tui.engine.probe import host as probe_host
+from rtax_tui.engine.probe.classify import Context, Outcome, classify
 from rtax_tui.engine.probe.run import CellProbe, integrity_of
 from rtax_tui.hosts.local import LocalHost
-from rtax_tui.model.checks import BLOCKED, BREACHED, INTEGRITY_CHECK, NA, Context, Outcome, classify
+from rtax_tui.model.checks import BLOCKED, BREACHED, INTEGRITY_CHECK, NA
 from rtax_tui.model.spec import EnvSpec
 
 ROOT = os.geteuid() == 0

@@ -32,9 +32,9 @@ from rtax_tui.analysis.pool_report import (
 from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.model.arrivals import arrival_of
-from rtax_tui.model.checks import build_document
 from rtax_tui.model.fidelity import FIDELITY_MIN, replay_by_cell
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
+from rtax_tui.model.probedoc import build_document
 from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.model.spec import EXTRA_PHASES, PHASES, REPORT_FORMAT, TIMED_PHASES
 

@@ -357,7 +357,7 @@ def _probe_command(
     from datetime import UTC, datetime
 
     from rtax_tui.engine.probe import state as probe_state
-    from rtax_tui.model.checks import build_document
+    from rtax_tui.model.probedoc import build_document
 
     err = out_console(stderr=True)
     path = Path(output) if output else None

@@ -535,7 +535,7 @@ def probe_cell_text(name: str, c: dict[str, Any]) -> str:
     """A check's cell for one driver: its combined result, and where the channels (or
     hosts) disagree, each result with where it came from (`blocked (exec), breached
     (shell)`, the combined one first); ` !` when a run that promised it failed."""
-    from rtax_tui.model.checks import promise_broken
+    from rtax_tui.model.probedoc import promise_broken
 
     result = str(c["result"])
     runs = c.get("runs") or []
@@ -586,7 +586,7 @@ def render_probe(doc: dict[str, Any]) -> Table:
 
 def print_probe(doc: dict[str, Any], console: Console) -> None:
     """The matrix, one summary line per driver, and the evidence of every breach."""
-    from rtax_tui.model.checks import summary_text
+    from rtax_tui.model.probedoc import summary_text
 
     console.print(render_probe(doc))
     console.print(PROBE_LEGEND)
@@ -605,7 +605,7 @@ def print_probe(doc: dict[str, Any], console: Console) -> None:
 
 def boundary_line(key: str, b: dict[str, Any]) -> str:
     """`local/stage: probed 2026-..: 12 blocked, ...` from a header's boundary entry."""
-    from rtax_tui.model.checks import summary_text
+    from rtax_tui.model.probedoc import summary_text
 
     if not b.get("summary"):
         return f"{key}: {b.get('status') or 'not probed'}"
@@ -635,7 +635,8 @@ def _reason(evidence: str) -> str:
 def _probe_summary_rows(doc: dict[str, Any]) -> list[list[str]]:
     """One row per driver, or one per channel (host/channel) where they differ: the
     counts of `summarize` over that channel's own runs."""
-    from rtax_tui.model.checks import RESULTS, summarize
+    from rtax_tui.model.checks import RESULTS
+    from rtax_tui.model.probedoc import summarize
 
     rows = []
     for d, dd in (doc.get("drivers") or {}).items():
@@ -664,7 +665,7 @@ def _probe_summary_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def probe_markdown(doc: dict[str, Any]) -> str:
-    """The boundary tables of a probe document (`model.checks.build_document`) as Markdown:
+    """The boundary tables of a probe document (`model.probedoc.build_document`) as Markdown:
     per driver (and channel, where they differ) the counts, promises kept and breached
     checks; the check x driver matrix (as `render_probe`); the reason of every `n/a`
     and the evidence of every broken promise. docs/boundaries.md holds this output for
@@ -694,7 +695,7 @@ def _not_measured(name: str, run: dict[str, Any]) -> bool:
 
 
 def _broken(name: str, run: dict[str, Any]) -> bool:
-    from rtax_tui.model.checks import passed
+    from rtax_tui.model.probedoc import passed
 
     return bool(run.get("promised")) and not passed(name, run["result"])
 

@@ -167,7 +167,7 @@ class BoundaryPanel(ModalScreen[None]):
 
     def __init__(self, header: dict[str, Any] | None, events: list[dict[str, Any]]) -> None:
         super().__init__()
-        from rtax_tui.model.checks import matrix
+        from rtax_tui.model.probedoc import matrix
 
         self.columns = matrix(header, events)
 

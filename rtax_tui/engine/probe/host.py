@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtax_tui.engine.probe import scripts as S
+from rtax_tui.engine.probe.classify import facts
 from rtax_tui.hosts.base import Host
-from rtax_tui.model.checks import facts
 
 PLANT_TIMEOUT_S = 60.0
 

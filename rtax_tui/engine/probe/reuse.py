@@ -39,7 +39,8 @@ from typing import Any
 from rtax_tui.engine.pool import EnvPool, effective_reset
 from rtax_tui.engine.poolspec import PoolSpec
 from rtax_tui.engine.probe import fingerprint as fp
-from rtax_tui.model.checks import LINKS_CHECK, Context, Outcome, Verdict, classify, reuse_verdict
+from rtax_tui.engine.probe.classify import Context, Outcome, Verdict, classify, reuse_verdict
+from rtax_tui.model.checks import LINKS_CHECK
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Timeouts, Workload
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from rtax_tui.engine.probe import host as probe_host
 from rtax_tui.engine.probe import scripts as S
+from rtax_tui.engine.probe.classify import Context, Outcome, Verdict, classify, facts, trim
 from rtax_tui.engine.probe.host import HostPlant
 from rtax_tui.engine.probe.reuse import LinksTarget, check_reuse, in_place_reset
 from rtax_tui.model import events, runlock
@@ -46,12 +47,6 @@ from rtax_tui.model.checks import (
     RESET_CHECKS,
     SENTINEL_CHECKS,
     SOCKET_CHECKS,
-    Context,
-    Outcome,
-    Verdict,
-    classify,
-    facts,
-    trim,
 )
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 

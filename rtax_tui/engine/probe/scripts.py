@@ -2,7 +2,7 @@
 
 Every script is POSIX sh that works under busybox `ash` and Debian's `dash`, run as
 `sh -c SCRIPT rtax-probe ARG...`, so the same step goes through every driver's own
-channel. Lines that start with `@` are facts for the classifier (`model.checks`);
+channel. Lines that start with `@` are facts for the classifier (`engine.probe.classify`);
 everything else is evidence for a human. python3 is used only where sh has no
 tool (unix sockets, the `init_module` call, a fast memory hog), always behind
 `command -v python3`, with a sh fallback or an explicit `@notool` (the check is
@@ -455,7 +455,7 @@ else echo "/proc/cmdline: cannot read it"; fi
 
 # What /proc tells of paths: the mount table (sources, targets and options), the
 # cgroup paths, the environment variables and command line of the first process.
-# The host looks in it for its own paths (model.checks: `host_paths`).
+# The host looks in it for its own paths (engine.probe.classify: `host_paths`).
 HOST_PATHS = r"""
 for f in /proc/self/mountinfo /proc/self/cgroup; do
   echo "== $f"; cat "$f" 2>&1

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from rtax_tui.model.checks import build_document
+from rtax_tui.model.probedoc import build_document
 
 STATE_FORMAT = "rtax-probe-last/1"
 NOT_PROBED = {"status": "not probed"}
