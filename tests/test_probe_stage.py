@@ -23,15 +23,20 @@ ROOT = os.geteuid() == 0
 WS_BIND = "/rtax-ws-"
 
 
+# The engines' daemons are up while stage is probed (their fixtures below):
+# `docker_socket`, `podman_socket` and `libvirt_socket` measure whether a step reaches
+# one's socket, which is n/a where none listens (and then proves nothing).
+
+
 @pytest.fixture(scope="module")
-def local_doc() -> dict[str, Any]:
+def local_doc(dockerd: Any, podman_service: Any, libvirtd: Any) -> dict[str, Any]:
     if not ROOT:
         pytest.skip("stage needs root")
     return probe(["stage"], list(CHANNELS), label=LABEL)
 
 
 @pytest.fixture(scope="module")
-def ssh_doc() -> dict[str, Any]:
+def ssh_doc(dockerd: Any, podman_service: Any, libvirtd: Any) -> dict[str, Any]:
     why = missing()
     if why is not None:
         pytest.skip(why)

@@ -9,17 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
+import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.stage import StageDriver, StageEnvironment
-from rtax_tui.drivers.toolkit.sandbox import ENTER_GONE, enter_argv
+from rtax_tui.drivers.toolkit.sandbox import (
+    BIN_SH,
+    DEFAULT_UID,
+    ENTER_GONE,
+    bwrap_argv,
+    enter_argv,
+    local_enter,
+)
 
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.hosts.local import LocalHost
-from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
+from rtax_tui.model.spec import (
+    Cell,
+    EnvSpec,
+    Limits,
+    PhaseFailure,
+    Step,
+    Workload,
+    workspace_alias_problem,
+)
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
 pytestmark = pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
@@ -386,13 +404,15 @@ def test_b3_posix_message_queues_are_refused() -> None:
 
 
 @pytest.mark.parametrize("channel", ["exec", "shell"])
-def test_b4_the_init_and_shell_directory_shows_them_and_takes_nothing(channel: str) -> None:
+def test_b4_the_init_and_shell_directory_takes_nothing_and_shows_nothing(channel: str) -> None:
     """B4: /.rtax is one read-only bind of the host directory that holds the init and the
-    shell (one bind, not one a file: issue 36): it lists exactly those two, neither can be
-    read (execute-only), and nothing can be added, renamed, replaced or removed there, so
-    no step changes the init a reset trusts or the shell that frames every result."""
+    shell (one bind, not one a file: issue 36), execute-only (0711): the two run by path,
+    neither can be read, the directory can be neither listed nor changed (added to,
+    renamed in, replaced, removed from, chmodded), so no step changes the init a reset
+    trusts or the shell that frames every result."""
     probe = (
-        "ls -a /.rtax | tr '\\n' ' '; echo; "
+        "ls /.rtax >/dev/null 2>&1 && echo LISTED; "
+        "[ -x /.rtax/init ] && [ -x /.rtax/sh ] || echo NOT-EXECUTABLE; "
         "cat /.rtax/init >/dev/null 2>&1 && echo READ-INIT; "
         "cat /.rtax/sh >/dev/null 2>&1 && echo READ-SH; "
         "{ echo x > /.rtax/added; } 2>/dev/null && echo ADDED; "
@@ -410,11 +430,114 @@ def test_b4_the_init_and_shell_directory_shows_them_and_takes_nothing(channel: s
             await env.ready()
             r = await env.action(Step(("sh", "-c", probe)), 30)
             lines = r.output.decode().splitlines()
-            assert lines[0].split() == [".", "..", "init", "sh"], r.output
-            assert lines[-1] == "looked" and len(lines) == 3, r.output
-            assert lines[1].split(",")[0] == "ro", r.output  # the mount's own options
+            assert len(lines) == 2 and lines[-1] == "looked", r.output
+            assert lines[0].split(",")[0] == "ro", r.output  # the mount's own options
             assert (await env.action(Step(("true",)), 10)).rc == 0  # the init still serves
         finally:
             await env.teardown()
 
     asyncio.run(run())
+
+
+# counts inotify events on /.rtax for argv[1] seconds ("nowatch" when refused)
+WATCH_RTAX = r"""
+import ctypes, os, select, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0o4000)
+if libc.inotify_add_watch(fd, b"/.rtax", 0xfff) < 0:
+    print("nowatch", os.strerror(ctypes.get_errno())); sys.exit(0)
+end, names = time.time() + float(sys.argv[1]), []
+while time.time() < end:
+    if select.select([fd], [], [], 0.2)[0]:
+        buf, i = os.read(fd, 65536), 0
+        while i < len(buf):
+            _w, _m, _c, ln = struct.unpack_from("iIII", buf, i)
+            names.append(buf[i + 16 : i + 16 + ln].rstrip(b"\0").decode()); i += 16 + ln
+print("events", len(names), sorted(set(names)))
+"""
+
+
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+def test_b4_a_step_does_not_see_other_sandboxes_start_through_rtax(channel: str) -> None:
+    """Red team 36: with /.rtax the shared host directory at 0755, a step's inotify watch
+    on it saw every other sandbox's init and shell start, host-wide (29-75 events while one
+    other environment started). The directory is 0711: no watch is allowed."""
+
+    async def run() -> None:
+        a = env_of(channel)
+        try:
+            await a.create()
+            await a.ready()
+            probe = "python3 -c " + shlex.quote(WATCH_RTAX) + " 4"
+            watcher = asyncio.ensure_future(a.action(Step(("sh", "-c", probe)), 30))
+            await asyncio.sleep(1.0)
+            b = env_of("shell")  # another environment starts: its init and its shell
+            try:
+                await b.create()
+                await b.ready()
+                assert (await b.action(Step(("true",)), 10)).rc == 0
+            finally:
+                await b.teardown()
+            out = (await watcher).output.decode()
+            assert out.startswith("nowatch") or out.startswith("events 0 "), out
+        finally:
+            await a.teardown()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("alias", ["/.rtax", "/.rtax/ws", "/.rtax/sh", "/.rtax/init"])
+def test_a_workspace_alias_under_rtax_is_refused(alias: str) -> None:
+    """Red team 36: a replayed trajectory's root under /.rtax (what a model ran) was taken
+    as the workspace's alias, and stage then failed every environment of the replay
+    (bubblewrap cannot make a link in the read-only /.rtax). /.rtax is the environment's
+    own system: refused, so the replay drops the alias and runs."""
+    assert workspace_alias_problem(alias) == "/.rtax is the environment's own system"
+    with pytest.raises(ValueError, match="own system"):
+        bwrap_argv(
+            "bwrap", "/tmp/x", ("true",), workspace_mib=16, root=[], etc="/e",
+            bin_dir="/b", seccomp_fd=5, alias=alias,
+        )  # fmt: skip
+
+
+def test_bin_sh_takes_no_directory_it_did_not_make(tmp_path: Path) -> None:
+    """Red team 36 (hardening: only root can write stage's public directory): BIN_SH used
+    any bin-<key> it found; since the whole directory is a sandbox's /.rtax, a link there
+    to a writable directory of the sandbox uid's, with forged init and sh and an extra
+    file, would have been the sandbox's init. What it finds is used only if it is exactly
+    what it makes; anything else is moved aside and made again."""
+    base, evil = tmp_path / "public", tmp_path / "evil"
+    base.mkdir()
+    evil.mkdir()
+    enter = local_enter()
+    sh = os.path.realpath("/bin/sh")
+    key = subprocess.run(
+        ["sh", "-c", 'cat -- "$1" "$2" | cksum | tr " " -', "k", enter, sh],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    for n in ("init", "sh", "extra"):
+        (evil / n).write_text("#!/bin/sh\necho forged\n")
+        os.chmod(evil / n, 0o777)
+        os.chown(evil / n, DEFAULT_UID, DEFAULT_UID)
+    os.chown(evil, DEFAULT_UID, DEFAULT_UID)
+    os.chmod(evil, 0o777)
+    old_style = base / f"bin-{key}"
+    for found in ("link", "0755"):
+        if found == "link":
+            old_style.symlink_to(evil)
+        res = subprocess.run(
+            ["sh", "-c", BIN_SH, "rtax-bin", str(base), enter], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+        got = Path(res.stdout.strip())
+        assert got == old_style and not got.is_symlink()
+        st = os.lstat(got)
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o711)
+        assert sorted(os.listdir(got)) == ["init", "sh"]
+        for n in ("init", "sh"):
+            s = os.lstat(got / n)
+            assert (s.st_uid, s.st_mode & 0o7777) == (0, 0o111)
+        assert (got / "init").read_bytes() == Path(enter).read_bytes()
+        assert sorted(os.listdir(evil)) == ["extra", "init", "sh"]  # the link's target untouched
+        assert [p.name for p in base.iterdir()] == [got.name]  # nothing left aside
+        os.chmod(got, 0o755)  # as an older rtax made it: made again, 0711

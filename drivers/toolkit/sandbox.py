@@ -165,16 +165,32 @@ echo "$d"
 """
 # Makes the execute-only copies of rtax-enter (as `init`) and of the host's /bin/sh
 # (as `sh`) under BASE, once per content, and prints the directory. Args: BASE ENTER
+# The directory is bound whole as the sandbox's /.rtax, so it is made 0711: a sandbox
+# runs the two files by path and can neither list it nor watch it (an inotify watch on a
+# readable one saw every other sandbox's init and shell start, host-wide). One found
+# there is used only if it is exactly what this makes (a real directory of root's, 0711,
+# holding init and sh only, each root's and 0111; an older rtax made it 0755); anything
+# else is moved aside and made again.
 BIN_SH = r"""base=$1 enter=$2
 sh=$(readlink -f /bin/sh) || exit 1
 key=$(cat -- "$enter" "$sh" | cksum | tr ' ' -)
 d=$base/bin-$key
-if [ ! -d "$d" ]; then
+ok() {
+  [ -d "$1" ] && [ ! -L "$1" ] && [ "$(stat -c %u:%g:%a -- "$1")" = 0:0:711 ] &&
+    [ "$(ls -A -- "$1" | tr '\n' ' ')" = "init sh " ] &&
+    [ "$(stat -c %u:%g:%a:%F -- "$1/init" "$1/sh" | tr '\n' ' ')" = \
+      "0:0:111:regular file 0:0:111:regular file " ]
+}
+if ! ok "$d"; then
   mkdir -p "$base" && chmod 755 "$base" "${base%/*}" || exit 1
   t=$(mktemp -d "$base/.tmp-bin-XXXXXX") || exit 1
-  cp -- "$enter" "$t/init" && cp -- "$sh" "$t/sh" && chown 0:0 "$t/init" "$t/sh" &&
-    chmod 0111 "$t/init" "$t/sh" && chmod 755 "$t" || { rm -rf "$t"; exit 1; }
+  cp -- "$enter" "$t/init" && cp -- "$sh" "$t/sh" && chown 0:0 "$t" "$t/init" "$t/sh" &&
+    chmod 0111 "$t/init" "$t/sh" && chmod 711 "$t" || { rm -rf "$t"; exit 1; }
+  if { [ -e "$d" ] || [ -L "$d" ]; } && ! ok "$d"; then  # not made as this makes it
+    o=$(mktemp -d "$base/.old-bin-XXXXXX") && mv -- "$d" "$o/" && rm -rf -- "$o"
+  fi
   mv -T "$t" "$d" 2>/dev/null || rm -rf "$t"  # another run made it first
+  ok "$d" || { echo "rtax: $d is not the init and shell it should be" >&2; exit 1; }
 fi
 echo "$d"
 """

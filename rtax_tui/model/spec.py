@@ -178,9 +178,11 @@ class ReplaySource:
 
 # The top directories an environment's own system lives in: the workspace is never
 # shown at or under one of them (a link there would hide, or replace, what the
-# environment runs on); under these, only deeper than the directory itself.
+# environment runs on); under these, only deeper than the directory itself. `.rtax` is
+# rtax's own (stage's init and shell, a VM's agent), read-only: a link there failed every
+# environment of a replay.
 SYSTEM_DIRS = frozenset(
-    "bin boot dev etc lib lib32 lib64 libx32 proc run sbin sys tmp usr var workspace".split()
+    ".rtax bin boot dev etc lib lib32 lib64 libx32 proc run sbin sys tmp usr var workspace".split()
 )
 HOME_DIRS = frozenset("home media mnt opt root srv".split())
 
