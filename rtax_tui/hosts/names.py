@@ -105,11 +105,13 @@ def probe_cgroup(label: str, suffix: str) -> str:
 
 
 def batch_cgroup(run_id: str, batch_id: object) -> str:
-    return f"{BATCH_CGROUP}{run_id}-{batch_id}"
+    """A capacity batch's budget cgroup; the run id in safe_label form, as the run lock
+    lists it (else a run id that form changes would not be spared while its run lives)."""
+    return f"{BATCH_CGROUP}{safe_label(run_id)}-{batch_id}"
 
 
 def batch_cgroup_prefix(run_id: str | None) -> str:
-    return _labelled(BATCH_CGROUP, run_id)
+    return _labelled(BATCH_CGROUP, safe_label(run_id) if run_id else None)
 
 
 # -- workspaces ----------------------------------------------------------------
