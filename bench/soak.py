@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rtax_tui.hosts import names
 from rtax_tui.model.recording import read_recording
 
 PROFILE = """\
@@ -91,13 +92,11 @@ def _reaper(pid: int) -> int | None:
 
 def _held(run_id: str) -> tuple[int, int, int]:
     """(workspaces, cgroups, sandbox processes) of the run on this machine now."""
-    label = run_id[:40]
-    ws = glob.glob(os.path.join(tempfile.gettempdir(), f"rtax-ws-{label}-*"))
-    cgs = glob.glob(f"/sys/fs/cgroup/*/rtax/env-{label}-*") + glob.glob(
-        f"/sys/fs/cgroup/rtax/env-{label}-*"
-    )
+    ws_prefix, cg = names.workspace_prefix(run_id), names.env_cgroup_prefix(run_id)
+    ws = glob.glob(os.path.join(tempfile.gettempdir(), f"{ws_prefix}*"))
+    cgs = glob.glob(f"/sys/fs/cgroup/*/rtax/{cg}*") + glob.glob(f"/sys/fs/cgroup/rtax/{cg}*")
     procs = 0
-    needle = f"rtax-ws-{label}-".encode()
+    needle = ws_prefix.encode()
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:

@@ -64,13 +64,12 @@ from rtax_tui.drivers.toolkit.rootfs import (
 from rtax_tui.drivers.toolkit.runsc import host_pids, limits_note
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.stage_site import CLEANUP_SH
-from rtax_tui.drivers.toolkit.workspace import WORKSPACE_PREFIX, counts, run_exec, workspace_mib
+from rtax_tui.drivers.toolkit.workspace import counts, run_exec, workspace_mib
 
-from rtax_tui.hosts import cgroups
+from rtax_tui.hosts import cgroups, names
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.runlock import safe_label
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, RtaxError, Step, Workload
 
 STATE_BASE = "/run/rtax/gvisor"
@@ -200,8 +199,7 @@ class GvisorEnvironment(Environment):
     def __init__(self, driver: GvisorDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
         self.host = driver.host
-        label = safe_label(spec.label)
-        self.cid = f"rtax-{label}-{os.urandom(4).hex()}"
+        self.cid = names.sandbox(spec.label)
         self.dir = os.path.join(STATE_BASE, self.cid)  # bundle + runsc state (--root)
         self.workspace: str | None = None
         self.cg: str | None = None
@@ -287,20 +285,21 @@ class GvisorEnvironment(Environment):
 
     async def create(self) -> None:
         spec = self.spec
-        label = safe_label(spec.label)
         async with self.sub("root"):
             root = self.img.root or await self.driver.root_for(spec.workload)
             platform = await self.driver.platform()
         async with self.sub("workspace"):
             self._ws = asyncio.ensure_future(
                 self.host.make_workspace(
-                    f"{WORKSPACE_PREFIX}{label}-", spec.workspace_src, None, workspace_mib(spec)
+                    names.workspace(spec.label), spec.workspace_src, None, workspace_mib(spec)
                 )
             )
             self.workspace = await asyncio.shield(self._ws)
         async with self.sub("cgroup"):
             lim = spec.limits
-            self.cg = Cgroup.relpath_of(f"env-{label}-{self.cid[-8:]}", spec.cgroup_parent)
+            self.cg = Cgroup.relpath_of(
+                names.env_cgroup(spec.label, self.cid[-8:]), spec.cgroup_parent
+            )
             try:
                 self.procs = await self.host.make_cgroup(
                     self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=host_pids(lim.pids)
@@ -784,9 +783,9 @@ class GvisorDriver(Driver):
             root = await asyncio.to_thread(busybox_root)
         except RtaxError as exc:
             return str(exc)
-        tag = f"{safe_label(runlock.owner())}-p{os.urandom(3).hex()}"
-        d = os.path.join(STATE_BASE, f"rtax-{tag}")
-        cg = Cgroup.relpath_of(f"gvisor-probe-{tag}")
+        me, tag = runlock.owner(), f"p{os.urandom(3).hex()}"
+        d = os.path.join(STATE_BASE, names.sandbox(me, tag))
+        cg = Cgroup.relpath_of(names.probe_cgroup(me, tag))
         self.host.track("path", d)
         try:
             procs = await self.host.make_cgroup(cg)
@@ -919,25 +918,24 @@ class GvisorDriver(Driver):
     async def cleanup(self, label: str | None = None) -> int:
         """Sandboxes and runsc state, env cgroups and workspaces of one run (or every run),
         sparing a live run's."""
-        want = f"rtax-{safe_label(label)}-" if label else "rtax-"
+        want = names.sandbox_prefix(label)
         live = runlock.live_labels()
         n = 0
         try:
-            names = sorted(os.listdir(STATE_BASE))
+            found = sorted(os.listdir(STATE_BASE))
         except OSError:
-            names = []
-        for name in names:
+            found = []
+        for name in found:
             if not name.startswith(want):
                 continue
-            if runlock.is_live(name, live, lambda s: f"rtax-{safe_label(s)}-"):
+            if names.belongs(name, live, names.sandbox_prefix):
                 runlock.note_spared(1)
                 continue
             d = os.path.join(STATE_BASE, name)
             await asyncio.to_thread(_kill_naming, d)
             await asyncio.to_thread(shutil.rmtree, d, True)
             n += 1
-        prefix = WORKSPACE_PREFIX + (f"{safe_label(label)}-" if label else "")
-        cg = f"env-{safe_label(label)}-" if label else "env-"
+        prefix, cg = names.workspace_prefix(label), names.env_cgroup_prefix(label)
         script = runlock.script(CLEANUP_SH)
         argv = ["sh", "-c", script, "rtax-cleanup", prefix, cg, cgroups.PREFIX]
         res = await self.host.run(argv, timeout=60)

@@ -45,13 +45,13 @@ from rtax_tui.drivers.toolkit.vmguest import (
     parse_options,
     remove_dead_dirs,
     resolve_accel,
-    safe,
     vm_integrity,
     workload_problems,
     workspace_disk_mib,
 )
 from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
+from rtax_tui.hosts import names
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
@@ -160,7 +160,7 @@ class LibvirtEnvironment(Environment):
     def __init__(self, driver: LibvirtDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
         self.d = driver
-        self.name = f"rtax-{safe(spec.label)}-{os.urandom(4).hex()}"
+        self.name = names.vm(spec.label)
         self.dir: TrialDir | None = None
         self.dom: Any = None
         self.pid: int | None = None
@@ -494,7 +494,7 @@ class LibvirtDriver(Driver):
         spec = EnvSpec(
             Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
         )
-        self._snap_dir = TrialDir(self.host, f"rtax-{safe(runlock.owner())}-snapshot")
+        self._snap_dir = TrialDir(self.host, names.vm(runlock.owner(), "snapshot"))
         path = self._snap_dir("guest.state")
         env = LibvirtEnvironment(self, spec)
         env.restore = False
@@ -552,9 +552,7 @@ class LibvirtDriver(Driver):
         import glob
         import tempfile
 
-        from rtax_tui.drivers.toolkit.vmguest import DIR_PREFIX
-
-        pat = f"{DIR_PREFIX}rtax-{safe(label)}-*" if label else f"{DIR_PREFIX}*"
+        pat = names.vm_dirs_prefix(label) + "*"
         dirs = glob.glob(os.path.join(tempfile.gettempdir(), pat))
         try:
             conn = await asyncio.wait_for(self.connection(), 60)
@@ -568,12 +566,12 @@ class LibvirtDriver(Driver):
         for dom in doms:
             try:
                 name = dom.name()
-                if not name.startswith("rtax-"):
+                if not name.startswith(names.SANDBOX):
                     continue
                 run = dom.metadata(lv.VIR_DOMAIN_METADATA_ELEMENT, NS, 0)
                 if label is not None and f">{escape(label)}<" not in run:
                     continue
-                if runlock.is_live(name, live, lambda s: f"rtax-{safe(s)}-"):
+                if names.belongs(name, live, names.vm_prefix):
                     spared += 1
                     continue
                 await asyncio.to_thread(dom.destroy)

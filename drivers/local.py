@@ -16,7 +16,6 @@ from typing import Any
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.workspace import (
-    WORKSPACE_PREFIX,
     base_env,
     close_shell,
     made_workspace,
@@ -26,8 +25,8 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_mib,
 )
 
+from rtax_tui.hosts import names
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.runlock import safe_label
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 
 
@@ -50,7 +49,7 @@ class LocalEnvironment(Environment):
         host = self.driver.host
         async with self.sub("workspace"):
             # Through the host: a copy here, a tar stream on a remote host's stdin there.
-            prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
+            prefix = names.workspace(self.spec.label)
             # shielded: a create cancelled while the host makes it still learns its path
             # (teardown: `made_workspace`)
             self._ws = asyncio.ensure_future(
@@ -138,5 +137,4 @@ class LocalDriver(Driver):
         }
 
     async def cleanup(self, label: str | None = None) -> int:
-        prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")
-        return await workspace_cleanup(self.host, prefix)
+        return await workspace_cleanup(self.host, names.workspace_prefix(label))

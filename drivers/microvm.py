@@ -33,7 +33,6 @@ from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.images import vm_guest_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.vmguest import (
-    DIR_PREFIX,
     AgentChannel,
     Qmp,
     SerialWatch,
@@ -45,13 +44,13 @@ from rtax_tui.drivers.toolkit.vmguest import (
     parse_options,
     remove_dead_dirs,
     resolve_accel,
-    safe,
     vm_integrity,
     workload_problems,
     workspace_disk_mib,
 )
 from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
+from rtax_tui.hosts import names
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
@@ -74,7 +73,7 @@ class MicrovmEnvironment(Environment):
     def __init__(self, driver: MicrovmDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
         self.d = driver
-        self.name = f"rtax-{safe(spec.label)}-{os.urandom(4).hex()}"
+        self.name = names.vm(spec.label)
         self.dir: TrialDir | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.qmp: Qmp | None = None
@@ -372,7 +371,7 @@ class MicrovmDriver(Driver):
         spec = EnvSpec(
             Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
         )
-        self._snap_dir = TrialDir(self.host, f"rtax-{safe(runlock.owner())}-snapshot")
+        self._snap_dir = TrialDir(self.host, names.vm(runlock.owner(), "snapshot"))
         path = self._snap_dir("guest.state")
         env = MicrovmEnvironment(self, spec)
         env.restore = False
@@ -439,8 +438,8 @@ class MicrovmDriver(Driver):
         import glob
         import tempfile
 
-        prefix = f"rtax-{safe(label)}-" if label else "rtax-"
-        pat = f"{DIR_PREFIX}{prefix}*" if label else f"{DIR_PREFIX}*"
+        prefix = names.vm_prefix(label)
+        pat = names.vm_dirs_prefix(label) + "*"
         dirs = glob.glob(os.path.join(tempfile.gettempdir(), pat))
         procs = []
         for pid, argv in _qemu_processes():
@@ -453,7 +452,7 @@ class MicrovmDriver(Driver):
         live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
         n = spared = 0
         for pid, name in procs:
-            if runlock.is_live(name, live, lambda s: f"rtax-{safe(s)}-"):
+            if names.belongs(name, live, names.vm_prefix):
                 spared += 1
                 continue
             try:

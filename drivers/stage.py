@@ -72,19 +72,17 @@ from rtax_tui.drivers.toolkit.stage_site import (
     list_root,
 )
 from rtax_tui.drivers.toolkit.workspace import (
-    WORKSPACE_PREFIX,
     counts,
     made_workspace,
     run_exec,
     workspace_mib,
 )
 
-from rtax_tui.hosts import cgroups
+from rtax_tui.hosts import cgroups, names
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.runlock import safe_label
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 
 TEARDOWN_GRACE_S = 2.0
@@ -134,7 +132,6 @@ class StageEnvironment(Environment):
 
     async def create(self) -> None:
         spec = self.spec
-        label = safe_label(spec.label)
         site = await self.driver.site()
         uid = self.driver.uid
         size_mib = workspace_mib(spec)
@@ -145,7 +142,7 @@ class StageEnvironment(Environment):
         src = None if size_mib is not None else spec.workspace_src
         async with self.sub("workspace"):
             self._ws = asyncio.ensure_future(
-                self.host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", src, uid, None)
+                self.host.make_workspace(names.workspace(spec.label), src, uid, None)
             )
             self.workspace = await asyncio.shield(self._ws)
             self._binds = asyncio.ensure_future(self.driver.binds(spec))
@@ -158,10 +155,8 @@ class StageEnvironment(Environment):
     async def _new_cgroup(self) -> None:
         """A new cgroup for the sandbox with the cell's limits (self.cg, self.procs)."""
         spec = self.spec
-        label = safe_label(spec.label)
-        name = f"env-{label}-{os.urandom(4).hex()}" if label else f"env-{os.urandom(4).hex()}"
         lim = spec.limits
-        self.cg = Cgroup.relpath_of(name, spec.cgroup_parent)
+        self.cg = Cgroup.relpath_of(names.env_cgroup(spec.label), spec.cgroup_parent)
         try:
             self.procs = await self.host.make_cgroup(
                 self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=lim.pids
@@ -444,12 +439,11 @@ class StageEnvironment(Environment):
         # cgroup and workspace go while the new sandbox starts
         # as at create: sized, an empty named directory and the new sandbox's own tmpfs,
         # filled from inside by `ready`; unlimited, the directory filled on the host
-        label = safe_label(self.spec.label)
         size_mib = workspace_mib(self.spec)
         self._fill = size_mib is not None and bool(self.spec.workspace_src)
         src = None if size_mib is not None else self.spec.workspace_src
         self._ws = asyncio.ensure_future(
-            self.host.make_workspace(f"{WORKSPACE_PREFIX}{label}-", src, self.driver.uid, None)
+            self.host.make_workspace(names.workspace(self.spec.label), src, self.driver.uid, None)
         )
         made = await asyncio.gather(
             asyncio.shield(self._ws),
@@ -761,7 +755,7 @@ class StageDriver(Driver):
                 else "check that root can write rtax's cache"
             )
             return [Problem(f"stage cannot make its sandbox files: {exc.message}", fix)]
-        rel = f"{cgroups.PREFIX}/env-{runlock.owner()}-{os.urandom(4).hex()}"
+        rel = f"{cgroups.PREFIX}/{names.env_cgroup(runlock.owner())}"
         try:
             await host.make_cgroup(rel, cpus=1, memory_mib=64, pids=64)
             await host.remove_cgroup(rel)
@@ -820,8 +814,7 @@ class StageDriver(Driver):
 
     async def cleanup(self, label: str | None = None) -> int:
         """Sandboxes, env cgroups and workspaces of one run (or of every run)."""
-        prefix = WORKSPACE_PREFIX + (f"{safe_label(label)}-" if label else "")
-        cg = f"env-{safe_label(label)}-" if label else "env-"
+        prefix, cg = names.workspace_prefix(label), names.env_cgroup_prefix(label)
         script = runlock.script(CLEANUP_SH)
         argv = ["sh", "-c", script, "rtax-cleanup", prefix, cg, cgroups.PREFIX]
         res = await self.host.run(argv, timeout=60)

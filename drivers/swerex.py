@@ -61,16 +61,15 @@ from rtax_tui.drivers.base import (
 )
 from rtax_tui.drivers.toolkit.images import swerex_images
 from rtax_tui.drivers.toolkit.workspace import (
-    WORKSPACE_PREFIX,
     base_env,
     made_workspace,
     workspace_cleanup,
     workspace_mib,
 )
 
+from rtax_tui.hosts import names
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.runlock import safe_label
 from rtax_tui.model.spec import ActionResult, EnvSpec, OptionError, OutputSink, PhaseFailure, Step
 
 if TYPE_CHECKING:
@@ -237,7 +236,7 @@ class SwerexEnvironment(Environment):
             return
         host = self.driver.host
         async with self.sub("workspace"):
-            prefix = f"{WORKSPACE_PREFIX}{safe_label(self.spec.label)}-"
+            prefix = names.workspace(self.spec.label)
             # shielded: a create cancelled meanwhile still learns its path (teardown)
             self._ws = asyncio.ensure_future(
                 host.make_workspace(
@@ -250,7 +249,7 @@ class SwerexEnvironment(Environment):
         if self.deployment == "local":
             from swerex.runtime.local import LocalRuntime
 
-            self.worker = _Worker(f"rtax-swerex-{safe_label(self.spec.label)}")
+            self.worker = _Worker(names.swerex_worker(self.spec.label))
             self.runtime = LocalRuntime(logger=_LOG)
         else:
             async with self.sub("server"):
@@ -316,7 +315,7 @@ class SwerexEnvironment(Environment):
             args += ["--pids-limit", str(limits.pids)]
         self.driver.track_label(self.spec.label)  # the reaper finds it by label, kill -9 too
         self.env = base_env(CONTAINER_WORKSPACE, self.spec.env, self.driver.container_path)
-        self.worker = _Worker(f"rtax-swerex-{safe_label(self.spec.label)}")
+        self.worker = _Worker(names.swerex_worker(self.spec.label))
         self.docker = DockerDeployment(
             image=self.driver.image,
             pull="never",
@@ -639,8 +638,7 @@ class SwerexDriver(Driver):
     async def cleanup(self, label: str | None = None) -> int:
         """Workspaces (and what runs in them: servers, sessions) of any deployment, and
         containers labelled with the run, whatever the deployment option says now."""
-        prefix = WORKSPACE_PREFIX + (f"{label}-" if label else "")
-        n = await workspace_cleanup(self.host, prefix)
+        n = await workspace_cleanup(self.host, names.workspace_prefix(label))
         if which("docker") is None:
             return n
         sel = f"{LABEL_KEY}={label}" if label else LABEL_KEY
@@ -651,7 +649,7 @@ class SwerexDriver(Driver):
             [ln.split() for ln in res.stdout.decode().splitlines()] if res.returncode == 0 else []
         )
         live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
-        ids = [f[0] for f in found if f and runlock.safe_label(" ".join(f[1:])) not in live]
+        ids = [f[0] for f in found if f and names.safe_label(" ".join(f[1:])) not in live]
         runlock.note_spared(len([f for f in found if f]) - len(ids))
         if ids:
             await self.host.run(["docker", "rm", "-f", *ids], timeout=120)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rtax_tui.drivers import get_driver
-from rtax_tui.drivers.toolkit.vmguest import DIR_PREFIX, safe
 
+from rtax_tui.hosts import names
 from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
 
@@ -58,7 +58,7 @@ def ensure_guest(root: bool = False):
 
 def qemu_pids(label: str) -> list[int]:
     """QEMU processes whose `-name` belongs to run `label`."""
-    prefix = f"rtax-{safe(label)}-"
+    prefix = names.vm_prefix(label)
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -80,7 +80,7 @@ def qemu_pids(label: str) -> list[int]:
 
 
 def trial_dirs(label: str) -> list[str]:
-    return glob.glob(os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}rtax-{safe(label)}-*"))
+    return glob.glob(os.path.join(tempfile.gettempdir(), names.vm_dirs_prefix(label) + "*"))
 
 
 def nothing_left(label: str, wait_s: float = 3.0) -> tuple[list[int], list[str]]:
@@ -216,7 +216,7 @@ def check_t1_run(driver: str, channels: list[str], tmp_path) -> list[dict]:
 
 
 def snapshot_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}snapshot-*")))
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"{names.VM_DIR}snapshot-*")))
 
 
 RESTORE_PROFILE = """

@@ -64,7 +64,6 @@ from rtax_tui.drivers.toolkit.runsc import limits_note as runsc_limits_note
 from rtax_tui.drivers.toolkit.sandbox import SupportError, local_bin
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.workspace import (
-    WORKSPACE_PREFIX,
     make_workspace,
     populate,
     remove_workspace,
@@ -72,6 +71,7 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_mib,
 )
 
+from rtax_tui.hosts import names
 from rtax_tui.model import runlock
 from rtax_tui.model import spec as model
 from rtax_tui.model.checks import ALL_CHECKS
@@ -175,10 +175,6 @@ async def _assets_view(spec: EnvSpec) -> str:
         raise PhaseFailure(ErrorKind.ERROR, str(exc)) from exc
     assert view is not None
     return view
-
-
-def _safe(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40] or "x"
 
 
 def _socket_path(url: str) -> str | None:
@@ -459,7 +455,7 @@ class ContainerEnvironment(Environment):
         super().__init__(driver, spec, sub)
         self.d = driver
         self.image = driver.image_for(spec.workload)
-        self.name = f"rtax-{_safe(spec.label)}-{os.urandom(4).hex()}"
+        self.name = names.container(spec.label)
         self.cid: str | None = None
         self._create: asyncio.Future[Any] | None = None
         self._attach: asyncio.Future[Any] | None = None
@@ -1601,7 +1597,7 @@ class ContainerDriver(Driver):
         live = await runlock.live_labels_on(self.host)  # after the listing: see runlock
         n = spared = 0
         for c in found:
-            if runlock.safe_label((c.get("Labels") or {}).get(LABEL_KEY, "")) in live:
+            if names.safe_label((c.get("Labels") or {}).get(LABEL_KEY, "")) in live:
                 spared += 1
                 continue
             try:
@@ -1611,6 +1607,5 @@ class ContainerDriver(Driver):
                 pass
         runlock.note_spared(spared)
         if self.local:  # the host workspaces (tmpfs) those containers had bound
-            prefix = WORKSPACE_PREFIX + (f"{runlock.safe_label(label)}-" if label else "")
-            n += await workspace_cleanup(self.host, prefix)
+            n += await workspace_cleanup(self.host, names.workspace_prefix(label))
         return n

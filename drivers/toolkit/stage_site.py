@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rtax_tui.drivers.toolkit.sandbox import ROOT_NAMES, Support, bin_argv, etc_argv, local_support
-from rtax_tui.drivers.toolkit.workspace import WORKSPACE_PREFIX
 
-from rtax_tui.hosts import Host
+from rtax_tui.hosts import Host, names
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.runlock import LIVE_SH
 from rtax_tui.model.spec import PhaseFailure
@@ -60,14 +59,15 @@ done"""
 
 # Cleanup by label: sandboxes (bwrap naming the workspace), env cgroups (and what is
 # below them), workspaces; each spared when it carries a live run's label
-# (model/runlock.py), read after the candidates are listed. Args: WORKSPACE_PREFIX
-# CGROUP_PREFIX CGROUP_ROOT; prints `removed spared`.
+# (model/runlock.py), read after the candidates are listed. Args: workspace
+# prefix, env cgroup prefix, cgroup root (names.py); prints `removed spared`.
 # A process in uninterruptible sleep (state D: stuck in the kernel, say on a mount
 # whose daemon was killed) is skipped before its cmdline is read: that read waits for the
 # process's memory map lock, which such a process may hold for minutes (what made this
 # script run past its 60 s once dockerd was killed mid-run). Its stat is read without it.
 CLEANUP_SH = (
-    r"""p=$1 cg=$2 r=$3 n=0 s=0 t=${TMPDIR:-/tmp}
+    names.sh_assign()
+    + r"""p=$1 cg=$2 r=$3 n=0 s=0 t=${TMPDIR:-/tmp}
 ws=; for w in "$t/$p"*; do [ -e "$w" ] && ws="$ws $w"; done
 cgs=; for d in /sys/fs/cgroup/$r /sys/fs/cgroup/*/$r; do
   [ -d "$d" ] && cgs="$cgs $(find "$d" -mindepth 1 -type d -name "$cg*" 2>/dev/null)"
@@ -89,7 +89,7 @@ for q in $bw; do
 done
 for c in $cgs; do
   [ -d "$c" ] || continue
-  k=; for l in $live; do case ${c##*/} in "env-$l-"*) k=1; break ;; esac; done
+  k=; for l in $live; do case ${c##*/} in "$ENV_CG$l-"*) k=1; break ;; esac; done
   if [ -n "$k" ]; then s=$((s+1)); continue; fi
   for i in 1 2 3 4 5 6 7 8 9 10; do
     for x in $(find "$c" -depth -type d 2>/dev/null); do
@@ -106,7 +106,7 @@ for w in $ws; do
   umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1))
 done
 echo $n $s"""
-).replace("$WS", WORKSPACE_PREFIX)
+)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shlex
 import shutil
 import tempfile
@@ -32,7 +31,7 @@ from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.shellframe import read_frame
 from rtax_tui.drivers.toolkit.vmimage import HELLO, INIT_MARK
 
-from rtax_tui.hosts import Host
+from rtax_tui.hosts import Host, names
 from rtax_tui.model import spec as model
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import (
@@ -44,7 +43,6 @@ from rtax_tui.model.spec import (
     Workload,
 )
 
-DIR_PREFIX = "rtax-vm-"
 # Why the shell channel's results are not stated to hold (Driver.integrity): its steps run
 # in the guest agent's own shell, as the guest's root, and that agent reports every
 # status. On exec they hold: each step is a process of uid/gid 1000 (no supplementary
@@ -79,18 +77,13 @@ def vm_integrity(channel: str) -> str | None:
     return VM_INTEGRITY if channel == "shell" else None
 
 
-def safe(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:32] or "x"
-
-
 def remove_dead_dirs(dirs: list[str], live: Any) -> int:
     """Remove the VM directories whose run holds no live lock (model/runlock.py); returns
     how many were spared as a live run's."""
-    from rtax_tui.model import runlock
 
     spared = 0
     for d in dirs:
-        if runlock.is_live(os.path.basename(d), live, lambda s: f"{DIR_PREFIX}rtax-{safe(s)}-"):
+        if names.belongs(os.path.basename(d), live, names.vm_dirs_prefix):
             spared += 1
         else:
             shutil.rmtree(d, ignore_errors=True)
@@ -148,7 +141,7 @@ class TrialDir:
 
     def __init__(self, host: Host, name: str) -> None:
         self.host = host
-        self.path = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{name}-")
+        self.path = tempfile.mkdtemp(prefix=names.vm_dir_prefix(name))
         os.chmod(self.path, 0o755)
         host.track("path", self.path)
 
@@ -363,7 +356,7 @@ async def probe_kvm(
         return False, "no guest built to probe with (rtax images build --driver vm)"
     from rtax_tui.model import runlock
 
-    d = TrialDir(host, f"rtax-{safe(runlock.owner())}-kvmprobe")  # a live run's: spared
+    d = TrialDir(host, names.vm(runlock.owner(), "kvmprobe"))  # a live run's: spared
     proc = None
     try:
         argv = microvm_argv(

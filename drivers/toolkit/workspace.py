@@ -16,13 +16,13 @@ from typing import Any
 from rtax_tui.drivers.base import Problem
 from rtax_tui.drivers.toolkit.stepenv import step_env
 
-from rtax_tui.hosts import Host, LocalHost, safefs
+from rtax_tui.hosts import Host, LocalHost, names, safefs
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.runlock import safe_label
 from rtax_tui.model.spec import ActionResult, PhaseFailure
 
-WORKSPACE_PREFIX = "rtax-ws-"
+# for plugins: what their workspaces are named starting with (hosts/names.py owns it)
+WORKSPACE_PREFIX = names.WORKSPACE
 
 
 def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> dict[str, str]:
@@ -42,7 +42,7 @@ async def make_workspace(host: Host, label: str, size_mib: int | None = None) ->
     `size_mib` MiB, or a plain directory (None)."""
     if not isinstance(host, LocalHost):
         raise TypeError("make_workspace makes a directory on the controller: a LocalHost")
-    return await host.make_workspace(f"{WORKSPACE_PREFIX}{safe_label(label)}-", size_mib=size_mib)
+    return await host.make_workspace(names.workspace(label), size_mib=size_mib)
 
 
 async def made_workspace(current: str | None, making: asyncio.Future[str] | None) -> str | None:
@@ -154,7 +154,8 @@ async def tools_problems(host: Host, tools: tuple[str, ...]) -> list[Problem]:
 # carries a live run's label (model/runlock.py): candidates first, then the live labels,
 # so a run that started meanwhile made nothing listed. Prints `removed spared`.
 CLEANUP_SH = (
-    r"""p=$1; n=0; s=0; t=${TMPDIR:-/tmp}
+    names.sh_assign()
+    + r"""p=$1; n=0; s=0; t=${TMPDIR:-/tmp}
 c=; for w in "$t/$p"*; do [ -e "$w" ] && c="$c $w"; done
 live=$( (
 """
@@ -175,7 +176,7 @@ fi
 for w in $dead; do umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1)); done
 echo $n $s
 """
-).replace("$WS", WORKSPACE_PREFIX)
+)
 
 
 def counts(out: bytes) -> int:

@@ -836,11 +836,12 @@ def _cleanup(args: argparse.Namespace) -> int:
         return 0
     from functools import partial
 
-    from rtax_tui.drivers import get_driver, names
-    from rtax_tui.hosts import LocalHost, cgroups
+    from rtax_tui.drivers import get_driver
+    from rtax_tui.drivers import names as driver_names
+    from rtax_tui.hosts import LocalHost, cgroups, names
 
-    chosen = [d for d in names() if not args.driver or d in args.driver]
-    unknown = sorted(set(args.driver or ()) - set(names()))
+    chosen = [d for d in driver_names() if not args.driver or d in args.driver]
+    unknown = sorted(set(args.driver or ()) - set(driver_names()))
     if unknown:
         print(f"rtax: unknown driver {one_line(', '.join(unknown))}", file=sys.stderr)
         return 2
@@ -871,16 +872,15 @@ def _cleanup(args: argparse.Namespace) -> int:
     def spare(name: str) -> bool:  # asked once the candidates are listed
         if not live:
             live.append(runlock.live_labels())
-        if any(name.startswith((f"env-{s}-", f"batch-{s}-")) for s in live[0]):
+        if names.belongs(name, live[0], names.env_cgroup_prefix, names.batch_cgroup_prefix):
             runlock.note_spared(1)
             return True
         return False
 
     n = 0
     if args.run:  # only this run's: its budget cgroups and its environments' cgroups
-        safe = runlock.safe_label(args.run)
-        n = cgroups.cleanup(f"{cgroups.PREFIX}/batch-{args.run}-", spare=spare)
-        n += cgroups.cleanup(f"{cgroups.PREFIX}/env-{safe}-", spare=spare)
+        n = cgroups.cleanup(f"{cgroups.PREFIX}/{names.batch_cgroup_prefix(args.run)}", spare=spare)
+        n += cgroups.cleanup(f"{cgroups.PREFIX}/{names.env_cgroup_prefix(args.run)}", spare=spare)
     elif not args.driver:
         n = cgroups.cleanup(spare=spare)
     if n:

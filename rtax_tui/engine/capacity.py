@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.plan import PlannedBatch, PlannedTrial, build_capacity_plan
 from rtax_tui.engine.profile import Capacity
-from rtax_tui.hosts import reaper
+from rtax_tui.hosts import names, reaper
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import events
 from rtax_tui.model.events import Emitter
@@ -183,7 +183,7 @@ class CapacityRun:
                 break
             budget = None
             if cap.cpus or cap.memory_mib:
-                name = f"batch-{self.run_id}-{batch.id}"
+                name = names.batch_cgroup(self.run_id, batch.id)
                 rel = Cgroup.relpath_of(name)
                 reaper.current().add_cgroup(rel)  # before it exists: kill -9 at any moment
                 try:

@@ -12,9 +12,9 @@ and appends the labels it is told; it keeps the lock until it has removed what t
 left, so a remote cleanup never races it.
 
 A cleanup lists its candidates first, then the live labels (`live_labels`), and spares
-every candidate whose name carries a live label: a resource seen before the listing
-was made by a process that had written its label before, so a live run is never
-missed.
+every candidate whose name carries a live label (the names and that question are
+hosts/names.py's, the layer above): a resource seen before the listing was made by a
+process that had written its label before, so a live run is never missed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import fcntl
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "RUNS_DIR_SH",
     "as_another_process",
     "hold",
-    "is_live",
     "live_labels",
     "live_labels_on",
     "live_runs",
@@ -51,7 +50,7 @@ __all__ = [
 
 def safe_label(label: str) -> str:
     """The form a run's label takes in the names of what it makes (workspaces, containers,
-    VM directories), and so in what `rtax cleanup` matches."""
+    VM directories: hosts/names.py), and so in what `rtax cleanup` matches."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", label)[:40]
 
 
@@ -271,9 +270,3 @@ async def live_on(host: Any) -> tuple[set[str], int]:
         return set().union(*runs), len(runs)
     res = await host.run(["sh", "-c", script(LIVE_SH)], timeout=60)
     return _parse(res.stdout.decode(errors="replace"))
-
-
-def is_live(name: str, live: Iterable[str], fmt: Callable[[str], str]) -> bool:
-    """Does resource `name` carry a live label? `fmt(label)` is the prefix such a
-    resource's name starts with (e.g. `lambda s: f"rtax-ws-{s}-"`)."""
-    return any(name.startswith(fmt(s)) for s in live)
