@@ -16,6 +16,7 @@ Counting rules (docs/architecture.md, "Statistics"):
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -31,6 +32,7 @@ from rtax_tui.analysis.pool_report import (
 )
 from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
+from rtax_tui.analysis.traj_report import prep_document
 from rtax_tui.model.arrivals import arrival_of
 from rtax_tui.model.fidelity import FIDELITY_MIN, replay_by_cell
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
@@ -435,41 +437,86 @@ def _document(
         if cd.pooled:
             fields["startup"] = STARTUP_NOTE
         out_cells.append(cast(CellReport, fields))  # its keys in the order they always had
-    if c.replay and events is not None:
-        # a replay's fidelity, per cell
-        replays = replay_by_cell(events, FIDELITY_MIN if fidelity_min is None else fidelity_min)
+    for key, part in CELL_PARTS:
+        values = part(c, events, fidelity_min)
         for row in out_cells:
-            if row["cell"] in replays:
-                row["replay"] = replays[row["cell"]]
+            if row["cell"] in values:
+                row[key] = values[row["cell"]]  # type: ignore[literal-required]
     out: Report = {
         "format": REPORT_FORMAT,
         "run": _run_info(header, c.end, torn_tail, c.fold.starts, c.clocks),
         "cells": out_cells,
         "diffs": _diffs(cells, seed),
     }
-    if any(cd.pooled for cd in cells.values()):
-        out["pools"] = pool_document(
-            (t for cd in cells.values() if cd.pooled for t in cd.trials),
-            [ev for cd in cells.values() for ev in cd.pool_events],
-        )
-    image = image_document(list(cells.values()), seed=seed)
-    if image is not None:  # a run with image modes (drivers.toolkit.delivery)
-        out["image"] = image
-    load = load_document(list(cells.values()), seed=seed)
-    if load is not None:  # a run with arrival patterns (model.arrivals)
-        out["load"] = load
-    if c.preps:  # a `rtax traj prepare -o` recording: figures per trajectory format
-        from rtax_tui.analysis.traj_report import prep_document
-
-        out["prep"] = prep_document(c.preps, seed=seed)
-    probes = c.probes
-    if probes:  # a `rtax probe -o` recording: the driver x check matrix
-        out["probe"] = build_document(
-            probes,
-            hosts=sorted({str(e["host"]) for e in probes}),
-            channels=sorted({str(e["channel"]) for e in probes}),
-        )
+    for key, build in SECTIONS:
+        value = build(c, list(cells.values()), seed)
+        if value is not None:
+            out[key] = value  # type: ignore[literal-required]
     return out
+
+
+# -- the parts a kind of run adds ---------------------------------------------------
+# A report holds the cells' table and the drivers' differences always; what a kind of
+# run adds (pools, image modes, arrival patterns, a replay's fidelity, a preparation's
+# or a probe's own figures) is registered here, each part a builder that answers None
+# (or nothing) for a run without it. A new kind adds its builder to these tuples, not a
+# branch to `_document`; its drawing goes the same way (render.reporting's SECTIONS).
+
+
+def _replay_part(
+    c: _Collect, events: list[dict[str, Any]] | None, fidelity_min: float | None
+) -> dict[str, Any]:
+    """Per cell that replayed trajectories: its fidelity (model.fidelity)."""
+    if not c.replay or events is None:
+        return {}
+    return replay_by_cell(events, FIDELITY_MIN if fidelity_min is None else fidelity_min)
+
+
+# cell field -> its values per cell name
+CELL_PARTS: tuple[
+    tuple[
+        str,
+        Callable[[_Collect, list[dict[str, Any]] | None, float | None], dict[str, Any]],
+    ],
+    ...,
+] = (("replay", _replay_part),)
+
+
+def _pools_part(c: _Collect, cells: list[_CellData], seed: int) -> Any:
+    """A run with pooled cells: what the pools did (analysis.pool_report)."""
+    if not any(cd.pooled for cd in cells):
+        return None
+    return pool_document(
+        (t for cd in cells if cd.pooled for t in cd.trials),
+        [ev for cd in cells for ev in cd.pool_events],
+    )
+
+
+def _prep_part(c: _Collect, cells: list[_CellData], seed: int) -> Any:
+    """A `rtax traj prepare -o` recording: figures per trajectory format."""
+    return prep_document(c.preps, seed=seed) if c.preps else None
+
+
+def _probe_part(c: _Collect, cells: list[_CellData], seed: int) -> Any:
+    """A `rtax probe -o` recording: the driver x check matrix (model.probedoc)."""
+    if not c.probes:
+        return None
+    return build_document(
+        c.probes,
+        hosts=sorted({str(e["host"]) for e in c.probes}),
+        channels=sorted({str(e["channel"]) for e in c.probes}),
+    )
+
+
+# report key -> its builder (None: the run has no such part), in the order a report
+# holds them
+SECTIONS: tuple[tuple[str, Callable[[_Collect, list[_CellData], int], Any]], ...] = (
+    ("pools", _pools_part),
+    ("image", lambda c, cells, seed: image_document(cells, seed=seed)),  # image modes
+    ("load", lambda c, cells, seed: load_document(cells, seed=seed)),  # arrival patterns
+    ("prep", _prep_part),
+    ("probe", _probe_part),
+)
 
 
 def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
