@@ -79,7 +79,7 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.hosts import cgroups
+from rtax_tui.hosts import Host, cgroups
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
@@ -628,7 +628,7 @@ class StageDriver(Driver):
             if not isinstance(b, str) or not b.startswith("/") or len(b) > 4096 or "\0" in b:
                 raise OptionError("ro_binds", f"stage: expected absolute host paths, got {b!r}")
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         want = str(options.get("sandbox", "auto"))
         if want == "unshare":
