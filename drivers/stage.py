@@ -85,7 +85,7 @@ from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.runlock import safe_label
-from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step, Workload
 
 TEARDOWN_GRACE_S = 2.0
 SPAWN_WAIT_S = 10.0  # teardown waits this long for a spawn that a cancelled create left
@@ -643,7 +643,7 @@ class StageDriver(Driver):
         self._site: Site | None = None
         self._site_lock = asyncio.Lock()
 
-    async def prepare_images(self, workloads: list[Any], modes: tuple[str, ...]) -> None:
+    async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
         """The workload root as a squashfs, and its run-long mount for `cached`."""
         await delivery.current().prepare_squashfs(modes)
 
