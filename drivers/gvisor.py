@@ -66,7 +66,7 @@ from rtax_tui.drivers.toolkit.shellframe import FramedShell
 from rtax_tui.drivers.toolkit.stage_site import CLEANUP_SH
 from rtax_tui.drivers.toolkit.workspace import counts, run_exec, workspace_mib
 
-from rtax_tui.hosts import cgroups, names
+from rtax_tui.hosts import Host, cgroups, names
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
@@ -631,7 +631,7 @@ class GvisorDriver(Driver):
         }
     )
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.check_options(options)
         self.want_platform = str(options.get("platform", "auto"))

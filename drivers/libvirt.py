@@ -51,7 +51,7 @@ from rtax_tui.drivers.toolkit.vmguest import (
 )
 from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
-from rtax_tui.hosts import names
+from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
@@ -339,7 +339,7 @@ class LibvirtDriver(Driver):
     def check_options(cls, options: dict[str, Any]) -> None:
         parse_options(cls.name, options, LIBVIRT_OPTIONS)
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.opts = parse_options(self.name, options, LIBVIRT_OPTIONS)
         self.uri = str(options.get("uri", DEFAULT_URI))
@@ -373,12 +373,13 @@ class LibvirtDriver(Driver):
             raise PhaseFailure(ErrorKind.IMAGE_MISSING, "the VM guest is not built")
         return g
 
-    async def disks(self, env: Any, guest: GuestFiles) -> list[tuple[str, str, str]]:
+    async def disks(self, env: LibvirtEnvironment, guest: GuestFiles) -> list[tuple[str, str, str]]:
         w = env.spec.workload
         out: list[tuple[str, str, str]] = []
         size = workspace_disk_mib(env.spec, self.opts.start)
         if not needs_full_image(w) and not env.spec.workspace_src and size is None:
             return out
+        assert env.dir is not None  # create made it
         async with env.sub("disks"):
             if needs_full_image(w):
                 assert guest.rootdisk is not None

@@ -50,7 +50,7 @@ from rtax_tui.drivers.toolkit.vmguest import (
 )
 from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
-from rtax_tui.hosts import names
+from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
@@ -267,7 +267,7 @@ class MicrovmDriver(Driver):
             return self.boundary - {"workspace_size"}
         return self.boundary
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.opts = parse_options(self.name, options, self.extra_options)
         self.served: dict[str, str] = {}  # a root disk -> its served copy (image modes)

@@ -39,6 +39,7 @@ from rtax_tui.drivers.toolkit.container import (
 from rtax_tui.drivers.toolkit.images import container_images
 from rtax_tui.drivers.toolkit.seccomp import narrowed_profile_file
 
+from rtax_tui.hosts import Host
 from rtax_tui.hosts.conmon import conmon_processes
 from rtax_tui.model.spec import EnvSpec, OptionError
 
@@ -145,7 +146,7 @@ class PodmanDriver(ContainerDriver):
     userns_values = ("host", "auto", "keep-id", "nomap")
     userns_prefixes = ("auto:", "keep-id:")
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.nofile = int(options.get("nofile", NOFILE))
         self.nproc = int(options.get("nproc", NPROC))

@@ -78,12 +78,12 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.hosts import cgroups, names
+from rtax_tui.hosts import Host, cgroups, names
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step, Workload
 
 TEARDOWN_GRACE_S = 2.0
 SPAWN_WAIT_S = 10.0  # teardown waits this long for a spawn that a cancelled create left
@@ -622,7 +622,7 @@ class StageDriver(Driver):
             if not isinstance(b, str) or not b.startswith("/") or len(b) > 4096 or "\0" in b:
                 raise OptionError("ro_binds", f"stage: expected absolute host paths, got {b!r}")
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         want = str(options.get("sandbox", "auto"))
         if want == "unshare":
@@ -637,7 +637,7 @@ class StageDriver(Driver):
         self._site: Site | None = None
         self._site_lock = asyncio.Lock()
 
-    async def prepare_images(self, workloads: list[Any], modes: tuple[str, ...]) -> None:
+    async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
         """The workload root as a squashfs, and its run-long mount for `cached`."""
         await delivery.current().prepare_squashfs(modes)
 

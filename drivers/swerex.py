@@ -67,7 +67,7 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.hosts import names
+from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import ActionResult, EnvSpec, OptionError, OutputSink, PhaseFailure, Step
@@ -518,7 +518,7 @@ class SwerexDriver(Driver):
     # local, remote: no isolation, as the `local` driver; docker: see promised_checks.
     boundary = frozenset({"workspace_persists"})
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.check_options(options)
         self.deployment: str = str(options.get("deployment", "local"))

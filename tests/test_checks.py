@@ -9,6 +9,7 @@ as pip installs the packages, so a fresh clone checks what a wheel would hold.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -196,3 +197,64 @@ def test_mypy_strict(layout, tmp_path):
     argv += ["--cache-dir", str(tmp_path / "mypy-cache"), *TYPED]
     res = run(argv, layout, path=layout)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# What crosses the seam between the layers: a parameter (or a class's field) by one of
+# these names holds a host, a driver or an environment, and is typed as one (issue 37).
+SEAM_NAMES = frozenset({"host", "driver", "drv", "env", "env_a"})
+
+
+def untyped_seam(source: str, name: str = "<src>") -> list[str]:
+    """`FILE:LINE name` for each parameter or class-body field named in SEAM_NAMES (and
+    each `make_host`'s return) whose annotation holds `Any`, and each parameter typed
+    `dict[tuple[str, str], Any]` (drivers by host and name)."""
+    out: list[str] = []
+
+    def bad(ann: ast.expr | None) -> bool:
+        return ann is not None and any(
+            isinstance(n, ast.Name) and n.id == "Any" for n in ast.walk(ann)
+        )
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                ann = arg.annotation
+                text = ast.unparse(ann) if ann is not None else ""
+                if (arg.arg in SEAM_NAMES and bad(ann)) or text == "dict[tuple[str, str], Any]":
+                    out.append(f"{name}:{arg.lineno} {arg.arg}")
+            if node.name == "make_host" and bad(node.returns):
+                out.append(f"{name}:{node.lineno} make_host's return")
+        elif isinstance(node, ast.ClassDef):
+            for st in node.body:
+                tgt = st.target if isinstance(st, ast.AnnAssign) else None
+                if isinstance(tgt, ast.Name) and tgt.id in SEAM_NAMES and bad(st.annotation):
+                    out.append(f"{name}:{st.lineno} {tgt.id}")
+    return out
+
+
+def test_untyped_seam_finds_a_host_typed_any():
+    src = (
+        "from typing import Any\n"
+        "def f(host: Any, n: int) -> None: ...\n"
+        "def g(drivers: dict[tuple[str, str], Any]) -> None: ...\n"
+        "def make_host(name: str) -> Any: ...\n"
+        "class P:\n    env: Any\n    other: Any\n"
+        "def h(host: Host, facts: dict[str, Any]) -> None: ...\n"
+    )
+    assert untyped_seam(src) == [
+        "<src>:2 host",
+        "<src>:3 drivers",
+        "<src>:4 make_host's return",
+        "<src>:6 env",
+    ]
+
+
+def test_the_seam_between_the_layers_is_typed():
+    """Hosts, drivers and environments are passed as `Host`, `Driver`, `Environment` (or
+    the model's Protocols for them), never as `Any`, in what mypy checks."""
+    files = [f for d in (*TYPED, "drivers") for f in sorted((ROOT / d).rglob("*.py"))]
+    files = [f for f in files if "rtax_tui/drivers" not in str(f.relative_to(ROOT))]
+    assert any(f.name == "pool.py" for f in files) and any(f.name == "stage.py" for f in files)
+    found = [hit for f in files for hit in untyped_seam(f.read_text(), str(f.relative_to(ROOT)))]
+    assert found == [], found

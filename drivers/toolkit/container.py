@@ -71,7 +71,7 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.hosts import names
+from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model import spec as model
 from rtax_tui.model.checks import ALL_CHECKS
@@ -1086,7 +1086,7 @@ class ContainerDriver(Driver):
     userns_values: tuple[str, ...] = ("host", "remap")
     userns_prefixes: tuple[str, ...] = ()
 
-    def __init__(self, host: Any, options: dict[str, Any]) -> None:
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
         self.opts = self.parse_options(options)
         self.socket = self.opts.socket or self.default_socket

@@ -36,6 +36,7 @@ from rtax_tui.model import spec as model
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import (
     ActionResult,
+    EnvSpec,
     OptionError,
     OutputSink,
     PhaseFailure,
@@ -341,7 +342,7 @@ _kvm_verdict: tuple[bool, str] | None = None
 
 
 async def probe_kvm(
-    host: Any, qemu: str = "qemu-system-x86_64", timeout: float = KVM_PROBE_TIMEOUT_S
+    host: Host, qemu: str = "qemu-system-x86_64", timeout: float = KVM_PROBE_TIMEOUT_S
 ) -> tuple[bool, str]:
     """Boot the guest with KVM (microvm, no libvirt) and wait `timeout` for its hello.
 
@@ -401,7 +402,7 @@ async def probe_kvm(
         d.remove()
 
 
-async def kvm_status(host: Any) -> str:
+async def kvm_status(host: Host) -> str:
     """One line for `rtax doctor`: whether a KVM guest boots here (probed once a process)."""
     global _kvm_verdict
     if _kvm_verdict is None:
@@ -410,7 +411,7 @@ async def kvm_status(host: Any) -> str:
     return "usable (a KVM guest booted)" if ok else why
 
 
-async def resolve_accel(host: Any, opts: VmOptions) -> tuple[str, str]:
+async def resolve_accel(host: Host, opts: VmOptions) -> tuple[str, str]:
     """(accelerator to use, why), once per process for `auto`."""
     global _kvm_verdict
     if opts.accel != "auto":
@@ -460,7 +461,7 @@ def microvm_argv(
     return argv
 
 
-def budget_procs(host: Any, spec: Any) -> list[str]:
+def budget_procs(host: Host, spec: EnvSpec) -> list[str]:
     """The `cgroup.procs` files of the capacity batch's budget cgroup, or none: QEMU runs
     inside the budget, so the guest's memory and CPU count against it like any
     other substrate's."""
@@ -470,7 +471,7 @@ def budget_procs(host: Any, spec: Any) -> list[str]:
     return procs
 
 
-def join_budget(host: Any, spec: Any, pid: int | None) -> None:
+def join_budget(host: Host, spec: EnvSpec, pid: int | None) -> None:
     """Move a running QEMU (all its threads) into the batch's budget cgroup. What it
     had touched before (its start-up, and the kernel and initramfs loaded into the
     paused guest's RAM) stays charged where it was: v1 no longer moves charges."""
@@ -517,7 +518,7 @@ def workload_problems(workloads: list[Workload], start: str) -> list[Problem]:
     return problems
 
 
-async def overlay(qemu_img: str, base: str, dest: str, host: Any) -> None:
+async def overlay(qemu_img: str, base: str, dest: str, host: Host) -> None:
     """A qcow2 overlay on `base` (raw, never written)."""
     argv = [qemu_img, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", dest]
     res = await host.run(argv, timeout=OVERLAY_TIMEOUT_S)

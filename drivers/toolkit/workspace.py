@@ -91,7 +91,7 @@ def empty_dir(path: str, root: str | None = None) -> list[str]:
 
 
 async def run_exec(
-    host: Any,
+    host: Host,
     argv: list[str],
     *,
     cwd: str | None,

@@ -14,9 +14,10 @@ from typing import Any, TypedDict
 from rich.table import Table
 
 from rtax_tui.commands.hostflags import ssh_options
-from rtax_tui.drivers import DriverRegistryError, driver_class, get_driver, names
+from rtax_tui.drivers import Driver, DriverRegistryError, Problem, driver_class, get_driver, names
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import remote_aware_check
+from rtax_tui.hosts import Host
 from rtax_tui.model.spec import RtaxError
 from rtax_tui.render.plaintext import styled
 from rtax_tui.render.reporting import out_console
@@ -25,7 +26,7 @@ from rtax_tui.render.reporting import out_console
 SLOW_DAEMON_S = 1.0
 
 
-async def time_daemon(drv: Any, timeout: float = 30) -> tuple[str, float | None] | None:
+async def time_daemon(drv: Driver, timeout: float = 30) -> tuple[str, float | None] | None:
     """(what was timed, its seconds; None: no answer within `timeout`), None when the
     driver has no daemon. Timed here, with the engine's clock."""
     call = drv.daemon_call()
@@ -56,16 +57,14 @@ def slow_note(timed: tuple[str, float | None] | None) -> str | None:
 
 
 async def _check_host(
-    host: Any, on_row: Any = None
-) -> list[tuple[str, list[Any], dict[str, Any], dict[str, Any]]]:
+    host: Host, on_row: Any = None
+) -> list[tuple[str, list[Problem], dict[str, Any], dict[str, Any]]]:
     rows = []
     for name in names():
         drv = get_driver(name, host)
         try:
             probs = await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
         except Exception as exc:  # a broken check is itself a finding
-            from rtax_tui.drivers.base import Problem
-
             probs = [Problem(f"the check failed: {exc}", "report this as a bug")]
         facts = {}
         if not probs:

@@ -19,7 +19,7 @@ from rtax_tui.engine import evloop
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.runner import build_session
 from rtax_tui.engine.session import Session
-from rtax_tui.hosts import reaper, subreaper
+from rtax_tui.hosts import Host, reaper, subreaper
 from rtax_tui.model import paths, signals
 from rtax_tui.model.events import SinkError, one_line
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
@@ -427,7 +427,7 @@ async def _probe(
         if writer is not None:
             writer.write(ev)
 
-    hosts: dict[str, Any] = {}
+    hosts: dict[str, Host] = {}
     left_out: dict[str, str] = {}
     subreaper.enable_from_env()
     reaper.start()

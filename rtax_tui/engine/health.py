@@ -12,9 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rtax_tui.model.errors import ErrorKind, TrialError
+
+if TYPE_CHECKING:  # the engine sits above the drivers and the hosts (pyproject's layers)
+    from rtax_tui.drivers.base import Driver
+    from rtax_tui.hosts.base import Host
 
 # After a trial of a (host, driver) fails with `substrate_lost`, later trials of it
 # re-run the driver's check at most this often, and fail at once while it fails.
@@ -51,7 +55,7 @@ class _HostLost:
 class SubstrateHealth:
     """The (host, driver) pairs lost during this run, and their shared rechecks."""
 
-    def __init__(self, drivers: dict[DriverKey, Any]) -> None:
+    def __init__(self, drivers: dict[DriverKey, Driver]) -> None:
         self._drivers = drivers
         self._lost: dict[DriverKey, _Lost] = {}
 
@@ -105,7 +109,7 @@ class SubstrateHealth:
 class HostHealth:
     """The remote hosts lost during this run, and their reconnects with backoff."""
 
-    def __init__(self, hosts: dict[str, Any]) -> None:
+    def __init__(self, hosts: dict[str, Host]) -> None:
         self._hosts = hosts
         self._lost: dict[str, _HostLost] = {}
 

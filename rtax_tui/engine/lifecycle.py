@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine.capacity import Barrier
 from rtax_tui.engine.control import Progress, RunControl
@@ -46,6 +46,9 @@ from rtax_tui.model.spec import (
     Workload,
 )
 from rtax_tui.model.waits import phase_waits
+
+if TYPE_CHECKING:  # the engine sits above the drivers (pyproject's layers)
+    from rtax_tui.drivers.base import Driver, Environment
 
 
 async def timed(
@@ -114,7 +117,7 @@ class TrialState:
     waited: int = 0  # ns at the barrier (neither a phase's nor orchestration's)
     error: TrialError | None = None  # the first failure: it ends the trial
     actions_ok: bool = True  # every step's result matched what it expects
-    env: Any = None  # drivers.base.Environment, once one exists (made or acquired)
+    env: Environment | None = None  # once one exists (made or acquired)
     pooled: PooledEnv | None = None  # the pool's wrapper of `env`, for a pooled trial
     arrived: bool = False  # arrived at its batch's barrier
 
@@ -139,7 +142,7 @@ class TrialRunner:
         self,
         profile: Profile,
         *,
-        drivers: dict[tuple[str, str], Any],
+        drivers: dict[tuple[str, str], Driver],
         workloads: dict[str, Workload],
         run_id: str,
         emit: Emitter,
@@ -356,7 +359,7 @@ class TrialRunner:
             if tr.error is not None:
                 return
 
-    def _before_image(self, env: Any) -> Callable[[], Awaitable[None]]:
+    def _before_image(self, env: Environment) -> Callable[[], Awaitable[None]]:
         """The environment's `before_image`, then the page cache dropped if the profile
         says so (`page_cache`): both before the image phase, neither timed as it."""
 

@@ -32,13 +32,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine.poolspec import PoolSpec
 from rtax_tui.model import events
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.spec import Cell, EnvSpec, PhaseFailure, Timeouts
+
+if TYPE_CHECKING:  # the engine sits above the drivers (pyproject's layers)
+    from rtax_tui.drivers.base import Driver, Environment
 
 REUSABLE = ("clean", "snapshot")
 
@@ -48,7 +51,7 @@ class PooledEnv:
     """An environment the pool owns; `n` is its number in the pool's events."""
 
     n: int
-    env: Any  # drivers.base.Environment (core does not import drivers)
+    env: Environment
     uses: int = 0
     ready_at: int | None = None  # monotonic: when it last went into the pool ready
     idle_ns: int = 0  # how long it waited ready, not yet recorded
@@ -69,7 +72,7 @@ class PooledEnv:
             self.ready_at = None
 
 
-def effective_reset(driver: Any, channel: str, wanted: str) -> tuple[str, str | None]:
+def effective_reset(driver: Driver, channel: str, wanted: str) -> tuple[str, str | None]:
     """The reset the pool will use for `wanted` on this driver and channel, and why it
     differs (None when it is the wanted one): an unsupported reset falls back to
     `recreate`, which every driver has."""
@@ -85,7 +88,7 @@ class EnvPool:
     def __init__(
         self,
         cell: Cell,
-        driver: Any,
+        driver: Driver,
         spec: EnvSpec,
         conf: PoolSpec,
         timeouts: Timeouts,
@@ -349,7 +352,7 @@ class Pools:
         self,
         conf: PoolSpec,
         *,
-        drivers: dict[tuple[str, str], Any],
+        drivers: dict[tuple[str, str], Driver],
         spec_for: Callable[[Cell], EnvSpec],
         timeouts: Timeouts,
         emit: Emitter,

@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine.poolspec import PoolSpec, check_modes, parse_pool
 from rtax_tui.engine.profile_schema import (
@@ -43,6 +43,9 @@ from rtax_tui.model.spec import (
     Timeouts,
     Workload,
 )
+
+if TYPE_CHECKING:  # the engine sits above the drivers (pyproject's layers)
+    from rtax_tui.drivers.base import Driver
 
 
 class ProfileError(RtaxError):
@@ -298,7 +301,7 @@ class Profile:
                 out[d] = lacking
         return out
 
-    def _driver_classes(self) -> Iterator[tuple[str, Any]]:
+    def _driver_classes(self) -> Iterator[tuple[str, type[Driver]]]:
         """Each driver the profile names with its class (an instance's base's); a name
         that resolves to none is left to `_check_names` to refuse."""
         from rtax_tui.drivers.registry import DriverRegistryError, resolve

@@ -8,15 +8,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rtax_tui.drivers import get_driver
+from rtax_tui.drivers import Driver, Problem, get_driver
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.profile_schema import HOST
 from rtax_tui.engine.session import Session, Sink, check_drivers_ready
-from rtax_tui.hosts import LocalHost
+from rtax_tui.hosts import Host, LocalHost
 from rtax_tui.model.spec import RtaxError, Workload
 
 
-def make_host(name: str, profile: Profile | None = None) -> Any:
+def make_host(name: str, profile: Profile | None = None) -> Host:
     """`local`, an `ssh://[user@]host[:port]` URL, or a `[hosts.NAME]` table's name."""
     if name == "local":
         return LocalHost()
@@ -54,7 +54,7 @@ def make_host(name: str, profile: Profile | None = None) -> Any:
 
 async def connect_hosts(
     profile: Profile, log: Any = None
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> tuple[dict[str, Host], dict[str, dict[str, Any]]]:
     """Every host of the profile by its name, connected, its network cost measured.
 
     A remote host that cannot be reached (refused, unknown key, login refused) is
@@ -62,12 +62,12 @@ async def connect_hosts(
     """
     made = [make_host(h, profile) for h in profile.hosts]
 
-    async def up(host: Any) -> None:
+    async def up(host: Host) -> None:
         await host.connect()
         await host.measure_rtt()
 
     results = await asyncio.gather(*(up(h) for h in made), return_exceptions=True)
-    hosts: dict[str, Any] = {}
+    hosts: dict[str, Host] = {}
     left_out: dict[str, dict[str, Any]] = {}
     for host, res in zip(made, results, strict=True):
         if isinstance(res, BaseException):
@@ -87,11 +87,9 @@ async def connect_hosts(
     return hosts, left_out
 
 
-async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
+async def remote_aware_check(host_name: str, drv: Driver) -> list[Problem]:
     """The driver's check; on a remote host, first whether the driver can run there at all."""
     if host_name != "local" and not drv.runs_remote:
-        from rtax_tui.drivers.base import Problem
-
         return [
             Problem(
                 f"{drv.name} runs only on the local host (it uses the controller's own "
@@ -99,7 +97,7 @@ async def remote_aware_check(host_name: str, drv: Any) -> list[Any]:
                 "run it on `local`, or use a driver that runs over SSH (local, stage)",
             )
         ]
-    problems: list[Any] = await drv.check()
+    problems: list[Problem] = await drv.check()
     return problems
 
 
@@ -143,7 +141,7 @@ async def build_session(
 
 async def _build(
     profile: Profile,
-    hosts: dict[str, Any],
+    hosts: dict[str, Host],
     left_out: dict[str, dict[str, Any]],
     *,
     sinks: list[Sink],

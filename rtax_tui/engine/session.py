@@ -20,7 +20,7 @@ import asyncio
 import os
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine import evloop
 from rtax_tui.engine.capacity import Barrier, CapacityRun
@@ -38,6 +38,10 @@ from rtax_tui.model import events, runlock
 from rtax_tui.model.events import Emitter, Sink, SinkError
 from rtax_tui.model.spec import RtaxError, Workload
 
+if TYPE_CHECKING:  # the engine sits above the drivers and the hosts (pyproject's layers)
+    from rtax_tui.drivers.base import Driver, Problem
+    from rtax_tui.hosts.base import Host
+
 __all__ = ["Barrier", "Progress", "Session", "Sink", "check_drivers_ready", "new_run_id"]
 
 
@@ -54,7 +58,7 @@ class Session:
         *,
         sinks: list[Sink],
         argv: list[str],
-        drivers: dict[tuple[str, str], Any],
+        drivers: dict[tuple[str, str], Driver],
         workloads: dict[str, Workload],
         run_id: str | None = None,
         host_facts: dict[str, dict[str, Any]] | None = None,
@@ -70,7 +74,7 @@ class Session:
         self.host_facts = host_facts
         # Hosts by name, as the drivers hold them (remote hosts left out at the start are
         # not among them); cells are made only for (host, driver) pairs that exist.
-        self.hosts: dict[str, Any] = {}
+        self.hosts: dict[str, Host] = {}
         for (h, _d), drv in drivers.items():
             self.hosts.setdefault(h, drv.host)
         self.left_out_hosts = left_out_hosts or {}
@@ -306,7 +310,7 @@ class Session:
         return f
 
 
-def check_drivers_ready(problems: dict[str, list[Any]]) -> None:
+def check_drivers_ready(problems: dict[str, list[Problem]]) -> None:
     """Raise before any trial when a needed driver cannot run here."""
     bad = {k: v for k, v in problems.items() if v}
     if bad:

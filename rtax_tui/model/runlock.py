@@ -25,10 +25,11 @@ import fcntl
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 __all__ = [
+    "CommandHost",
     "LIVE_SH",
     "RUNS_DIR_SH",
     "as_another_process",
@@ -258,12 +259,25 @@ def _parse(text: str) -> tuple[set[str], int]:
     return labels, n
 
 
-async def live_labels_on(host: Any) -> set[str]:
+class _Ran(Protocol):
+    @property
+    def stdout(self) -> bytes: ...
+
+
+class CommandHost(Protocol):
+    """What `live_on` needs of a host: a command run to its end (and, read if there,
+    `controller_local`). `hosts.base.Host` is one; the model, the bottom layer, imports
+    no host (pyproject's import-linter layers), so it names the method, not the class."""
+
+    async def run(self, argv: Sequence[str], *, timeout: float | None = None) -> _Ran: ...
+
+
+async def live_labels_on(host: CommandHost) -> set[str]:
     """The live labels on `host` (a Host): this machine's locks, or the remote host's."""
     return (await live_on(host))[0]
 
 
-async def live_on(host: Any) -> tuple[set[str], int]:
+async def live_on(host: CommandHost) -> tuple[set[str], int]:
     """(live labels, how many live runs) on `host`."""
     if getattr(host, "controller_local", False):
         runs = live_runs()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rtax_tui.model.errors import ErrorKind
 
@@ -77,6 +77,14 @@ def shell_rc(rc: int | None) -> int | None:
     return 128 - rc if rc is not None and rc < 0 else rc
 
 
+class StepTarget(Protocol):
+    """What `Step.perform` needs of an environment: one action through its channel.
+    `drivers.base.Environment` is one; the model, the bottom layer, imports no driver
+    (pyproject's import-linter layers), so it names the method, not the class."""
+
+    async def action(self, step: Step, timeout: float | None) -> ActionResult: ...
+
+
 @dataclass(frozen=True)
 class Step:
     """One action of a workload: argv run in the environment's workspace."""
@@ -97,7 +105,7 @@ class Step:
             return self.expect_out.encode() in output
         return True
 
-    async def perform(self, env: Any, timeout: float | None) -> ActionResult:
+    async def perform(self, env: StepTarget, timeout: float | None) -> ActionResult:
         """Run the step in `env` (an `Environment`): one action through its channel. A
         replayed file edit overrides this (a read, then a write, through the same channel)."""
         result: ActionResult = await env.action(self, timeout)

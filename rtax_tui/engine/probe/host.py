@@ -29,7 +29,7 @@ def token(kind: str) -> str:
     return f"rtax-probe-{kind}-{os.urandom(12).hex()}"
 
 
-def is_local(host: Any) -> bool:
+def is_local(host: Host) -> bool:
     from rtax_tui.hosts.local import LocalHost
 
     return isinstance(host, LocalHost)
@@ -55,7 +55,7 @@ class Listener:
 class HostPlant:
     """What was planted on one host, and the host's own facts the checks compare with."""
 
-    host: Any
+    host: Host
     hex: str
     tmp: str = ""
     cache: str = ""
@@ -81,7 +81,7 @@ class HostPlant:
         return self.paths.get("sock_dir", "")
 
 
-async def plant(host: Any) -> HostPlant:
+async def plant(host: Host) -> HostPlant:
     """Sentinels (tmp, cache, /root), the listener, and the host's facts."""
     p = HostPlant(host=host, hex=os.urandom(6).hex())
     if is_local(host):
@@ -200,7 +200,7 @@ async def _listen(p: HostPlant) -> Listener | None:
     return lst
 
 
-async def _stop_proc(host: Any, proc: Any) -> None:
+async def _stop_proc(host: Host, proc: Any) -> None:
     try:
         if proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()
@@ -220,7 +220,7 @@ async def settle(delay: float = 0.3) -> None:
     await asyncio.sleep(delay)
 
 
-async def host_answer(host: Any, timeout: float = 10.0) -> dict[str, Any]:
+async def host_answer(host: Host, timeout: float = 10.0) -> dict[str, Any]:
     """How long the host takes to run `true` (its health during a fork bomb or a hog)."""
     t = time.monotonic_ns()
     try:
@@ -232,7 +232,7 @@ async def host_answer(host: Any, timeout: float = 10.0) -> dict[str, Any]:
     return {"host_ms": round((time.monotonic_ns() - t) / 1e6, 1)}
 
 
-async def free_mib(host: Any, path: str) -> tuple[int | None, str]:
+async def free_mib(host: Host, path: str) -> tuple[int | None, str]:
     """The free space (MiB) of the host's filesystem holding `path`, and its mount point."""
     try:
         res = await host.run(["sh", "-c", S.HOST_FREE, S.ARG0, path], timeout=30)
@@ -243,7 +243,7 @@ async def free_mib(host: Any, path: str) -> tuple[int | None, str]:
     return (int(got) if got.isdigit() else None), (f.get("fs") or [""])[0]
 
 
-async def path_exists(host: Any, path: str) -> bool:
+async def path_exists(host: Host, path: str) -> bool:
     """`path` exists on the host (a link included)."""
     script = 'test -e "$1" || test -L "$1"'
     res = await host.run(["sh", "-c", script, S.ARG0, path], timeout=30)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine.pool import EnvPool, effective_reset
 from rtax_tui.engine.poolspec import PoolSpec
@@ -43,6 +43,10 @@ from rtax_tui.engine.probe.classify import Context, Outcome, Verdict, classify, 
 from rtax_tui.model.checks import LINKS_CHECK
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Timeouts, Workload
+
+if TYPE_CHECKING:  # the engine sits above the drivers and the hosts (pyproject's layers)
+    from rtax_tui.drivers.base import Driver, Environment
+    from rtax_tui.hosts.base import Host
 
 TIMEOUT_S = 60.0
 
@@ -106,7 +110,7 @@ else echo "gone"; fi
 """
 
 
-def in_place_reset(driver: Any, channel: str) -> tuple[str | None, str]:
+def in_place_reset(driver: Driver, channel: str) -> tuple[str | None, str]:
     """The driver's in-place reset for `channel` (clean, else snapshot), or None and why."""
     got = driver.pool_resets(channel)
     for reset in ("clean", "snapshot"):
@@ -154,12 +158,12 @@ def _steps(
 FINGERPRINT_STEP = Step(("sh", "-c", fp.FINGERPRINT), timeout_s=TIMEOUT_S)
 
 
-async def _fingerprint(env: Any) -> list[str]:
+async def _fingerprint(env: Environment) -> list[str]:
     res = await env.action(FINGERPRINT_STEP, TIMEOUT_S)
     return fp.parse(res.output.decode(errors="replace"))
 
 
-async def links_intact(host: Any, links: LinksTarget) -> tuple[bool, str]:
+async def links_intact(host: Host, links: LinksTarget) -> tuple[bool, str]:
     """On the host: is the directory still a directory, its file still the token?"""
     res = await host.run(["sh", "-c", HOST_LINKS, "rtax-probe", links.path], timeout=TIMEOUT_S)
     said = res.stdout.decode(errors="replace").strip()
@@ -174,7 +178,7 @@ def _links_verdict(links: LinksTarget, planted: str, intact: bool, said: str) ->
 
 
 async def check_reuse(
-    driver: Any,
+    driver: Driver,
     host: str,
     channel: str,
     reset: str = "clean",

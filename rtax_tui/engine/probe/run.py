@@ -29,7 +29,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine.probe import host as probe_host
 from rtax_tui.engine.probe import scripts as S
@@ -49,6 +49,10 @@ from rtax_tui.model.checks import (
     SOCKET_CHECKS,
 )
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
+
+if TYPE_CHECKING:  # the engine sits above the drivers and the hosts (pyproject's layers)
+    from rtax_tui.drivers.base import Driver, Environment
+    from rtax_tui.hosts.base import Host
 
 # The probe's environments get these limits: the checks need limits to test.
 PROBE_LIMITS = Limits(cpus=1, memory_mib=256, pids=128, workspace_mib=64)
@@ -162,7 +166,7 @@ class CellProbe:
 
     def __init__(
         self,
-        driver: Any,
+        driver: Driver,
         host_name: str,
         channel: str,
         plant: HostPlant,
@@ -207,7 +211,7 @@ class CellProbe:
             dirs.append(self.plant.cache)
         return dirs
 
-    def _host_paths(self, env: Any) -> list[str]:
+    def _host_paths(self, env: Environment) -> list[str]:
         """Paths only the host knows (`host_paths`): the environment's workspace there,
         rtax's cache, and rtax's prefix in the host's temporary directory."""
         ws = getattr(env, "workspace", None) or getattr(env, "host_workspace", None)
@@ -312,7 +316,7 @@ class CellProbe:
                 decide(c.name, Verdict(NA, "not measured (see the other checks' evidence)"))
         return self.verdicts
 
-    async def _act(self, env: Any, step: Step) -> Outcome:
+    async def _act(self, env: Environment, step: Step) -> Outcome:
         timeout = step.timeout_s or STEP_TIMEOUT_S
         try:
             res = await asyncio.wait_for(env.action(step, timeout), timeout + 15)
@@ -320,7 +324,7 @@ class CellProbe:
             return Outcome(error=_why(exc))
         return Outcome(output=res.output.decode(errors="replace"), rc=res.rc)
 
-    async def _run_a(self, env: Any, decide: Callable[[str, Verdict], None]) -> None:
+    async def _run_a(self, env: Environment, decide: Callable[[str, Verdict], None]) -> None:
         steps, lst = self.steps, self.plant.listener
         ident = await self._act(env, steps["identify"])
         f = facts(ident.output)
@@ -375,7 +379,7 @@ class CellProbe:
         await self._run_hog(env, decide)
 
     async def _run_other(
-        self, env_a: Any, pwd_a: str, decide: Callable[[str, Verdict], None]
+        self, env_a: Environment, pwd_a: str, decide: Callable[[str, Verdict], None]
     ) -> None:
         host_path = getattr(env_a, "workspace", None) or getattr(env_a, "host_workspace", None)
         step = _step(S.OTHER_ENV, str(host_path or ""), pwd_a, self.n.mark)
@@ -394,7 +398,7 @@ class CellProbe:
 
     async def _run_bomb(
         self,
-        env: Any,
+        env: Environment,
         decide: Callable[[str, Verdict], None],
         name: str = "pids_limit",
         attempts: int = 0,
@@ -418,7 +422,7 @@ class CellProbe:
         if name == "pids_limit":
             await asyncio.sleep(BOMB_DRAIN_S)
 
-    async def _run_fill(self, env: Any, decide: Callable[[str, Verdict], None]) -> None:
+    async def _run_fill(self, env: Environment, decide: Callable[[str, Verdict], None]) -> None:
         """`workspace_size`: the host's free space on the workspace's filesystem before,
         and while the file past the size is there; then the file is removed."""
         step = self.steps.get("workspace_size")
@@ -599,7 +603,7 @@ class CellProbe:
         finally:
             await _down(env)
 
-    async def _run_hog(self, env: Any, decide: Callable[[str, Verdict], None]) -> None:
+    async def _run_hog(self, env: Environment, decide: Callable[[str, Verdict], None]) -> None:
         step = self.steps.get("memory_limit")
         limit = self.limits.memory_mib
         if step is None or not limit:
@@ -736,7 +740,7 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _up(drv: Any, spec: EnvSpec) -> Any:
+async def _up(drv: Driver, spec: EnvSpec) -> Environment:
     env = drv.environment(spec)
     try:
         await asyncio.wait_for(env.create(), ENV_TIMEOUT_S)
@@ -755,7 +759,7 @@ def _probe_asset() -> str | None:
     return str(got.patch) if got is not None else None
 
 
-async def _held_mib(host: Any, dirs: list[str]) -> dict[str, int]:
+async def _held_mib(host: Host, dirs: list[str]) -> dict[str, int]:
     """MiB held under each of `dirs` that exists on the host."""
     try:
         res = await host.run(["sh", "-c", S.HOST_DU, S.ARG0, *dirs], timeout=120)
@@ -769,13 +773,13 @@ async def _held_mib(host: Any, dirs: list[str]) -> dict[str, int]:
     return out
 
 
-def _host_workspace(env: Any) -> str:
+def _host_workspace(env: Environment) -> str:
     """The environment's workspace on the host, when the driver keeps one there."""
     ws = getattr(env, "workspace", None) or getattr(env, "host_workspace", None)
     return ws if isinstance(ws, str) and ws.startswith("/") else ""
 
 
-async def _states_no_pid_limit(drv: Any) -> str:
+async def _states_no_pid_limit(drv: Driver) -> str:
     """What the driver's facts say of its limits, where they state no pid limit."""
     try:
         got = (await drv.facts()).get("limits")
@@ -784,7 +788,7 @@ async def _states_no_pid_limit(drv: Any) -> str:
     return got if isinstance(got, str) and NO_PID_LIMIT in got else ""
 
 
-async def _down_err(env: Any) -> str | None:
+async def _down_err(env: Environment) -> str | None:
     """The teardown, and what went wrong with it (None: nothing)."""
     try:
         await asyncio.wait_for(asyncio.shield(env.teardown()), TEARDOWN_TIMEOUT_S)
@@ -793,7 +797,7 @@ async def _down_err(env: Any) -> str | None:
     return None
 
 
-async def _down(env: Any) -> None:
+async def _down(env: Environment) -> None:
     try:
         await asyncio.wait_for(asyncio.shield(env.teardown()), TEARDOWN_TIMEOUT_S)
     except Exception:
@@ -805,7 +809,7 @@ def na_verdicts(why: str) -> dict[str, Verdict]:
     return {c.name: Verdict(NA, trim(why)) for c in CHECKS}
 
 
-def integrity_of(driver: Any, channel: str) -> str | None:
+def integrity_of(driver: Driver, channel: str) -> str | None:
     """None where the driver states that a step's result reaches rtax through nothing a
     step can write on `channel` (`Driver.integrity`), else why it does not."""
     fn = getattr(driver, "integrity", None)
@@ -815,7 +819,7 @@ def integrity_of(driver: Any, channel: str) -> str | None:
     return got
 
 
-def promised_of(driver: Any) -> frozenset[str]:
+def promised_of(driver: Driver) -> frozenset[str]:
     """The checks a driver states it keeps (`Driver.promised_checks()`); none if unstated.
     On a host other than the controller's machine `assets_view` is not promised: rtax's
     assets are on the controller's machine, and no asset workload runs elsewhere."""
@@ -829,7 +833,7 @@ def promised_of(driver: Any) -> frozenset[str]:
 
 
 async def run_probe(
-    hosts: dict[str, Any],
+    hosts: dict[str, Host],
     drivers: list[str],
     channels: list[str],
     emit: Emit,

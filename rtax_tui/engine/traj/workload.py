@@ -36,7 +36,14 @@ from typing import Any
 from rtax_tui.engine.traj import find_trajectories, read_trajectories
 from rtax_tui.engine.traj.model import Trajectory
 from rtax_tui.engine.traj.replay import ReplayAction, ReplayPlan, replay_plan
-from rtax_tui.model.spec import ActionResult, ReplaySource, RtaxError, Step, Workload
+from rtax_tui.model.spec import (
+    ActionResult,
+    ReplaySource,
+    RtaxError,
+    Step,
+    StepTarget,
+    Workload,
+)
 
 KILL_GRACE_S = 10.0  # the engine's deadline past the in-environment kill
 # `timeout`'s own status, a SIGKILLed command as a shell says it (128 + 9), and as a
@@ -88,7 +95,7 @@ class ReplayStep(Step):
             out["timed_out"] = True
         return out
 
-    async def perform(self, env: Any, timeout: float | None) -> ActionResult:
+    async def perform(self, env: StepTarget, timeout: float | None) -> ActionResult:
         if self.op != "replace":
             return await super().perform(env, timeout)
         got: ActionResult = await env.action(Step(("cat", "--", self.path)), timeout)
