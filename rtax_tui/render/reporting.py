@@ -17,9 +17,19 @@ from rich.text import Text
 
 from rtax_tui.model.events import visible
 from rtax_tui.model.fidelity import not_representative
+from rtax_tui.render.image_render import image_markdown, render_image
+from rtax_tui.render.load_render import load_markdown, render_load
 from rtax_tui.render.plaintext import styled
+from rtax_tui.render.pool_render import render_pools
 from rtax_tui.render.tables import fmt_ms
 from rtax_tui.render.tables import md_table as _md_table
+from rtax_tui.render.traj_render import (
+    REPLAY_HEADERS,
+    prep_markdown,
+    render_prep,
+    render_replay,
+    replay_rows,
+)
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
 SUMMARY_FIELDS = (
@@ -170,9 +180,10 @@ def render_table(report: Mapping[str, Any]) -> Table:
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
-    """The report as Markdown: the cell table, driver differences, the legend."""
+    """The report as Markdown: the run's facts, then each section of MARKDOWN_SECTIONS
+    that the report has (the cell table, what a kind of run adds, the driver
+    differences), then the legend."""
     run = report.get("run", {})
-    capacity = _has_capacity(report)
     out = [f"# rtax report {run.get('run_id') or ''}".rstrip(), ""]
     meta = [
         f"- started: {run.get('started_at')}",
@@ -182,12 +193,32 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"- seed: {run.get('seed')}",
     ]
     out += meta + [""]
-    if report.get("prep"):  # a `rtax traj prepare -o` recording
-        from rtax_tui.render.traj_render import prep_markdown
+    for section in MARKDOWN_SECTIONS:
+        out += section(report)
+    out += ["## Legend", "", "```", LEGEND.rstrip(), "```", ""]
+    return "\n".join(out)
 
-        out += ["## Prefix preparation per trajectory format (ms)", ""]
-        out += [prep_markdown(report["prep"]), ""]
-    if report["cells"] or not (report.get("probe") or report.get("prep")):  # no cells here
+
+# -- the Markdown's sections (as the terminal's: each [] when the report has none) ----
+
+
+def _m_prep(report: Mapping[str, Any]) -> list[str]:
+    if not report.get("prep"):  # a `rtax traj prepare -o` recording
+        return []
+    return [
+        "## Prefix preparation per trajectory format (ms)",
+        "",
+        prep_markdown(report["prep"]),
+        "",
+    ]
+
+
+def _m_cells(report: Mapping[str, Any]) -> list[str]:
+    """The cell table and the capacity table (not for a probe's or a preparation's own
+    recording, which has no cells), then one line per cell id."""
+    out: list[str] = []
+    if report["cells"] or not (report.get("probe") or report.get("prep")):
+        capacity = _has_capacity(report)
         out += ["## Cells (times in ms)", ""]
         rows = [_cell_row(c, capacity) for c in report["cells"]]
         out += [_md_table(_headers(capacity), rows), ""]
@@ -205,38 +236,62 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             parts = "; ".join(f"{k['n']} around {fmt_ms(k['p50_ms'])}" for k in cl)
             line += f"; {phase} clusters: {parts}"
         out.append(line)
-    out.append("")
-    from rtax_tui.render.traj_render import REPLAY_HEADERS, replay_rows
+    return out + [""]
 
+
+def _m_replay(report: Mapping[str, Any]) -> list[str]:
     replays = replay_rows(report)
-    if replays:
-        out += ["## Replay fidelity (same exit code as recorded)", ""]
-        out += [_md_table(REPLAY_HEADERS, replays), ""]
-    if report.get("load"):  # a run with arrival patterns
-        from rtax_tui.render.load_render import load_markdown
+    if not replays:
+        return []
+    return ["## Replay fidelity (same exit code as recorded)", "",
+            _md_table(REPLAY_HEADERS, replays), ""]  # fmt: skip
 
-        out += [load_markdown(report["load"])]
-    if report.get("image"):  # a run with image modes
-        from rtax_tui.render.image_render import image_markdown
 
-        out += [image_markdown(report["image"])]
-    bounds = run.get("boundaries") or {}
-    if bounds:
-        out += ["## Boundaries (the last `rtax probe` when the run began)", ""]
-        out += [f"- {boundary_line(k, b)}" for k, b in bounds.items()] + [""]
-    forgeable = run.get("forgeable") or {}
-    if forgeable:
-        out += ["## Results a workload could forge (the driver does not state they hold)", ""]
-        out += [f"- {k}: {why}" for k, why in forgeable.items()] + [""]
-    if report.get("probe"):
-        out += ["## Boundary checks (rtax probe)", "", probe_markdown(report["probe"])]
-    if report.get("diffs"):
-        out += ["## Differences between drivers (b - a, ms)", ""]
-        heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
-        rows = [_diff_row(d) for d in report["diffs"]]
-        out += [_md_table(heads, rows), ""]
-    out += ["## Legend", "", "```", LEGEND.rstrip(), "```", ""]
-    return "\n".join(out)
+def _m_part(key: str, draw: Callable[[Any], str]) -> Callable[[Mapping[str, Any]], list[str]]:
+    """A section that is `draw(report[key])` when the report has it."""
+    return lambda report: [draw(report[key])] if report.get(key) else []
+
+
+def _m_boundaries(report: Mapping[str, Any]) -> list[str]:
+    bounds = report.get("run", {}).get("boundaries") or {}
+    if not bounds:
+        return []
+    out = ["## Boundaries (the last `rtax probe` when the run began)", ""]
+    return out + [f"- {boundary_line(k, b)}" for k, b in bounds.items()] + [""]
+
+
+def _m_forgeable(report: Mapping[str, Any]) -> list[str]:
+    forgeable = report.get("run", {}).get("forgeable") or {}
+    if not forgeable:
+        return []
+    out = ["## Results a workload could forge (the driver does not state they hold)", ""]
+    return out + [f"- {k}: {why}" for k, why in forgeable.items()] + [""]
+
+
+def _m_probe(report: Mapping[str, Any]) -> list[str]:
+    if not report.get("probe"):
+        return []
+    return ["## Boundary checks (rtax probe)", "", probe_markdown(report["probe"])]
+
+
+def _m_diffs(report: Mapping[str, Any]) -> list[str]:
+    if not report.get("diffs"):
+        return []
+    rows = [_diff_row(d) for d in report["diffs"]]
+    return ["## Differences between drivers (b - a, ms)", "", _md_table(DIFF_HEADS, rows), ""]
+
+
+MARKDOWN_SECTIONS: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = (
+    _m_prep,
+    _m_cells,
+    _m_replay,
+    _m_part("load", load_markdown),  # a run with arrival patterns
+    _m_part("image", image_markdown),  # a run with image modes
+    _m_boundaries,
+    _m_forgeable,
+    _m_probe,
+    _m_diffs,
+)
 
 
 def _diff_row(d: Mapping[str, Any]) -> list[str]:
@@ -435,36 +490,52 @@ def limits_lines(limits: Any) -> list[str | Text]:
 
 
 def print_report(report: Mapping[str, Any], console: Console) -> None:
-    """The table, the reasons of failed trials, and the driver differences, for a terminal."""
-    if report.get("probe") and not report["cells"]:  # a `rtax probe -o` recording
-        print_probe(report["probe"], console)
-        return
-    if report.get("prep") and not report["cells"]:  # a `rtax traj prepare -o` recording
-        from rtax_tui.render.traj_render import render_prep
+    """The table, the reasons of failed trials, and the driver differences, for a terminal:
+    a recording of its own kind (a probe's, a preparation's) drawn whole, else each
+    section of TERMINAL_SECTIONS that the report has, in order."""
+    for applies, draw in TERMINAL_KINDS:
+        if applies(report):
+            draw(report, console)
+            return
+    for section in TERMINAL_SECTIONS:
+        section(report, console)
 
-        console.print(render_prep(report["prep"]))
-        return
+
+# -- the terminal's sections --------------------------------------------------------
+# Each draws its part of a report, or nothing when the report has none (a run without
+# pools has no pool table). A new kind of run adds a section here (and its Markdown in
+# MARKDOWN_SECTIONS), beside its builder in analysis.report's SECTIONS: never a branch
+# in print_report.
+
+
+def _t_cells(report: Mapping[str, Any], console: Console) -> None:
     console.print(render_table(report))
-    from rtax_tui.render.traj_render import render_replay
 
+
+def _t_replay(report: Mapping[str, Any], console: Console) -> None:
     replay = render_replay(report)
     if replay is not None:
         console.print(replay)
+
+
+def _t_capacity(report: Mapping[str, Any], console: Console) -> None:
     cap_table = render_capacity(report)
     if cap_table is not None:
         console.print(cap_table)
-    if report.get("pools"):  # a run with pooled cells
-        from rtax_tui.render.pool_render import render_pools
 
-        console.print(render_pools(report["pools"]))
-    if report.get("load"):  # a run with arrival patterns
-        from rtax_tui.render.load_render import render_load
 
-        console.print(render_load(report["load"]))
-    if report.get("image"):  # a run with image modes
-        from rtax_tui.render.image_render import render_image
+def _t_part(key: str, draw: Callable[[Any], Any]) -> Callable[[Mapping[str, Any], Console], None]:
+    """A section that draws `report[key]` with `draw` when the report has it."""
 
-        console.print(render_image(report["image"]))
+    def section(report: Mapping[str, Any], console: Console) -> None:
+        if report.get(key):
+            console.print(draw(report[key]))
+
+    return section
+
+
+def _t_hosts(report: Mapping[str, Any], console: Console) -> None:
+    """Per remote host: its network cost, its clock, what of it was left out."""
     for name, h in (report.get("run", {}).get("hosts") or {}).items():
         net = h.get("net") or {}
         if "connect_ms" in net and "exec_rtt_ms" in net:
@@ -490,35 +561,85 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
             console.print(styled((f"host {name}: left out", "red"), f": {h['unreachable']}"))
         for d, why in (h.get("drivers_left_out") or {}).items():
             console.print(styled((f"{name}/{d} left out", "yellow"), f": {why}"))
+
+
+def _t_limits(report: Mapping[str, Any], console: Console) -> None:
     for line in limits_lines(report.get("run", {}).get("limits")):
         console.print(line, soft_wrap=True)
     for key, how in (report.get("run", {}).get("limits_applied") or {}).items():
         console.print(f"  {key}: {how}", soft_wrap=True)
+
+
+def _t_boundaries(report: Mapping[str, Any], console: Console) -> None:
     bounds = report.get("run", {}).get("boundaries") or {}
     if bounds:
         console.print("boundaries (the last `rtax probe` of each host/driver when the run began):")
         for key, b in bounds.items():
             console.print("  " + boundary_line(key, b), soft_wrap=True)
+
+
+def _t_forgeable(report: Mapping[str, Any], console: Console) -> None:
     forgeable = report.get("run", {}).get("forgeable") or {}
     if forgeable:
         console.print("results a workload could forge (the driver does not state they hold):")
         for key, why in forgeable.items():
             console.print(styled("  ", (key, "yellow"), f": {why}"), soft_wrap=True)
+
+
+def _t_probe(report: Mapping[str, Any], console: Console) -> None:
     if report.get("probe"):
         print_probe(report["probe"], console)
+
+
+def _t_failures(report: Mapping[str, Any], console: Console) -> None:
     for c in report["cells"]:
         errors = c.get("errors") or {}
         if errors:
             kinds = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
             console.print(styled((c["cell"], "red"), f": failures: {kinds}"))
+
+
+DIFF_HEADS = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
+
+
+def _t_diffs(report: Mapping[str, Any], console: Console) -> None:
     if report.get("diffs"):
         table = Table(title="differences between drivers (b - a, ms, P50)")
-        heads = ["a", "b", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "faster"]
-        for h in heads:
+        for h in DIFF_HEADS:
             table.add_column(h, justify="left" if h in ("a", "b", "phase", "faster") else "right")
         for d in report["diffs"]:
             table.add_row(*_diff_row(d))
         console.print(table)
+
+
+TERMINAL_SECTIONS: tuple[Callable[[Mapping[str, Any], Console], None], ...] = (
+    _t_cells,
+    _t_replay,
+    _t_capacity,
+    _t_part("pools", render_pools),  # a run with pooled cells
+    _t_part("load", render_load),  # a run with arrival patterns
+    _t_part("image", render_image),  # a run with image modes
+    _t_hosts,
+    _t_limits,
+    _t_boundaries,
+    _t_forgeable,
+    _t_probe,
+    _t_failures,
+    _t_diffs,
+)
+# recordings of their own kind, drawn whole: (is it one, how to draw it)
+TERMINAL_KINDS: tuple[
+    tuple[Callable[[Mapping[str, Any]], bool], Callable[[Mapping[str, Any], Console], None]],
+    ...,
+] = (
+    # a `rtax probe -o` recording
+    (lambda r: bool(r.get("probe")) and not r["cells"], lambda r, c: print_probe(r["probe"], c)),
+    # a `rtax traj prepare -o` recording
+    (
+        lambda r: bool(r.get("prep")) and not r["cells"],
+        lambda r, c: c.print(render_prep(r["prep"])),
+    ),
+)
 
 
 # -- boundaries (rtax probe) --------------------------------------------------------
