@@ -223,7 +223,7 @@ def test_compare_sets_a_cold_recording_beside_a_pooled_one_by_start_up() -> None
 def test_the_report_prints_the_pools_per_host() -> None:
     from rich.console import Console
 
-    from rtax_tui.render.reporting import print_report
+    from rtax_tui.render.reporting import print_report, render_markdown
 
     drv = FakeDriver()
     drv.delays = {"create": 0.01}
@@ -234,6 +234,10 @@ def test_the_report_prints_the_pools_per_host() -> None:
     print_report(rep, con)
     text = con.export_text()
     assert "warm pools" in text and "host local" in text and "local/local/w/exec+pool" in text
+    md = render_markdown(rep)  # the Markdown report has the same table
+    hit = f"{rep['pools']['hosts']['local']['hit_rate']:.0%}"
+    assert "### warm pools" in md and f"| host local | 3 | {hit} |" in md
+    assert "| local/local/w/exec+pool | 3 |" in md
 
 
 def test_dash_dash_pool_runs_the_profile_pooled(tmp_path: Path) -> None:

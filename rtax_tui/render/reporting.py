@@ -20,7 +20,7 @@ from rtax_tui.model.fidelity import not_representative
 from rtax_tui.render.image_render import image_markdown, render_image
 from rtax_tui.render.load_render import load_markdown, render_load
 from rtax_tui.render.plaintext import styled
-from rtax_tui.render.pool_render import render_pools
+from rtax_tui.render.pool_render import pools_markdown, render_pools
 from rtax_tui.render.tables import fmt_ms
 from rtax_tui.render.tables import md_table as _md_table
 from rtax_tui.render.traj_render import (
@@ -285,6 +285,7 @@ MARKDOWN_SECTIONS: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = (
     _m_prep,
     _m_cells,
     _m_replay,
+    _m_part("pools", pools_markdown),  # a run with pooled cells
     _m_part("load", load_markdown),  # a run with arrival patterns
     _m_part("image", image_markdown),  # a run with image modes
     _m_boundaries,
