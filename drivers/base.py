@@ -266,6 +266,20 @@ class Driver(ABC):
         """A new, not yet created environment for one trial (`spec`: its cell, workload,
         limits and run label); `sub` times its sub-phases. Does no I/O."""
 
+    async def first_channel_failing(self, hostname: str) -> tuple[str, str] | None:
+        """For `check()` of a sandbox that names itself `hostname`: (channel, what went
+        wrong) for the first channel whose throw-away environment (`try_environment`)
+        could not write its workspace and say that name; None when every channel could."""
+        for channel in ("exec", "shell"):
+            err = await self.try_environment(
+                channel,
+                Step(("sh", "-c", "test -w /workspace && hostname")),
+                lambda r: r.rc == 0 and r.output.strip() == hostname.encode(),
+            )
+            if err:
+                return channel, err
+        return None
+
     async def try_environment(
         self, channel: str, step: Step, ok: Callable[[ActionResult], bool]
     ) -> str | None:

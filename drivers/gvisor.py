@@ -858,21 +858,15 @@ class GvisorDriver(Driver):
         except (RtaxError, OSError) as exc:
             return [Problem(f"gvisor cannot make its busybox root: {exc}", "check rtax's cache")]
         await self.platform()
-        for channel in ("exec", "shell"):
-            err = await self.try_environment(
-                channel,
-                Step(("sh", "-c", "test -w /workspace && hostname")),
-                lambda r: r.rc == 0 and r.output.strip() == HOSTNAME.encode(),
-            )
-            if err:
-                return [
-                    Problem(
-                        f"runsc could not run a sandbox ({channel}, platform "
-                        f"{self._platform}): {err}",
-                        "check `runsc --platform=ptrace do true` as root; "
-                        'option platform = "ptrace"',
-                    )
-                ]
+        failed = await self.first_channel_failing(HOSTNAME)
+        if failed:
+            channel, err = failed
+            return [
+                Problem(
+                    f"runsc could not run a sandbox ({channel}, platform {self._platform}): {err}",
+                    'check `runsc --platform=ptrace do true` as root; option platform = "ptrace"',
+                )
+            ]
         return []
 
     async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:

@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 from xml.sax.saxutils import escape
 
-from rtax_tui.drivers.base import DaemonNeed, Driver, Environment, ImageRecipe, Problem, SubTimer
-from rtax_tui.drivers.toolkit.images import vm_guest_images
+from rtax_tui.drivers.base import DaemonNeed, Environment, Problem, SubTimer
 from rtax_tui.drivers.toolkit.needs import needs_full_image
+from rtax_tui.drivers.toolkit.vmdriver import SETUP_TIMEOUT_S, VmDriver
 from rtax_tui.drivers.toolkit.vmguest import (
     CMDLINE,
     AgentChannel,
@@ -42,26 +42,19 @@ from rtax_tui.drivers.toolkit.vmguest import (
     connect_unix,
     join_budget,
     overlay,
-    parse_options,
     remove_dead_dirs,
-    resolve_accel,
-    vm_integrity,
-    workload_problems,
     workspace_disk_mib,
 )
 from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
 from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
-from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY_MIB,
     ActionResult,
-    Cell,
     EnvSpec,
-    Limits,
     PhaseFailure,
     Step,
     SubstrateLost,
@@ -74,9 +67,7 @@ DEFAULT_URI = "qemu:///system"
 LIBVIRT_OPTIONS = ("uri", "append")  # beside the VM options of toolkit.vmguest
 NS = "https://rtax.dev/libvirt/1"
 PID_DIR = "/run/libvirt/qemu"
-SETUP_TIMEOUT_S = 60.0
 SNAP_LABEL = "snap"
-SNAPSHOT_READY_S = 120.0
 T = TypeVar("T")
 
 
@@ -304,28 +295,12 @@ def _kill(pid: int) -> None:
         time.sleep(0.01)
 
 
-class LibvirtDriver(Driver):
+class LibvirtDriver(VmDriver):
     name = "libvirt"
-    channels = ("exec", "shell")
-    image_recipe = ImageRecipe("vm", vm_guest_images)
     daemon: ClassVar[DaemonNeed] = DaemonNeed("libvirtd", "bash scripts/start-libvirtd")
-    exec_reusable_after_timeout = False  # exec goes through the agent's one stream
-    boots_a_kernel = True
     leaves = frozenset({"domains", "monitors"})
-    # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
-    # processes (nothing of the host); an exec step is uid 1000.
-    # `workspace_size` only with start = "boot" (a disk image of workspace_mib; a restored
-    # guest has no disk: `promised_checks`). Not `default_limits` (nor pids: a fork bomb
-    # of 2 x 1024 fills the guest's RAM first; not measured under TCG) nor `deep_tree`
-    # (the workspace is in the VM's disk image: no host path to look at).
-    # assets_view: an asset workload does not run in a guest (no cache is shared with it)
-    boundary = ALL_CHECKS - {"process_vm", "deep_tree", "default_limits", "assets_view"}
-
-    def promised_checks(self) -> frozenset[str]:
-        if self.opts.start != "boot":
-            return self.boundary - {"workspace_size"}
-        return self.boundary
+    extra_options = LIBVIRT_OPTIONS
+    snapshot_log = "libvirtd's log"
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
@@ -335,28 +310,13 @@ class LibvirtDriver(Driver):
         )
         return out
 
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        parse_options(cls.name, options, LIBVIRT_OPTIONS)
-
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.opts = parse_options(self.name, options, LIBVIRT_OPTIONS)
         self.uri = str(options.get("uri", DEFAULT_URI))
-        self.append = str(options.get("append", ""))  # a string: parse_options
         self.conn: Any = None
-        self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
-        self.accel_reason = "not resolved yet"
-        self._accel_done = False
-        self.snapshot: str | None = None
-        self._snap_dir: TrialDir | None = None
-        self._snap_registered = False
         self._snap_xml: str | None = None
         self.snap_name: str | None = None
         self._snap_path = ""
-
-    def integrity(self, channel: str) -> str | None:
-        return vm_integrity(channel)
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return LibvirtEnvironment(self, spec, sub)
@@ -476,45 +436,19 @@ class LibvirtDriver(Driver):
             self.conn = None
             msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             return [Problem(f"libvirtd does not answer on {self.uri}: {msg}", self.daemon.start)]
-        if not self._accel_done:
-            self.accel, self.accel_reason = await resolve_accel(self.host, self.opts)
-            self._accel_done = True
+        await self.resolve_accel()
         return []
 
-    async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
-        problems = workload_problems(workloads, self.opts.start)
-        if problems or self.opts.start != "restore" or self.snapshot is not None:
-            return problems
-        err = await self.make_snapshot()
-        if err:
-            problems.append(Problem(f"could not save a booted guest: {err}", "see libvirtd's log"))
-        return problems
-
-    async def make_snapshot(self) -> str | None:
-        """Boot one domain, `save` it to a file; None when done."""
-        spec = EnvSpec(
-            Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
-        )
-        self._snap_dir = TrialDir(self.host, names.vm(runlock.owner(), "snapshot"))
-        path = self._snap_dir("guest.state")
-        env = LibvirtEnvironment(self, spec)
-        env.restore = False
-        try:
-            await asyncio.wait_for(env.create(), SETUP_TIMEOUT_S)
-            await asyncio.wait_for(env.ready(), SNAPSHOT_READY_S)
-            assert env.dir is not None
-            self.snap_name, self._snap_path = env.name, env.dir.path
-            await self.call("save", env.dom.save, path)
-            env.dom = None  # saved domains are gone
-            conn = await self.connection()
-            # the XML stored with the image (migratable), which restoreFlags compares to
-            self._snap_xml = await self.call("XML", conn.saveImageGetXMLDesc, path, 0)
-            self.snapshot = path
-            return None
-        except (PhaseFailure, TimeoutError, OSError) as exc:
-            return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        finally:
-            await env.teardown()
+    async def save_snapshot(self, env: Environment, path: str) -> str | None:
+        """`save` the booted domain to a file (the domain is gone after), and keep the
+        XML stored with it, which `restoreFlags` compares to."""
+        assert isinstance(env, LibvirtEnvironment) and env.dir is not None
+        self.snap_name, self._snap_path = env.name, env.dir.path
+        await self.call("save", env.dom.save, path)
+        env.dom = None  # saved domains are gone
+        conn = await self.connection()
+        self._snap_xml = await self.call("XML", conn.saveImageGetXMLDesc, path, 0)  # migratable
+        return None
 
     async def facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
@@ -526,14 +460,7 @@ class LibvirtDriver(Driver):
             "vcpus": self.opts.vcpus,
             "memory_mib": self.opts.memory_mib,
             "channel": "virtio-serial",
-            "limits": "cpus, memory_mib: the vCPUs and RAM (at the defaults: the options, up to "
-            "them); pids: the guest kernel's own; "
-            "workspace_mib: "
-            + (
-                "the workspace's disk image, of that size"
-                if self.opts.start == "boot"
-                else "not applied (a restored guest has no disk: its workspace is in its RAM)"
-            ),
+            "limits": self.limits_fact(),
         }
         g = guest_files()
         facts["guest_kernel"] = g.kver if g else None

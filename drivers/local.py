@@ -20,9 +20,9 @@ from rtax_tui.drivers.toolkit.workspace import (
     close_shell,
     made_workspace,
     run_exec,
+    start_workspace,
     tools_problems,
     workspace_cleanup,
-    workspace_mib,
 )
 
 from rtax_tui.hosts import names
@@ -49,14 +49,7 @@ class LocalEnvironment(Environment):
         host = self.driver.host
         async with self.sub("workspace"):
             # Through the host: a copy here, a tar stream on a remote host's stdin there.
-            prefix = names.workspace(self.spec.label)
-            # shielded: a create cancelled while the host makes it still learns its path
-            # (teardown: `made_workspace`)
-            self._ws = asyncio.ensure_future(
-                host.make_workspace(
-                    prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
-                )
-            )
+            self._ws = start_workspace(host, self.spec)
             self.workspace = await asyncio.shield(self._ws)
             self.env = base_env(self.workspace, self.spec.env, host.path_env)
         if self.channel == "shell":

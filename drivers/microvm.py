@@ -28,10 +28,10 @@ import signal
 import time
 from typing import Any
 
-from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer
+from rtax_tui.drivers.base import Environment, Problem, SubTimer
 from rtax_tui.drivers.toolkit import delivery
-from rtax_tui.drivers.toolkit.images import vm_guest_images
 from rtax_tui.drivers.toolkit.needs import needs_full_image
+from rtax_tui.drivers.toolkit.vmdriver import SETUP_TIMEOUT_S, VmDriver
 from rtax_tui.drivers.toolkit.vmguest import (
     AgentChannel,
     Qmp,
@@ -41,18 +41,13 @@ from rtax_tui.drivers.toolkit.vmguest import (
     connect_unix,
     microvm_argv,
     overlay,
-    parse_options,
     remove_dead_dirs,
-    resolve_accel,
-    vm_integrity,
-    workload_problems,
     workspace_disk_mib,
 )
 from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
 
 from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
-from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import (
     DEFAULT_CPUS,
@@ -64,9 +59,6 @@ from rtax_tui.model.spec import (
     Workload,
     vm_size,
 )
-
-SNAPSHOT_READY_S = 120.0
-SETUP_TIMEOUT_S = 60.0
 
 
 class MicrovmEnvironment(Environment):
@@ -238,46 +230,15 @@ class MicrovmEnvironment(Environment):
         await self.img.release()  # after QEMU: nothing reads the disk now
 
 
-class MicrovmDriver(Driver):
+class MicrovmDriver(VmDriver):
     name = "microvm"
-    channels = ("exec", "shell")
-    image_recipe = ImageRecipe("vm", vm_guest_images)
-    exec_reusable_after_timeout = False  # exec goes through the agent's one stream
-    boots_a_kernel = True
     leaves = frozenset({"monitors"})
     image_modes = ("cached", "pull", "lazy")  # the root disk (drivers.toolkit.delivery)
-    # Every check but `process_vm`: its own kernel, no network, no shared file system, the
-    # VM's memory. A shell-channel step is the guest's root, which reads the guest's other
-    # processes (nothing of the host); an exec step is uid 1000.
-    # `workspace_size` only with start = "boot" (a disk image of workspace_mib; a restored
-    # guest has no disk: `promised_checks`). Not `default_limits` (nor pids: a fork bomb
-    # of 2 x 1024 fills the guest's RAM first; not measured under TCG) nor `deep_tree`
-    # (the workspace is in the VM's disk image: no host path to look at).
-    # assets_view: an asset workload does not run in a guest (no cache is shared with it)
-    boundary = ALL_CHECKS - {"process_vm", "deep_tree", "default_limits", "assets_view"}
-
-    extra_options: tuple[str, ...] = ("append",)
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        parse_options(cls.name, options, cls.extra_options)
-
-    def promised_checks(self) -> frozenset[str]:
-        if self.opts.start != "boot":
-            return self.boundary - {"workspace_size"}
-        return self.boundary
+    snapshot_log = "qemu.log"
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.opts = parse_options(self.name, options, self.extra_options)
         self.served: dict[str, str] = {}  # a root disk -> its served copy (image modes)
-        self.append = str(options.get("append", ""))  # a string: parse_options
-        self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
-        self.accel_reason = "not resolved yet"
-        self._accel_done = False
-        self.snapshot: str | None = None
-        self._snap_dir: TrialDir | None = None
-        self._snap_registered = False
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
         out = super().pool_resets(channel)
@@ -285,9 +246,6 @@ class MicrovmDriver(Driver):
             None if self.opts.start == "restore" else "needs start = restore (a saved guest)"
         )
         return out
-
-    def integrity(self, channel: str) -> str | None:
-        return vm_integrity(channel)
 
     def environment(self, spec: EnvSpec, sub: SubTimer | None = None) -> Environment:
         return MicrovmEnvironment(self, spec, sub)
@@ -336,11 +294,6 @@ class MicrovmDriver(Driver):
     def qemu_img(self) -> str:
         return shutil.which("qemu-img") or "qemu-img"
 
-    async def _resolve_accel(self) -> None:
-        if not self._accel_done:
-            self.accel, self.accel_reason = await resolve_accel(self.host, self.opts)
-            self._accel_done = True
-
     async def check(self) -> list[Problem]:
         if getattr(self.host, "name", "local") != "local":
             return [Problem("microvm talks to QEMU over local unix sockets", "use host local")]
@@ -352,49 +305,22 @@ class MicrovmDriver(Driver):
             return [Problem("the VM guest is not built", "rtax images build --driver vm")]
         if self.opts.accel == "kvm" and not os.path.exists("/dev/kvm"):
             return [Problem("accel = kvm, and there is no /dev/kvm", 'set accel = "tcg"')]
-        await self._resolve_accel()
+        await self.resolve_accel()
         return []
 
-    async def check_workloads(self, workloads: list[Workload]) -> list[Problem]:
-        problems = workload_problems(workloads, self.opts.start)
-        if problems or self.opts.start != "restore" or self.snapshot is not None:
-            return problems
-        err = await self.make_snapshot()
-        if err:
-            problems.append(Problem(f"could not save a booted guest: {err}", "see qemu.log"))
-        return problems
-
-    async def make_snapshot(self) -> str | None:
-        """Boot one guest, save it to a file (QMP `migrate` to `exec:cat`); None when done."""
-        from rtax_tui.model.spec import Cell, Limits
-
-        spec = EnvSpec(
-            Cell("local", self.name, "t0", "shell"), Workload("t0", ()), Limits(), label="snap"
-        )
-        self._snap_dir = TrialDir(self.host, names.vm(runlock.owner(), "snapshot"))
-        path = self._snap_dir("guest.state")
-        env = MicrovmEnvironment(self, spec)
-        env.restore = False
-        try:
-            await asyncio.wait_for(env.create(), SETUP_TIMEOUT_S)
-            await asyncio.wait_for(env.ready(), SNAPSHOT_READY_S)
-            assert env.qmp is not None
-            await env.qmp.cmd("stop")
-            await env.qmp.cmd("migrate", uri=f"exec:cat > {shlex.quote(path)}")
-            deadline = time.monotonic() + SETUP_TIMEOUT_S
-            while True:
-                st = (await env.qmp.cmd("query-migrate")).get("status")
-                if st == "completed":
-                    break
-                if st in ("failed", "cancelled") or time.monotonic() > deadline:
-                    return f"migration to a file ended {st}"
-                await asyncio.sleep(0.01)
-            self.snapshot = path
-            return None
-        except (PhaseFailure, TimeoutError, OSError) as exc:
-            return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        finally:
-            await env.teardown()
+    async def save_snapshot(self, env: Environment, path: str) -> str | None:
+        """Stop the guest and migrate it to a file (QMP `migrate` to `exec:cat`)."""
+        assert isinstance(env, MicrovmEnvironment) and env.qmp is not None
+        await env.qmp.cmd("stop")
+        await env.qmp.cmd("migrate", uri=f"exec:cat > {shlex.quote(path)}")
+        deadline = time.monotonic() + SETUP_TIMEOUT_S
+        while True:
+            st = (await env.qmp.cmd("query-migrate")).get("status")
+            if st == "completed":
+                return None
+            if st in ("failed", "cancelled") or time.monotonic() > deadline:
+                return f"migration to a file ended {st}"
+            await asyncio.sleep(0.01)
 
     def register_snapshot(self) -> None:
         """The snapshot was made before the run's reaper started: register it now."""
@@ -409,7 +335,7 @@ class MicrovmDriver(Driver):
             self.snapshot = None
 
     async def facts(self) -> dict[str, Any]:
-        await self._resolve_accel()
+        await self.resolve_accel()
         g = guest_files()
         res = await self.host.run([self.opts.qemu, "--version"], timeout=10)
         return {
@@ -422,14 +348,7 @@ class MicrovmDriver(Driver):
             "memory_mib": self.opts.memory_mib,
             "guest_kernel": g.kver if g else None,
             "channel": "virtio-serial",
-            "limits": "cpus, memory_mib: the vCPUs and RAM (at the defaults: the options, up to "
-            "them); pids: the guest kernel's own; "
-            "workspace_mib: "
-            + (
-                "the workspace's disk image, of that size"
-                if self.opts.start == "boot"
-                else "not applied (a restored guest has no disk: its workspace is in its RAM)"
-            ),
+            "limits": self.limits_fact(),
         }
 
     async def cleanup(self, label: str | None = None) -> int:

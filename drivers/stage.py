@@ -768,21 +768,17 @@ class StageDriver(Driver):
                     "(in a container: --privileged, or --cgroupns=host with a rw /sys/fs/cgroup)",
                 )
             ]
-        for channel in ("exec", "shell"):
-            err = await self.try_environment(
-                channel,
-                Step(("sh", "-c", "test -w /workspace && hostname")),
-                lambda r: r.rc == 0 and r.output.strip() == HOSTNAME.encode(),
-            )
-            if err:
-                return [
-                    Problem(
-                        f"bwrap could not run a sandbox ({channel}) on host {host.name}: {err}",
-                        "bubblewrap must be able to make a user namespace as an unprivileged "
-                        "user: sysctl -w user.max_user_namespaces=10000 "
-                        "(and kernel.unprivileged_userns_clone=1 where the kernel has it)",
-                    )
-                ]
+        failed = await self.first_channel_failing(HOSTNAME)
+        if failed:
+            channel, err = failed
+            return [
+                Problem(
+                    f"bwrap could not run a sandbox ({channel}) on host {host.name}: {err}",
+                    "bubblewrap must be able to make a user namespace as an unprivileged "
+                    "user: sysctl -w user.max_user_namespaces=10000 "
+                    "(and kernel.unprivileged_userns_clone=1 where the kernel has it)",
+                )
+            ]
         return []
 
     async def facts(self) -> dict[str, Any]:

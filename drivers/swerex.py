@@ -63,8 +63,8 @@ from rtax_tui.drivers.toolkit.images import swerex_images
 from rtax_tui.drivers.toolkit.workspace import (
     base_env,
     made_workspace,
+    start_workspace,
     workspace_cleanup,
-    workspace_mib,
 )
 
 from rtax_tui.hosts import Host, names
@@ -236,13 +236,7 @@ class SwerexEnvironment(Environment):
             return
         host = self.driver.host
         async with self.sub("workspace"):
-            prefix = names.workspace(self.spec.label)
-            # shielded: a create cancelled meanwhile still learns its path (teardown)
-            self._ws = asyncio.ensure_future(
-                host.make_workspace(
-                    prefix, self.spec.workspace_src, size_mib=workspace_mib(self.spec)
-                )
-            )
+            self._ws = start_workspace(host, self.spec)
             self.workspace = await asyncio.shield(self._ws)
             self.cwd = self.workspace
             self.env = base_env(self.workspace, self.spec.env, host.path_env)

@@ -19,7 +19,7 @@ from rtax_tui.drivers.toolkit.stepenv import step_env
 from rtax_tui.hosts import Host, LocalHost, names, safefs
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.spec import ActionResult, PhaseFailure
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure
 
 # for plugins: what their workspaces are named starting with (hosts/names.py owns it)
 WORKSPACE_PREFIX = names.WORKSPACE
@@ -65,11 +65,23 @@ async def remove_workspace(host: Host, path: str) -> None:
     host.untrack("path", path)
 
 
-def workspace_mib(spec: Any) -> int | None:
+def workspace_mib(spec: EnvSpec) -> int | None:
     """The size of a spec's workspace tmpfs: its limits' `workspace_mib` (None,
     "unlimited" in the profile: a plain directory)."""
     v = spec.limits.workspace_mib
     return None if v is None else int(v)
+
+
+def start_workspace(host: Host, spec: EnvSpec) -> asyncio.Future[str]:
+    """The making of a trial's plain workspace on `host` (named for its label, filled from
+    its `workspace_src`, of its `workspace_mib`), started: the caller keeps the future for
+    its teardown (`made_workspace`) and awaits it shielded, so a create cancelled while the
+    host makes it still learns the path, and its teardown removes what was made."""
+    return asyncio.ensure_future(
+        host.make_workspace(
+            names.workspace(spec.label), spec.workspace_src, size_mib=workspace_mib(spec)
+        )
+    )
 
 
 def populate(workspace: str, src: str | None, uid: int | None = None) -> None:
