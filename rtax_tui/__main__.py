@@ -1,3 +1,5 @@
+"""`python -m rtax_tui`: the `rtax` command."""
+
 from rtax_tui.commands import main
 
 raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The checks of CI, run by the test command: ruff (on what a fresh clone holds), the
-layers (import-linter), no import cycle, and `mypy --strict` over the engine, the hosts
-and the drivers.
+layers (import-linter), no import cycle, and `mypy --strict` over every package (the
+console included).
 
 grimp (import-linter's graph) and mypy find modules by path, and `rtax_tui.drivers`
 lives in `drivers/` (pyproject's `package-dir`): they read a tree of links laid out
@@ -25,7 +25,7 @@ PYPROJECT = ROOT / "pyproject.toml"
 # what `mypy --strict` covers (per-module exceptions: [[tool.mypy.overrides]])
 TYPED = tuple(
     f"rtax_tui/{p}"
-    for p in ("model", "hosts", "drivers", "engine", "analysis", "render", "commands")
+    for p in ("model", "hosts", "drivers", "engine", "analysis", "render", "ui", "commands")
 )
 
 

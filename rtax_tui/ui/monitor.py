@@ -206,11 +206,12 @@ class MonitorScreen(Screen[None]):
         await feed.run()
         self.post_message(FeedEnded(0))
 
+    def _log_line(self, line: str) -> None:
+        self.post_message(Log(line))
+
     async def _run_engine(self) -> None:
         assert self.engine_argv is not None
-        self.engine = EngineFeed(
-            self.engine_argv, self.ingest, lambda line: self.post_message(Log(line))
-        )
+        self.engine = EngineFeed(self.engine_argv, self.ingest, self._log_line)
         try:
             rc = await self.engine.run()
         except OSError as exc:
@@ -479,7 +480,7 @@ def replay_screen(path: str, speed: float | None = 1.0) -> MonitorScreen:
     )
 
 
-def open_replay(app: App, path: str) -> None:
+def open_replay(app: App[object], path: str) -> None:
     try:
         screen = replay_screen(path)
     except Exception as exc:

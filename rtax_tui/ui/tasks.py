@@ -40,7 +40,7 @@ async def stream_command(
         limit=1 << 22,
     )
 
-    async def pump(stream: asyncio.StreamReader | None, sink: Callable[[str], None] | None):
+    async def pump(stream: asyncio.StreamReader | None, sink: Callable[[str], None] | None) -> None:
         assert stream is not None
         while line := await stream.readline():
             text = line.decode(errors="replace").rstrip()

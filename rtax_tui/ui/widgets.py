@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
@@ -18,7 +19,7 @@ MARK = {"waiting": ("·", "dim"), "working": ("◐", "yellow"), "arrived": ("●
         "done": ("●", "green"), "failed": ("✗", "bold red")}  # fmt: skip
 
 
-class CellTable(DataTable):
+class CellTable(DataTable[str | Text]):
     """One row per cell: counts, then P50/P95 of each phase; rows appear as cells do."""
 
     def on_mount(self) -> None:
@@ -31,7 +32,7 @@ class CellTable(DataTable):
         for p in TABLE_PHASES:  # fixed widths: live updates never make columns jump
             self.add_column(f"{SHORT.get(p, p)} P50", key=f"{p}50", width=10)
             self.add_column("P95", key=f"{p}95", width=8)
-        self._shown: dict[str, tuple] = {}
+        self._shown: dict[str, tuple[object, ...]] = {}
 
     def update_from(self, state: LiveState) -> None:
         for cid, cs in state.cells.items():
@@ -71,7 +72,7 @@ class CellTable(DataTable):
         if self.row_count == 0:
             return None
         row = min(max(self.cursor_row, 0), self.row_count - 1)
-        return str(self.coordinate_to_cell_key((row, 0)).row_key.value)
+        return str(self.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value)
 
 
 def _cell_name(cid: str, fidelity: float | None) -> Text:
