@@ -28,7 +28,8 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         default=DEFAULT_MIN_EFFECT,
         metavar="PCT,TIME",
         help="a difference smaller than this (all parts: a share of a's P50 and a time) is "
-        f"`same` whatever its p-value (default {DEFAULT_MIN_EFFECT})",
+        # argparse formats a help with %: the default's own `%` doubled
+        f"`same` whatever its p-value (default {DEFAULT_MIN_EFFECT.replace('%', '%%')})",
     )
     c.add_argument(
         "--fail-on",
