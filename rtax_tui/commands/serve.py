@@ -23,7 +23,6 @@ from collections.abc import Callable
 
 from rtax_tui.commands.argtypes import port
 from rtax_tui.commands.command import Command
-from rtax_tui.commands.servegate import Gate, bind_warning
 from rtax_tui.model.spec import RtaxError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -68,6 +67,9 @@ def run_serve(args: argparse.Namespace, check: Callable[[list[str]], None]) -> i
         from rtax_tui.commands.servehttp import GatedServer
     except ImportError:
         raise RtaxError("serve needs textual-serve: pip install 'rtax[serve]'") from None
+    # deferred: 2.3 ms (hmac, secrets) that `rtax --help` does not make
+    from rtax_tui.commands.servegate import Gate, bind_warning
+
     warning = bind_warning(args.host)
     if warning:
         print(warning, file=sys.stderr, flush=True)
