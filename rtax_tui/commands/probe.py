@@ -84,7 +84,7 @@ def add_arguments(pb: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    # deferred: the engine's run and the profile's reader, 78 ms of imports that
+    # deferred: the engine's run and the profile's reader, 88 ms of imports that
     # `rtax --help` does not make
     from rtax_tui.commands.headless import run_probe_command
     from rtax_tui.engine.profile import Profile, load_profile, resolve_profile_path

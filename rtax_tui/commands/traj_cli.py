@@ -41,23 +41,34 @@ examples:
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
     tsub = t.add_subparsers(dest="traj_command", metavar="SUBCOMMAND", required=True)
-    i = tsub.add_parser("inspect", help="the normalized steps of one trajectory")
+    for command in SUBCOMMANDS:
+        command.add_to(tsub)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    return BY_NAME[args.traj_command].run(args, argv)
+
+
+def _add_inspect(i: argparse.ArgumentParser) -> None:
     i.add_argument("file", help="a trajectory file or an OpenHands V1 conversation directory")
     i.add_argument("--format", choices=("table", "json"), default="table")
-    p = tsub.add_parser(
-        "prepare",
-        help="time the preparation of every history prefix (no tool run)",
-        description="For each trajectory and prefix length k (all k, or --max-prefixes "
-        "spread evenly), read, parse and validate the first k steps as recorded, timed "
-        "with monotonic_ns; no tool runs, and the inputs (and --workspace) are hashed "
-        "before and after to show nothing changed. Writes an rtax/1 recording of `prep` "
-        "events; `rtax report REC` shows P50/P95 per format. What one sample times "
-        "(--mode): `file` (default), each prefix from the file alone: read it, detect its "
-        "format, parse and normalize all of it, check every step, validate the first k; "
-        "`view`, the file read, detected, parsed, normalized and checked once per "
-        "repetition (parse_ns), each prefix a view on it validated in O(k) (view_ns), "
-        "a sample being view_ns + parse_ns / the prefixes taken from that parse.",
-    )
+
+
+PREPARE_DESCRIPTION = (
+    "For each trajectory and prefix length k (all k, or --max-prefixes "
+    "spread evenly), read, parse and validate the first k steps as recorded, timed "
+    "with monotonic_ns; no tool runs, and the inputs (and --workspace) are hashed "
+    "before and after to show nothing changed. Writes an rtax/1 recording of `prep` "
+    "events; `rtax report REC` shows P50/P95 per format. What one sample times "
+    "(--mode): `file` (default), each prefix from the file alone: read it, detect its "
+    "format, parse and normalize all of it, check every step, validate the first k; "
+    "`view`, the file read, detected, parsed, normalized and checked once per "
+    "repetition (parse_ns), each prefix a view on it validated in O(k) (view_ns), "
+    "a sample being view_ns + parse_ns / the prefixes taken from that parse."
+)
+
+
+def _add_prepare(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     p.add_argument("--repeat", type=argtypes.repeat, default=3, help="samples per prefix (3)")
     p.add_argument("--shuffle", action="store_true", help="run the samples in a seeded order")
@@ -74,15 +85,13 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
 
 
-def run(args: argparse.Namespace, argv: list[str]) -> int:
-    if args.traj_command == "inspect":
-        return _inspect(args)
+def _run_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     with signals.armed():  # a signal removes the unfinished recording (KeyboardInterrupt)
         return _prepare(args, argv)
 
 
-def _inspect(args: argparse.Namespace) -> int:
-    # deferred: the trajectory readers and their tables, 40 ms of imports that
+def _inspect(args: argparse.Namespace, argv: list[str]) -> int:
+    # deferred: the trajectory readers and their tables, 57 ms of imports that
     # `rtax --help` does not make
     from rtax_tui.engine.traj import read_trajectories
     from rtax_tui.render.reporting import out_console
@@ -211,3 +220,16 @@ COMMAND = Command(
     "Codex CLI, Claude Code, Gemini CLI).",
     epilog=TRAJ_HELP,
 )
+
+
+SUBCOMMANDS = (
+    Command("inspect", "the normalized steps of one trajectory", _add_inspect, _inspect),
+    Command(
+        "prepare",
+        "time the preparation of every history prefix (no tool run)",
+        _add_prepare,
+        _run_prepare,
+        description=PREPARE_DESCRIPTION,
+    ),
+)
+BY_NAME = {c.name: c for c in SUBCOMMANDS}
