@@ -232,11 +232,19 @@ def test_the_report_is_drawn_full_width_into_a_log(tmp_path) -> None:
 def test_report_reads_only_the_header_for_its_thresholds(tmp_path, monkeypatch) -> None:
     """A large recording is reported a chunk at a time: the gates read its header line and
     the whole file only for a figure the report has not (create+ready)."""
+    import rtax_tui.commands.report as report_command
     import rtax_tui.model.recording as recording
 
     calls: list[str] = []
     real = recording.read_recording
-    monkeypatch.setattr(recording, "read_recording", lambda p: calls.append(str(p)) or real(p))
+
+    def counted(p):
+        calls.append(str(p))
+        return real(p)
+
+    # the reader where it is defined, and where `rtax report` took it from
+    monkeypatch.setattr(recording, "read_recording", counted)
+    monkeypatch.setattr(report_command, "read_recording", counted)
     assert main(["report", str(T0), "--threshold", "failed == 0"]) == 0
     assert calls == []
     assert main(["report", str(T0), "--threshold", "stage/t0/exec create+ready p95 < 1s"]) == 0

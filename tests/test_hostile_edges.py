@@ -174,12 +174,12 @@ def test_unrecognized_arguments_are_one_line(args: list[str]) -> None:
 
 
 def test_cleanup_unknown_driver_is_one_line() -> None:
-    # in-process: `_cleanup` refuses the unknown driver before it cleans anything
+    # in-process: `cleanup.run` refuses the unknown driver before it cleans anything
     code = (
         f"import argparse, sys; sys.path.insert(0, {str(ROOT)!r});"
-        "from rtax_tui.commands import cli;"
-        "sys.exit(cli._cleanup(argparse.Namespace(run=None, host=None,"
-        " driver=['zz\\n\\x1b[2Jevil'], timeout=1)))"
+        "from rtax_tui.commands import cleanup;"
+        "sys.exit(cleanup.run(argparse.Namespace(run=None, host=None,"
+        " driver=['zz\\n\\x1b[2Jevil'], timeout=1), ['rtax', 'cleanup']))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert res.returncode == 2

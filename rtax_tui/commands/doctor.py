@@ -8,19 +8,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from rich.table import Table
+import orjson
 
-from rtax_tui.commands.hostflags import ssh_options
+from rtax_tui.commands.command import Command
+from rtax_tui.commands.hostflags import add_host_flags, ssh_options
 from rtax_tui.drivers import Driver, DriverRegistryError, Problem, driver_class, get_driver, names
-from rtax_tui.engine.profile import Profile
-from rtax_tui.engine.runner import remote_aware_check
-from rtax_tui.hosts import Host
+from rtax_tui.hosts import Host, LocalHost, reaper, subreaper
 from rtax_tui.model.spec import RtaxError
-from rtax_tui.render.plaintext import styled
-from rtax_tui.render.reporting import out_console
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rtax_tui.engine.profile import Profile
+
+# Deferred below: the engine's hosts and checks and Rich's tables, 66 ms of imports that
+# `rtax --help` does not make (the registry in cli.py imports this module for its parser).
 
 # A daemon slower than this to answer one cheap call is named slow: every create waits on it.
 SLOW_DAEMON_S = 1.0
@@ -59,6 +65,8 @@ def slow_note(timed: tuple[str, float | None] | None) -> str | None:
 async def _check_host(
     host: Host, on_row: Any = None
 ) -> list[tuple[str, list[Problem], dict[str, Any], dict[str, Any]]]:
+    from rtax_tui.engine.runner import remote_aware_check  # deferred: see the top
+
     rows = []
     for name in names():
         drv = get_driver(name, host)
@@ -91,7 +99,7 @@ async def _doctor(
 ) -> list[tuple[str, Any, Any]]:
     """(host name, facts or the error that kept it out, driver rows); `on_row` hears
     of each driver as soon as it is checked."""
-    from rtax_tui.engine.runner import make_host
+    from rtax_tui.engine.runner import make_host  # deferred: see the top
 
     out: list[tuple[str, Any, Any]] = []
     for n in names:
@@ -113,7 +121,11 @@ async def _doctor(
 
 
 def run_doctor(args: argparse.Namespace | None = None) -> int:
-    from rtax_tui.hosts import reaper, subreaper
+    from rich.table import Table  # deferred: see the top
+
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.render.plaintext import styled
+    from rtax_tui.render.reporting import out_console
 
     # The checks start processes (the KVM probe's QEMU, a sandbox per channel): a
     # doctor killed half-way (the console closing, kill -9) must leave none of them.
@@ -205,6 +217,24 @@ class DoctorUnreachable(TypedDict):
 DoctorLine = DoctorHead | DoctorRow | DoctorUnreachable
 
 
+def add_arguments(d: argparse.ArgumentParser) -> None:
+    add_host_flags(d)
+    d.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="json: one object a line, each driver as soon as it is checked",
+    )
+
+
+COMMAND = Command(
+    "doctor",
+    "which drivers work here, and how to fix those that do not",
+    add_arguments,
+    lambda args, argv: run_doctor(args),
+)
+
+
 def _declared(driver: str) -> tuple[str | None, str | None]:
     """The driver's image kind and daemon start command, as it declares them."""
     try:
@@ -219,9 +249,6 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
     """One JSON object a line, each as soon as it is known (the console shows them live):
     `DoctorHead` first, then per host and driver a `DoctorRow`, or a `DoctorUnreachable`
     for a host that could not be reached."""
-    import sys
-
-    import orjson
 
     def emit(obj: DoctorLine) -> None:
         sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
@@ -256,7 +283,10 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
 def _pool_table(hname: str, usable: list[tuple[str, dict[str, Any]]]) -> Table:
     """Which warm-pool resets (`[pool] reset`) each usable driver offers, per channel;
     for one it lacks, why (a pool asked for it uses `recreate`)."""
+    from rich.table import Table  # deferred: see the top
+
     from rtax_tui.engine.poolspec import RESETS
+    from rtax_tui.render.plaintext import styled
 
     table = Table("driver", "channel", *RESETS, title=f"warm pool resets on {hname}")
     for name, per_channel in usable:
@@ -271,8 +301,7 @@ def _pool_table(hname: str, usable: list[tuple[str, dict[str, Any]]]) -> Table:
 
 async def _kvm() -> str:
     """/dev/kvm existing proves nothing: a guest is booted with KVM under a short timeout."""
-    from rtax_tui.drivers.toolkit.vmguest import kvm_status
-    from rtax_tui.hosts import LocalHost
+    from rtax_tui.drivers.toolkit.vmguest import kvm_status  # deferred: 18 ms of imports
 
     try:
         return await kvm_status(LocalHost())

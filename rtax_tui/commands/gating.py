@@ -3,6 +3,7 @@ Markdown step summary (`--summary FILE`) a CI job shows."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import stat
 import sys
@@ -150,3 +151,23 @@ def compare_junit(cmp: Mapping[str, Any]) -> str:
             (f"{r['cell']} {r['phase']}", line, line if r["verdict"] == "slower" else None)
         )
     return junit_xml("rtax compare", cases)
+
+
+def add_gate_flags(p: argparse.ArgumentParser) -> None:
+    """`--threshold`, `--summary`, `--junit`: the gates of `rtax run` and `rtax report`."""
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a gate, e.g. 'stage/t0/exec create+ready p95 < 20ms', 'failed == 0', "
+        "'fidelity >= 0.8' (repeatable; with the profile's [thresholds]): exit 1 on a breach",
+    )
+    p.add_argument(
+        "--summary",
+        metavar="FILE",
+        help="append the report and the gates in Markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)",
+    )
+    p.add_argument(
+        "--junit", metavar="FILE", help="write the gates as JUnit XML (a testcase per threshold)"
+    )

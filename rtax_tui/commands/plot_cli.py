@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
+from rtax_tui.commands.command import Command
+from rtax_tui.model.inputs import same_file
+from rtax_tui.model.recording import read_recording
+from rtax_tui.model.spec import RtaxError
+from rtax_tui.render.plots import KINDS, check_output, plot
+
 PLOT_HELP = """\
 kinds:
   breakdown   per cell, the mean measured trial stacked as create, ready, actions,
@@ -35,30 +41,14 @@ examples:
 """
 
 
-def add_plot_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from rtax_tui.commands.argtypes import one_line_errors
-    from rtax_tui.render.plots import KINDS
-
-    p = sub.add_parser(
-        "plot",
-        help="draw a figure of recordings (.svg or .png)",
-        description="rtax plot: the paper's figures from recordings, with matplotlib.",
-        epilog=PLOT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("recordings", nargs="+", metavar="REC", help="rtax/1 recordings")
     p.add_argument("--kind", required=True, choices=KINDS, help=", ".join(KINDS))
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.svg or FILE.png")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
-    one_line_errors(p, "plot")
 
 
-def run_plot(args: argparse.Namespace) -> int:
-    from rtax_tui.model.inputs import same_file
-    from rtax_tui.model.recording import read_recording
-    from rtax_tui.model.spec import RtaxError
-    from rtax_tui.render.plots import check_output, plot
-
+def run(args: argparse.Namespace, argv: list[str]) -> int:
     check_output(args.output)  # before reading a large recording
     for rec in args.recordings:
         if same_file(args.output, rec):  # even with --force: a figure never replaces its data
@@ -69,3 +59,13 @@ def run_plot(args: argparse.Namespace) -> int:
     out = plot(recs, args.kind, args.output)
     print(out)
     return 0
+
+
+COMMAND = Command(
+    "plot",
+    "draw a figure of recordings (.svg or .png)",
+    add_arguments,
+    run,
+    description="rtax plot: the paper's figures from recordings, with matplotlib.",
+    epilog=PLOT_HELP,
+)

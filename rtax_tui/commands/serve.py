@@ -4,7 +4,7 @@ textual-serve starts one console process per browser connection, with Textual's
 web driver (its terminal is xterm.js in the page, over a websocket). It starts that
 process through a shell, so the command is an argv list joined with `shlex`. The
 console runs what `rtax ARGS...` would run in a terminal (by default the console on
-the default profile; e.g. `rtax serve replay FILE`); `cli._interactive` treats the
+the default profile; e.g. `rtax serve replay FILE`); `run.interactive` treats the
 web driver as a terminal.
 
 The console can start runs with any driver option, so only its user may reach it: the
@@ -21,6 +21,8 @@ import shlex
 import sys
 from collections.abc import Callable
 
+from rtax_tui.commands.argtypes import port
+from rtax_tui.commands.command import Command
 from rtax_tui.model.spec import RtaxError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -40,20 +42,10 @@ examples:
 """
 
 
-def add_serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from rtax_tui.commands.argtypes import one_line_errors, port
-
-    s = sub.add_parser(
-        "serve",
-        help="the console in a browser (textual-serve), on loopback by default",
-        description="rtax serve: the console in a web browser.",
-        epilog=SERVE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on ({DEFAULT_HOST})")
     s.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"({DEFAULT_PORT})")
     s.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the console's command")
-    one_line_errors(s, "serve")
 
 
 def console_command(args: list[str]) -> str:
@@ -75,6 +67,7 @@ def run_serve(args: argparse.Namespace, check: Callable[[list[str]], None]) -> i
         from rtax_tui.commands.servehttp import GatedServer
     except ImportError:
         raise RtaxError("serve needs textual-serve: pip install 'rtax[serve]'") from None
+    # deferred: 2.3 ms (hmac, secrets) that `rtax --help` does not make
     from rtax_tui.commands.servegate import Gate, bind_warning
 
     warning = bind_warning(args.host)
@@ -88,3 +81,16 @@ def run_serve(args: argparse.Namespace, check: Callable[[list[str]], None]) -> i
         where = f"{args.host}:{args.port}"
         raise RtaxError(f"serve: cannot listen on {where} ({exc.strerror})") from None
     return 0
+
+
+def command(check: Callable[[list[str]], None]) -> Command:
+    """`rtax serve`, with the CLI's check of ARGS (`cli.check_console`: it needs the
+    whole parser, which holds this command)."""
+    return Command(
+        "serve",
+        "the console in a browser (textual-serve), on loopback by default",
+        add_arguments,
+        lambda args, argv: run_serve(args, check),
+        description="rtax serve: the console in a web browser.",
+        epilog=SERVE_HELP,
+    )

@@ -11,7 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rtax_tui.commands import output
+from rtax_tui.commands import argtypes, output
+from rtax_tui.commands.command import Command
+from rtax_tui.model import paths, signals
+from rtax_tui.model.events import FORMAT, visible
+from rtax_tui.model.recording import RecordingWriteError, RecordingWriter, read_recording
+from rtax_tui.model.spec import RtaxError
 
 TRAJ_HELP = """\
 formats (detected from the content, never the file name): swe-agent (.traj 0.x, 1.x),
@@ -34,35 +39,36 @@ examples:
 """
 
 
-def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from rtax_tui.commands import argtypes
-
-    t = sub.add_parser(
-        "traj",
-        help="read real agent trajectories; time prefix preparation",
-        description="rtax traj: agent trajectories (SWE-agent, mini-swe-agent, OpenHands, "
-        "Codex CLI, Claude Code, Gemini CLI).",
-        epilog=TRAJ_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(t: argparse.ArgumentParser) -> None:
     tsub = t.add_subparsers(dest="traj_command", metavar="SUBCOMMAND", required=True)
-    i = tsub.add_parser("inspect", help="the normalized steps of one trajectory")
+    for command in SUBCOMMANDS:
+        command.add_to(tsub)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    return BY_NAME[args.traj_command].run(args, argv)
+
+
+def _add_inspect(i: argparse.ArgumentParser) -> None:
     i.add_argument("file", help="a trajectory file or an OpenHands V1 conversation directory")
     i.add_argument("--format", choices=("table", "json"), default="table")
-    p = tsub.add_parser(
-        "prepare",
-        help="time the preparation of every history prefix (no tool run)",
-        description="For each trajectory and prefix length k (all k, or --max-prefixes "
-        "spread evenly), read, parse and validate the first k steps as recorded, timed "
-        "with monotonic_ns; no tool runs, and the inputs (and --workspace) are hashed "
-        "before and after to show nothing changed. Writes an rtax/1 recording of `prep` "
-        "events; `rtax report REC` shows P50/P95 per format. What one sample times "
-        "(--mode): `file` (default), each prefix from the file alone: read it, detect its "
-        "format, parse and normalize all of it, check every step, validate the first k; "
-        "`view`, the file read, detected, parsed, normalized and checked once per "
-        "repetition (parse_ns), each prefix a view on it validated in O(k) (view_ns), "
-        "a sample being view_ns + parse_ns / the prefixes taken from that parse.",
-    )
+
+
+PREPARE_DESCRIPTION = (
+    "For each trajectory and prefix length k (all k, or --max-prefixes "
+    "spread evenly), read, parse and validate the first k steps as recorded, timed "
+    "with monotonic_ns; no tool runs, and the inputs (and --workspace) are hashed "
+    "before and after to show nothing changed. Writes an rtax/1 recording of `prep` "
+    "events; `rtax report REC` shows P50/P95 per format. What one sample times "
+    "(--mode): `file` (default), each prefix from the file alone: read it, detect its "
+    "format, parse and normalize all of it, check every step, validate the first k; "
+    "`view`, the file read, detected, parsed, normalized and checked once per "
+    "repetition (parse_ns), each prefix a view on it validated in O(k) (view_ns), "
+    "a sample being view_ns + parse_ns / the prefixes taken from that parse."
+)
+
+
+def _add_prepare(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     p.add_argument("--repeat", type=argtypes.repeat, default=3, help="samples per prefix (3)")
     p.add_argument("--shuffle", action="store_true", help="run the samples in a seeded order")
@@ -79,27 +85,23 @@ def add_traj_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--format", choices=("table", "json"), default="table")
 
 
-def run_traj(args: argparse.Namespace, argv: list[str]) -> int:
-    if args.traj_command == "inspect":
-        return _inspect(args)
-    from rtax_tui.model import signals
-
+def _run_prepare(args: argparse.Namespace, argv: list[str]) -> int:
     with signals.armed():  # a signal removes the unfinished recording (KeyboardInterrupt)
         return _prepare(args, argv)
 
 
-def _inspect(args: argparse.Namespace) -> int:
+def _inspect(args: argparse.Namespace, argv: list[str]) -> int:
+    # deferred: the trajectory readers and their tables, 57 ms of imports that
+    # `rtax --help` does not make
     from rtax_tui.engine.traj import read_trajectories
+    from rtax_tui.render.reporting import out_console
+    from rtax_tui.render.traj_render import render_steps
 
     trajs = read_trajectories(args.file)
     docs = [t.to_json() for t in trajs]
     if args.format == "json":
         output.print_json(docs[0] if len(docs) == 1 else docs)
         return 0
-    from rtax_tui.model.events import visible
-    from rtax_tui.render.reporting import out_console
-    from rtax_tui.render.traj_render import render_steps
-
     console = out_console()
     for d in docs:  # an agent's commands, shown as text (their escapes visible)
         console.print(render_steps(visible(d)))
@@ -107,13 +109,13 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
+    # deferred: the preparation, the statistics and their tables, 91 ms of imports that
+    # `rtax --help` does not make
     from rtax_tui.analysis.report import build_report
     from rtax_tui.engine.session import new_run_id
     from rtax_tui.engine.traj.prepare import plan_tasks, run_prepare
-    from rtax_tui.model import paths
-    from rtax_tui.model.events import FORMAT
-    from rtax_tui.model.recording import RecordingWriteError, RecordingWriter, read_recording
-    from rtax_tui.model.spec import RtaxError
+    from rtax_tui.render.reporting import out_console
+    from rtax_tui.render.traj_render import render_prep
 
     workspace = Path(args.workspace) if args.workspace else None
     if workspace is not None and not workspace.is_dir():
@@ -191,9 +193,6 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
     if args.format == "json":
         output.print_json({"recording": str(out), **report["prep"], "run_end": result})
     else:
-        from rtax_tui.render.reporting import out_console
-        from rtax_tui.render.traj_render import render_prep
-
         console = out_console()
         console.print(render_prep(report["prep"]))
         console.print(f"{result['samples']} samples; recording: {out}")
@@ -210,3 +209,27 @@ def _facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
+
+
+COMMAND = Command(
+    "traj",
+    "read real agent trajectories; time prefix preparation",
+    add_arguments,
+    run,
+    description="rtax traj: agent trajectories (SWE-agent, mini-swe-agent, OpenHands, "
+    "Codex CLI, Claude Code, Gemini CLI).",
+    epilog=TRAJ_HELP,
+)
+
+
+SUBCOMMANDS = (
+    Command("inspect", "the normalized steps of one trajectory", _add_inspect, _inspect),
+    Command(
+        "prepare",
+        "time the preparation of every history prefix (no tool run)",
+        _add_prepare,
+        _run_prepare,
+        description=PREPARE_DESCRIPTION,
+    ),
+)
+BY_NAME = {c.name: c for c in SUBCOMMANDS}

@@ -1,0 +1,156 @@
+"""`rtax cleanup`: what earlier runs left (environments, cgroups, image delivery)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from rtax_tui.commands import argtypes
+from rtax_tui.commands.command import Command
+from rtax_tui.commands.hostflags import add_host_flags, cleanup_remote_hosts
+from rtax_tui.drivers import get_driver
+from rtax_tui.drivers import names as driver_names
+from rtax_tui.hosts import LocalHost, names
+from rtax_tui.model import runlock
+from rtax_tui.model.events import one_line
+
+# each driver's cleanup, at most (gVisor's once ran past a minute: drivers/gvisor.py)
+CLEANUP_TIMEOUT_S = 120
+
+
+def add_arguments(cl: argparse.ArgumentParser) -> None:
+    cl.add_argument(
+        "--run", help="only this run id (refused while the run is alive: stop it first)"
+    )
+    cl.add_argument(
+        "--driver",
+        action="append",
+        metavar="NAME",
+        help="only these drivers' leftovers (repeatable; then no budget cgroups)",
+    )
+    cl.add_argument(
+        "--timeout",
+        type=argtypes.integer(1, 3600, "timeout"),
+        default=CLEANUP_TIMEOUT_S,
+        metavar="S",
+        help=f"each driver's cleanup at most S seconds (default {CLEANUP_TIMEOUT_S}); one that "
+        "fails or runs out of time is named, the others still run, and the exit status is 1",
+    )
+    add_host_flags(cl)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Leftovers of dead runs: what a live run (one holding its run lock, see
+    model/runlock.py) made is spared, and `--run` of a live run is refused."""
+    # deferred: the cgroups' and image delivery's cleanups, 15 ms of imports that
+    # `rtax --help` does not make
+    from rtax_tui.drivers.toolkit import delivery
+    from rtax_tui.hosts import cgroups
+
+    if args.run and (args.host is None or "local" in args.host):
+        for labels in runlock.live_runs():
+            if runlock.safe_label(args.run) in labels:
+                print(
+                    f"rtax: run {args.run} is still running; stop it first "
+                    "(its reaper removes what it made)",
+                    file=sys.stderr,
+                )
+                return 2
+    if args.host and "local" not in args.host:  # remote hosts only
+        n = cleanup_remote_hosts(args)
+        if n < 0:
+            return 2
+        print(f"removed {n} leftovers" if n else "nothing to clean up")
+        _print_spared(runlock.take_spared())
+        return 0
+    chosen = [d for d in driver_names() if not args.driver or d in args.driver]
+    unknown = sorted(set(args.driver or ()) - set(driver_names()))
+    if unknown:
+        print(f"rtax: unknown driver {one_line(', '.join(unknown))}", file=sys.stderr)
+        return 2
+
+    total, failed = 0, 0
+    for name in chosen:  # each bounded; one that fails or hangs does not stop the others
+        n, why = _cleanup_one(name, partial(get_driver, name, LocalHost()), args.run, args.timeout)
+        if why is not None:
+            failed += 1
+            print(
+                f"rtax: cleanup: {name}: {why}; what it had not removed is left "
+                f"(again: rtax cleanup --driver {name})",
+                file=sys.stderr,
+            )
+            continue
+        if n:
+            print(f"{name}: removed {n}")
+        total += n
+    if args.host:
+        r = cleanup_remote_hosts(args)
+        if r < 0:
+            return 2
+        total += r
+    live: list[set[str]] = []
+
+    def spare(name: str) -> bool:  # asked once the candidates are listed
+        if not live:
+            live.append(runlock.live_labels())
+        if names.belongs(name, live[0], names.env_cgroup_prefix, names.batch_cgroup_prefix):
+            runlock.note_spared(1)
+            return True
+        return False
+
+    n = 0
+    if args.run:  # only this run's: its budget cgroups and its environments' cgroups
+        n = cgroups.cleanup(f"{cgroups.PREFIX}/{names.batch_cgroup_prefix(args.run)}", spare=spare)
+        n += cgroups.cleanup(f"{cgroups.PREFIX}/{names.env_cgroup_prefix(args.run)}", spare=spare)
+    elif not args.driver:
+        n = cgroups.cleanup(spare=spare)
+    if n:
+        print(f"cgroups: removed {n}")
+    if not args.driver:  # image delivery's mounts and servers (a run with image modes)
+        got = delivery.cleanup(None if args.run is None else runlock.safe_label(args.run))
+        if got:
+            print(f"image delivery: removed {got}")
+        n += got
+    print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
+    _print_spared(runlock.take_spared())
+    return 1 if failed else 0
+
+
+def _cleanup_one(
+    name: str, make: Callable[[], Any], run: str | None, timeout_s: float
+) -> tuple[int, str | None]:
+    """One driver's cleanup, on a thread and event loop of its own, waited for at most
+    `timeout_s`: (what it removed, None), or (0, why it did not finish). A cleanup that
+    hangs (a read of /proc that blocks, a daemon that never answers) is left behind on
+    its daemon thread; the others still run and rtax still ends."""
+    got: list[int] = []
+    err: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            got.append(asyncio.run(make().cleanup(run)))
+        except BaseException as exc:  # reported by the caller as one line
+            err.append(exc)
+
+    t = threading.Thread(target=work, name=f"cleanup-{name}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return 0, f"did not finish within {timeout_s:g} s"
+    if err:
+        exc = err[0]
+        return 0, f"failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    return got[0], None
+
+
+def _print_spared(n: int) -> None:
+    if n:
+        print(f"spared {n} of live runs")
+
+
+COMMAND = Command("cleanup", "remove leftovers of earlier runs", add_arguments, run)
