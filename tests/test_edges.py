@@ -162,12 +162,15 @@ def test_t2_output_into_a_pipe_that_closes_is_141_and_silent() -> None:
 # -- T3: --control reads any stdin -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("stdin", ["devnull", "file"])
+@pytest.mark.parametrize("stdin", ["devnull", "file", "zero"])
 def test_t3_control_reads_a_file_or_dev_null(tmp_path: Path, stdin: str) -> None:
+    """/dev/zero: a line that never ends is no console; it ends the input (it once spun a
+    core beside the trials, reading zeros for the whole run)."""
     src = tmp_path / "commands"
     src.write_text("pause\nresume\nstop\n")
     rec = tmp_path / "r.jsonl"
-    with open(os.devnull if stdin == "devnull" else src, "rb") as f:
+    path = {"devnull": os.devnull, "file": str(src), "zero": "/dev/zero"}[stdin]
+    with open(path, "rb") as f:
         res = rtax(*RUN, "--control", "--quiet", "-o", str(rec), stdin=f)
     assert res.returncode == 130, res.stderr.decode()  # end of input (or `stop`) stops it
     assert b"Traceback" not in res.stderr

@@ -82,7 +82,7 @@ def _listen_for_commands(session: Session, loop: asyncio.AbstractEventLoop) -> N
             session.pause()
         elif cmd == "resume":
             session.resume()
-        elif cmd == "stop":
+        else:
             session.stop()
 
     def read() -> None:
@@ -101,12 +101,16 @@ def _listen_for_commands(session: Session, loop: asyncio.AbstractEventLoop) -> N
                 line, _, rest = bytes(buf).partition(b"\n")
                 buf[:] = rest
                 cmd = line.decode(errors="replace").strip()
+                if cmd not in ("pause", "resume", "stop"):
+                    continue  # nothing to wake the loop for
                 try:
                     loop.call_soon_threadsafe(command, cmd)
                 except RuntimeError:  # the loop is closed: the run is over
                     return
-            if len(buf) > 1 << 16:  # a line that never ends is no command
-                buf.clear()
+            if len(buf) > 1 << 16:
+                # a line that never ends is no console (`--control </dev/zero`): reading it
+                # would spin a core beside the trials, so it ends the input like EOF does
+                break
         try:
             loop.call_soon_threadsafe(session.stop)
         except RuntimeError:
