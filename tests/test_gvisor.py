@@ -87,7 +87,7 @@ def _started(limit: int) -> int:
     drv = get_driver("gvisor", LocalHost(), {})
     assert isinstance(drv, GvisorDriver)
     script = (
-        "( i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); echo $i > /tmp/n; done ) "
+        "( i=0; while [ $i -lt 40 ]; do sleep 30 >/dev/null & i=$((i+1)); echo $i > /tmp/n; done ) "
         "2>/dev/null; read n </tmp/n; echo started $n"
     )
     limits = Limits(cpus=1, memory_mib=512, pids=limit)
