@@ -206,6 +206,22 @@ def test_t4_a_name_too_long_is_one_line_naming_the_flag(
     no_part_files(tmp_path)
 
 
+@pytest.mark.parametrize("where", ["value", "key"])
+def test_t4_a_value_quoted_in_an_error_is_cut_to_one_short_line(tmp_path: Path, where: str) -> None:
+    """A 5,000-character option (or key) quoted whole made a 5 KB error line; it is cut
+    in its middle, the file, line and field kept at its head."""
+    opt = f'memory_mib = "{"x" * 5000}"' if where == "value" else f"{'y' * 5000} = 1"
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[run]\ndrivers = ["libvirt"]\nworkloads = ["t0"]\n[drivers_options.libvirt]\n' + opt
+    )
+    res = rtax("run", str(prof), "-o", str(tmp_path / "r.jsonl"), cwd=tmp_path)
+    assert res.returncode == 2
+    [line] = res.stderr.decode().splitlines()
+    assert line.startswith(f"rtax: error: {prof}:5: drivers_options.libvirt"), line[:200]
+    assert len(line) <= 1100 and "characters ...]" in line
+
+
 # -- T5: traj prepare -o onto a dangling link, a read-only place, a full disk ----------------
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import IO
 
-from rtax_tui.model.events import one_line
+from rtax_tui.model.events import error_line
 from rtax_tui.model.inputs import (
     BATCH_MAX,
     CONCURRENCY_MAX,
@@ -70,7 +70,7 @@ def one_line_errors(parser: argparse.ArgumentParser, name: str) -> None:
     (argparse's own error prints the usage first)."""
 
     def error(message: str) -> None:
-        print(f"rtax {name}: error: {one_line(message)}", file=sys.stderr)
+        print(f"rtax {name}: error: {error_line(message)}", file=sys.stderr)
         raise SystemExit(2)
 
     parser.error = error  # type: ignore[method-assign,assignment]
@@ -95,7 +95,7 @@ def one_line_errors_everywhere(parser: argparse.ArgumentParser, name: str = "") 
     else:
 
         def error(message: str) -> None:
-            print(f"rtax: error: {one_line(message)}", file=sys.stderr)
+            print(f"rtax: error: {error_line(message)}", file=sys.stderr)
             raise SystemExit(2)
 
         parser.error = error  # type: ignore[method-assign,assignment]

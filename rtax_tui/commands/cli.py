@@ -28,7 +28,7 @@ from rtax_tui.commands import (
 from rtax_tui.commands.argtypes import one_line_errors_everywhere
 from rtax_tui.commands.command import Command
 from rtax_tui.model import paths
-from rtax_tui.model.events import one_line
+from rtax_tui.model.events import error_line
 from rtax_tui.model.spec import RtaxError
 
 EXAMPLES = """\
@@ -143,7 +143,7 @@ def _main(argv: Sequence[str] | None) -> int:
         with paths.taking(*_path_flags(args)):  # type: ignore[arg-type]
             return _dispatch(args, args_list)
     except RtaxError as exc:
-        print(f"rtax: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"rtax: error: {error_line(str(exc))}", file=sys.stderr)
         return 2
     except RecursionError:  # a reader's last line of defence: inputs are bounded before
         print("rtax: error: an input is nested too deeply", file=sys.stderr)

@@ -21,7 +21,7 @@ from rtax_tui.engine.runner import build_session
 from rtax_tui.engine.session import Session
 from rtax_tui.hosts import Host, reaper, subreaper
 from rtax_tui.model import paths, signals
-from rtax_tui.model.events import SinkError, one_line
+from rtax_tui.model.events import SinkError, error_line, one_line
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
 from rtax_tui.model.spec import RtaxError
 from rtax_tui.render.plaintext import styled
@@ -321,7 +321,7 @@ def _run_headless(
     if path is not None and file_writer is not None and file_writer.published:
         print(f"recording: {one_line(str(path))}", file=sys.stderr)  # unwrapped: scripts read it
     if fault is not None:  # not even the header fitted: no file was kept (close removed it)
-        print(f"rtax: error: {one_line(str(fault))}", file=sys.stderr)
+        print(f"rtax: error: {error_line(str(fault))}", file=sys.stderr)
         return 1
     if status == "interrupted":
         err.print("run interrupted: finished trials are kept in the recording")
@@ -447,7 +447,7 @@ async def _probe(
                 hosts[host.name] = host
             except RtaxError as exc:
                 left_out[host.name] = str(exc)
-                err.print(styled(("left out", "yellow"), f": {one_line(str(exc))}"))
+                err.print(styled(("left out", "yellow"), f": {error_line(str(exc))}"))
         facts: dict[str, Any] = {}
         for name, host in hosts.items():
             try:

@@ -820,6 +820,21 @@ def one_line(text: str) -> str:
     return str(visible(text)).replace("\n", "\\x0a")
 
 
+# An error's line at most this long: a value quoted from an input (a profile's 5,000-character
+# option, a key as long) is cut in its middle, both ends kept, the count of what went said.
+ERROR_LINE_MAX = 1000
+
+
+def error_line(text: str) -> str:
+    """`one_line(text)`, and at most ERROR_LINE_MAX characters: the one rule for an
+    error's message on a terminal, whatever the input quoted in it."""
+    line = one_line(text)
+    if len(line) <= ERROR_LINE_MAX:
+        return line
+    head, tail = ERROR_LINE_MAX * 2 // 3, ERROR_LINE_MAX // 4
+    return f"{line[:head]}[... {len(line) - head - tail:,} characters ...]{line[-tail:]}"
+
+
 def decode(raw: bytes) -> Any:
     """One line (bytes) to its value (a dict for an event; `missing_fields` checks its
     shape), its strings `visible`. The check for a control character is one scan of the
