@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from rtax_tui.hosts import LocalHost, names
+from rtax_tui.commands import cleanup as cleanup_cmd
+from rtax_tui.hosts import LocalHost, cgroups, names
+from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 
 HOLDER = textwrap.dedent(
@@ -100,3 +102,42 @@ def test_gvisor_cleanup_spares_a_run_that_starts_while_it_lists(
     finally:
         for r in started:
             r.stop()
+
+
+CGROUPS = os.geteuid() == 0 and Cgroup.version() is not None
+
+
+@pytest.mark.skipif(not CGROUPS, reason="cgroups need root")
+def test_cleanup_spares_a_live_gvisor_probe_cgroup(runs: Path) -> None:
+    """gVisor's platform probe runs its sandbox in `rtax/gvisor-probe-<owner>-p<hex>`,
+    its owner's label held in its run lock. `rtax cleanup` removes every child of the
+    cgroup root that no live label spares, but it asked only the env- and batch- kinds:
+    a cleanup while another rtax probed gVisor removed the probe's cgroup (its sandbox
+    killed: the live run saw the platform fail). Here the cleanup's own spare is asked
+    of a real cgroup of each kind whose label a real other process holds, and of a dead
+    one of each kind."""
+    label, dead = f"atkprobe{os.getpid()}", f"atkdead{os.getpid()}"
+    other = _Run(runs, label)
+    made = []
+    try:
+        for who in (label, dead):
+            for name in (
+                names.probe_cgroup(who, "p0a0b0c"),
+                names.env_cgroup(who),
+                names.batch_cgroup(who, "b1"),
+            ):
+                made.append(Cgroup.create(name))
+        removed = 0
+        for who in (label, dead):  # each cleanup limited to the cgroups made here
+            for kind in names.CGROUP_KINDS:
+                removed += cgroups.cleanup(
+                    f"{cgroups.PREFIX}/{kind(who)}", spare=cleanup_cmd.spare_live_cgroups()
+                )
+        kept = [cg.relpath.rpartition("/")[2] for cg in made if cg.exists()]
+        assert kept == [cg.relpath.rpartition("/")[2] for cg in made[:3]]  # the live run's
+        assert removed == 3  # the dead one's
+    finally:
+        other.stop()
+        for cg in made:
+            if cg.exists():
+                cg.remove(timeout=2)
