@@ -913,12 +913,12 @@ class GvisorDriver(Driver):
         """Sandboxes and runsc state, env cgroups and workspaces of one run (or every run),
         sparing a live run's."""
         want = names.sandbox_prefix(label)
-        live = runlock.live_labels()
         n = 0
         try:
             found = sorted(os.listdir(STATE_BASE))
         except OSError:
             found = []
+        live = runlock.live_labels()  # after the listing: see runlock
         for name in found:
             if not name.startswith(want):
                 continue

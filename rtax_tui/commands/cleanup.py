@@ -93,16 +93,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if r < 0:
             return 2
         total += r
-    live: list[set[str]] = []
-
-    def spare(name: str) -> bool:  # asked once the candidates are listed
-        if not live:
-            live.append(runlock.live_labels())
-        if names.belongs(name, live[0], names.env_cgroup_prefix, names.batch_cgroup_prefix):
-            runlock.note_spared(1)
-            return True
-        return False
-
+    spare = spare_live_cgroups()
     n = 0
     if args.run:  # only this run's: its budget cgroups and its environments' cgroups
         n = cgroups.cleanup(f"{cgroups.PREFIX}/{names.batch_cgroup_prefix(args.run)}", spare=spare)
@@ -119,6 +110,23 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
     _print_spared(runlock.take_spared())
     return 1 if failed else 0
+
+
+def spare_live_cgroups() -> Callable[[str], bool]:
+    """`cgroups.cleanup`'s `spare`: a cgroup of any kind rtax makes below its root
+    (`names.CGROUP_KINDS`) whose label is live; the live labels read once, when first
+    asked (once the candidates are listed)."""
+    live: list[set[str]] = []
+
+    def spare(name: str) -> bool:
+        if not live:
+            live.append(runlock.live_labels())
+        if names.belongs(name, live[0], *names.CGROUP_KINDS):
+            runlock.note_spared(1)
+            return True
+        return False
+
+    return spare
 
 
 def _cleanup_one(

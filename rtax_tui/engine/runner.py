@@ -130,7 +130,11 @@ async def build_session(
     from rtax_tui.engine.traj.workload import refuse_unisolated
 
     custom = profile.custom_workloads
-    refuse_unisolated(profile.drivers, {w: custom[w] for w in profile.workloads if w in custom})
+    refuse_unisolated(
+        profile.drivers,
+        {w: custom[w] for w in profile.workloads if w in custom},
+        profile.driver_options,
+    )
     hosts, left_out = await connect_hosts(profile, log)
     try:
         return await _build(profile, hosts, left_out, sinks=sinks, argv=argv, log=log)

@@ -7,6 +7,7 @@ run lock). A name is `<prefix><label>-<suffix>`; the prefixes:
 - `env-`: an environment's cgroup (stage, gVisor), below the cgroup root (`rtax/`) or
   a capacity budget; the suffix 8 random hex digits. A label-less one is `env-<hex>`.
 - `gvisor-probe-`: gVisor's probe's cgroup, `gvisor-probe-<label>-p<6 hex>`.
+  (`CGROUP_KINDS` lists the cgroup kinds: a cleanup of the cgroup root spares each.)
 - `batch-`: a capacity batch's budget cgroup, `batch-<run id>-<batch id>`.
 - `rtax-ws-`: a host workspace, under the host's temporary directory; the host adds
   the random suffix (hosts/local.py, hosts/ssh.py).
@@ -37,6 +38,7 @@ from rtax_tui.model.runlock import safe_label
 
 __all__ = [
     "BATCH_CGROUP",
+    "CGROUP_KINDS",
     "ENV_CGROUP",
     "PROBE_CGROUP",
     "SANDBOX",
@@ -50,6 +52,7 @@ __all__ = [
     "env_cgroup",
     "env_cgroup_prefix",
     "probe_cgroup",
+    "probe_cgroup_prefix",
     "random_suffix",
     "safe_label",
     "sandbox",
@@ -104,6 +107,10 @@ def probe_cgroup(label: str, suffix: str) -> str:
     return f"{PROBE_CGROUP}{safe_label(label)}-{suffix}"
 
 
+def probe_cgroup_prefix(label: str | None) -> str:
+    return _labelled(PROBE_CGROUP, safe_label(label) if label else None)
+
+
 def batch_cgroup(run_id: str, batch_id: object) -> str:
     """A capacity batch's budget cgroup; the run id in safe_label form, as the run lock
     lists it (else a run id that form changes would not be spared while its run lives)."""
@@ -112,6 +119,15 @@ def batch_cgroup(run_id: str, batch_id: object) -> str:
 
 def batch_cgroup_prefix(run_id: str | None) -> str:
     return _labelled(BATCH_CGROUP, safe_label(run_id) if run_id else None)
+
+
+# every kind of cgroup rtax makes below its root: what `rtax cleanup` spares while the
+# label it carries is live (a kind left out here is removed from under its live run)
+CGROUP_KINDS: tuple[Callable[[str | None], str], ...] = (
+    env_cgroup_prefix,
+    batch_cgroup_prefix,
+    probe_cgroup_prefix,
+)
 
 
 # -- workspaces ----------------------------------------------------------------

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -356,18 +356,44 @@ def _resolve(base_dir: Path, value: str) -> str:
     return str(p if p.is_absolute() else base_dir / p)
 
 
-def refuse_unisolated(drivers: Sequence[str], workloads: dict[str, Workload]) -> None:
-    """Replayed commands were written by a model: `local` (no boundary) runs them on
-    this machine itself, so only a workload that says `allow_unisolated = true` may."""
-    if "local" not in drivers:
+def keeps_host_out(driver: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether `driver` (a registered name or a profile's instance of one, with its
+    options) promises to keep the host's files out (`tmp_sentinel` among its promised
+    checks): only there may a model's commands run unasked. A driver that states nothing,
+    or cannot be made, keeps nothing out."""
+    from rtax_tui.drivers.registry import resolve
+    from rtax_tui.hosts import LocalHost
+
+    try:
+        cls, opts = resolve(driver, options)
+        return "tmp_sentinel" in cls(LocalHost(), opts).promised_checks()
+    except Exception:
+        return False
+
+
+def refuse_unisolated(
+    drivers: Sequence[str],
+    workloads: dict[str, Workload],
+    options: Mapping[str, dict[str, Any]] | None = None,
+) -> None:
+    """Replayed commands were written by a model: a driver that keeps nothing out
+    (`local`, SWE-ReX's local or remote deployment, an instance of either under another
+    name: `keeps_host_out`) runs them on this machine itself, so only a workload that
+    says `allow_unisolated = true` may."""
+    asked = {n: w for n, w in workloads.items() if w.replay is not None}
+    if all(w.replay is not None and w.replay.allow_unisolated for w in asked.values()):
         return
-    for name, w in workloads.items():
-        if w.replay is not None and not w.replay.allow_unisolated:
-            raise RtaxError(
-                f"workload {name}: replay refuses the `local` driver: its commands were "
-                "written by a model and `local` keeps nothing out (set "
-                f"`allow_unisolated = true` in [workloads.{name}] to run them on this machine)"
-            )
+    for drv in drivers:
+        if keeps_host_out(drv, (options or {}).get(drv)):
+            continue
+        for name, w in asked.items():
+            if w.replay is not None and not w.replay.allow_unisolated:
+                raise RtaxError(
+                    f"workload {name}: replay refuses the `{drv}` driver: its commands were "
+                    f"written by a model and `{drv}` keeps nothing out (set "
+                    f"`allow_unisolated = true` in [workloads.{name}] to run them on this "
+                    "machine)"
+                )
 
 
 def with_sources(w: Workload, log: Any = None) -> Workload:

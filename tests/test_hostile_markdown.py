@@ -1,0 +1,80 @@
+"""The red team on the report's Markdown (`rtax report --format markdown`, `--summary`,
+the step summary a CI job renders): a crafted recording's names are text, never markup.
+
+A recording handed to the user names its cells as it likes (a workload `<img ...>`).
+The Markdown report puts those names in tables, in code spans and in the gate lines,
+and a step summary is rendered as GitHub Markdown with its HTML subset.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from rtax_tui.model.events import FORMAT
+
+HEADER = {
+    "type": "run", "t_ns": 1, "format": FORMAT, "run_id": "r1",
+    "started_at": "2026-12-05T00:00:00+00:00", "seed": 1, "argv": ["rtax"],
+    "profile": {"name": "p"}, "hosts": {"local": {}},
+}  # fmt: skip
+
+
+def _recording(path: Path, workload: str) -> Path:
+    cell = f"local/local/{workload}/exec"
+    evs: list[dict[str, object]] = [HEADER]
+    t = 10
+    for trial in (1, 2, 3):
+        evs.append({
+            "type": "trial_start", "t_ns": t, "trial": trial, "cell": cell, "host": "local",
+            "driver": "local", "workload": workload, "channel": "exec", "warmup": False,
+            "batch": None,
+        })  # fmt: skip
+        for name in ("create", "ready", "teardown"):
+            t += 1000
+            evs.append({"type": "phase", "t_ns": t, "trial": trial, "name": name,
+                        "dur_ns": 1000, "ok": True})  # fmt: skip
+        t += 1000
+        evs.append({"type": "trial_end", "t_ns": t, "trial": trial, "ok": True, "valid": True,
+                    "error": None})  # fmt: skip
+    evs.append({"type": "run_end", "t_ns": t + 1, "status": "completed", "trials": 3})
+    path.write_text("".join(json.dumps(e) + "\n" for e in evs))
+    return path
+
+
+def _html(md: str) -> str:
+    """As GitHub renders a summary: CommonMark, GFM tables, raw HTML kept."""
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
+
+
+NAMES = [
+    '<img src="https://attacker.invalid/seen.png">',
+    "x`<a href=https://attacker.invalid>y</a>`",
+    "[results: all passed](https://attacker.invalid)",
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="names reach the Markdown as markup (tables escape only |, the cell-id list's "
+    "code span ends at a backtick, gate lines are raw); escaping every renderer's names "
+    "changes the expected reports: left to the report's owners",
+)
+@pytest.mark.parametrize("name", NAMES)
+def test_a_crafted_cell_name_is_no_markup_in_the_markdown_report(tmp_path: Path, name: str) -> None:
+    rec = _recording(tmp_path / "r.jsonl", name)
+    summary = tmp_path / "summary.md"
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "report", "--format", "markdown", str(rec),
+         "--threshold", "failed == 0", "--summary", str(summary)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    for md in (res.stdout, summary.read_text()):
+        html = _html(md)
+        assert "<img" not in html and "<a " not in html and "<a>" not in html, html
