@@ -71,7 +71,13 @@ class OldFrameDriver(StageDriver):
 
 @pytest.mark.skipif(not ROOT, reason="stage needs root and cgroups")
 def test_the_old_frame_is_caught_forging_a_later_status() -> None:
-    v = integrity(OldFrameDriver(LocalHost(), {}), "shell")
+    # the old frame's shell can die under the attack before it forges (seen once in a
+    # loaded run: "stopped answering", blocked); that is the broken double's race, not the
+    # check's answer, so the probe is tried again, at most three times
+    for _ in range(3):
+        v = integrity(OldFrameDriver(LocalHost(), {}), "shell")
+        if not (v.result == BLOCKED and "stopped answering" in v.evidence):
+            break
     assert v.result == BREACHED, v
     assert "recorded as a success" in v.evidence
     assert "sh -c false` exited 1, recorded 0" in v.evidence
