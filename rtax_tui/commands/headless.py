@@ -77,13 +77,7 @@ def _listen_for_commands(session: Session, loop: asyncio.AbstractEventLoop) -> N
     """
     fd = sys.stdin.fileno()
 
-    def command(cmd: str) -> None:
-        if cmd == "pause":
-            session.pause()
-        elif cmd == "resume":
-            session.resume()
-        else:
-            session.stop()
+    commands = {"pause": session.pause, "resume": session.resume, "stop": session.stop}
 
     def read() -> None:
         buf = bytearray()
@@ -100,11 +94,11 @@ def _listen_for_commands(session: Session, loop: asyncio.AbstractEventLoop) -> N
             while b"\n" in buf:
                 line, _, rest = bytes(buf).partition(b"\n")
                 buf[:] = rest
-                cmd = line.decode(errors="replace").strip()
-                if cmd not in ("pause", "resume", "stop"):
-                    continue  # nothing to wake the loop for
+                act = commands.get(line.decode(errors="replace").strip())
+                if act is None:
+                    continue  # no command: nothing to wake the loop for
                 try:
-                    loop.call_soon_threadsafe(command, cmd)
+                    loop.call_soon_threadsafe(act)
                 except RuntimeError:  # the loop is closed: the run is over
                     return
             if len(buf) > 1 << 16:

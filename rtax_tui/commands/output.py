@@ -129,25 +129,21 @@ def print_json(obj: object) -> None:
     surrogate), which no JSON encoder takes, is written with it shown (`events.visible`)."""
     import orjson
 
-    from rtax_tui.model.events import visible
+    from rtax_tui.model.events import RAW_CONTROL_UTF8, visible
 
     try:
         data = orjson.dumps(obj, option=orjson.OPT_INDENT_2)
     except TypeError:
         data = orjson.dumps(visible(obj), option=orjson.OPT_INDENT_2)
-    if _UNESCAPED.search(data):
-        data = _UNESCAPED.sub(_json_escape, data)
+    # What JSON leaves raw but a terminal acts on or hides: DEL, the C1 controls (U+0080-
+    # U+009F: 0x9B is a CSI to xterm.js) and the invisible format characters `visible`
+    # shows (bidirectional controls, U+2028/U+2029), as their UTF-8. A crafted trajectory
+    # (`rtax traj inspect --format json`) holds what its agent wrote: written as \uNNNN,
+    # which a JSON reader reads back as the same character.
+    unescaped = re.compile(RAW_CONTROL_UTF8)  # compiled once: re's cache
+    if unescaped.search(data):
+        data = unescaped.sub(_json_escape, data)
     sys.stdout.buffer.write(data + b"\n")
-
-
-# What JSON leaves raw but a terminal acts on or hides: DEL, the C1 controls (U+0080-
-# U+009F: 0x9B is a CSI to xterm.js) and the invisible format characters `visible`
-# shows (bidirectional controls, U+2028/U+2029), as their UTF-8. A crafted trajectory
-# (`rtax traj inspect --format json`) holds what its agent wrote: written as \uNNNN,
-# which a JSON reader reads back as the same character.
-_UNESCAPED = re.compile(
-    rb"\x7f|\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]"
-)
 
 
 def _json_escape(m: re.Match[bytes]) -> bytes:

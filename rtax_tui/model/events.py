@@ -778,9 +778,13 @@ DecodeError = orjson.JSONDecodeError
 # and every browser) and the bidirectional marks, embeddings, overrides and isolates
 # (U+061C, U+200E-F, U+202A-E, U+2066-9: "Trojan Source", a name that reads as another),
 # raw in UTF-8 or as JSON escapes.
+# What JSON leaves raw of these, as UTF-8: DEL, the C1 controls and the format characters
+# (also what `rtax_tui.commands.output.print_json` escapes).
+RAW_CONTROL_UTF8 = rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]|\xd8\x9c"
 _CONTROL_IN_LINE = re.compile(
-    rb"\\u00[0-1][0-9A-Fa-f]|\\u00[7-9][0-9A-Fa-f]|\\[bfr]|\x7f|\xc2[\x80-\x9f]"
-    rb"|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]|\xd8\x9c|\\u(?:20[026]|061)[0-9A-Fa-f]"
+    rb"\\u00[0-1][0-9A-Fa-f]|\\u00[7-9][0-9A-Fa-f]|\\[bfr]|"
+    + RAW_CONTROL_UTF8
+    + rb"|\\u(?:20[026]|061)[0-9A-Fa-f]"
 )
 # and a lone surrogate: a byte of a name that is not UTF-8 (a path or an argument, as
 # Python's surrogateescape holds it), which no JSON encoder or UTF-8 file can take
