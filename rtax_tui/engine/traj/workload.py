@@ -380,20 +380,20 @@ def refuse_unisolated(
     (`local`, SWE-ReX's local or remote deployment, an instance of either under another
     name: `keeps_host_out`) runs them on this machine itself, so only a workload that
     says `allow_unisolated = true` may."""
-    asked = {n: w for n, w in workloads.items() if w.replay is not None}
-    if all(w.replay is not None and w.replay.allow_unisolated for w in asked.values()):
+    unasked = [
+        n for n, w in workloads.items() if w.replay is not None and not w.replay.allow_unisolated
+    ]
+    if not unasked:
         return
     for drv in drivers:
-        if keeps_host_out(drv, (options or {}).get(drv)):
-            continue
-        for name, w in asked.items():
-            if w.replay is not None and not w.replay.allow_unisolated:
-                raise RtaxError(
-                    f"workload {name}: replay refuses the `{drv}` driver: its commands were "
-                    f"written by a model and `{drv}` keeps nothing out (set "
-                    f"`allow_unisolated = true` in [workloads.{name}] to run them on this "
-                    "machine)"
-                )
+        if not keeps_host_out(drv, (options or {}).get(drv)):
+            name = unasked[0]
+            raise RtaxError(
+                f"workload {name}: replay refuses the `{drv}` driver: its commands were "
+                f"written by a model and `{drv}` keeps nothing out (set "
+                f"`allow_unisolated = true` in [workloads.{name}] to run them on this "
+                "machine)"
+            )
 
 
 def with_sources(w: Workload, log: Any = None) -> Workload:
