@@ -102,7 +102,10 @@ def _leftovers(label: str, engines: bool, domains_too: bool, monitors: bool) -> 
     tmp = tempfile.gettempdir()
     left = glob.glob(os.path.join(tmp, f"rtax-ws-{label}-*"))
     left += glob.glob(os.path.join(tmp, f"rtax-vm-*{label}*"))
+    # every hierarchy, the ones rtax makes nothing in too: an engine nesting a container
+    # under a budget cgroup makes the budget's path there (hosts/cgroups.py)
     left += glob.glob(f"/sys/fs/cgroup/**/env-{label}-*", recursive=True)
+    left += glob.glob(f"/sys/fs/cgroup/**/batch-{label}-*", recursive=True)
     left += processes(f"rtax-ws-{label}-")
     left += working_in(os.path.join(tmp, f"rtax-ws-{label}-"))
     if monitors:  # QEMU names its guest after the label, conmon its container

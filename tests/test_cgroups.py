@@ -23,8 +23,8 @@ TAG = f"pytest-cg-{os.getpid()}-{os.urandom(3).hex()}"
 def _ours() -> list[str]:
     """Directories this module made that are still there."""
     out = []
-    bases = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
-    for base in (*bases, *(f"/sys/fs/cgroup/{c}" for c in cgroups.V1_CONTROLLERS)):
+    bases = ["/sys/fs/cgroup"] + [e.path for e in os.scandir("/sys/fs/cgroup") if e.is_dir()]
+    for base in bases:
         top = os.path.join(base, "rtax")
         if os.path.isdir(top):
             out += [os.path.join(top, n) for n in os.listdir(top) if n.startswith(TAG)]
@@ -264,6 +264,59 @@ def test_cleanup_removes_leftovers():
         proc.wait()
     with pytest.raises(ValueError):
         cgroups.cleanup("/")
+
+
+def _unmanaged_hierarchies() -> list[str]:
+    """The mounted v1 hierarchies rtax makes no cgroup in (blkio, freezer, systemd...)."""
+    managed = {os.path.realpath(f"/sys/fs/cgroup/{c}") for c in cgroups.V1_CONTROLLERS}
+    return [
+        e.path
+        for e in os.scandir("/sys/fs/cgroup")
+        if os.path.exists(os.path.join(e.path, "cgroup.procs"))
+        and os.path.realpath(e.path) not in managed
+    ]
+
+
+@real
+@pytest.mark.skipif(Cgroup.version() != "v1", reason="v1 only: v2 has one hierarchy")
+def test_removal_reaches_hierarchies_an_engine_nested_in():
+    """A container engine given a budget cgroup as `--cgroup-parent` (docker, runsc on
+    v1) makes `<parent>/<container>` in every hierarchy it knows, and removes only its
+    child: the parent's path stays in blkio, devices, freezer, systemd... Removing the
+    budget and the cleanup sweep must leave none of it, with a process still inside."""
+    others = _unmanaged_hierarchies()
+    if not others:
+        pytest.skip("no hierarchy beyond the ones rtax makes cgroups in")
+    parent = Cgroup.create(f"{TAG}-nest", cpus=1, memory_mib=None, pids=None)
+    made = [os.path.join(h, parent.relpath, "ctr") for h in others]
+    for d in made:
+        os.makedirs(d)
+    # what the engine's container left: a process in one of those hierarchies only
+    holder = (
+        next(h for h in others if os.path.basename(h) == "freezer")
+        if any(os.path.basename(h) == "freezer" for h in others)
+        else others[0]
+    )
+    proc = subprocess.Popen(
+        ["sleep", "60"],
+        preexec_fn=join_cgroups_before_exec(
+            [os.path.join(holder, parent.relpath, "ctr", "cgroup.procs")]
+        ),
+    )
+    try:
+        parent.remove()
+        assert proc.wait(timeout=5) == -9
+        assert [d for d in made if os.path.exists(os.path.dirname(d))] == []
+        # the sweep: a leftover only in hierarchies rtax makes nothing in
+        left = [os.path.join(h, f"rtax/{TAG}-nest2/ctr") for h in others]
+        for d in left:
+            os.makedirs(d)
+        assert not Cgroup(f"rtax/{TAG}-nest2").exists()
+        assert cgroups.cleanup(f"rtax/{TAG}-nest") == 1
+        assert [d for d in left if os.path.exists(os.path.dirname(d))] == []
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 UNIFIED = "/sys/fs/cgroup/unified"

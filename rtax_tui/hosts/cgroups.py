@@ -98,6 +98,44 @@ def _find_v1_hierarchies(root: str) -> list[tuple[frozenset[str], str]]:
     return out
 
 
+# root -> every hierarchy mounted under it, for removal (see _mounted_hierarchies).
+_MOUNTED_CACHE: dict[str, list[str]] = {}
+
+
+def _mounted_hierarchies(root: str) -> list[str]:
+    """Every v1 hierarchy mounted under `root` (a directory holding `cgroup.procs`), the
+    ones rtax makes cgroups in and the ones it does not (blkio, cpuset, devices, freezer,
+    a named `systemd`, the hybrid `unified`), each once.
+
+    Removal walks all of them: a container engine given one of rtax's cgroups as its
+    parent (docker's and runsc's `--cgroup-parent`) makes the container's cgroup, and
+    with it the parent's path, in every hierarchy it knows, and removes only its own
+    child. What rtax named, rtax removes, wherever it appeared; no list of controllers
+    to keep up to date.
+    """
+    found = _MOUNTED_CACHE.get(root)
+    if found is not None:
+        return list(found)
+    seen: set[str] = set()
+    out: list[str] = []
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for name in entries:
+        d = os.path.join(root, name)
+        if not os.path.exists(os.path.join(d, "cgroup.procs")):
+            continue
+        real = os.path.realpath(d)
+        if real in seen:
+            continue
+        seen.add(real)
+        out.append(d)
+    if out:
+        _MOUNTED_CACHE[root] = out
+    return list(out)
+
+
 class Cgroup:
     """One cgroup, named by its path relative to the hierarchy root (`rtax/env-1a2b`)."""
 
@@ -144,7 +182,12 @@ class Cgroup:
         return None
 
     def exists(self) -> bool:
+        """Made in a hierarchy rtax makes cgroups in."""
         return any(os.path.isdir(d) for d in self.dirs())
+
+    def left_anywhere(self) -> bool:
+        """Present in any hierarchy, ones rtax does not make cgroups in included."""
+        return any(os.path.isdir(d) for d in self._every_dir())
 
     # -- making ------------------------------------------------------------
 
@@ -292,9 +335,17 @@ class Cgroup:
             if os.path.exists(os.path.join(d, "cgroup.procs"))
         ]
 
+    def _every_dir(self) -> list[str]:
+        """Where this cgroup's path can exist: `dirs()`, and on v1 every other mounted
+        hierarchy too (an engine nesting under it made it there; `_mounted_hierarchies`)."""
+        if self.ver == "v2":
+            return self.dirs()
+        return [os.path.join(base, self.relpath) for base in _mounted_hierarchies(self.root)]
+
     def _walk_dirs(self) -> Iterator[str]:
-        """Every directory of this cgroup and its descendants, deepest first."""
-        for d in self.dirs():
+        """Every directory of this cgroup and its descendants in every hierarchy,
+        deepest first."""
+        for d in self._every_dir():
             if not os.path.isdir(d):
                 continue
             for cur, _subdirs, _files in os.walk(d, topdown=False):
@@ -441,7 +492,7 @@ def _all_bases(root: str) -> list[str]:
     if ver == "v2":
         return [root]
     if ver == "v1":
-        return [base for _, base in _v1_hierarchies(root)]
+        return _mounted_hierarchies(root)
     return []
 
 
@@ -482,7 +533,7 @@ def cleanup(
         if spare is not None and spare(rel.rpartition("/")[2]):
             continue
         cg = Cgroup(rel, root=root)
-        if not cg.exists():
+        if not cg.left_anywhere():
             continue
         cg.remove(timeout=timeout)
         n += 1
