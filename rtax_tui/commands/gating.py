@@ -21,6 +21,7 @@ from rtax_tui.model.events import one_line, visible
 from rtax_tui.model.inputs import same_file
 from rtax_tui.model.paths import atomic_write, path_error
 from rtax_tui.model.spec import RtaxError
+from rtax_tui.render.tables import md_escape
 
 
 def parse_thresholds(resolved: Any, cli: Sequence[str]) -> list[Threshold]:
@@ -34,7 +35,8 @@ def parse_thresholds(resolved: Any, cli: Sequence[str]) -> list[Threshold]:
 
 def gates_markdown(results: Sequence[Any]) -> str:
     lines = ["## Gates", ""]
-    lines += [f"- {'✅' if r.ok else '❌'} {r.line()}" for r in sorted(results, key=lambda r: r.ok)]
+    ordered = sorted(results, key=lambda r: r.ok)
+    lines += [f"- {'✅' if r.ok else '❌'} {md_escape(r.line())}" for r in ordered]
     return "\n".join(lines + [""])
 
 

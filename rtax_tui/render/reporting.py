@@ -21,7 +21,7 @@ from rtax_tui.render.image_render import image_markdown, render_image
 from rtax_tui.render.load_render import load_markdown, render_load
 from rtax_tui.render.plaintext import styled
 from rtax_tui.render.pool_render import pools_markdown, render_pools
-from rtax_tui.render.tables import fmt_ms
+from rtax_tui.render.tables import Code, Md, fmt_ms, md_code, md_escape
 from rtax_tui.render.tables import md_table as _md_table
 from rtax_tui.render.traj_render import (
     REPLAY_HEADERS,
@@ -184,13 +184,14 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     that the report has (the cell table, what a kind of run adds, the driver
     differences), then the legend."""
     run = report.get("run", {})
-    out = [f"# rtax report {run.get('run_id') or ''}".rstrip(), ""]
+    out = [f"# rtax report {md_escape(str(run.get('run_id') or ''))}".rstrip(), ""]
+    facts = {k: md_escape(str(run.get(k))) for k in ("started_at", "profile", "status", "trials")}
     meta = [
-        f"- started: {run.get('started_at')}",
-        f"- profile: {run.get('profile')}",
-        f"- status: {run.get('status')}" + (" (torn last line)" if run.get("torn_tail") else ""),
-        f"- trials: {run.get('trials')}",
-        f"- seed: {run.get('seed')}",
+        f"- started: {facts['started_at']}",
+        f"- profile: {facts['profile']}",
+        f"- status: {facts['status']}" + (" (torn last line)" if run.get("torn_tail") else ""),
+        f"- trials: {facts['trials']}",
+        f"- seed: {md_escape(str(run.get('seed')))}",
     ]
     out += meta + [""]
     for section in MARKDOWN_SECTIONS:
@@ -228,13 +229,13 @@ def _m_cells(report: Mapping[str, Any]) -> list[str]:
         out += ["## Cell ids", ""]
     for c in report["cells"]:
         errs = ", ".join(f"{k}: {v}" for k, v in c.get("errors", {}).items())
-        line = f"- `{c['cell']}`: total P50 {fmt_ms(c['phases']['total']['p50_ms'])} ms"
+        line = f"- {md_code(c['cell'])}: total P50 {fmt_ms(c['phases']['total']['p50_ms'])} ms"
         line += f" {_fmt_ci(c['phases']['total']['p50_ci95_ms'])}"
         if errs:
-            line += f"; errors: {errs}"
+            line += f"; errors: {md_escape(errs)}"
         for phase, cl in c.get("clusters", {}).items():
             parts = "; ".join(f"{k['n']} around {fmt_ms(k['p50_ms'])}" for k in cl)
-            line += f"; {phase} clusters: {parts}"
+            line += f"; {md_escape(phase)} clusters: {parts}"
         out.append(line)
     return out + [""]
 
@@ -384,7 +385,8 @@ def render_compare(cmp: dict[str, Any]) -> Table:
 
 
 def compare_markdown(cmp: dict[str, Any]) -> str:
-    out = [f"# rtax compare: a = {cmp.get('a')}, b = {cmp.get('b')}", ""]
+    a, b = md_escape(str(cmp.get("a"))), md_escape(str(cmp.get("b")))
+    out = [f"# rtax compare: a = {a}, b = {b}", ""]
     out += [_md_table(list(COMPARE_HEADS), [_compare_row(r) for r in cmp["rows"]]), ""]
     out += [compare_caption(cmp), ""]
     return "\n".join(out)
@@ -742,13 +744,6 @@ def _run_key(run: dict[str, Any], one_host: bool) -> str:
     return str(run["channel"]) if one_host else f"{run['host']}/{run['channel']}"
 
 
-def _md_text(text: str) -> str:
-    """Text of a step's evidence, safe in a Markdown list item (no markup, no HTML)."""
-    for ch in ("\\", "`", "*", "[", "]", "<"):
-        text = text.replace(ch, "\\" + ch)
-    return text
-
-
 def _reason(evidence: str) -> str:
     """The verdict's own words: a run's evidence up to the step's output."""
     return evidence.split(" | ", 1)[0]
@@ -777,11 +772,11 @@ def _probe_summary_rows(doc: dict[str, Any]) -> list[list[str]]:
         for where, s in groups:
             breached = s.get("breached_checks") or []
             broken = set(s.get("broken_promises") or [])
-            names = [f"`{n}`" + (" !" if n in broken else "") for n in breached]
+            names = [md_code(n) + (" !" if n in broken else "") for n in breached]
             kept = f"{int(s['promised']) - len(broken)}/{s['promised']}"
             rows.append(
-                [f"`{d}`", where, *(str(s.get(r, 0)) for r in RESULTS)]
-                + [kept if s.get("promised") else "none", ", ".join(names) or "none"]
+                [Code(d), where, *(str(s.get(r, 0)) for r in RESULTS)]
+                + [kept if s.get("promised") else "none", Md(", ".join(names) or "none")]
             )
     return rows
 
@@ -801,7 +796,7 @@ def probe_markdown(doc: dict[str, Any]) -> str:
     names += sorted({k for d in drivers.values() for k in d["checks"]} - set(names))
     rows = []
     for name in names:
-        row = [f"`{name}`"]
+        row: list[str] = [Code(name)]
         for d in drivers.values():
             c = d["checks"].get(name)
             row.append("-" if c is None else probe_cell_text(name, c))
@@ -838,9 +833,10 @@ def _run_notes(
                 if pick(name, r):
                     why.setdefault(_reason(r["evidence"]), []).append(_run_key(r, one_host))
             for reason, where in why.items():
-                by_reason.setdefault((reason, ", ".join(where)), []).append(f"`{name}`")
+                by_reason.setdefault((reason, ", ".join(where)), []).append(md_code(name))
         for (reason, place), names in by_reason.items():
-            lines.append(f"- `{d}` {', '.join(names)} ({place}): {_md_text(reason)}")
+            text = f"{md_code(d)} {', '.join(names)} ({md_escape(place)}): {md_escape(reason)}"
+            lines.append(f"- {text}")
     return [f"{title}:", "", *lines, ""] if lines else []
 
 

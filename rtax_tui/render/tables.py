@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rtax_tui.model.events import one_line
+
 
 def fmt_ms(v: float | None) -> str:
     """About 3 significant digits, never in exponent notation; "-" for None."""
@@ -21,11 +23,55 @@ def fmt_ms(v: float | None) -> str:
     return f"{v:.1e}"
 
 
-def md_table(headers: list[str], rows: list[list[str]]) -> str:
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|")
+# Every ASCII character that can open markup in CommonMark, GFM or the HTML GitHub keeps
+# in a rendered summary (emphasis, code, links, raw HTML, entities, tables,
+# strikethrough; an image's `!` is nothing without its `[`, a `>` mid-line is text).
+# CommonMark lets a backslash escape any ASCII punctuation, so escaping these keeps what
+# a reader sees the same and leaves no markup to a text.
+_MD_SPECIAL = frozenset("\\`*_[]<|~&")
 
-    lines = ["| " + " | ".join(esc(h) for h in headers) + " |"]
+
+def md_escape(text: str) -> str:
+    """Text from a recording (a cell's name, a reason) as Markdown that renders as that
+    text and nothing more: one line (`one_line`: controls and newlines shown as `\\xNN`,
+    a line break would end a table row or a list item), every markup character escaped.
+    The Markdown reports pass every text through this or `md_code`."""
+    line = one_line(text)
+    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in line)
+
+
+def md_code(text: str) -> str:
+    """Text as an inline code span whatever it holds: fenced by more backticks than its
+    longest run (a backtick in a name cannot end the span early), one line."""
+    line = one_line(text)
+    run = longest = 0
+    for ch in line:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if line.startswith("`") or line.endswith("`") or not line.strip() else ""
+    return f"{fence}{pad}{line}{pad}{fence}"
+
+
+class Code(str):
+    """A table cell to show as code (`md_table` draws it with `md_code`)."""
+
+
+class Md(str):
+    """A table cell already Markdown, made of `md_code` spans and plain words."""
+
+
+def _md_cell(value: str) -> str:
+    if isinstance(value, Code):
+        value = Md(md_code(value))
+    if isinstance(value, Md):  # GFM splits a row at a `|` even inside a code span
+        return value.replace("|", "\\|")
+    return md_escape(value)
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A GFM table; every header and cell is text (`md_escape`), or code (`Code`)."""
+    lines = ["| " + " | ".join(_md_cell(h) for h in headers) + " |"]
     lines.append("|" + "|".join("---" for _ in headers) + "|")
-    lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_md_cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
