@@ -11,7 +11,7 @@ from rtax_tui.commands import cli
 from rtax_tui.commands.command import Command
 
 ORDER = (
-    "run", "replay", "home", "report", "compare", "project", "probe", "traj", "plot",
+    "run", "replay", "home", "report", "compare", "history", "project", "probe", "traj", "plot",
     "serve", "doctor", "assets", "images", "cleanup",
 )  # fmt: skip
 

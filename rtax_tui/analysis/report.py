@@ -180,6 +180,14 @@ def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
     return c.finish(), c.fold.starts
 
 
+def cell_samples(rec: Recording) -> dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]]:
+    """Per cell of `rec`, in order: its host, driver, workload, channel (and mode), and
+    per phase the samples (ns) of its measured trials: what the report's statistics are
+    made of, counted by the same rule (`rtax history` takes each run's P50 from them)."""
+    cells, _ = _collect(rec)
+    return {name: (cd.meta, cd.samples) for name, cd in cells.items()}
+
+
 def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) -> None:
     """Per cell: the counts and the samples of its measured trials, from the fold's
     columns (the counting rule is the fold's `verdict`, over every trial at once)."""

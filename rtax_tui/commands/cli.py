@@ -13,6 +13,7 @@ from rtax_tui.commands import (
     cleanup,
     compare,
     doctor,
+    history_cli,
     home,
     images,
     output,
@@ -41,6 +42,7 @@ examples:
   rtax run t0 -o - | jq .                stream events to another program
   rtax report r.jsonl --format markdown
   rtax compare before.jsonl after.jsonl --fail-on regression   exit 1 on a regression
+  rtax history t0 --phase create,total   each phase's P50 run after run, and its steps
   rtax run t0 --threshold 'stage/t0/exec create+ready p95 < 20ms' --threshold 'failed == 0'
   rtax project r.jsonl --trajectories 1000000 --steps 150
   rtax plot r.jsonl --kind breakdown -o breakdown.svg   a figure (also cold-start, cdf, ...)
@@ -70,6 +72,7 @@ COMMANDS: tuple[Command, ...] = (
     home.COMMAND,
     report.COMMAND,
     compare.COMMAND,
+    history_cli.COMMAND,
     project.COMMAND,
     probe.COMMAND,
     traj_cli.COMMAND,

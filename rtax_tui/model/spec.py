@@ -11,6 +11,8 @@ from rtax_tui.model.errors import ErrorKind
 REPORT_FORMAT = "rtax-report/1"
 
 PHASES = ("create", "ready", "action", "teardown", "orchestration", "total")
+# The phases `rtax history` follows run after run unless told others.
+TREND_PHASES = ("create", "ready", "action", "teardown", "total")
 # Phases recorded as `phase` events; `action` and `total` are derived.
 TIMED_PHASES = ("create", "ready", "teardown", "orchestration")
 # A pooled trial's phases in place of create + ready and teardown (engine.pool): in a
