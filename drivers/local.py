@@ -5,6 +5,14 @@ are, as the user rtax runs as, in no cgroup of their own (only under a capacity 
 budget cgroup, when there is one): the profile's cpus, memory_mib and pids are not
 applied, and the driver's facts in the recording's header say so. A fork bomb or a
 memory hog here is the host's.
+
+Programs (issue 38): a step finds its programs on the sandboxes' PATH (`stepenv.
+SANDBOX_PATH`, the one `stage` gives) with the same variables as theirs, so that `local`
+and a sandbox run the same `python3` (the controller's PATH once gave `local` a pyenv
+shim, 7x slower, and the sandbox a negative cost). `[drivers_options.local] env =
+"host"` gives the host's own PATH instead (the controller's, or an SSH host's default);
+the recording's header says which (`hosts.<host>.drivers.local.env`), and each cell's
+`programs` event which files they were.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.toolkit.shellframe import FramedShell
+from rtax_tui.drivers.toolkit.stepenv import SANDBOX_PATH
 from rtax_tui.drivers.toolkit.workspace import (
     base_env,
     close_shell,
@@ -25,7 +34,7 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_cleanup,
 )
 
-from rtax_tui.hosts import names
+from rtax_tui.hosts import Host, names
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
 
@@ -51,7 +60,7 @@ class LocalEnvironment(Environment):
             # Through the host: a copy here, a tar stream on a remote host's stdin there.
             self._ws = start_workspace(host, self.spec)
             self.workspace = await asyncio.shield(self._ws)
-            self.env = base_env(self.workspace, self.spec.env, host.path_env)
+            self.env = base_env(self.workspace, self.spec.env, self._path())
         if self.channel == "shell":
             async with self.sub("spawn"):
                 self.shell_proc = await host.spawn(
@@ -67,6 +76,12 @@ class LocalEnvironment(Environment):
                 # on a remote host too, the frame reads no clock: the host's clock is
                 # synchronised per connection (hosts.clocksync), not per action
                 self.shell = FramedShell(self.shell_proc.stdin, self.shell_proc.stdout)
+
+    def _path(self) -> str:
+        """The step's PATH: the sandboxes' (default), or the host's (`env = "host"`)."""
+        if getattr(self.driver, "env_source", ENV_DEFAULT) == "host":  # a plugin's subclass
+            return self.driver.host.path_env
+        return SANDBOX_PATH
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
@@ -97,6 +112,11 @@ class LocalEnvironment(Environment):
             self.workspace = None
 
 
+# `[drivers_options.local] env`: where a step's PATH comes from (see the docstring)
+ENV_SOURCES = ("sandbox", "host")
+ENV_DEFAULT = "sandbox"
+
+
 class LocalDriver(Driver):
     name = "local"
     runs_remote = True
@@ -107,12 +127,24 @@ class LocalDriver(Driver):
         {"workspace_persists", "workspace_size", "deep_tree", "cleanup_spares_live"}
     )
 
+    OPTIONS = ("env",)
+
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
+        """`env` (sandbox|host): any other key is refused."""
         from rtax_tui.model.spec import OptionError
 
-        for key in options:  # the baseline takes none: a key here is a mistake
-            raise OptionError(key, "local: unknown option (local takes no options)")
+        for key in options:
+            if key not in cls.OPTIONS:
+                raise OptionError(key, f"local: unknown option (known: {', '.join(cls.OPTIONS)})")
+        want = options.get("env", ENV_DEFAULT)
+        if want not in ENV_SOURCES:
+            raise OptionError("env", f"local: must be sandbox or host, not {want!r}")
+
+    def __init__(self, host: Host, options: dict[str, Any]) -> None:
+        super().__init__(host, options)
+        self.check_options(options)
+        self.env_source: str = str(options.get("env", ENV_DEFAULT))
 
     async def check(self) -> list[Problem]:
         return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))
@@ -126,7 +158,9 @@ class LocalDriver(Driver):
     async def facts(self) -> dict[str, Any]:
         return {
             "limits": "cpus, memory_mib, pids: none applied (no cgroup, no sandbox: the "
-            "baseline); workspace_mib: the workspace's own tmpfs"
+            "baseline); workspace_mib: the workspace's own tmpfs",
+            # where a step's PATH came from (issue 38): the sandboxes' or the host's
+            "env": self.env_source,
         }
 
     async def cleanup(self, label: str | None = None) -> int:

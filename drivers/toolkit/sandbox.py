@@ -84,7 +84,7 @@ from typing import Any
 
 from rtax_tui.drivers.toolkit import seccomp
 from rtax_tui.drivers.toolkit.assets import cache_dir
-from rtax_tui.drivers.toolkit.stepenv import step_env
+from rtax_tui.drivers.toolkit.stepenv import SANDBOX_PATH, step_env
 
 from rtax_tui.model.spec import workspace_alias_problem
 
@@ -104,7 +104,7 @@ INIT_CMD = {
 # hands out none of them itself); environments can't see each other whatever uid they
 # share (separate PID, IPC, network and mount namespaces).
 DEFAULT_UID = 64000
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PATH = SANDBOX_PATH
 # Top-level entries of the host's `/` that the sandbox sees (read-only).
 ROOT_NAMES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # What of `/etc` programs read to run; bound read-only where the host has it.

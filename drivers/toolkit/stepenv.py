@@ -11,6 +11,10 @@ inside a container or a gVisor sandbox). The drivers' helpers (`workspace.base_e
 
 from __future__ import annotations
 
+# The PATH inside every sandbox rtax makes (stage's; `local` by default too, issue 38):
+# the programs a step runs are found in the same places whatever the driver.
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 
 def step_env(
     *, path: str, home: str, tmpdir: str, extra: dict[str, str], git_safe_all: bool = False

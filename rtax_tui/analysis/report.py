@@ -37,6 +37,7 @@ from rtax_tui.model.arrivals import arrival_of
 from rtax_tui.model.fidelity import FIDELITY_MIN, replay_by_cell
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
 from rtax_tui.model.probedoc import build_document
+from rtax_tui.model.programs import Programs, differences, from_event
 from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.model.spec import EXTRA_PHASES, PHASES, REPORT_FORMAT, TIMED_PHASES
 
@@ -111,6 +112,7 @@ class _Collect:
         self.probes: list[dict[str, Any]] = []
         self.clocks: list[dict[str, Any]] = []  # remote hosts' clock syncs
         self.replay = False  # a trial replayed a trajectory
+        self.programs: dict[str, Programs] = {}  # per cell, its first `programs` event
 
     def _cell(self, cell: str, meta: Any) -> int:
         ix = self._cell_ix.get(cell)
@@ -155,6 +157,8 @@ class _Collect:
                 self.probes.append(ev)
             elif etype == "clock":
                 self.clocks.append(ev)
+            elif etype == "programs":
+                self.programs.setdefault(ev["cell"], from_event(ev))
             elif etype == "image":  # after its trial's trial_start: its cell is known
                 cd = cells.get(ev["cell"])
                 if cd is not None:
@@ -454,7 +458,7 @@ def _document(
         "format": REPORT_FORMAT,
         "run": _run_info(header, c.end, torn_tail, c.fold.starts, c.clocks),
         "cells": out_cells,
-        "diffs": _diffs(cells, seed),
+        "diffs": _flag_programs(_diffs(cells, seed), c.programs),
     }
     for key, build in SECTIONS:
         value = build(c, list(cells.values()), seed)
@@ -480,6 +484,24 @@ def _replay_part(
     return replay_by_cell(events, FIDELITY_MIN if fidelity_min is None else fidelity_min)
 
 
+def _programs_part(
+    c: _Collect, events: list[dict[str, Any]] | None, fidelity_min: float | None
+) -> dict[str, Any]:
+    """Per cell that recorded its programs: them, and how they differ from those of the
+    cells it is compared with (`_groups`: the first cell of its group against each other
+    one, as the driver differences): `differ`, [{cell, diffs}], marks its figures."""
+    out: dict[str, Any] = {name: {**p.to_json(), "differ": []} for name, p in c.programs.items()}
+    for base, other in _compared(c.cells):
+        pa, pb = c.programs.get(base.cell), c.programs.get(other.cell)
+        if pa is None or pb is None:
+            continue
+        ab, ba = differences(pb, pa), differences(pa, pb)
+        if ab:
+            out[other.cell]["differ"].append({"cell": base.cell, "diffs": ab})
+            out[base.cell]["differ"].append({"cell": other.cell, "diffs": ba})
+    return out
+
+
 # cell field -> its values per cell name
 CELL_PARTS: tuple[
     tuple[
@@ -487,7 +509,7 @@ CELL_PARTS: tuple[
         Callable[[_Collect, list[dict[str, Any]] | None, float | None], dict[str, Any]],
     ],
     ...,
-] = (("replay", _replay_part),)
+] = (("replay", _replay_part), ("programs", _programs_part))
 
 
 def _pools_part(c: _Collect, cells: list[_CellData], seed: int) -> Any:
@@ -527,30 +549,51 @@ SECTIONS: tuple[tuple[str, Callable[[_Collect, list[_CellData], int], Any]], ...
 )
 
 
-def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
-    """Each driver against the first driver of its host+workload+channel group (and
-    arrival pattern: a burst is compared with a burst)."""
+def _compared(cells: dict[str, _CellData]) -> list[tuple[_CellData, _CellData]]:
+    """The pairs of cells a report compares: each driver against the first driver of its
+    host+workload+channel group (and arrival pattern: a burst is compared with a burst)."""
     groups: dict[tuple[Any, ...], list[_CellData]] = {}
     for cd in cells.values():
         key = (cd.meta["workload"], cd.meta["channel"], cd.meta["host"], arrival_of(cd.cell))
         groups.setdefault(key, []).append(cd)
+    return [(members[0], other) for members in groups.values() for other in members[1:]]
+
+
+def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:
+    """Each driver against the first driver of its group (`_compared`)."""
     out = []
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        base = members[0]
-        for other in members[1:]:
-            for p in DIFF_PHASES:
-                a, b = base.samples[p], other.samples[p]
-                if a.size == 0 or b.size == 0:
-                    continue
-                row: DiffRow = {
-                    "a": base.cell,
-                    "b": other.cell,
-                    "phase": p,
-                    **median_diff(a, b, seed=seed),
-                }
-                out.append(row)
+    for base, other in _compared(cells):
+        for p in DIFF_PHASES:
+            a, b = base.samples[p], other.samples[p]
+            if a.size == 0 or b.size == 0:
+                continue
+            row: DiffRow = {
+                "a": base.cell,
+                "b": other.cell,
+                "phase": p,
+                **median_diff(a, b, seed=seed),
+            }
+            out.append(row)
+    return out
+
+
+def _flag_programs(rows: list[Any], progs: dict[str, Programs], a: str = "a", b: str = "b") -> Any:
+    """`rows` (pairs of cells, named by their `a` and `b` fields), each whose two cells'
+    programs differ flagged with how (`programs_differ`, model.programs)."""
+    for row in rows:
+        pa, pb = progs.get(row[a]), progs.get(row[b])
+        got = differences(pa, pb) if pa is not None and pb is not None else []
+        if got:
+            row["programs_differ"] = got
+    return rows
+
+
+def _programs_of(rec: Recording) -> dict[str, Programs]:
+    """Per cell, its first `programs` event."""
+    out: dict[str, Programs] = {}
+    for ev in rec.events:
+        if ev.get("type") == "programs":
+            out.setdefault(str(ev["cell"]), from_event(ev))
     return out
 
 
@@ -573,14 +616,21 @@ def compare_reports(
 
     cells_a, _ = _collect(rec_a)
     cells_b, _ = _collect(rec_b)
+    progs_a, progs_b = _programs_of(rec_a), _programs_of(rec_b)
     pairs = pair_cells(rec_a, rec_b, changed=changed)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    flagged: list[dict[str, Any]] = []
     for cell, ca in cells_a.items():
         other = pairs.get(cell)
         cb = cells_b.get(other) if other is not None else None
-        if cb is None:
+        if cb is None or other is None:
             continue
         name = cell if other == cell else f"{cell} → {other}"
+        pa, pb = progs_a.get(cell), progs_b.get(other)
+        differ = differences(pa, pb) if pa is not None and pb is not None else []
+        if differ:  # the pair ran other programs: its differences are not the substrate's
+            flagged.append({"a": cell, "b": other, "diffs": differ})
+        first = len(rows)
         for p in ca.samples:  # a pooled cell's acquire and release too
             if p not in cb.samples:
                 continue
@@ -598,13 +648,18 @@ def compare_reports(
                     **diff(ca.startup, cb.startup),
                 }
             )
-    return {
+        for row in rows[first:] if differ else ():
+            row["programs_differ"] = differ
+    out: dict[str, Any] = {
         "format": COMPARE_FORMAT,
         "a": rec_a.header.get("run_id"),
         "b": rec_b.header.get("run_id"),
         "pairing": "changed" if changed else "same",
         "rows": rows,
     }
+    if flagged:
+        out["programs_differ"] = flagged
+    return out
 
 
 CELL_FIELDS = ("host", "driver", "workload", "channel", "mode")  # mode: None when cold

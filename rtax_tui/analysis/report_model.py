@@ -46,7 +46,9 @@ class MedianDiff(TypedDict):
 
 
 class DiffRow(MedianDiff):
-    """A driver against the first driver of its host + workload + channel group."""
+    """A driver against the first driver of its host + workload + channel group. A row
+    whose two cells ran other programs also has `programs_differ` (a list of str: how,
+    model.programs), set after it is made."""
 
     a: str
     b: str
@@ -73,6 +75,8 @@ class CellReport(TypedDict):
     capacity: dict[str, Any] | None
     startup: NotRequired[str]  # a pooled cell: what its startup figure leaves out
     replay: NotRequired[dict[str, Any]]  # a replay's fidelity
+    # which file each program was, and how they differ from the compared cells' (issue 38)
+    programs: NotRequired[dict[str, Any]]
 
 
 class Report(TypedDict):

@@ -47,7 +47,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     # deferred: the statistics and their tables (Rich), 35 ms of imports that `rtax --help`
     # does not make
     from rtax_tui.analysis.report import compare_reports
-    from rtax_tui.render.reporting import compare_markdown, out_console, render_compare
+    from rtax_tui.render.reporting import (
+        compare_markdown,
+        compare_programs_lines,
+        out_console,
+        render_compare,
+    )
 
     refuse_inputs({"--summary": args.summary, "--junit": args.junit}, [args.a, args.b])
     min_effect = parse_min_effect(args.min_effect)
@@ -64,7 +69,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.format == "json":
         output.print_json(cmp)
     else:
-        out_console().print(render_compare(cmp))
+        console = out_console()
+        console.print(render_compare(cmp))
+        for line in compare_programs_lines(cmp):  # its figures are not the substrate's alone
+            console.print(line, soft_wrap=True)
     if args.summary:
         append_summary(args.summary, compare_markdown(cmp))
     if args.junit:

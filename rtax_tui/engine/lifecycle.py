@@ -10,7 +10,8 @@ teardown always runs once an environment object exists, whatever happened before
 emits its own events and leaves what the next one needs in the trial's
 `TrialState`: admission (a lost host or substrate refuses the trial), the
 environment (a cold create + ready, or a pooled acquire), the actions, the batch's
-barrier and release (capacity batches), then, whatever happened, leaving the batch,
+barrier and release (capacity batches), the cell's programs (its first trial to get
+there only: `model.programs`), then, whatever happened, leaving the batch,
 the environment's end (teardown, or release to its pool) and the accounting
 (`orchestration`, `trial_end`, the progress counters). A step that finds the trial
 already failed (`error` set) does nothing; the first failure is the trial's.
@@ -32,7 +33,7 @@ from rtax_tui.engine.health import HostHealth, SubstrateHealth
 from rtax_tui.engine.plan import PlannedTrial
 from rtax_tui.engine.pool import PooledEnv, Pools
 from rtax_tui.engine.profile import Profile
-from rtax_tui.model import events
+from rtax_tui.model import events, programs
 from rtax_tui.model.errors import ErrorKind, TrialError, interrupted, timeout_kind
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.fold import verdict
@@ -49,6 +50,10 @@ from rtax_tui.model.waits import phase_waits
 
 if TYPE_CHECKING:  # the engine sits above the drivers (pyproject's layers)
     from rtax_tui.drivers.base import Driver, Environment
+
+
+# The programs query's timeout at most (the action timeout, when shorter).
+PROGRAMS_TIMEOUT_S = 30.0
 
 
 async def timed(
@@ -115,6 +120,8 @@ class TrialState:
     current: str = "create"  # the phase a driver's sub-phases (`sub`) belong to
     covered: int = 0  # ns inside timed phases (orchestration is the rest)
     waited: int = 0  # ns at the barrier (neither a phase's nor orchestration's)
+    aside: int = 0  # ns asking the cell's programs (neither either: not the trial's work)
+    spoiled: bool = False  # that query failed: a pooled environment is not reused
     error: TrialError | None = None  # the first failure: it ends the trial
     actions_ok: bool = True  # every step's result matched what it expects
     env: Environment | None = None  # once one exists (made or acquired)
@@ -164,6 +171,7 @@ class TrialRunner:
         self.pools = pools  # the warm pools of pooled cells (engine.pool)
         self.ended = 0  # trials that emitted their `trial_end`
         self._nth: dict[str, int] = {}  # trials begun per cell (replay variants)
+        self._programs_asked: set[str] = set()  # cells whose programs were asked (once)
 
     async def _host_refusal(self, pt: PlannedTrial, barrier: Barrier | None) -> TrialError | None:
         """Why the trial is not attempted: its host is lost and the reconnect failed."""
@@ -237,6 +245,7 @@ class TrialRunner:
             await self._environment(tr)
             await self._actions(tr)
             await self._barrier(tr)
+            await self._programs(tr)
         finally:
             self.control.interruptible.pop(pt.id, None)  # a stop never cuts the rest short
             self._leave_batch(tr)
@@ -501,6 +510,35 @@ class TrialRunner:
                 f"nothing held at the release (rc {res.rc}): {out}",
             )
 
+    async def _programs(self, tr: TrialState) -> None:
+        """Once per cell, in its first trial that got through its steps: which file each
+        of the workload's programs is inside the environment, asked through the cell's
+        own channel after the trial's work (`model.programs`: the answer is hostile text,
+        bounded), recorded as a `programs` event. The query is timed apart (`aside`),
+        neither a phase nor orchestration; every other trial pays one set lookup."""
+        cell = tr.pt.cell.id
+        if cell in self._programs_asked or tr.error is not None or tr.env is None:
+            return
+        if self.control.stopping:
+            return
+        self._programs_asked.add(cell)
+        names = programs.names_of(tr.workload)
+        if not names:
+            return
+        step = Step(programs.query_argv(names))
+        timeout = min(PROGRAMS_TIMEOUT_S, tr.timeouts.action)
+        query = functools.partial(tr.env.action, step, timeout)
+        dur, res, err = await timed("programs", query, timeout)
+        tr.aside += dur
+        tr.spoiled = err is not None
+        got = programs.parse(
+            b"" if res is None else res.output,
+            names,
+            None if res is None else res.rc,
+            None if err is None else err.message,
+        )
+        self.emit(events.programs(tr.pt.id, cell, **got.to_json()))
+
     def _leave_batch(self, tr: TrialState) -> None:
         """The trial's place in its batch, settled before its teardown: a trial that never
         arrived failed (so the barrier waits for it no longer), one that arrived has let
@@ -519,7 +557,8 @@ class TrialRunner:
             tr.current = "release"
             t = time.monotonic_ns()
             assert self.pools is not None
-            self.pools.get(tr.pt.cell).release(tr.pooled, healthy=tr.error is None)
+            healthy = tr.error is None and not tr.spoiled
+            self.pools.get(tr.pt.cell).release(tr.pooled, healthy=healthy)
             dur = time.monotonic_ns() - t
             tr.covered += dur
             self.emit(events.phase(tr.pt.id, "release", dur, True))
@@ -535,7 +574,7 @@ class TrialRunner:
         """The trial's accounting: `orchestration`, what its phases did not cover from its
         scheduling until now (so that its phases add up to its wall time), then its end."""
         total = time.monotonic_ns() - tr.scheduled_ns
-        orch = max(0, total - tr.covered - tr.waited)
+        orch = max(0, total - tr.covered - tr.waited - tr.aside)
         self.emit(events.phase(tr.pt.id, "orchestration", orch, True))
         if tr.spec.image is not None and tr.env is not None:
             got = tr.env.image_report()

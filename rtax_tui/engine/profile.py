@@ -437,8 +437,8 @@ def _check_driver_options(name: str, body: dict[str, Any], where: Callable[[str]
         cls.check_options(options)
     except DriverRegistryError as exc:
         raise ProfileError(f"{where(INSTANCE_KEY)}: {exc}") from None
-    except OptionError as exc:
-        raise ProfileError(f"{where(exc.key)}: {exc}") from None
+    except OptionError as exc:  # the line, then the field by its whole name
+        raise ProfileError(f"{where(exc.key)}: drivers_options.{name}.{exc.key}: {exc}") from None
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -76,6 +76,14 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   whole size) and `run.profile.images`. An older rtax rejects a recording with `image`
 #   events (an unknown type). Absent in runs that list no image modes: the image was on
 #   the host, and its delivery was not part of the run.
+# - added `programs` events (issue 38, `model.programs`): once per cell, from its first
+#   trial that got through its steps, which file each of the workload's programs
+#   resolved to inside the environment, through the cell's own channel (trial, cell,
+#   path: the PATH the steps had, programs: [{name, path, resolved, sha256 of the first
+#   MiB, version}], error); the query's time is neither a phase nor orchestration. And,
+#   in the `run` header, `hosts.<host>.drivers.local.env`: `sandbox` (the sandboxes'
+#   PATH, the default since) or `host` (the host's own PATH, as before). An older rtax
+#   rejects a recording with `programs` events (an unknown type). Absent: not asked.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -163,6 +171,11 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"trial": "id", "cell": "name", "warmup": "bool", "mode": "name", "fetched": "count",
          "requests": "count", "size": "count"},
         {"t_ns": "count"},
+    ),
+    # which file each program of a cell's workload resolved to, inside (rtax/1, issue 38)
+    "programs": (
+        {"trial": "id", "cell": "name", "programs": "list"},
+        {"t_ns": "count", "path": "str?", "error": "str"},
     ),
     # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
     "clock": (
@@ -405,6 +418,16 @@ class ClockEvent(TypedDict):
     drift_err_ppb: NotRequired[int]
 
 
+class ProgramsEvent(TypedDict):
+    type: Literal["programs"]
+    t_ns: NotRequired[int]
+    trial: int
+    cell: str
+    path: str | None
+    programs: list[dict[str, Any]]
+    error: NotRequired[str]
+
+
 class ProbeEvent(TypedDict):
     type: Literal["probe"]
     t_ns: NotRequired[int]
@@ -430,6 +453,7 @@ Event = (
     | PoolEvent
     | ClockEvent
     | ImageEvent
+    | ProgramsEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -642,6 +666,22 @@ def image(
     image's whole size."""
     return {"type": "image", "trial": trial, "cell": cell, "warmup": warmup, "mode": mode,
             "fetched": fetched, "requests": requests, "size": size}  # fmt: skip
+
+
+def programs(
+    trial: int,
+    cell: str,
+    path: str | None,
+    programs: list[dict[str, Any]],
+    error: str | None = None,
+) -> ProgramsEvent:
+    """Which file each program of `cell`'s workload is, as trial `trial`'s environment
+    answered (`model.programs`: already bounded and made text)."""
+    ev: ProgramsEvent = {"type": "programs", "trial": trial, "cell": cell, "path": path,
+                         "programs": programs}  # fmt: skip
+    if error is not None:
+        ev["error"] = error
+    return ev
 
 
 def pool(

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from rtax_tui.model.events import visible
 from rtax_tui.model.fidelity import not_representative
+from rtax_tui.model.programs import cell_mark, differing_pairs
 from rtax_tui.render.image_render import image_markdown, render_image
 from rtax_tui.render.load_render import load_markdown, render_load
 from rtax_tui.render.plaintext import styled
@@ -137,10 +138,11 @@ def _has_capacity(report: Mapping[str, Any]) -> bool:
 def cell_name(c: Mapping[str, Any]) -> str:
     """A cell as every table of its figures names it: marked when it replays
     trajectories with a fidelity under the threshold (its steps did not do the agent's
-    work)."""
+    work), and when its programs differ from a compared cell's (model.programs: its
+    difference is not only the substrate's)."""
 
-    mark = not_representative(dict(c))
-    return str(c["cell"]) if mark is None else f"{c['cell']} ({mark})"
+    marks = [m for m in (not_representative(dict(c)), cell_mark(c)) if m is not None]
+    return str(c["cell"]) if not marks else f"{c['cell']} ({'; '.join(marks)})"
 
 
 def _cell_row(c: Mapping[str, Any], capacity: bool) -> list[str]:
@@ -269,6 +271,14 @@ def _m_forgeable(report: Mapping[str, Any]) -> list[str]:
     return out + [f"- {k}: {why}" for k, why in forgeable.items()] + [""]
 
 
+def _m_programs(report: Mapping[str, Any]) -> list[str]:
+    lines = programs_lines(differing_pairs(report["cells"]))
+    if not lines:
+        return []
+    out = ["## Programs that differ between compared cells (resolved inside each)", ""]
+    return out + [f"- {line}" for line in lines] + [""]
+
+
 def _m_probe(report: Mapping[str, Any]) -> list[str]:
     if not report.get("probe"):
         return []
@@ -291,6 +301,7 @@ MARKDOWN_SECTIONS: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = (
     _m_part("image", image_markdown),  # a run with image modes
     _m_boundaries,
     _m_forgeable,
+    _m_programs,
     _m_probe,
     _m_diffs,
 )
@@ -299,7 +310,7 @@ MARKDOWN_SECTIONS: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = (
 def _diff_row(d: Mapping[str, Any]) -> list[str]:
     return [
         d["a"],
-        d["b"],
+        d["b"] + (" (programs differ)" if d.get("programs_differ") else ""),
         d["phase"],
         fmt_ms(d["a_p50_ms"]),
         fmt_ms(d["b_p50_ms"]),
@@ -342,7 +353,7 @@ COMPARE_HEADS = ("cell", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "
 def _compare_row(r: Mapping[str, Any]) -> list[str]:
     p = r.get("p_holm")
     return [
-        r["cell"],
+        r["cell"] + (" (programs differ)" if r.get("programs_differ") else ""),
         r["phase"],
         fmt_ms(r["a_p50_ms"]),
         fmt_ms(r["b_p50_ms"]),
@@ -370,6 +381,17 @@ def compare_caption(cmp: Mapping[str, Any]) -> str:
     )
 
 
+def programs_lines(pairs: list[tuple[str, str, list[str]]]) -> list[str]:
+    """One line per pair of compared cells whose programs differ (model.programs)."""
+    return [f"{a} vs {b}: programs differ: {'; '.join(d)}" for a, b, d in pairs]
+
+
+def compare_programs_lines(cmp: Mapping[str, Any]) -> list[str]:
+    """`rtax compare`'s pairs whose programs differ, a line each."""
+    pairs = [(f["a"], f["b"], f["diffs"]) for f in cmp.get("programs_differ") or []]
+    return programs_lines(pairs)
+
+
 def render_compare(cmp: dict[str, Any]) -> Table:
     """Per cell and phase: median in run a, in run b, b - a with its interval, the
     Holm-adjusted p-value and the verdict for b."""
@@ -389,6 +411,7 @@ def compare_markdown(cmp: dict[str, Any]) -> str:
     out = [f"# rtax compare: a = {a}, b = {b}", ""]
     out += [_md_table(list(COMPARE_HEADS), [_compare_row(r) for r in cmp["rows"]]), ""]
     out += [compare_caption(cmp), ""]
+    out += [f"- {line}" for line in compare_programs_lines(cmp)]
     return "\n".join(out)
 
 
@@ -589,6 +612,14 @@ def _t_forgeable(report: Mapping[str, Any], console: Console) -> None:
             console.print(styled("  ", (key, "yellow"), f": {why}"), soft_wrap=True)
 
 
+def _t_programs(report: Mapping[str, Any], console: Console) -> None:
+    lines = programs_lines(differing_pairs(report["cells"]))
+    if lines:
+        console.print("programs that differ between compared cells (resolved inside each):")
+        for line in lines:
+            console.print(styled("  ", (line, "yellow")), soft_wrap=True)
+
+
 def _t_probe(report: Mapping[str, Any], console: Console) -> None:
     if report.get("probe"):
         print_probe(report["probe"], console)
@@ -626,6 +657,7 @@ TERMINAL_SECTIONS: tuple[Callable[[Mapping[str, Any], Console], None], ...] = (
     _t_limits,
     _t_boundaries,
     _t_forgeable,
+    _t_programs,
     _t_probe,
     _t_failures,
     _t_diffs,
