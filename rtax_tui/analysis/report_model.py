@@ -73,6 +73,8 @@ class CellReport(TypedDict):
     capacity: dict[str, Any] | None
     startup: NotRequired[str]  # a pooled cell: what its startup figure leaves out
     replay: NotRequired[dict[str, Any]]  # a replay's fidelity
+    outliers: NotRequired[dict[str, int]]  # total's outliers: mild, severe (Tukey)
+    noise: NotRequired[dict[str, Any]]  # what skewed its trials (analysis.noise_report)
 
 
 class Report(TypedDict):
