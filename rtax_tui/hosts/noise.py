@@ -30,9 +30,7 @@ import orjson
 
 INTERVAL_S = 1.0
 _TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_MAIN = (
-    "import sys; from rtax_tui.hosts.noise import main; raise SystemExit(main(sys.argv[1:]))"
-)
+_MAIN = "import sys; from rtax_tui.hosts.noise import main; raise SystemExit(main(sys.argv[1:]))"
 
 
 def _read(path: str) -> str | None:
@@ -361,8 +359,7 @@ def advice(window_s: float = 1.0) -> list[tuple[str, str]]:
     if other >= 0.10:
         out.append(
             (
-                f"other processes: {other * 100:.0f}% of the {cpus} cores' CPU over "
-                f"{window_s:g} s",
+                f"other processes: {other * 100:.0f}% of the {cpus} cores' CPU over {window_s:g} s",
                 "stop what else runs here, or run rtax where nothing else does",
             )
         )
@@ -393,8 +390,7 @@ def advice(window_s: float = 1.0) -> list[tuple[str, str]]:
     if float(s.get("psi_memory", 0.0)) >= 1.0:
         out.append(
             (
-                f"memory pressure: tasks waited for memory {s['psi_memory']:.0f}% of the "
-                "last 10 s",
+                f"memory pressure: tasks waited for memory {s['psi_memory']:.0f}% of the last 10 s",
                 "free memory (stop what holds it) before a run",
             )
         )
