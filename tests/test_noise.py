@@ -39,7 +39,7 @@ def profile(tmp_path: Path, trials: int, step: str, drivers: str = '"local"') ->
 
 
 def samplers_of(pid: int) -> list[int]:
-    """The noise samplers whose root is rtax process `pid` (hosts.noise's argv)."""
+    """The noise samplers whose root is rtax process `pid` (hosts/noise.py's argv)."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -48,7 +48,7 @@ def samplers_of(pid: int) -> list[int]:
             argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(b"rtax_tui.hosts.noise" in a for a in argv) and str(pid).encode() in argv:
+        if any(a.endswith(b"hosts/noise.py") for a in argv) and str(pid).encode() in argv:
             out.append(int(d))
     return out
 

@@ -29,8 +29,13 @@ from typing import Any
 import orjson
 
 INTERVAL_S = 1.0
+# The sampler keeps itself under this share of one core: a sample that cost more (the
+# walk of /proc with thousands of processes) stretches the wait before the next one.
+MAX_SHARE = 0.01
 _TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_MAIN = "import sys; from rtax_tui.hosts.noise import main; raise SystemExit(main(sys.argv[1:]))"
+# Run as a script by its path: `-m` or an import would import the package's __init__
+# (every host, 0.1 s of CPU at each run's start on a 2-core machine) for nothing
+_SCRIPT = os.path.abspath(__file__)
 
 
 def _read(path: str) -> str | None:
@@ -56,17 +61,26 @@ def cpu_times() -> tuple[int, int, int] | None:
 
 def tree_cpu(root: int) -> int:
     """The CPU time (jiffies) of `root` and every process below it, the children they
-    have reaped included (utime + stime + cutime + cstime of each): rtax's own share."""
+    have reaped included (utime + stime + cutime + cstime of each): rtax's own share.
+    One read of every /proc/<pid>/stat (raw `os` calls: a thousand environments are
+    thousands of processes)."""
     parent: dict[int, int] = {}
     ticks: dict[int, int] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
-        text = _read(f"/proc/{d}/stat")
-        if text is None:
+        try:
+            fd = os.open(f"/proc/{d}/stat", os.O_RDONLY)
+        except OSError:
             continue
-        rest = text[text.rfind(")") + 2 :].split()  # after the name, which may hold spaces
-        if len(rest) < 15:
+        try:
+            raw = os.read(fd, 1024)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        rest = raw[raw.rfind(b")") + 2 :].split(b" ", 16)  # after the name (may hold spaces)
+        if len(rest) < 16:
             continue
         pid = int(d)
         parent[pid] = int(rest[1])
@@ -214,18 +228,21 @@ def main(argv: list[str]) -> int:
     except OSError:
         pass
     prev = Snapshot(root)
+    wait = interval
     ending = False
     while not ending:
-        ready, _, _ = select.select([0], [], [], interval)
+        ready, _, _ = select.select([0], [], [], wait)
         if ready and not os.read(0, 4096):
             ending = True
         if os.getppid() != parent:  # rtax died (kill -9): nothing reads us any more
             return 0
+        cpu0 = time.process_time()
         cur = Snapshot(root)
         if ending and cur.mono_ns - prev.mono_ns < 100_000_000:
             break  # a window too short to say anything
         ev = {"at_ns": cur.mono_ns - t0, **sample(prev, cur)}
         prev = cur
+        wait = max(interval, (time.process_time() - cpu0) / MAX_SHARE)
         try:
             os.write(1, orjson.dumps(ev) + b"\n")
         except OSError:  # the reader is gone
@@ -246,7 +263,9 @@ class Noise:
 
     def start(self, t0: int, interval: float = INTERVAL_S) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _MAIN, str(os.getpid()), str(t0), str(interval)],
+            # -P: not the script's directory first on sys.path (hosts' modules by their
+            # bare names)
+            [sys.executable, "-P", _SCRIPT, str(os.getpid()), str(t0), str(interval)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # a Ctrl-C to rtax's group is rtax's to handle
@@ -403,3 +422,7 @@ def advice(window_s: float = 1.0) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
