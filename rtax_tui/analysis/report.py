@@ -24,6 +24,7 @@ import numpy as np
 
 from rtax_tui.analysis.image_report import image_document
 from rtax_tui.analysis.load_report import load_document
+from rtax_tui.analysis.noise_report import outliers, stability
 from rtax_tui.analysis.pool_report import (
     STARTUP_NOTE,
     pool_document,
@@ -76,6 +77,7 @@ class _CellData:
         self.startup = np.zeros(0, dtype=np.int64)
         self.served = 0  # trials that recorded an `acquire` (a pooled cell's)
         self.image_events: list[dict[str, Any]] = []  # what each trial's image fetched
+        self.measured = np.zeros(0, dtype=np.int64)  # the slots of its measured trials
 
     @property
     def pooled(self) -> bool:
@@ -111,6 +113,8 @@ class _Collect:
         self.preps: list[dict[str, Any]] = []
         self.probes: list[dict[str, Any]] = []
         self.clocks: list[dict[str, Any]] = []  # remote hosts' clock syncs
+        self.noises: list[dict[str, Any]] = []  # what skewed timings (hosts.noise)
+        self.start_ns: list[int] = []  # per slot: its trial_start's t_ns
         self.replay = False  # a trial replayed a trajectory
         self.programs: dict[str, Programs] = {}  # per cell, its first `programs` event
 
@@ -139,6 +143,7 @@ class _Collect:
             etype = ev["type"]
             if etype == "trial_start":
                 slot_cell.append(cell_of(ev["cell"], ev))
+                self.start_ns.append(ev.get("t_ns", 0))
                 if "replay" in ev:
                     self.replay = True
             elif etype == "barrier":
@@ -159,6 +164,8 @@ class _Collect:
                 self.clocks.append(ev)
             elif etype == "programs":
                 self.programs.setdefault(ev["cell"], from_event(ev))
+            elif etype == "noise":
+                self.noises.append(ev)
             elif etype == "image":  # after its trial's trial_start: its cell is known
                 cd = cells.get(ev["cell"])
                 if cd is not None:
@@ -176,12 +183,19 @@ class _Collect:
 
 def _collect(rec: Recording) -> tuple[dict[str, _CellData], int]:
     """Group the events of `rec` by cell; returns (cells in order, trial_start count)."""
+    c = _collected(rec)
+    return c.cells, c.fold.starts
+
+
+def _collected(rec: Recording) -> _Collect:
+    """The report's pass over `rec`, finished."""
     c = _Collect()
     b = RowBuilder(c.fold)
     for pos, ev in enumerate(rec.events):
         b.add(pos, ev)
     c.feed(b.build())
-    return c.finish(), c.fold.starts
+    c.finish()
+    return c
 
 
 def cell_samples(rec: Recording) -> dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]]:
@@ -232,6 +246,7 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
                 kind = fold.outcome(s).error_kind or "unknown"
             cd.errors[kind] = cd.errors.get(kind, 0) + 1
         ms = slots[v == measured]
+        cd.measured = ms
         samples: dict[str, np.ndarray] = {}
         for p in TIMED_PHASES + EXTRA_PHASES:
             got = cols.get(p)
@@ -502,6 +517,35 @@ def _programs_part(
     return out
 
 
+def _noise_part(
+    c: _Collect, events: list[dict[str, Any]] | None, fidelity_min: float | None
+) -> dict[str, Any]:
+    """Per cell of a sampled host: whether its figures may be unstable, and why
+    (analysis.noise_report); nothing for a run without `noise` events."""
+    if not c.noises:
+        return {}
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for ev in c.noises:
+        by_host.setdefault(str(ev["host"]), []).append(ev)
+    start_ns = np.asarray(c.start_ns, dtype=np.int64)
+    out = {}
+    for cd in c.cells.values():
+        mine = by_host.get(str(cd.meta.get("host")))
+        if not mine or cd.measured.size == 0:
+            continue
+        got = stability(start_ns[cd.measured], cd.samples["total"], mine)
+        if got is not None:
+            out[cd.cell] = got
+    return out
+
+
+def _outliers_part(
+    c: _Collect, events: list[dict[str, Any]] | None, fidelity_min: float | None
+) -> dict[str, Any]:
+    """Per cell with samples: its `total`'s outliers, mild and severe (Tukey's fences)."""
+    return {cd.cell: outliers(cd.samples["total"]) for cd in c.cells.values() if cd.n}
+
+
 # cell field -> its values per cell name
 CELL_PARTS: tuple[
     tuple[
@@ -509,7 +553,12 @@ CELL_PARTS: tuple[
         Callable[[_Collect, list[dict[str, Any]] | None, float | None], dict[str, Any]],
     ],
     ...,
-] = (("replay", _replay_part), ("programs", _programs_part))
+] = (
+    ("replay", _replay_part),
+    ("programs", _programs_part),
+    ("outliers", _outliers_part),
+    ("noise", _noise_part),
+)
 
 
 def _pools_part(c: _Collect, cells: list[_CellData], seed: int) -> Any:
@@ -588,15 +637,6 @@ def _flag_programs(rows: list[Any], progs: dict[str, Programs], a: str = "a", b:
     return rows
 
 
-def _programs_of(rec: Recording) -> dict[str, Programs]:
-    """Per cell, its first `programs` event."""
-    out: dict[str, Programs] = {}
-    for ev in rec.events:
-        if ev.get("type") == "programs":
-            out.setdefault(str(ev["cell"]), from_event(ev))
-    return out
-
-
 def compare_reports(
     rec_a: Recording,
     rec_b: Recording,
@@ -614,9 +654,10 @@ def compare_reports(
         margin = 0.0 if min_effect is None else min_effect.margin_ms(float(np.median(a)) / 1e6)
         return median_diff(a, b, seed=seed, margin_ns=margin * 1e6)
 
-    cells_a, _ = _collect(rec_a)
-    cells_b, _ = _collect(rec_b)
-    progs_a, progs_b = _programs_of(rec_a), _programs_of(rec_b)
+    col_a, col_b = _collected(rec_a), _collected(rec_b)
+    cells_a, cells_b = col_a.cells, col_b.cells
+    progs_a, progs_b = col_a.programs, col_b.programs
+    shaky = {"a": _shaky(col_a), "b": _shaky(col_b)}
     pairs = pair_cells(rec_a, rec_b, changed=changed)
     rows: list[dict[str, Any]] = []
     flagged: list[dict[str, Any]] = []
@@ -659,7 +700,24 @@ def compare_reports(
     }
     if flagged:
         out["programs_differ"] = flagged
+    unstable = [
+        {"run": side, "cell": cell, "reasons": reasons}
+        for side, cells in shaky.items()
+        for cell, reasons in cells.items()
+        if cell in (pairs if side == "a" else pairs.values())
+    ]
+    if unstable:  # a comparison of steady runs keeps its shape
+        out["unstable"] = unstable
     return out
+
+
+def _shaky(c: _Collect) -> dict[str, list[str]]:
+    """The cells of a run whose figures may be unstable, with the reasons."""
+    return {
+        cell: list(got["reasons"])
+        for cell, got in _noise_part(c, None, None).items()
+        if got["unstable"]
+    }
 
 
 CELL_FIELDS = ("host", "driver", "workload", "channel", "mode")  # mode: None when cold

@@ -77,6 +77,8 @@ class CellReport(TypedDict):
     replay: NotRequired[dict[str, Any]]  # a replay's fidelity
     # which file each program was, and how they differ from the compared cells' (issue 38)
     programs: NotRequired[dict[str, Any]]
+    outliers: NotRequired[dict[str, int]]  # total's outliers: mild, severe (Tukey)
+    noise: NotRequired[dict[str, Any]]  # what skewed its trials (analysis.noise_report)
 
 
 class Report(TypedDict):

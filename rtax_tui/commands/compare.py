@@ -47,6 +47,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     # deferred: the statistics and their tables (Rich), 35 ms of imports that `rtax --help`
     # does not make
     from rtax_tui.analysis.report import compare_reports
+    from rtax_tui.render.noise_render import compare_unstable_lines
     from rtax_tui.render.reporting import (
         compare_markdown,
         compare_programs_lines,
@@ -72,7 +73,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         console = out_console()
         console.print(render_compare(cmp))
         for line in compare_programs_lines(cmp):  # its figures are not the substrate's alone
-            console.print(line, soft_wrap=True)
+            console.print(line, soft_wrap=True, markup=False)
+        for line in compare_unstable_lines(cmp):
+            console.print(line, style="yellow", soft_wrap=True, markup=False)
     if args.summary:
         append_summary(args.summary, compare_markdown(cmp))
     if args.junit:

@@ -180,8 +180,23 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
         console.print(_pool_table(hname, [(n, r) for n, probs, _, r in rows if not probs]))
         if hname == "local":
             console.print(f"KVM: {asyncio.run(_kvm())}")
+            _steadier(console)
         ok_all = ok_all and ok_any
     return 0 if ok_all else 1
+
+
+def _steadier(console: Any) -> None:
+    """What to change here for steadier figures, measured now (hosts.noise.advice)."""
+    from rtax_tui.hosts.noise import advice
+    from rtax_tui.render.plaintext import styled
+
+    found = advice()
+    if not found:
+        console.print("steadier figures: nothing found to change (measured over 1 s)")
+        return
+    console.print("steadier figures: what to change here (measured over 1 s):")
+    for what, fix in found:
+        console.print(styled("  ", (what, "yellow"), f" -> {fix}"), soft_wrap=True)
 
 
 class DoctorProblem(TypedDict):

@@ -34,6 +34,7 @@ from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.scheduling import Scheduler
 from rtax_tui.hosts.clocksync import ClockSync
 from rtax_tui.hosts.hostfacts import local_facts
+from rtax_tui.hosts.noise import Noise
 from rtax_tui.model import events, runlock
 from rtax_tui.model.events import Emitter, Sink, SinkError
 from rtax_tui.model.spec import RtaxError, Workload
@@ -97,6 +98,7 @@ class Session:
         self.emit = Emitter(sinks)
         self.emit.on_failure = self._sink_failed
         self.fault: str | None = None  # why the run stopped early, when a fault stopped it
+        self._noise: Noise | None = None  # the sampler beside the run (hosts.noise)
         self.control = RunControl()
         self.host_health = HostHealth(self.hosts)
         self.substrate_health = SubstrateHealth(drivers)
@@ -176,6 +178,7 @@ class Session:
             )
         )
         self._watch_clocks()
+        self._watch_noise()
         try:
             p = self.profile
             if p.images:  # the servers, the images, the cached mounts: before any trial
@@ -207,10 +210,12 @@ class Session:
                 await self.pools.close()
             self.status = "failed"
             self._unwatch_clocks()
+            self._unwatch_noise()
             self.emit(events.run_end("failed", self.trials.ended, error=repr(exc)))
             raise
         finally:  # cancelled: the pools' environments still go (close is idempotent)
             self._unwatch_clocks()  # no clock event after run_end
+            self._unwatch_noise()  # nor a noise event; the sampler ends here
             if self.pools is not None:
                 await self.pools.close()
             if self.profile.images:  # nothing left mounted or serving
@@ -228,6 +233,30 @@ class Session:
         for (h, name), drv in self.drivers.items():
             mine = dict.fromkeys(c.workload for c in self.cells if (c.host, c.driver) == (h, name))
             await drv.prepare_images([self.workloads[w] for w in mine], modes)
+
+    # -- noise ---------------------------------------------------------------------
+    def _watch_noise(self) -> None:
+        """Sample what skews timings on this machine (hosts.noise) beside the run, from
+        a process of its own, as `noise` events; `RTAX_NOISE=0` leaves it out."""
+        if os.environ.get("RTAX_NOISE", "1") == "0":
+            return
+
+        def record(sample: dict[str, Any]) -> None:
+            ev = events.noise("local", sample)
+            if ev is not None:
+                self.emit(ev)
+
+        self._noise = Noise(record)
+        try:
+            self._noise.start(self.emit.t0)
+        except OSError:  # no process to spare: the run goes on, unsampled
+            self._noise = None
+
+    def _unwatch_noise(self) -> None:
+        noise = self._noise
+        if noise is not None:
+            self._noise = None
+            noise.stop()
 
     # -- remote clocks ---------------------------------------------------------
     def _watch_clocks(self) -> None:

@@ -84,6 +84,14 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   in the `run` header, `hosts.<host>.drivers.local.env`: `sandbox` (the sandboxes'
 #   PATH, the default since) or `host` (the host's own PATH, as before). An older rtax
 #   rejects a recording with `programs` events (an unknown type). Absent: not asked.
+# - added `noise` events (issue 38): what skews timings on the controller, sampled about
+#   once a second by a process beside the run (`hosts.noise`): host, at_ns (the sample's
+#   end on the run's clock), dur_ns (its window), cpus, and where visible busy, own, other
+#   (shares of every core: all, rtax's process tree, the rest), steal, load1, freq_mhz,
+#   freq_min_mhz, governor, turbo, psi_cpu, psi_memory (some avg10, %), mem_avail_bytes
+#   (without PSI), swap_in/swap_out (pages in the window), temp_c (the hottest zone).
+#   The report says per cell where they made it "may be unstable". An older rtax rejects
+#   a recording with `noise` events (an unknown type).
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -176,6 +184,14 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "programs": (
         {"trial": "id", "cell": "name", "programs": "list"},
         {"t_ns": "count", "path": "str?", "error": "str"},
+    ),
+    # what skewed timings on the controller over one window (rtax/1, issue 38)
+    "noise": (
+        {"host": "name", "at_ns": "count", "dur_ns": "count", "cpus": "count"},
+        {"t_ns": "count", "busy": "num", "own": "num", "other": "num", "steal": "num",
+         "load1": "num", "freq_mhz": "count", "freq_min_mhz": "count", "governor": "name",
+         "turbo": "bool", "psi_cpu": "num", "psi_memory": "num", "mem_avail_bytes": "count",
+         "swap_in": "count", "swap_out": "count", "temp_c": "num"},
     ),
     # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
     "clock": (
@@ -428,6 +444,30 @@ class ProgramsEvent(TypedDict):
     error: NotRequired[str]
 
 
+class NoiseEvent(TypedDict):
+    type: Literal["noise"]
+    t_ns: NotRequired[int]
+    host: str
+    at_ns: int
+    dur_ns: int
+    cpus: int
+    busy: NotRequired[float]
+    own: NotRequired[float]
+    other: NotRequired[float]
+    steal: NotRequired[float]
+    load1: NotRequired[float]
+    freq_mhz: NotRequired[int]
+    freq_min_mhz: NotRequired[int]
+    governor: NotRequired[str]
+    turbo: NotRequired[bool]
+    psi_cpu: NotRequired[float]
+    psi_memory: NotRequired[float]
+    mem_avail_bytes: NotRequired[int]
+    swap_in: NotRequired[int]
+    swap_out: NotRequired[int]
+    temp_c: NotRequired[float]
+
+
 class ProbeEvent(TypedDict):
     type: Literal["probe"]
     t_ns: NotRequired[int]
@@ -454,6 +494,7 @@ Event = (
     | ClockEvent
     | ImageEvent
     | ProgramsEvent
+    | NoiseEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -721,6 +762,26 @@ def pool(
         ev["idle_ns"] = idle_ns
         ev["mem_bytes"] = mem_bytes
     return ev
+
+
+def noise(host: str, sample: Mapping[str, Any]) -> NoiseEvent | None:
+    """A sampler's line (`hosts.noise`) as a `noise` event of `host`: the schema's fields
+    only, each of its kind; None for a line that lacks the required ones."""
+    ev: dict[str, Any] = {"type": "noise", "host": host}
+    required, optional = EVENT_SCHEMA["noise"]
+    for name, kind in (*required.items(), *optional.items()):
+        if name in ("host", "t_ns") or name not in sample:
+            continue
+        v = sample[name]
+        if kind == "name" and isinstance(v, str):
+            ev[name] = one_line(v)
+        elif kind in ("count", "num") and type(v) in (int, float) and 0 <= v < float("inf"):
+            ev[name] = int(v) if kind == "count" else v
+        elif kind == "bool" and type(v) is bool:
+            ev[name] = v
+    if any(k not in ev for k in required):
+        return None
+    return ev  # type: ignore[return-value]
 
 
 def run_end(status: str, trials: int, error: str | None = None) -> RunEndEvent:

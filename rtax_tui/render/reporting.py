@@ -20,6 +20,14 @@ from rtax_tui.model.fidelity import not_representative
 from rtax_tui.model.programs import cell_mark, differing_pairs
 from rtax_tui.render.image_render import image_markdown, render_image
 from rtax_tui.render.load_render import load_markdown, render_load
+from rtax_tui.render.noise_render import (
+    ROUGH_NOTE,
+    any_rough,
+    compare_unstable_lines,
+    outlier_lines,
+    rough,
+    unstable_lines,
+)
 from rtax_tui.render.plaintext import styled
 from rtax_tui.render.pool_render import pools_markdown, render_pools
 from rtax_tui.render.tables import Code, Md, fmt_ms, md_code, md_escape
@@ -154,7 +162,7 @@ def _cell_row(c: Mapping[str, Any], capacity: bool) -> list[str]:
     ]
     for p in TABLE_PHASES:
         s = c["phases"][p]
-        row.append(f"{fmt_ms(s['p50_ms'])} / {fmt_ms(s['p95_ms'])}")
+        row.append(f"{rough(s)}{fmt_ms(s['p50_ms'])} / {fmt_ms(s['p95_ms'])}")
     if capacity:
         row.append(_capacity_text(c.get("capacity")))
     return row
@@ -173,7 +181,10 @@ def render_table(report: Mapping[str, Any]) -> Table:
     run = report.get("run", {})
     capacity = _has_capacity(report)
     title = f"rtax {run.get('run_id') or ''} ({run.get('status', '?')})".strip()
-    table = Table(title=title, caption="times in ms; see the legend")
+    caption = "times in ms; see the legend"
+    if any_rough(report, TABLE_PHASES):
+        caption += f"; {ROUGH_NOTE}"
+    table = Table(title=title, caption=caption)
     for i, h in enumerate(_headers(capacity)):
         table.add_column(h, justify="left" if i < 1 else "right", no_wrap=True)
     for c in report["cells"]:
@@ -225,6 +236,8 @@ def _m_cells(report: Mapping[str, Any]) -> list[str]:
         out += ["## Cells (times in ms)", ""]
         rows = [_cell_row(c, capacity) for c in report["cells"]]
         out += [_md_table(_headers(capacity), rows), ""]
+        if any_rough(report, TABLE_PHASES):
+            out += [ROUGH_NOTE, ""]
         if capacity_rows(report):
             out += ["## Capacity per cell and size", ""]
             out += [_md_table(CAPACITY_HEADS, capacity_rows(report)), ""]
@@ -232,7 +245,7 @@ def _m_cells(report: Mapping[str, Any]) -> list[str]:
     for c in report["cells"]:
         errs = ", ".join(f"{k}: {v}" for k, v in c.get("errors", {}).items())
         line = f"- {md_code(c['cell'])}: total P50 {fmt_ms(c['phases']['total']['p50_ms'])} ms"
-        line += f" {_fmt_ci(c['phases']['total']['p50_ci95_ms'])}"
+        line += f" {rough(c['phases']['total'])}{_fmt_ci(c['phases']['total']['p50_ci95_ms'])}"
         if errs:
             line += f"; errors: {md_escape(errs)}"
         for phase, cl in c.get("clusters", {}).items():
@@ -260,7 +273,7 @@ def _m_boundaries(report: Mapping[str, Any]) -> list[str]:
     if not bounds:
         return []
     out = ["## Boundaries (the last `rtax probe` when the run began)", ""]
-    return out + [f"- {boundary_line(k, b)}" for k, b in bounds.items()] + [""]
+    return out + [f"- {md_escape(boundary_line(k, b))}" for k, b in bounds.items()] + [""]
 
 
 def _m_forgeable(report: Mapping[str, Any]) -> list[str]:
@@ -268,7 +281,7 @@ def _m_forgeable(report: Mapping[str, Any]) -> list[str]:
     if not forgeable:
         return []
     out = ["## Results a workload could forge (the driver does not state they hold)", ""]
-    return out + [f"- {k}: {why}" for k, why in forgeable.items()] + [""]
+    return out + [f"- {md_escape(f'{k}: {why}')}" for k, why in forgeable.items()] + [""]
 
 
 def _m_programs(report: Mapping[str, Any]) -> list[str]:
@@ -276,13 +289,20 @@ def _m_programs(report: Mapping[str, Any]) -> list[str]:
     if not lines:
         return []
     out = ["## Programs that differ between compared cells (resolved inside each)", ""]
-    return out + [f"- {line}" for line in lines] + [""]
+    return out + [f"- {md_escape(line)}" for line in lines] + [""]
 
 
 def _m_probe(report: Mapping[str, Any]) -> list[str]:
     if not report.get("probe"):
         return []
     return ["## Boundary checks (rtax probe)", "", probe_markdown(report["probe"])]
+
+
+def _m_stability(report: Mapping[str, Any]) -> list[str]:
+    lines = unstable_lines(report) + outlier_lines(report)
+    if not lines:
+        return []
+    return ["## Stability", ""] + [f"- {md_escape(line)}" for line in lines] + [""]
 
 
 def _m_diffs(report: Mapping[str, Any]) -> list[str]:
@@ -296,6 +316,7 @@ MARKDOWN_SECTIONS: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = (
     _m_prep,
     _m_cells,
     _m_replay,
+    _m_stability,
     _m_part("pools", pools_markdown),  # a run with pooled cells
     _m_part("load", load_markdown),  # a run with arrival patterns
     _m_part("image", image_markdown),  # a run with image modes
@@ -411,7 +432,8 @@ def compare_markdown(cmp: dict[str, Any]) -> str:
     out = [f"# rtax compare: a = {a}, b = {b}", ""]
     out += [_md_table(list(COMPARE_HEADS), [_compare_row(r) for r in cmp["rows"]]), ""]
     out += [compare_caption(cmp), ""]
-    out += [f"- {line}" for line in compare_programs_lines(cmp)]
+    lines = [*compare_programs_lines(cmp), *compare_unstable_lines(cmp)]
+    out += [f"- {md_escape(line)}" for line in lines]
     return "\n".join(out)
 
 
@@ -538,6 +560,13 @@ def _t_cells(report: Mapping[str, Any], console: Console) -> None:
     console.print(render_table(report))
 
 
+def _t_stability(report: Mapping[str, Any], console: Console) -> None:
+    for line in unstable_lines(report):
+        console.print(styled((line, "yellow")), soft_wrap=True)
+    for line in outlier_lines(report):
+        console.print(line, soft_wrap=True)
+
+
 def _t_replay(report: Mapping[str, Any], console: Console) -> None:
     replay = render_replay(report)
     if replay is not None:
@@ -648,6 +677,7 @@ def _t_diffs(report: Mapping[str, Any], console: Console) -> None:
 
 TERMINAL_SECTIONS: tuple[Callable[[Mapping[str, Any], Console], None], ...] = (
     _t_cells,
+    _t_stability,
     _t_replay,
     _t_capacity,
     _t_part("pools", render_pools),  # a run with pooled cells
