@@ -121,6 +121,9 @@ def test_a_profile_that_is_not_utf8_names_its_line(tmp_path):
         (["run", "t0", "--sizes", "1,0"], "--sizes: each size: expected an integer 1..4096"),
         (["run", "t0", "--pool", str(2**70)], "--pool: expected an integer 1..4096"),
         (["traj", "prepare", "x", "--repeat", str(2**70)], "--repeat: expected an integer 1..1000"),
+        # an empty run id matched every run's leftovers: `cleanup --run ""` cleaned them all
+        (["cleanup", "--run", ""], "--run: expected a run id"),
+        (["cleanup", "--run", "../x"], "--run: expected a run id"),
     ],
 )
 def test_command_line_values_are_bounded_in_one_line(capsys, argv, message):

@@ -50,6 +50,9 @@ from tests.test_replay import _git, by_cell, mini_v1, profile, rtax, run_profile
         ("/a\nb", False),
         ("/$(reboot)", False),
         ("/" + "x" * 300, False),
+        ("/.rtax-init", False),
+        ("/.rtax-next/x", False),
+        ("/.rtx", True),
     ],
 )
 def test_which_roots_an_environment_may_show(path: str, ok: bool) -> None:
@@ -301,3 +304,14 @@ def test_a_replay_of_a_project_from_the_index(tmp_path: Path, index: Index) -> N
     (tmp_path / "r.jsonl").unlink()
     rep2, _ = run_profile(tmp_path, prof)
     assert rep2["cells"][0]["replay"]["fidelity"] == 1.0
+
+
+def test_no_path_rtax_puts_in_an_environment_can_be_an_alias() -> None:
+    """A replay's alias (a trajectory's root, what a model ran) over rtax's own files
+    would hide them and fail every environment: a container's init at /.rtax-init was
+    not in the list of system directories. The rule is a prefix, so a name rtax adds
+    later is covered too; these are the ones each driver uses today."""
+    from rtax_tui.drivers.toolkit import container, sandbox
+
+    for path in (container.INIT_PATH, sandbox.INIT_BIN, sandbox.SHELL_BIN):
+        assert workspace_alias_problem(path) is not None, path

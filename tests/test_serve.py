@@ -301,6 +301,8 @@ def _an_address_not_loopback() -> str | None:
         (["run", "no-such-profile"], "no-such-profile.toml: cannot open profile"),
         (["replay", "missing.jsonl"], "missing.jsonl: cannot open the recording"),
         (["run", "t0", "--trials", "0"], "--trials"),
+        # each tab got a headless run it could not see or stop, and no console
+        (["run", "t0", "--headless"], "serve: --headless runs without the console"),
     ],
 )
 def test_bad_serve_input_is_one_line_and_exit_2(tmp_path: Path, args, message) -> None:

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import IO
 
+from rtax_tui.model import runlock
 from rtax_tui.model.events import error_line
 from rtax_tui.model.inputs import (
     BATCH_MAX,
@@ -48,6 +49,20 @@ def integer(lo: int, hi: int, name: str) -> Callable[[str], int]:
     parse.__name__ = name
     return parse
 
+
+def run_label(value: str) -> str:
+    """An argparse type: a run's id as rtax names what the run made (`runlock.safe_label`:
+    letters, digits, `_.-`, at most 40). An empty one would match every run (`cleanup
+    --run ""` cleaned them all), another character nothing a run ever made."""
+    if not value or runlock.safe_label(value) != value:
+        raise argparse.ArgumentTypeError(
+            f"expected a run id (letters, digits and _.-, at most 40; as `rtax report` "
+            f"prints it), got {value!r}"
+        )
+    return value
+
+
+run_label.__name__ = "run id"
 
 # the bounded types rtax's options take
 trials = integer(1, TRIALS_MAX, "trials")

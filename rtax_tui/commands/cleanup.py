@@ -25,7 +25,9 @@ CLEANUP_TIMEOUT_S = 120
 
 def add_arguments(cl: argparse.ArgumentParser) -> None:
     cl.add_argument(
-        "--run", help="only this run id (refused while the run is alive: stop it first)"
+        "--run",
+        type=argtypes.run_label,
+        help="only this run id (refused while the run is alive: stop it first)",
     )
     cl.add_argument(
         "--driver",

@@ -63,6 +63,8 @@ def check_console(argv: list[str]) -> None:
         raise RtaxError(
             f"serve: `rtax {args.command}` is not a console; try `replay FILE` or `run P`"
         )
+    if getattr(args, "headless", False):  # each tab would get a run and no console
+        raise RtaxError("serve: --headless runs without the console that serve shows; drop it")
     command.load(args)
 
 

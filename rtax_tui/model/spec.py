@@ -195,6 +195,9 @@ SYSTEM_DIRS = frozenset(
     ".rtax bin boot dev etc lib lib32 lib64 libx32 proc run sbin sys tmp usr var workspace".split()
 )
 HOME_DIRS = frozenset("home media mnt opt root srv".split())
+# What rtax puts at an environment's top level starts so (`/.rtax`, a container's
+# `/.rtax-init`): one rule for every name rtax has or will add there, not a list.
+RTAX_OWN = ".rtax"
 
 
 def workspace_alias_problem(path: str) -> str | None:
@@ -210,6 +213,8 @@ def workspace_alias_problem(path: str) -> str | None:
         return "has characters other than letters, digits and ._-+@~,"
     if parts[0] in SYSTEM_DIRS:
         return f"/{parts[0]} is the environment's own system"
+    if parts[0].startswith(RTAX_OWN):
+        return f"/{parts[0]} is rtax's own (every top-level name starting {RTAX_OWN})"
     if parts[0] in HOME_DIRS and len(parts) < 2:
         return f"/{parts[0]} itself is the environment's own"
     return None
