@@ -17,7 +17,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 DEFAULT_ROOT = "/sys/fs/cgroup"
 # Everything's parent; another name (RTAX_CGROUP_ROOT) keeps a test's cgroups, and its
@@ -83,18 +83,26 @@ def _v1_hierarchies(root: str) -> list[tuple[frozenset[str], str]]:
 
 
 def _find_v1_hierarchies(root: str) -> list[tuple[frozenset[str], str]]:
-    seen: set[str] = set()
     out: list[tuple[frozenset[str], str]] = []
-    for ctrl in V1_CONTROLLERS:
-        d = os.path.join(root, ctrl)
+    for ctrl, d in _hierarchies_named(root, V1_CONTROLLERS):
+        names = set(os.path.basename(os.path.realpath(d)).split(",")) | {ctrl}
+        out.append((frozenset(names), d))
+    return out
+
+
+def _hierarchies_named(root: str, names: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, directory) of each of `names` under `root` that is a mounted hierarchy (it
+    holds `cgroup.procs`), a hierarchy reached by two names (`cpu`, `cpuacct`) once."""
+    seen: set[str] = set()
+    out: list[tuple[str, str]] = []
+    for name in names:
+        d = os.path.join(root, name)
         if not os.path.exists(os.path.join(d, "cgroup.procs")):
             continue
         real = os.path.realpath(d)
-        if real in seen:
-            continue
-        seen.add(real)
-        names = set(os.path.basename(real).split(",")) | {ctrl}
-        out.append((frozenset(names), d))
+        if real not in seen:
+            seen.add(real)
+            out.append((name, d))
     return out
 
 
@@ -116,21 +124,11 @@ def _mounted_hierarchies(root: str) -> list[str]:
     found = _MOUNTED_CACHE.get(root)
     if found is not None:
         return list(found)
-    seen: set[str] = set()
-    out: list[str] = []
     try:
         entries = sorted(os.listdir(root))
     except OSError:
         return []
-    for name in entries:
-        d = os.path.join(root, name)
-        if not os.path.exists(os.path.join(d, "cgroup.procs")):
-            continue
-        real = os.path.realpath(d)
-        if real in seen:
-            continue
-        seen.add(real)
-        out.append(d)
+    out = [d for _, d in _hierarchies_named(root, entries)]
     if out:
         _MOUNTED_CACHE[root] = out
     return list(out)
