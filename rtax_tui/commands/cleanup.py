@@ -12,10 +12,10 @@ from typing import Any
 
 from rtax_tui.commands import argtypes
 from rtax_tui.commands.command import Command
-from rtax_tui.commands.hostflags import add_host_flags, cleanup_remote_hosts
-from rtax_tui.drivers import get_driver
+from rtax_tui.commands.hostflags import add_host_flags, ssh_options
+from rtax_tui.drivers import Driver, driver_class, get_driver
 from rtax_tui.drivers import names as driver_names
-from rtax_tui.hosts import LocalHost, names
+from rtax_tui.hosts import names
 from rtax_tui.model import runlock
 from rtax_tui.model.events import one_line
 
@@ -49,12 +49,10 @@ def add_arguments(cl: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Leftovers of dead runs: what a live run (one holding its run lock, see
     model/runlock.py) made is spared, and `--run` of a live run is refused."""
-    # deferred: the cgroups' and image delivery's cleanups, 15 ms of imports that
-    # `rtax --help` does not make
-    from rtax_tui.drivers.toolkit import delivery
-    from rtax_tui.hosts import cgroups
+    from rtax_tui.engine import evloop  # deferred: the engine's, not `rtax --help`'s
 
-    if args.run and (args.host is None or "local" in args.host):
+    local = args.host is None or "local" in args.host
+    if args.run and local:
         for labels in runlock.live_runs():
             if runlock.safe_label(args.run) in labels:
                 print(
@@ -63,55 +61,95 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                     file=sys.stderr,
                 )
                 return 2
-    if args.host and "local" not in args.host:  # remote hosts only
-        n = cleanup_remote_hosts(args)
-        if n < 0:
-            return 2
-        print(f"removed {n} leftovers" if n else "nothing to clean up")
-        _print_spared(runlock.take_spared())
-        return 0
-    chosen = [d for d in driver_names() if not args.driver or d in args.driver]
     unknown = sorted(set(args.driver or ()) - set(driver_names()))
     if unknown:
         print(f"rtax: unknown driver {one_line(', '.join(unknown))}", file=sys.stderr)
         return 2
+    return evloop.run(_cleanup(args, argv))
 
-    total, failed = 0, 0
-    for name in chosen:  # each bounded; one that fails or hangs does not stop the others
-        n, why = _cleanup_one(name, partial(get_driver, name, LocalHost()), args.run, args.timeout)
-        if why is not None:
-            failed += 1
-            print(
-                f"rtax: cleanup: {name}: {why}; what it had not removed is left "
-                f"(again: rtax cleanup --driver {name})",
-                file=sys.stderr,
-            )
-            continue
-        if n:
-            print(f"{name}: removed {n}")
-        total += n
-    if args.host:
-        r = cleanup_remote_hosts(args)
-        if r < 0:
-            return 2
-        total += r
-    spare = spare_live_cgroups()
-    n = 0
-    if args.run:  # only this run's: its budget cgroups and its environments' cgroups
-        n = cgroups.cleanup(f"{cgroups.PREFIX}/{names.batch_cgroup_prefix(args.run)}", spare=spare)
-        n += cgroups.cleanup(f"{cgroups.PREFIX}/{names.env_cgroup_prefix(args.run)}", spare=spare)
-    elif not args.driver:
-        n = cgroups.cleanup(spare=spare)
-    if n:
-        print(f"cgroups: removed {n}")
-    if not args.driver:  # image delivery's mounts and servers (a run with image modes)
-        got = delivery.cleanup(None if args.run is None else runlock.safe_label(args.run))
-        if got:
-            print(f"image delivery: removed {got}")
-        n += got
+
+async def _cleanup(args: argparse.Namespace, argv: list[str]) -> int:
+    """Within a session of the engine (engine/runner.py `opened`), as every command that
+    acts on hosts: its hosts connected, under the reaper (a cleanup killed half-way
+    leaves none of the processes it started), and holding a run lock of its own."""
+    # deferred: the cgroups' and image delivery's cleanups, the engine's session, 15 ms
+    # of imports that `rtax --help` does not make
+    from rtax_tui.drivers.toolkit import delivery
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.engine.runner import opened
+    from rtax_tui.hosts import cgroups
+
+    chosen = [d for d in driver_names() if not args.driver or d in args.driver]
+    prof = Profile(
+        name="cleanup",
+        path="command line",
+        hosts=tuple(dict.fromkeys(args.host or ["local"])),
+        drivers=(),
+        ssh_options=ssh_options(args),
+    )
+
+    def log(msg: str) -> None:
+        print(f"rtax: {one_line(msg)}", file=sys.stderr)
+
+    async with opened(prof, argv=argv, log=log, ready=False) as session:
+        total, failed = 0, 0
+        local = session.hosts.get("local")
+        for name in chosen if local is not None else ():
+            # each bounded, on a thread of its own: one that fails or hangs stops no other
+            make = partial(get_driver, name, session.hosts["local"])
+            n, why = await asyncio.to_thread(_cleanup_one, name, make, args.run, args.timeout)
+            failed += _said(name, n, why)
+            total += n
+        for host in session.hosts.values():
+            if host is local:
+                continue
+            if args.run and runlock.safe_label(args.run) in await runlock.live_labels_on(host):
+                print(
+                    f"rtax: run {args.run} is still running on {host.name}; stop it first",
+                    file=sys.stderr,
+                )
+                return 2
+            for name in [d for d in chosen if driver_class(d).runs_remote]:
+                n, why = await _cleanup_on(get_driver(name, host, {}), args.run, args.timeout)
+                failed += _said(f"{host.name}: {name}", n, why)
+                total += n
+        n = 0
+        if local is not None:
+            spare = spare_live_cgroups()
+            if args.run:  # only this run's: its budget cgroups and its environments' cgroups
+                n = cgroups.cleanup(
+                    f"{cgroups.PREFIX}/{names.batch_cgroup_prefix(args.run)}", spare=spare
+                )
+                n += cgroups.cleanup(
+                    f"{cgroups.PREFIX}/{names.env_cgroup_prefix(args.run)}", spare=spare
+                )
+            elif not args.driver:
+                n = cgroups.cleanup(spare=spare)
+            if n:
+                print(f"cgroups: removed {n}")
+            if not args.driver:  # image delivery's mounts and servers (a run with image modes)
+                got = delivery.cleanup(None if args.run is None else runlock.safe_label(args.run))
+                if got:
+                    print(f"image delivery: removed {got}")
+                n += got
     print(f"removed {total + n} leftovers" if total + n else "nothing to clean up")
     _print_spared(runlock.take_spared())
     return 1 if failed else 0
+
+
+def _said(name: str, n: int, why: str | None) -> int:
+    """One driver's cleanup said: what it removed, or why it did not finish (1: failed)."""
+    if why is not None:
+        driver = name.rpartition(": ")[2]
+        print(
+            f"rtax: cleanup: {name}: {why}; what it had not removed is left "
+            f"(again: rtax cleanup --driver {driver})",
+            file=sys.stderr,
+        )
+        return 1
+    if n:
+        print(f"{name}: removed {n}")
+    return 0
 
 
 def spare_live_cgroups() -> Callable[[str], bool]:
@@ -156,6 +194,17 @@ def _cleanup_one(
         exc = err[0]
         return 0, f"failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     return got[0], None
+
+
+async def _cleanup_on(drv: Driver, run: str | None, timeout_s: float) -> tuple[int, str | None]:
+    """A remote host's driver's cleanup (over its connection, in this loop), waited for
+    at most `timeout_s`: as `_cleanup_one`'s result."""
+    try:
+        return await asyncio.wait_for(drv.cleanup(run), timeout_s), None
+    except TimeoutError:
+        return 0, f"did not finish within {timeout_s:g} s"
+    except Exception as exc:
+        return 0, f"failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
 def _print_spared(n: int) -> None:

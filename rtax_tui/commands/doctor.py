@@ -17,7 +17,7 @@ import orjson
 from rtax_tui.commands.command import Command
 from rtax_tui.commands.hostflags import add_host_flags, ssh_options
 from rtax_tui.drivers import Driver, DriverRegistryError, Problem, driver_class, get_driver, names
-from rtax_tui.hosts import Host, LocalHost, reaper, subreaper
+from rtax_tui.hosts import Host
 from rtax_tui.model.spec import RtaxError
 
 if TYPE_CHECKING:
@@ -95,51 +95,57 @@ async def _check_host(
 
 
 async def _doctor(
-    names: list[str], profile: Profile, on_row: Any = None
-) -> list[tuple[str, Any, Any]]:
-    """(host name, facts or the error that kept it out, driver rows); `on_row` hears
-    of each driver as soon as it is checked."""
-    from rtax_tui.engine.runner import make_host  # deferred: see the top
+    profile: Profile, on_row: Any = None, kvm: bool = False
+) -> tuple[list[tuple[str, Any, Any]], str | None]:
+    """(host name, facts or why it was kept out, driver rows) of each host, the reached
+    ones first; `on_row` hears of each driver as soon as it is checked. `kvm`: then also
+    whether a KVM guest boots here (on `local`; else None).
+
+    Within a session of the engine (engine/runner.py `opened`), as `rtax run`: its hosts
+    connected, their network cost measured, and the reaper up: the checks start
+    processes (the KVM probe's QEMU, a sandbox per channel), and a doctor killed
+    half-way (the console closing, kill -9) must leave none of them."""
+    from rtax_tui.engine.runner import opened  # deferred: see the top
 
     out: list[tuple[str, Any, Any]] = []
-    for n in names:
-        host = make_host(n, profile)
-        try:
-            await host.connect()
-        except RtaxError as exc:
-            out.append((host.name, exc, []))
-            if on_row is not None:
-                on_row(host.name, None, exc, None)
-            continue
-        try:
-            await host.measure_rtt()
+    kvm_said = None
+    async with opened(profile, ready=False) as session:
+        for name, host in session.hosts.items():
             facts = await host.facts()
-            out.append((host.name, facts, await _check_host(host, on_row)))
-        finally:
-            await host.close()
-    return out
+            out.append((name, facts, await _check_host(host, on_row)))
+        for name, why in session.left_out_hosts.items():
+            said = why.get("unreachable", "")
+            out.append((name, RtaxError(said), []))
+            if on_row is not None:
+                on_row(name, None, said, None)
+        if kvm and "local" in session.hosts:
+            kvm_said = await _kvm(session.hosts["local"])
+    return out, kvm_said
 
 
 def run_doctor(args: argparse.Namespace | None = None) -> int:
     from rich.table import Table  # deferred: see the top
 
+    from rtax_tui.engine import evloop
     from rtax_tui.engine.profile import Profile
     from rtax_tui.render.plaintext import styled
     from rtax_tui.render.reporting import out_console
 
-    # The checks start processes (the KVM probe's QEMU, a sandbox per channel): a
-    # doctor killed half-way (the console closing, kill -9) must leave none of them.
-    # Their orphans are reaped here at once, as in a run (hosts/subreaper.py).
-    subreaper.enable_from_env()
-    reaper.start()
     console = out_console()
     names = (getattr(args, "host", None) or ["local"]) if args is not None else ["local"]
     opts = ssh_options(args) if args is not None else {}
-    profile = Profile(name="doctor", path="command line", hosts=tuple(names), ssh_options=opts)
+    profile = Profile(
+        name="doctor",
+        path="command line",
+        hosts=tuple(dict.fromkeys(names)),
+        drivers=(),  # each host's are checked here, every registered one
+        ssh_options=opts,
+    )
     if getattr(args, "format", "table") == "json":
         return _doctor_json(names, profile)
     ok_all = True
-    for hname, facts, rows in asyncio.run(_doctor(names, profile)):
+    found, kvm = evloop.run(_doctor(profile, kvm=True))
+    for hname, facts, rows in found:
         if isinstance(facts, Exception):
             console.print(
                 styled("host ", (hname, "bold"), ": ", ("unreachable", "red"), f": {facts}")
@@ -179,7 +185,7 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
         console.print(table)
         console.print(_pool_table(hname, [(n, r) for n, probs, _, r in rows if not probs]))
         if hname == "local":
-            console.print(f"KVM: {asyncio.run(_kvm())}")
+            console.print(f"KVM: {kvm}")
             _steadier(console)
         ok_all = ok_all and ok_any
     return 0 if ok_all else 1
@@ -291,7 +297,9 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
         )
 
     emit({"drivers": list(names()), "hosts": hosts})
-    asyncio.run(_doctor(hosts, profile, on_row))
+    from rtax_tui.engine import evloop
+
+    evloop.run(_doctor(profile, on_row))
     return 0 if ok["any"] and not ok["unreachable"] else 1
 
 
@@ -314,11 +322,11 @@ def _pool_table(hname: str, usable: list[tuple[str, dict[str, Any]]]) -> Table:
     return table
 
 
-async def _kvm() -> str:
+async def _kvm(local: Host) -> str:
     """/dev/kvm existing proves nothing: a guest is booted with KVM under a short timeout."""
     from rtax_tui.drivers.toolkit.vmguest import kvm_status  # deferred: 18 ms of imports
 
     try:
-        return await kvm_status(LocalHost())
+        return await kvm_status(local)
     except Exception as exc:
         return f"the probe failed: {type(exc).__name__}: {exc}"

@@ -17,9 +17,8 @@ from rich.console import Console
 from rtax_tui.commands import output as stdout_guard
 from rtax_tui.engine import evloop
 from rtax_tui.engine.profile import Profile
-from rtax_tui.engine.runner import build_session
+from rtax_tui.engine.runner import opened
 from rtax_tui.engine.session import Session
-from rtax_tui.hosts import Host, reaper, subreaper
 from rtax_tui.model import paths, signals
 from rtax_tui.model.events import SinkError, error_line, one_line
 from rtax_tui.model.recording import Recording, RecordingWriter, read_recording
@@ -121,23 +120,15 @@ async def _run(
     control: bool = False,
 ) -> tuple[str, str | None]:
     """The run's status, and the fault that stopped it (None: none did)."""
-    # Before the session is built: its checks start processes too (the KVM probe's
-    # QEMU, VM snapshots), and a kill -9 at any moment must leave none of them.
-    # The subreaper first: orphans of the substrates' processes are then reaped here at
-    # once, not by the machine's init on its own schedule (hosts/subreaper.py).
-    subreaper.enable_from_env()
-    reaper.start()
-    try:
-        session = await build_session(
-            profile,
-            sinks=sinks,
-            argv=argv,
-            log=lambda msg: err.print(styled((one_line(msg), "dim"))),
-        )
-    except BaseException:
-        reaper.stop()
-        subreaper.disable()
-        raise
+
+    def log(msg: str) -> None:
+        err.print(styled((one_line(msg), "dim")))
+
+    async with opened(profile, sinks=sinks, argv=argv, log=log) as session:
+        return await _run_open(session, err, control)
+
+
+async def _run_open(session: Session, err: Console, control: bool) -> tuple[str, str | None]:
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, session.stop)
@@ -166,12 +157,8 @@ async def _run(
             for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
             evloop.guard_signals()  # a signal from now on: KeyboardInterrupt, once out of the loop
-        # remote hosts: closing a connection makes its remote reaper end what is left
-        await asyncio.gather(
-            *(h.close() for h in session.hosts.values() if h), return_exceptions=True
-        )
-        reaper.stop()
-        subreaper.disable()
+        # then `opened` closes the hosts (a remote host's reaper ends what is left there)
+        # and stops the reaper
 
 
 class _StreamSink:
@@ -352,28 +339,27 @@ def _probe_command(
     output: str | None,
     argv: list[str],
 ) -> int:
-    from datetime import UTC, datetime
-
     from rtax_tui.engine.probe import state as probe_state
+    from rtax_tui.engine.probe.run import probe_profile
     from rtax_tui.model.probedoc import build_document
 
     err = out_console(stderr=True)
     path = Path(output) if output else None
     if path is not None and path.exists():
         raise RtaxError(f"{path}: already exists; rtax never overwrites a recording")
-    started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
     events: list[dict[str, Any]] = []
     writer = _open_recording(path) if path is not None else None
+    sinks: list[Any] = [events.append] + ([writer.write] if writer is not None else [])
+    profile = probe_profile(profile, drivers, channels)
     try:
-        status = evloop.run(
-            _probe(profile, drivers, channels, events, writer, argv, started_at, err)
-        )
+        status = evloop.run(_probe(profile, sinks, argv, err))
     finally:
         if writer is not None:
             writer.close()
     if status != "completed":
         err.print("probe interrupted: nothing was kept as the last probe result")
         return 130
+    started_at = str(events[0]["started_at"])  # the header's: when the probe began
     probes = [e for e in events if e.get("type") == "probe"]
     probe_state.save(probe_state.entries_from_events(probes, started_at))
     doc = build_document(
@@ -400,102 +386,24 @@ def _probe_command(
     return 0
 
 
-async def _probe(
-    profile: Profile,
-    drivers: list[str],
-    channels: list[str],
-    events: list[dict[str, Any]],
-    writer: RecordingWriter | None,
-    argv: list[str],
-    started_at: str,
-    err: Console,
-) -> str:
-    from rtax_tui.engine.probe.run import PROBE_LIMITS, run_probe
-    from rtax_tui.engine.runner import make_host
-    from rtax_tui.engine.session import new_run_id
-    from rtax_tui.hosts.hostfacts import local_facts
-    from rtax_tui.model.events import Event, run_end, stamp_last
-    from rtax_tui.model.events import run as run_header
+async def _probe(profile: Profile, sinks: list[Any], argv: list[str], err: Console) -> str:
+    """The probe's run: opened as every run of the engine is (engine/runner.py), then
+    its checks (engine/probe/run.py `probe_session`); a stop signal interrupts it."""
+    from rtax_tui.engine.probe.run import probe_session
 
-    t0 = time.monotonic_ns()
+    def log(msg: str) -> None:
+        err.print(styled((one_line(msg), "dim")))
 
-    def emit(event: Event) -> None:
-        ev = stamp_last(event, time.monotonic_ns() - t0)
-        events.append(ev)
-        if writer is not None:
-            writer.write(ev)
-
-    hosts: dict[str, Host] = {}
-    left_out: dict[str, str] = {}
-    subreaper.enable_from_env()
-    reaper.start()
-    status = "completed"
-    try:
-        for name in profile.hosts:
-            try:
-                host = make_host(name, profile)
-            except RtaxError as exc:
-                raise RtaxError(f"--host: {exc}") from None
-            try:
-                await host.connect()
-                hosts[host.name] = host
-            except RtaxError as exc:
-                left_out[host.name] = str(exc)
-                err.print(styled(("left out", "yellow"), f": {error_line(str(exc))}"))
-        facts: dict[str, Any] = {}
-        for name, host in hosts.items():
-            try:
-                facts[name] = dict(local_facts()) if name == "local" else dict(await host.facts())
-            except Exception as exc:  # facts are informative only
-                facts[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        for name, why in left_out.items():
-            facts[name] = {"unreachable": why}
-        header_profile = profile.to_dict() | {
-            "workloads": [],
-            "drivers": drivers,
-            "channels": channels,
-            "trials": 0,
-            "warmup": 0,
-            "limits": PROBE_LIMITS.to_json(),
-        }
-        emit(
-            run_header(
-                run_id=new_run_id(),
-                started_at=started_at,
-                seed=0,
-                argv=argv,
-                profile=header_profile,
-                hosts=facts,
-                limits=PROBE_LIMITS.to_json(),
-                loop=evloop.describe(),
-            )
-        )
+    async with opened(profile, sinks=sinks, argv=argv, log=log, ready=False) as session:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         try:
-            await run_probe(
-                hosts,
-                drivers,
-                channels,
-                emit,
-                options=profile.driver_options,
-                limits=PROBE_LIMITS,
-                left_out=left_out,
-                log=lambda m: err.print(styled((m, "dim"))),
-            )
-        except asyncio.CancelledError:
-            status = "interrupted"
+            return await probe_session(session, log=log)
         finally:
             with signals.held():
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
                 evloop.guard_signals()
-        emit(run_end(status, 0))
-    finally:
-        await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
-        reaper.stop()
-        subreaper.disable()
-    return status

@@ -1,4 +1,5 @@
-"""The remote-host flags shared by `rtax run` and `rtax doctor` (kept out of cli.py)."""
+"""The remote-host flags shared by `rtax run`, `probe`, `cleanup` and `doctor` (kept out
+of cli.py)."""
 
 from __future__ import annotations
 
@@ -69,50 +70,3 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for Profile.with_overrides."""
     opts = ssh_options(args)
     return {"hosts": getattr(args, "host", None), "ssh_options": opts or None}
-
-
-def cleanup_remote_hosts(args: argparse.Namespace) -> int:
-    """`rtax cleanup --host ssh://...`: leftovers of the drivers that run over SSH, on each
-    remote host named (workspaces, sandboxes and cgroups of one run with --run); -1 when
-    the run of --run is alive on one of them."""
-    import asyncio
-
-    from rtax_tui.drivers import driver_class, get_driver
-    from rtax_tui.drivers import names as driver_names
-    from rtax_tui.engine.profile import Profile
-    from rtax_tui.engine.runner import make_host
-    from rtax_tui.model import runlock
-    from rtax_tui.model.spec import RtaxError
-
-    names = [h for h in (getattr(args, "host", None) or []) if h != "local"]
-    if not names:
-        return 0
-    prof = Profile(name="cleanup", path="command line", ssh_options=ssh_options(args))
-
-    async def go() -> int:
-        total = 0
-        for name in names:
-            host = make_host(name, prof)
-            try:
-                await host.connect()
-            except RtaxError as exc:
-                print(f"rtax: {exc}", file=sys.stderr)
-                continue
-            try:
-                run = getattr(args, "run", None)
-                if run and runlock.safe_label(run) in await runlock.live_labels_on(host):
-                    print(
-                        f"rtax: run {run} is still running on {host.name}; stop it first",
-                        file=sys.stderr,
-                    )
-                    return -1
-                for drv in [d for d in driver_names() if driver_class(d).runs_remote]:
-                    n = await get_driver(drv, host, {}).cleanup(getattr(args, "run", None))
-                    if n:
-                        print(f"{host.name}: {drv}: removed {n}")
-                    total += n
-            finally:
-                await host.close()
-        return total
-
-    return asyncio.run(go())

@@ -1,18 +1,25 @@
-"""Turn a profile into a ready Session: drivers checked, workloads and assets resolved.
+"""Turn a profile into an open Session: under the reaper, its hosts connected, its
+drivers made (for `rtax run`: checked, workloads and assets resolved).
 
+Every command that acts on hosts opens its session here (`opened`): `rtax run`,
+`rtax probe`, `rtax cleanup`. So each gets the same hosts (connected, their network
+cost measured, the unreachable left out saying why), the same reaper (a `kill -9` at
+any moment leaves nothing), and, when it records, the same header and clock.
 Everything that can be wrong with a run is found here, before the first trial.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from rtax_tui.drivers import Driver, Problem, get_driver
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.profile_schema import HOST
 from rtax_tui.engine.session import Session, Sink, check_drivers_ready
-from rtax_tui.hosts import Host, LocalHost
+from rtax_tui.hosts import Host, LocalHost, reaper, subreaper
 from rtax_tui.model.spec import RtaxError, Workload
 
 
@@ -53,12 +60,13 @@ def make_host(name: str, profile: Profile | None = None) -> Host:
 
 
 async def connect_hosts(
-    profile: Profile, log: Any = None
+    profile: Profile, log: Any = None, *, need_one: bool = True
 ) -> tuple[dict[str, Host], dict[str, dict[str, Any]]]:
     """Every host of the profile by its name, connected, its network cost measured.
 
     A remote host that cannot be reached (refused, unknown key, login refused) is
     reported through `log` and left out; the second result says why, per name.
+    `need_one`: none reached is an error (else what says so is the second result).
     """
     made = [make_host(h, profile) for h in profile.hosts]
 
@@ -80,7 +88,7 @@ async def connect_hosts(
         if host.name in hosts:
             raise RtaxError(f"host {host.name} is named twice")
         hosts[host.name] = host
-    if not hosts:
+    if not hosts and need_one:
         raise RtaxError(
             "no host can be reached: " + "; ".join(v["unreachable"] for v in left_out.values())
         )
@@ -120,27 +128,83 @@ def resolve_workloads(profile: Profile, log: Any = None) -> dict[str, Workload]:
     return {w: with_sources(table[w], log) for w in profile.workloads}
 
 
-async def build_session(
+@asynccontextmanager
+async def opened(
     profile: Profile,
+    *,
+    sinks: list[Sink] | None = None,
+    argv: list[str] | None = None,
+    log: Any = None,
+    ready: bool = True,
+) -> AsyncIterator[Session]:
+    """The session of one run of `profile`, open for the time of the block.
+
+    First the reaper (hosts/reaper.py; the subreaper reaps orphans here at once,
+    hosts/subreaper.py): connecting a host, checking a driver start processes too (the
+    KVM probe's QEMU, a VM snapshot), and a kill -9 at any moment must leave none.
+    Then every host connected (`connect_hosts`) and the profile's drivers made on each.
+    `ready` (`rtax run`): every driver checked and the workloads resolved, a driver that
+    cannot run here an error before any trial (`_build`). Else (`rtax probe`, which
+    measures a driver that cannot run as n/a; `rtax cleanup`) every driver that can be
+    made, unchecked, and no host reached is no error. On leaving, every host is closed
+    (a remote host's own reaper then ends what is left there), then the reaper.
+    """
+    from rtax_tui.engine.traj.workload import refuse_unisolated
+
+    subreaper.enable_from_env()
+    reaper.start()
+    try:
+        if ready:
+            custom = profile.custom_workloads
+            refuse_unisolated(
+                profile.drivers,
+                {w: custom[w] for w in profile.workloads if w in custom},
+                profile.driver_options,
+            )
+        hosts, left_out = await connect_hosts(profile, log, need_one=ready)
+        try:
+            if ready:
+                session = await _build(
+                    profile, hosts, left_out, sinks=sinks or [], argv=argv or [], log=log
+                )
+            else:
+                session = _made(profile, hosts, left_out, sinks=sinks or [], argv=argv or [])
+            try:
+                yield session
+            finally:  # a block that raised before `finish`: its sampler still ends here
+                session.stop_watching()
+        finally:  # a host a driver holds is one of these (reconnects keep the object)
+            await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
+    finally:
+        reaper.stop()
+        subreaper.disable()
+
+
+def _made(
+    profile: Profile,
+    hosts: dict[str, Host],
+    left_out: dict[str, dict[str, Any]],
     *,
     sinks: list[Sink],
     argv: list[str],
-    log: Any = None,
 ) -> Session:
-    from rtax_tui.engine.traj.workload import refuse_unisolated
-
-    custom = profile.custom_workloads
-    refuse_unisolated(
-        profile.drivers,
-        {w: custom[w] for w in profile.workloads if w in custom},
-        profile.driver_options,
+    """A session of every (host, driver) pair whose driver can be made, none checked."""
+    drivers: dict[tuple[str, str], Driver] = {}
+    for h, host in hosts.items():
+        for d in profile.drivers:
+            try:
+                drivers[(h, d)] = get_driver(d, host, profile.driver_options.get(d, {}))
+            except Exception:  # the command says why, where it uses the driver
+                continue
+    return Session(
+        profile,
+        sinks=sinks,
+        argv=argv,
+        drivers=drivers,
+        workloads={},
+        left_out_hosts=left_out,
+        hosts=hosts,
     )
-    hosts, left_out = await connect_hosts(profile, log)
-    try:
-        return await _build(profile, hosts, left_out, sinks=sinks, argv=argv, log=log)
-    except BaseException:
-        await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
-        raise
 
 
 async def _build(

@@ -64,6 +64,7 @@ class Session:
         run_id: str | None = None,
         host_facts: dict[str, dict[str, Any]] | None = None,
         left_out_hosts: dict[str, dict[str, Any]] | None = None,
+        hosts: dict[str, Host] | None = None,
     ) -> None:
         self.profile = profile
         self.sinks = sinks
@@ -74,8 +75,9 @@ class Session:
         runlock.hold(self.run_id)  # its budget cgroups carry it too (capacity)
         self.host_facts = host_facts
         # Hosts by name, as the drivers hold them (remote hosts left out at the start are
-        # not among them); cells are made only for (host, driver) pairs that exist.
-        self.hosts: dict[str, Host] = {}
+        # not among them), and those given that no driver runs on (`rtax cleanup`'s);
+        # cells are made only for (host, driver) pairs that exist.
+        self.hosts: dict[str, Host] = dict(hosts or {})
         for (h, _d), drv in drivers.items():
             self.hosts.setdefault(h, drv.host)
         self.left_out_hosts = left_out_hosts or {}
@@ -157,21 +159,22 @@ class Session:
         return self.emit.now()
 
     # -- the run -------------------------------------------------------------
-    async def run(self) -> str:
+    async def begin(self, profile: dict[str, Any] | None = None) -> None:
+        """The run's clock started and its header emitted (every host's facts, each
+        driver's among them; `profile`: the profile as recorded, else the session's);
+        from now on every sync of a remote clock is recorded. `run` begins so, and so
+        does every other run of the engine (`rtax probe`: engine/probe/run.py)."""
         self.progress.started_ns = self.emit.start()
         facts = self.host_facts
         if facts is None:
             facts = await self._gather_facts()
-        prof = self.profile.to_dict()
-        if self.pools is not None:  # the reset each pooled cell really gets, and why
-            prof["pool"]["resets"] = self.pools.resets(self.cells)
         self.emit(
             events.run(
                 run_id=self.run_id,
                 started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
                 seed=self.profile.seed,
                 argv=self.argv,
-                profile=prof,
+                profile=self.profile.to_dict() if profile is None else profile,
                 hosts=facts,
                 limits=self.profile.limits.to_json(),
                 loop=evloop.describe(),
@@ -179,6 +182,23 @@ class Session:
         )
         self._watch_clocks()
         self._watch_noise()
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        """The recording's last event (no clock or noise event after it)."""
+        self.stop_watching()
+        self.emit(events.run_end(status, self.trials.ended, error=error))
+
+    def stop_watching(self) -> None:
+        """End what `begin` started beside the run (clock syncs, the noise sampler);
+        again is nothing. `runner.opened` calls it on leaving, however the block ends."""
+        self._unwatch_clocks()
+        self._unwatch_noise()
+
+    async def run(self) -> str:
+        prof = self.profile.to_dict()
+        if self.pools is not None:  # the reset each pooled cell really gets, and why
+            prof["pool"]["resets"] = self.pools.resets(self.cells)
+        await self.begin(prof)
         try:
             p = self.profile
             if p.images:  # the servers, the images, the cached mounts: before any trial
@@ -209,9 +229,7 @@ class Session:
             if self.pools is not None:
                 await self.pools.close()
             self.status = "failed"
-            self._unwatch_clocks()
-            self._unwatch_noise()
-            self.emit(events.run_end("failed", self.trials.ended, error=repr(exc)))
+            self.finish("failed", error=repr(exc))
             raise
         finally:  # cancelled: the pools' environments still go (close is idempotent)
             self._unwatch_clocks()  # no clock event after run_end
@@ -222,7 +240,7 @@ class Session:
                 from rtax_tui.drivers.toolkit import delivery
 
                 await delivery.close_delivery()
-        self.emit(events.run_end(self.status, self.trials.ended))
+        self.finish(self.status)
         return self.status
 
     async def _prepare_images(self, modes: tuple[str, ...]) -> None:

@@ -2,13 +2,15 @@
 
 The engine tells it, over a pipe, which process groups, cgroups and directories
 are alive. When the pipe closes (the engine ended, or died) the reaper kills the
-groups still registered, removes the cgroups and deletes the directories; what
-was torn down normally was unregistered before. One short write per
-registration keeps the cost off the measured paths.
+groups still registered, removes the cgroups and deletes the directories (a loop
+device on a file in one detached first); what was torn down normally was
+unregistered before. One short write per registration keeps the cost off the
+measured paths.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -199,6 +201,8 @@ def _reap(
     time.sleep(0.05)
     from rtax_tui.hosts import safefs
 
+    _detach_loops(paths)
+
     # directories (workspaces, maybe tmpfs mounts, an image's mounts) and single files,
     # deepest first: a mount inside a directory goes before the directory
     for path in sorted(paths, key=len, reverse=True):
@@ -211,6 +215,37 @@ def _reap(
             _remove_containers(spec)
         except Exception:  # a bad answer (http.client.HTTPException...) ends one engine's
             pass
+
+
+LOOP_CLR_FD = 0x4C01  # linux/loop.h: detach a loop device from its file
+
+
+def _detach_loops(paths: Iterable[str]) -> None:
+    """Every loop device on a file inside one of `paths` (`rtax probe`'s block device
+    sentinel), detached: removing the file alone leaves the device attached to it."""
+    roots = [p.rstrip("/") for p in paths if p.rstrip("/")]
+    try:
+        devices = [d for d in os.listdir("/sys/block") if d.startswith("loop")]
+    except OSError:
+        return
+    for dev in devices:
+        try:
+            with open(f"/sys/block/{dev}/loop/backing_file") as f:
+                backing = f.read().strip().removesuffix(" (deleted)")
+        except OSError:
+            continue  # not attached
+        if not any(backing == r or backing.startswith(r + "/") for r in roots):
+            continue
+        try:
+            fd = os.open(f"/dev/{dev}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.ioctl(fd, LOOP_CLR_FD, 0)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def main(stdin: IO[bytes]) -> int:

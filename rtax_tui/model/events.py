@@ -2,8 +2,9 @@
 
 A recording is JSON Lines, one event a line; the first is `run`. Every event has
 `type` and `t_ns` (ns since the run began, on the monotonic clock); the engine puts
-`t_ns` second, `rtax probe` last (key order carries no meaning for readers, but it
-is kept so that recordings stay byte-for-byte what they were). The builders below
+`t_ns` second, and so does `rtax probe` now that it runs through the engine's session;
+older probe recordings have it last (`stamp_last`: key order carries no meaning for
+readers, but it is kept so that recordings stay byte-for-byte what they were). The builders below
 return the event without `t_ns`: the clock that emits it adds it (`Emitter`).
 
 Events are plain dicts at run time (a report reads a million of them; typed
@@ -857,8 +858,9 @@ class Emitter:
 
 
 def stamp_last(event: Event, t_ns: int) -> dict[str, Any]:
-    """The event with `t_ns` last: the order `rtax probe` has always recorded; its
-    strings `visible` (a probe's evidence holds what a step printed)."""
+    """The event with `t_ns` last: the order `rtax probe` recorded before it ran through
+    the engine's session; its strings `visible` (a probe's evidence holds what a step
+    printed)."""
     return {**visible(event), "t_ns": t_ns}
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine.probe import host as probe_host
@@ -52,6 +52,8 @@ from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workl
 
 if TYPE_CHECKING:  # the engine sits above the drivers and the hosts (pyproject's layers)
     from rtax_tui.drivers.base import Driver, Environment
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.engine.session import Session
     from rtax_tui.hosts.base import Host
 
 # The probe's environments get these limits: the checks need limits to test.
@@ -843,12 +845,14 @@ async def run_probe(
     left_out: dict[str, str] | None = None,
     log: Callable[[str], None] | None = None,
     label: str = "",
+    made: Mapping[tuple[str, str], Driver] | None = None,
 ) -> None:
     """Every check for every host x driver x channel, one `probe` event per check.
 
     `emit` gets events without `t_ns` (the caller's clock adds it). A host left out
     (unreachable), a driver that cannot run on a host, or a channel it lacks gives
-    `n/a` for every check, with the reason: the matrix has no holes."""
+    `n/a` for every check, with the reason: the matrix has no holes. `made`: drivers
+    already made, by (host, driver) (a session's); the others are made here."""
     from rtax_tui.drivers import get_driver
     from rtax_tui.engine.runner import remote_aware_check
 
@@ -878,7 +882,9 @@ async def run_probe(
         try:
             for d in drivers:
                 try:
-                    drv = get_driver(d, host, options.get(d, {}))
+                    drv = (made or {}).get((host_name, d)) or get_driver(
+                        d, host, options.get(d, {})
+                    )
                 except Exception as exc:
                     for ch in channels:
                         for name, v in na_verdicts(f"{d}: {_why(exc)}").items():
@@ -932,3 +938,56 @@ async def run_probe(
                     await cell.run(verdict)
         finally:
             await probe_host.cleanup(plant)
+
+
+# -- `rtax probe`: a run of the engine ---------------------------------------------
+
+
+def probe_profile(profile: Profile, drivers: list[str], channels: list[str]) -> Profile:
+    """The profile a probe runs as: its hosts, drivers' options and SSH settings, these
+    drivers and channels, no workload, no trial, PROBE_LIMITS (what its header says)."""
+    return replace(
+        profile,
+        drivers=tuple(drivers),
+        channels=tuple(channels),
+        workloads=(),
+        trials=0,
+        warmup=0,
+        seed=0,
+        limits=PROBE_LIMITS,
+        capacity=None,
+        pool=None,
+        modes=None,
+        images=(),
+    )
+
+
+async def probe_session(session: Session, log: Callable[[str], None] | None = None) -> str:
+    """`rtax probe` as a run of the engine: an open session (engine/runner.py `opened`:
+    its hosts connected, the reaper up) begins as every run does (its header: every
+    host's and driver's facts; its clock), then every check of its profile's drivers and
+    channels on its hosts, one `probe` event each, then `run_end`. Its status:
+    `completed`, or `interrupted` when cancelled (a stop signal)."""
+    p = session.profile
+    await session.begin()
+    status = "completed"
+    try:
+        await run_probe(
+            session.hosts,
+            list(p.drivers),
+            list(p.channels),
+            session.emit,
+            options=p.driver_options,
+            limits=p.limits,
+            left_out={
+                h: why["unreachable"]
+                for h, why in session.left_out_hosts.items()
+                if "unreachable" in why
+            },
+            log=log,
+            made=session.drivers,
+        )
+    except asyncio.CancelledError:
+        status = "interrupted"
+    session.finish(status)
+    return status
