@@ -76,6 +76,15 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   whole size) and `run.profile.images`. An older rtax rejects a recording with `image`
 #   events (an unknown type). Absent in runs that list no image modes: the image was on
 #   the host, and its delivery was not part of the run.
+# - added `precision` events (issue 38, `model.precision`): a run with `precision`
+#   checks, after each round of trials, every cell's P50 of total against its 95%
+#   bootstrap interval, one event per cell and check (round, cell, n: measured trials,
+#   trials: measured trials run, p50_ns, lo_ns, hi_ns: null without a measured trial,
+#   target: the precision as a fraction, verdict `precise`|`wide`|`failing`; on the
+#   last check's events `end`, why the rounds ended: `precise`, `max_trials`,
+#   `max_time`, `failing` or `stopped`), and `run.profile.precision`, `.max_trials`,
+#   `.max_time`. An older rtax rejects a recording with `precision` events (an unknown
+#   type). Absent: the run had its planned trials, as before.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -163,6 +172,13 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"trial": "id", "cell": "name", "warmup": "bool", "mode": "name", "fetched": "count",
          "requests": "count", "size": "count"},
         {"t_ns": "count"},
+    ),
+    # one cell at one precision check between rounds (rtax/1, issue 38)
+    "precision": (
+        {"round": "count", "cell": "name", "n": "count", "trials": "count",
+         "p50_ns": "count?", "lo_ns": "count?", "hi_ns": "count?", "target": "num",
+         "verdict": "name"},
+        {"t_ns": "count", "end": "name"},
     ),
     # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
     "clock": (
@@ -405,6 +421,21 @@ class ClockEvent(TypedDict):
     drift_err_ppb: NotRequired[int]
 
 
+class PrecisionEvent(TypedDict):
+    type: Literal["precision"]
+    t_ns: NotRequired[int]
+    round: int
+    cell: str
+    n: int
+    trials: int
+    p50_ns: int | None
+    lo_ns: int | None
+    hi_ns: int | None
+    target: float
+    verdict: str
+    end: NotRequired[str]
+
+
 class ProbeEvent(TypedDict):
     type: Literal["probe"]
     t_ns: NotRequired[int]
@@ -430,6 +461,7 @@ Event = (
     | PoolEvent
     | ClockEvent
     | ImageEvent
+    | PrecisionEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -680,6 +712,29 @@ def pool(
     if idle_ns is not None:
         ev["idle_ns"] = idle_ns
         ev["mem_bytes"] = mem_bytes
+    return ev
+
+
+def precision(
+    round_: int,
+    cell: str,
+    *,
+    n: int,
+    trials: int,
+    p50_ns: int | None,
+    lo_ns: int | None,
+    hi_ns: int | None,
+    target: float,
+    verdict: str,
+    end: str | None = None,
+) -> PrecisionEvent:
+    """Cell `cell` at the precision check after round `round_` (model.precision); `end`
+    on the last check's events: why the rounds ended."""
+    ev: PrecisionEvent = {"type": "precision", "round": round_, "cell": cell, "n": n,
+                          "trials": trials, "p50_ns": p50_ns, "lo_ns": lo_ns, "hi_ns": hi_ns,
+                          "target": target, "verdict": verdict}  # fmt: skip
+    if end is not None:
+        ev["end"] = end
     return ev
 
 
