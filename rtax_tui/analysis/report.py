@@ -31,6 +31,7 @@ from rtax_tui.analysis.pool_report import (
     pool_idle_per_trajectory,
     pooled_project_inputs,
 )
+from rtax_tui.analysis.precision_report import precision_document
 from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.analysis.traj_report import prep_document
@@ -117,6 +118,7 @@ class _Collect:
         self.start_ns: list[int] = []  # per slot: its trial_start's t_ns
         self.replay = False  # a trial replayed a trajectory
         self.programs: dict[str, Programs] = {}  # per cell, its first `programs` event
+        self.precision: list[dict[str, Any]] = []  # the last precision check's events
 
     def _cell(self, cell: str, meta: Any) -> int:
         ix = self._cell_ix.get(cell)
@@ -166,6 +168,10 @@ class _Collect:
                 self.programs.setdefault(ev["cell"], from_event(ev))
             elif etype == "noise":
                 self.noises.append(ev)
+            elif etype == "precision":  # a later round's check replaces the one before
+                if self.precision and self.precision[0]["round"] != ev["round"]:
+                    self.precision = []
+                self.precision.append(ev)
             elif etype == "image":  # after its trial's trial_start: its cell is known
                 cd = cells.get(ev["cell"])
                 if cd is not None:
@@ -213,19 +219,13 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
     warm, incomplete, failed, invalid, measured = (
         VERDICTS.index(v) for v in ("warmup", "incomplete", "failed", "invalid", "measured")
     )
-    n_slots = vc.size
     cols = {pc.name: pc for pc in fold.phase_cols}
     absent = np.iinfo(np.int64).max
     # per slot: its actions' sum; per action: whether its trial is measured, its cell
     ac_slot = fold.ac_slot.view
-    ac_sum = np.zeros(n_slots, dtype=np.int64)
-    np.add.at(ac_sum, ac_slot, fold.ac_dur.view)
     ac_cell = slot_cell[ac_slot]
     ac_measured = vc[ac_slot] == measured
-    timed_sum = np.zeros(n_slots, dtype=np.int64)
-    for pc in fold.phase_cols:
-        if pc.timed:
-            timed_sum += pc.sum[:n_slots]
+    totals = fold.totals()
     for ix, cd in enumerate(cells):
         slots = np.flatnonzero(slot_cell == ix)
         cd.slots = slots
@@ -255,7 +255,7 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
             )
         mine = (ac_cell == ix) & ac_measured
         samples["action"] = fold.ac_dur.view[mine]
-        samples["total"] = timed_sum[ms] + ac_sum[ms]
+        samples["total"] = totals[ms]
         cd.samples = {p: samples[p] for p in PHASES}
         for p in EXTRA_PHASES:  # a pooled cell's acquire and release, an image phase
             if samples[p].size:
@@ -595,6 +595,7 @@ SECTIONS: tuple[tuple[str, Callable[[_Collect, list[_CellData], int], Any]], ...
     ("load", lambda c, cells, seed: load_document(cells, seed=seed)),  # arrival patterns
     ("prep", _prep_part),
     ("probe", _probe_part),
+    ("precision", lambda c, cells, seed: precision_document(c.precision)),  # rounds
 )
 
 

@@ -93,3 +93,4 @@ class Report(TypedDict):
     image: NotRequired[list[dict[str, Any]]]  # per cell with an image mode (image_report)
     prep: NotRequired[dict[str, Any]]
     probe: NotRequired[dict[str, Any]]
+    precision: NotRequired[dict[str, Any]]  # a run with precision: its last check

@@ -3,26 +3,8 @@
 Everything returned is plain Python (floats, ints, lists, None) so it serialises
 to JSON as is. Milliseconds are floats; seconds appear only in projections.
 
-The bootstrap of the median
----------------------------
-A percentile bootstrap of the median resamples the n samples with replacement
-`n_boot` times and takes the 2.5th and 97.5th percentiles of the resampled
-medians. Doing that literally costs n_boot * n random draws, which for the pooled
-`action` samples of a large recording (10^5 to 10^6 values) is billions of draws.
-
-We draw the same bootstrap distribution exactly, without materialising resamples.
-A resample of the empirical distribution is X_i = Q(U_i) with U_i iid uniform on
-(0, 1] and Q(u) = sorted[ceil(n * u) - 1] the empirical quantile function. Q is
-non-decreasing, so the k-th order statistic of the resample is Q(U_(k)), and the
-k-th order statistic of n uniforms is Beta(k, n - k + 1). For odd n the resample
-median is Q(U_(k)) with k = (n + 1) / 2. For even n it is the mean of the k-th and
-(k+1)-th order statistics, k = n / 2; given U_(k) = u, the other n - k uniforms
-are iid uniform on (u, 1), so U_(k+1) = u + (1 - u) * Beta(1, n - k). Each
-bootstrap median therefore costs two Beta draws and two array lookups: the cost is
-one sort plus O(n_boot), memory is O(n + n_boot), and the result is the textbook
-resampling bootstrap in distribution (a test checks it against literal
-resampling). Draws come from `numpy.random.default_rng(seed)`, so a figure is
-reproducible from the seed.
+The bootstrap of the median is the model's (`model/bootstrap.py`), shared with the engine
+(a run with `precision` checks its cells' intervals with it while it runs).
 """
 
 from __future__ import annotations
@@ -33,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from rtax_tui.analysis.report_model import MedianDiff, PhaseSummary
+from rtax_tui.model.bootstrap import bootstrap_medians, ci95, median_ci95
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
@@ -50,39 +33,6 @@ CLUSTER_MAX_DEPTH = 3
 def _as_array(samples_ns: Any) -> np.ndarray:
     arr = np.asarray(samples_ns, dtype=np.float64).ravel()
     return arr
-
-
-def bootstrap_medians(sorted_x: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    """`n_boot` bootstrap medians of the already sorted sample `sorted_x`.
-
-    Exact in distribution to resampling n values with replacement and taking
-    `numpy.median` of each resample (see the module docstring).
-    """
-    n = sorted_x.shape[0]
-    if n == 0:
-        raise ValueError("bootstrap of an empty sample")
-    if n == 1:
-        same: np.ndarray = np.full(n_boot, sorted_x[0], dtype=np.float64)
-        return same
-    last = n - 1
-    if n % 2 == 1:
-        k = (n + 1) // 2
-        u = rng.beta(k, n - k + 1, size=n_boot)
-        idx = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, last)
-        picked: np.ndarray = sorted_x[idx].astype(np.float64)
-        return picked
-    k = n // 2
-    u1 = rng.beta(k, n - k + 1, size=n_boot)
-    u2 = u1 + (1.0 - u1) * rng.beta(1, n - k, size=n_boot)
-    i1 = np.clip(np.ceil(u1 * n).astype(np.int64) - 1, 0, last)
-    i2 = np.clip(np.ceil(u2 * n).astype(np.int64) - 1, 0, last)
-    mid: np.ndarray = (sorted_x[i1] + sorted_x[i2]) / 2.0
-    return mid
-
-
-def _ci95(values: np.ndarray) -> list[float]:
-    lo, hi = np.percentile(values, [2.5, 97.5])
-    return [float(lo), float(hi)]
 
 
 def summarize(samples_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> PhaseSummary:
@@ -106,12 +56,8 @@ def summarize(samples_ns: Any, *, seed: int = 0, n_boot: int = 2000) -> PhaseSum
         }
     s = np.sort(x)
     p50, p95, p99 = np.percentile(s, [50, 95, 99])
-    if n == 1:
-        ci: list[float | None] = [float(s[0]) / NS_PER_MS, float(s[0]) / NS_PER_MS]
-    else:
-        meds = bootstrap_medians(s, np.random.default_rng(seed), n_boot)
-        lo, hi = _ci95(meds)
-        ci = [lo / NS_PER_MS, hi / NS_PER_MS]
+    lo, hi = median_ci95(s, seed=seed, n_boot=n_boot)
+    ci: list[float | None] = [lo / NS_PER_MS, hi / NS_PER_MS]
     return {
         "n": n,
         "min_ms": float(s[0]) / NS_PER_MS,
@@ -142,7 +88,7 @@ def median_diff(
     ma = float(np.median(a))
     mb = float(np.median(b))
     diffs = bootstrap_medians(b, rng, n_boot) - bootstrap_medians(a, rng, n_boot)
-    lo, hi = _ci95(diffs)
+    lo, hi = ci95(diffs)
     if lo > 0:
         faster = "a"
     elif hi < 0:
@@ -310,7 +256,7 @@ def project(
     boot_hours = trajectories * boot / 3600.0
     return {
         "worker_hours": trajectories * per_traj / 3600.0,
-        "ci95": _ci95(boot_hours),
+        "ci95": ci95(boot_hours),
         "per_trajectory_s": per_traj,
         "inputs": inputs,
     }

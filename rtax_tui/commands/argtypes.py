@@ -23,6 +23,7 @@ from rtax_tui.model.inputs import (
     REPEAT_MAX,
     TRIALS_MAX,
 )
+from rtax_tui.model.precision import parse_duration, parse_precision
 
 
 def integer(lo: int, hi: int, name: str) -> Callable[[str], int]:
@@ -75,6 +76,25 @@ port = integer(1, 65535, "port")
 # `project`: trajectories and steps are only multiplied, never iterated
 trajectories = integer(1, 10**15, "trajectories")
 steps = integer(1, 10**9, "steps")
+
+
+def checked(parse: Callable[[str], object], name: str) -> Callable[[str], str]:
+    """An argparse type: the text as given, once `parse` (a model parser, which a profile's
+    key goes through too) takes it; its ValueError is the one-line error."""
+
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value.strip()
+
+    check.__name__ = name
+    return check
+
+
+precision = checked(parse_precision, "precision")  # "5%"
+duration = checked(parse_duration, "duration")  # "10m"
 # the earlier names (any positive 64-bit integer; 0 or more)
 _positive = integer(1, INT64_MAX, "positive integer")
 _nonneg = integer(0, INT64_MAX, "integer")

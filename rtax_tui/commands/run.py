@@ -49,6 +49,28 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--warmup", type=argtypes.warmup, help="warm-up trials per cell (recorded, not counted)"
     )
+    r.add_argument(
+        "--precision",
+        type=argtypes.precision,
+        metavar="P%",
+        help="run rounds of --trials trials per cell (interleaved) until each cell's 95%% "
+        "bootstrap interval of its P50 total lies within +-P%% of that P50 (both ends; at "
+        "least 10 measured trials), up to --max-trials and --max-time; the cells that did "
+        "not get there are named at the end ([run] precision)",
+    )
+    r.add_argument(
+        "--max-trials",
+        type=argtypes.trials,
+        metavar="N",
+        help="with --precision: measured trials per cell at most (default 1000)",
+    )
+    r.add_argument(
+        "--max-time",
+        type=argtypes.duration,
+        metavar="DURATION",
+        help="with --precision: the run's time at most, 90s, 10m, 1h (default 10m); no "
+        "round starts past it and the round under way starts no more trials",
+    )
     r.add_argument("--driver", type=_csv, help="drivers, comma-separated (local,stage)")
     r.add_argument("--workload", type=_csv, help="workloads, comma-separated (t0,t1,t2,...)")
     r.add_argument("--channel", type=_csv, help="action channel: exec, shell or exec,shell")
@@ -145,6 +167,9 @@ def profile_for(name: str, args: argparse.Namespace) -> Profile:
         concurrency=getattr(args, "concurrency", None),
         arrivals=getattr(args, "arrival", None),
         images=getattr(args, "image", None),
+        precision=getattr(args, "precision", None),
+        max_trials=getattr(args, "max_trials", None),
+        max_time=getattr(args, "max_time", None),
         pool=_pool_override(profile, getattr(args, "pool", None)),
         **host_overrides(args),
     )
@@ -180,7 +205,9 @@ def _run_console(name: str, profile: Profile, args: argparse.Namespace, output: 
         raise RtaxError(f"{record}: already exists; rtax never overwrites a recording")
     overrides: list[str] = []
     for flag, key in (("--seed", "seed"), ("--trials", "trials"), ("--warmup", "warmup"),
-                      ("--concurrency", "concurrency"), ("--pool", "pool")):  # fmt: skip
+                      ("--concurrency", "concurrency"), ("--pool", "pool"),
+                      ("--precision", "precision"), ("--max-trials", "max_trials"),
+                      ("--max-time", "max_time")):  # fmt: skip
         v = getattr(args, key, None)
         if v is not None:
             overrides += [flag, str(v)]

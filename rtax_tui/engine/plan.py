@@ -93,6 +93,18 @@ def build_plan(cells: list[Cell], trials: int, warmup: int, seed: int) -> list[P
     return plan
 
 
+def build_round(
+    counts: dict[Cell, int], seed: int, round_: int, first_id: int
+) -> list[PlannedTrial]:
+    """A later round of a precision run (engine.precision): `counts[cell]` measured trials
+    of each cell, interleaved in an order drawn from the seed and the round's number, the
+    ids going on from `first_id`. Sequential cells only (a precision run has no episodes)."""
+    units = [c for c, n in counts.items() for _ in range(n)]
+    _bounded(first_id - 1 + len(units), "rounds")
+    random.Random(f"{seed}/round{round_}").shuffle(units)
+    return [PlannedTrial(first_id + i, c, False) for i, c in enumerate(units)]
+
+
 def build_capacity_plan(
     cells: list[Cell], batches: int, size: int | tuple[int, ...], warmup: int, seed: int
 ) -> list[PlannedBatch]:

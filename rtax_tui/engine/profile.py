@@ -32,6 +32,14 @@ from rtax_tui.engine.profile_schema import (
 from rtax_tui.engine.profile_toml import profiles_dir
 from rtax_tui.model.arrivals import SEQUENTIAL, check_arrivals
 from rtax_tui.model.inputs import INT64_MAX, INT64_MIN, PROFILE_MAX, decode_utf8, read_input
+from rtax_tui.model.precision import (
+    MAX_TIME_DEFAULT_S,
+    MAX_TRIALS_DEFAULT,
+    Target,
+    check_max_trials,
+    parse_duration,
+    parse_precision,
+)
 from rtax_tui.model.spec import (
     CHANNELS,
     UNLIMITED,
@@ -99,6 +107,10 @@ class Profile:
     arrivals: tuple[str, ...] = RUN["arrivals"].default  # model.arrivals
     images: tuple[str, ...] = RUN["images"].default  # drivers.toolkit.delivery; (): none
     page_cache: str = RUN["page_cache"].default  # before each image phase: kept, dropped
+    # rounds until precise (model.precision), as written: "5%", "10m"
+    precision: str | None = RUN["precision"].default
+    max_trials: int | None = RUN["max_trials"].default
+    max_time: str | None = RUN["max_time"].default
     custom_workloads: dict[str, Workload] = field(default_factory=dict)
     driver_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -134,6 +146,10 @@ class Profile:
             left = self.images_left_out()
             if left:  # cells a driver cannot deliver: not in the run
                 d["images_left_out"] = left
+        if self.precision is not None:  # older headers keep their shape
+            d["precision"] = self.precision
+            d["max_trials"] = self.max_trials
+            d["max_time"] = self.max_time
         if self.pool is not None or self.modes is not None:  # older headers keep their shape
             d["pool"] = self.pool_spec.to_dict()
             d["modes"] = list(self.run_modes)
@@ -245,11 +261,48 @@ class Profile:
                 f"{locate(key)}: {key}: {total} trials in one run ({cells} cells); "
                 f"at most {PLAN_MAX}"
             )
+        self._check_precision(locate)
         if self.capacity is not None and "pool" in self.run_modes:
             raise ProfileError(
                 f"{locate('modes')}: pool: a capacity run starts its batches cold "
                 "(remove [pool] or [capacity])"
             )
+
+    def _check_precision(self, locate: Callable[[str], str]) -> None:
+        """`precision`, `max_trials`, `max_time` (model.precision): each well formed, the
+        budget only with a precision, and a precision only where rounds of trials can be
+        run (not capacity batches, not arrival patterns' episodes)."""
+        for key, parse in (("precision", parse_precision), ("max_time", parse_duration),
+                           ("max_trials", check_max_trials)):  # fmt: skip
+            value = getattr(self, key)
+            if value is None:
+                continue
+            try:
+                parse(value)
+            except ValueError as exc:
+                raise ProfileError(f"{locate(key)}: {key}: {exc}") from None
+            if key != "precision" and self.precision is None:
+                raise ProfileError(f"{locate(key)}: {key}: a budget of rounds needs precision")
+        if self.precision is not None and self.capacity is not None:
+            raise ProfileError(
+                f"{locate('precision')}: precision: a capacity run has batches, not rounds "
+                "(remove [capacity] or precision)"
+            )
+        if self.precision is not None and self.arrivals != (SEQUENTIAL,):
+            raise ProfileError(
+                f"{locate('precision')}: precision: rounds run trials one after another "
+                "(remove the arrival patterns or precision)"
+            )
+
+    def precision_target(self) -> Target | None:
+        """The run's precision and its budget, parsed (None: the planned trials only)."""
+        if self.precision is None:
+            return None
+        return Target(
+            parse_precision(self.precision),
+            self.max_trials if self.max_trials is not None else MAX_TRIALS_DEFAULT,
+            parse_duration(self.max_time) if self.max_time is not None else MAX_TIME_DEFAULT_S,
+        )
 
     def _check_images(self, locate: Callable[[str], str]) -> None:
         """`images`: known modes, once each, on drivers that deliver them, on the local

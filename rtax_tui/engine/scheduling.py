@@ -51,6 +51,8 @@ class Scheduler:
         self._host_health = host_health
         self.in_flight: dict[str, int] = {}  # trials in flight per host
         self.prefer: Callable[[Cell], bool] | None = None  # a ready pool for this cell
+        # no trial starts at or past this time.monotonic_ns() (a precision run's max_time)
+        self.until_ns: int | None = None
 
     async def run(self, plan: Sequence[PlannedTrial], launch: Launch) -> None:
         """Start every planned trial (until stopped), then wait for all of them. The
@@ -110,10 +112,10 @@ class Scheduler:
         room = asyncio.Event()  # set whenever a trial ends (a host may have room again)
         while pending:
             await ctl.gate.wait()
-            if ctl.stopping:
+            if ctl.stopping or self._past_until():
                 break
             await sem.acquire()
-            if ctl.stopping:
+            if ctl.stopping or self._past_until():
                 sem.release()
                 break
             i = self.next_with_room(pending)
@@ -140,6 +142,9 @@ class Scheduler:
                 room.set()
 
             self._launch(pt, time.monotonic_ns(), launch, done)
+
+    def _past_until(self) -> bool:
+        return self.until_ns is not None and time.monotonic_ns() >= self.until_ns
 
     def next_with_room(self, pending: deque[PlannedTrial]) -> int | None:
         """Index of the first pending trial whose host can take it now (a trial with a

@@ -6,6 +6,7 @@
 - `health`: lost substrates (rechecked) and lost hosts (reconnected with backoff);
 - `capacity`: batches released by a barrier, under a budget cgroup;
 - `pool`: warm pools of pooled cells (one per host and cell), their own work recorded;
+- `precision`: a run with `precision`, in rounds until every cell's P50 is known;
 - `events`: the `rtax/1` events, built, encoded and decoded in one place;
 - `control`: stop/pause, the run's tasks and its progress counters.
 
@@ -29,6 +30,7 @@ from rtax_tui.engine.health import HostHealth, SubstrateHealth
 from rtax_tui.engine.lifecycle import TrialRunner
 from rtax_tui.engine.plan import build_plan, make_cells
 from rtax_tui.engine.pool import Pools
+from rtax_tui.engine.precision import PrecisionRounds
 from rtax_tui.engine.probe import state as probe_state
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.scheduling import Scheduler
@@ -215,11 +217,25 @@ class Session:
                 )
                 await batches.run(self.cells, p.warmup, p.seed)
             else:
-                plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
-                self.progress.planned = len(plan)
                 if self.pools is not None:
                     self.pools.start(self.cells)
-                await self.scheduler.run(plan, self.trials.run)
+                target = p.precision_target()
+                if target is None:
+                    plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
+                    self.progress.planned = len(plan)
+                    await self.scheduler.run(plan, self.trials.run)
+                else:  # rounds until every cell's P50 is known to `target`
+                    await PrecisionRounds(
+                        target,
+                        cells=self.cells,
+                        trials=p.trials,
+                        warmup=p.warmup,
+                        seed=p.seed,
+                        emit=self.emit,
+                        control=self.control,
+                        progress=self.progress,
+                        scheduler=self.scheduler,
+                    ).run(self.trials.run)
                 if self.pools is not None:
                     await self.pools.close()  # every pooled environment torn down
             await self._sync_clocks()

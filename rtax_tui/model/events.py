@@ -93,6 +93,15 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 #   (without PSI), swap_in/swap_out (pages in the window), temp_c (the hottest zone).
 #   The report says per cell where they made it "may be unstable". An older rtax rejects
 #   a recording with `noise` events (an unknown type).
+# - added `precision` events (issue 38, `model.precision`): a run with `precision`
+#   checks, after each round of trials, every cell's P50 of total against its 95%
+#   bootstrap interval, one event per cell and check (round, cell, n: measured trials,
+#   trials: measured trials run, p50_ns, lo_ns, hi_ns: null without a measured trial,
+#   target: the precision as a fraction, verdict `precise`|`wide`|`failing`; on the
+#   last check's events `end`, why the rounds ended: `precise`, `max_trials`,
+#   `max_time`, `failing` or `stopped`), and `run.profile.precision`, `.max_trials`,
+#   `.max_time`. An older rtax rejects a recording with `precision` events (an unknown
+#   type). Absent: the run had its planned trials, as before.
 # Optional fields added within rtax/1 (readers must not require them):
 # `trial_start.steps`, `trial_start.batch_size`, `trial_start.deadline_s`, `trial_start.mode`,
 # `action.remote_ns`, `barrier.warmup`, `barrier.release_ns`, `run_end.error`;
@@ -193,6 +202,13 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
          "load1": "num", "freq_mhz": "count", "freq_min_mhz": "count", "governor": "name",
          "turbo": "bool", "psi_cpu": "num", "psi_memory": "num", "mem_avail_bytes": "count",
          "swap_in": "count", "swap_out": "count", "temp_c": "num"},
+    ),
+    # one cell at one precision check between rounds (rtax/1, issue 38)
+    "precision": (
+        {"round": "count", "cell": "name", "n": "count", "trials": "count",
+         "p50_ns": "count?", "lo_ns": "count?", "hi_ns": "count?", "target": "num",
+         "verdict": "name"},
+        {"t_ns": "count", "end": "name"},
     ),
     # one synchronisation of a remote host's clock with the run's (rtax/1, fourth addition)
     "clock": (
@@ -469,6 +485,21 @@ class NoiseEvent(TypedDict):
     temp_c: NotRequired[float]
 
 
+class PrecisionEvent(TypedDict):
+    type: Literal["precision"]
+    t_ns: NotRequired[int]
+    round: int
+    cell: str
+    n: int
+    trials: int
+    p50_ns: int | None
+    lo_ns: int | None
+    hi_ns: int | None
+    target: float
+    verdict: str
+    end: NotRequired[str]
+
+
 class ProbeEvent(TypedDict):
     type: Literal["probe"]
     t_ns: NotRequired[int]
@@ -496,6 +527,7 @@ Event = (
     | ImageEvent
     | ProgramsEvent
     | NoiseEvent
+    | PrecisionEvent
 )
 
 # What sinks receive: an event as a plain dict, `t_ns` included.
@@ -783,6 +815,29 @@ def noise(host: str, sample: Mapping[str, Any]) -> NoiseEvent | None:
     if any(k not in ev for k in required):
         return None
     return ev  # type: ignore[return-value]
+
+
+def precision(
+    round_: int,
+    cell: str,
+    *,
+    n: int,
+    trials: int,
+    p50_ns: int | None,
+    lo_ns: int | None,
+    hi_ns: int | None,
+    target: float,
+    verdict: str,
+    end: str | None = None,
+) -> PrecisionEvent:
+    """Cell `cell` at the precision check after round `round_` (model.precision); `end`
+    on the last check's events: why the rounds ended."""
+    ev: PrecisionEvent = {"type": "precision", "round": round_, "cell": cell, "n": n,
+                          "trials": trials, "p50_ns": p50_ns, "lo_ns": lo_ns, "hi_ns": hi_ns,
+                          "target": target, "verdict": verdict}  # fmt: skip
+    if end is not None:
+        ev["end"] = end
+    return ev
 
 
 def run_end(status: str, trials: int, error: str | None = None) -> RunEndEvent:

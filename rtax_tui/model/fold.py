@@ -615,6 +615,17 @@ class TrialFold:
         remote = self.ac_remote.a[ix]
         return self.ac_dur.a[ix].tolist(), remote[remote != _NONE].tolist()
 
+    def totals(self) -> np.ndarray:
+        """Every slot's `total` (`TrialOutcome.total_ns`): its timed phases plus its
+        actions, at once (what the report's `total` column and a precision check read)."""
+        n = len(self.metas)
+        out = np.zeros(n, dtype=np.int64)
+        np.add.at(out, self.ac_slot.view, self.ac_dur.view)
+        for pc in self.phase_cols:
+            if pc.timed:
+                out += pc.sum[:n]
+        return out
+
     def verdict_codes(self) -> np.ndarray:
         """Every slot's verdict, as an index into `VERDICTS`."""
         n = len(self.metas)

@@ -192,6 +192,56 @@ def render_table(report: Mapping[str, Any]) -> Table:
     return table
 
 
+_ENDS = {
+    "precise": "every cell got there",
+    "max_trials": "cells reached --max-trials",
+    "max_time": "the run reached --max-time",
+    "failing": "the cells left had no measured trial",
+    "stopped": "the run was stopped",
+    None: "the run ended before its last check",
+}
+
+
+def precision_lines(doc: Mapping[str, Any]) -> list[str]:
+    """A precision run's verdict: the target, why the rounds ended, each cell's P50 and
+    how far its interval reaches, and the cells that did not get there, named."""
+    target = f"{doc['target'] * 100:g}%"
+    out = [
+        f"precision +-{target} (P50 total, 95% interval): {doc['rounds']} rounds; "
+        + _ENDS.get(doc.get("end"), str(doc.get("end")))
+    ]
+    for c in doc["cells"]:
+        lo, hi = c["ci95_ms"]
+        reach = "-" if c["within"] is None else f"+-{c['within'] * 100:.1f}%"
+        out.append(
+            f"  {c['cell']}: {c['verdict']}, n {c['n']} of {c['trials']}, P50 "
+            f"{fmt_ms(c['p50_ms'])} ms [{fmt_ms(lo)}, {fmt_ms(hi)}] {reach}"
+        )
+    if doc["not_precise"]:
+        out.append(f"not within +-{target}: " + ", ".join(doc["not_precise"]))
+    else:
+        out.append(f"every cell within +-{target}")
+    return out
+
+
+def _t_precision(report: Mapping[str, Any], console: Console) -> None:
+    doc = report.get("precision")
+    if not doc:
+        return
+    for i, line in enumerate(precision_lines(doc)):
+        last = i == len(doc["cells"]) + 1
+        color = "yellow" if doc["not_precise"] else "green"
+        console.print(styled((line, color)) if last else line, soft_wrap=True)
+
+
+def _m_precision(report: Mapping[str, Any]) -> list[str]:
+    doc = report.get("precision")
+    if not doc:
+        return []
+    lines = precision_lines(doc)
+    return ["## Precision", "", lines[0], ""] + [f"- {x.strip()}" for x in lines[1:]] + [""]
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown: the run's facts, then each section of MARKDOWN_SECTIONS
     that the report has (the cell table, what a kind of run adds, the driver
@@ -324,6 +374,7 @@ MARKDOWN_SECTIONS: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = (
     _m_forgeable,
     _m_programs,
     _m_probe,
+    _m_precision,
     _m_diffs,
 )
 
@@ -690,6 +741,7 @@ TERMINAL_SECTIONS: tuple[Callable[[Mapping[str, Any], Console], None], ...] = (
     _t_programs,
     _t_probe,
     _t_failures,
+    _t_precision,
     _t_diffs,
 )
 # recordings of their own kind, drawn whole: (is it one, how to draw it)
