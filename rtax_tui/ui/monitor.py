@@ -1,4 +1,9 @@
-"""The run and replay screens: one screen, fed by the engine's pipe or by a recording."""
+"""The run and replay screens: one screen, fed by the engine's pipe or by a recording.
+
+The feed updates `LiveState`'s plain aggregates as events come; a timer draws the
+screen's parts from them at about 10 Hz, whatever the event rate. The parts are widgets
+of their own modules (`CellTable`, `HistogramPanel`, the lines of `statuslines`), read
+through the typed properties below; what to open next is the app's (`navigation`)."""
 
 from __future__ import annotations
 
@@ -6,31 +11,32 @@ import asyncio
 import gc
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Vertical
+from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import Footer, Header
 
 from rtax_tui.model.recording import Recording, read_recording
-from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
-from rtax_tui.ui.histogram import Histogram, fmt_ms
+from rtax_tui.ui.histpanel import HistogramPanel
 from rtax_tui.ui.livestate import LiveState
-from rtax_tui.ui.widgets import (
-    BarrierView,
-    CellTable,
-    FailureLog,
-    position_text,
-    progress_text,
+from rtax_tui.ui.navigation import OpenCompare, OpenReplay
+from rtax_tui.ui.statuslines import (
+    MIN_SIZE,
+    PositionLine,
+    ProgressLine,
+    SelectedLine,
+    TooSmallNote,
 )
+from rtax_tui.ui.widgets import CellTable
 
-HIST_PHASES = ("create", "ready", "action", "teardown", "total")
 REFRESH_S = 0.1  # about 10 Hz, whatever the event rate
 FREEZE_EVERY = 20_000
 SPEEDS: dict[str, float | None] = {"1": 1.0, "2": 2.0, "0": 10.0, "m": None}
@@ -52,7 +58,7 @@ class Log(Message):
         self.text = text
 
 
-class MonitorScreen(Screen[None]):
+class MonitorScreen(Screen[int]):
     BINDINGS = [
         Binding("space", "toggle_pause", "pause/resume",
                 tooltip="a run: no new trial starts, those in flight finish; a replay: playback"),
@@ -126,32 +132,42 @@ class MonitorScreen(Screen[None]):
         # a rerun from the history: the compare screen opens against this once it ends
         self.compare_with: str | None = None
 
-    # -- layout ----------------------------------------------------------------
+    # -- the parts --------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="τ")
         with Vertical(id="main"):
             yield CellTable(id="cells")
-            yield Static(id="selected")
-            with Grid(id="hists"):
-                for p in HIST_PHASES:
-                    yield Histogram(p, id=f"h-{p}", classes="hist")
-                with Vertical(id="side"):
-                    yield BarrierView(id="barrier", classes="side")
-                    yield FailureLog(id="failures", classes="side")
-            yield Static(id="progress")
-            yield Static(id="position")
-        yield Static(id="too-small")
+            yield SelectedLine(id="selected")
+            yield HistogramPanel(id="hists")
+            yield ProgressLine(id="progress")
+            yield PositionLine(id="position")
+        yield TooSmallNote(id="too-small")
         yield Footer()
+
+    @property
+    def cells(self) -> CellTable:
+        return self.query_one(CellTable)
+
+    @property
+    def panel(self) -> HistogramPanel:
+        return self.query_one(HistogramPanel)
+
+    @property
+    def selected_line(self) -> SelectedLine:
+        return self.query_one(SelectedLine)
+
+    @property
+    def progress_line(self) -> ProgressLine:
+        return self.query_one(ProgressLine)
+
+    @property
+    def position_line(self) -> PositionLine:
+        return self.query_one(PositionLine)
 
     def on_mount(self) -> None:
         self.title = "rtax"
         self.sub_title = self.title_text
-        self.query_one("#position").display = self.mode == "replay"
-        for p in HIST_PHASES:
-            self.query_one(f"#h-{p}", Histogram).border_title = p
-        self.query_one("#barrier").display = False
-        self.query_one("#barrier").border_title = "capacity barrier"
-        self.query_one("#failures").border_title = "failures"
+        self.position_line.display = self.mode == "replay"
         self.set_interval(REFRESH_S, self.redraw)
         self._check_size()
         if self.mode == "replay":
@@ -197,8 +213,7 @@ class MonitorScreen(Screen[None]):
         self.events = []
         self.drawn_version = -1
         self.ended = False
-        self.query_one(CellTable).clear()
-        self.query_one(CellTable)._shown = {}
+        self.cells.reset()
         self.replay = ReplayFeed(self.recording, self.ingest, self.start_speed)
         self.run_worker(self._run_replay(self.replay), name="replay", exclusive=True, group="feed")
 
@@ -234,9 +249,7 @@ class MonitorScreen(Screen[None]):
             elif self.record_path:
                 self.notify(f"recording: {self.record_path}  (r: replay, c: compare)")
                 if self.compare_with and not self.quitting:
-                    from rtax_tui.ui.compare import CompareScreen
-
-                    self.app.push_screen(CompareScreen(self.compare_with, self.record_path))
+                    self.post_message(OpenCompare(self.compare_with, self.record_path))
             if self.quitting:
                 self.app.exit(msg.returncode, return_code=msg.returncode or 0)
 
@@ -250,13 +263,10 @@ class MonitorScreen(Screen[None]):
 
     def _check_size(self) -> None:
         w, h = self.app.size
-        small = w < 80 or h < 24
+        small = w < MIN_SIZE[0] or h < MIN_SIZE[1]
         self.set_class(small, "too-small")
         if small:
-            self.query_one("#too-small", Static).update(
-                f"The terminal is {w}×{h}; rtax's console needs at least 80×24.\n"
-                "Enlarge the window, or press q to quit."
-            )
+            self.query_one(TooSmallNote).show(w, h)
 
     def redraw(self, force: bool = False) -> None:
         st = self.state
@@ -266,28 +276,16 @@ class MonitorScreen(Screen[None]):
         self.frame_times.append(time.monotonic())
         self.drawn_version = st.version
         with self.app.batch_update():
-            table = self.query_one(CellTable)
+            table = self.cells
             table.update_from(st)
             # as tall as its rows, up to 40% of the screen: the histograms get the rest
-            # (+1 header, +1 the horizontal scrollbar of narrow terminals)
-            rows = min(table.row_count + 2, max(4, int(self.size.height * 0.4)))
-            if table.styles.height is None or table.styles.height.value != rows:
-                table.styles.height = rows
-            self._draw_hists(table.selected_cell)
-            barrier = self.query_one("#barrier", BarrierView)
-            if st.is_capacity:
-                barrier.display = True
-                barrier.update_from(st)
-            self.query_one("#failures", FailureLog).update_from(st)
-            self.query_one("#progress", Static).update(progress_text(st, self._status_extra()))
+            table.fit_height(max(4, int(self.size.height * 0.4)))
+            cell = table.selected_cell
+            self.panel.draw(st, cell, self.log_axis)
+            self.selected_line.show(cell)
+            self.progress_line.show(st, self._status_extra())
             if self.replay is not None:
-                feed = self.replay
-                speed = "max" if feed.speed is None else f"{feed.speed:g}×"
-                label = f"{'paused' if feed.paused else 'playing'} {speed}"
-                if feed.done:
-                    label = "end"
-                pos = self.query_one("#position", Static)
-                pos.update(position_text(feed.t_ns, feed.end_t_ns, self.size.width, label))
+                self.position_line.show(self.replay, self.size.width)
 
     def _status_extra(self) -> str:
         if self.mode == "run":
@@ -303,24 +301,7 @@ class MonitorScreen(Screen[None]):
                 return self.log_lines[-1][:80]
         return ""
 
-    def _draw_hists(self, cell: str | None) -> None:
-        st = self.state
-        cs = st.cells.get(cell) if cell else None
-        for p in HIST_PHASES:
-            h = self.query_one(f"#h-{p}", Histogram)
-            if cs is None:
-                h.set_data((), None, None, (), self.log_axis)
-                h.border_title = p
-                continue
-            ps = cs.phases[p]
-            p50, p95 = ps.percentiles_ms(exact=st.status is not None)
-            others = [v for c, v in st.medians_ms(p).items() if c != cell]
-            h.set_data(ps.counts, p50, p95, others, self.log_axis)
-            h.border_title = f"{p}  P50 {fmt_ms(p50)}  P95 {fmt_ms(p95)}  n={len(ps)}"
-        sel = f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)" if cell else ""
-        self.query_one("#selected", Static).update(styled(sel))
-
-    @on(DataTable.RowHighlighted)
+    @on(CellTable.RowHighlighted)
     def _row(self) -> None:
         self.redraw(force=True)
 
@@ -347,7 +328,7 @@ class MonitorScreen(Screen[None]):
         self.redraw(force=True)
 
     def _move(self, delta: int) -> None:
-        table = self.query_one(CellTable)
+        table = self.cells
         if table.row_count:
             table.move_cursor(row=(table.cursor_row + delta) % table.row_count)
 
@@ -387,7 +368,7 @@ class MonitorScreen(Screen[None]):
         if not path or not Path(path).exists():
             self.notify("no recording was written", severity="error")
             return
-        open_replay(self.app, path)
+        self.post_message(OpenReplay(path))
 
     def action_compare(self) -> None:
         path = self._recording_path()
@@ -398,9 +379,7 @@ class MonitorScreen(Screen[None]):
 
         def chosen(other: str | None) -> None:
             if other:
-                from rtax_tui.ui.compare import CompareScreen
-
-                self.app.push_screen(CompareScreen(path, other))
+                self.post_message(OpenCompare(path, other))
 
         self.app.push_screen(PickRecording(exclude=path), chosen)
 
@@ -456,15 +435,19 @@ class MonitorScreen(Screen[None]):
             return
         if self.replay is not None:
             self.workers.cancel_group(self, "feed")
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            rc = (self.returncode or 0) if self.mode == "run" else 0
-            self.app.exit(rc, return_code=rc)
+        self.dismiss((self.returncode or 0) if self.mode == "run" else 0)
 
     async def wait_idle(self) -> None:  # used by tests and the bench
         while not self.ended:
             await asyncio.sleep(0.02)
+
+
+def a_run_is_going(screens: Iterable[Screen[Any]]) -> bool:
+    """Whether one of `screens` runs the engine (two runs at once would each disturb
+    the other's figures)."""
+    return any(
+        isinstance(s, MonitorScreen) and s.engine is not None and s.engine.running for s in screens
+    )
 
 
 def load_replay(path: str) -> Recording:
@@ -480,7 +463,7 @@ def replay_screen(path: str, speed: float | None = 1.0) -> MonitorScreen:
     )
 
 
-def open_replay(app: App[object], path: str) -> None:
+def open_replay(app: App[Any], path: str) -> None:
     try:
         screen = replay_screen(path)
     except Exception as exc:
