@@ -96,7 +96,7 @@ class RtaxApp(App[int]):
         if isinstance(scr, LauncherScreen):
             return
         if isinstance(scr, MonitorScreen) and (scr.ended or scr.mode == "replay"):
-            path = scr._recording_path()
+            path = scr.recording_file()
             if path and Path(path).exists() and scr.state.header is not None:
                 try:
                     self.push_screen(launcher_for_recording(path, ssh_flags=self.ssh_flags))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import shlex
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +74,23 @@ def doctor_host_args(name: str, data: dict[str, Any], ssh_flags: list[str]) -> l
         if table.get(key) and flag not in ssh_flags:
             args += [flag, str(table[key])]
     return args
+
+
+def run_hosts(data: dict[str, Any]) -> list[str]:
+    """The hosts a profile's tables run on."""
+    return list(data.get("run", {}).get("hosts", RUN.file_defaults()["hosts"]))
+
+
+def driver_choices(data: dict[str, Any], known: list[str]) -> list[str]:
+    """The drivers to choose from: those doctor named, then the profile's others."""
+    chosen = list(data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"]))
+    return known + [d for d in chosen if d not in known]
+
+
+def host_choices(data: dict[str, Any], chosen: list[str]) -> list[str]:
+    """The hosts to choose from: local, the chosen ones, the profile's `[hosts.NAME]`."""
+    named = list(data.get("hosts") or {})
+    return list(dict.fromkeys(["local", *chosen, *named]))
 
 
 class LauncherScreen(Screen[None]):
@@ -198,7 +214,12 @@ class LauncherScreen(Screen[None]):
         d = self.data
         run = {**RUN.file_defaults(), **d.get("run", {})}
         lists = self.lists
-        fill_list(lists.drivers, self._driver_choices(), run["drivers"], self._driver_label)
+        fill_list(
+            lists.drivers,
+            driver_choices(self.data, self.drivers),
+            run["drivers"],
+            self._driver_label,
+        )
         self.opts_driver = None
         if lists.drivers.option_count:
             lists.drivers.highlighted = 0  # the options field shows the first driver's
@@ -206,27 +227,16 @@ class LauncherScreen(Screen[None]):
         wl = list(WORKLOAD_NAMES) + [w for w in d.get("workloads", {}) if w not in WORKLOAD_NAMES]
         fill_list(lists.workloads, wl, run["workloads"])
         fill_list(lists.channels, list(CHANNELS), run["channels"])
-        self.form.fill(d, self._host_choices(run["hosts"]))
+        self.form.fill(d, host_choices(self.data, run["hosts"]))
         self._update_plan()
-
-    def _driver_choices(self) -> list[str]:
-        chosen = list(self.data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"]))
-        return self.drivers + [d for d in chosen if d not in self.drivers]
-
-    def _host_choices(self, chosen: list[str]) -> list[str]:
-        named = list(self.data.get("hosts") or {})
-        return list(dict.fromkeys(["local", *chosen, *named]))
 
     def _driver_label(self, value: str) -> Text:
         """A driver with a mark per host: … checking, ? not asked, ✓ works, ✗ does not."""
         marks = []
-        for host in self._hosts():
+        for host in run_hosts(self.data):
             st = self.status.get((host, value), "?")
             marks.append("…" if st is None else "?" if st == "?" else "✓" if not st else "✗")
         return styled(f"{value:8} {' '.join(marks)}")
-
-    def _hosts(self) -> list[str]:
-        return list(self.data.get("run", {}).get("hosts", RUN.file_defaults()["hosts"]))
 
     def collect(self) -> dict[str, Any]:
         """The form read back into the profile's tables (keys it does not show kept)."""
@@ -270,7 +280,9 @@ class LauncherScreen(Screen[None]):
         except ValueError as exc:
             self.error = str(exc)
         if isinstance(ev, SelectionList.SelectedChanged) and ev.selection_list is self.form.hosts:
-            self._check_new_hosts()
+            new = [h for h in run_hosts(self.data) if h not in self.checked_hosts]
+            if new and self.check:
+                self.action_check_drivers(new)
             self._refill_drivers()
         self._update_plan()
 
@@ -289,16 +301,9 @@ class LauncherScreen(Screen[None]):
 
     # -- drivers per host: `rtax doctor --format json` ----------------------------------
     def action_check_drivers(self, hosts: list[str] | None = None) -> None:
-        for host in hosts or self._hosts():
+        for host in hosts or run_hosts(self.data):
             self.checked_hosts.add(host)
             self.run_worker(self._doctor(host), group=f"doctor-{host}", exclusive=True)
-
-    def _check_new_hosts(self) -> None:
-        if not self.check:
-            return
-        new = [h for h in self._hosts() if h not in self.checked_hosts]
-        if new:
-            self.action_check_drivers(new)
 
     async def _doctor(self, host: str) -> None:
         work = self.work_line
@@ -368,7 +373,7 @@ class LauncherScreen(Screen[None]):
         chosen = list(sl.selected) or list(
             self.data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"])
         )
-        choices = self._driver_choices()
+        choices = driver_choices(self.data, self.drivers)
         fill_list(sl, choices, chosen, self._driver_label)
         if choices:
             keep = self.opts_driver if self.opts_driver in choices else choices[0]
@@ -400,7 +405,7 @@ class LauncherScreen(Screen[None]):
         if host not in hosts:
             hosts.append(host)
         run["hosts"] = hosts
-        fill_list(self.form.hosts, self._host_choices(hosts), hosts)
+        fill_list(self.form.hosts, host_choices(self.data, hosts), hosts)
         if self.check:
             self.action_check_drivers([host])
 
@@ -410,21 +415,19 @@ class LauncherScreen(Screen[None]):
         if not drivers:
             self.notify("select the drivers whose images to build")
             return
-        self.run_worker(self._build(drivers), group="images", exclusive=True)
-
-    async def _build(self, drivers: list[str]) -> None:
         # the command knows each driver's image and daemon (the drivers say): it skips a
         # driver with none, builds a shared image once and names the daemon to start
         flags = [a for d in drivers for a in ("--driver", d)]
-        await self._long(
+        work = self.work_line.follow(
             f"building the images of {', '.join(drivers)}",
             rtax_argv("images", "build", *flags),
             fix=f"the whole log: `rtax images build {' '.join(flags)}`",
         )
+        self.run_worker(work, group="images", exclusive=True)
 
     def action_prepare_assets(self) -> None:
         self.run_worker(
-            self._long(
+            self.work_line.follow(
                 "preparing the attrs assets",
                 rtax_argv("assets", "prepare"),
                 fix="see the whole log with `rtax assets prepare` (the sdist comes from PyPI)",
@@ -432,28 +435,6 @@ class LauncherScreen(Screen[None]):
             group="assets",
             exclusive=True,
         )
-
-    async def _long(self, what: str, argv: list[str], fix: str) -> bool:
-        work = self.work_line
-        work.start(what)
-        last: dict[str, str] = {}
-
-        def news(stream: str) -> Callable[[str], None]:
-            def said(text: str) -> None:
-                last[stream] = text
-                work.news(text)
-
-            return said
-
-        rc = await stream_command(argv, news("out"), news("err"))
-        if rc == 0:
-            work.finish(f"{what}: done")
-            return True
-        # its last words are its last line on stderr (the error), else on stdout: the two
-        # pipes are read side by side, so which one's last line comes last is chance
-        why = last.get("err") or last.get("out") or f"exit {rc}"
-        work.finish(f"{what} failed (exit {rc}): {why} — {fix}", ok=False)
-        return False
 
     # -- start ---------------------------------------------------------------------------
     def action_start(self) -> None:

@@ -34,6 +34,7 @@ from rtax_tui.ui.statuslines import (
     ProgressLine,
     SelectedLine,
     TooSmallNote,
+    engine_note,
 )
 from rtax_tui.ui.widgets import CellTable
 
@@ -169,7 +170,7 @@ class MonitorScreen(Screen[int]):
         self.sub_title = self.title_text
         self.position_line.display = self.mode == "replay"
         self.set_interval(REFRESH_S, self.redraw)
-        self._check_size()
+        self.on_resize()
         if self.mode == "replay":
             self.start_replay()
         elif self.engine_argv is None and self.recording is not None:
@@ -221,12 +222,13 @@ class MonitorScreen(Screen[int]):
         await feed.run()
         self.post_message(FeedEnded(0))
 
-    def _log_line(self, line: str) -> None:
-        self.post_message(Log(line))
-
     async def _run_engine(self) -> None:
         assert self.engine_argv is not None
-        self.engine = EngineFeed(self.engine_argv, self.ingest, self._log_line)
+
+        def log(line: str) -> None:
+            self.post_message(Log(line))
+
+        self.engine = EngineFeed(self.engine_argv, self.ingest, log)
         try:
             rc = await self.engine.run()
         except OSError as exc:
@@ -259,9 +261,7 @@ class MonitorScreen(Screen[int]):
 
     # -- drawing ------------------------------------------------------------------
     def on_resize(self) -> None:
-        self._check_size()
-
-    def _check_size(self) -> None:
+        """Too small a terminal: a note instead of the screen (its class `too-small`)."""
         w, h = self.app.size
         small = w < MIN_SIZE[0] or h < MIN_SIZE[1]
         self.set_class(small, "too-small")
@@ -283,23 +283,14 @@ class MonitorScreen(Screen[int]):
             cell = table.selected_cell
             self.panel.draw(st, cell, self.log_axis)
             self.selected_line.show(cell)
-            self.progress_line.show(st, self._status_extra())
+            extra = (
+                engine_note(self.engine, self.ended, self.returncode, st, self.log_lines)
+                if self.mode == "run"
+                else ""
+            )
+            self.progress_line.show(st, extra)
             if self.replay is not None:
                 self.position_line.show(self.replay, self.size.width)
-
-    def _status_extra(self) -> str:
-        if self.mode == "run":
-            eng = self.engine
-            if self.ended:
-                rc = self.returncode
-                return f"engine exited ({rc})" if rc not in (0, 130) else ""
-            if eng is not None and eng.stopping:
-                return "stopping: tearing down"
-            if eng is not None and eng.paused:
-                return "paused"
-            if self.state.header is None and self.log_lines:
-                return self.log_lines[-1][:80]
-        return ""
 
     @on(CellTable.RowHighlighted)
     def _row(self) -> None:
@@ -327,16 +318,11 @@ class MonitorScreen(Screen[int]):
             self.notify("stopping: trials in flight are torn down; the recording is kept")
         self.redraw(force=True)
 
-    def _move(self, delta: int) -> None:
-        table = self.cells
-        if table.row_count:
-            table.move_cursor(row=(table.cursor_row + delta) % table.row_count)
-
     def action_next_cell(self) -> None:
-        self._move(1)
+        self.cells.move_selection(1)
 
     def action_prev_cell(self) -> None:
-        self._move(-1)
+        self.cells.move_selection(-1)
 
     def action_toggle_log(self) -> None:
         self.log_axis = not self.log_axis
@@ -352,7 +338,8 @@ class MonitorScreen(Screen[int]):
             self.replay.step()
             self.redraw(force=True)
 
-    def _recording_path(self) -> str | None:
+    def recording_file(self) -> str | None:
+        """The recording this screen shows (a run: once the engine wrote it)."""
         if self.mode == "replay":
             return self.recording.path if self.recording else None
         return self.record_path
@@ -371,7 +358,7 @@ class MonitorScreen(Screen[int]):
         self.post_message(OpenReplay(path))
 
     def action_compare(self) -> None:
-        path = self._recording_path()
+        path = self.recording_file()
         if not path or not Path(path).exists():
             self.notify("no recording to compare yet", severity="error")
             return
@@ -389,7 +376,7 @@ class MonitorScreen(Screen[int]):
             return
         from rtax_tui.ui.modals import ProjectPanel
 
-        rec = Recording(self._recording_path() or "-", self.state.header, list(self.events[1:]))
+        rec = Recording(self.recording_file() or "-", self.state.header, list(self.events[1:]))
         self.app.push_screen(ProjectPanel(rec))
 
     def action_boundary(self) -> None:
@@ -406,7 +393,7 @@ class MonitorScreen(Screen[int]):
         if self.state.header is None:
             self.notify("nothing recorded yet", severity="warning")
             return
-        rec = Recording(self._recording_path() or "console", self.state.header, self.events[1:])
+        rec = Recording(self.recording_file() or "console", self.state.header, self.events[1:])
 
         def draw() -> None:
             from rtax_tui.render.plots import plot_view

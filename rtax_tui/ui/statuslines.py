@@ -3,10 +3,12 @@ position, and what shows instead of everything on a terminal too small."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual.widgets import Static
 
 from rtax_tui.render.plaintext import styled
-from rtax_tui.ui.feeds import ReplayFeed
+from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
 from rtax_tui.ui.livestate import LiveState
 from rtax_tui.ui.widgets import position_text, progress_text
 
@@ -27,6 +29,26 @@ class ProgressLine(Static):
 
     def show(self, st: LiveState, extra: str) -> None:
         self.update(progress_text(st, extra))
+
+
+def engine_note(
+    engine: EngineFeed | None,
+    ended: bool,
+    returncode: int | None,
+    st: LiveState,
+    log_lines: Sequence[str],
+) -> str:
+    """A run's engine on the progress line: its exit when not a plain end or a stop,
+    stopping, paused, or its last words before the run's header came."""
+    if ended:
+        return f"engine exited ({returncode})" if returncode not in (0, 130) else ""
+    if engine is not None and engine.stopping:
+        return "stopping: tearing down"
+    if engine is not None and engine.paused:
+        return "paused"
+    if st.header is None and log_lines:
+        return log_lines[-1][:80]
+    return ""
 
 
 class PositionLine(Static):

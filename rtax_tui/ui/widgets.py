@@ -65,6 +65,11 @@ class CellTable(DataTable[str | Text]):
         self.clear()
         self._shown = {}
 
+    def move_selection(self, delta: int) -> None:
+        """Select the cell `delta` rows on, round the end."""
+        if self.row_count:
+            self.move_cursor(row=(self.cursor_row + delta) % self.row_count)
+
     def fit_height(self, most: int) -> None:
         """As tall as its rows, up to `most` lines (+1 the header, +1 the horizontal
         scrollbar of narrow terminals)."""
