@@ -380,7 +380,7 @@ async def test_long_work_failing_says_what_to_do(here) -> None:
             "print('cleaning up', flush=True); sys.exit(1)"
         )
         argv = [sys.executable, "-c", code]
-        ok = await scr._long("building the docker image", argv, fix="start the engine")
+        ok = await scr.work_line.follow("building the docker image", argv, fix="start the engine")
         await pilot.pause(0.1)
         line = str(scr.query_one("#work").render())
         assert not ok and "failed (exit 1): no engine here — start the engine" in line
@@ -611,3 +611,22 @@ async def test_a_profile_chosen_from_the_list_fills_the_form_and_ctrl_s_saves_it
         assert saved.trials == 2 and saved.workloads == ("t2",)
         # a second launcher lists it under ./profiles
         assert ("./profiles", "t2") in [(g, label) for g, label, _ in profile_sources()]
+
+
+@aio
+async def test_leaving_a_screen_goes_back_and_leaving_the_first_ends_the_console(here) -> None:
+    """The app owns the stack: escape on a screen over another dismisses it (the one
+    below shows again, the console goes on); on the first screen it ends the console."""
+    app = RtaxApp(LauncherScreen(tiny_profile(here), check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        first = app.screen
+        await pilot.press("h")
+        await _until(lambda: _on(app, HistoryScreen))
+        await pilot.press("escape")
+        await _until(lambda: app.screen is first)
+        await pilot.press("n")  # the launcher over itself opens nothing
+        await pilot.pause(0.1)
+        assert app.screen is first and app.is_running
+        await pilot.press("escape")
+        await _until(lambda: not app.is_running)
+    assert app.return_code == 0

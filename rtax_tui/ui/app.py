@@ -2,7 +2,9 @@
 
 From any screen, `n` opens the launcher (a new run) and `h` the run history;
 ctrl+p is Textual's command palette, listing every key's action of the screen
-below by name, and `?` the same keys as help.
+below by name, and `?` the same keys as help. The app owns the stack of screens:
+a screen asks for another with a message (`navigation`) and leaves by `dismiss()`;
+when the first one leaves, the console ends with its result as the exit status.
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from rtax_tui.model.events import visible
-from rtax_tui.ui.monitor import MonitorScreen, replay_screen
+from rtax_tui.ui.compare import CompareScreen
+from rtax_tui.ui.monitor import MonitorScreen, open_replay, replay_screen
+from rtax_tui.ui.navigation import OpenCompare, OpenReplay, OpenRun
 
 SPEED_ARG: dict[str, float | None] = {"1": 1.0, "2": 2.0, "10": 10.0, "max": None}
 
@@ -39,7 +44,28 @@ class RtaxApp(App[int]):
         self.ssh_flags: list[str] = []  # `rtax home --identity ...`: for every launch
 
     def on_mount(self) -> None:
-        self.push_screen(self.first)
+        self.push_screen(self.first, self._first_left)
+
+    def _first_left(self, result: object) -> None:
+        """The first screen was left: a run's exit status, else 0."""
+        rc = result if isinstance(result, int) else 0
+        self.exit(rc, return_code=rc)
+
+    @on(OpenRun)
+    def _open_run(self, msg: OpenRun) -> None:
+        screen = MonitorScreen(
+            "run", engine_argv=msg.engine_argv, record_path=msg.record_path, title=msg.title
+        )
+        screen.compare_with = msg.compare_with
+        self.push_screen(screen)
+
+    @on(OpenReplay)
+    def _open_replay(self, msg: OpenReplay) -> None:
+        open_replay(self, msg.path)
+
+    @on(OpenCompare)
+    def _open_compare(self, msg: OpenCompare) -> None:
+        self.push_screen(CompareScreen(msg.a, msg.b))
 
     def notify(
         self,
@@ -70,7 +96,7 @@ class RtaxApp(App[int]):
         if isinstance(scr, LauncherScreen):
             return
         if isinstance(scr, MonitorScreen) and (scr.ended or scr.mode == "replay"):
-            path = scr._recording_path()
+            path = scr.recording_file()
             if path and Path(path).exists() and scr.state.header is not None:
                 try:
                     self.push_screen(launcher_for_recording(path, ssh_flags=self.ssh_flags))

@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 from rtax_tui.analysis.history import RunSummary, display_path, fmt_duration, history
 from rtax_tui.render.plaintext import styled
+from rtax_tui.ui.navigation import OpenCompare, OpenReplay
 
 STATUS_STYLE = {"completed": "green", "interrupted": "yellow", "failed": "red"}
 
@@ -134,9 +135,7 @@ class HistoryScreen(Screen[None]):
             return
         r = self.current()
         if r is not None:
-            from rtax_tui.ui.monitor import open_replay
-
-            open_replay(self.app, r.path)
+            self.post_message(OpenReplay(r.path))
 
     @on(DataTable.RowSelected)
     def _selected(self) -> None:
@@ -160,9 +159,7 @@ class HistoryScreen(Screen[None]):
         if len(pair) != 2:
             self.notify("mark two runs with space (or one, then highlight the other)")
             return
-        from rtax_tui.ui.compare import CompareScreen
-
-        self.app.push_screen(CompareScreen(pair[0], pair[1]))
+        self.post_message(OpenCompare(pair[0], pair[1]))
 
     def action_report(self) -> None:
         r = self.current()
@@ -186,10 +183,7 @@ class HistoryScreen(Screen[None]):
         if isinstance(self.focused, Input):
             self.query_one("#runs", DataTable).focus()
             return
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            self.app.exit(0, return_code=0)
+        self.dismiss()
 
 
 class ReportPanel(ModalScreen[None]):

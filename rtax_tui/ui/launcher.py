@@ -4,9 +4,11 @@ The form edits a profile as the tables of a profile file (`tomllib`'s dict), so
 whatever the launcher does not know (a `[pool]` option, a custom workload) is kept
 as it is. Enter writes those tables as a profile file beside the new recording
 (`recordings/<time>-<name>.toml`, the same command-line profile `rtax run FILE`
-takes) and starts the engine on it: every run made here can be made again without
+takes) and asks the app to run it: every run made here can be made again without
 the console. Which drivers work is asked of `rtax doctor --format json`, per host,
-in a worker: the console never loads a driver itself.
+in a worker: the console never loads a driver itself. The screen is made of parts,
+each a widget of its own module (`ProfileList`, `ChoiceLists`, `RunForm`,
+`DoctorTable`, `PlanLine`, `WorkLine`), read through the typed properties below.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import copy
 import shlex
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,97 +24,40 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import (
-    DataTable,
-    Footer,
-    Header,
-    Input,
-    Label,
-    OptionList,
-    SelectionList,
-    Static,
-)
-from textual.widgets.option_list import Option
+from textual.widgets import Footer, Header, Input, SelectionList
 
-from rtax_tui.analysis.history import (
-    RunSummary,
-    estimate,
-    find_recordings,
-    history,
-    profile_beside,
-    recording_path,
-)
-from rtax_tui.engine.plan import build_capacity_plan, build_plan, make_cells
-from rtax_tui.engine.profile_schema import CAPACITY, RUN
+from rtax_tui.analysis.history import RunSummary, history, profile_beside, recording_path
+from rtax_tui.engine.profile_schema import RUN
 from rtax_tui.engine.profile_toml import (
     anchor_paths,
     dump,
     from_resolved,
-    inline,
     parse_inline,
     profiles_dir,
 )
 from rtax_tui.model.paths import atomic_write
 from rtax_tui.model.spec import CHANNELS, WORKLOAD_NAMES, RtaxError
 from rtax_tui.render.plaintext import styled
+from rtax_tui.ui.choicelists import ChoiceLists, fill_list
+from rtax_tui.ui.doctortable import DoctorTable
+from rtax_tui.ui.feeds import engine_argv
+from rtax_tui.ui.monitor import a_run_is_going
+from rtax_tui.ui.navigation import OpenRun
+from rtax_tui.ui.planline import PlanLine, missing_choices, planned_trials
+from rtax_tui.ui.profilelist import ProfileList, profile_sources
+from rtax_tui.ui.runform import RunForm
 from rtax_tui.ui.tasks import WorkLine, rtax_argv, stream_command
 
-NUMBERS = ("trials", "warmup", "concurrency", "seed")
-CAPACITY_FIELDS = ("size", "batches", "deadline_s", "sizes")
-POOL_FIELDS = ("size", "reset", "refill")
-
-
-def profile_sources(recent: int = 8) -> list[tuple[str, str, Path]]:
-    """(group, label, path) of the profiles to start from: the built-ins, ./profiles,
-    and those of recent console runs (the files beside their recordings)."""
-    out: list[tuple[str, str, Path]] = []
-    seen: set[Path] = set()
-
-    def add(group: str, p: Path, label: str | None = None) -> None:
-        if p.resolve() not in seen:
-            seen.add(p.resolve())
-            out.append((group, label or p.stem, p))
-
-    builtin = profiles_dir()
-    for p in sorted(builtin.glob("*.toml")):
-        add("built-in", p)
-    local = Path("profiles")
-    if local.is_dir():
-        for p in sorted(local.glob("*.toml")):
-            add("./profiles", p)
-    n = 0
-    for rec in find_recordings([Path("recordings")]):
-        beside = profile_beside(rec)
-        if beside.exists() and n < recent:
-            add("recent", beside, beside.stem)
-            n += 1
-    return out
-
-
-def planned_trials(data: dict[str, Any], names: dict[str, str] | None = None) -> dict[str, int]:
-    """Trials per cell of a profile's tables, by the engine's own plan builders. `names`:
-    the name a host goes by in recordings (`rtax doctor` says: `user@host:port` for
-    `ssh://user@host:port`), so that cells match earlier recordings."""
-    run = {**RUN.file_defaults(), **data.get("run", {})}
-    hosts = tuple((names or {}).get(h, h) for h in run["hosts"])
-    cells = make_cells(
-        hosts, tuple(run["drivers"]), tuple(run["workloads"]), tuple(run["channels"])
-    )
-    counts: dict[str, int] = {c.id: 0 for c in cells}
-    cap = data.get("capacity")
-    if isinstance(cap, dict):
-        cap = {**CAPACITY.file_defaults(), **cap}
-        sizes = cap.get("sizes") or [cap["size"]]
-        for size in sizes:  # a capacity curve runs its batches at every size
-            for b in build_capacity_plan(cells, cap["batches"], size, run["warmup"], run["seed"]):
-                counts[b.cell.id] += len(b.trials)
-    else:
-        for t in build_plan(cells, run["trials"], run["warmup"], run["seed"]):
-            counts[t.cell.id] += 1
-    return counts
+__all__ = [
+    "LauncherScreen",
+    "doctor_host_args",
+    "launcher_for_recording",
+    "planned_trials",
+    "profile_sources",
+]
 
 
 def doctor_host_args(name: str, data: dict[str, Any], ssh_flags: list[str]) -> list[str]:
@@ -130,6 +74,23 @@ def doctor_host_args(name: str, data: dict[str, Any], ssh_flags: list[str]) -> l
         if table.get(key) and flag not in ssh_flags:
             args += [flag, str(table[key])]
     return args
+
+
+def run_hosts(data: dict[str, Any]) -> list[str]:
+    """The hosts a profile's tables run on."""
+    return list(data.get("run", {}).get("hosts", RUN.file_defaults()["hosts"]))
+
+
+def driver_choices(data: dict[str, Any], known: list[str]) -> list[str]:
+    """The drivers to choose from: those doctor named, then the profile's others."""
+    chosen = list(data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"]))
+    return known + [d for d in chosen if d not in known]
+
+
+def host_choices(data: dict[str, Any], chosen: list[str]) -> list[str]:
+    """The hosts to choose from: local, the chosen ones, the profile's `[hosts.NAME]`."""
+    named = list(data.get("hosts") or {})
+    return list(dict.fromkeys(["local", *chosen, *named]))
 
 
 class LauncherScreen(Screen[None]):
@@ -177,83 +138,61 @@ class LauncherScreen(Screen[None]):
         self.started: str | None = None  # the recording of the run started from here
         self.opts_driver: str | None = None  # whose [drivers_options] the options field shows
 
-    # -- layout -------------------------------------------------------------------
+    # -- the parts ------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="τ")
         with Horizontal(id="launch"):
-            with Vertical(id="l-profiles"):
-                yield OptionList(id="profiles")
-            with Vertical(id="l-lists"):
-                yield SelectionList[str](id="drivers")
-                yield SelectionList[str](id="workloads")
-                yield SelectionList[str](id="channels")
-                yield Input(id="driver-opts", placeholder="options: key = value, …")
-            with Vertical(id="l-form"):
-                with Grid(id="numbers", classes="fields"):
-                    for key in NUMBERS:
-                        yield Label(key)
-                        yield Input(id=f"run-{key}", type="integer", placeholder="default")
-                yield Label("capacity (empty: trials, not batches)", classes="group")
-                with Grid(id="capacity", classes="fields"):
-                    for key in CAPACITY_FIELDS:
-                        yield Label(key)
-                        yield Input(id=f"cap-{key}", placeholder="-")
-                yield Label("pool (empty: no pool)", classes="group")
-                with Grid(id="pool", classes="fields"):
-                    for key in POOL_FIELDS:
-                        yield Label(key)
-                        yield Input(id=f"pool-{key}", placeholder="-")
-                with Horizontal(id="l-hosts"):
-                    yield SelectionList[str](id="hosts")
-                    yield Input(placeholder="add ssh://user@host:port", id="add-host")
-        yield DataTable(id="doctor", cursor_type="row", zebra_stripes=True)
-        yield Static(id="plan")
+            yield ProfileList(id="l-profiles")
+            yield ChoiceLists(id="l-lists")
+            yield RunForm(id="l-form")
+        yield DoctorTable(id="doctor", cursor_type="row", zebra_stripes=True)
+        yield PlanLine(id="plan")
         yield WorkLine(id="work")
         yield Footer()
+
+    @property
+    def profiles(self) -> ProfileList:
+        return self.query_one(ProfileList)
+
+    @property
+    def lists(self) -> ChoiceLists:
+        return self.query_one(ChoiceLists)
+
+    @property
+    def form(self) -> RunForm:
+        return self.query_one(RunForm)
+
+    @property
+    def doctor(self) -> DoctorTable:
+        return self.query_one(DoctorTable)
+
+    @property
+    def plan(self) -> PlanLine:
+        return self.query_one(PlanLine)
+
+    @property
+    def work_line(self) -> WorkLine:
+        return self.query_one(WorkLine)
 
     def on_mount(self) -> None:
         self.title = "rtax launcher"
         self.sub_title = f"rerun of {self.rerun_of}" if self.rerun_of else "new run"
-        for wid, title in (
-            ("#l-profiles", "profiles (enter: load)"),
-            ("#drivers", "drivers (✓ works, ✗ see below)"),
-            ("#workloads", "workloads"),
-            ("#channels", "channels"),
-            ("#hosts", "hosts"),
-            ("#l-form", "run"),
-        ):
-            self.query_one(wid).border_title = title
-        t = self.query_one("#doctor", DataTable)
-        t.border_title = "drivers per host (rtax doctor)"
-        for col, w in (("host", 22), ("driver", 8), ("status", 9), ("reason → fix", 200)):
-            t.add_column(col, key=col, width=w)
-        self._fill_profiles()
+        self.profiles.refill()
         if self.data:
             self._fill_form()
         else:
             self.load_profile(self.source)
-        self.query_one("#drivers").focus()
+        self.lists.drivers.focus()
         self.load_history()
         if self.check:
             self.action_check_drivers()
 
     # -- the profile's tables <-> the form ------------------------------------------------
-    def _fill_profiles(self) -> None:
-        ol = self.query_one("#profiles", OptionList)
-        ol.clear_options()
-        group = None
-        for g, label, path in profile_sources():
-            if g != group:
-                group = g
-                ol.add_option(Option(f"[dim]{g}[/dim]", disabled=True))
-            ol.add_option(Option(styled(f"  {label}"), id=str(path)))
-
-    @on(OptionList.OptionSelected, "#profiles")
-    def _profile_chosen(self, ev: OptionList.OptionSelected) -> None:
-        if ev.option.id:
-            self.rerun_of = None
-            self.sub_title = "new run"
-            self.load_profile(ev.option.id)
+    @on(ProfileList.Chosen)
+    def _profile_chosen(self, ev: ProfileList.Chosen) -> None:
+        self.rerun_of = None
+        self.sub_title = "new run"
+        self.load_profile(ev.path)
 
     def load_profile(self, path: str | Path) -> None:
         try:
@@ -274,89 +213,42 @@ class LauncherScreen(Screen[None]):
     def _fill_form(self) -> None:
         d = self.data
         run = {**RUN.file_defaults(), **d.get("run", {})}
-        self._fill_list("#drivers", self._driver_choices(), run["drivers"])
+        lists = self.lists
+        fill_list(
+            lists.drivers,
+            driver_choices(self.data, self.drivers),
+            run["drivers"],
+            self._driver_label,
+        )
         self.opts_driver = None
-        drivers = self.query_one("#drivers", SelectionList)
-        if drivers.option_count:
-            drivers.highlighted = 0  # the options field shows the first driver's
+        if lists.drivers.option_count:
+            lists.drivers.highlighted = 0  # the options field shows the first driver's
             self._sync_opts()
         wl = list(WORKLOAD_NAMES) + [w for w in d.get("workloads", {}) if w not in WORKLOAD_NAMES]
-        self._fill_list("#workloads", wl, run["workloads"])
-        self._fill_list("#channels", list(CHANNELS), run["channels"])
-        self._fill_list("#hosts", self._host_choices(run["hosts"]), run["hosts"])
-        for key in NUMBERS:
-            v = d.get("run", {}).get(key)
-            self.query_one(f"#run-{key}", Input).value = "" if v is None else str(v)
-            self.query_one(f"#run-{key}", Input).placeholder = f"{RUN[key].default} (default)"
-        cap = d.get("capacity") or {}
-        for key in CAPACITY_FIELDS:
-            v = cap.get(key)
-            text = ", ".join(map(str, v)) if isinstance(v, list) else "" if v is None else str(v)
-            self.query_one(f"#cap-{key}", Input).value = text
-        pool = d.get("pool") or {}
-        for key in POOL_FIELDS:
-            v = pool.get(key)
-            self.query_one(f"#pool-{key}", Input).value = "" if v is None else str(v)
-        self.query_one("#l-form").border_title = f"run: {d.get('name', '?')}"
+        fill_list(lists.workloads, wl, run["workloads"])
+        fill_list(lists.channels, list(CHANNELS), run["channels"])
+        self.form.fill(d, host_choices(self.data, run["hosts"]))
         self._update_plan()
 
-    def _driver_choices(self) -> list[str]:
-        chosen = list(self.data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"]))
-        return self.drivers + [d for d in chosen if d not in self.drivers]
-
-    def _host_choices(self, chosen: list[str]) -> list[str]:
-        named = list(self.data.get("hosts") or {})
-        return list(dict.fromkeys(["local", *chosen, *named]))
-
-    def _fill_list(self, sel: str, choices: list[str], chosen: list[str]) -> None:
-        sl = self.query_one(sel, SelectionList)
-        sl.clear_options()
-        sl.add_options([(self._label(sel, c), c, c in chosen) for c in choices])
-
-    def _label(self, sel: str, value: str) -> Text:
-        if sel != "#drivers":
-            return styled(value)
+    def _driver_label(self, value: str) -> Text:
+        """A driver with a mark per host: … checking, ? not asked, ✓ works, ✗ does not."""
         marks = []
-        for host in self._hosts():
+        for host in run_hosts(self.data):
             st = self.status.get((host, value), "?")
             marks.append("…" if st is None else "?" if st == "?" else "✓" if not st else "✗")
         return styled(f"{value:8} {' '.join(marks)}")
-
-    def _hosts(self) -> list[str]:
-        return list(self.data.get("run", {}).get("hosts", RUN.file_defaults()["hosts"]))
 
     def collect(self) -> dict[str, Any]:
         """The form read back into the profile's tables (keys it does not show kept)."""
         d = copy.deepcopy(self.data)
         run = d.setdefault("run", {})
-        for key in ("drivers", "workloads", "channels", "hosts"):
-            run[key] = list(self.query_one(f"#{key}", SelectionList).selected)
-        for key in NUMBERS:
-            v = self.query_one(f"#run-{key}", Input).value.strip()
-            if v:
-                run[key] = int(v)
-            else:
-                run.pop(key, None)
-        cap = {k: v for k, v in (d.get("capacity") or {}).items() if k not in CAPACITY_FIELDS}
-        for key in CAPACITY_FIELDS:
-            v = self.query_one(f"#cap-{key}", Input).value.strip()
-            if v:
-                cap[key] = _number(v, key) if key != "sizes" else _numbers(v)
-        if cap:
-            d["capacity"] = cap
-        else:
-            d.pop("capacity", None)
-        pool = {k: v for k, v in (d.get("pool") or {}).items() if k not in POOL_FIELDS}
-        for key in POOL_FIELDS:
-            v = self.query_one(f"#pool-{key}", Input).value.strip()
-            if v:
-                pool[key] = _number(v, key) if key == "size" else v
-        if pool:
-            d["pool"] = pool
-        else:
-            d.pop("pool", None)
+        lists = self.lists
+        for key, sl in (("drivers", lists.drivers), ("workloads", lists.workloads),
+                        ("channels", lists.channels)):  # fmt: skip
+            run[key] = list(sl.selected)
+        self.form.read(d)
         if self.opts_driver is not None:
-            text = self.query_one("#driver-opts", Input).value.strip()
+            text = lists.options.value.strip()
             try:
                 body = parse_inline(text) if text else {}
             except ValueError as exc:
@@ -370,71 +262,33 @@ class LauncherScreen(Screen[None]):
                 d.pop("drivers_options", None)
         return d
 
-    @on(SelectionList.SelectionHighlighted, "#drivers")
-    def _driver_highlighted(self) -> None:
-        self._sync_opts()
-
+    @on(ChoiceLists.DriverHighlighted)
     def _sync_opts(self) -> None:
         """The options field follows the highlighted driver: its `[drivers_options.X]`."""
-        sl = self.query_one("#drivers", SelectionList)
-        if sl.highlighted is None or sl.highlighted >= sl.option_count:
-            return
-        drv = str(sl.get_option_at_index(sl.highlighted).value)
-        if drv == self.opts_driver:
+        drv = self.lists.highlighted_driver
+        if drv is None or drv == self.opts_driver:
             return
         self.opts_driver = drv
-        body = (self.data.get("drivers_options") or {}).get(drv) or {}
-        field = self.query_one("#driver-opts", Input)
-        field.value = inline(body)
-        field.border_title = f"{drv} options"
+        self.lists.show_options(drv, (self.data.get("drivers_options") or {}).get(drv) or {})
 
     @on(SelectionList.SelectedChanged)
     @on(Input.Changed)
-    def _changed(self, ev: Any) -> None:
-        if getattr(ev, "input", None) is not None and ev.input.id == "add-host":
-            return
+    def _changed(self, ev: SelectionList.SelectedChanged[str] | Input.Changed) -> None:
         try:
             self.data = self.collect()
             self.error = None
         except ValueError as exc:
             self.error = str(exc)
-        if isinstance(ev, SelectionList.SelectedChanged) and ev.selection_list.id == "hosts":
-            self._check_new_hosts()
+        if isinstance(ev, SelectionList.SelectedChanged) and ev.selection_list is self.form.hosts:
+            new = [h for h in run_hosts(self.data) if h not in self.checked_hosts]
+            if new and self.check:
+                self.action_check_drivers(new)
             self._refill_drivers()
         self._update_plan()
 
     # -- the plan and its estimate ---------------------------------------------------
     def _update_plan(self) -> None:
-        plan = self.query_one("#plan", Static)
-        if self.error:
-            plan.update(styled((self.error, "red")))
-            return
-        run = {**RUN.file_defaults(), **self.data.get("run", {})}
-        missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
-        if missing:
-            plan.update(styled((f"choose at least one of: {', '.join(missing)}", "red")))
-            return
-        counts = planned_trials(self.data, self.host_names)
-        total = sum(counts.values())
-        est = (
-            estimate(counts, int(run["concurrency"]), self.runs).text()
-            if self.runs is not None
-            else "reading earlier recordings…"
-        )
-        bad = [
-            f"{d} on {h}" for h in run["hosts"] for d in run["drivers"] if self.status.get((h, d))
-        ]
-        warn = ("  not usable: " + ", ".join(bad), "yellow") if bad else ""
-        plan.update(
-            styled(
-                f"plan: {len(counts)} cells, {total} trials (concurrency {run['concurrency']}), "
-                f"duration {est}",
-                warn,
-                "   ",
-                ("enter", "b"),
-                ": start",
-            )
-        )
+        self.plan.show(self.data, self.error, self.host_names, self.runs, self.status)
 
     @work(thread=True, exclusive=True, group="history")
     def load_history(self) -> None:
@@ -447,19 +301,12 @@ class LauncherScreen(Screen[None]):
 
     # -- drivers per host: `rtax doctor --format json` ----------------------------------
     def action_check_drivers(self, hosts: list[str] | None = None) -> None:
-        for host in hosts or self._hosts():
+        for host in hosts or run_hosts(self.data):
             self.checked_hosts.add(host)
             self.run_worker(self._doctor(host), group=f"doctor-{host}", exclusive=True)
 
-    def _check_new_hosts(self) -> None:
-        if not self.check:
-            return
-        new = [h for h in self._hosts() if h not in self.checked_hosts]
-        if new:
-            self.action_check_drivers(new)
-
     async def _doctor(self, host: str) -> None:
-        work = self.query_one("#work", WorkLine)
+        work = self.work_line
         work.start(f"checking drivers on {host}")
         for d in self.drivers:
             self.status[(host, d)] = None
@@ -520,14 +367,14 @@ class LauncherScreen(Screen[None]):
         chosen and the highlighted driver (whose options the field shows). Nothing once
         the launcher was left: a doctor worker can answer after its widgets are gone."""
         try:
-            sl = self.query_one("#drivers", SelectionList)
+            sl = self.lists.drivers
         except NoMatches:
             return
         chosen = list(sl.selected) or list(
             self.data.get("run", {}).get("drivers", RUN.file_defaults()["drivers"])
         )
-        choices = self._driver_choices()
-        self._fill_list("#drivers", choices, chosen)
+        choices = driver_choices(self.data, self.drivers)
+        fill_list(sl, choices, chosen, self._driver_label)
         if choices:
             keep = self.opts_driver if self.opts_driver in choices else choices[0]
             sl.highlighted = choices.index(keep)
@@ -535,42 +382,30 @@ class LauncherScreen(Screen[None]):
 
     def _draw_doctor(self) -> None:
         try:
-            t = self.query_one("#doctor", DataTable)
+            table = self.doctor
         except NoMatches:  # the launcher was left while doctor ran
             return
-        t.clear()
-        for (host, drv), st in sorted(self.status.items()):
-            if st is None:
-                status = "[dim]checking[/dim]"
-            elif st:
-                status = "[red]✗ no[/red]"
-            else:
-                status = "[green]✓ ok[/green]"
-            # a reason is shown as it is: "[Errno 111]" is not markup
-            t.add_row(styled(host), styled(drv), Text.from_markup(status), styled(st or ""))
+        table.show(self.status)
         self._refill_drivers()
         self._update_plan()
 
     # -- hosts ------------------------------------------------------------------------
-    @on(Input.Submitted, "#add-host")
-    def _add_host_submitted(self) -> None:
-        self.add_host()
-
+    @on(RunForm.AddHost)
     def add_host(self) -> None:
-        inp = self.query_one("#add-host", Input)
-        host = inp.value.strip()
+        field = self.form.new_host
+        host = field.value.strip()
         if not host:
             return
         if not host.startswith("ssh://") or len(host) <= len("ssh://"):
             self.notify("a host is ssh://[user@]host[:port]", severity="error")
             return
-        inp.value = ""
+        field.value = ""
         run = self.data.setdefault("run", {})
         hosts = list(run.get("hosts", RUN.file_defaults()["hosts"]))
         if host not in hosts:
             hosts.append(host)
         run["hosts"] = hosts
-        self._fill_list("#hosts", self._host_choices(hosts), hosts)
+        fill_list(self.form.hosts, host_choices(self.data, hosts), hosts)
         if self.check:
             self.action_check_drivers([host])
 
@@ -580,21 +415,19 @@ class LauncherScreen(Screen[None]):
         if not drivers:
             self.notify("select the drivers whose images to build")
             return
-        self.run_worker(self._build(drivers), group="images", exclusive=True)
-
-    async def _build(self, drivers: list[str]) -> None:
         # the command knows each driver's image and daemon (the drivers say): it skips a
         # driver with none, builds a shared image once and names the daemon to start
         flags = [a for d in drivers for a in ("--driver", d)]
-        await self._long(
+        work = self.work_line.follow(
             f"building the images of {', '.join(drivers)}",
             rtax_argv("images", "build", *flags),
             fix=f"the whole log: `rtax images build {' '.join(flags)}`",
         )
+        self.run_worker(work, group="images", exclusive=True)
 
     def action_prepare_assets(self) -> None:
         self.run_worker(
-            self._long(
+            self.work_line.follow(
                 "preparing the attrs assets",
                 rtax_argv("assets", "prepare"),
                 fix="see the whole log with `rtax assets prepare` (the sdist comes from PyPI)",
@@ -603,61 +436,31 @@ class LauncherScreen(Screen[None]):
             exclusive=True,
         )
 
-    async def _long(self, what: str, argv: list[str], fix: str) -> bool:
-        work = self.query_one("#work", WorkLine)
-        work.start(what)
-        last: dict[str, str] = {}
-
-        def news(stream: str) -> Callable[[str], None]:
-            def said(text: str) -> None:
-                last[stream] = text
-                work.news(text)
-
-            return said
-
-        rc = await stream_command(argv, news("out"), news("err"))
-        if rc == 0:
-            work.finish(f"{what}: done")
-            return True
-        # its last words are its last line on stderr (the error), else on stdout: the two
-        # pipes are read side by side, so which one's last line comes last is chance
-        why = last.get("err") or last.get("out") or f"exit {rc}"
-        work.finish(f"{what} failed (exit {rc}): {why} — {fix}", ok=False)
-        return False
-
     # -- start ---------------------------------------------------------------------------
     def action_start(self) -> None:
         focused = self.focused
-        if isinstance(focused, Input) and focused.id == "add-host" and focused.value.strip():
+        if focused is self.form.new_host and self.form.new_host.value.strip():
             self.add_host()
             return
-        if isinstance(focused, OptionList) and focused.id == "profiles":
-            opt = focused.highlighted_option
-            if opt is not None and opt.id:
-                self.load_profile(opt.id)
-                self.query_one("#drivers").focus()  # the next enter starts it
-                return
+        path = self.profiles.highlighted_path
+        if path is not None:
+            self.load_profile(path)
+            self.lists.drivers.focus()  # the next enter starts it
+            return
         self.start()
 
     def start(self) -> str | None:
-        """Write the profile beside a new recording and open the run screen on it."""
+        """Write the profile beside a new recording and ask the app for its run screen."""
         try:
             data = self.collect()
         except ValueError as exc:
             self.notify(str(exc), severity="error")
             return None
-        run = {**RUN.file_defaults(), **data.get("run", {})}
-        missing = [k for k in ("drivers", "workloads", "channels", "hosts") if not run[k]]
+        missing = missing_choices(data)
         if missing:
             self.notify(f"choose at least one of: {', '.join(missing)}", severity="error")
             return None
-        from rtax_tui.ui.monitor import MonitorScreen
-
-        live = [
-            s for s in self.app.screen_stack
-            if isinstance(s, MonitorScreen) and s.engine is not None and s.engine.running
-        ]  # fmt: skip
-        if live:  # two runs at once would each disturb the other's figures
+        if a_run_is_going(self.app.screen_stack):  # two runs at once: each disturbs the other
             self.notify(
                 "a run is still going: stop it (x on its screen) or let it end, then start",
                 severity="warning",
@@ -676,17 +479,9 @@ class LauncherScreen(Screen[None]):
         except RtaxError as exc:
             self.notify(str(exc), severity="error")
             return None
-        from rtax_tui.ui.feeds import engine_argv
-
-        screen = MonitorScreen(
-            "run",
-            engine_argv=engine_argv(str(prof), self.ssh_flags, str(record)),
-            record_path=str(record),
-            title=f"run {name} → {record}",
-        )
-        screen.compare_with = self.rerun_of
+        argv = engine_argv(str(prof), self.ssh_flags, str(record))
+        self.post_message(OpenRun(argv, str(record), f"run {name} → {record}", self.rerun_of))
         self.started = str(record)
-        self.app.push_screen(screen)
         return str(record)
 
     def action_save_profile(self) -> None:
@@ -707,30 +502,10 @@ class LauncherScreen(Screen[None]):
             self.notify(str(exc), severity="error")
             return
         self.notify(f"saved {out}: rtax run {out}")
-        self._fill_profiles()
+        self.profiles.refill()
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            self.app.exit(0, return_code=0)
-
-
-def _number(v: str, key: str) -> int | float:
-    try:
-        return int(v)
-    except ValueError:
-        try:
-            return float(v)
-        except ValueError:
-            raise ValueError(f"{key}: expected a number, got {v!r}") from None
-
-
-def _numbers(v: str) -> list[int]:
-    try:
-        return [int(x) for x in v.replace(",", " ").split()]
-    except ValueError:
-        raise ValueError(f"sizes: expected whole numbers separated by commas, got {v!r}") from None
+        self.dismiss()
 
 
 def launcher_for_recording(

@@ -1,4 +1,9 @@
-"""The run and replay screens: one screen, fed by the engine's pipe or by a recording."""
+"""The run and replay screens: one screen, fed by the engine's pipe or by a recording.
+
+The feed updates `LiveState`'s plain aggregates as events come; a timer draws the
+screen's parts from them at about 10 Hz, whatever the event rate. The parts are widgets
+of their own modules (`CellTable`, `HistogramPanel`, the lines of `statuslines`), read
+through the typed properties below; what to open next is the app's (`navigation`)."""
 
 from __future__ import annotations
 
@@ -6,31 +11,33 @@ import asyncio
 import gc
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Vertical
+from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import Footer, Header
 
 from rtax_tui.model.recording import Recording, read_recording
-from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
-from rtax_tui.ui.histogram import Histogram, fmt_ms
+from rtax_tui.ui.histpanel import HistogramPanel
 from rtax_tui.ui.livestate import LiveState
-from rtax_tui.ui.widgets import (
-    BarrierView,
-    CellTable,
-    FailureLog,
-    position_text,
-    progress_text,
+from rtax_tui.ui.navigation import OpenCompare, OpenReplay
+from rtax_tui.ui.statuslines import (
+    MIN_SIZE,
+    PositionLine,
+    ProgressLine,
+    SelectedLine,
+    TooSmallNote,
+    engine_note,
 )
+from rtax_tui.ui.widgets import CellTable
 
-HIST_PHASES = ("create", "ready", "action", "teardown", "total")
 REFRESH_S = 0.1  # about 10 Hz, whatever the event rate
 FREEZE_EVERY = 20_000
 SPEEDS: dict[str, float | None] = {"1": 1.0, "2": 2.0, "0": 10.0, "m": None}
@@ -52,7 +59,7 @@ class Log(Message):
         self.text = text
 
 
-class MonitorScreen(Screen[None]):
+class MonitorScreen(Screen[int]):
     BINDINGS = [
         Binding("space", "toggle_pause", "pause/resume",
                 tooltip="a run: no new trial starts, those in flight finish; a replay: playback"),
@@ -126,34 +133,44 @@ class MonitorScreen(Screen[None]):
         # a rerun from the history: the compare screen opens against this once it ends
         self.compare_with: str | None = None
 
-    # -- layout ----------------------------------------------------------------
+    # -- the parts --------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="τ")
         with Vertical(id="main"):
             yield CellTable(id="cells")
-            yield Static(id="selected")
-            with Grid(id="hists"):
-                for p in HIST_PHASES:
-                    yield Histogram(p, id=f"h-{p}", classes="hist")
-                with Vertical(id="side"):
-                    yield BarrierView(id="barrier", classes="side")
-                    yield FailureLog(id="failures", classes="side")
-            yield Static(id="progress")
-            yield Static(id="position")
-        yield Static(id="too-small")
+            yield SelectedLine(id="selected")
+            yield HistogramPanel(id="hists")
+            yield ProgressLine(id="progress")
+            yield PositionLine(id="position")
+        yield TooSmallNote(id="too-small")
         yield Footer()
+
+    @property
+    def cells(self) -> CellTable:
+        return self.query_one(CellTable)
+
+    @property
+    def panel(self) -> HistogramPanel:
+        return self.query_one(HistogramPanel)
+
+    @property
+    def selected_line(self) -> SelectedLine:
+        return self.query_one(SelectedLine)
+
+    @property
+    def progress_line(self) -> ProgressLine:
+        return self.query_one(ProgressLine)
+
+    @property
+    def position_line(self) -> PositionLine:
+        return self.query_one(PositionLine)
 
     def on_mount(self) -> None:
         self.title = "rtax"
         self.sub_title = self.title_text
-        self.query_one("#position").display = self.mode == "replay"
-        for p in HIST_PHASES:
-            self.query_one(f"#h-{p}", Histogram).border_title = p
-        self.query_one("#barrier").display = False
-        self.query_one("#barrier").border_title = "capacity barrier"
-        self.query_one("#failures").border_title = "failures"
+        self.position_line.display = self.mode == "replay"
         self.set_interval(REFRESH_S, self.redraw)
-        self._check_size()
+        self.on_resize()
         if self.mode == "replay":
             self.start_replay()
         elif self.engine_argv is None and self.recording is not None:
@@ -197,8 +214,7 @@ class MonitorScreen(Screen[None]):
         self.events = []
         self.drawn_version = -1
         self.ended = False
-        self.query_one(CellTable).clear()
-        self.query_one(CellTable)._shown = {}
+        self.cells.reset()
         self.replay = ReplayFeed(self.recording, self.ingest, self.start_speed)
         self.run_worker(self._run_replay(self.replay), name="replay", exclusive=True, group="feed")
 
@@ -206,12 +222,13 @@ class MonitorScreen(Screen[None]):
         await feed.run()
         self.post_message(FeedEnded(0))
 
-    def _log_line(self, line: str) -> None:
-        self.post_message(Log(line))
-
     async def _run_engine(self) -> None:
         assert self.engine_argv is not None
-        self.engine = EngineFeed(self.engine_argv, self.ingest, self._log_line)
+
+        def log(line: str) -> None:
+            self.post_message(Log(line))
+
+        self.engine = EngineFeed(self.engine_argv, self.ingest, log)
         try:
             rc = await self.engine.run()
         except OSError as exc:
@@ -234,9 +251,7 @@ class MonitorScreen(Screen[None]):
             elif self.record_path:
                 self.notify(f"recording: {self.record_path}  (r: replay, c: compare)")
                 if self.compare_with and not self.quitting:
-                    from rtax_tui.ui.compare import CompareScreen
-
-                    self.app.push_screen(CompareScreen(self.compare_with, self.record_path))
+                    self.post_message(OpenCompare(self.compare_with, self.record_path))
             if self.quitting:
                 self.app.exit(msg.returncode, return_code=msg.returncode or 0)
 
@@ -246,17 +261,12 @@ class MonitorScreen(Screen[None]):
 
     # -- drawing ------------------------------------------------------------------
     def on_resize(self) -> None:
-        self._check_size()
-
-    def _check_size(self) -> None:
+        """Too small a terminal: a note instead of the screen (its class `too-small`)."""
         w, h = self.app.size
-        small = w < 80 or h < 24
+        small = w < MIN_SIZE[0] or h < MIN_SIZE[1]
         self.set_class(small, "too-small")
         if small:
-            self.query_one("#too-small", Static).update(
-                f"The terminal is {w}×{h}; rtax's console needs at least 80×24.\n"
-                "Enlarge the window, or press q to quit."
-            )
+            self.query_one(TooSmallNote).show(w, h)
 
     def redraw(self, force: bool = False) -> None:
         st = self.state
@@ -266,61 +276,23 @@ class MonitorScreen(Screen[None]):
         self.frame_times.append(time.monotonic())
         self.drawn_version = st.version
         with self.app.batch_update():
-            table = self.query_one(CellTable)
+            table = self.cells
             table.update_from(st)
             # as tall as its rows, up to 40% of the screen: the histograms get the rest
-            # (+1 header, +1 the horizontal scrollbar of narrow terminals)
-            rows = min(table.row_count + 2, max(4, int(self.size.height * 0.4)))
-            if table.styles.height is None or table.styles.height.value != rows:
-                table.styles.height = rows
-            self._draw_hists(table.selected_cell)
-            barrier = self.query_one("#barrier", BarrierView)
-            if st.is_capacity:
-                barrier.display = True
-                barrier.update_from(st)
-            self.query_one("#failures", FailureLog).update_from(st)
-            self.query_one("#progress", Static).update(progress_text(st, self._status_extra()))
+            table.fit_height(max(4, int(self.size.height * 0.4)))
+            cell = table.selected_cell
+            self.panel.draw(st, cell, self.log_axis)
+            self.selected_line.show(cell)
+            extra = (
+                engine_note(self.engine, self.ended, self.returncode, st, self.log_lines)
+                if self.mode == "run"
+                else ""
+            )
+            self.progress_line.show(st, extra)
             if self.replay is not None:
-                feed = self.replay
-                speed = "max" if feed.speed is None else f"{feed.speed:g}×"
-                label = f"{'paused' if feed.paused else 'playing'} {speed}"
-                if feed.done:
-                    label = "end"
-                pos = self.query_one("#position", Static)
-                pos.update(position_text(feed.t_ns, feed.end_t_ns, self.size.width, label))
+                self.position_line.show(self.replay, self.size.width)
 
-    def _status_extra(self) -> str:
-        if self.mode == "run":
-            eng = self.engine
-            if self.ended:
-                rc = self.returncode
-                return f"engine exited ({rc})" if rc not in (0, 130) else ""
-            if eng is not None and eng.stopping:
-                return "stopping: tearing down"
-            if eng is not None and eng.paused:
-                return "paused"
-            if self.state.header is None and self.log_lines:
-                return self.log_lines[-1][:80]
-        return ""
-
-    def _draw_hists(self, cell: str | None) -> None:
-        st = self.state
-        cs = st.cells.get(cell) if cell else None
-        for p in HIST_PHASES:
-            h = self.query_one(f"#h-{p}", Histogram)
-            if cs is None:
-                h.set_data((), None, None, (), self.log_axis)
-                h.border_title = p
-                continue
-            ps = cs.phases[p]
-            p50, p95 = ps.percentiles_ms(exact=st.status is not None)
-            others = [v for c, v in st.medians_ms(p).items() if c != cell]
-            h.set_data(ps.counts, p50, p95, others, self.log_axis)
-            h.border_title = f"{p}  P50 {fmt_ms(p50)}  P95 {fmt_ms(p95)}  n={len(ps)}"
-        sel = f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)" if cell else ""
-        self.query_one("#selected", Static).update(styled(sel))
-
-    @on(DataTable.RowHighlighted)
+    @on(CellTable.RowHighlighted)
     def _row(self) -> None:
         self.redraw(force=True)
 
@@ -346,16 +318,11 @@ class MonitorScreen(Screen[None]):
             self.notify("stopping: trials in flight are torn down; the recording is kept")
         self.redraw(force=True)
 
-    def _move(self, delta: int) -> None:
-        table = self.query_one(CellTable)
-        if table.row_count:
-            table.move_cursor(row=(table.cursor_row + delta) % table.row_count)
-
     def action_next_cell(self) -> None:
-        self._move(1)
+        self.cells.move_selection(1)
 
     def action_prev_cell(self) -> None:
-        self._move(-1)
+        self.cells.move_selection(-1)
 
     def action_toggle_log(self) -> None:
         self.log_axis = not self.log_axis
@@ -371,7 +338,8 @@ class MonitorScreen(Screen[None]):
             self.replay.step()
             self.redraw(force=True)
 
-    def _recording_path(self) -> str | None:
+    def recording_file(self) -> str | None:
+        """The recording this screen shows (a run: once the engine wrote it)."""
         if self.mode == "replay":
             return self.recording.path if self.recording else None
         return self.record_path
@@ -387,10 +355,10 @@ class MonitorScreen(Screen[None]):
         if not path or not Path(path).exists():
             self.notify("no recording was written", severity="error")
             return
-        open_replay(self.app, path)
+        self.post_message(OpenReplay(path))
 
     def action_compare(self) -> None:
-        path = self._recording_path()
+        path = self.recording_file()
         if not path or not Path(path).exists():
             self.notify("no recording to compare yet", severity="error")
             return
@@ -398,9 +366,7 @@ class MonitorScreen(Screen[None]):
 
         def chosen(other: str | None) -> None:
             if other:
-                from rtax_tui.ui.compare import CompareScreen
-
-                self.app.push_screen(CompareScreen(path, other))
+                self.post_message(OpenCompare(path, other))
 
         self.app.push_screen(PickRecording(exclude=path), chosen)
 
@@ -410,7 +376,7 @@ class MonitorScreen(Screen[None]):
             return
         from rtax_tui.ui.modals import ProjectPanel
 
-        rec = Recording(self._recording_path() or "-", self.state.header, list(self.events[1:]))
+        rec = Recording(self.recording_file() or "-", self.state.header, list(self.events[1:]))
         self.app.push_screen(ProjectPanel(rec))
 
     def action_boundary(self) -> None:
@@ -427,7 +393,7 @@ class MonitorScreen(Screen[None]):
         if self.state.header is None:
             self.notify("nothing recorded yet", severity="warning")
             return
-        rec = Recording(self._recording_path() or "console", self.state.header, self.events[1:])
+        rec = Recording(self.recording_file() or "console", self.state.header, self.events[1:])
 
         def draw() -> None:
             from rtax_tui.render.plots import plot_view
@@ -456,15 +422,19 @@ class MonitorScreen(Screen[None]):
             return
         if self.replay is not None:
             self.workers.cancel_group(self, "feed")
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            rc = (self.returncode or 0) if self.mode == "run" else 0
-            self.app.exit(rc, return_code=rc)
+        self.dismiss((self.returncode or 0) if self.mode == "run" else 0)
 
     async def wait_idle(self) -> None:  # used by tests and the bench
         while not self.ended:
             await asyncio.sleep(0.02)
+
+
+def a_run_is_going(screens: Iterable[Screen[Any]]) -> bool:
+    """Whether one of `screens` runs the engine (two runs at once would each disturb
+    the other's figures)."""
+    return any(
+        isinstance(s, MonitorScreen) and s.engine is not None and s.engine.running for s in screens
+    )
 
 
 def load_replay(path: str) -> Recording:
@@ -480,7 +450,7 @@ def replay_screen(path: str, speed: float | None = 1.0) -> MonitorScreen:
     )
 
 
-def open_replay(app: App[object], path: str) -> None:
+def open_replay(app: App[Any], path: str) -> None:
     try:
         screen = replay_screen(path)
     except Exception as exc:

@@ -102,6 +102,29 @@ class WorkLine(Static):
         elif not self._busy:
             self.update(styled(("✗", "red"), f" {self._failure}"))
 
+    async def follow(self, what: str, argv: list[str], fix: str) -> bool:
+        """Run `argv` (in a worker), its lines as news; True when it exits 0, else its
+        last words and `fix` (what to do) stay on the line."""
+        self.start(what)
+        last: dict[str, str] = {}
+
+        def news(stream: str) -> Callable[[str], None]:
+            def said(text: str) -> None:
+                last[stream] = text
+                self.news(text)
+
+            return said
+
+        rc = await stream_command(argv, news("out"), news("err"))
+        if rc == 0:
+            self.finish(f"{what}: done")
+            return True
+        # its last words are its last line on stderr (the error), else on stdout: the two
+        # pipes are read side by side, so which one's last line comes last is chance
+        why = last.get("err") or last.get("out") or f"exit {rc}"
+        self.finish(f"{what} failed (exit {rc}): {why} — {fix}", ok=False)
+        return False
+
     def _tick(self) -> None:
         if self._busy:
             self._frame = (self._frame + 1) % len(SPINNER)

@@ -60,6 +60,23 @@ class CellTable(DataTable[str | Text]):
                         self.update_cell(cid, col, v)
             self._shown[cid] = key
 
+    def reset(self) -> None:
+        """No rows (a replay starting again)."""
+        self.clear()
+        self._shown = {}
+
+    def move_selection(self, delta: int) -> None:
+        """Select the cell `delta` rows on, round the end."""
+        if self.row_count:
+            self.move_cursor(row=(self.cursor_row + delta) % self.row_count)
+
+    def fit_height(self, most: int) -> None:
+        """As tall as its rows, up to `most` lines (+1 the header, +1 the horizontal
+        scrollbar of narrow terminals)."""
+        rows = min(self.row_count + 2, most)
+        if self.styles.height is None or self.styles.height.value != rows:
+            self.styles.height = rows
+
     def _fit(self, name: str | Text) -> None:
         """Widen the cell column for a long name (ssh hosts, a fidelity) before it shows."""
         col = self.columns[ColumnKey("cell")]
