@@ -120,6 +120,35 @@ async def _doctor(
     return out
 
 
+def driver_problems(drivers: list[str]) -> dict[str, str]:
+    """Why each of `drivers` cannot run on this machine (the checks `rtax doctor` makes),
+    one line each; a driver that can is left out. `rtax reproduce` decides with it."""
+    from rtax_tui.engine.runner import remote_aware_check  # deferred: see the top
+
+    async def check(name: str) -> list[Problem]:
+        try:
+            drv = get_driver(name, LocalHost())
+            return await asyncio.wait_for(remote_aware_check("local", drv), 60)
+        except Exception as exc:  # a broken check is itself a finding
+            return [Problem(f"the check failed: {exc}", "report this as a bug")]
+
+    async def all_of() -> dict[str, str]:
+        out = {}
+        for name in drivers:
+            probs = await check(name)
+            if probs:
+                out[name] = "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs)
+        return out
+
+    subreaper.enable_from_env()  # the checks start processes: none outlives them
+    reaper.start()
+    try:
+        return asyncio.run(all_of())
+    finally:
+        reaper.stop()
+        subreaper.disable()
+
+
 def run_doctor(args: argparse.Namespace | None = None) -> int:
     from rich.table import Table  # deferred: see the top
 
