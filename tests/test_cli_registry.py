@@ -11,8 +11,8 @@ from rtax_tui.commands import cli
 from rtax_tui.commands.command import Command
 
 ORDER = (
-    "run", "replay", "home", "report", "compare", "history", "project", "probe", "traj", "plot",
-    "serve", "doctor", "assets", "images", "cleanup",
+    "run", "replay", "home", "report", "compare", "history", "project", "reproduce", "probe",
+    "traj", "plot", "serve", "doctor", "assets", "images", "cleanup",
 )  # fmt: skip
 
 
@@ -23,8 +23,8 @@ def test_help_lists_the_commands_in_their_order(capsys: pytest.CaptureFixture[st
     assert exc.value.code == 0
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ")]
-    assert tuple(listed) == ORDER
-    assert "    cleanup   remove leftovers of earlier runs\n" in out
+    assert tuple(listed) == ORDER  # each command's name and help on one line
+    assert "    cleanup    remove leftovers of earlier runs\n" in out
 
 
 @pytest.mark.parametrize("argv", [[n] for n in ORDER] + [["traj", "inspect"], ["traj", "prepare"]])

@@ -32,7 +32,7 @@ from rtax_tui.analysis.pool_report import (
     pooled_project_inputs,
 )
 from rtax_tui.analysis.precision_report import precision_document
-from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Report
+from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, PhaseSummary, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.analysis.traj_report import prep_document
 from rtax_tui.model.arrivals import arrival_of
@@ -210,6 +210,14 @@ def cell_samples(rec: Recording) -> dict[str, tuple[dict[str, Any], dict[str, np
     made of, counted by the same rule (`rtax history` takes each run's P50 from them)."""
     cells, _ = _collect(rec)
     return {name: (cd.meta, cd.samples) for name, cd in cells.items()}
+
+
+def startup_figures(rec: Recording, *, seed: int = 0) -> dict[str, PhaseSummary]:
+    """Per cell, its cold start: create + ready of each measured trial (a pooled cell's
+    acquire), summarized as a phase is: what `rtax compare` and the cold-start plot
+    call start-up, and what `rtax reproduce` compares with a study's cold start."""
+    cells, _ = _collect(rec)
+    return {name: summarize(cd.startup, seed=seed) for name, cd in cells.items()}
 
 
 def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) -> None:

@@ -22,6 +22,7 @@ from rtax_tui.commands import (
     project,
     replay,
     report,
+    reproduce,
     run,
     serve,
     traj_cli,
@@ -76,6 +77,7 @@ COMMANDS: tuple[Command, ...] = (
     compare.COMMAND,
     history_cli.COMMAND,
     project.COMMAND,
+    reproduce.COMMAND,
     probe.COMMAND,
     traj_cli.COMMAND,
     plot_cli.COMMAND,
@@ -90,13 +92,26 @@ BY_NAME = {c.name: c for c in COMMANDS}
 DEFAULT = Command("", "", lambda p: None, run.run, load=run.load)
 
 
+class _CommandsFormatter(argparse.RawDescriptionHelpFormatter):
+    """The commands' help column past the longest name: argparse (3.11) measures the
+    names two columns short of where it draws them, so `reproduce` had its help on the
+    next line."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action._get_subactions():
+                width = len(self._format_action_invocation(sub)) + self._current_indent + 2
+                self._action_max_length = max(self._action_max_length, width)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rtax",
         description="Measure the rollout infrastructure tax of execution substrates, "
         "phase by phase (create, ready, actions, teardown, orchestration).",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_CommandsFormatter,
     )
     p.add_argument("--version", action="version", version=f"rtax {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

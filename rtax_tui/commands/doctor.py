@@ -123,6 +123,35 @@ async def _doctor(
     return out, kvm_said
 
 
+def driver_problems(drivers: list[str]) -> dict[str, str]:
+    """Why each of `drivers` cannot run on this machine (the checks `rtax doctor` makes,
+    within the engine's session as doctor's: the reaper up while checks start
+    processes), one line each; a driver that can is left out. `rtax reproduce` decides
+    with it."""
+    from rtax_tui.engine import evloop
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.engine.runner import opened, remote_aware_check  # deferred: see the top
+
+    async def all_of() -> dict[str, str]:
+        out: dict[str, str] = {}
+        profile = Profile(name="doctor", path="command line", hosts=("local",), drivers=())
+        async with opened(profile, ready=False) as session:
+            host = session.hosts.get("local")
+            for name in drivers:
+                try:
+                    if host is None:
+                        raise RtaxError("this machine could not be reached")
+                    drv = get_driver(name, host)
+                    probs = await asyncio.wait_for(remote_aware_check("local", drv), 60)
+                except Exception as exc:  # a broken check is itself a finding
+                    probs = [Problem(f"the check failed: {exc}", "report this as a bug")]
+                if probs:
+                    out[name] = "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs)
+        return out
+
+    return evloop.run(all_of())
+
+
 def run_doctor(args: argparse.Namespace | None = None) -> int:
     from rich.table import Table  # deferred: see the top
 

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 COMMAND = Command(
     "probe",
-    "measure what each driver keeps out, from inside its environments",
+    "measure what each driver keeps out, from inside",
     add_arguments,
     run,
     description="rtax probe: measure each driver's boundary from inside.",

@@ -88,7 +88,7 @@ def command(check: Callable[[list[str]], None]) -> Command:
     whole parser, which holds this command)."""
     return Command(
         "serve",
-        "the console in a browser (textual-serve), on loopback by default",
+        "the console in a web browser, on loopback by default",
         add_arguments,
         lambda args, argv: run_serve(args, check),
         description="rtax serve: the console in a web browser.",

@@ -112,8 +112,6 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
     # deferred: the preparation, the statistics and their tables, 91 ms of imports that
     # `rtax --help` does not make
     from rtax_tui.analysis.report import build_report
-    from rtax_tui.engine.session import new_run_id
-    from rtax_tui.engine.traj.prepare import plan_tasks, run_prepare
     from rtax_tui.render.reporting import out_console
     from rtax_tui.render.traj_render import render_prep
 
@@ -128,8 +126,50 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
         if out.is_symlink() and not out.exists():
             raise RtaxError(f"-o {out}: a symbolic link that points nowhere; name another file")
         raise RtaxError(f"{out}: exists; name another recording with -o")
+    result = write_prepare(
+        out,
+        args.paths,
+        repeat=args.repeat,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        max_prefixes=args.max_prefixes,
+        mode=args.mode,
+        workspace=workspace,
+        argv=argv,
+    )
+    report = build_report(read_recording(out))
+    if args.format == "json":
+        output.print_json({"recording": str(out), **report["prep"], "run_end": result})
+    else:
+        console = out_console()
+        console.print(render_prep(report["prep"]))
+        console.print(f"{result['samples']} samples; recording: {out}")
+    if not result["unchanged"]:
+        print("rtax: error: the inputs or the workspace changed while preparing", file=sys.stderr)
+        return 1
+    return 0
+
+
+def write_prepare(
+    out: Path,
+    inputs: list[str],
+    *,
+    repeat: int,
+    shuffle: bool,
+    seed: int,
+    max_prefixes: int,
+    mode: str = "file",
+    workspace: Path | None = None,
+    argv: list[str],
+) -> dict[str, Any]:
+    """`rtax traj prepare`'s run: the recording `out` of `prep` events, published only
+    when whole; its result (`run_end.prep`). `rtax reproduce` runs it too."""
+    # deferred: the preparation, 91 ms of imports that `rtax --help` does not make
+    from rtax_tui.engine.session import new_run_id
+    from rtax_tui.engine.traj.prepare import plan_tasks, run_prepare
+
     # every input is read once before the recording exists: a bad file fails here
-    tasks, _ = plan_tasks(args.paths, args.repeat, args.shuffle, args.seed, args.max_prefixes)
+    tasks, _ = plan_tasks(inputs, repeat, shuffle, seed, max_prefixes)
     # written under a temporary name, linked to `out` only when whole (run_end written)
     try:
         writer = RecordingWriter.open(out, publish="explicit")
@@ -144,27 +184,27 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
                 "format": FORMAT,
                 "run_id": new_run_id(),
                 "started_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                "seed": args.seed,
+                "seed": seed,
                 "argv": argv,
                 "profile": {
                     "name": "traj-prepare",
-                    "paths": args.paths,
-                    "repeat": args.repeat,
-                    "shuffle": args.shuffle,
-                    "max_prefixes": args.max_prefixes,
-                    "mode": args.mode,
-                    "workspace": args.workspace,
+                    "paths": inputs,
+                    "repeat": repeat,
+                    "shuffle": shuffle,
+                    "max_prefixes": max_prefixes,
+                    "mode": mode,
+                    "workspace": None if workspace is None else str(workspace),
                 },
                 "hosts": {"local": _facts()},
             }
         )
         result = run_prepare(
-            args.paths,
-            repeat=args.repeat,
-            shuffle=args.shuffle,
-            seed=args.seed,
-            max_prefixes=args.max_prefixes,
-            mode=args.mode,
+            inputs,
+            repeat=repeat,
+            shuffle=shuffle,
+            seed=seed,
+            max_prefixes=max_prefixes,
+            mode=mode,
             workspace=workspace,
             emit=writer.write,
             clock0=t0,
@@ -189,17 +229,7 @@ def _prepare(args: argparse.Namespace, argv: list[str]) -> int:
         raise paths.path_error("-o", out, exc) from None
     finally:
         writer.close()  # unpublished (a failure, a signal): its temporary file is removed
-    report = build_report(read_recording(out))
-    if args.format == "json":
-        output.print_json({"recording": str(out), **report["prep"], "run_end": result})
-    else:
-        console = out_console()
-        console.print(render_prep(report["prep"]))
-        console.print(f"{result['samples']} samples; recording: {out}")
-    if not result["unchanged"]:
-        print("rtax: error: the inputs or the workspace changed while preparing", file=sys.stderr)
-        return 1
-    return 0
+    return result
 
 
 def _facts() -> dict[str, Any]:

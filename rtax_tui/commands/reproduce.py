@@ -1,0 +1,216 @@
+"""`rtax reproduce [STUDY]`: a published study's experiments run here, its figures beside
+ours. The figures and the experiment of each are data (`rtax_tui/data/studies/`,
+`analysis/studies.py`); the runs are `rtax run`'s and `rtax traj prepare`'s own, called
+in this process; what cannot run here (`rtax doctor`'s checks) is a row that says why."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rtax_tui.commands.command import Command
+from rtax_tui.model.spec import RtaxError
+
+if TYPE_CHECKING:
+    from rtax_tui.analysis.studies import Experiment, Study
+
+SIZES = ("quick", "full")
+
+EPILOG = """\
+studies (rtax_tui/data/studies/*.toml, each figure with its source):
+  pvisor   pVisor's executor analysis: capacity, completion, ready, prefix preparation
+  paper    "The Rollout Infrastructure Tax in Coding-Agent RL" (arXiv 2607.01415):
+           T0/T1/T2 cold-start spread, projection table
+
+--size quick (each study well under 15 minutes on a 2-core machine):
+  pvisor: completion T2 5 trials + 1 warm-up per driver; ready T0 shell 20 + 3;
+          capacity 1 batch per size (16, 32); prefix preparation 3 repeats, 20 prefixes
+          (about 30 s here with stage alone; with VMs under TCG, minutes more)
+  paper:  T0, T1, T2 5 trials + 1 warm-up per driver (about 30 s on local and stage)
+--size full: the study's own counts (pvisor: 60 trials + 3 warm-ups, 5 batches,
+  3 repeats; paper: 100 trials + 3 warm-ups); long: hours with VMs under TCG
+
+Writes reproduce-<study>-<UTC time>/ (under --root): each experiment's recording,
+report.md and report.json (format rtax-reproduce/1). Progress on stderr.
+
+examples:
+  rtax reproduce                      the studies, their tables and rows
+  rtax reproduce pvisor --size quick
+  rtax reproduce paper --size quick --driver local,stage
+"""
+
+
+def _csv(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _size(value: str) -> str:
+    if value not in SIZES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(SIZES)}, got {value!r}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", nargs="?", help="pvisor or paper; none: list what can be reproduced")
+    p.add_argument("--size", type=_size, default="quick", help="quick (default) or full")
+    p.add_argument(
+        "--driver",
+        type=_csv,
+        metavar="D,..",
+        help="only these drivers (the others' rows say they were left out)",
+    )
+    p.add_argument(
+        "--root",
+        default=".",
+        metavar="DIR",
+        help="where reproduce-<study>-<time>/ is made (default .)",
+    )
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    # deferred: the studies, the engine's run and the tables, imports `rtax --help` skips
+    from rtax_tui.analysis.studies import load_study, study_names
+
+    if args.study is None:
+        return _list([load_study(n) for n in study_names()])
+    study = load_study(args.study)
+    return reproduce(study, args.size, args.driver, Path(args.root), argv)
+
+
+def _list(studies: list[Study]) -> int:
+    from rtax_tui.analysis.studies import published_text
+    from rtax_tui.render.reporting import out_console
+
+    out = out_console()
+    for s in studies:
+        out.print(f"{s.name}: {s.title}", markup=False, highlight=False)
+        out.print(f"  source: {s.source}", markup=False, highlight=False)
+        for t in s.tables:
+            out.print(f"  {t.title}", markup=False, highlight=False)
+            for r in (r for r in s.rows if r.table == t.id):
+                e = s.experiments[r.experiment]
+                how = "rtax " + " ".join(e.flags("quick")) if e.flags("quick") else e.why or e.what
+                out.print(f"    {r.label}: {published_text(r)}  <- {how}", markup=False,
+                          highlight=False, soft_wrap=True)  # fmt: skip
+    return 0
+
+
+def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv: list[str]) -> int:
+    """Runs the study's experiments, then writes and prints its tables."""
+    import orjson
+
+    from rtax_tui.analysis.studies import Results, reproduce_document
+    from rtax_tui.commands.doctor import driver_problems
+    from rtax_tui.model.recording import read_recording
+    from rtax_tui.render.reporting import out_console
+    from rtax_tui.render.reproduce_render import render_reproduce, reproduce_markdown
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out_dir = root / f"reproduce-{study.name}-{stamp}"
+    try:
+        out_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise RtaxError(f"{out_dir}: already exists") from None
+    except OSError as exc:
+        raise RtaxError(f"--root {root}: cannot make {out_dir.name} ({exc.strerror})") from None
+    wanted = sorted({d for e in study.experiments.values() for d in e.drivers})
+    res = Results()
+    for d in wanted:
+        if only is not None and d not in only:
+            res.drivers_out[d] = "left out by --driver"
+    _say(f"reproduce {study.name} ({size}): checking drivers (rtax doctor's checks)")
+    res.drivers_out.update(driver_problems([d for d in wanted if d not in res.drivers_out]))
+    todo = [e for e in study.experiments.values() if e.kind in ("run", "prepare")]
+    started = time.monotonic_ns()
+    status = 0
+    for i, exp in enumerate(todo, 1):
+        path = out_dir / f"{exp.id}.jsonl"
+        _say(f"[{i}/{len(todo)}] {exp.id}: {exp.what}")
+        try:
+            rc = _run_experiment(exp, size, res.drivers_out, path, argv)
+        except RtaxError as exc:
+            res.not_run[exp.id] = str(exc)
+            _say(f"[{i}/{len(todo)}] {exp.id}: not run: {exc}")
+            continue
+        if path.exists():
+            res.recordings[exp.id] = read_recording(path)
+        if rc == 130:
+            res.not_run[exp.id] = "interrupted"
+            status = 130
+            break
+    doc = reproduce_document(study, res, size)
+    doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
+    doc["directory"] = str(out_dir)
+    (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
+    console = out_console()
+    for table in render_reproduce(doc):
+        console.print(table)
+    print(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)", file=sys.stderr)
+    return status
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_experiment(
+    exp: Experiment, size: str, drivers_out: dict[str, str], path: Path, argv: list[str]
+) -> int:
+    """One experiment through rtax's own machinery, recorded at `path`; RtaxError: why
+    it could not run here."""
+    from rtax_tui.analysis.studies import studies_dir
+
+    counts = exp.counts.get(size, {})
+    if exp.kind == "prepare":
+        from rtax_tui.commands.traj_cli import write_prepare
+
+        checkout = studies_dir().parent.parent.parent
+        inputs = [str(checkout / p) for p in exp.paths]
+        missing = [p for p in inputs if not Path(p).exists()]
+        if missing:
+            raise RtaxError(f"{missing[0]}: not here (the trajectories ship with a checkout)")
+        write_prepare(
+            path,
+            inputs,
+            repeat=counts.get("repeat", 3),
+            shuffle=True,
+            seed=0,
+            max_prefixes=counts.get("max_prefixes", 20),
+            argv=argv,
+        )
+        return 0
+    from rtax_tui.commands.headless import run_headless
+    from rtax_tui.engine.profile import load_profile, resolve_profile_path
+
+    drivers = [d for d in exp.drivers if d not in drivers_out]
+    if not drivers:
+        raise RtaxError("no driver of this experiment works here")
+    profile = load_profile(resolve_profile_path(str(exp.profile))).with_overrides(
+        drivers=drivers,
+        workloads=list(exp.workloads) or None,
+        channels=list(exp.channels) or None,
+        trials=counts.get("trials"),
+        warmup=counts.get("warmup"),
+    )
+    if exp.sizes:
+        profile = profile.with_sizes(exp.sizes)
+    if "batches" in counts and profile.capacity is not None:
+        profile = replace(profile, capacity=replace(profile.capacity, batches=counts["batches"]))
+    return run_headless(profile, str(path), argv, quiet=True)
+
+
+COMMAND = Command(
+    "reproduce",
+    "run a published study's experiments here, ours beside theirs",
+    add_arguments,
+    run,
+    epilog=EPILOG,
+)

@@ -1,0 +1,65 @@
+"""`rtax reproduce`'s tables: a study's published figures beside ours, in the terminal
+(Rich) and in Markdown (`report.md`, every text through `md_table`'s escaping)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from rtax_tui.render.tables import Code, md_escape, md_table
+
+HEADERS = ["row", "published", "ours", "ours / published", "conditions that differ"]
+
+
+def _ratio(row: dict[str, Any]) -> str:
+    r = row["ratio"]
+    if r is None:
+        return "-"
+    return f"{r:.2f}x" + (" (more than 2x)" if row["far"] else "")
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    differs = row["verdict"] if row["far"] else "; ".join(row["differs"])
+    published = row["published_text"] + (f" ({row['note']})" if row.get("note") else "")
+    return [row["label"], published, row["ours_text"], _ratio(row), differs or "-"]
+
+
+def render_reproduce(doc: dict[str, Any]) -> list[Table]:
+    """One Rich table per published table."""
+    out = []
+    for t in doc["tables"]:
+        table = Table(*HEADERS, title=f"{doc['study']}: {t['title']}", caption=t["conditions"])
+        for row in t["rows"]:
+            table.add_row(*_cells(row), style="yellow" if row["far"] else None)
+        out.append(table)
+    return out
+
+
+def reproduce_markdown(doc: dict[str, Any]) -> str:
+    """`report.md`: the study, its source, each table with ours beside it, and the rtax
+    command of each experiment."""
+    lines = [
+        f"# rtax reproduce {md_escape(doc['study'])}: {md_escape(doc['title'])}",
+        "",
+        f"Source: {md_escape(doc['source'])}. Size: {md_escape(doc['size'])}.",
+        "",
+        "Ours is the P50 with its 95% bootstrap interval and n, from the recordings in this "
+        "directory (`rtax report` on each shows the same). A ratio is not a like-for-like "
+        "claim where the conditions differ: each row names what differs.",
+    ]
+    for t in doc["tables"]:
+        lines += ["", f"## {md_escape(t['title'])}", "", f"Study's conditions: "
+                  f"{md_escape(t['conditions'])}.", ""]  # fmt: skip
+        lines.append(md_table(HEADERS, [_cells(r) for r in t["rows"]]))
+    lines += ["", "## Experiments", ""]
+    rows = []
+    for eid, e in doc["experiments"].items():
+        how = Code("rtax " + " ".join(e["rtax"])) if e["rtax"] else (e["why"] or e["kind"])
+        why = doc["not_run"].get(eid, "")
+        rows.append([eid, e["what"], how, why or "-"])
+    lines.append(md_table(["experiment", "what", "rtax", "not run because"], rows))
+    if doc["drivers_out"]:
+        lines += ["", "## Drivers that cannot run here", ""]
+        lines.append(md_table(["driver", "why"], [[d, w] for d, w in doc["drivers_out"].items()]))
+    return "\n".join(lines) + "\n"
