@@ -9,18 +9,16 @@ Each test failed on the code as it was and names the rule that now holds.
 from __future__ import annotations
 
 import os
-import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-import pytest
-
 from rtax_tui.analysis import noise_report
 from rtax_tui.analysis.report import report_file
+from rtax_tui.hosts.noise import Snapshot, sample
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_noise import _noise, _recording  # noqa: E402
@@ -58,3 +56,70 @@ def test_each_sample_is_read_once_however_many_cells_the_host_has(tmp_path, monk
     got = {c["cell"]: c["noise"] for c in rep["cells"]}
     assert got["local/local/w0/exec"]["kinds"] == {"other_cpu": 0.25}  # 3 of its 12 trials
     assert not any(got[f"local/local/w{i}/exec"]["unstable"] for i in range(1, 8))
+
+
+# a process whose children no one reaps (SIGCHLD ignored: the kernel reaps them at exit,
+# and their CPU time is added to no parent's); each burns BURN_S of CPU, one after another
+AUTOREAP = """
+import os, signal, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+sys.stdin.readline()
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        t = time.process_time()
+        while time.process_time() - t < float(sys.argv[2]):
+            pass
+        os._exit(0)
+    while True:  # the child gone (reaped by the kernel), then the next
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        time.sleep(0.01)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    f = stat[stat.rfind(b")") + 2 :].split()
+    return int(f[11]) + int(f[12])
+
+
+def test_an_environments_unreaped_children_are_its_own_cpu_not_other_processes():
+    """An environment that ignores SIGCHLD and does its work in short children: the
+    kernel reaps them and adds their CPU time to no parent, so a count of rtax's tree
+    (the sampler's `own`) lost it and the sample blamed it on "other processes", its
+    cell (or, timed, another's) "may be unstable" at the environment's will. Other
+    processes' CPU is now what processes outside rtax's tree were seen to use, and a
+    busy loop outside the tree is still theirs."""
+    env = subprocess.Popen(
+        [sys.executable, "-c", AUTOREAP, "4", "0.25"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert env.stdin is not None and env.stdout is not None
+        time.sleep(0.3)
+        hog0 = _ticks(hog.pid)
+        prev = Snapshot(env.pid)  # the environment as rtax's tree; the hog outside it
+        env.stdin.write("go\n")
+        env.stdin.flush()
+        assert env.stdout.readline() == "done\n"
+        cur = Snapshot(env.pid)
+        hogged = _ticks(hog.pid) - hog0
+    finally:
+        hog.kill()
+        hog.wait()
+        env.kill()
+        env.wait()
+    tck = os.sysconf("SC_CLK_TCK")
+    burned = int(4 * 0.25 * tck)
+    assert prev.cpu is not None and cur.cpu is not None
+    total = cur.cpu[2] - prev.cpu[2]
+    got = sample(prev, cur)
+    # the children's CPU is the tree's; the hog's is others' (the machine is shared:
+    # others' may add to either side, never take from it)
+    assert got["own"] * total >= 0.8 * burned, (got, total, burned)
+    assert got["other"] * total >= 0.8 * hogged, (got, total, hogged)
