@@ -16,6 +16,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+import pytest
+
 from rtax_tui.analysis import noise_report
 from rtax_tui.analysis.report import report_file
 from rtax_tui.hosts.noise import Snapshot, sample
@@ -123,3 +126,23 @@ def test_an_environments_unreaped_children_are_its_own_cpu_not_other_processes()
     # others' may add to either side, never take from it)
     assert got["own"] * total >= 0.8 * burned, (got, total, burned)
     assert got["other"] * total >= 0.8 * hogged, (got, total, hogged)
+
+
+@pytest.mark.parametrize("value", ["off", "false", "NO", " 0 "])
+def test_rtax_noise_off_in_any_of_its_spellings_leaves_the_sampler_out(tmp_path, value):
+    """`RTAX_NOISE=off` (or false, no, " 0 ") left the sampler on: only "0" was read,
+    while `RTAX_SUBREAPER` takes them all. One reading for every switch now."""
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[run]\ntrials = 2\nwarmup = 0\ndrivers = ["local"]\nworkloads = ["w"]\n'
+        'channels = ["exec"]\n[workloads.w]\nsteps = [{argv = ["sleep", "1.3"]}]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", "run", str(prof), "--headless", "-o", str(out)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "RTAX_NOISE": value},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    types = [orjson.loads(line)["type"] for line in out.read_bytes().splitlines()]
+    assert types.count("trial_end") == 2  # the run ran, 2.6 s of it
+    assert "noise" not in types
