@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,18 @@ def test_rtax_noise_off_in_any_of_its_spellings_leaves_the_sampler_out(tmp_path,
     types = [orjson.loads(line)["type"] for line in out.read_bytes().splitlines()]
     assert types.count("trial_end") == 2  # the run ran, 2.6 s of it
     assert "noise" not in types
+
+
+def test_a_huge_figure_is_averaged_without_overflow(tmp_path):
+    """Figures of 1e308 (finite: the format takes them) overflowed numpy's mean: a
+    RuntimeWarning on stderr and "CPU at inf C" in the report."""
+    cells = {"local/local/w/exec": [100_000_000] * 20}
+    noise = [_noise(s, temp_c=1e308, psi_memory=1e308) for s in (2.0, 3.0)]
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(_recording(cells, noise))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rep = report_file(path)
+    (cell,) = rep["cells"]
+    assert set(cell["noise"]["kinds"]) == {"heat", "memory"}
+    assert not any("inf" in r for r in cell["noise"]["reasons"]), cell["noise"]["reasons"]
