@@ -75,55 +75,77 @@ REASONS: tuple[tuple[str, Callable[[Mapping[str, Any]], float | None], Callable[
 )
 
 
+class Timeline:
+    """A host's samples in order, each kind's figure read once: what every cell of the
+    host is matched against. Built once per host, not per cell: a long run has a sample
+    a second (a day is 86,400) and a recording can hold a million, so a pass over the
+    samples per cell would cost cells x samples in Python."""
+
+    def __init__(self, samples: Sequence[Mapping[str, Any]]) -> None:
+        ordered = sorted(samples, key=lambda s: int(s["at_ns"]))
+        self.size = len(ordered)
+        self.end = np.asarray([s["at_ns"] for s in ordered], dtype=np.int64)
+        self.start = self.end - np.asarray([s["dur_ns"] for s in ordered], dtype=np.int64)
+        self.cpus = np.asarray([s["cpus"] for s in ordered], dtype=np.int64)
+        self.other = np.asarray([float(s.get("other", 0.0)) for s in ordered])
+        self.freq = np.asarray([float(s.get("freq_mhz", np.nan)) for s in ordered])
+        # kind -> (its figure per sample, NaN where not noisy; hits so far, from 0)
+        self.kinds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for kind, figure, _ in REASONS:
+            got = [figure(s) for s in ordered]
+            values = np.asarray([np.nan if v is None else float(v) for v in got])
+            hits = np.concatenate([[0], np.cumsum(~np.isnan(values))])
+            self.kinds[kind] = (values, hits)
+
+
 def stability(
-    starts: np.ndarray, durs: np.ndarray, samples: Sequence[Mapping[str, Any]]
+    starts: np.ndarray,
+    durs: np.ndarray,
+    samples: Timeline | Sequence[Mapping[str, Any]],
 ) -> dict[str, Any] | None:
     """A cell's stability from its measured trials (`starts`, `durs`: ns on the run's
-    clock) and its host's samples; None when no sample overlaps a trial."""
-    if not samples or starts.size == 0:
+    clock) and its host's samples (a `Timeline`, made once per host); None when no
+    sample overlaps a trial."""
+    tl = samples if isinstance(samples, Timeline) else Timeline(samples)
+    if tl.size == 0 or starts.size == 0:
         return None
     ends = starts + durs
-    samples = sorted(samples, key=lambda s: int(s["at_ns"]))
-    s_end = np.asarray([s["at_ns"] for s in samples], dtype=np.int64)
-    s_start = s_end - np.asarray([s["dur_ns"] for s in samples], dtype=np.int64)
     # the samples overlapping trial j: [lo[j], hi[j]) (windows follow each other); a
     # sample is seen when some trial's range holds it
-    lo = np.searchsorted(s_end, starts, side="right")
-    hi = np.maximum(np.searchsorted(s_start, ends, side="left"), lo)
-    marks = np.zeros(len(samples) + 1, dtype=np.int64)
+    lo = np.searchsorted(tl.end, starts, side="right")
+    hi = np.maximum(np.searchsorted(tl.start, ends, side="left"), lo)
+    marks = np.zeros(tl.size + 1, dtype=np.int64)
     np.add.at(marks, lo, 1)
     np.add.at(marks, hi, -1)
     seen = np.flatnonzero(np.cumsum(marks)[:-1] > 0)
     if seen.size == 0:
         return None
     n = int(starts.size)
-    cpus = int(samples[int(seen[0])]["cpus"])
+    cpus = int(tl.cpus[seen[0]])
     reasons: list[str] = []
     kinds: dict[str, float] = {}
-    for kind, figure, words in REASONS:
-        values = [figure(s) for s in samples]
-        hit = np.asarray([v is not None for v in values], dtype=np.int64)
-        hit_seen = hit[seen]
-        if not hit_seen.any():
+    for kind, _, words in REASONS:
+        values, hits = tl.kinds[kind]
+        noisy = values[seen]
+        noisy = noisy[~np.isnan(noisy)]
+        if noisy.size == 0:
             continue
-        cum = np.concatenate([[0], np.cumsum(hit)])
-        touched = int(np.count_nonzero(cum[hi] - cum[lo]))
+        touched = int(np.count_nonzero(hits[hi] - hits[lo]))
         share = touched / n
         if share < MIN_SHARE:
             continue
-        mean = float(np.mean([values[i] for i in seen[hit_seen > 0].tolist()]))
+        mean = float(np.sum(noisy / noisy.size))  # no overflow: each term <= the largest
         kinds[kind] = round(share, 3)
         reasons.append(f"{words(mean, cpus)} during {share * 100:.0f}% of this cell's trials")
-    freqs = [int(samples[i]["freq_mhz"]) for i in seen.tolist() if "freq_mhz" in samples[i]]
-    if freqs and min(freqs) > 0 and max(freqs) / min(freqs) > FREQ_SPREAD:
-        kinds["frequency"] = round(max(freqs) / min(freqs), 3)
-        reasons.append(
-            f"CPU clock varied {min(freqs) / 1000:.1f}-{max(freqs) / 1000:.1f} GHz over its trials"
-        )
-    other = [float(samples[i].get("other", 0.0)) for i in seen.tolist()]
+    freqs = tl.freq[seen]
+    freqs = freqs[~np.isnan(freqs)]
+    if freqs.size and freqs.min() > 0 and freqs.max() / freqs.min() > FREQ_SPREAD:
+        lo_f, hi_f = float(freqs.min()), float(freqs.max())
+        kinds["frequency"] = round(hi_f / lo_f, 3)
+        reasons.append(f"CPU clock varied {lo_f / 1000:.1f}-{hi_f / 1000:.1f} GHz over its trials")
     return {
         "samples": int(seen.size),
-        "other_cpu_max": round(max(other), 3),
+        "other_cpu_max": round(float(tl.other[seen].max()), 3),
         "unstable": bool(reasons),
         "kinds": kinds,
         "reasons": reasons,

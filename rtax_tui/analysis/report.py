@@ -24,7 +24,7 @@ import numpy as np
 
 from rtax_tui.analysis.image_report import image_document
 from rtax_tui.analysis.load_report import load_document
-from rtax_tui.analysis.noise_report import outliers, stability
+from rtax_tui.analysis.noise_report import Timeline, outliers, stability
 from rtax_tui.analysis.pool_report import (
     STARTUP_NOTE,
     pool_document,
@@ -535,11 +535,12 @@ def _noise_part(
     by_host: dict[str, list[dict[str, Any]]] = {}
     for ev in c.noises:
         by_host.setdefault(str(ev["host"]), []).append(ev)
+    timelines = {host: Timeline(evs) for host, evs in by_host.items()}  # once per host
     start_ns = np.asarray(c.start_ns, dtype=np.int64)
     out = {}
     for cd in c.cells.values():
-        mine = by_host.get(str(cd.meta.get("host")))
-        if not mine or cd.measured.size == 0:
+        mine = timelines.get(str(cd.meta.get("host")))
+        if mine is None or cd.measured.size == 0:
             continue
         got = stability(start_ns[cd.measured], cd.samples["total"], mine)
         if got is not None:

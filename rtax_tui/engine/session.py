@@ -39,6 +39,7 @@ from rtax_tui.hosts.hostfacts import local_facts
 from rtax_tui.hosts.noise import Noise
 from rtax_tui.model import events, runlock
 from rtax_tui.model.events import Emitter, Sink, SinkError
+from rtax_tui.model.inputs import switched_off
 from rtax_tui.model.spec import RtaxError, Workload
 
 if TYPE_CHECKING:  # the engine sits above the drivers and the hosts (pyproject's layers)
@@ -271,8 +272,9 @@ class Session:
     # -- noise ---------------------------------------------------------------------
     def _watch_noise(self) -> None:
         """Sample what skews timings on this machine (hosts.noise) beside the run, from
-        a process of its own, as `noise` events; `RTAX_NOISE=0` leaves it out."""
-        if os.environ.get("RTAX_NOISE", "1") == "0":
+        a process of its own, as `noise` events; `RTAX_NOISE=0` (or off, no, false)
+        leaves it out."""
+        if switched_off("RTAX_NOISE"):
             return
 
         def record(sample: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ the cores, a load above the core count, a CPU clocked down (a powersave governor
 steal time under a VM, memory pressure or swapping. The sampler reads them from /proc
 and /sys about once a second and writes one JSON line per sample to its stdout; the
 engine (`Noise`) turns each line into a `noise` event. It is a process of its own so
-that its reads of /proc (a walk of every process, for rtax's own CPU) cost the engine's
+that its reads of /proc (a walk of every process, for whose CPU is whose) cost the engine's
 event loop and the trials nothing but one short read a second.
 
 It ends with the run however the run ends: the engine closes its stdin (then it writes
@@ -59,13 +59,17 @@ def cpu_times() -> tuple[int, int, int] | None:
     return busy, steal, busy + idle + iowait + steal
 
 
-def tree_cpu(root: int) -> int:
-    """The CPU time (jiffies) of `root` and every process below it, the children they
-    have reaped included (utime + stime + cutime + cstime of each): rtax's own share.
-    One read of every /proc/<pid>/stat (raw `os` calls: a thousand environments are
+Key = tuple[int, int]  # a process: (pid, start time), so a pid used again is another
+
+
+def processes(root: int | None) -> tuple[dict[Key, int], set[Key]]:
+    """Every process's CPU time (jiffies: utime + stime + cutime + cstime, the children
+    it reaped included), and which of them are `root` and below it (rtax's tree). One
+    read of every /proc/<pid>/stat (raw `os` calls: a thousand environments are
     thousands of processes)."""
     parent: dict[int, int] = {}
-    ticks: dict[int, int] = {}
+    ticks: dict[Key, int] = {}
+    key: dict[int, Key] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -79,21 +83,42 @@ def tree_cpu(root: int) -> int:
             continue
         finally:
             os.close(fd)
-        rest = raw[raw.rfind(b")") + 2 :].split(b" ", 16)  # after the name (may hold spaces)
-        if len(rest) < 16:
+        rest = raw[raw.rfind(b")") + 2 :].split(b" ", 20)  # after the name (may hold spaces)
+        if len(rest) < 21:
             continue
         pid = int(d)
         parent[pid] = int(rest[1])
-        ticks[pid] = int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
+        key[pid] = (pid, int(rest[19]))
+        ticks[key[pid]] = int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
+    tree: set[Key] = set()
+    if root is None:
+        return ticks, tree
     children: dict[int, list[int]] = {}
     for pid, ppid in parent.items():
         children.setdefault(ppid, []).append(pid)
-    total, stack = 0, [root]
+    stack = [root]
     while stack:
         pid = stack.pop()
-        total += ticks.get(pid, 0)
+        if pid in key:
+            tree.add(key[pid])
         stack.extend(children.get(pid, ()))
-    return total
+    return ticks, tree
+
+
+def other_cpu(prev: Snapshot, cur: Snapshot) -> int:
+    """The CPU time (jiffies) processes outside rtax's tree were seen to use between two
+    snapshots: what each used since the first (all of it when it started since), less
+    what those gone had at the first (their parent's reaped-children time took it up).
+
+    "Other" is counted, and rtax's own share is the rest of the busy time, not the other
+    way round: a process that no one reaps (its parent ignores SIGCHLD) takes its CPU
+    time with it, so a count of rtax's tree loses what an environment's such children
+    used, and the environment's own work would be blamed on "other processes" (its cell
+    or another marked "may be unstable" at will). The CPU that no process shows
+    (interrupts, an unreaped process gone) is then rtax's, never others'."""
+    seen = sum(t - prev.ticks.get(k, 0) for k, t in cur.ticks.items() if k not in cur.tree)
+    gone = sum(t for k, t in prev.ticks.items() if k not in prev.tree and k not in cur.ticks)
+    return max(seen - gone, 0)
 
 
 def cpufreq() -> dict[str, Any]:
@@ -179,7 +204,7 @@ class Snapshot:
     def __init__(self, root: int | None) -> None:
         self.mono_ns = time.monotonic_ns()
         self.cpu = cpu_times()
-        self.own = tree_cpu(root) if root is not None else 0
+        self.ticks, self.tree = processes(root)
         self.swap = swap_pages()
 
 
@@ -191,10 +216,10 @@ def sample(prev: Snapshot, cur: Snapshot) -> dict[str, Any]:
         total = cur.cpu[2] - prev.cpu[2]
         if total > 0:
             busy = (cur.cpu[0] - prev.cpu[0]) / total
-            own = min(max(cur.own - prev.own, 0) / total, busy)
+            other = min(other_cpu(prev, cur) / total, busy)
             out["busy"] = round(busy, 4)
-            out["own"] = round(own, 4)
-            out["other"] = round(max(busy - own, 0.0), 4)
+            out["own"] = round(busy - other, 4)
+            out["other"] = round(other, 4)
             out["steal"] = round((cur.cpu[1] - prev.cpu[1]) / total, 4)
     load = load1()
     if load is not None:

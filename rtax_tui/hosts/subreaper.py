@@ -51,6 +51,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rtax_tui.model.inputs import switched_off
+
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 ENV = "RTAX_SUBREAPER"
@@ -100,7 +102,7 @@ def is_subreaper() -> bool:
 
 def wanted() -> bool:
     """Whether the environment leaves the subreaper on (`RTAX_SUBREAPER=0` turns it off)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "no", "off", "false")
+    return not switched_off(ENV)
 
 
 def reaped() -> int:

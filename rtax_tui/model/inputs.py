@@ -137,3 +137,14 @@ def _short(value: object) -> str:
         return f"an integer of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+OFF = ("0", "no", "off", "false")  # what turns a part of rtax off in its environment
+
+
+def switched_off(var: str) -> bool:
+    """Whether environment variable `var` turns a part of rtax off (`RTAX_NOISE`,
+    `RTAX_SUBREAPER`): one of OFF, in any case, spaces around it allowed. One reading
+    for every switch: `RTAX_NOISE=off` left the noise sampler on while
+    `RTAX_SUBREAPER=off` turned the subreaper off."""
+    return os.environ.get(var, "").strip().lower() in OFF
