@@ -511,6 +511,15 @@ def out_console(stderr: bool = False) -> Console:
     return c
 
 
+def text_console(width: int) -> Console:
+    """A console that draws into text of `width` columns with its styles (the console's
+    report dialog), reading no markup as `out_console`: a recording's name in the dialog
+    was a link (`[link=...]`), or a MarkupError that ended the console (`[/]`)."""
+    return Console(
+        width=width, record=True, file=io.StringIO(), color_system="truecolor", markup=False
+    )
+
+
 _LIMIT_UNITS = {"cpus": "", "memory_mib": " MiB", "pids": "", "workspace_mib": " MiB"}
 
 
