@@ -8,6 +8,7 @@ and a step summary is rendered as GitHub Markdown with its HTML subset.
 
 from __future__ import annotations
 
+import html as html_text
 import json
 import subprocess
 import sys
@@ -49,14 +50,20 @@ def _recording(path: Path, workload: str) -> Path:
 
 
 def _html(md: str) -> str:
-    """As GitHub renders a summary: CommonMark, GFM tables, raw HTML kept."""
-    return MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
+    """As GitHub renders a summary: CommonMark, GFM tables, raw HTML kept, and bare URLs
+    and addresses linked (GFM's extended autolinks; linkify-it here, which leaves a name
+    under `.invalid` alone unless a scheme starts it)."""
+    opts = {"html": True, "linkify": True}
+    return MarkdownIt("commonmark", opts).enable(["table", "linkify"]).render(md)
 
 
 NAMES = [
     '<img src="https://attacker.invalid/seen.png">',
     "x`<a href=https://attacker.invalid>y</a>`",
     "[results: all passed](https://attacker.invalid)",
+    # red team 2026-12-06: GitHub links a bare URL, a `www.` name and an address
+    "details at https://attacker.invalid/all-passed",
+    "mail results@example.com",
 ]
 
 
@@ -91,3 +98,31 @@ def test_a_crafted_cell_name_is_no_markup_in_the_comparison_summary(
     assert "rtax compare" in md and "exec" in md  # the comparison is there, rows and all
     html = _html(md)
     assert "<img" not in html and "<a " not in html and "<a>" not in html, html
+
+
+# -- red team 2026-12-06: md_escape wherever its text is put --------------------------
+
+TEXTS = [
+    "# all passed", "> quoted", "- item", "+ item", "---", "===", "1. first", "12) first",
+    "    indented code", "x https://attacker.invalid/y", "www.example.com",
+    "a@example.com", "x ### y ##", "ftp://attacker.invalid", "**b** _e_ ~~s~~ `c`",
+]  # fmt: skip
+PLACES = {
+    "list item": ("- {} tail", "<ul>\n<li>{} tail</li>\n</ul>\n"),
+    "table cell": ("| h |\n|---|\n| {} |", "<td>{}</td>"),
+    "heading": ("# rtax report {}", "<h1>rtax report {}</h1>\n"),
+}
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("text", TEXTS)
+def test_an_escaped_text_renders_as_itself_and_nothing_more(text: str, place: str) -> None:
+    # a block begun (a heading, a rule, a quote, a list, code) or a link made where the
+    # text starts a line or a list item, or anywhere (GitHub's autolinks)
+    from rtax_tui.render.tables import md_escape
+
+    md, want = PLACES[place]
+    html = _html(md.format(md_escape(text)))
+    shown = html_text.escape(text, quote=False).replace("@", "\u200b@")
+    assert want.format(shown) in html, html
+    assert "<a" not in html and "<code" not in html and "<strong" not in html

@@ -32,6 +32,11 @@ from rtax_tui.model.recording import RecordingError, read_header, read_recording
 from rtax_tui.model.spec import TREND_PHASES, RtaxError
 
 HISTORY_FORMAT = "rtax-history/1"
+# The newest runs of a profile a history reads. Step detection is exact, O(n^2 log n) per
+# series and phase (analysis.step_detect): 500 runs took 1 s, 4,000 took 44 s, so a
+# directory of 100,000 recordings (anyone's to fill) would have kept `rtax history` for
+# days. Older runs are left out, and the document says how many (`left_out`).
+RUNS_MAX = 200
 NS_PER_MS = 1e6
 BUILTIN = "built-in workload, assumed unchanged between runs (recordings carry no digest of it)"
 
@@ -104,17 +109,20 @@ def profile_name(header: dict[str, Any]) -> str:
 class Found:
     """The recordings of a profile under the roots, and what else was there."""
 
-    paths: list[Path] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)  # the newest RUNS_MAX, oldest first
     others: set[str] = field(default_factory=set)  # the other profiles recorded
     skipped: list[str] = field(default_factory=list)  # unreadable headers of other files
+    left_out: int = 0  # this profile's older runs past RUNS_MAX
 
 
 def find_profile_runs(profile: str, roots: Iterable[Path]) -> Found:
     """Every `*.jsonl` under `roots` whose header names `profile` (`profile.name`). A
     file whose header cannot be read is an error when its name says it is this
-    profile's (`<time>-PROFILE.jsonl`), else skipped and named in `skipped`."""
+    profile's (`<time>-PROFILE.jsonl`), else skipped and named in `skipped`. Only the
+    newest RUNS_MAX runs (by their headers' `started_at`) are kept."""
     found = Found()
     seen: set[Path] = set()
+    mine: list[tuple[str, str, Path]] = []
     for root in roots:
         if not root.is_dir():
             raise HistoryError(f"{root}: no such directory of recordings")
@@ -131,9 +139,12 @@ def find_profile_runs(profile: str, roots: Iterable[Path]) -> Found:
                 continue
             name = profile_name(header)
             if name == profile:
-                found.paths.append(p)
+                mine.append((str(header.get("started_at")), str(p), p))
             else:
                 found.others.add(name)
+    mine.sort()
+    found.left_out = max(0, len(mine) - RUNS_MAX)
+    found.paths = [p for _, _, p in mine[found.left_out :]]
     return found
 
 

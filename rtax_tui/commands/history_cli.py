@@ -9,6 +9,7 @@ from pathlib import Path
 from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT, parse_min_effect
 from rtax_tui.commands import output
 from rtax_tui.commands.command import Command
+from rtax_tui.model.events import error_line
 from rtax_tui.model.spec import PHASES, POOL_PHASES, TREND_PHASES, RtaxError
 
 KNOWN_PHASES = PHASES + POOL_PHASES
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     runs = [run_figures(p) for p in found.paths]
     doc = history_document(name, runs, args.phase, args.cell, min_effect.rel, min_effect.abs_ms)
     doc["skipped"] = found.skipped
+    doc["left_out"] = found.left_out
     if not doc["series"]:
         raise RtaxError(
             f"history: no cell of profile {name!r} matches --cell {' '.join(args.cell)}"
@@ -122,10 +124,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.format == "json":
         output.print_json(doc)
         return 0
-    for why in found.skipped:
-        print(f"rtax: note: skipped (unreadable): {why}", file=sys.stderr)
+    for why in found.skipped:  # a file's name under --dir is anyone's text: one visible line
+        print(f"rtax: note: skipped (unreadable): {error_line(why)}", file=sys.stderr)
     out = out_console()
-    out.print(f"rtax history {name}: {doc['runs']} runs under {where}; {doc['method']}")
+    older = f" (the newest; {found.left_out:,} older left out)" if found.left_out else ""
+    out.print(f"rtax history {name}: {doc['runs']} runs{older} under {where}; {doc['method']}")
     for series in doc["series"]:
         out.print(render_series(series, list(args.phase)))
     return 0

@@ -5,6 +5,12 @@ goes through `read_input`: a FIFO, a device or a directory is refused at once (o
 without blocking, so that a FIFO with no writer does not hang), and a file larger than
 its kind's limit is refused before a byte of it is parsed. The limits are far above any
 real input's size and far below what would exhaust the machine.
+
+A regular file that its stat says is empty is empty: rtax reads no byte of it. A kernel's
+file is "regular" and says 0 bytes whatever it holds, and some are not files to read:
+/proc/kmsg, linked into a directory of recordings as `x.jsonl`, blocked `rtax history`
+until the kernel logged a line, and took that line from the system's log (red team,
+2026-12-06).
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ def read_input_chunks(
                 f"{where}: {what} of {st.st_size} bytes is larger than rtax reads "
                 f"({limit} bytes at most)"
             )
+        if st.st_size == 0:
+            return
         os.set_blocking(fd, True)
         total = 0
         while True:  # a file that grows while read is still bounded

@@ -41,17 +41,30 @@ INTERPRETERS = ("python3", "python", "git", "perl", "node", "ruby", "bash")
 _NAME = re.compile(r"[A-Za-z0-9_./+@:,=~-]{1,255}")  # a program name asked about
 _SHA = re.compile(r"[0-9a-f]{64}")
 
-# Run as `sh -c SCRIPT rtax-programs NAME...` in the environment's workspace. PATH is
+# Run as `/bin/sh -c SCRIPT rtax-programs NAME...` in the environment's workspace. PATH is
 # walked as execvp walks it (a shell's `command -v` would answer `true` for a builtin);
 # each answer is one line of tab-separated fields, nothing of it trusted (see `parse`).
+# The query is the system's: its shell is /bin/sh (a bare `sh` is a session's function in
+# the shell channel, which could print any answer) and its tools (readlink, head,
+# sha256sum) are found on SYSTEM_PATH, never on the PATH it reports on (a `readlink` put
+# first there would say a planted python3 is /usr/bin/python3). A field holding a tab or
+# a newline (a PATH or a link's target can) would let one answer be read as another's
+# line: it is replaced by UNREADABLE, which differs from any real path.
+SYSTEM_PATH = "/usr/bin:/bin"
+UNREADABLE = "(unreadable: a tab or newline in it)"
 QUERY_SH = (
     r"""set -f
-printf 'PATH\t%s\n' "$PATH"
+nl='
+' tab='	' P=$PATH
+PATH="""
+    + SYSTEM_PATH
+    + r"""
+case $P in *"$nl"*|*"$tab"*) printf 'PATH\t%s\n' "$BAD" ;; *) printf 'PATH\t%s\n' "$P" ;; esac
 for n in "$@"; do
   p=
   case $n in
     */*) [ -f "$n" ] && [ -x "$n" ] && p=$n ;;
-    *) IFS=:; for d in $PATH; do
+    *) IFS=:; for d in $P; do
          [ -n "$d" ] || d=.
          if [ -f "$d/$n" ] && [ -x "$d/$n" ]; then p=$d/$n; break; fi
        done; unset IFS ;;
@@ -64,9 +77,12 @@ for n in "$@"; do
     + r""" "$p" 2>/dev/null | sha256sum 2>/dev/null) || h=
     h=${h%% *}
     case " $INTERP " in
-      *" $n "*) v=$("$p" --version </dev/null 2>&1 | head -n 1 | head -c 200) ;;
+      *" $n "*) v=$(PATH=$P "$p" --version </dev/null 2>&1 | head -n 1 | head -c 200) ;;
     esac
   fi
+  case $p in *"$nl"*|*"$tab"*) p=$BAD ;; esac
+  case $r in *"$nl"*|*"$tab"*) r=$BAD ;; esac
+  case $v in *"$nl"*|*"$tab"*) v=$BAD ;; esac
   printf 'PROG\t%s\t%s\t%s\t%s\t%s\n' "$n" "$p" "$r" "$h" "$v"
 done
 """
@@ -142,7 +158,8 @@ def _words(script: str) -> Iterable[str]:
 def query_argv(names: Sequence[str]) -> tuple[str, ...]:
     """The step that asks an environment about `names` (see QUERY_SH)."""
     interp = "INTERP=" + shlex.quote(" ".join(INTERPRETERS)) + "\n"
-    return ("sh", "-c", interp + QUERY_SH, "rtax-programs", *names)
+    bad = "BAD=" + shlex.quote(UNREADABLE) + "\n"
+    return ("/bin/sh", "-c", interp + bad + QUERY_SH, "rtax-programs", *names)
 
 
 def _text(value: Any, limit: int) -> str | None:

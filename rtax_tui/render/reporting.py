@@ -554,12 +554,27 @@ class _OutConsole(Console):
 def out_console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when writing to a pipe or file,
     and reads no markup: a string is printed as it is (a recording's or a trajectory's
-    text, e.g. `[link=...]`, never becomes a link, a hidden span or a style); rtax's own
-    styles are `Text` spans (`plaintext.styled`)."""
-    c = _OutConsole(stderr=stderr, markup=False)
+    text, e.g. `[link=...]`, never becomes a link, a hidden span or a style, and
+    `:white_check_mark:` no emoji); rtax's own styles are `Text` spans
+    (`plaintext.styled`)."""
+    c = _OutConsole(stderr=stderr, markup=False, emoji=False)
     if not c.is_terminal:
-        c = _OutConsole(stderr=stderr, width=180, markup=False)
+        c = _OutConsole(stderr=stderr, width=180, markup=False, emoji=False)
     return c
+
+
+def text_console(width: int) -> Console:
+    """A console that draws into text of `width` columns with its styles (the console's
+    report dialog), reading no markup as `out_console`: a recording's name in the dialog
+    was a link (`[link=...]`), or a MarkupError that ended the console (`[/]`)."""
+    return Console(
+        width=width,
+        record=True,
+        file=io.StringIO(),
+        color_system="truecolor",
+        markup=False,
+        emoji=False,
+    )
 
 
 _LIMIT_UNITS = {"cpus": "", "memory_mib": " MiB", "pids": "", "workspace_mib": " MiB"}

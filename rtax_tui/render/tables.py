@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rtax_tui.model.events import one_line
 
 
@@ -25,19 +27,37 @@ def fmt_ms(v: float | None) -> str:
 
 # Every ASCII character that can open markup in CommonMark, GFM or the HTML GitHub keeps
 # in a rendered summary (emphasis, code, links, raw HTML, entities, tables,
-# strikethrough; an image's `!` is nothing without its `[`, a `>` mid-line is text).
-# CommonMark lets a backslash escape any ASCII punctuation, so escaping these keeps what
-# a reader sees the same and leaves no markup to a text.
-_MD_SPECIAL = frozenset("\\`*_[]<|~&")
+# strikethrough, a heading's `#`, also its closing one; an image's `!` is nothing without
+# its `[`, a `>` mid-line is text). CommonMark lets a backslash escape any ASCII
+# punctuation, so escaping these keeps what a reader sees the same and leaves no markup
+# to a text.
+_MD_SPECIAL = frozenset("\\`*_[]<|~&#")
+# Where GitHub's autolinks begin (GFM's "extended autolinks": a bare `https://...` or
+# `www.` becomes a link in a summary, red team 2026-12-06): the `:` of `scheme://` and
+# the `.` after `www`, escaped, leave the text a text (cmark-gfm finds no link there).
+# An address (`me@example.com`) is linked whatever its escapes or references: a zero-width
+# space before its `@` (ZWSP, the one character this adds) leaves no address.
+ZWSP_AT = "&#8203;@"
+_AUTOLINK = re.compile(r"(?<=[A-Za-z0-9])(?=:/)|(?<=[Ww]{3})(?=\.)")
+# What opens a block where a text begins a line or a list item (`- TEXT`): a quote's
+# `>`, a list's `-`, `+`, `1.` or `1)` (a space or the end after it), a rule's or a setext
+# heading's `---`, `===`; leading spaces (four make code), written as character
+# references that indent nothing. A number (`-5`, `12.5`) begins none: left as it is.
+_BLOCK_START = re.compile(r"^(?:(?=>)|(?=[+=-](?:[ +=-]|$))|(\d{1,9})(?=[.)](?: |$)))")
+_LEADING = re.compile(r"^ +")
 
 
 def md_escape(text: str) -> str:
     """Text from a recording (a cell's name, a reason) as Markdown that renders as that
-    text and nothing more: one line (`one_line`: controls and newlines shown as `\\xNN`,
-    a line break would end a table row or a list item), every markup character escaped.
-    The Markdown reports pass every text through this or `md_code`."""
-    line = one_line(text)
-    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in line)
+    text and nothing more, wherever it is put (a table's cell, a list item, after a
+    heading's `#`): one line (`one_line`: controls and newlines shown as `\\xNN`, a
+    line break would end a table row or a list item), every markup character escaped,
+    no autolink and no block begun (see the patterns above). The Markdown reports pass
+    every text through this or `md_code`."""
+    line = "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in one_line(text))
+    line = _AUTOLINK.sub("\\\\", line).replace("@", ZWSP_AT)
+    line = _BLOCK_START.sub(lambda m: (m.group(1) or "") + "\\", line, count=1)
+    return _LEADING.sub(lambda m: "&#32;" * len(m.group(0)), line, count=1)
 
 
 def md_code(text: str) -> str:

@@ -9,7 +9,6 @@ thread so a large recording never stalls the keys.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from rich.text import Text
@@ -207,18 +206,16 @@ class ReportPanel(ModalScreen[None]):
 
     @work(thread=True, exclusive=True)
     def render_report(self, width: int) -> None:
-        from rich.console import Console
-
         from rtax_tui.analysis.report import build_report
         from rtax_tui.model.recording import read_recording
-        from rtax_tui.render.reporting import print_report
+        from rtax_tui.render.reporting import print_report, text_console
 
         try:
             report = build_report(read_recording(self.path))
         except Exception as exc:
             self.app.call_from_thread(self._show, Text(f"cannot report: {exc}", style="red"))
             return
-        console = Console(width=width, record=True, file=io.StringIO(), color_system="truecolor")
+        console = text_console(width)
         print_report(report, console)
         text = Text.from_ansi(console.export_text(styles=True))
         self.app.call_from_thread(self._show, text)
