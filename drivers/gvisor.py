@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer, which
 from rtax_tui.drivers.toolkit import delivery, sinks
 from rtax_tui.drivers.toolkit.assets import cache_dir
-from rtax_tui.drivers.toolkit.assetview import workload_view
+from rtax_tui.drivers.toolkit.assetview import view_mount, workload_view
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import (
     Log,
@@ -101,12 +101,6 @@ def _roots_dir() -> str:
     return str(cache_dir() / "gvisor")
 
 
-def _assets_path() -> str:
-    """Where a workload's assets' view is bound (the cache's own path: steps name the
-    assets by their host paths)."""
-    return os.path.abspath(cache_dir())
-
-
 def _extract(tar: str, name: str) -> str:
     """`tar` extracted once as `<cache>/gvisor/<name>` (with `/workspace`, `/tmp` and the
     assets' mount point made); returns the directory. Atomic: a concurrent extraction
@@ -132,7 +126,7 @@ def _extract(tar: str, name: str) -> str:
                 p = os.path.join(tmp, sub)
                 os.makedirs(p, exist_ok=True)
                 os.chmod(p, mode)
-            os.makedirs(tmp + _assets_path(), exist_ok=True)
+            os.makedirs(tmp + view_mount(), exist_ok=True)
             os.chmod(tmp, 0o755)
             os.rename(tmp, dest)
         except BaseException:
@@ -237,7 +231,7 @@ class GvisorEnvironment(Environment):
         if self.view is not None:  # only what the workload names (toolkit.assetview)
             mounts.append(
                 {
-                    "destination": _assets_path(),
+                    "destination": view_mount(),
                     "type": "bind",
                     "source": self.view,
                     "options": ["rbind", "ro"],

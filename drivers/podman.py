@@ -28,19 +28,19 @@ import signal
 import time
 from typing import Any
 
+import docker.errors
+from docker.types import Ulimit
 from rtax_tui.drivers.base import DaemonNeed, Environment, ImageRecipe, Problem, SubTimer
-from rtax_tui.drivers.toolkit.container import (
-    LABEL_KEY,
-    ContainerDriver,
-    ContainerEnvironment,
-    ContainerOptions,
-    _call,
-)
-from rtax_tui.drivers.toolkit.images import container_images
+from rtax_tui.drivers.toolkit.container import ContainerDriver
+from rtax_tui.drivers.toolkit.container_env import ContainerEnvironment
+from rtax_tui.drivers.toolkit.container_options import ContainerOptions
+from rtax_tui.drivers.toolkit.engine_api import LABEL_KEY, call
+from rtax_tui.drivers.toolkit.images import container_images, image_tag
 from rtax_tui.drivers.toolkit.seccomp import narrowed_profile_file
 
 from rtax_tui.hosts import Host
 from rtax_tui.hosts.conmon import conmon_processes
+from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.spec import EnvSpec, OptionError
 
 # podman 4.3's default seccomp profile on Debian 12 (`podman info`: SECCOMPProfilePath)
@@ -100,8 +100,6 @@ class PodmanEnvironment(ContainerEnvironment):
         Closing the shell channel's attach stream ends the container's `sh`, and a
         forced remove racing with that stop fails with "container state improper"
         (Podman 4.3 sends SIGKILL to a container that has just stopped)."""
-        import docker.errors
-
         deadline = time.monotonic() + REMOVE_RETRY_S
         while True:
             try:
@@ -137,7 +135,7 @@ class PodmanDriver(ContainerDriver):
     # root in the container call process_vm_readv/writev and pidfd_getfd, and open
     # AF_VSOCK sockets (measured here): rtax gives the service that profile narrowed
     # (`narrowed_seccomp`), and promises `process_vm` and `vsock` only then.
-    boundary = ContainerDriver.boundary | {"vsock"}
+    boundary = ALL_CHECKS
     # Podman's own user namespace modes, sent as the API's UsernsMode. Measured with
     # podman 4.3 as root: "host" works; "auto" needs a `containers` range in /etc/subuid
     # and /etc/subgid ("could not find enough available IDs" without one); "keep-id"
@@ -151,11 +149,15 @@ class PodmanDriver(ContainerDriver):
         self.nofile = int(options.get("nofile", NOFILE))
         self.nproc = int(options.get("nproc", NPROC))
         self._narrowed: str | None = None  # "": looked, none to be had
-        if self.opts.runtime and not self.opts.socket:
-            # podman 4.3's compat API ignores a container's HostConfig.Runtime: a service
-            # whose default runtime is this one (`start-podman --runtime NAME`) runs them
-            self.socket = RUNTIME_SOCKET.format(runtime=self.opts.runtime)
         # conmon runs where the service runs: reap it only when that is here (self.local).
+
+    def engine_socket(self) -> str:
+        """podman 4.3's compat API ignores a container's HostConfig.Runtime: with option
+        `runtime`, a service whose default runtime is this one (`start-podman --runtime
+        NAME`) runs them, on a socket of its own."""
+        if self.opts.runtime:
+            return RUNTIME_SOCKET.format(runtime=self.opts.runtime)
+        return DEFAULT_SOCKET
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> ContainerOptions:
@@ -178,7 +180,7 @@ class PodmanDriver(ContainerDriver):
     async def runtime_problem(self, api: Any) -> Problem | None:
         """Podman's compat API ignores a container's runtime: the service's default must
         be it (`start-podman --runtime NAME` starts one on its own socket)."""
-        info = await _call("info", api.info)
+        info = await call("info", api.info)
         default = info.get("DefaultRuntime")
         if default == self.opts.runtime:
             return None
@@ -219,14 +221,12 @@ class PodmanDriver(ContainerDriver):
         return path
 
     def default_image(self) -> str:
-        return _localhost(super().default_image())
+        return _localhost(image_tag("busybox"))
 
     def default_workload_image(self) -> str:
-        return _localhost(super().default_workload_image())
+        return _localhost(image_tag("workload"))
 
     def host_config_extra(self) -> dict[str, Any]:
-        from docker.types import Ulimit
-
         return {
             "ulimits": [
                 Ulimit(name="nofile", soft=self.nofile, hard=self.nofile),

@@ -21,7 +21,8 @@ from rtax_tui.drivers import get_driver
 from rtax_tui.drivers.docker import LABEL_KEY, DockerDriver
 from rtax_tui.drivers.podman import PodmanDriver
 from rtax_tui.drivers.toolkit import images
-from rtax_tui.drivers.toolkit.container import ContainerDriver, _tar_workspace
+from rtax_tui.drivers.toolkit.container import ContainerDriver
+from rtax_tui.drivers.toolkit.container_env import _tar_workspace
 
 from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.recording import read_recording

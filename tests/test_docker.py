@@ -16,7 +16,7 @@ pytest.importorskip("docker", reason="the docker Python SDK is not installed")
 
 from rtax_tui.drivers.docker import DEFAULT_SOCKET, DockerDriver  # noqa: E402
 from rtax_tui.drivers.toolkit import images, rootfs  # noqa: E402
-from rtax_tui.drivers.toolkit.container import Demuxer  # noqa: E402
+from rtax_tui.drivers.toolkit.engine_api import Demuxer  # noqa: E402
 
 from rtax_tui.hosts.local import LocalHost  # noqa: E402
 from rtax_tui.model.spec import EnvSpec, Step, SubstrateLost  # noqa: E402

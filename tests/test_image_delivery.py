@@ -403,7 +403,7 @@ def test_a_tag_forged_in_the_registry_does_not_change_what_a_pull_gets(
     import shutil
 
     import docker
-    from rtax_tui.drivers.toolkit.container import _pull_as
+    from rtax_tui.drivers.toolkit.engine_api import pull_as
     from rtax_tui.drivers.toolkit.images import BUSYBOX_REPO, DEBIAN_REPO
 
     api = docker.APIClient(base_url="unix:///var/run/docker.sock")
@@ -430,7 +430,7 @@ def test_a_tag_forged_in_the_registry_does_not_change_what_a_pull_gets(
                 == (api.inspect_image(other)["Id"])
             )
             api.remove_image(f"{remote}:{forged_tag}", noprune=True)
-            await asyncio.to_thread(_pull_as, api, remote, digest, "rtax-test/forged:check")
+            await asyncio.to_thread(pull_as, api, remote, digest, "rtax-test/forged:check")
             assert (
                 api.inspect_image("rtax-test/forged:check")["Id"]
                 == (api.inspect_image(busybox)["Id"])

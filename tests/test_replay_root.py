@@ -311,7 +311,7 @@ def test_no_path_rtax_puts_in_an_environment_can_be_an_alias() -> None:
     would hide them and fail every environment: a container's init at /.rtax-init was
     not in the list of system directories. The rule is a prefix, so a name rtax adds
     later is covered too; these are the ones each driver uses today."""
-    from rtax_tui.drivers.toolkit import container, sandbox
+    from rtax_tui.drivers.toolkit import container_env, sandbox
 
-    for path in (container.INIT_PATH, sandbox.INIT_BIN, sandbox.SHELL_BIN):
+    for path in (container_env.INIT_PATH, sandbox.INIT_BIN, sandbox.SHELL_BIN):
         assert workspace_alias_problem(path) is not None, path

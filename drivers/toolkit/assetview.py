@@ -105,6 +105,13 @@ def view_dir(paths: list[str]) -> str:
     return final
 
 
+def view_mount() -> str:
+    """Where an environment sees its workload's view: the cache's own path (steps name
+    the assets by their host paths: T2 clones from, and applies a patch at, absolute
+    paths under it)."""
+    return os.path.abspath(cache_dir())
+
+
 def workload_view(workload: Workload, env: Mapping[str, str] | None = None) -> str | None:
     """(for the container drivers and gVisor) The view bound read-only at the cache's
     path for `workload`, or None when it needs no assets."""
