@@ -643,9 +643,7 @@ class GvisorDriver(Driver):
 
         for key in options:
             if key not in ("platform", "network", "overlay", "runsc"):
-                raise OptionError(
-                    key, "gvisor: unknown option (known: platform, network, overlay, runsc)"
-                )
+                raise OptionError(key, "unknown option (known: platform, network, overlay, runsc)")
         if not isinstance(options.get("overlay", False), bool):
             raise OptionError("overlay", f"must be true or false, not {options['overlay']!r}")
         p = options.get("platform", "auto")

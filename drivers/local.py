@@ -136,10 +136,10 @@ class LocalDriver(Driver):
 
         for key in options:
             if key not in cls.OPTIONS:
-                raise OptionError(key, f"local: unknown option (known: {', '.join(cls.OPTIONS)})")
+                raise OptionError(key, f"unknown option (known: {', '.join(cls.OPTIONS)})")
         want = options.get("env", ENV_DEFAULT)
         if want not in ENV_SOURCES:
-            raise OptionError("env", f"local: must be sandbox or host, not {want!r}")
+            raise OptionError("env", f"must be sandbox or host, not {want!r}")
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)

@@ -168,9 +168,7 @@ class PodmanDriver(ContainerDriver):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
-                raise OptionError(
-                    key, f"drivers_options.{cls.name}.{key}: {value!r} (expected an integer >= 1)"
-                )
+                raise OptionError(key, f"{value!r} (expected an integer >= 1)")
         return opts
 
     def start_command(self) -> str:

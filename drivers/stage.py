@@ -607,20 +607,20 @@ class StageDriver(Driver):
         known = ", ".join(cls.OPTIONS)
         for key in options:
             if key not in cls.OPTIONS:
-                raise OptionError(key, f"stage: unknown option (known: {known})")
+                raise OptionError(key, f"unknown option (known: {known})")
         want = options.get("sandbox", "auto")
         if want not in ("auto", "bwrap"):
-            raise OptionError("sandbox", f"stage: must be auto or bwrap, not {want!r}")
+            raise OptionError("sandbox", f"must be auto or bwrap, not {want!r}")
         try:
             uid_option(options)
         except ValueError as exc:
             raise OptionError("uid", str(exc)) from None
         binds = options.get("ro_binds", [])
         if not isinstance(binds, list) or len(binds) > 256:
-            raise OptionError("ro_binds", "stage: expected a list of at most 256 host paths")
+            raise OptionError("ro_binds", "expected a list of at most 256 host paths")
         for b in binds:
             if not isinstance(b, str) or not b.startswith("/") or len(b) > 4096 or "\0" in b:
-                raise OptionError("ro_binds", f"stage: expected absolute host paths, got {b!r}")
+                raise OptionError("ro_binds", f"expected absolute host paths, got {b!r}")
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)

@@ -282,7 +282,7 @@ def test_t6_a_header_nested_field_of_the_wrong_type_is_one_line(
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        ("[drivers_options.local]\nzzz = 1\n", "local: unknown option (known: env)"),
+        ("[drivers_options.local]\nzzz = 1\n", "local.zzz: unknown option (known: env)"),
         ("[drivers_options.stage]\nzzz = 1\n", "known: sandbox, uid, ro_binds"),
         ("[drivers_options.stage]\nuid = 0\n", "uid"),
         ("[drivers_options.stage]\nro_binds = [1]\n", "absolute host paths"),

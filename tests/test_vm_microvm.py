@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 
 import pytest
 from rtax_tui.drivers.microvm import MicrovmDriver
 
-from rtax_tui.model.spec import EnvSpec, PhaseFailure, RtaxError, Step, Workload
+from rtax_tui.model.spec import EnvSpec, OptionError, PhaseFailure, Step, Workload
 from tests.vmtools import (
     check_never_ready,
     check_t0_lifecycle,
@@ -81,14 +82,17 @@ def test_action_timeout_leaves_env_broken_and_teardown_clean():
 
 
 def test_options_are_checked():
-    with pytest.raises(RtaxError, match=r"drivers_options.microvm.accel: 'fast'"):
+    with pytest.raises(OptionError, match=r"^'fast' \(allowed") as bad:
         driver(accel="fast")
-    with pytest.raises(RtaxError, match=r"memory_mib"):
-        driver(memory_mib=12)
-    with pytest.raises(RtaxError, match=r"unknown bogus"):
-        driver(bogus=1)
-    with pytest.raises(RtaxError, match=r"start"):
-        driver(start="warm")
+    assert bad.value.key == "accel"
+    for bad_key, value, says in (
+        ("memory_mib", 12, "12 (expected an integer from 128 to 65536)"),
+        ("bogus", 1, "unknown bogus"),
+        ("start", "warm", "'warm' (allowed"),
+    ):
+        with pytest.raises(OptionError, match=re.escape(says)) as bad:
+            driver(**{bad_key: value})
+        assert bad.value.key == bad_key
 
 
 def test_cleanup_removes_a_run_s_qemu_and_files():

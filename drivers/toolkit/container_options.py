@@ -102,7 +102,7 @@ def _parse_user(where: str, value: Any) -> tuple[str, int, int | None]:
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     m = re.fullmatch(r"(\d+)(?::(\d+))?", text) if isinstance(text, str) else None
     if m is None or any(int(g) > MAX_ID for g in m.groups() if g is not None):
-        raise OptionError("user", f"{where}.user: {value!r} ({USER_FORMAT})")
+        raise OptionError("user", f"{value!r} ({USER_FORMAT})")
     gid = m.group(2)
     return text, int(m.group(1)), None if gid is None else int(gid)
 
@@ -131,16 +131,12 @@ def _seccomp_file_problem(path: str) -> str | None:
 
 def _parse_caps(where: str, key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-        raise OptionError(
-            key, f'{where}.{key}: {value!r} (expected a list of capability names, e.g. ["ALL"])'
-        )
+        raise OptionError(key, f'{value!r} (expected a list of capability names, e.g. ["ALL"])')
     caps = []
     for cap in value:
         name = cap.strip().upper().removeprefix("CAP_")
         if name != "ALL" and name not in CAPABILITIES:
-            raise OptionError(
-                key, f"{where}.{key}: {cap!r} is not a Linux capability (e.g. ALL, NET_RAW, CHOWN)"
-            )
+            raise OptionError(key, f"{cap!r} is not a Linux capability (e.g. ALL, NET_RAW, CHOWN)")
         caps.append(name)
     return tuple(caps)
 
@@ -160,25 +156,21 @@ def parse_options(
     if unknown:
         raise OptionError(
             unknown[0],
-            f"{where}: unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})",
+            f"unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})",
         )
     kw: dict[str, Any] = {}
     for key in ("socket", "image", "network", "runtime"):
         if key in options:
             if not isinstance(options[key], str) or not options[key]:
-                raise OptionError(
-                    key, f"{where}.{key}: {options[key]!r} (expected a non-empty string)"
-                )
+                raise OptionError(key, f"{options[key]!r} (expected a non-empty string)")
             kw[key] = options[key]
     workspace = options.get("workspace", "copy")
     if workspace not in WORKSPACE_MODES:
         modes = ", ".join(WORKSPACE_MODES)
-        raise OptionError("workspace", f"{where}.workspace: {workspace!r} (allowed: {modes})")
+        raise OptionError("workspace", f"{workspace!r} (allowed: {modes})")
     kw["workspace"] = workspace
     if "runtime" in options and not re.fullmatch(r"[A-Za-z0-9_.+-]+", kw["runtime"]):
-        raise OptionError(
-            "runtime", f"{where}.runtime: {kw['runtime']!r} (a runtime's name: runc, runsc)"
-        )
+        raise OptionError("runtime", f"{kw['runtime']!r} (a runtime's name: runc, runsc)")
     if options.get("user") is not None:
         kw["user"], kw["uid"], kw["gid"] = _parse_user(where, options["user"])
     for key in ("cap_drop", "cap_add"):
@@ -187,25 +179,23 @@ def parse_options(
     for key in ("read_only", "no_new_privileges"):
         if key in options:
             if not isinstance(options[key], bool):
-                raise OptionError(key, f"{where}.{key}: {options[key]!r} (expected true or false)")
+                raise OptionError(key, f"{options[key]!r} (expected true or false)")
             kw[key] = options[key]
     if "security_opt" in options:
         sec = options["security_opt"]
         if not isinstance(sec, list) or not all(isinstance(o, str) and o for o in sec):
-            raise OptionError(
-                "security_opt", f"{where}.security_opt: {sec!r} (expected a list of strings)"
-            )
+            raise OptionError("security_opt", f"{sec!r} (expected a list of strings)")
         for opt in sec:
             if re.split("[=:]", opt, maxsplit=1)[0] not in SECURITY_OPT_KEYS:
                 raise OptionError(
                     "security_opt",
-                    f"{where}.security_opt: {opt!r} (keys: {', '.join(SECURITY_OPT_KEYS)})",
+                    f"{opt!r} (keys: {', '.join(SECURITY_OPT_KEYS)})",
                 )
             path = seccomp_file(opt)
             if path is not None:
                 why = _seccomp_file_problem(path)
                 if why:
-                    raise OptionError("security_opt", f"{where}.security_opt: {opt!r} ({why})")
+                    raise OptionError("security_opt", f"{opt!r} ({why})")
         kw["security_opt"] = tuple(sec)
     if "userns" in options:
         userns = options["userns"]
@@ -213,12 +203,12 @@ def parse_options(
             userns in userns_values or userns.startswith(userns_prefixes)
         ):
             known = [*userns_values, *(p + "OPTIONS" for p in userns_prefixes)]
-            raise OptionError("userns", f"{where}.userns: {userns!r} (allowed: {', '.join(known)})")
+            raise OptionError("userns", f"{userns!r} (allowed: {', '.join(known)})")
         kw["userns"] = userns
         if userns != "host" and (kw.get("read_only") or workspace == "bind"):
             raise OptionError(
                 "userns",
-                f'{where}.userns: {userns!r} with read_only or workspace = "bind": '
+                f'{userns!r} with read_only or workspace = "bind": '
                 "/workspace is then a host directory, given to host uids that this user "
                 'namespace does not map (use userns = "host", or workspace = "copy" '
                 "without read_only)",

@@ -204,7 +204,7 @@ def uid_option(options: dict[str, Any]) -> int:
     """The driver option `uid`: the unprivileged host uid (and gid) sandboxes run as."""
     raw = options.get("uid", DEFAULT_UID)
     if isinstance(raw, bool) or not isinstance(raw, int) or not 0 < raw < 2**32 - 1:
-        raise ValueError(f"stage: option uid must be a host uid other than 0, not {raw!r}")
+        raise ValueError(f"must be a host uid other than 0, not {raw!r}")
     return raw
 
 

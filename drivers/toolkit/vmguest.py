@@ -106,31 +106,30 @@ class VmOptions:
 def parse_options(driver: str, options: dict[str, Any], extra: tuple[str, ...] = ()) -> VmOptions:
     """The `[drivers_options.DRIVER]` table, checked; a mistake is one OptionError line
     naming the field."""
-    where = f"drivers_options.{driver}"
     allowed = ("accel", "vcpus", "memory_mib", "start", "qemu", *extra)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        why = f"{where}: unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})"
+        why = f"unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})"
         raise OptionError(unknown[0], why)
     o = VmOptions()
     accel = options.get("accel", o.accel)
     if accel not in ACCELS:
-        raise OptionError("accel", f"{where}.accel: {accel!r} (allowed: {', '.join(ACCELS)})")
+        raise OptionError("accel", f"{accel!r} (allowed: {', '.join(ACCELS)})")
     start = options.get("start", o.start)
     if start not in STARTS:
-        raise OptionError("start", f"{where}.start: {start!r} (allowed: {', '.join(STARTS)})")
+        raise OptionError("start", f"{start!r} (allowed: {', '.join(STARTS)})")
     vals: dict[str, int] = {}
     for key, lo, hi in (("vcpus", 1, 64), ("memory_mib", 128, 65536)):
         v = options.get(key, getattr(o, key))
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise OptionError(key, f"{where}.{key}: {v!r} (expected an integer from {lo} to {hi})")
+            raise OptionError(key, f"{v!r} (expected an integer from {lo} to {hi})")
         vals[key] = v
     qemu = options.get("qemu", o.qemu)
     if not isinstance(qemu, str) or not qemu:
-        raise OptionError("qemu", f"{where}.qemu: {qemu!r} (expected a program name or path)")
+        raise OptionError("qemu", f"{qemu!r} (expected a program name or path)")
     for key in ("append", "uri"):
         if key in extra and not isinstance(options.get(key, ""), str):
-            raise OptionError(key, f"{where}.{key}: expected a string")
+            raise OptionError(key, "expected a string")
     return VmOptions(accel=accel, start=start, qemu=qemu, **vals)
 
 

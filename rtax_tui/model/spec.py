@@ -40,8 +40,9 @@ class RtaxError(Exception):
 
 
 class OptionError(RtaxError):
-    """A bad `[drivers_options.NAME]` value. `key` names the field, so that the profile
-    layer can point at its line (`FILE:LINE: drivers_options.NAME.KEY: ...`)."""
+    """A bad `[drivers_options.NAME]` value. `key` names the field and the message says
+    only what is wrong with it: the profile layer names the rest, once, with its line
+    (`FILE:LINE: drivers_options.NAME.KEY: message`)."""
 
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
