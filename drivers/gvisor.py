@@ -62,11 +62,17 @@ from rtax_tui.drivers.toolkit.rootfs import (
     recipe_digest,
 )
 from rtax_tui.drivers.toolkit.runsc import host_pids, limits_note
-from rtax_tui.drivers.toolkit.shellframe import FramedShell
-from rtax_tui.drivers.toolkit.stage_site import CLEANUP_SH
-from rtax_tui.drivers.toolkit.workspace import counts, run_exec, workspace_mib
+from rtax_tui.drivers.toolkit.shellframe import FramedShell, shell_action
+from rtax_tui.drivers.toolkit.stage_site import sandbox_cleanup
+from rtax_tui.drivers.toolkit.workspace import (
+    drop_workspace,
+    new_env_cgroup,
+    run_exec,
+    settled,
+    workspace_mib,
+)
 
-from rtax_tui.hosts import Host, cgroups, names
+from rtax_tui.hosts import Host, names
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
@@ -290,17 +296,7 @@ class GvisorEnvironment(Environment):
             )
             self.workspace = await asyncio.shield(self._ws)
         async with self.sub("cgroup"):
-            lim = spec.limits
-            self.cg = Cgroup.relpath_of(
-                names.env_cgroup(spec.label, self.cid[-8:]), spec.cgroup_parent
-            )
-            try:
-                self.procs = await self.host.make_cgroup(
-                    self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=host_pids(lim.pids)
-                )
-            except PhaseFailure:
-                self.cg = None
-                raise
+            await new_env_cgroup(self, host_pids(spec.limits.pids), self.cid[-8:])
         async with self.sub("bundle"):
             if spec.workload.needs_assets:
                 try:
@@ -380,10 +376,7 @@ class GvisorEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
-            if self.shell is None:
-                raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox's shell was never started")
-            async with asyncio.timeout(timeout):
-                return await self.shell.run(step.argv)
+            return await shell_action(self.shell, step.argv, timeout, "the sandbox's shell")
         if self.proc is None:
             raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox was never started")
         argv = self.runsc("exec", "--cwd", WORKDIR, self.cid, *step.argv)
@@ -400,14 +393,7 @@ class GvisorEnvironment(Environment):
 
     async def teardown(self) -> None:
         errors: list[str] = []
-        if self._spawn is not None and not self._spawn.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self._spawn), 30)
-            except Exception:
-                pass
-        if self.proc is None and self._spawn is not None and self._spawn.done():
-            if not self._spawn.cancelled() and self._spawn.exception() is None:
-                self.proc = self._spawn.result()
+        self.proc = await settled(self.proc, self._spawn, 30)
         self._spawn = None
         if self.proc is not None:
             async with self.sub("kill"):
@@ -430,18 +416,8 @@ class GvisorEnvironment(Environment):
                 self.cg = None
             except PhaseFailure as exc:
                 errors.append(exc.message)
-        if self._ws is not None and not self._ws.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self._ws), 60)
-            except Exception:
-                pass
-        if self.workspace is None and self._ws is not None and self._ws.done():
-            if not self._ws.cancelled() and self._ws.exception() is None:
-                self.workspace = self._ws.result()
-        self._ws = None
-        if self.workspace is not None:
-            await self.host.remove_tree(self.workspace)
-            self.workspace = None
+        await drop_workspace(self.host, self.workspace, self._ws)
+        self.workspace = self._ws = None
         await self.img.release()  # after the sandbox and its gofer: nothing reads it now
         if errors:
             raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, "; ".join(errors))
@@ -921,13 +897,4 @@ class GvisorDriver(Driver):
             await asyncio.to_thread(_kill_naming, d)
             await asyncio.to_thread(shutil.rmtree, d, True)
             n += 1
-        prefix, cg = names.workspace_prefix(label), names.env_cgroup_prefix(label)
-        script = runlock.script(CLEANUP_SH)
-        argv = ["sh", "-c", script, "rtax-cleanup", prefix, cg, cgroups.PREFIX]
-        res = await self.host.run(argv, timeout=60)
-        try:
-            return n + counts(res.stdout)
-        except (ValueError, IndexError):
-            raise PhaseFailure(
-                ErrorKind.CLEANUP_FAILED, f"gvisor cleanup failed: {res.stderr[-300:]!r}"
-            ) from None
+        return n + await sandbox_cleanup(self.host, label, "gvisor")

@@ -32,8 +32,7 @@ from typing import Any, ClassVar, TypeVar
 from xml.sax.saxutils import escape
 
 from rtax_tui.drivers.base import DaemonNeed, Environment, Problem, SubTimer
-from rtax_tui.drivers.toolkit.needs import needs_full_image
-from rtax_tui.drivers.toolkit.vmdriver import SETUP_TIMEOUT_S, VmDriver
+from rtax_tui.drivers.toolkit.vmdriver import SETUP_TIMEOUT_S, Disk, VmDriver, VmEnvironment
 from rtax_tui.drivers.toolkit.vmguest import (
     CMDLINE,
     AgentChannel,
@@ -41,26 +40,14 @@ from rtax_tui.drivers.toolkit.vmguest import (
     TrialDir,
     connect_unix,
     join_budget,
-    overlay,
-    remove_dead_dirs,
-    workspace_disk_mib,
+    trial_dirs,
 )
-from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
+from rtax_tui.drivers.toolkit.vmimage import GuestFiles, guest_files
 
 from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.spec import (
-    DEFAULT_CPUS,
-    DEFAULT_MEMORY_MIB,
-    ActionResult,
-    EnvSpec,
-    PhaseFailure,
-    Step,
-    SubstrateLost,
-    Workload,
-    vm_size,
-)
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step, SubstrateLost
 from rtax_tui.model.waits import waiting_on
 
 DEFAULT_URI = "qemu:///system"
@@ -98,7 +85,7 @@ def domain_xml(
     memory_mib: int,
     guest: GuestFiles,
     d: TrialDir,
-    disks: list[tuple[str, str, str]],
+    disks: list[Disk],
     cmdline: str,
     emulator: str,
 ) -> str:
@@ -147,37 +134,23 @@ def qemu_pid(name: str) -> int | None:
         return None
 
 
-class LibvirtEnvironment(Environment):
+class LibvirtEnvironment(VmEnvironment):
     def __init__(self, driver: LibvirtDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
         self.d = driver
-        self.name = names.vm(spec.label)
-        self.dir: TrialDir | None = None
         self.dom: Any = None
         self.pid: int | None = None
         self.pgid: int | None = None
-        self.serial: SerialWatch | None = None
-        self.agent: AgentChannel | None = None
-        self.restore = driver.opts.start == "restore"
         self._create: asyncio.Future[Any] | None = None
 
-    # A VM's limits are its size (model.spec.vm_size); pids inside the guest are the
-    # guest kernel's business (its own pid table, not the host's); the workspace is a
-    # disk image of workspace_mib (vmguest.workspace_disk_mib).
-    def _vcpus(self) -> int:
-        return vm_size(self.spec.limits.cpus, DEFAULT_CPUS, self.d.opts.vcpus)
-
-    def _memory(self) -> int:
-        return vm_size(self.spec.limits.memory_mib, DEFAULT_MEMORY_MIB, self.d.opts.memory_mib)
-
-    def xml(self, guest: GuestFiles, disks: list[tuple[str, str, str]]) -> str:
+    def xml(self, guest: GuestFiles, disks: list[Disk]) -> str:
         assert self.dir is not None
         return domain_xml(
             self.name,
             self.spec.label,
             self.d.accel,
-            self._vcpus(),
-            self._memory(),
+            self.d.vcpus_for(self.spec),
+            self.d.memory_for(self.spec),
             guest,
             self.dir,
             disks,
@@ -191,7 +164,7 @@ class LibvirtEnvironment(Environment):
             # libvirt restores a saved domain under its own name only: one at a time
             self.name = self.d.snap_name
         self.dir = TrialDir(self.d.host, self.name)
-        disks = await self.d.disks(self, guest)
+        disks = await self.d.disks(self.spec, self.dir, self.sub, guest.rootdisk)
         if self.restore:
             async with self.sub("restore"):
                 await self._start(self.d.restore_domain, self.spec.label, self.dir)
@@ -220,19 +193,10 @@ class LibvirtEnvironment(Environment):
     async def ready(self) -> None:
         assert self.agent is not None and self.serial is not None
         await self.d.call("resume", self.dom.resume)
-        if self.restore:
-            async with self.sub("agent"):
-                await self.agent.ping()
-            return
-        async with self.sub("firmware_kernel"):
-            await self.serial.wait_init()
-        async with self.sub("agent"):
-            await self.agent.hello()
+        await self.wait_guest()
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
-        if self.agent is None:
-            raise PhaseFailure(ErrorKind.AGENT_LOST, "no agent channel")
-        return await self.agent.run(step, fresh_process=self.channel == "exec")
+        return await self.agent_step(step)
 
     async def teardown(self) -> None:
         for part in (self.agent, self.serial):
@@ -327,33 +291,6 @@ class LibvirtDriver(VmDriver):
     def emulator(self) -> str:
         return shutil.which(self.opts.qemu) or self.opts.qemu
 
-    def guest_for(self, workload: Workload) -> GuestFiles:
-        g = guest_files(need_root=needs_full_image(workload))
-        if g is None:
-            raise PhaseFailure(ErrorKind.IMAGE_MISSING, "the VM guest is not built")
-        return g
-
-    async def disks(self, env: LibvirtEnvironment, guest: GuestFiles) -> list[tuple[str, str, str]]:
-        w = env.spec.workload
-        out: list[tuple[str, str, str]] = []
-        size = workspace_disk_mib(env.spec, self.opts.start)
-        if not needs_full_image(w) and not env.spec.workspace_src and size is None:
-            return out
-        assert env.dir is not None  # create made it
-        async with env.sub("disks"):
-            if needs_full_image(w):
-                assert guest.rootdisk is not None
-                ov = env.dir("root.qcow2")
-                await overlay(shutil.which("qemu-img") or "qemu-img", guest.rootdisk, ov, self.host)
-                out.append((ov, "qcow2", ROOT_SERIAL))
-            if env.spec.workspace_src or size is not None:
-                from rtax_tui.drivers.toolkit.vmimage import make_workspace_disk
-
-                ws = env.dir("ws.ext4")
-                await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws, size)
-                out.append((ws, "raw", WS_SERIAL))
-        return out
-
     # -- libvirt calls -----------------------------------------------------------
 
     def _connect(self) -> Any:
@@ -396,9 +333,7 @@ class LibvirtDriver(VmDriver):
         """Restore the saved domain, paused, with this trial's sockets and run id."""
         if self.snapshot is None or self._snap_xml is None or self.snap_name is None:
             raise PhaseFailure(ErrorKind.NO_SNAPSHOT, "start = restore, and no snapshot was made")
-        if not self._snap_registered and self._snap_dir is not None:
-            self.host.track("path", self._snap_dir.path)  # the run's reaper is up by now
-            self._snap_registered = True
+        self.register_snapshot()  # the run's reaper is up by now
         xml = self._snap_xml.replace(self._snap_path, d.path)
         xml = xml.replace(f">{SNAP_LABEL}</rtax:run>", f">{escape(label)}</rtax:run>")
         self.conn.restoreFlags(self.snapshot, xml, _libvirt().VIR_DOMAIN_SAVE_PAUSED)
@@ -454,11 +389,7 @@ class LibvirtDriver(VmDriver):
         facts: dict[str, Any] = {
             "uri": self.uri,
             "machine": "q35",
-            "accel": self.accel,
-            "accel_reason": self.accel_reason,
-            "start": self.opts.start,
-            "vcpus": self.opts.vcpus,
-            "memory_mib": self.opts.memory_mib,
+            **self.size_facts(),
             "channel": "virtio-serial",
             "limits": self.limits_fact(),
         }
@@ -477,11 +408,7 @@ class LibvirtDriver(VmDriver):
     async def cleanup(self, label: str | None = None) -> int:
         """Destroy domains named `rtax-*` whose `<rtax:run>` is `label` (or any), and
         remove their directories; a live run's (model/runlock.py) are spared."""
-        import glob
-        import tempfile
-
-        pat = names.vm_dirs_prefix(label) + "*"
-        dirs = glob.glob(os.path.join(tempfile.gettempdir(), pat))
+        dirs = trial_dirs(label)
         try:
             conn = await asyncio.wait_for(self.connection(), 60)
             doms = await asyncio.to_thread(conn.listAllDomains, 0)
@@ -506,10 +433,5 @@ class LibvirtDriver(VmDriver):
                 n += 1
             except Exception:
                 continue
-        spared += remove_dead_dirs(dirs, live)
-        runlock.note_spared(spared)
-        if self._snap_dir is not None:
-            self._snap_dir.remove()
-            self._snap_dir = None
-            self.snapshot = None
+        self.end_cleanup(dirs, live, spared)
         return n

@@ -22,12 +22,12 @@ import subprocess
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
-from rtax_tui.drivers.toolkit.shellframe import FramedShell
+from rtax_tui.drivers.toolkit.shellframe import FramedShell, shell_action
 from rtax_tui.drivers.toolkit.stepenv import SANDBOX_PATH
 from rtax_tui.drivers.toolkit.workspace import (
     base_env,
     close_shell,
-    made_workspace,
+    drop_workspace,
     run_exec,
     start_workspace,
     tools_problems,
@@ -35,8 +35,7 @@ from rtax_tui.drivers.toolkit.workspace import (
 )
 
 from rtax_tui.hosts import Host, names
-from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step
+from rtax_tui.model.spec import ActionResult, EnvSpec, Step
 
 
 class LocalEnvironment(Environment):
@@ -85,11 +84,7 @@ class LocalEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
-            if self.shell is None:
-                raise PhaseFailure(ErrorKind.NOT_CREATED, "the shell was never started")
-            # asyncio.timeout, not wait_for: no task per action (3.11's wait_for makes one)
-            async with asyncio.timeout(timeout):
-                return await self.shell.run(step.argv)
+            return await shell_action(self.shell, step.argv, timeout, "the shell")
         return await run_exec(
             self.driver.host,
             list(step.argv),
@@ -105,11 +100,8 @@ class LocalEnvironment(Environment):
             stale = self.shell is not None and self.shell.broken
             await close_shell(self.shell_proc, host=host, grace=0.0 if stale else 1.0)
             self.shell_proc = None
-        self.workspace = await made_workspace(self.workspace, self._ws)
-        self._ws = None
-        if self.workspace is not None:
-            await host.remove_tree(self.workspace)
-            self.workspace = None
+        await drop_workspace(host, self.workspace, self._ws)
+        self.workspace = self._ws = None
 
 
 # `[drivers_options.local] env`: where a step's PATH comes from (see the docstring)

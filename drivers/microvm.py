@@ -31,8 +31,10 @@ from typing import Any
 from rtax_tui.drivers.base import Environment, Problem, SubTimer
 from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.needs import needs_full_image
-from rtax_tui.drivers.toolkit.vmdriver import SETUP_TIMEOUT_S, VmDriver
+from rtax_tui.drivers.toolkit.vmdriver import SETUP_TIMEOUT_S, VmDriver, VmEnvironment
 from rtax_tui.drivers.toolkit.vmguest import (
+    CMDLINE,
+    TCG_MICROVM_ARGS,
     AgentChannel,
     Qmp,
     SerialWatch,
@@ -40,38 +42,22 @@ from rtax_tui.drivers.toolkit.vmguest import (
     budget_procs,
     connect_unix,
     microvm_argv,
-    overlay,
-    remove_dead_dirs,
-    workspace_disk_mib,
+    trial_dirs,
 )
-from rtax_tui.drivers.toolkit.vmimage import ROOT_SERIAL, WS_SERIAL, GuestFiles, guest_files
+from rtax_tui.drivers.toolkit.vmimage import guest_files
 
 from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.spec import (
-    DEFAULT_CPUS,
-    DEFAULT_MEMORY_MIB,
-    ActionResult,
-    EnvSpec,
-    PhaseFailure,
-    Step,
-    Workload,
-    vm_size,
-)
+from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step, Workload
 
 
-class MicrovmEnvironment(Environment):
+class MicrovmEnvironment(VmEnvironment):
     def __init__(self, driver: MicrovmDriver, spec: EnvSpec, sub: SubTimer | None = None) -> None:
         super().__init__(driver, spec, sub)
         self.d = driver
-        self.name = names.vm(spec.label)
-        self.dir: TrialDir | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.qmp: Qmp | None = None
-        self.serial: SerialWatch | None = None
-        self.agent: AgentChannel | None = None
-        self.restore = driver.opts.start == "restore"
         # image modes (drivers.toolkit.delivery): what the root disk's overlay is made on
         # (the host's disk, a pulled copy, or QEMU's http driver on the content server)
         self.base: str | None = None
@@ -127,15 +113,16 @@ class MicrovmEnvironment(Environment):
     async def create(self) -> None:
         guest = self.d.guest_for(self.spec.workload)
         self.dir = TrialDir(self.d.host, self.name)
-        disks = await self.d.disks(self, guest)
+        rootdisk = self.base or guest.rootdisk
+        disks = await self.d.disks(self.spec, self.dir, self.sub, rootdisk)
         argv = microvm_argv(
             self.d.opts.qemu,
             self.dir,
             guest.kernel,
             guest.initramfs,
             self.d.accel,
-            self.spec_vcpus(),
-            self.spec_memory(),
+            self.d.vcpus_for(self.spec),
+            self.d.memory_for(self.spec),
             disks,
             incoming=self.restore,
             name=self.name,
@@ -173,34 +160,13 @@ class MicrovmEnvironment(Environment):
         if mig.get("status") not in (None, "completed"):
             raise PhaseFailure(ErrorKind.RESTORE_FAILED, f"migration {mig.get('status')}: {mig}")
 
-    # A VM's limits are its size (model.spec.vm_size); pids inside the guest are the
-    # guest kernel's business (its own pid table, not the host's); the workspace is a
-    # disk image of workspace_mib (vmguest.workspace_disk_mib).
-    def spec_vcpus(self) -> int:
-        return vm_size(self.spec.limits.cpus, DEFAULT_CPUS, self.d.opts.vcpus)
-
-    def spec_memory(self) -> int:
-        return vm_size(self.spec.limits.memory_mib, DEFAULT_MEMORY_MIB, self.d.opts.memory_mib)
-
     async def ready(self) -> None:
-        assert self.qmp is not None and self.agent is not None and self.serial is not None
+        assert self.qmp is not None
         await self._guard(self.qmp.cmd("cont"))
-        if self.restore:
-            async with self.sub("agent"):
-                await self._guard(self.agent.ping())
-            return
-        async with self.sub("firmware_kernel"):
-            await self._guard(self.serial.wait_init())
-        async with self.sub("agent"):
-            await self._guard(self.agent.hello())
+        await self.wait_guest(self._guard)
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
-        if self.agent is None:
-            raise PhaseFailure(ErrorKind.AGENT_LOST, "no agent channel")
-        res: ActionResult = await self._guard(
-            self.agent.run(step, fresh_process=self.channel == "exec")
-        )
-        return res
+        return await self.agent_step(step, self._guard)
 
     async def reset_snapshot(self) -> None:
         """A pooled guest back to the saved snapshot (start = restore): this QEMU ends,
@@ -257,42 +223,10 @@ class MicrovmDriver(VmDriver):
             if disk is not None and str(disk) not in self.served:
                 self.served[str(disk)] = await delivery.current().serve_file(str(disk))
 
-    def guest_for(self, workload: Workload) -> GuestFiles:
-        g = guest_files(need_root=needs_full_image(workload))
-        if g is None:
-            raise PhaseFailure(ErrorKind.IMAGE_MISSING, "the VM guest is not built")
-        return g
-
     def cmdline(self) -> str:
         """The guest kernel's command line; option `append` adds to it."""
-        from rtax_tui.drivers.toolkit.vmguest import CMDLINE, TCG_MICROVM_ARGS
-
         tcg = TCG_MICROVM_ARGS if self.accel == "tcg" else ""
         return " ".join(x for x in (CMDLINE, tcg, self.append) if x)
-
-    async def disks(self, env: MicrovmEnvironment, guest: GuestFiles) -> list[tuple[str, str, str]]:
-        w = env.spec.workload
-        out: list[tuple[str, str, str]] = []
-        size = workspace_disk_mib(env.spec, self.opts.start)
-        if not needs_full_image(w) and not env.spec.workspace_src and size is None:
-            return out
-        assert env.dir is not None
-        async with env.sub("disks"):
-            if needs_full_image(w):
-                assert guest.rootdisk is not None
-                ov = env.dir("root.qcow2")
-                await overlay(self.qemu_img(), env.base or guest.rootdisk, ov, self.host)
-                out.append((ov, "qcow2", ROOT_SERIAL))
-            if env.spec.workspace_src or size is not None:
-                from rtax_tui.drivers.toolkit.vmimage import make_workspace_disk
-
-                ws = env.dir("ws.ext4")
-                await asyncio.to_thread(make_workspace_disk, env.spec.workspace_src, ws, size)
-                out.append((ws, "raw", WS_SERIAL))
-        return out
-
-    def qemu_img(self) -> str:
-        return shutil.which("qemu-img") or "qemu-img"
 
     async def check(self) -> list[Problem]:
         if getattr(self.host, "name", "local") != "local":
@@ -322,18 +256,6 @@ class MicrovmDriver(VmDriver):
                 return f"migration to a file ended {st}"
             await asyncio.sleep(0.01)
 
-    def register_snapshot(self) -> None:
-        """The snapshot was made before the run's reaper started: register it now."""
-        if not self._snap_registered and self._snap_dir is not None:
-            self.host.track("path", self._snap_dir.path)
-            self._snap_registered = True
-
-    def forget_snapshot(self) -> None:
-        if self._snap_dir is not None:
-            self._snap_dir.remove()
-            self._snap_dir = None
-            self.snapshot = None
-
     async def facts(self) -> dict[str, Any]:
         await self.resolve_accel()
         g = guest_files()
@@ -341,11 +263,7 @@ class MicrovmDriver(VmDriver):
         return {
             "qemu": res.stdout.decode(errors="replace").splitlines()[0] if res.stdout else None,
             "machine": "microvm",
-            "accel": self.accel,
-            "accel_reason": self.accel_reason,
-            "start": self.opts.start,
-            "vcpus": self.opts.vcpus,
-            "memory_mib": self.opts.memory_mib,
+            **self.size_facts(),
             "guest_kernel": g.kver if g else None,
             "channel": "virtio-serial",
             "limits": self.limits_fact(),
@@ -354,12 +272,8 @@ class MicrovmDriver(VmDriver):
     async def cleanup(self, label: str | None = None) -> int:
         """Kill QEMU processes named `rtax-<label>-*` (or any `rtax-*`), remove their dirs;
         a live run's (model/runlock.py) are spared."""
-        import glob
-        import tempfile
-
         prefix = names.vm_prefix(label)
-        pat = names.vm_dirs_prefix(label) + "*"
-        dirs = glob.glob(os.path.join(tempfile.gettempdir(), pat))
+        dirs = trial_dirs(label)
         procs = []
         for pid, argv in _qemu_processes():
             try:
@@ -379,9 +293,7 @@ class MicrovmDriver(VmDriver):
                 n += 1
             except ProcessLookupError:
                 pass
-        spared += remove_dead_dirs(dirs, live)
-        runlock.note_spared(spared)
-        self.forget_snapshot()
+        self.end_cleanup(dirs, live, spared)
         return n
 
 

@@ -62,18 +62,18 @@ from rtax_tui.drivers.toolkit.sandbox import (
     start_time,
     uid_option,
 )
-from rtax_tui.drivers.toolkit.shellframe import CredReader, FramedShell, Reader
+from rtax_tui.drivers.toolkit.shellframe import CredReader, FramedShell, Reader, shell_action
 from rtax_tui.drivers.toolkit.stage_site import (
-    CLEANUP_SH,
     TOOLS,
     Site,
     find_tools,
     host_support,
     list_root,
+    sandbox_cleanup,
 )
 from rtax_tui.drivers.toolkit.workspace import (
-    counts,
-    made_workspace,
+    drop_workspace,
+    new_env_cgroup,
     run_exec,
     workspace_mib,
 )
@@ -154,16 +154,7 @@ class StageEnvironment(Environment):
 
     async def _new_cgroup(self) -> None:
         """A new cgroup for the sandbox with the cell's limits (self.cg, self.procs)."""
-        spec = self.spec
-        lim = spec.limits
-        self.cg = Cgroup.relpath_of(names.env_cgroup(spec.label), spec.cgroup_parent)
-        try:
-            self.procs = await self.host.make_cgroup(
-                self.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=lim.pids
-            )
-        except PhaseFailure:
-            self.cg = None  # the host removed what it had made
-            raise
+        await new_env_cgroup(self, self.spec.limits.pids)
 
     async def _spawn_sandbox(self, site: Site, binds: list[tuple[str, str]]) -> None:
         """Start bubblewrap (the sandbox's init) in self.cg on self.workspace."""
@@ -355,11 +346,7 @@ class StageEnvironment(Environment):
 
     async def action(self, step: Step, timeout: float | None) -> ActionResult:
         if self.channel == "shell":
-            if self.shell is None:
-                raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox's shell was never started")
-            # FramedShell keeps the stale-channel rule
-            async with asyncio.timeout(timeout):  # no task per action, unlike wait_for
-                return await self.shell.run(step.argv)
+            return await shell_action(self.shell, step.argv, timeout, "the sandbox's shell")
         await self._started()
         assert self.pid is not None and self.start is not None
         support = (await self.driver.site()).support
@@ -530,11 +517,8 @@ class StageEnvironment(Environment):
                 await asyncio.wait_for(asyncio.shield(self._binds), 60)
             except Exception:
                 pass
-        self.workspace = await made_workspace(self.workspace, self._ws)
-        self._ws = self._binds = None
-        if self.workspace is not None:
-            await self.host.remove_tree(self.workspace)
-            self.workspace = None
+        await drop_workspace(self.host, self.workspace, self._ws)
+        self.workspace = self._ws = self._binds = None
         await self.img.release()  # after the sandbox: nothing reads the mounts now
         if errors:
             raise PhaseFailure(ErrorKind.TEARDOWN_INCOMPLETE, "; ".join(errors))
@@ -810,14 +794,4 @@ class StageDriver(Driver):
 
     async def cleanup(self, label: str | None = None) -> int:
         """Sandboxes, env cgroups and workspaces of one run (or of every run)."""
-        prefix, cg = names.workspace_prefix(label), names.env_cgroup_prefix(label)
-        script = runlock.script(CLEANUP_SH)
-        argv = ["sh", "-c", script, "rtax-cleanup", prefix, cg, cgroups.PREFIX]
-        res = await self.host.run(argv, timeout=60)
-        try:
-            return counts(res.stdout)
-        except (ValueError, IndexError):
-            raise PhaseFailure(
-                ErrorKind.CLEANUP_FAILED,
-                f"host {self.host.name}: stage cleanup failed: {res.stderr[-300:]!r}",
-            ) from None
+        return await sandbox_cleanup(self.host, label, f"host {self.host.name}: stage")

@@ -62,7 +62,7 @@ from rtax_tui.drivers.base import (
 from rtax_tui.drivers.toolkit.images import swerex_images
 from rtax_tui.drivers.toolkit.workspace import (
     base_env,
-    made_workspace,
+    drop_workspace,
     start_workspace,
     workspace_cleanup,
 )
@@ -194,6 +194,11 @@ def _kill_in(path: str) -> None:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+async def _end_in(path: str) -> None:
+    """What still runs in a workspace about to be removed, killed (off the loop)."""
+    await asyncio.to_thread(_kill_in, path)
 
 
 def _kill_group(pgid: int) -> None:
@@ -468,12 +473,8 @@ class SwerexEnvironment(Environment):
             host.untrack("pgid", str(pgid))
         self.session_pgids = []
         self.runtime = None
-        self.workspace = await made_workspace(self.workspace, self._ws)
-        self._ws = None
-        if self.workspace is not None:
-            await asyncio.to_thread(_kill_in, self.workspace)
-            await host.remove_tree(self.workspace)
-            self.workspace = None
+        await drop_workspace(host, self.workspace, self._ws, _end_in)
+        self.workspace = self._ws = None
 
     async def _teardown_docker(self) -> None:
         """SWE-ReX's own stop (close the runtime, `docker kill`; `--rm` removes it), then,

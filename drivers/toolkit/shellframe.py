@@ -315,3 +315,16 @@ class FramedShell:
                 self.broken = True  # cancelled (a timeout) mid-answer, or not to be trusted
                 raise
             return ActionResult(rc=int(tail.kept()), output=out.kept(), dropped=out.dropped)
+
+
+async def shell_action(
+    shell: FramedShell | None, argv: Sequence[str], timeout: float | None, what: str
+) -> ActionResult:
+    """A step on a driver's `shell` channel: one framed command on its persistent shell
+    (FramedShell keeps the stale-channel rule) under `asyncio.timeout`, not `wait_for`:
+    no task per action (3.11's wait_for makes one). NOT_CREATED, naming `what`, when
+    the create never started the shell."""
+    if shell is None:
+        raise PhaseFailure(ErrorKind.NOT_CREATED, f"{what} was never started")
+    async with asyncio.timeout(timeout):
+        return await shell.run(argv)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rtax_tui.drivers.toolkit.sandbox import ROOT_NAMES, Support, bin_argv, etc_argv, local_support
+from rtax_tui.drivers.toolkit.workspace import run_cleanup
 
-from rtax_tui.hosts import Host, names
+from rtax_tui.hosts import Host, cgroups, names
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.runlock import LIVE_SH
 from rtax_tui.model.spec import PhaseFailure
@@ -107,6 +108,17 @@ for w in $ws; do
 done
 echo $n $s"""
 )
+
+
+async def sandbox_cleanup(host: Host, label: str | None, what: str) -> int:
+    """`CLEANUP_SH` on `host` for run `label` (None: every run); how many it removed.
+    stage's and gvisor's environments leave the same things (a workspace and an env
+    cgroup named for the run's label), so one cleanup serves both. CLEANUP_FAILED,
+    beginning with `what`, when the script gives no count."""
+    args = [names.workspace_prefix(label), names.env_cgroup_prefix(label), cgroups.PREFIX]
+    return await run_cleanup(
+        host, CLEANUP_SH, args, lambda err: f"{what} cleanup failed: {err[-300:]!r}"
+    )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import os
 import shlex
@@ -76,6 +77,13 @@ def workspace_disk_mib(spec: Any, start: str) -> int | None:
 def vm_integrity(channel: str) -> str | None:
     """`Driver.integrity` of both VM drivers: None on exec (see VM_INTEGRITY)."""
     return VM_INTEGRITY if channel == "shell" else None
+
+
+def trial_dirs(label: str | None) -> list[str]:
+    """The trial directories (`TrialDir`) of run `label`, or of every run: what a
+    cleanup lists before it asks which runs are live (model/runlock.py)."""
+    pat = names.vm_dirs_prefix(label) + "*"
+    return glob.glob(os.path.join(tempfile.gettempdir(), pat))
 
 
 def remove_dead_dirs(dirs: list[str], live: Any) -> int:

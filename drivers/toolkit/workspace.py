@@ -1,9 +1,9 @@
 """The driver toolkit's workspace and process helpers, shared by every driver.
 
 Workspaces (`rtax-ws-<label>-*` under the host's temporary directory, tracked with the
-host's reaper), the environment variables of a plain workspace, one process per
-action, closing a persistent shell, which tools a host lacks, and cleanup by label.
-Everything goes through the `Host` interface, so it works on any host.
+host's reaper), the environment variables of a plain workspace, a sandbox's own cgroup,
+one process per action, closing a persistent shell, which tools a host lacks, and
+cleanup by label. Everything goes through the `Host` interface, so it works on any host.
 """
 
 from __future__ import annotations
@@ -11,18 +11,21 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from rtax_tui.drivers.base import Problem
 from rtax_tui.drivers.toolkit.stepenv import step_env
 
 from rtax_tui.hosts import Host, LocalHost, names, safefs
+from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure
 
 # for plugins: what their workspaces are named starting with (hosts/names.py owns it)
 WORKSPACE_PREFIX = names.WORKSPACE
+T = TypeVar("T")
 
 
 def base_env(workspace: str, extra: dict[str, str], path: str | None = None) -> dict[str, str]:
@@ -45,19 +48,42 @@ async def make_workspace(host: Host, label: str, size_mib: int | None = None) ->
     return await host.make_workspace(names.workspace(label), size_mib=size_mib)
 
 
-async def made_workspace(current: str | None, making: asyncio.Future[str] | None) -> str | None:
-    """The workspace a create made, also when the create was cancelled while the host was
-    making it (`making`: the shielded make): a teardown waits for a make still running (up
-    to 60 s) and removes what it made, so a cancelled create leaves nothing behind."""
+async def settled(current: T | None, making: asyncio.Future[T] | None, within_s: float) -> T | None:
+    """What a create's shielded step made (`making`: a workspace, a spawned process),
+    also when the create was cancelled while it ran: a teardown waits for a step still
+    running (up to `within_s`) and takes its result where the create never got it
+    (`current` None), so that it ends what was made and a cancelled create leaves
+    nothing behind."""
     if making is not None and not making.done():
         try:
-            await asyncio.wait_for(asyncio.shield(making), 60)
+            await asyncio.wait_for(asyncio.shield(making), within_s)
         except Exception:
             pass
     if current is None and making is not None and making.done():
         if not making.cancelled() and making.exception() is None:
             return making.result()
     return current
+
+
+async def made_workspace(current: str | None, making: asyncio.Future[str] | None) -> str | None:
+    """The workspace a create made (`settled`, waiting up to 60 s for the make)."""
+    return await settled(current, making, 60)
+
+
+async def drop_workspace(
+    host: Host,
+    current: str | None,
+    making: asyncio.Future[str] | None,
+    before: Callable[[str], Awaitable[None]] | None = None,
+) -> None:
+    """A teardown's removal of the workspace its create made (`made_workspace`: also one
+    a cancelled create left), after `before(path)` (what must end first, e.g. what runs
+    in it). The caller then forgets both `current` and `making`."""
+    path = await made_workspace(current, making)
+    if path is not None:
+        if before is not None:
+            await before(path)
+        await host.remove_tree(path)
 
 
 async def remove_workspace(host: Host, path: str) -> None:
@@ -82,6 +108,34 @@ def start_workspace(host: Host, spec: EnvSpec) -> asyncio.Future[str]:
             names.workspace(spec.label), spec.workspace_src, size_mib=workspace_mib(spec)
         )
     )
+
+
+class CgroupEnv(Protocol):
+    """An environment with a cgroup of its own (stage's sandbox, gvisor's)."""
+
+    host: Host
+    spec: EnvSpec
+    cg: str | None
+    procs: list[str]
+
+
+async def new_env_cgroup(env: CgroupEnv, pids: int | None, suffix: str | None = None) -> None:
+    """A new cgroup for `env`'s sandbox, `rtax/env-<label>-<suffix>` (or under the
+    capacity batch's budget, `spec.cgroup_parent`), with the cell's CPU and memory limits
+    and `pids` (the driver's: gVisor's host cgroup holds a backstop above the sandbox's
+    own); its `cgroup.procs` files in `env.procs`. Its path is `env.cg` before it is
+    made, so a create cancelled meanwhile leaves its teardown the path to remove; when
+    the making fails the host removed what it had made, and `env.cg` is None."""
+    spec = env.spec
+    lim = spec.limits
+    env.cg = Cgroup.relpath_of(names.env_cgroup(spec.label, suffix), spec.cgroup_parent)
+    try:
+        env.procs = await env.host.make_cgroup(
+            env.cg, cpus=lim.cpus, memory_mib=lim.memory_mib, pids=pids
+        )
+    except PhaseFailure:
+        env.cg = None
+        raise
 
 
 def populate(workspace: str, src: str | None, uid: int | None = None) -> None:
@@ -199,13 +253,21 @@ def counts(out: bytes) -> int:
     return int(removed)
 
 
-async def workspace_cleanup(host: Host, prefix: str) -> int:
-    """Leftover workspaces named `prefix*` on a host, and processes inside them."""
-    argv = ["sh", "-c", runlock.script(CLEANUP_SH), "rtax-cleanup", prefix]
+async def run_cleanup(
+    host: Host, script: str, args: list[str], failed: Callable[[bytes], str]
+) -> int:
+    """A cleanup script (one that spares a live run's, `runlock.script`) run on `host`
+    with `args`: how many it removed (`counts`); CLEANUP_FAILED, `failed(its stderr)`,
+    when it prints no count."""
+    argv = ["sh", "-c", runlock.script(script), "rtax-cleanup", *args]
     res = await host.run(argv, timeout=60)
     try:
         return counts(res.stdout)
     except (ValueError, IndexError):
-        raise PhaseFailure(
-            ErrorKind.CLEANUP_FAILED, f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"
-        ) from None
+        raise PhaseFailure(ErrorKind.CLEANUP_FAILED, failed(res.stderr)) from None
+
+
+async def workspace_cleanup(host: Host, prefix: str) -> int:
+    """Leftover workspaces named `prefix*` on a host, and processes inside them."""
+    failed = f"host {host.name}: {shlex.join(['cleanup', prefix])} failed"
+    return await run_cleanup(host, CLEANUP_SH, [prefix], lambda _err: failed)
