@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,33 @@ def test_only_the_newest_runs_are_read_and_the_rest_counted(
     assert starts[0] == "2026-12-01T00:03:00+00:00" and starts == sorted(starts)
     code, out, _ = history(capsys, "p", "--dir", str(tmp_path))
     assert code == 0 and f"{trends.RUNS_MAX} runs (the newest; 3 older left out)" in out
+
+
+@pytest.mark.parametrize("reader", ["history", "report"])
+def test_a_line_of_gigabytes_is_refused_before_it_is_read_whole(tmp_path, reader) -> None:
+    """Red team (programs/history, left open): a recording of a header and then one line
+    of 8 GiB (a sparse file: no disk used) was read whole, by `rtax history` (1 GiB: 3.2 GB
+    of memory) and by `rtax report`'s chunked scan (1 GiB: 2.1 GB). A line longer than
+    the longest rtax writes (recording.LINE_MAX) is an error naming the file and line."""
+    from rtax_tui.model.recording import LINE_MAX
+
+    d = tmp_path / "recordings"
+    d.mkdir()
+    rec = d / "20261206T000000Z-p.jsonl"
+    header = {
+        "type": "run", "t_ns": 1, "format": "rtax/1", "run_id": "r1",
+        "started_at": "2026-12-06T00:00:00+00:00", "seed": 1, "argv": ["rtax"],
+        "profile": {"name": "p"}, "hosts": {"local": {}},
+    }  # fmt: skip
+    with open(rec, "wb") as f:
+        f.write(json.dumps(header).encode() + b"\n")
+        f.truncate(8 << 30)  # 8 GiB of NULs after the header, sparse
+    argv = ["history", "p", "--dir", str(d)] if reader == "history" else ["report", str(rec)]
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *argv],
+        capture_output=True, text=True, timeout=120,
+        # the child may hold at most a few chunks and one line beyond rtax's longest
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)),
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert f"{rec}:2: a line longer than rtax reads ({LINE_MAX >> 20} MiB)" in res.stderr

@@ -25,7 +25,7 @@ from rtax_tui.model.events import (
     decode,
     encode,
 )
-from rtax_tui.model.inputs import MIB, RECORDING_MAX, read_input, read_input_chunks
+from rtax_tui.model.inputs import MIB, RECORDING_MAX, read_input_chunks
 from rtax_tui.model.paths import umask
 from rtax_tui.model.spec import RtaxError
 
@@ -201,12 +201,42 @@ def _parse(path: str, lineno: int, raw: bytes) -> dict[str, Any]:
     return _check_event(path, lineno, ev)
 
 
+# The longest line rtax reads in a recording: the header (the resolved profile, the
+# hosts' facts) is the longest rtax writes. Every reader stops at a longer one (a
+# crafted file of a header and 8 GiB of NULs, sparse, cost its reader all its memory).
+LINE_MAX = 16 << 20
+HEADER_MAX = LINE_MAX
+
+
+def line_too_long(name: str, lineno: int) -> RecordingError:
+    return RecordingError(f"{name}:{lineno}: a line longer than rtax reads ({LINE_MAX >> 20} MiB)")
+
+
 def read_recording(path: str | Path) -> Recording:
     p = str(path)
-    return read_bytes(p, read_input(p, "the recording", RECORDING_MAX, RecordingError))
+    return read_bytes(p, _read_bounded(p))
 
 
-HEADER_MAX = 16 << 20  # a header's line: the resolved profile, the hosts' facts
+def _read_bounded(name: str) -> bytes:
+    """The recording's bytes, read a chunk at a time: no line longer than LINE_MAX is
+    read whole (the error names it)."""
+    got: list[bytes] = []
+    open_line = 0  # bytes since the last newline
+    lines = 0
+    for data in read_input_chunks(name, "the recording", RECORDING_MAX, RecordingError, chunk=MIB):
+        last = data.rfind(b"\n")
+        if last < 0:
+            open_line += len(data)
+        else:
+            first = data.find(b"\n")
+            if open_line + first > LINE_MAX:
+                raise line_too_long(name, lines + 1)
+            lines += data.count(b"\n")
+            open_line = len(data) - last - 1
+        if open_line > LINE_MAX:
+            raise line_too_long(name, lines + 1)
+        got.append(data)
+    return b"".join(got)
 
 
 def read_header(path: str | Path) -> dict[str, Any]:
@@ -229,8 +259,7 @@ def read_header(path: str | Path) -> dict[str, Any]:
         chunks.close()
     raw = b"".join(got)
     if len(raw) > HEADER_MAX:
-        why = f"its header line is longer than rtax reads ({HEADER_MAX >> 20} MiB)"
-        raise RecordingError(f"{name}:1: {why}")
+        raise line_too_long(name, 1)
     ev = parse_line(name, 1, raw) if raw.endswith(b"\n") else parse_tail(name, 1, raw, None)
     if ev is None:
         raise RecordingError(f"{name}: empty recording (no `run` header)")

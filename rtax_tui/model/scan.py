@@ -28,7 +28,14 @@ import numpy as np
 
 from rtax_tui.model.fold import RowBuilder, Rows, TrialFold
 from rtax_tui.model.inputs import RECORDING_MAX, read_input_chunks
-from rtax_tui.model.recording import RecordingError, check_header, parse_line, parse_tail
+from rtax_tui.model.recording import (
+    LINE_MAX,
+    RecordingError,
+    check_header,
+    line_too_long,
+    parse_line,
+    parse_tail,
+)
 
 CHUNK = 8 << 20  # bytes read at a time: a few times this is the scan's own memory
 _PAD = b"\0" * 64  # so that an 8-byte load past a line's end stays in the buffer
@@ -285,6 +292,8 @@ class RecordingScan:
             data = self._rest + data
             cut = data.rfind(b"\n") + 1
             self._rest = data[cut:]
+            if len(self._rest) > LINE_MAX:  # not a line rtax wrote: stop before memory does
+                raise line_too_long(self.name, self._lineno + data.count(b"\n", 0, cut) + 1)
             if cut:
                 return data[:cut]
         return None
