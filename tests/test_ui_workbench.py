@@ -643,6 +643,7 @@ async def test_history_marks_the_run_where_a_cell_stepped(here) -> None:
     for i, ms in enumerate([10.0] * 3 + [50.0] * 3):
         started = f"2026-12-0{i + 1}T00:00:00+00:00"
         evs = [header({"name": "stepping"}, started), *trials({SHAKY: [ms] * 5})]
+        evs[0]["run_id"] = f"run{i}\x1b]52;c;eA==\x07"  # a recording's text: never sent as is
         runs.append(write(here / "recordings" / f"2026120{i + 1}T000000Z-stepping.jsonl", evs))
     app = RtaxApp(HistoryScreen())
     async with app.run_test(size=SIZE) as pilot:
@@ -665,4 +666,5 @@ async def test_history_marks_the_run_where_a_cell_stepped(here) -> None:
         await pilot.pause(0.2)
         lines = str(hist.query_one("#run-steps").render())
         assert f"{SHAKY} create: ▲ +400% +40.0ms at run 4" in lines  # markup shown as it is
+        assert "run3\\x1b]52;c;eA==\\x07" in lines and "\x1b" not in lines
         await pilot.press("q")
