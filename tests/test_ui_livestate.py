@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rtax_tui.analysis.report import build_report
@@ -11,6 +12,7 @@ from rtax_tui.model.recording import read_recording
 from rtax_tui.model.spec import PHASES
 from rtax_tui.ui.histogram import Layout, draw
 from rtax_tui.ui.livestate import N_BINS, LiveState, bin_edges_ns, bin_of
+from tests.consolerecs import OTHER, SHAKY, STEADY, marked_run, noise
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 RECORDINGS = sorted(EXAMPLES.glob("*.jsonl"))
@@ -212,3 +214,40 @@ def test_planned_count_of_a_run_with_modes_and_arrival_patterns(tmp_path: Path) 
     assert starts == 2 * ((5 + 1) + (8 + 1) + (5 + 1))  # burst:4 of 5 trials: 2 bursts
     st = _fed(out)
     assert st.planned == starts == st.ended
+
+
+def test_marks_agree_with_the_report(tmp_path: Path) -> None:
+    """Stability, programs that differ and the precision verdict: the live state says
+    what `rtax report` says of the same recording, folding each event once."""
+    path = marked_run(tmp_path / "marks.jsonl")
+    st = _fed(path)
+    report = build_report(read_recording(path))
+    for cell in report["cells"]:
+        cid = cell["cell"]
+        assert st.stability(cid, exact=True) == cell.get("noise")
+        want = [(d["cell"], d["diffs"]) for d in cell["programs"]["differ"]] if (
+            "programs" in cell
+        ) else []  # fmt: skip
+        assert st.programs_differ(cid) == want
+    assert st.stability(SHAKY)["unstable"] and not st.stability(STEADY)["unstable"]
+    assert [c for c, _ in st.programs_differ(STEADY)] == [OTHER]
+    prec = {c["cell"]: c for c in report["precision"]["cells"]}
+    for cid in (STEADY, SHAKY, OTHER):
+        verdict, reach = st.precision_of(cid)
+        assert (verdict, reach) == (prec[cid]["verdict"], prec[cid]["within"])
+    assert st.precision_end == "max_trials" and st.is_precision
+
+
+def test_noise_samples_added_in_pieces_give_the_stability_of_all_at_once() -> None:
+    """The live timeline grows as samples come (out of order too): the same verdict as
+    one built from all of them."""
+    from rtax_tui.analysis.noise_report import Timeline, stability
+
+    samples = [noise(float(s), load1=4.0 if s % 3 == 0 else 0.5) for s in range(2, 40)]
+    starts = np.arange(1, 40, dtype=np.int64) * 1_000_000_000
+    durs = np.full(starts.size, 500_000_000, dtype=np.int64)
+    grown = Timeline()
+    for part in (samples[10:20], samples[:10], samples[30:], samples[20:30]):
+        grown.extend(part)
+    assert stability(starts, durs, grown) == stability(starts, durs, samples)
+    assert stability(starts, durs, samples)["unstable"]

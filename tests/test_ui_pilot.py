@@ -17,6 +17,17 @@ from rtax_tui.ui.feeds import engine_argv
 from rtax_tui.ui.histogram import Histogram
 from rtax_tui.ui.modals import HelpScreen, ProjectPanel
 from rtax_tui.ui.monitor import MonitorScreen
+from tests.consolerecs import (
+    OTHER,
+    SHAKY,
+    STEADY,
+    header,
+    marked_run,
+    noise,
+    programs,
+    trials,
+    write,
+)
 from tests.procs import dead
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
@@ -287,3 +298,101 @@ def test_engine_argv_runs_headless_with_a_control_channel() -> None:
     i = argv.index("-o")
     assert argv[i + 1] == "-" and "--control" in argv and "--headless" in argv
     assert argv[argv.index("--record") + 1] == "r.jsonl"
+
+
+def _rows(table) -> dict[str, list[str]]:
+    """The cell table's rows by their key (the cell id), each cell as shown."""
+    return {
+        str(row.key.value): [str(c) for c in table.get_row(row.key)] for row in table.ordered_rows
+    }
+
+
+@aio
+async def test_replay_marks_unstable_cells_programs_rough_figures_and_precision(
+    tmp_path: Path,
+) -> None:
+    path = marked_run(tmp_path / "marks.jsonl")
+    app = RtaxApp(replay_screen(str(path), None))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        await _until(lambda: scr.ended)
+        await pilot.pause(0.2)
+        table = scr.query_one("#cells")
+        heads = [str(c.label) for c in table.ordered_columns]
+        rows = _rows(table)
+        # the markup in a cell's name is shown as it is, with the mark after it
+        assert rows[SHAKY][0] == f"{SHAKY} ⚠"
+        assert rows[STEADY][0] == f"{STEADY} ≠" and rows[OTHER][0] == f"{OTHER} ≠"
+        # five samples: rough, as the report marks them; twenty: not
+        create = heads.index("create P50")
+        assert rows[OTHER][create].startswith("~") and rows[OTHER][create + 1].startswith("~")
+        assert not rows[STEADY][create].startswith("~")
+        prec = heads.index("precision")
+        assert rows[STEADY][prec] == "precise ±3.0%"
+        assert rows[SHAKY][prec] == "wide ±12.0%"
+        # the selected cell's reasons, in the report's words
+        await pilot.press("s")
+        await pilot.pause(0.2)
+        sel = _text(scr, "#selected")
+        assert f"selected: {SHAKY}" in sel
+        assert "⚠ may be unstable: load 4.0 on 2 cores during 55% of this cell's trials" in sel
+        assert "precision ±5% after round 1: wide ±12.0%, n 20 of 20" in sel
+        await pilot.press("s")
+        await pilot.pause(0.2)
+        sel = _text(scr, "#selected")
+        assert f"≠ programs differ from {STEADY}: python3 /usr/bin/python3 vs " in sel
+        assert "~: fewer than 10 samples" in sel
+        await pilot.press("q")
+
+
+@aio
+async def test_a_precision_run_shows_each_cells_verdict_as_the_engine_checks(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "prec.jsonl"
+    argv = engine_argv(
+        str(_profile(tmp_path, 10)), ["--precision", "50%", "--max-trials", "30"], str(record)
+    )
+    scr = MonitorScreen("run", engine_argv=argv, record_path=str(record), title="t")
+    app = RtaxApp(scr)
+    async with app.run_test(size=SIZE) as pilot:
+        await _until(lambda: scr.ended, 120)
+        await pilot.pause(0.2)
+        assert scr.returncode == 0, list(scr.log_lines)
+        table = scr.query_one("#cells")
+        heads = [str(c.label) for c in table.ordered_columns]
+        (row,) = _rows(table).values()
+        want = build_report(read_recording(record))["precision"]
+        (cell,) = want["cells"]
+        reach = f" ±{cell['within'] * 100:.1f}%" if cell["within"] is not None else ""
+        assert row[heads.index("precision")] == cell["verdict"] + reach
+        assert f"after round {want['rounds']}" in _text(scr, "#selected")
+        await pilot.press("q")
+
+
+@aio
+async def test_compare_screen_flags_programs_that_differ_and_unstable_cells(
+    tmp_path: Path,
+) -> None:
+    cells = {STEADY: [100.0] * 20, SHAKY: [100.0] * 20}
+    a = write(tmp_path / "a.jsonl", [header({"name": "p"}), *trials(cells),
+                                     programs(STEADY, "/usr/bin/python3")])  # fmt: skip
+    b = write(tmp_path / "b.jsonl", [
+        header({"name": "p"}, "2026-12-01T01:00:00+00:00"), *trials(cells),
+        programs(STEADY, "/root/.pyenv/shims/python3"),
+        noise(2.0), noise(3.0), noise(4.0), noise(5.0, load1=4.0, swap_in=12, swap_out=3),
+    ])  # fmt: skip
+    app = RtaxApp(CompareScreen(str(a), str(b)))
+    async with app.run_test(size=SIZE) as pilot:
+        scr = app.screen
+        table = scr.query_one("#cmp")
+        await _until(lambda: table.row_count > 0)
+        names = {str(table.get_row_at(i)[0]) for i in range(table.row_count)}
+        assert names == {f"{STEADY} ≠", f"{SHAKY} ⚠"}  # markup shown as it is
+        flags = _text(scr, "#cmp-flags")
+        assert (
+            f"≠ {STEADY} vs {STEADY}: programs differ: python3 /usr/bin/python3 vs "
+            "/root/.pyenv/shims/python3" in flags
+        )
+        assert f"⚠ b (run-2026-12-01T01:00:00+00:00): {SHAKY}: may be unstable: load 4.0" in flags
+        await pilot.press("q")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -38,6 +40,7 @@ from rtax_tui.ui.launcher import (
 from rtax_tui.ui.modals import HelpScreen
 from rtax_tui.ui.monitor import MonitorScreen
 from rtax_tui.ui.tasks import WorkLine, stream_command
+from tests.consolerecs import SHAKY, header, trials, write
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 SIZE = (120, 40)
@@ -630,3 +633,38 @@ async def test_leaving_a_screen_goes_back_and_leaving_the_first_ends_the_console
         await pilot.press("escape")
         await _until(lambda: not app.is_running)
     assert app.return_code == 0
+
+
+@aio
+async def test_history_marks_the_run_where_a_cell_stepped(here) -> None:
+    """Six runs of one profile, the cell's create 10 ms, then 50 ms from the fourth:
+    `rtax history`'s step, beside that run and said in full when it is highlighted."""
+    runs = []
+    for i, ms in enumerate([10.0] * 3 + [50.0] * 3):
+        started = f"2026-12-0{i + 1}T00:00:00+00:00"
+        evs = [header({"name": "stepping"}, started), *trials({SHAKY: [ms] * 5})]
+        evs[0]["run_id"] = f"run{i}\x1b]52;c;eA==\x07"  # a recording's text: never sent as is
+        runs.append(write(here / "recordings" / f"2026120{i + 1}T000000Z-stepping.jsonl", evs))
+    app = RtaxApp(HistoryScreen())
+    async with app.run_test(size=SIZE) as pilot:
+        hist = app.screen
+        await _until(lambda: hist.steps is not None)
+        await pilot.pause(0.1)
+        table = hist.query_one("#runs")
+        col = [str(c.label) for c in table.ordered_columns].index("steps here")
+        shown = {Path(r.path).name: str(table.get_row(r.path)[col]) for r in hist.shown}
+        stepped = runs[3].name
+        assert shown[stepped] == "▲+400% create +1"  # create, and total with it
+        assert all(shown[p.name] == "" for p in runs if p.name != stepped)
+        # the same step `rtax history` finds, at the same run
+        argv = [sys.executable, "-m", "rtax_tui", "history", "stepping", "--format", "json"]
+        got = subprocess.run(argv, capture_output=True, text=True, check=True)
+        doc = json.loads(got.stdout)
+        (series,) = doc["series"]
+        assert {(s["phase"], s["run"]) for s in series["steps"]} == {("create", 3), ("total", 3)}
+        table.move_cursor(row=[Path(r.path).name for r in hist.shown].index(stepped))
+        await pilot.pause(0.2)
+        lines = str(hist.query_one("#run-steps").render())
+        assert f"{SHAKY} create: ▲ +400% +40.0ms at run 4" in lines  # markup shown as it is
+        assert "run3\\x1b]52;c;eA==\\x07" in lines and "\x1b" not in lines
+        await pilot.press("q")

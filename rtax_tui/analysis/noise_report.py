@@ -79,23 +79,52 @@ class Timeline:
     """A host's samples in order, each kind's figure read once: what every cell of the
     host is matched against. Built once per host, not per cell: a long run has a sample
     a second (a day is 86,400) and a recording can hold a million, so a pass over the
-    samples per cell would cost cells x samples in Python."""
+    samples per cell would cost cells x samples in Python. The console's live state
+    `extend`s one as samples come, so each sample is read once there too."""
 
-    def __init__(self, samples: Sequence[Mapping[str, Any]]) -> None:
-        ordered = sorted(samples, key=lambda s: int(s["at_ns"]))
-        self.size = len(ordered)
-        self.end = np.asarray([s["at_ns"] for s in ordered], dtype=np.int64)
-        self.start = self.end - np.asarray([s["dur_ns"] for s in ordered], dtype=np.int64)
-        self.cpus = np.asarray([s["cpus"] for s in ordered], dtype=np.int64)
-        self.other = np.asarray([float(s.get("other", 0.0)) for s in ordered])
-        self.freq = np.asarray([float(s.get("freq_mhz", np.nan)) for s in ordered])
+    def __init__(self, samples: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.size = 0
+        self.end = np.empty(0, dtype=np.int64)
+        self.start = np.empty(0, dtype=np.int64)
+        self.cpus = np.empty(0, dtype=np.int64)
+        self.other = np.empty(0)
+        self.freq = np.empty(0)
         # kind -> (its figure per sample, NaN where not noisy; hits so far, from 0)
-        self.kinds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.kinds: dict[str, tuple[np.ndarray, np.ndarray]] = {
+            kind: (np.empty(0), np.zeros(1, dtype=np.int64)) for kind, _, _ in REASONS
+        }
+        self.extend(samples)
+
+    def extend(self, samples: Sequence[Mapping[str, Any]]) -> None:
+        """Add `samples` (in any order: the timeline is kept sorted by `at_ns`)."""
+        if not samples:
+            return
+        new = sorted(samples, key=lambda s: int(s["at_ns"]))
+        end = np.asarray([s["at_ns"] for s in new], dtype=np.int64)
+        cols = {
+            "end": end,
+            "start": end - np.asarray([s["dur_ns"] for s in new], dtype=np.int64),
+            "cpus": np.asarray([s["cpus"] for s in new], dtype=np.int64),
+            "other": np.asarray([float(s.get("other", 0.0)) for s in new]),
+            "freq": np.asarray([float(s.get("freq_mhz", np.nan)) for s in new]),
+        }
+        figures = {}
         for kind, figure, _ in REASONS:
-            got = [figure(s) for s in ordered]
-            values = np.asarray([np.nan if v is None else float(v) for v in got])
-            hits = np.concatenate([[0], np.cumsum(~np.isnan(values))])
-            self.kinds[kind] = (values, hits)
+            got = [figure(s) for s in new]
+            figures[kind] = np.asarray([np.nan if v is None else float(v) for v in got])
+        in_order = self.size == 0 or int(end[0]) >= int(self.end[-1])
+        order = None
+        if not in_order:
+            order = np.argsort(np.concatenate([self.end, end]), kind="stable")
+        for name, col in cols.items():
+            joined = np.concatenate([getattr(self, name), col])
+            setattr(self, name, joined if order is None else joined[order])
+        for kind, values in figures.items():
+            joined = np.concatenate([self.kinds[kind][0], values])
+            joined = joined if order is None else joined[order]
+            hits = np.concatenate([[0], np.cumsum(~np.isnan(joined))])
+            self.kinds[kind] = (joined, hits)
+        self.size = int(self.end.size)
 
 
 def stability(

@@ -9,7 +9,7 @@ a share of it: what the rule (`model.precision`) held against the target.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rtax_tui.model.precision import PRECISE
@@ -21,7 +21,7 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / NS_PER_MS
 
 
-def _reach(ev: dict[str, Any]) -> float | None:
+def reach(ev: Mapping[str, Any]) -> float | None:
     """max(p50 - lo, hi - p50) / p50, or None (no interval, or a P50 of 0)."""
     p50, lo, hi = ev["p50_ns"], ev["lo_ns"], ev["hi_ns"]
     if p50 is None or lo is None or hi is None or p50 == 0:
@@ -41,7 +41,7 @@ def precision_document(last: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
             "trials": ev["trials"],
             "p50_ms": _ms(ev["p50_ns"]),
             "ci95_ms": [_ms(ev["lo_ns"]), _ms(ev["hi_ns"])],
-            "within": _reach(ev),
+            "within": reach(ev),
             "verdict": ev["verdict"],
         }
         for ev in last

@@ -35,11 +35,10 @@ from rtax_tui.analysis.precision_report import precision_document
 from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, PhaseSummary, Report
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.analysis.traj_report import prep_document
-from rtax_tui.model.arrivals import arrival_of
 from rtax_tui.model.fidelity import FIDELITY_MIN, replay_by_cell
 from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
 from rtax_tui.model.probedoc import build_document
-from rtax_tui.model.programs import Programs, differences, from_event
+from rtax_tui.model.programs import Programs, compared, differences, from_event
 from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.model.spec import EXTRA_PHASES, PHASES, REPORT_FORMAT, TIMED_PHASES
 
@@ -609,13 +608,10 @@ SECTIONS: tuple[tuple[str, Callable[[_Collect, list[_CellData], int], Any]], ...
 
 
 def _compared(cells: dict[str, _CellData]) -> list[tuple[_CellData, _CellData]]:
-    """The pairs of cells a report compares: each driver against the first driver of its
-    host+workload+channel group (and arrival pattern: a burst is compared with a burst)."""
-    groups: dict[tuple[Any, ...], list[_CellData]] = {}
-    for cd in cells.values():
-        key = (cd.meta["workload"], cd.meta["channel"], cd.meta["host"], arrival_of(cd.cell))
-        groups.setdefault(key, []).append(cd)
-    return [(members[0], other) for members in groups.values() for other in members[1:]]
+    """The pairs of cells a report compares (`model.programs.compared`: each driver
+    against the first driver of its host+workload+channel+arrival group)."""
+    pairs = compared((cd.cell, cd.meta) for cd in cells.values())
+    return [(cells[a], cells[b]) for a, b in pairs]
 
 
 def _diffs(cells: dict[str, _CellData], seed: int) -> list[DiffRow]:

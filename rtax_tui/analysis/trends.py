@@ -142,9 +142,8 @@ def find_profile_runs(profile: str, roots: Iterable[Path]) -> Found:
                 mine.append((str(header.get("started_at")), str(p), p))
             else:
                 found.others.add(name)
-    mine.sort()
     found.left_out = max(0, len(mine) - RUNS_MAX)
-    found.paths = [p for _, _, p in mine[found.left_out :]]
+    found.paths = [Path(p) for p in newest([(started, path) for started, path, _ in mine])]
     return found
 
 
@@ -229,3 +228,22 @@ def history_document(
         f"{rel:.0%} and {abs_ms:g} ms",
         "series": trends(runs, phases, cells, rel, abs_ms),
     }
+
+
+def steps_by_recording(series: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The steps of `trends(...)`'s series, by the recording of the run each stepped at
+    (its first run at the new level), each with its series' `cell`: what the console's
+    history marks beside a run."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for s in series:
+        for step in s["steps"]:
+            path = s["runs"][step["run"]]["recording"]
+            out.setdefault(path, []).append({**step, "cell": s["cell"]})
+    return out
+
+
+def newest(paths: Sequence[tuple[str, str]]) -> list[str]:
+    """Of (started_at, path) pairs, the paths of the newest RUNS_MAX, oldest first: the
+    runs a history reads."""
+    ordered = sorted(paths)
+    return [p for _, p in ordered[max(0, len(ordered) - RUNS_MAX) :]]

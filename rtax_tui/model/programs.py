@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rtax_tui.model.arrivals import arrival_of
 from rtax_tui.model.events import one_line
 from rtax_tui.model.spec import Workload
 
@@ -304,3 +305,15 @@ def differing_pairs(cells: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, 
                 seen.add(pair)
                 out.append((str(c["cell"]), str(entry["cell"]), [str(d) for d in entry["diffs"]]))
     return out
+
+
+def compared(cells: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, str]]:
+    """The pairs of cells (by name, given with their host, workload and channel) that a
+    report compares: each against the first cell of its host+workload+channel group (and
+    arrival pattern: a burst is compared with a burst). The report's driver differences
+    and programs marks, and the console's marks, all pair cells by this one rule."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for name, meta in cells:
+        key = (meta.get("workload"), meta.get("channel"), meta.get("host"), arrival_of(name))
+        groups.setdefault(key, []).append(name)
+    return [(members[0], other) for members in groups.values() for other in members[1:]]

@@ -1,4 +1,9 @@
-"""Two recordings side by side: per cell and phase, medians, b − a with its interval."""
+"""Two recordings side by side: per cell and phase, medians, b − a with its interval.
+
+What `rtax compare` flags is flagged here too: a row whose two cells ran other programs
+(≠, `programs_differ`) and a row with a cell whose figures may be unstable (⚠,
+`unstable`), each marked beside its cell and said in full, in `rtax compare`'s words,
+under the table."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.histogram import fmt_ms
+from rtax_tui.ui.widgets import DIFFER, UNSTABLE
 
 
 class CompareScreen(Screen[None]):
@@ -29,6 +35,7 @@ class CompareScreen(Screen[None]):
             yield Static(styled(f"a: {self.path_a}\nb: {self.path_b}"), id="cmp-head")
             yield DataTable(id="cmp")
             yield Static("reading both recordings…", id="cmp-note")
+            yield Static(id="cmp-flags")
         yield Static(id="too-small")
         yield Footer()
 
@@ -45,6 +52,8 @@ class CompareScreen(Screen[None]):
         from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT, judge, parse_min_effect
         from rtax_tui.analysis.report import compare_reports
         from rtax_tui.model.recording import read_recording
+        from rtax_tui.render.noise_render import compare_unstable_lines
+        from rtax_tui.render.reporting import compare_programs_lines
 
         try:
             a, b = read_recording(self.path_a), read_recording(self.path_b)
@@ -53,30 +62,33 @@ class CompareScreen(Screen[None]):
             min_effect = parse_min_effect(DEFAULT_MIN_EFFECT)
             cmp = compare_reports(a, b, changed=True, min_effect=min_effect)
             judge(cmp, min_effect)
+            flags = [(DIFFER, line) for line in compare_programs_lines(cmp)]
+            flags += [(UNSTABLE, line) for line in compare_unstable_lines(cmp)]
         except Exception as exc:  # a bad file: say which and why, stay usable
             self.app.call_from_thread(self._error, str(exc))
             return
-        self.app.call_from_thread(self._show, cmp)
+        self.app.call_from_thread(self._show, cmp, flags)
 
     def _error(self, text: str) -> None:
         self.query_one("#cmp-note", Static).update(styled((f"cannot compare: {text}", "red")))
 
-    def _show(self, cmp: dict[str, Any]) -> None:
+    def _show(self, cmp: dict[str, Any], flags: list[tuple[str, str]]) -> None:
         t = self.query_one("#cmp", DataTable)
+        names = [row_name(r, cmp) for r in cmp["rows"]]
         # fixed widths, known before the first row: auto widths left the first row drawn
         # at the headers' widths
-        cell_w = max([len("cell"), *(len(r["cell"]) for r in cmp["rows"])])
+        cell_w = max([len("cell"), *(len(n) for n in names)])
         for col, w in (("cell", cell_w), ("phase", 13), ("a P50", 8), ("b P50", 8),
                        ("b − a", 10), ("95% CI", 20), ("b/a", 5), ("p Holm", 7),
                        ("b is", 8)):  # fmt: skip
             t.add_column(col, key=col, width=w)
-        for r in cmp["rows"]:
+        for r, name in zip(cmp["rows"], names, strict=True):
             lo, hi = r["ci95_ms"]
             verdict = r["verdict"]
             style = {"faster": "bold green", "slower": "bold red"}.get(verdict, "")
             ratio = r["ratio"]
             t.add_row(
-                styled(r["cell"]),  # a recording's label: text, never markup
+                name,
                 styled(r["phase"]),
                 fmt_ms(r["a_p50_ms"]),
                 fmt_ms(r["b_p50_ms"]),
@@ -93,9 +105,35 @@ class CompareScreen(Screen[None]):
                 "or differ in one of them)"
             )
         self.query_one("#cmp-note", Static).update(styled(note))
+        lines = [styled((glyph + " ", GLYPH_STYLE[glyph]), line) for glyph, line in flags]
+        flagged = self.query_one("#cmp-flags", Static)
+        flagged.update(Text("\n").join(lines))
+        flagged.display = bool(lines)
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
         else:
             self.app.exit()
+
+
+GLYPH_STYLE = {UNSTABLE: "bold yellow", DIFFER: "bold magenta"}
+
+
+def row_name(r: dict[str, Any], cmp: dict[str, Any]) -> Text:
+    """A row's cell (`A` or `A → B`, a recording's label: text, never markup) with the
+    flags of `rtax compare`: ≠ its cells' programs differ, ⚠ one of them may be unstable
+    (`unstable` names the cell of run a or b)."""
+    name = styled(r["cell"])
+    cell = str(r["cell"])
+    shaky = any(
+        cell == u["cell"]
+        or (u["run"] == "a" and cell.startswith(f"{u['cell']} → "))
+        or (u["run"] == "b" and cell.endswith(f" → {u['cell']}"))
+        for u in cmp.get("unstable") or ()
+    )
+    for glyph, on in ((UNSTABLE, shaky), (DIFFER, bool(r.get("programs_differ")))):
+        if on:
+            name.append(" ")
+            name.append(glyph, style=GLYPH_STYLE[glyph])
+    return name

@@ -5,11 +5,17 @@ or run again with changes: the launcher opens filled in with its profile, and on
 the new run ends the compare screen opens against the one it came from. The lines
 come from `analysis.history` (the recording reader and the one trial fold), read in a
 thread so a large recording never stalls the keys.
+
+Beside each run, the steps `rtax history` finds at it: per profile, its runs' P50s run
+after run through `analysis.trends` (the same rule, read in the same thread, each file
+once per version), and where a cell's phase stepped, ▲ up or ▼ down with its size; the
+highlighted run's steps are said in full under the table.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -19,7 +25,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
+from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT, parse_min_effect
 from rtax_tui.analysis.history import RunSummary, display_path, fmt_duration, history
+from rtax_tui.analysis.trends import newest, run_figures, steps_by_recording, trends
+from rtax_tui.render.history_render import DOWN, UP, step_line
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.navigation import OpenCompare, OpenReplay
 
@@ -47,12 +56,15 @@ class HistoryScreen(Screen[None]):
         self.runs: list[RunSummary] = []
         self.shown: list[RunSummary] = []
         self.marked: list[str] = []
+        # per recording, the steps `rtax history` finds at it (None: not read yet)
+        self.steps: dict[str, list[dict[str, Any]]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="τ")
         with Vertical(id="main"):
             yield Input(placeholder="/ filter: profile, date, cell, status…", id="filter")
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            yield Static(id="run-steps")
             yield Static("reading the recordings…", id="runs-note")
         yield Footer()
 
@@ -61,7 +73,8 @@ class HistoryScreen(Screen[None]):
         self.sub_title = "./recordings and the examples"
         t = self.query_one("#runs", DataTable)
         cols = (("", 1), ("date", 16), ("profile", 12), ("cells", 5), ("trials", 6),
-                ("failed", 6), ("status", 11), ("duration", 8), ("recording", 60))  # fmt: skip
+                ("failed", 6), ("status", 11), ("duration", 8), ("steps here", 16),
+                ("recording", 60))  # fmt: skip
         for col, w in cols:
             t.add_column(col, key=col or "mark", width=w)
         t.focus()
@@ -71,9 +84,14 @@ class HistoryScreen(Screen[None]):
     def load(self) -> None:
         runs = history()
         self.app.call_from_thread(self._loaded, runs)
+        self.app.call_from_thread(self._stepped, profile_steps(runs))
 
     def _loaded(self, runs: list[RunSummary]) -> None:
         self.runs = runs
+        self._draw()
+
+    def _stepped(self, steps: dict[str, list[dict[str, Any]]]) -> None:
+        self.steps = steps
         self._draw()
 
     def _draw(self) -> None:
@@ -94,6 +112,20 @@ class HistoryScreen(Screen[None]):
                 note + "  ·  enter open · space mark · c compare · r report · e rerun · / filter"
             )
         )
+        self._draw_steps()
+
+    def _draw_steps(self) -> None:
+        """The highlighted run's steps, a line each, as `rtax history` says them."""
+        r = self.current()
+        got = (self.steps or {}).get(r.path, []) if r is not None else []
+        lines = [
+            styled((step["cell"] + " ", "bold"), step_line_of(step)) for step in got[:STEP_LINES]
+        ]
+        if len(got) > STEP_LINES:
+            lines.append(styled((f"… {len(got) - STEP_LINES} more: rtax history", "dim")))
+        said = self.query_one("#run-steps", Static)
+        said.update(Text("\n").join(lines))
+        said.display = bool(lines)
 
     def _row(self, r: RunSummary) -> list[str | Text]:
         date = r.started_at[:16].replace("T", " ")
@@ -107,8 +139,13 @@ class HistoryScreen(Screen[None]):
             str(r.failed),
             status,
             fmt_duration(r.duration_s) if r.duration_s else "-",
+            steps_cell(None if self.steps is None else self.steps.get(r.path, [])),
             Text(display_path(r.path) if r.error is None else f"{r.path}: {r.error}"),
         ]
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def _highlighted(self) -> None:
+        self._draw_steps()
 
     @on(Input.Changed, "#filter")
     def _filter(self) -> None:
@@ -183,6 +220,54 @@ class HistoryScreen(Screen[None]):
             self.query_one("#runs", DataTable).focus()
             return
         self.dismiss()
+
+
+STEP_LINES = 4  # the highlighted run's steps said in full; more: `rtax history`
+
+
+def profile_steps(runs: list[RunSummary]) -> dict[str, list[dict[str, Any]]]:
+    """Per recording, the steps `rtax history` finds at it (`analysis.trends`, its
+    default phases and minimum effect), each profile's readable runs read together."""
+    by_profile: dict[str, list[tuple[str, str]]] = {}
+    for r in runs:
+        if r.error is None:
+            by_profile.setdefault(r.profile, []).append((r.started_at, r.path))
+    min_effect = parse_min_effect(DEFAULT_MIN_EFFECT)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pairs in by_profile.values():
+        if len(pairs) < 2:
+            continue
+        figures = []
+        for path in newest(pairs):
+            try:
+                figures.append(run_figures(path))
+            except Exception:  # changed or damaged since it was listed: left out
+                continue
+        series = trends(figures, rel=min_effect.rel, abs_ms=min_effect.abs_ms)
+        out.update(steps_by_recording(series))
+    return out
+
+
+def steps_cell(steps: list[dict[str, Any]] | None) -> Text:
+    """A run's steps in its row: the largest (▲ up red, ▼ down green, its size and
+    phase), then how many more; `…` while they are read."""
+    if steps is None:
+        return Text("…", style="dim")
+    if not steps:
+        return Text("")
+    big = max(steps, key=lambda s: abs(s["diff_pct"] or 0.0))
+    pct = "" if big["diff_pct"] is None else f"{big['diff_pct']:+.0f}% "
+    up = big["diff_ms"] > 0
+    t = Text(f"{UP if up else DOWN}{pct}{big['phase']}", style="bold red" if up else "bold green")
+    if len(steps) > 1:
+        t.append(f" +{len(steps) - 1}", style="dim")
+    return t
+
+
+def step_line_of(step: dict[str, Any]) -> str:
+    """A step as `rtax history` says it, without its cell (said before it)."""
+    line = step_line({"cell": ""}, step)
+    return line.lstrip()
 
 
 class ReportPanel(ModalScreen[None]):

@@ -6,6 +6,12 @@ frame rate does not follow the event rate. Trials are folded and classified by
 `model.fold`, the report's own fold (a trial's samples count once it ended ok, valid
 and not warm-up), so a live figure and `rtax report` of the same recording agree.
 No Textual here: tests use it bare.
+
+What the report says of a cell's figures is kept here too, by the report's own rules:
+whether they may be unstable (`analysis.noise_report.stability` over the `noise` samples
+of its host), whether its programs differ from a compared cell's (`model.programs`), and
+a precision run's last verdict (`precision` events). Each event is folded once; the
+stability is recomputed when its inputs changed, not on every frame.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from rtax_tui.analysis.noise_report import Timeline, stability
+from rtax_tui.analysis.precision_report import reach
 from rtax_tui.model.arrivals import SEQUENTIAL, parse_arrival
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
+from rtax_tui.model.programs import Programs, compared, differences, from_event
 from rtax_tui.model.spec import PHASES, TIMED_PHASES, shell_rc
 
 # Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.
@@ -38,6 +47,26 @@ def bin_of(ns: int) -> int:
 def bin_edges_ns(b: int) -> tuple[float, float]:
     lo = BIN_LO_NS * 10 ** (b / BINS_PER_DECADE)
     return lo, lo * 10 ** (1 / BINS_PER_DECADE)
+
+
+class Column:
+    """Integers appended one at a time into a numpy buffer that doubles as it fills."""
+
+    __slots__ = ("_buf", "n")
+
+    def __init__(self) -> None:
+        self._buf = np.empty(64, dtype=np.int64)
+        self.n = 0
+
+    def add(self, v: int) -> None:
+        if self.n == self._buf.shape[0]:
+            self._buf = np.concatenate([self._buf, np.empty_like(self._buf)])
+        self._buf[self.n] = v
+        self.n += 1
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._buf[: self.n]
 
 
 class PhaseSamples:
@@ -104,6 +133,12 @@ class CellState:
     # recorded exit code, and those that got it)
     same_rc: int = 0
     with_rc: int = 0
+    # per measured good trial, its trial_start's time (ns), in the order of `total`'s
+    # samples: the windows the host's noise samples are matched to
+    starts: Column = field(default_factory=Column)
+    # the last stability computed, and the (trials, samples) it was computed from
+    noise: dict[str, Any] | None = None
+    noise_from: tuple[int, int] = (0, 0)
 
     def fidelity(self) -> float | None:
         return self.same_rc / self.with_rc if self.with_rc else None
@@ -154,6 +189,16 @@ class LiveState:
         self.events = 0
         self.status: str | None = None  # run_end status once the run ended
         self.version = 0  # bumped by every ingest: the screen redraws only on change
+        # per host, its noise samples so far; those not yet in its timeline
+        self.timelines: dict[str, Timeline] = {}
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self.precision_round: int | None = None  # the latest precision check's
+        self.precision_target: float | None = None
+        self.precision_end: str | None = None  # why the rounds ended (the last check)
+        self._differ: dict[str, list[tuple[str, list[str]]]] = {}
+        self._differ_from: tuple[int, int] = (-1, -1)  # (cells, programs) it was made from
+        self.programs: dict[str, Programs] = {}  # per cell, its first `programs` event
+        self.precision: dict[str, dict[str, Any]] = {}  # per cell, its latest `precision`
 
     # -- the plan, from the header ------------------------------------------
     def _plan_from_header(self, h: dict[str, Any]) -> None:
@@ -206,6 +251,24 @@ class LiveState:
             self._plan_from_header(ev)
         elif etype == "run_end":
             self.status = str(ev.get("status"))
+        elif etype == "noise":
+            self._pending.setdefault(str(ev.get("host")), []).append(ev)
+        elif etype == "programs":
+            self._programs_of(ev)
+        elif etype == "precision":
+            self._precision(ev)
+
+    def _programs_of(self, ev: dict[str, Any]) -> None:
+        cell = str(ev.get("cell"))
+        if cell not in self.programs:
+            self.programs[cell] = from_event(ev)
+
+    def _precision(self, ev: dict[str, Any]) -> None:
+        self.precision[str(ev.get("cell"))] = ev
+        self.precision_round = int(ev.get("round") or 0)
+        self.precision_target = float(ev.get("target") or 0.0)
+        if "end" in ev:
+            self.precision_end = str(ev["end"])
 
     def _mark(self, tr: TrialOutcome, ev: dict[str, Any]) -> None:
         """Where a capacity trial stands, for the batch's marks."""
@@ -308,6 +371,7 @@ class LiveState:
         for a in tr.actions:
             acts.add(a)
         cs.phases["total"].add(tr.total_ns())
+        cs.starts.add(int(tr.meta.get("t_ns") or 0))
 
     def _barrier(self, ev: dict[str, Any]) -> None:
         cid = ev["cell"]
@@ -359,3 +423,75 @@ class LiveState:
             if p50 is not None:
                 out[cid] = p50
         return out
+
+    # -- what the report says of a cell's figures -------------------------------
+    @property
+    def is_precision(self) -> bool:
+        """A run that goes on in rounds until its cells are precise (`--precision`)."""
+        prof = (self.header or {}).get("profile") or {}
+        return bool(prof.get("precision")) or self.precision_round is not None
+
+    def _timeline(self, host: str) -> Timeline | None:
+        pending = self._pending.pop(host, None)
+        tl = self.timelines.get(host)
+        if pending:
+            if tl is None:
+                tl = self.timelines[host] = Timeline()
+            tl.extend(pending)
+        return tl
+
+    def stability(self, cid: str, exact: bool = False) -> dict[str, Any] | None:
+        """The cell's stability as the report says it (`noise_report.stability`: its
+        reasons, `unstable`), or None (no sample of its host overlaps its trials).
+        Recomputed when its trials or its host's samples grew (once it has over 1,000
+        trials, by more than 1% of either, unless `exact`: a large cell is not matched
+        again on every frame)."""
+        cs = self.cells.get(cid)
+        if cs is None:
+            return None
+        tl = self._timeline(cs.host)
+        if tl is None:
+            return None
+        n, m = cs.starts.n, tl.size
+        old_n, old_m = cs.noise_from
+        if (n, m) == (old_n, old_m):
+            return cs.noise
+        if not exact and n > 1000 and n <= old_n * 1.01 and m <= old_m * 1.01:
+            return cs.noise
+        totals = cs.phases["total"].samples
+        cs.noise = stability(cs.starts.values, totals, tl) if n else None
+        cs.noise_from = (n, m)
+        return cs.noise
+
+    def programs_differ(self, cid: str) -> list[tuple[str, list[str]]]:
+        """The cells `cid` is compared with (`model.programs.compared`, the report's
+        pairs) whose programs differ from its own, with how (its side first)."""
+        if self._differ_from != (len(self.cells), len(self.programs)):
+            self._differ_from = (len(self.cells), len(self.programs))
+            out: dict[str, list[tuple[str, list[str]]]] = {}
+            metas = (
+                (c.cell, {"host": c.host, "workload": c.workload, "channel": c.channel})
+                for c in self.cells.values()
+            )
+            for base, other in compared(metas):
+                pa, pb = self.programs.get(base), self.programs.get(other)
+                if pa is None or pb is None:
+                    continue
+                ab, ba = differences(pb, pa), differences(pa, pb)
+                if ab:
+                    out.setdefault(other, []).append((base, ab))
+                    out.setdefault(base, []).append((other, ba))
+            self._differ = out
+        return self._differ.get(cid, [])
+
+    def precision_of(self, cid: str) -> tuple[str, float | None] | None:
+        """The cell's verdict at the latest precision check (`precise`, `wide`,
+        `failing`) and how far its interval reaches (a share of its P50), or None."""
+        ev = self.precision.get(cid)
+        if ev is None:
+            return None
+        try:
+            got = reach(ev)
+        except (KeyError, TypeError):  # a recording is input: a field it lacks is unknown
+            got = None
+        return str(ev.get("verdict")), got

@@ -282,7 +282,7 @@ class MonitorScreen(Screen[int]):
             table.fit_height(max(4, int(self.size.height * 0.4)))
             cell = table.selected_cell
             self.panel.draw(st, cell, self.log_axis)
-            self.selected_line.show(cell)
+            self.selected_line.show(cell, st)
             extra = (
                 engine_note(self.engine, self.ended, self.returncode, st, self.log_lines)
                 if self.mode == "run"

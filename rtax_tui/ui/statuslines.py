@@ -5,22 +5,69 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.text import Text
 from textual.widgets import Static
 
+from rtax_tui.analysis.noise_report import FEW
+from rtax_tui.render.noise_render import ROUGH_NOTE
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
 from rtax_tui.ui.livestate import LiveState
-from rtax_tui.ui.widgets import position_text, progress_text
+from rtax_tui.ui.widgets import (
+    DIFFER,
+    TABLE_PHASES,
+    UNSTABLE,
+    position_text,
+    precision_text,
+    progress_text,
+)
 
 MIN_SIZE = (80, 24)
 
 
 class SelectedLine(Static):
-    """Which cell the histograms show, and the keys to choose another."""
+    """Which cell the histograms show, and the keys to choose another; then what the
+    report would say of its figures: why they may be unstable, which programs differ
+    from a compared cell's, its precision verdict, and what `~` means."""
 
-    def show(self, cell: str | None) -> None:
-        sel = f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)" if cell else ""
-        self.update(styled(sel))
+    def show(self, cell: str | None, st: LiveState | None = None) -> None:
+        if not cell:
+            self.update("")
+            return
+        text = styled(f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)")
+        for line in [] if st is None else cell_notes(st, cell):
+            text.append("\n")
+            text.append_text(line)
+        self.update(text)
+
+
+def cell_notes(st: LiveState, cell: str) -> list[Text]:
+    """The selected cell's notes, a line each (text from the recording never read as
+    markup: `styled`)."""
+    out = []
+    noise = st.stability(cell, exact=st.status is not None)
+    if noise and noise["unstable"]:
+        out.append(
+            styled((f"{UNSTABLE} may be unstable: ", "bold yellow"), "; ".join(noise["reasons"]))
+        )
+    for other, diffs in st.programs_differ(cell):
+        out.append(
+            styled((f"{DIFFER} programs differ from {other}: ", "bold magenta"), "; ".join(diffs))
+        )
+    got = st.precision_of(cell)
+    if got is not None:
+        ev = st.precision[cell]
+        target = f"±{(st.precision_target or 0.0) * 100:g}%"
+        line = styled(f"precision {target} after round {st.precision_round}: ")
+        line.append_text(precision_text(got))
+        line.append_text(styled(f", n {ev.get('n')} of {ev.get('trials')}"))
+        if st.precision_end is not None:
+            line.append_text(styled(f"; rounds ended: {st.precision_end}"))
+        out.append(line)
+    cs = st.cells.get(cell)
+    if cs is not None and any(0 < cs.phases[p].n < FEW for p in TABLE_PHASES):
+        out.append(styled((ROUGH_NOTE, "dim")))
+    return out
 
 
 class ProgressLine(Static):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
+from rtax_tui.analysis.noise_report import FEW
 from rtax_tui.model.fidelity import FIDELITY_MIN
 from rtax_tui.model.fold import SizeFold
+from rtax_tui.render.noise_render import ROUGH
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.histogram import fmt_ms
 from rtax_tui.ui.livestate import LiveState
@@ -19,8 +23,18 @@ MARK = {"waiting": ("·", "dim"), "working": ("◐", "yellow"), "arrived": ("●
         "done": ("●", "green"), "failed": ("✗", "bold red")}  # fmt: skip
 
 
+UNSTABLE = "⚠"  # beside a cell whose figures may be unstable (analysis.noise_report)
+DIFFER = "≠"  # beside a cell whose programs differ from a compared cell's (model.programs)
+PRECISION_STYLE = {"precise": "green", "wide": "yellow", "failing": "bold red"}
+
+
 class CellTable(DataTable[str | Text]):
-    """One row per cell: counts, then P50/P95 of each phase; rows appear as cells do."""
+    """One row per cell: counts, then P50/P95 of each phase; rows appear as cells do.
+
+    A cell's name carries the report's marks: ⚠ its figures may be unstable, ≠ its
+    programs differ from a compared cell's (the reasons are on the selected line); a
+    figure from fewer than 10 samples reads `~` as in the report; a precision run adds
+    each cell's verdict at the latest check and how far its interval reaches."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -32,9 +46,15 @@ class CellTable(DataTable[str | Text]):
         for p in TABLE_PHASES:  # fixed widths: live updates never make columns jump
             self.add_column(f"{SHORT.get(p, p)} P50", key=f"{p}50", width=10)
             self.add_column("P95", key=f"{p}95", width=8)
+        self._cols = ["n", "fail", "inv"] + [f"{p}{q}" for p in TABLE_PHASES for q in (50, 95)]
         self._shown: dict[str, tuple[object, ...]] = {}
 
     def update_from(self, state: LiveState) -> None:
+        exact = state.status is not None
+        if state.is_precision and "precision" not in self._cols:
+            self.add_column("precision", key="precision", width=14, default="")
+            self._cols.append("precision")
+            self._shown = {cid: (*shown, "") for cid, shown in self._shown.items()}
         for cid, cs in state.cells.items():
             vals: list[str | Text] = [
                 str(cs.n),
@@ -42,9 +62,15 @@ class CellTable(DataTable[str | Text]):
                 Text(str(cs.invalid), style="yellow" if cs.invalid else ""),
             ]
             for p in TABLE_PHASES:
-                p50, p95 = cs.phases[p].percentiles_ms(exact=state.status is not None)
-                vals += [fmt_ms(p50), fmt_ms(p95)]
-            name = _cell_name(cid, cs.fidelity())
+                ps = cs.phases[p]
+                p50, p95 = ps.percentiles_ms(exact=exact)
+                mark = ROUGH if 0 < ps.n < FEW else ""
+                vals += [mark + fmt_ms(p50), mark + fmt_ms(p95)]
+            if "precision" in self._cols:
+                vals.append(precision_text(state.precision_of(cid)))
+            noise = state.stability(cid, exact=exact)
+            marks = cell_marks(bool(noise and noise["unstable"]), bool(state.programs_differ(cid)))
+            name = _cell_name(cid, cs.fidelity(), marks)
             key = (str(name), *(str(v) for v in vals))
             if cid not in self._shown:
                 self._fit(name)
@@ -53,9 +79,8 @@ class CellTable(DataTable[str | Text]):
                 if str(name) != self._shown[cid][0]:
                     self._fit(name)
                     self.update_cell(cid, "cell", name)
-                cols = ["n", "fail", "inv"] + [f"{p}{q}" for p in TABLE_PHASES for q in (50, 95)]
                 old = self._shown[cid][1:]
-                for col, v, o in zip(cols, vals, old, strict=True):
+                for col, v, o in zip(self._cols, vals, old, strict=True):
                     if str(v) != o:
                         self.update_cell(cid, col, v)
             self._shown[cid] = key
@@ -92,14 +117,40 @@ class CellTable(DataTable[str | Text]):
         return str(self.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value)
 
 
-def _cell_name(cid: str, fidelity: float | None) -> Text:
+def cell_marks(unstable: bool, differ: bool) -> list[tuple[str, str]]:
+    """The marks after a cell's name, each a glyph and its colour."""
+    out = []
+    if unstable:
+        out.append((UNSTABLE, "bold yellow"))
+    if differ:
+        out.append((DIFFER, "bold magenta"))
+    return out
+
+
+def precision_text(got: tuple[str, float | None] | None) -> Text:
+    """A cell's verdict at the latest precision check and its interval's reach
+    (`precise ±3.2%`); `-` before the first check."""
+    if got is None:
+        return Text("-", style="dim")
+    verdict, within = got
+    reach = "" if within is None else f" ±{within * 100:.1f}%"
+    return styled((verdict + reach, PRECISION_STYLE.get(verdict, "")))
+
+
+def _cell_name(cid: str, fidelity: float | None, marks: Sequence[tuple[str, str]] = ()) -> Text:
     """A cell's name; a replay's with its fidelity so far beside it, in red and marked
-    under FIDELITY_MIN (its figures are not representative of the agent's work)."""
+    under FIDELITY_MIN (its figures are not representative of the agent's work); then
+    the cell's marks (`cell_marks`)."""
     if fidelity is None:
-        return styled(cid)  # a recording's label: text, never markup
-    if fidelity < FIDELITY_MIN:
-        return styled((f"{cid} fid {100 * fidelity:.0f}% !", "bold red"))
-    return styled(f"{cid} fid {100 * fidelity:.0f}%")
+        name = styled(cid)  # a recording's label: text, never markup
+    elif fidelity < FIDELITY_MIN:
+        name = styled((f"{cid} fid {100 * fidelity:.0f}% !", "bold red"))
+    else:
+        name = styled(f"{cid} fid {100 * fidelity:.0f}%")
+    for glyph, style in marks:
+        name.append(" ")
+        name.append(glyph, style=style)
+    return name
 
 
 DENSE_OVER = 64  # a batch larger than this is drawn as counts per state, not marks
