@@ -213,8 +213,9 @@ def precision_lines(doc: Mapping[str, Any]) -> list[str]:
     for c in doc["cells"]:
         lo, hi = c["ci95_ms"]
         reach = "-" if c["within"] is None else f"+-{c['within'] * 100:.1f}%"
+        said = f" (the run recorded {c['recorded'] or 'none'})" if "recorded" in c else ""
         out.append(
-            f"  {c['cell']}: {c['verdict']}, n {c['n']} of {c['trials']}, P50 "
+            f"  {c['cell']}: {c['verdict']}{said}, n {c['n']} of {c['trials']}, P50 "
             f"{fmt_ms(c['p50_ms'])} ms [{fmt_ms(lo)}, {fmt_ms(hi)}] {reach}"
         )
     if doc["not_precise"]:

@@ -1,0 +1,98 @@
+"""The red team on precision runs (`rtax run --precision`, 2026-12-06): a recording's
+`precision` events are what the run said; `rtax report` says what its trials say.
+
+A crafted recording (handed to a user, or a run's file edited after) can record a
+`precise` verdict for a cell whose trials are bimodal, a check of a cell that never ran,
+and its rounds out of order. The report recomputes each cell's verdict from the raw
+trials (here with a literal resampling bootstrap, not rtax's), from the highest round.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtax_tui.model.events import FORMAT
+
+CELL = "local/local/coin/exec"
+GHOST = "[all cells precise](https://attacker.invalid)"
+HEADER = {
+    "type": "run", "t_ns": 1, "format": FORMAT, "run_id": "r1",
+    "started_at": "2026-12-05T00:00:00+00:00", "seed": 1, "argv": ["rtax"],
+    "profile": {"name": "p", "precision": "20%"}, "hosts": {"local": {}},
+}  # fmt: skip
+
+
+def _check(round_: int, cell: str, **kw: Any) -> dict[str, Any]:
+    ev = {"type": "precision", "t_ns": 0, "round": round_, "cell": cell, "n": 30, "trials": 30,
+          "p50_ns": 55_000_000, "lo_ns": 54_900_000, "hi_ns": 55_100_000, "target": 0.2,
+          "verdict": "precise"}  # fmt: skip
+    return {**ev, **kw}
+
+
+def _recording(path: Path) -> list[int]:
+    """30 trials of a cell whose `ready` is 5 ms or 105 ms (a coin toss), then checks
+    claiming it precise: round 2's first, round 1's after; returns the totals."""
+    rng = np.random.default_rng(7)
+    evs: list[dict[str, Any]] = [HEADER]
+    totals = []
+    t = 10
+    for trial in range(1, 31):
+        ready = int(rng.choice([5_000_000, 105_000_000]))
+        evs.append({"type": "trial_start", "t_ns": t, "trial": trial, "cell": CELL,
+                    "host": "local", "driver": "local", "workload": "coin",
+                    "channel": "exec", "warmup": False, "batch": None})  # fmt: skip
+        for name, dur in (("create", 1000), ("ready", ready), ("teardown", 1000)):
+            t += dur
+            evs.append({"type": "phase", "t_ns": t, "trial": trial, "name": name,
+                        "dur_ns": dur, "ok": True})  # fmt: skip
+        evs.append({"type": "trial_end", "t_ns": t, "trial": trial, "ok": True,
+                    "valid": True, "error": None})  # fmt: skip
+        totals.append(ready + 2000)
+    evs += [_check(2, CELL, end="precise"), _check(2, GHOST, end="precise"),
+            _check(1, CELL, n=10, trials=10, verdict="wide")]  # fmt: skip
+    evs.append({"type": "run_end", "t_ns": t + 1, "status": "completed", "trials": 30})
+    for ev in evs[1:]:
+        ev["t_ns"] = ev["t_ns"] or t
+    path.write_text("".join(json.dumps(e) + "\n" for e in evs))
+    return totals
+
+
+def _literal_verdict(x: list[int], precision: float) -> str:
+    a = np.asarray(x, dtype=np.float64)
+    meds = np.median(a[np.random.default_rng(1).integers(0, a.size, (4000, a.size))], axis=1)
+    lo, hi = np.percentile(meds, [2.5, 97.5])
+    p50 = float(np.median(a))
+    ok = p50 * (1 - precision) <= lo and hi <= p50 * (1 + precision)
+    return "precise" if ok else "wide"
+
+
+def _report(rec: Path, *fmt: str) -> str:
+    res = subprocess.run([sys.executable, "-m", "rtax_tui", "report", str(rec), *fmt],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_a_recorded_verdict_the_trials_do_not_bear_out_is_recomputed(tmp_path: Path) -> None:
+    rec = tmp_path / "r.jsonl"
+    totals = _recording(rec)
+    assert _literal_verdict(totals, 0.2) == "wide"  # the coin's median jumps
+    doc = json.loads(_report(rec, "--format", "json"))["precision"]
+    # the highest round is the last check, though round 1's events come after it
+    assert doc["rounds"] == 2 and doc["end"] == "precise"
+    # the cells are the recording's: no verdict for a cell without a trial
+    assert [c["cell"] for c in doc["cells"]] == [CELL]
+    (cell,) = doc["cells"]
+    assert cell["verdict"] == "wide" and cell["recorded"] == "precise"
+    assert cell["n"] == 30 and doc["not_precise"] == [CELL]
+    assert cell["p50_ms"] == float(np.median(totals)) / 1e6
+    text = _report(rec)
+    assert f"{CELL}: wide (the run recorded precise)" in text
+    assert "not within +-20%: " + CELL in text and "attacker" not in text
+
