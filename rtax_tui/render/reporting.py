@@ -239,8 +239,8 @@ def _m_precision(report: Mapping[str, Any]) -> list[str]:
     doc = report.get("precision")
     if not doc:
         return []
-    lines = precision_lines(doc)
-    return ["## Precision", "", lines[0], ""] + [f"- {x.strip()}" for x in lines[1:]] + [""]
+    lines = [md_escape(x.strip()) for x in precision_lines(doc)]  # names are the recording's
+    return ["## Precision", "", lines[0], ""] + [f"- {x}" for x in lines[1:]] + [""]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
