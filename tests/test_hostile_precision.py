@@ -10,12 +10,15 @@ trials (here with a literal resampling bootstrap, not rtax's), from the highest 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from markdown_it import MarkdownIt
 
 from rtax_tui.model.events import FORMAT
@@ -111,3 +114,41 @@ def test_the_precision_section_of_the_markdown_report_is_text(tmp_path: Path) ->
         ["table", "linkify"]
     ).render(section)
     assert "<a " not in html, html
+
+
+def _stage_ok() -> bool:
+    from rtax_tui.hosts.cgroups import Cgroup
+
+    return os.geteuid() == 0 and Cgroup.version() is not None
+
+
+@pytest.mark.parametrize("driver", ["local", "stage"])
+def test_a_trial_in_flight_at_max_time_does_not_hold_the_run(tmp_path: Path, driver: str) -> None:
+    """Each step just under its timeout: a trial begun before max_time would hold the run
+    for steps x timeout (15 s here for a 1 s budget); it is interrupted at max_time."""
+    if driver == "stage" and not _stage_ok():
+        pytest.skip("stage needs root and cgroups")
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        f'[run]\nwarmup = 0\ntrials = 2\ndrivers = ["{driver}"]\nchannels = ["exec"]\n'
+        'workloads = ["slow"]\nprecision = "5%"\nmax_time = "1s"\n'
+        '[timeouts]\naction = 6\n'
+        '[workloads.slow]\nsteps = [{argv = ["sleep", "5"]}, {argv = ["sleep", "5"]}, '
+        '{argv = ["sleep", "5"]}]\n'
+    )  # fmt: skip
+    rec = tmp_path / "r.jsonl"
+    t = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    took = time.monotonic() - t
+    assert res.returncode in (0, 1), res.stderr
+    evs = [json.loads(line) for line in rec.read_text().splitlines()]
+    (end,) = [e for e in evs if e["type"] == "trial_end"]
+    assert not end["ok"] and end["error"]["kind"] == "interrupted"
+    (check,) = [e for e in evs if e["type"] == "precision"]
+    assert check["verdict"] == "failing"  # its one trial was cut: no measured trial
+    assert evs[-1]["type"] == "run_end" and evs[-1]["t_ns"] < 4e9, evs[-1]
+    assert took < 12, took
+    # nothing of the trial left running
+    ps = subprocess.run(["pgrep", "-f", "^sleep 5$"], capture_output=True, text=True)
+    assert ps.stdout == "", ps.stdout
