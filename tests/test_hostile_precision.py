@@ -101,7 +101,6 @@ def test_a_recorded_verdict_the_trials_do_not_bear_out_is_recomputed(tmp_path: P
     assert "not within +-20%: " + CELL in text and "attacker" not in text
 
 
-
 def test_the_precision_section_of_the_markdown_report_is_text(tmp_path: Path) -> None:
     """A cell's name in the precision section is no link (rendered as GitHub does)."""
     rec = tmp_path / "r.jsonl"
@@ -110,9 +109,11 @@ def test_the_precision_section_of_the_markdown_report_is_text(tmp_path: Path) ->
     rec.write_text(body)
     md = _report(rec, "--format", "markdown")
     section = md[md.index("## Precision") :]
-    html = MarkdownIt("commonmark", {"html": True, "linkify": True}).enable(
-        ["table", "linkify"]
-    ).render(section)
+    html = (
+        MarkdownIt("commonmark", {"html": True, "linkify": True})
+        .enable(["table", "linkify"])
+        .render(section)
+    )
     assert "<a " not in html, html
 
 

@@ -3,11 +3,12 @@
 The engine recorded its checks (`engine.precision`, one event per cell and round). The
 report takes from the last check (the highest round, wherever its events lie: the
 report's collector keeps it) the target, the number of rounds and why they ended, and
-recomputes every cell's verdict with the engine's own rule (`model.precision.check_cell`, the same bootstrap and seed) on the
-recording's own measured trials, so that `rtax report` says what the trials say: a
-recording whose events claim a verdict its trials do not bear out (crafted, or cut short
-after its last check) shows the recomputed verdict, with the recorded one beside it, and
-a check of a cell that has no trial in the recording names no cell.
+recomputes every cell's verdict with the engine's own rule (`model.precision.check_cell`,
+the same bootstrap and seed) on the recording's own measured trials, so that `rtax
+report` says what the trials say: a recording whose events claim a verdict its trials do
+not bear out (crafted, or cut short after its last check) shows the recomputed verdict
+with the recorded one beside it, and a check of a cell that has no trial in the
+recording names no cell.
 The `within` column is how far the interval reaches from the P50, the larger side, as
 a share of it: what the rule (`model.precision`) held against the target.
 """

@@ -606,8 +606,12 @@ SECTIONS: tuple[tuple[str, Callable[[_Collect, list[_CellData], int], Any]], ...
     ("load", lambda c, cells, seed: load_document(cells, seed=seed)),  # arrival patterns
     ("prep", _prep_part),
     ("probe", _probe_part),
-    ("precision", lambda c, cells, seed: precision_document(  # rounds
-        c.precision, [(cd.cell, cd.samples["total"], cd.n) for cd in cells])),
+    (
+        "precision",
+        lambda c, cells, seed: precision_document(  # rounds
+            c.precision, [(cd.cell, cd.samples["total"], cd.n) for cd in cells]
+        ),
+    ),
 )
 
 
