@@ -92,3 +92,20 @@ def test_a_root_another_user_can_rename_in_is_refused(
     assert rc == 2, err
     assert f"--root {root}: " in err and len(err.strip().splitlines()) == 1, err
     assert list(root.iterdir()) == []
+
+
+def test_the_directory_is_said_without_its_escapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `--root` named with terminal sequences (a title, a colour) is shown as text."""
+    data = tmp_path / "studies"
+    data.mkdir()
+    (data / "tiny.toml").write_text(TINY)
+    monkeypatch.setattr(studies, "studies_dir", lambda: data)
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "r\x1b]0;PWNED\x07\x1b[31m"
+    rc = cli.main(["reproduce", "tiny", "--driver", "local", "--root", str(root)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "\x1b" not in captured.err and "\x07" not in captured.err, captured.err
+    assert "reproduce: " in captured.err

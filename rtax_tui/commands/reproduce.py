@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rtax_tui.commands.command import Command
+from rtax_tui.model.events import one_line
 from rtax_tui.model.spec import RtaxError
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     console = out_console()
     for table in render_reproduce(doc):
         console.print(table)
-    print(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)", file=sys.stderr)
+    _say(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)")
     return status
 
 
@@ -189,7 +190,9 @@ def _own_root(root: Path) -> Path:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A line of progress on stderr, as text: it may name --root, whose name may hold
+    terminal sequences (`one_line` shows them as `\\xNN`)."""
+    print(one_line(line), file=sys.stderr, flush=True)
 
 
 def _run_experiment(
