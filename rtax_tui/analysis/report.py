@@ -167,10 +167,12 @@ class _Collect:
                 self.programs.setdefault(ev["cell"], from_event(ev))
             elif etype == "noise":
                 self.noises.append(ev)
-            elif etype == "precision":  # a later round's check replaces the one before
-                if self.precision and self.precision[0]["round"] != ev["round"]:
-                    self.precision = []
-                self.precision.append(ev)
+            elif etype == "precision":  # the highest round's check, wherever its events lie
+                top = self.precision[0]["round"] if self.precision else -1
+                if ev["round"] > top:
+                    self.precision = [ev]
+                elif ev["round"] == top:
+                    self.precision.append(ev)
             elif etype == "image":  # after its trial's trial_start: its cell is known
                 cd = cells.get(ev["cell"])
                 if cd is not None:
@@ -603,7 +605,12 @@ SECTIONS: tuple[tuple[str, Callable[[_Collect, list[_CellData], int], Any]], ...
     ("load", lambda c, cells, seed: load_document(cells, seed=seed)),  # arrival patterns
     ("prep", _prep_part),
     ("probe", _probe_part),
-    ("precision", lambda c, cells, seed: precision_document(c.precision)),  # rounds
+    (
+        "precision",
+        lambda c, cells, seed: precision_document(  # rounds
+            c.precision, [(cd.cell, cd.samples["total"], cd.n) for cd in cells]
+        ),
+    ),
 )
 
 

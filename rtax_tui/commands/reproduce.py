@@ -6,6 +6,8 @@ in this process; what cannot run here (`rtax doctor`'s checks) is a row that say
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 import time
 from dataclasses import replace
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rtax_tui.commands.command import Command
+from rtax_tui.model.events import one_line
 from rtax_tui.model.spec import RtaxError
 
 if TYPE_CHECKING:
@@ -112,6 +115,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     from rtax_tui.render.reporting import out_console
     from rtax_tui.render.reproduce_render import render_reproduce, reproduce_markdown
 
+    root = _own_root(root)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out_dir = root / f"reproduce-{study.name}-{stamp}"
     try:
@@ -153,12 +157,42 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     console = out_console()
     for table in render_reproduce(doc):
         console.print(table)
-    print(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)", file=sys.stderr)
+    _say(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)")
     return status
 
 
+def _own_root(root: Path) -> Path:
+    """`--root`, resolved, when no other user can rename what is in it or in a directory
+    above it: each that exists is this user's or root's, and writable by no one else
+    unless sticky (as /tmp); the missing ones this user makes. rtax writes reproduce-*/
+    there for hours, often as root; another user who could swap that directory for
+    their own (a `report.json` linking to a file of root's) would have root write
+    through the link. RtaxError: whose it is and why."""
+    try:
+        path = root.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise RtaxError(f"--root {root}: {getattr(exc, 'strerror', None) or exc}") from None
+    me = os.geteuid()
+    for d in (path, *path.parents):
+        try:
+            st = d.stat()
+        except FileNotFoundError:  # made below, by this user
+            continue
+        except OSError as exc:
+            raise RtaxError(f"--root {root}: {d}: {exc.strerror}") from None
+        if st.st_uid not in (me, 0):
+            raise RtaxError(f"--root {root}: {d} is user {st.st_uid}'s, who could swap "
+                            "what rtax writes there; give a directory of yours")  # fmt: skip
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise RtaxError(f"--root {root}: {d} is writable by other users (and not "
+                            "sticky), who could swap what rtax writes there")  # fmt: skip
+    return path
+
+
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A line of progress on stderr, as text: it may name --root, whose name may hold
+    terminal sequences (`one_line` shows them as `\\xNN`)."""
+    print(one_line(line), file=sys.stderr, flush=True)
 
 
 def _run_experiment(

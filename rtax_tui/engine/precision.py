@@ -6,7 +6,8 @@ round the trials in flight finish and every cell is checked by the model's rule
 (`model.precision.check_cell`, the report's own bootstrap), each cell's verdict recorded
 as a `precision` event; the cells still `wide` and under `max_trials` get another round
 of `trials` each (`plan.build_round`), interleaved the same way. The rounds end when no
-cell wants one, or at `max_time` (no trial starts past it: `Scheduler.until_ns`), or
+cell wants one, or at `max_time` (no trial starts past it: `Scheduler.until_ns`, and
+the trials then in flight are interrupted, as a stop does), or
 when the run is stopped; the last check's events say why (`end`). A cell none of whose
 trials was measured is `failing`: it gets no more rounds, and is named.
 
@@ -17,6 +18,7 @@ keeps beside the recording as a sink (one list append per trial event).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -77,6 +79,10 @@ class PrecisionRounds:
         t = self.target
         self.scheduler.until_ns = time.monotonic_ns() + int(t.max_time_s * 1e9)
         self.emit.sinks.append(self.sink)
+        # at max_time the trials in flight are interrupted too, as a stop interrupts them
+        # (their teardown is not cut): each step may take up to its timeout, so a trial
+        # that began before max_time could otherwise hold the run for steps x timeout
+        deadline = asyncio.get_running_loop().call_later(t.max_time_s, self._out_of_time)
         try:
             plan = build_plan(self.cells, min(self.trials, t.max_trials), self.warmup, self.seed)
             self.progress.planned = len(plan)
@@ -92,9 +98,14 @@ class PrecisionRounds:
                 next_id += len(plan)
                 self.progress.planned += len(plan)
         finally:
+            deadline.cancel()
             self.scheduler.until_ns = None
             if self.sink in self.emit.sinks:
                 self.emit.sinks.remove(self.sink)
+
+    def _out_of_time(self) -> None:
+        for trial in list(self.control.interruptible):
+            self.control.interrupt(trial)
 
     def _check(self) -> dict[str, int]:
         """Every cell checked on the trials so far; returns the measured trials each ran."""

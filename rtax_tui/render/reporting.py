@@ -213,8 +213,9 @@ def precision_lines(doc: Mapping[str, Any]) -> list[str]:
     for c in doc["cells"]:
         lo, hi = c["ci95_ms"]
         reach = "-" if c["within"] is None else f"+-{c['within'] * 100:.1f}%"
+        said = f" (the run recorded {c['recorded'] or 'none'})" if "recorded" in c else ""
         out.append(
-            f"  {c['cell']}: {c['verdict']}, n {c['n']} of {c['trials']}, P50 "
+            f"  {c['cell']}: {c['verdict']}{said}, n {c['n']} of {c['trials']}, P50 "
             f"{fmt_ms(c['p50_ms'])} ms [{fmt_ms(lo)}, {fmt_ms(hi)}] {reach}"
         )
     if doc["not_precise"]:
@@ -238,8 +239,8 @@ def _m_precision(report: Mapping[str, Any]) -> list[str]:
     doc = report.get("precision")
     if not doc:
         return []
-    lines = precision_lines(doc)
-    return ["## Precision", "", lines[0], ""] + [f"- {x.strip()}" for x in lines[1:]] + [""]
+    lines = [md_escape(x.strip()) for x in precision_lines(doc)]  # names are the recording's
+    return ["## Precision", "", lines[0], ""] + [f"- {x}" for x in lines[1:]] + [""]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:

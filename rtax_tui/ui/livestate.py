@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from rtax_tui.analysis.noise_report import Timeline, stability
-from rtax_tui.analysis.precision_report import reach
+from rtax_tui.analysis.precision_report import reach_of
 from rtax_tui.model.arrivals import SEQUENTIAL, parse_arrival
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
+from rtax_tui.model.precision import check_cell
 from rtax_tui.model.programs import Programs, compared, differences, from_event
 from rtax_tui.model.spec import PHASES, TIMED_PHASES, shell_rc
 
@@ -199,6 +200,8 @@ class LiveState:
         self._differ_from: tuple[int, int] = (-1, -1)  # (cells, programs) it was made from
         self.programs: dict[str, Programs] = {}  # per cell, its first `programs` event
         self.precision: dict[str, dict[str, Any]] = {}  # per cell, its latest `precision`
+        # per cell: ((its measured totals, the target), verdict, reach), see precision_of
+        self._checked: dict[str, tuple[tuple[int, float], str, float | None]] = {}
 
     # -- the plan, from the header ------------------------------------------
     def _plan_from_header(self, h: dict[str, Any]) -> None:
@@ -485,13 +488,18 @@ class LiveState:
         return self._differ.get(cid, [])
 
     def precision_of(self, cid: str) -> tuple[str, float | None] | None:
-        """The cell's verdict at the latest precision check (`precise`, `wide`,
-        `failing`) and how far its interval reaches (a share of its P50), or None."""
-        ev = self.precision.get(cid)
-        if ev is None:
+        """The cell's verdict (`precise`, `wide`, `failing`) and how far its interval
+        reaches (a share of its P50), or None before the run's first check. Worked out
+        from the cell's measured trials by the engine's rule, as `rtax report` does: a
+        recording's own verdict is only its say (a crafted one claimed `precise` for a
+        coin toss). Kept until the cell has another trial."""
+        if cid not in self.precision or self.precision_target is None:
             return None
-        try:
-            got = reach(ev)
-        except (KeyError, TypeError):  # a recording is input: a field it lacks is unknown
-            got = None
-        return str(ev.get("verdict")), got
+        cs = self.cells.get(cid)
+        totals = cs.phases["total"].samples if cs is not None else np.empty(0)
+        key = (int(totals.shape[0]), self.precision_target)
+        got = self._checked.get(cid)
+        if got is None or got[0] != key:
+            ch = check_cell(cid, totals, cs.n if cs is not None else 0, self.precision_target)
+            got = self._checked[cid] = (key, ch.verdict, reach_of(ch.p50_ns, ch.lo_ns, ch.hi_ns))
+        return got[1], got[2]

@@ -56,11 +56,12 @@ def cell_notes(st: LiveState, cell: str) -> list[Text]:
         )
     got = st.precision_of(cell)
     if got is not None:
-        ev = st.precision[cell]
+        cs = st.cells.get(cell)
         target = f"±{(st.precision_target or 0.0) * 100:g}%"
         line = styled(f"precision {target} after round {st.precision_round}: ")
         line.append_text(precision_text(got))
-        line.append_text(styled(f", n {ev.get('n')} of {ev.get('trials')}"))
+        if cs is not None:  # the trials the verdict is worked out from (precision_of)
+            line.append_text(styled(f", n {cs.phases['total'].n} of {cs.n}"))
         if st.precision_end is not None:
             line.append_text(styled(f"; rounds ended: {st.precision_end}"))
         out.append(line)
