@@ -32,6 +32,17 @@ def test_builtins_come_from_the_entry_point_group():
     assert driver_class("stage").name == "stage"
 
 
+def test_a_driver_with_a_daemon_overrides_the_contract_s_hooks_by_name():
+    """A hook misspelled in a subclass is a new method nobody calls: the container split
+    renamed `daemon_call` to `daemoncall`, and doctor stopped timing dockerd and podman
+    (tests/test_slow_daemons.py found it; it needs the daemons). Each driver with a daemon
+    has its own `daemon_call`."""
+    from rtax_tui.drivers.base import Driver
+
+    for name in ("docker", "podman", "libvirt"):  # the drivers whose daemon doctor times
+        assert driver_class(name).daemon_call is not Driver.daemon_call, name
+
+
 def test_unknown_driver_is_a_clear_error():
     with pytest.raises(DriverRegistryError, match="unknown driver 'nope'.*registered: "):
         driver_class("nope")

@@ -272,7 +272,7 @@ class ContainerDriver(Driver):
 
     # -- checks ------------------------------------------------------------
 
-    def daemoncall(self) -> tuple[str, str, Callable[[], Awaitable[object]]] | None:
+    def daemon_call(self) -> tuple[str, str, Callable[[], Awaitable[object]]] | None:
         async def ping() -> object:
             return await call("ping", (await self.api()).ping)
 
