@@ -62,18 +62,23 @@ def slow_note(timed: tuple[str, float | None] | None) -> str | None:
     )
 
 
+async def _problems(host: Host, drv: Driver) -> list[Problem]:
+    """The driver's check on `host`, at most 60 s; a check that breaks is a problem too."""
+    from rtax_tui.engine.runner import remote_aware_check  # deferred: see the top
+
+    try:
+        return await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
+    except Exception as exc:  # a broken check is itself a finding
+        return [Problem(f"the check failed: {exc}", "report this as a bug")]
+
+
 async def _check_host(
     host: Host, on_row: Any = None
 ) -> list[tuple[str, list[Problem], dict[str, Any], dict[str, Any]]]:
-    from rtax_tui.engine.runner import remote_aware_check  # deferred: see the top
-
     rows = []
     for name in names():
         drv = get_driver(name, host)
-        try:
-            probs = await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
-        except Exception as exc:  # a broken check is itself a finding
-            probs = [Problem(f"the check failed: {exc}", "report this as a bug")]
+        probs = await _problems(host, drv)
         facts = {}
         if not probs:
             try:
@@ -130,7 +135,7 @@ def driver_problems(drivers: list[str]) -> dict[str, str]:
     with it."""
     from rtax_tui.engine import evloop
     from rtax_tui.engine.profile import Profile
-    from rtax_tui.engine.runner import opened, remote_aware_check  # deferred: see the top
+    from rtax_tui.engine.runner import opened  # deferred: see the top
 
     async def all_of() -> dict[str, str]:
         out: dict[str, str] = {}
@@ -142,9 +147,10 @@ def driver_problems(drivers: list[str]) -> dict[str, str]:
                     if host is None:
                         raise RtaxError("this machine could not be reached")
                     drv = get_driver(name, host)
-                    probs = await asyncio.wait_for(remote_aware_check("local", drv), 60)
-                except Exception as exc:  # a broken check is itself a finding
+                except Exception as exc:  # as a check that breaks (_problems)
                     probs = [Problem(f"the check failed: {exc}", "report this as a bug")]
+                else:
+                    probs = await _problems(host, drv)
                 if probs:
                     out[name] = "; ".join(f"{p.reason} (fix: {p.fix})" for p in probs)
         return out
