@@ -283,7 +283,10 @@ def test_t6_a_header_nested_field_of_the_wrong_type_is_one_line(
     ("body", "says"),
     [
         ("[drivers_options.local]\nzzz = 1\n", "local.zzz: unknown key (allowed: env)"),
-        ("[drivers_options.stage]\nzzz = 1\n", "stage.zzz: unknown key (allowed: sandbox, uid, ro_binds)"),
+        (
+            "[drivers_options.stage]\nzzz = 1\n",
+            "zzz: unknown key (allowed: sandbox, uid, ro_binds)",
+        ),
         ("[drivers_options.stage]\nuid = 0\n", "stage.uid: must be at least 1, got 0"),
         ("[drivers_options.stage]\nro_binds = [1]\n", "stage.ro_binds: expected string, got 1"),
         ('[drivers_options.stage]\nro_binds = ["a"]\n', "expected absolute host paths, got 'a'"),
