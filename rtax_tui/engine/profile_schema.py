@@ -3,13 +3,8 @@
 The loader (`engine.profile`) checks a profile through it, the console's launcher takes
 its defaults from it, and the profile writer (`engine.profile_toml`) its `[run]` keys.
 It imports only the model, never a driver or a host, so that the console may import it.
-Its types, `Key` and `Table`, are the model's (`model.schema`): a driver declares its
-`[drivers_options.NAME]` table with them too.
-
-A key's `types` are the TOML types it takes (`bool` is never an integer); `default` is
-what the loader takes when a profile leaves the key out (None: no default, or "not
-set"); `bounds` are the least and most of a number (of each item of an array); `items`
-the type of an array's items, where they are checked with the key.
+Its types, `Key` and `Table`, are the model's (`model.schema`, which says what a key's
+fields mean): a driver declares its `[drivers_options.NAME]` table with them too.
 """
 
 from __future__ import annotations
