@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from rtax_tui.hosts import Host
 from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.schema import Table, options_table, read_options
 from rtax_tui.model.spec import ActionResult, Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 
 SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
@@ -60,6 +61,11 @@ class DaemonNeed:
 
     name: str
     start: str
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A driver without options: its `[drivers_options.NAME]` table takes no key."""
 
 
 class Environment(ABC):
@@ -204,16 +210,29 @@ class Driver(ABC):
     # Its pull fetches from a registry (on loopback, behind the run's content server).
     image_registry: ClassVar[bool] = False
 
+    # Its options, declared once: a frozen dataclass of `model.schema.option` fields (each
+    # with its type, default, allowed values and help). A profile's
+    # `[drivers_options.NAME]` table is checked against it and becomes `self.opts`, of
+    # that type (a subclass narrows the annotation); docs/drivers.md's options tables are
+    # generated from it (scripts/driver-options-doc).
+    options_type: ClassVar[type] = NoOptions
+    opts: Any
+
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         self.host = host
-        self.options = options
+        self.opts = self.check_options(options)
 
     @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        """Raise `OptionError` for a bad `[drivers_options.NAME]` table, before any host
-        is reached; the profile layer adds the file and line. The default checks nothing
-        (the driver's constructor still may)."""
-        return None
+    def check_options(cls, options: dict[str, Any]) -> Any:
+        """The `[drivers_options.NAME]` table checked against `options_type`, as one:
+        a mistake is an `OptionError` naming the key, before any host is reached (the
+        profile layer adds the file and the line)."""
+        return read_options(cls.options_type, options)
+
+    @classmethod
+    def options_table(cls) -> Table:
+        """The options it declares, as the schema's `Table`."""
+        return options_table(cls.options_type, cls.name)
 
     async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
         """Before a run with image modes, once: what its trials' image phases deliver from

@@ -9,15 +9,18 @@ not answer, its masked paths, a seccomp profile sent as JSON, and the runtimes i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rtax_tui.drivers.base import DaemonNeed, Environment, ImageRecipe, Problem, SubTimer
 from rtax_tui.drivers.toolkit.container import ContainerDriver
 from rtax_tui.drivers.toolkit.container_env import ContainerEnvironment
+from rtax_tui.drivers.toolkit.container_options import ContainerOptions, userns_key
 from rtax_tui.drivers.toolkit.engine_api import LABEL_KEY, call
 from rtax_tui.drivers.toolkit.images import container_images, image_tag
 
 from rtax_tui.model.checks import ALL_CHECKS
+from rtax_tui.model.schema import option
 from rtax_tui.model.spec import EnvSpec
 
 __all__ = ["DEFAULT_SOCKET", "LABEL_KEY", "DockerDriver"]
@@ -39,6 +42,15 @@ DOCKER_MASKED_PATHS = (
 )
 
 
+@dataclass(frozen=True)
+class DockerOptions(ContainerOptions):
+    """`[drivers_options.docker]`: the container boundary options (`ContainerOptions`)."""
+
+    # dockerd's API knows only "host" (per container, opting out of a remapping daemon);
+    # "remap" asks for the daemon's --userns-remap, which `check()` verifies.
+    userns: str | None = option(userns_key(("host", "remap")))
+
+
 class DockerDriver(ContainerDriver):
     name = "docker"
     # Every check: namespaces, Docker's default capability set and seccomp profile, the
@@ -55,9 +67,8 @@ class DockerDriver(ContainerDriver):
     image_recipe: ClassVar[ImageRecipe | None] = ImageRecipe("docker", container_images("docker"))
     log_hint = "the dockerd log (/tmp/rtax-dockerd.log)"
     cli = "docker"
-    # dockerd's API knows only "host" (per container, opting out of a remapping daemon);
-    # "remap" asks for the daemon's --userns-remap, which `check()` verifies.
-    userns_values = ("host", "remap")
+    options_type = DockerOptions
+    opts: DockerOptions
     # drivers.toolkit.delivery: its own copy, or a pull from a registry on loopback
     image_modes = ("cached", "pull")
     image_registry = True

@@ -46,6 +46,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer, which
@@ -76,6 +77,7 @@ from rtax_tui.hosts import Host, names
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.schema import Key, option
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, RtaxError, Step, Workload
 
 STATE_BASE = "/run/rtax/gvisor"
@@ -548,6 +550,34 @@ def _write_platform_cache(exe: str, platform: str, reason: str) -> None:
 # -- the driver ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class GvisorOptions:
+    """`[drivers_options.gvisor]`."""
+
+    platform: str = option(
+        Key(
+            (str,),
+            "auto",
+            "runsc's platform; `auto` tries KVM under a "
+            "timeout first and records which ran and why",
+            choices=("auto", *PLATFORMS),
+        )
+    )
+    network: str = option(
+        Key((str,), "none", "`none`, or gVisor's own network stack", choices=NETWORKS)
+    )
+    overlay: bool = option(
+        Key(
+            (bool,),
+            False,
+            "the root writable, its writes kept in the sentry's memory (`runsc --overlay`)",
+        )
+    )
+    runsc: str | None = option(Key((str,), None, "the runsc binary (none: the one on PATH)",
+                                   check=lambda v: None if v else "expected a program's "
+                                   "name or path"))  # fmt: skip
+
+
 class GvisorDriver(Driver):
     name = "gvisor"
     channels = ("exec", "shell")
@@ -601,33 +631,19 @@ class GvisorDriver(Driver):
         }
     )
 
+    options_type = GvisorOptions
+    opts: GvisorOptions
+
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.check_options(options)
-        self.want_platform = str(options.get("platform", "auto"))
-        self.network = str(options.get("network", "none"))
+        self.want_platform = self.opts.platform
+        self.network = self.opts.network
         # `overlay`: the root writable, its writes kept in the sentry's memory (runsc
         # --overlay): a workload may change /usr or /etc, the cached root stays as built
-        self.overlay = bool(options.get("overlay", False))
+        self.overlay = self.opts.overlay
         self._platform: str | None = None
         self._platform_reason = ""
         self._platform_lock = asyncio.Lock()
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        from rtax_tui.model.spec import OptionError
-
-        for key in options:
-            if key not in ("platform", "network", "overlay", "runsc"):
-                raise OptionError(key, "unknown option (known: platform, network, overlay, runsc)")
-        if not isinstance(options.get("overlay", False), bool):
-            raise OptionError("overlay", f"must be true or false, not {options['overlay']!r}")
-        p = options.get("platform", "auto")
-        if p not in ("auto", *PLATFORMS):
-            raise OptionError("platform", f"must be auto, {', '.join(PLATFORMS)}, not {p!r}")
-        n = options.get("network", "none")
-        if n not in NETWORKS:
-            raise OptionError("network", f"must be {' or '.join(NETWORKS)}, not {n!r}")
 
     def promised_checks(self) -> frozenset[str]:
         if self.network != "none":  # gVisor's own network stack: not measured
@@ -636,7 +652,7 @@ class GvisorDriver(Driver):
 
     @property
     def exe(self) -> str:
-        return str(self.options.get("runsc") or which("runsc") or "runsc")
+        return str(self.opts.runsc or which("runsc") or "runsc")
 
     def runsc_argv(self, state: str, *args: str) -> list[str]:
         return [
@@ -812,7 +828,7 @@ class GvisorDriver(Driver):
                     "run rtax as root (sudo rtax ...)",
                 )
             ]
-        if self.options.get("runsc") is None and which("runsc") is None:
+        if self.opts.runsc is None and which("runsc") is None:
             return [Problem("runsc (gVisor) is not installed", "apt-get install runsc")]
         if find_static_busybox() is None:
             return [

@@ -28,6 +28,7 @@ import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from xml.sax.saxutils import escape
 
@@ -38,6 +39,7 @@ from rtax_tui.drivers.toolkit.vmguest import (
     AgentChannel,
     SerialWatch,
     TrialDir,
+    VmOptions,
     connect_unix,
     join_budget,
     trial_dirs,
@@ -47,11 +49,11 @@ from rtax_tui.drivers.toolkit.vmimage import GuestFiles, guest_files
 from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.schema import Key, option
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step, SubstrateLost
 from rtax_tui.model.waits import waiting_on
 
 DEFAULT_URI = "qemu:///system"
-LIBVIRT_OPTIONS = ("uri", "append")  # beside the VM options of toolkit.vmguest
 NS = "https://rtax.dev/libvirt/1"
 PID_DIR = "/run/libvirt/qemu"
 SNAP_LABEL = "snap"
@@ -259,11 +261,19 @@ def _kill(pid: int) -> None:
         time.sleep(0.01)
 
 
+@dataclass(frozen=True)
+class LibvirtOptions(VmOptions):
+    """`[drivers_options.libvirt]`: a VM's options (`vmguest.VmOptions`), and libvirt's URI."""
+
+    uri: str = option(Key((str,), DEFAULT_URI, "the libvirt connection's URI"))
+
+
 class LibvirtDriver(VmDriver):
     name = "libvirt"
     daemon: ClassVar[DaemonNeed] = DaemonNeed("libvirtd", "bash scripts/start-libvirtd")
     leaves = frozenset({"domains", "monitors"})
-    extra_options = LIBVIRT_OPTIONS
+    options_type = LibvirtOptions
+    opts: LibvirtOptions
     snapshot_log = "libvirtd's log"
 
     def pool_resets(self, channel: str) -> dict[str, str | None]:
@@ -276,7 +286,7 @@ class LibvirtDriver(VmDriver):
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.uri = str(options.get("uri", DEFAULT_URI))
+        self.uri = self.opts.uri
         self.conn: Any = None
         self._snap_xml: str | None = None
         self.snap_name: str | None = None

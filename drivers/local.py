@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
@@ -35,6 +36,7 @@ from rtax_tui.drivers.toolkit.workspace import (
 )
 
 from rtax_tui.hosts import Host, names
+from rtax_tui.model.schema import Key, option
 from rtax_tui.model.spec import ActionResult, EnvSpec, Step
 
 
@@ -109,6 +111,15 @@ ENV_SOURCES = ("sandbox", "host")
 ENV_DEFAULT = "sandbox"
 
 
+@dataclass(frozen=True)
+class LocalOptions:
+    """`[drivers_options.local]`."""
+
+    env: str = option(Key((str,), ENV_DEFAULT, "where a step's PATH and variables come "
+                          "from: the sandboxes' (as `stage`'s) or the host's own",
+                          choices=ENV_SOURCES))  # fmt: skip
+
+
 class LocalDriver(Driver):
     name = "local"
     runs_remote = True
@@ -119,24 +130,12 @@ class LocalDriver(Driver):
         {"workspace_persists", "workspace_size", "deep_tree", "cleanup_spares_live"}
     )
 
-    OPTIONS = ("env",)
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        """`env` (sandbox|host): any other key is refused."""
-        from rtax_tui.model.spec import OptionError
-
-        for key in options:
-            if key not in cls.OPTIONS:
-                raise OptionError(key, f"unknown option (known: {', '.join(cls.OPTIONS)})")
-        want = options.get("env", ENV_DEFAULT)
-        if want not in ENV_SOURCES:
-            raise OptionError("env", f"must be sandbox or host, not {want!r}")
+    options_type = LocalOptions
+    opts: LocalOptions
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.check_options(options)
-        self.env_source: str = str(options.get("env", ENV_DEFAULT))
+        self.env_source: str = self.opts.env
 
     async def check(self) -> list[Problem]:
         return await tools_problems(self.host, ("sh", "mktemp", "tar", "rm"))

@@ -26,6 +26,7 @@ import asyncio
 import os
 import signal
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import docker.errors
@@ -33,7 +34,7 @@ from docker.types import Ulimit
 from rtax_tui.drivers.base import DaemonNeed, Environment, ImageRecipe, Problem, SubTimer
 from rtax_tui.drivers.toolkit.container import ContainerDriver
 from rtax_tui.drivers.toolkit.container_env import ContainerEnvironment
-from rtax_tui.drivers.toolkit.container_options import ContainerOptions
+from rtax_tui.drivers.toolkit.container_options import ContainerOptions, userns_key
 from rtax_tui.drivers.toolkit.engine_api import LABEL_KEY, call
 from rtax_tui.drivers.toolkit.images import container_images, image_tag
 from rtax_tui.drivers.toolkit.seccomp import narrowed_profile_file
@@ -41,7 +42,9 @@ from rtax_tui.drivers.toolkit.seccomp import narrowed_profile_file
 from rtax_tui.hosts import Host
 from rtax_tui.hosts.conmon import conmon_processes
 from rtax_tui.model.checks import ALL_CHECKS
-from rtax_tui.model.spec import EnvSpec, OptionError
+from rtax_tui.model.inputs import INT64_MAX
+from rtax_tui.model.schema import Key, option
+from rtax_tui.model.spec import EnvSpec
 
 # podman 4.3's default seccomp profile on Debian 12 (`podman info`: SECCOMPProfilePath)
 PODMAN_SECCOMP = "/usr/share/containers/seccomp.json"
@@ -122,6 +125,27 @@ class PodmanEnvironment(ContainerEnvironment):
                 await asyncio.to_thread(reap_conmon, {self.name, cid or ""})
 
 
+@dataclass(frozen=True)
+class PodmanOptions(ContainerOptions):
+    """`[drivers_options.podman]`: the container boundary options (`ContainerOptions`),
+    podman's user namespace modes, and the containers' ulimits."""
+
+    # Podman's own user namespace modes, sent as the API's UsernsMode. Measured with
+    # podman 4.3 as root: "host" works; "auto" needs a `containers` range in /etc/subuid
+    # and /etc/subgid ("could not find enough available IDs" without one); "keep-id"
+    # and "nomap" are for rootless podman only; "private" without explicit mappings is
+    # refused, so it is not offered.
+    userns: str | None = option(
+        userns_key(("host", "auto", "keep-id", "nomap"), ("auto:", "keep-id:"))
+    )
+    nofile: int = option(
+        Key((int,), NOFILE, "the containers' open files limit (ulimit)", (1, INT64_MAX))
+    )
+    nproc: int = option(
+        Key((int,), NPROC, "the containers' processes limit (ulimit)", (1, INT64_MAX))
+    )
+
+
 class PodmanDriver(ContainerDriver):
     name = "podman"
     default_socket = DEFAULT_SOCKET
@@ -130,24 +154,18 @@ class PodmanDriver(ContainerDriver):
     image_recipe = ImageRecipe("podman", container_images("podman"))
     log_hint = "the podman service log (/tmp/rtax-podman.log)"
     cli = "podman"
-    option_names = (*ContainerDriver.option_names, "nofile", "nproc")
+    options_type = PodmanOptions
+    opts: PodmanOptions
     # Every check. podman 4.3's default profile (containers-common's seccomp.json) lets
     # root in the container call process_vm_readv/writev and pidfd_getfd, and open
     # AF_VSOCK sockets (measured here): rtax gives the service that profile narrowed
     # (`narrowed_seccomp`), and promises `process_vm` and `vsock` only then.
     boundary = ALL_CHECKS
-    # Podman's own user namespace modes, sent as the API's UsernsMode. Measured with
-    # podman 4.3 as root: "host" works; "auto" needs a `containers` range in /etc/subuid
-    # and /etc/subgid ("could not find enough available IDs" without one); "keep-id"
-    # and "nomap" are for rootless podman only; "private" without explicit mappings is
-    # refused, so it is not offered.
-    userns_values = ("host", "auto", "keep-id", "nomap")
-    userns_prefixes = ("auto:", "keep-id:")
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.nofile = int(options.get("nofile", NOFILE))
-        self.nproc = int(options.get("nproc", NPROC))
+        self.nofile = self.opts.nofile
+        self.nproc = self.opts.nproc
         self._narrowed: str | None = None  # "": looked, none to be had
         # conmon runs where the service runs: reap it only when that is here (self.local).
 
@@ -158,18 +176,6 @@ class PodmanDriver(ContainerDriver):
         if self.opts.runtime:
             return RUNTIME_SOCKET.format(runtime=self.opts.runtime)
         return DEFAULT_SOCKET
-
-    @classmethod
-    def parse_options(cls, options: dict[str, Any]) -> ContainerOptions:
-        """The docker driver's options, plus the ulimits `nofile` and `nproc`."""
-        opts = super().parse_options(options)
-        for key in ("nofile", "nproc"):
-            value = options.get(key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise OptionError(key, f"{value!r} (expected an integer >= 1)")
-        return opts
 
     def start_command(self) -> str:
         start = super().start_command()

@@ -13,6 +13,7 @@ driver module is imported only when its driver is used.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -159,3 +160,20 @@ def daemon_of(name: str) -> DaemonNeed | None:
             if cls.daemon is not None:
                 return cls.daemon
     return None
+
+
+# A driver's options table in docs/drivers.md, between its two markers.
+OPTIONS_DOC = re.compile(r"(<!-- options: ([\w.+-]+) [^>]*-->\n)(.*?)(<!-- /options -->)", re.S)
+
+
+def options_doc(text: str) -> str:
+    """`text` (docs/drivers.md) with each driver's options table, between its markers,
+    generated from what the driver declares (`Driver.options_table`):
+    `scripts/driver-options-doc` writes it, tests/test_driver_options.py fails when the
+    doc says otherwise. Raises DriverRegistryError for a marker naming no driver."""
+
+    def table(m: re.Match[str]) -> str:
+        body = driver_class(m.group(2)).options_table().markdown()
+        return f"{m.group(1)}\n{body}\n{m.group(4)}"
+
+    return OPTIONS_DOC.sub(table, text)

@@ -40,12 +40,14 @@ import re
 import select
 import socket
 import subprocess
+from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.drivers.base import Driver, Environment, Problem, SubTimer
 from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.assetview import named_assets
 from rtax_tui.drivers.toolkit.sandbox import (
+    DEFAULT_UID,
     ENTER_GONE,
     HOSTNAME,
     INIT_CMD,
@@ -60,7 +62,6 @@ from rtax_tui.drivers.toolkit.sandbox import (
     sandbox_env,
     spawn_argv,
     start_time,
-    uid_option,
 )
 from rtax_tui.drivers.toolkit.shellframe import CredReader, FramedShell, Reader, shell_action
 from rtax_tui.drivers.toolkit.stage_site import (
@@ -83,6 +84,7 @@ from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
 from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.schema import Key, option
 from rtax_tui.model.spec import ActionResult, EnvSpec, PhaseFailure, Step, Workload
 
 TEARDOWN_GRACE_S = 2.0
@@ -571,6 +573,41 @@ async def tar_of(src: str) -> bytes:
     return await tar_bytes(src)
 
 
+def _binds_error(binds: tuple[str, ...] | list[str]) -> str | None:
+    """Why `ro_binds` is not a list of at most 256 absolute host paths; None when it is."""
+    if len(binds) > 256:
+        return f"expected at most 256 host paths, got {len(binds)}"
+    for b in binds:
+        if not b.startswith("/") or len(b) > 4096 or "\0" in b:
+            return f"expected absolute host paths, got {b!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """`[drivers_options.stage]`."""
+
+    sandbox: str = option(
+        Key(
+            (str,),
+            "auto",
+            "the sandbox: bubblewrap either way (the `unshare` fallback was removed)",
+            choices=("auto", "bwrap"),
+        )
+    )
+    uid: int = option(
+        Key(
+            (int,),
+            DEFAULT_UID,
+            "the unprivileged host uid (and gid) root in the sandbox is",
+            (1, 2**32 - 2),
+        )
+    )
+    ro_binds: tuple[str, ...] = option(Key((list,), (), "more host paths, bound read-only "
+                                           "at the same place (at most 256)", items=(str,),
+                                           check=_binds_error))  # fmt: skip
+
+
 class StageDriver(Driver):
     name = "stage"
     runs_remote = True
@@ -580,43 +617,12 @@ class StageDriver(Driver):
     image_modes = ("cached", "pull", "lazy")  # drivers.toolkit.delivery
     places_workspace_alias = True  # a link in bubblewrap's own root (`bwrap_argv`)
 
-    OPTIONS = ("sandbox", "uid", "ro_binds")
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        """`sandbox` (auto|bwrap), `uid` (a host uid other than 0), `ro_binds` (host
-        paths, bound read-only at the same place): any other key is refused."""
-        from rtax_tui.model.spec import OptionError
-
-        known = ", ".join(cls.OPTIONS)
-        for key in options:
-            if key not in cls.OPTIONS:
-                raise OptionError(key, f"unknown option (known: {known})")
-        want = options.get("sandbox", "auto")
-        if want not in ("auto", "bwrap"):
-            raise OptionError("sandbox", f"must be auto or bwrap, not {want!r}")
-        try:
-            uid_option(options)
-        except ValueError as exc:
-            raise OptionError("uid", str(exc)) from None
-        binds = options.get("ro_binds", [])
-        if not isinstance(binds, list) or len(binds) > 256:
-            raise OptionError("ro_binds", "expected a list of at most 256 host paths")
-        for b in binds:
-            if not isinstance(b, str) or not b.startswith("/") or len(b) > 4096 or "\0" in b:
-                raise OptionError("ro_binds", f"expected absolute host paths, got {b!r}")
+    options_type = StageOptions
+    opts: StageOptions
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        want = str(options.get("sandbox", "auto"))
-        if want == "unshare":
-            raise ValueError(
-                "stage: option sandbox=unshare was removed: it could not keep the same "
-                "boundary; stage needs bubblewrap (apt-get install bubblewrap)"
-            )
-        if want not in ("auto", "bwrap"):
-            raise ValueError(f"stage: option sandbox must be auto or bwrap, not {want!r}")
-        self.uid = uid_option(options)
+        self.uid = self.opts.uid
         self.sandbox = "bwrap"
         self._site: Site | None = None
         self._site_lock = asyncio.Lock()
@@ -668,7 +674,7 @@ class StageDriver(Driver):
         names and `ro_binds`. They are the controller's files: none on another host."""
         if not self.host.controller_local:
             return []
-        wanted = named_assets(spec.workload, spec.env, self.options.get("ro_binds", ()))
+        wanted = named_assets(spec.workload, spec.env, self.opts.ro_binds)
         if not wanted:
             return []
 

@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rtax_tui.drivers.base import (
@@ -70,7 +71,8 @@ from rtax_tui.drivers.toolkit.workspace import (
 from rtax_tui.hosts import Host, names
 from rtax_tui.model import runlock
 from rtax_tui.model.errors import ErrorKind
-from rtax_tui.model.spec import ActionResult, EnvSpec, OptionError, OutputSink, PhaseFailure, Step
+from rtax_tui.model.schema import Key, option
+from rtax_tui.model.spec import ActionResult, EnvSpec, OutputSink, PhaseFailure, Step
 
 if TYPE_CHECKING:
     from swerex.deployment.docker import DockerDeployment
@@ -500,6 +502,30 @@ class SwerexEnvironment(Environment):
         self.runtime = None
 
 
+@dataclass(frozen=True)
+class SwerexOptions:
+    """`[drivers_options.swerex]`."""
+
+    deployment: str = option(
+        Key(
+            (str,),
+            "local",
+            "how SWE-ReX runs: its runtime in rtax's "
+            "process, its server per environment, or its docker "
+            "deployment",
+            choices=DEPLOYMENTS,
+        )
+    )
+    image: str | None = option(
+        Key(
+            (str,),
+            None,
+            "the docker deployment's image tag (none: "
+            "the one `rtax images build --driver swerex` builds)",
+        )
+    )
+
+
 class SwerexDriver(Driver):
     name = "swerex"
     channels = ("exec", "shell")
@@ -513,24 +539,15 @@ class SwerexDriver(Driver):
     # local, remote: no isolation, as the `local` driver; docker: see promised_checks.
     boundary = frozenset({"workspace_persists"})
 
+    options_type = SwerexOptions
+    opts: SwerexOptions
+
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.check_options(options)
-        self.deployment: str = str(options.get("deployment", "local"))
-        self._image: str | None = options.get("image")
+        self.deployment: str = self.opts.deployment
+        self._image: str | None = self.opts.image
         self.container_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         self._tracked: set[str] = set()
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        for key in options:
-            if key not in ("deployment", "image"):
-                raise OptionError(key, f"unknown option (known: deployment, image): {key!r}")
-        dep = options.get("deployment", "local")
-        if dep not in DEPLOYMENTS:
-            raise OptionError("deployment", f"must be one of {', '.join(DEPLOYMENTS)}: {dep!r}")
-        if "image" in options and not isinstance(options["image"], str):
-            raise OptionError("image", f"must be a string (an image tag): {options['image']!r}")
 
     @property
     def image(self) -> str:

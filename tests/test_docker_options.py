@@ -62,7 +62,7 @@ def test_bind_workspace_and_network_none(tmp_path):
     "options, message",
     [
         ('workspace = "both"', "drivers_options.docker.workspace: 'both' (allowed: copy, bind"),
-        ('netwrk = "none"', "docker.netwrk: unknown netwrk (allowed: socket, image"),
+        ('netwrk = "none"', "docker.netwrk: unknown key (allowed: socket, image"),
     ],
 )
 def test_bad_options_fail_before_any_trial(tmp_path, options, message):

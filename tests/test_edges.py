@@ -282,13 +282,17 @@ def test_t6_a_header_nested_field_of_the_wrong_type_is_one_line(
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        ("[drivers_options.local]\nzzz = 1\n", "local.zzz: unknown option (known: env)"),
-        ("[drivers_options.stage]\nzzz = 1\n", "known: sandbox, uid, ro_binds"),
-        ("[drivers_options.stage]\nuid = 0\n", "uid"),
-        ("[drivers_options.stage]\nro_binds = [1]\n", "absolute host paths"),
+        ("[drivers_options.local]\nzzz = 1\n", "local.zzz: unknown key (allowed: env)"),
+        (
+            "[drivers_options.stage]\nzzz = 1\n",
+            "zzz: unknown key (allowed: sandbox, uid, ro_binds)",
+        ),
+        ("[drivers_options.stage]\nuid = 0\n", "stage.uid: must be at least 1, got 0"),
+        ("[drivers_options.stage]\nro_binds = [1]\n", "stage.ro_binds: expected string, got 1"),
+        ('[drivers_options.stage]\nro_binds = ["a"]\n', "expected absolute host paths, got 'a'"),
         ("[drivers_options.stage]\nro_binds = " + "[" * 300 + "]" * 300 + "\n", "nested"),
     ],
-    ids=["local-unknown", "stage-unknown", "stage-uid", "stage-binds", "deep"],
+    ids=["local-unknown", "stage-unknown", "stage-uid", "stage-binds", "stage-relative", "deep"],
 )
 def test_t7_driver_options_are_declared(tmp_path: Path, body: str, says: str) -> None:
     prof = tmp_path / "p.toml"

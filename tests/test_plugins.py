@@ -86,6 +86,7 @@ def test_a_plugin_driver_shows_in_doctor_and_runs_in_a_profile(plugin_path, tmp_
         '[run]\ntrials = 2\nwarmup = 0\ndrivers = ["echo"]\nworkloads = ["w"]\n'
         'channels = ["exec"]\n[workloads.w]\n'
         'steps = [{argv = ["sh", "-c", "echo hi > f && cat f"], expect_out = "hi"}]\n'
+        '[drivers_options.echo]\nanswer = "yes"\n'
     )
     rec_path = tmp_path / "r.jsonl"
     res = _rtax(plugin_path, "run", str(prof), "--headless", "-o", str(rec_path))
@@ -94,6 +95,26 @@ def test_a_plugin_driver_shows_in_doctor_and_runs_in_a_profile(plugin_path, tmp_
     ends = [e for e in rec.events if e["type"] == "trial_end"]
     assert len(ends) == 2 and all(e["ok"] and e["valid"] for e in ends), ends
     assert rec.header["hosts"]["local"]["drivers"]["echo"]["plugin"] == "rtax-echo-driver 0.1.0"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ('answer = "no"', "drivers_options.echo.answer: 'no' (allowed: ok, yes)"),
+        ("shell = 3", "drivers_options.echo.shell: expected string, got 3"),
+        ('shel = "sh"', "drivers_options.echo.shel: unknown key (allowed: shell, answer)"),
+    ],
+)
+def test_a_plugin_driver_s_options_are_checked_as_a_built_in_s(plugin_path, tmp_path, body, says):
+    """A plugin declares its options as rtax's own drivers do (`model.schema`): a
+    mistake in its table is one line naming the file, the line and the key."""
+    prof = tmp_path / "p.toml"
+    prof.write_text(f'[run]\ndrivers = ["echo"]\n[drivers_options.echo]\n{body}\n')
+    res = _rtax(plugin_path, "run", str(prof), "--headless", "-o", str(tmp_path / "r.jsonl"))
+    err = res.stderr.decode().strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1, err
+    assert f"p.toml:4: {says}" in err[0], err
+    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_without_the_plugin_the_profile_names_an_unknown_driver(tmp_path):

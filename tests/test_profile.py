@@ -244,7 +244,7 @@ def test_a_driver_instance_is_a_driver_of_its_own_name(tmp_path):
     opts = prof.driver_options["docker-runsc"]
     d = get_driver("docker-runsc", LocalHost(), opts)
     assert isinstance(d, DockerDriver) and d.name == "docker-runsc"
-    assert d.opts.runtime == "runsc" and "driver" not in d.options
+    assert d.opts.runtime == "runsc"
     plain = get_driver("docker", LocalHost(), prof.driver_options.get("docker", {}))
     assert plain.name == "docker" and plain.opts.runtime is None
 

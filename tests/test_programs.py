@@ -247,9 +247,9 @@ def test_names_and_differences():
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        ('env = "hots"', "drivers_options.local.env: must be sandbox or host, not 'hots'"),
-        ("env = 3", "drivers_options.local.env: must be sandbox or host, not 3"),
-        ('path = "/x"', "drivers_options.local.path: unknown option (known: env)"),
+        ('env = "hots"', "drivers_options.local.env: 'hots' (allowed: sandbox, host)"),
+        ("env = 3", "drivers_options.local.env: expected string, got 3"),
+        ('path = "/x"', "drivers_options.local.path: unknown key (allowed: env)"),
     ],
 )
 def test_a_bad_local_option_is_one_line_naming_the_field(tmp_path, body, says):

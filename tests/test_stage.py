@@ -15,7 +15,7 @@ from rtax_tui.drivers.stage import StageDriver
 from rtax_tui.hosts import cgroups
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.hosts.local import LocalHost
-from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, OptionError, Step, Workload
 from tests.procs import dead
 
 ROOT = os.geteuid() == 0 and Cgroup.version() is not None
@@ -342,13 +342,17 @@ def test_check_facts_and_cleanup():
 
 
 def test_bad_option():
-    with pytest.raises(ValueError):
-        StageDriver(LocalHost(), {"sandbox": "docker"})
-    with pytest.raises(ValueError, match="bubblewrap"):
-        StageDriver(LocalHost(), {"sandbox": "unshare"})  # removed: a weaker boundary
+    """A bad option is refused as the driver is made too (not only by the profile), with
+    the key named: the typed options are made in the constructor."""
+    for options in ({"sandbox": "docker"}, {"sandbox": "unshare"}):  # unshare: removed
+        with pytest.raises(OptionError, match=r"\(allowed: auto, bwrap\)") as exc:
+            StageDriver(LocalHost(), options)
+        assert exc.value.key == "sandbox"
     for uid in (0, -1, "1000", True):
-        with pytest.raises(ValueError, match="uid"):
+        with pytest.raises(OptionError) as exc:
             StageDriver(LocalHost(), {"uid": uid})
+        assert exc.value.key == "uid"
+    assert StageDriver(LocalHost(), {"uid": 64001}).uid == 64001
 
 
 def test_a_2_gib_write_into_the_workspace_stops_at_its_limit(monkeypatch):

@@ -21,7 +21,7 @@ pytest.importorskip("swerex", reason="SWE-ReX is not installed (pip install 'rta
 
 
 def test_options_are_checked_with_the_key_named():
-    with pytest.raises(OptionError, match="one of local, remote, docker") as exc:
+    with pytest.raises(OptionError, match="allowed: local, remote, docker") as exc:
         SwerexDriver.check_options({"deployment": "modal"})
     assert exc.value.key == "deployment"
     with pytest.raises(OptionError) as exc:

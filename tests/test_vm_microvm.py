@@ -86,8 +86,9 @@ def test_options_are_checked():
         driver(accel="fast")
     assert bad.value.key == "accel"
     for bad_key, value, says in (
-        ("memory_mib", 12, "12 (expected an integer from 128 to 65536)"),
-        ("bogus", 1, "unknown bogus"),
+        ("memory_mib", 12, "must be at least 128, got 12"),
+        ("memory_mib", 65537, "at most 65536, got 65537"),
+        ("bogus", 1, "unknown key (allowed: accel, vcpus, memory_mib, start, qemu, append)"),
         ("start", "warm", "'warm' (allowed"),
     ):
         with pytest.raises(OptionError, match=re.escape(says)) as bad:

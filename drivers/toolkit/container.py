@@ -29,11 +29,7 @@ import docker
 from rtax_tui.drivers.base import DaemonNeed, Driver, Problem
 from rtax_tui.drivers.toolkit import delivery
 from rtax_tui.drivers.toolkit.assetview import view_mount
-from rtax_tui.drivers.toolkit.container_options import (
-    ContainerOptions,
-    parse_options,
-    seccomp_file,
-)
+from rtax_tui.drivers.toolkit.container_options import ContainerOptions, seccomp_file
 from rtax_tui.drivers.toolkit.engine_api import LABEL_KEY, EngineClient, call, socket_path
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.runsc import limits_note as runsc_limits_note
@@ -74,27 +70,13 @@ class ContainerDriver(Driver):
     log_hint: ClassVar[str]
     cli: ClassVar[str]
     leaves: ClassVar[frozenset[str]] = frozenset({"containers", "monitors"})
-    option_names: tuple[str, ...] = (
-        "socket",
-        "image",
-        "network",
-        "workspace",
-        "user",
-        "cap_drop",
-        "cap_add",
-        "read_only",
-        "no_new_privileges",
-        "security_opt",
-        "userns",
-        "runtime",
-    )
-    # `userns` values this engine honours: exact ones, and prefixes of ones with options.
-    userns_values: ClassVar[tuple[str, ...]]
-    userns_prefixes: ClassVar[tuple[str, ...]] = ()
+    # its options: ContainerOptions, or a subclass of them that narrows `userns` to what
+    # this engine honours (and adds its own keys)
+    options_type: ClassVar[type] = ContainerOptions
+    opts: ContainerOptions
 
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.opts = self.parse_options(options)
         self.socket = self.opts.socket or self.engine_socket()
         self.engine = EngineClient(self.socket)
         self._tracked_labels: set[str] = set()
@@ -117,19 +99,6 @@ class ContainerDriver(Driver):
         self._init: str | None = None
         # a link put into the root at create: not into a read-only one
         self.places_workspace_alias = not self.opts.read_only
-
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        cls.parse_options(options)
-
-    @classmethod
-    def parse_options(cls, options: dict[str, Any]) -> ContainerOptions:
-        """The options table, checked (`container_options.parse_options`) against this
-        engine's keys and `userns` values; a mistake is one `OptionError` naming the
-        field."""
-        return parse_options(
-            cls.name, options, cls.option_names, cls.userns_values, cls.userns_prefixes
-        )
 
     def engine_socket(self) -> str:
         """The engine's socket when the options name none."""

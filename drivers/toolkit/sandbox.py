@@ -80,7 +80,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rtax_tui.drivers.toolkit import seccomp
 from rtax_tui.drivers.toolkit.assets import cache_dir
@@ -198,14 +197,6 @@ ENTER_SOURCE = Path(__file__).with_name("stage_enter.c")
 # Copies of the assets a sandbox binds, where its unprivileged uid can reach them
 # (bubblewrap resolves a bind's source as that uid; rtax's cache is under /root).
 PUBLIC_ASSETS = Path(PUBLIC) / "assets"
-
-
-def uid_option(options: dict[str, Any]) -> int:
-    """The driver option `uid`: the unprivileged host uid (and gid) sandboxes run as."""
-    raw = options.get("uid", DEFAULT_UID)
-    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 < raw < 2**32 - 1:
-        raise ValueError(f"must be a host uid other than 0, not {raw!r}")
-    return raw
 
 
 def bwrap_argv(

@@ -23,8 +23,8 @@ from rtax_tui.drivers.toolkit.vmguest import (
     AgentChannel,
     SerialWatch,
     TrialDir,
+    VmOptions,
     overlay,
-    parse_options,
     remove_dead_dirs,
     resolve_accel,
     vm_integrity,
@@ -125,19 +125,14 @@ class VmDriver(Driver):
     # (the workspace is in the VM's disk image: no host path to look at).
     # assets_view: an asset workload does not run in a guest (no cache is shared with it)
     boundary = ALL_CHECKS - {"process_vm", "deep_tree", "default_limits", "assets_view"}
-    # the driver's options beyond VmOptions' (`parse_options`)
-    extra_options: tuple[str, ...] = ("append",)
+    options_type = VmOptions
+    opts: VmOptions
     # where to look when saving the booted guest failed (a Problem's hint)
     snapshot_log = "the driver's log"
 
-    @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        parse_options(cls.name, options, cls.extra_options)
-
     def __init__(self, host: Host, options: dict[str, Any]) -> None:
         super().__init__(host, options)
-        self.opts = parse_options(self.name, options, self.extra_options)
-        self.append = str(options.get("append", ""))  # a string: parse_options
+        self.append = self.opts.append
         self.accel = self.opts.accel if self.opts.accel != "auto" else "tcg"
         self.accel_reason = "not resolved yet"
         self._accel_done = False

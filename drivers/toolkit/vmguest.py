@@ -35,10 +35,10 @@ from rtax_tui.drivers.toolkit.vmimage import HELLO, INIT_MARK
 from rtax_tui.hosts import Host, names
 from rtax_tui.model import spec as model
 from rtax_tui.model.errors import ErrorKind
+from rtax_tui.model.schema import Key, option
 from rtax_tui.model.spec import (
     ActionResult,
     EnvSpec,
-    OptionError,
     OutputSink,
     PhaseFailure,
     Step,
@@ -102,43 +102,37 @@ def remove_dead_dirs(dirs: list[str], live: Any) -> int:
 # -- options -------------------------------------------------------------------
 
 
+def _program_error(value: str) -> str | None:
+    return None if value else "expected a program's name or path"
+
+
 @dataclass(frozen=True)
 class VmOptions:
-    accel: str = "auto"
-    vcpus: int = 1
-    memory_mib: int = 512
-    start: str = "boot"
-    qemu: str = "qemu-system-x86_64"
+    """`[drivers_options.libvirt]` / `[drivers_options.microvm]`; the profile's `[limits]`
+    cpus and memory_mib override vcpus and memory_mib (the default limits only cap them)."""
 
-
-def parse_options(driver: str, options: dict[str, Any], extra: tuple[str, ...] = ()) -> VmOptions:
-    """The `[drivers_options.DRIVER]` table, checked; a mistake is one OptionError line
-    naming the field."""
-    allowed = ("accel", "vcpus", "memory_mib", "start", "qemu", *extra)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        why = f"unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})"
-        raise OptionError(unknown[0], why)
-    o = VmOptions()
-    accel = options.get("accel", o.accel)
-    if accel not in ACCELS:
-        raise OptionError("accel", f"{accel!r} (allowed: {', '.join(ACCELS)})")
-    start = options.get("start", o.start)
-    if start not in STARTS:
-        raise OptionError("start", f"{start!r} (allowed: {', '.join(STARTS)})")
-    vals: dict[str, int] = {}
-    for key, lo, hi in (("vcpus", 1, 64), ("memory_mib", 128, 65536)):
-        v = options.get(key, getattr(o, key))
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise OptionError(key, f"{v!r} (expected an integer from {lo} to {hi})")
-        vals[key] = v
-    qemu = options.get("qemu", o.qemu)
-    if not isinstance(qemu, str) or not qemu:
-        raise OptionError("qemu", f"{qemu!r} (expected a program name or path)")
-    for key in ("append", "uri"):
-        if key in extra and not isinstance(options.get(key, ""), str):
-            raise OptionError(key, "expected a string")
-    return VmOptions(accel=accel, start=start, qemu=qemu, **vals)
+    accel: str = option(
+        Key(
+            (str,),
+            "auto",
+            "the accelerator; `auto` boots a KVM guest under "
+            "a timeout first, else TCG, and records why",
+            choices=ACCELS,
+        )
+    )
+    vcpus: int = option(Key((int,), 1, "the guest's CPUs", (1, 64)))
+    memory_mib: int = option(Key((int,), 512, "the guest's memory, MiB", (128, 65536)))
+    start: str = option(
+        Key(
+            (str,),
+            "boot",
+            "`boot` each guest, or `restore` one booted and "
+            "saved before the trials (T0-style workloads)",
+            choices=STARTS,
+        )
+    )
+    qemu: str = option(Key((str,), "qemu-system-x86_64", "the QEMU binary", check=_program_error))
+    append: str = option(Key((str,), "", "more kernel arguments"))
 
 
 # -- the per-trial directory -----------------------------------------------------

@@ -25,9 +25,6 @@ from rtax_tui.engine.profile_schema import (
     TIMEOUTS,
     TOP,
     WORKLOAD,
-    Key,
-    Table,
-    type_error,
 )
 from rtax_tui.engine.profile_toml import profiles_dir
 from rtax_tui.model.arrivals import SEQUENTIAL, check_arrivals
@@ -40,6 +37,7 @@ from rtax_tui.model.precision import (
     parse_duration,
     parse_precision,
 )
+from rtax_tui.model.schema import Key, Table, type_error
 from rtax_tui.model.spec import (
     CHANNELS,
     UNLIMITED,

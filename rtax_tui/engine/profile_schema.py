@@ -3,16 +3,13 @@
 The loader (`engine.profile`) checks a profile through it, the console's launcher takes
 its defaults from it, and the profile writer (`engine.profile_toml`) its `[run]` keys.
 It imports only the model, never a driver or a host, so that the console may import it.
-
-A key's `types` are the TOML types it takes (`bool` is never an integer); `default` is
-what the loader takes when a profile leaves the key out (None: no default, or "not
-set"); `bounds` are the least and most of a number (of each item of an array); `items`
-the type of an array's items, where they are checked with the key.
+Its types, `Key` and `Table`, are the model's (`model.schema`, which says what a key's
+fields mean): a driver declares its `[drivers_options.NAME]` table with them too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from rtax_tui.model.inputs import (
@@ -24,75 +21,9 @@ from rtax_tui.model.inputs import (
     MIB_MAX,
     SECONDS_MAX,
     TRIALS_MAX,
-    number_error,
 )
+from rtax_tui.model.schema import Key, Table
 from rtax_tui.model.spec import Limits, Timeouts
-
-
-@dataclass(frozen=True)
-class Key:
-    types: tuple[type, ...]
-    default: Any
-    help: str
-    bounds: tuple[float, float] | None = None  # least, most (of each item of an array)
-    items: tuple[type, ...] = ()  # an array's items, checked with the key
-    choices: tuple[str, ...] = ()  # the strings it takes
-    required: bool = False
-
-    def bounds_error(self, value: Any) -> str | None:
-        """Why the number `value` (an array's item) is out of `bounds`; None when it is not."""
-        if self.bounds is None:
-            return None
-        lo, hi = self.bounds
-        integer = isinstance(value, int) and not isinstance(value, float)
-        why = number_error(value, lo, hi, integer)
-        if why is not None and self.items and why.startswith("must be at least"):
-            why = "each " + why
-        return why
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str  # `run`; `hosts.NAME` for a table of tables
-    help: str
-    keys: dict[str, Key]
-
-    def __getitem__(self, key: str) -> Key:
-        return self.keys[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys
-
-    @property
-    def allowed(self) -> str:
-        """The keys, in order, as an error message lists them."""
-        return ", ".join(self.keys)
-
-    def defaults(self) -> dict[str, Any]:
-        """Every key's default, as the loader holds it (an array as a tuple)."""
-        return {k: key.default for k, key in self.keys.items()}
-
-    def file_defaults(self) -> dict[str, Any]:
-        """The defaults as a profile file writes them: an array as a (new) list, and a key
-        without a default left out (TOML has no None)."""
-        return {
-            k: list(v) if isinstance(v, tuple) else v
-            for k, v in self.defaults().items()
-            if v is not None
-        }
-
-
-def type_name(types: tuple[type, ...]) -> str:
-    names = {int: "integer", float: "number", str: "string", list: "array", dict: "table"}
-    return " or ".join(names.get(t, t.__name__) for t in types)
-
-
-def type_error(value: Any, types: tuple[type, ...]) -> str | None:
-    """Why `value` is not of `types` (a key's, or its array's items'), worded; None when
-    it is. A boolean is never a number."""
-    if isinstance(value, bool) or not isinstance(value, types):
-        return f"expected {type_name(types)}, got {value!r}"
-    return None
 
 
 def _field_defaults(cls: type) -> dict[str, Any]:
@@ -219,5 +150,5 @@ STEP = Table("steps", "one step of a custom workload", {
 # The tables of a profile with keys of their own, by name (`""`: the top level).
 TABLES = {t.name: t for t in (TOP, RUN, TIMEOUTS, LIMITS, CAPACITY, POOL)}
 # Tables of tables: `[hosts.NAME]`, `[workloads.NAME]`, and `[drivers_options.NAME]`,
-# whose keys each driver checks itself.
+# whose keys each driver declares (`Driver.options_type`, checked by `model.schema`).
 NAMED_TABLES = ("workloads", "drivers_options", "hosts")

@@ -3,10 +3,14 @@
 Each trial gets a workspace on its host, named after the run's label so that
 `rtax cleanup` finds it; every action is a new process in it, its output capped as the
 contract asks. It uses only the public contract (Driver, Environment, Problem, the Host
-interface) and the drivers' toolkit; nothing else in rtax names it.
+interface) and the drivers' toolkit; nothing else in rtax names it. Its options are
+declared as the built-in drivers' are (`model.schema`): rtax checks a profile's
+`[drivers_options.echo]` against them and hands the driver a typed `EchoOptions`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rtax_tui.drivers.base import Driver, Environment, Problem
 from rtax_tui.drivers.toolkit.workspace import (
@@ -16,7 +20,16 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_cleanup,
 )
 
+from rtax_tui.model.schema import Key, option
 from rtax_tui.model.spec import ActionResult, PhaseFailure
+
+
+@dataclass(frozen=True)
+class EchoOptions:
+    """`[drivers_options.echo]`."""
+
+    shell: str = option(Key((str,), "sh", "the shell `check()` asks for an answer"))
+    answer: str = option(Key((str,), "ok", "what it must answer", choices=("ok", "yes")))
 
 
 class EchoEnvironment(Environment):
@@ -43,11 +56,14 @@ class EchoDriver(Driver):
     name = "echo"
     channels = ("exec",)
     boundary = frozenset()  # keeps nothing out: plain processes of the host
+    options_type = EchoOptions
+    opts: EchoOptions
 
     async def check(self) -> list[Problem]:
-        res = await self.host.run(["sh", "-c", "echo ok"], timeout=30)
-        if res.stdout != b"ok\n":
-            return [Problem("sh does not answer", "install dash")]
+        answer = self.opts.answer
+        res = await self.host.run([self.opts.shell, "-c", f"echo {answer}"], timeout=30)
+        if res.stdout != f"{answer}\n".encode():
+            return [Problem(f"{self.opts.shell} does not answer", "install dash")]
         return []
 
     async def facts(self) -> dict:
