@@ -21,7 +21,15 @@ pytest.importorskip("matplotlib", reason="matplotlib is not installed (a depende
 
 from rtax_tui.analysis.report import build_report  # noqa: E402
 from rtax_tui.model.recording import read_recording  # noqa: E402
-from rtax_tui.render.plots import PARTS, capacity_sizes, kind_for, load_cells, plot  # noqa: E402
+from rtax_tui.render.plots import (  # noqa: E402
+    KINDS,
+    PARTS,
+    capacity_sizes,
+    figure,
+    kind_for,
+    load_cells,
+    plot,
+)
 from rtax_tui.render.tables import fmt_ms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +39,18 @@ T0_ALL = EX / "t0-stage-docker-libvirt-microvm.jsonl"
 T2 = EX / "t2-local-stage.jsonl"
 TRAJ = EX / "trajectory-local-stage.jsonl"
 CAP = EX / "capacity-local-stage.jsonl"
+LOAD = EX / "load-local-stage.jsonl"
+IMAGE = EX / "image-stage.jsonl"
+# the recordings each kind is drawn from in docs/plots.md (scripts/make-plots)
+EXAMPLES = {
+    "breakdown": (T0, T0_ALL),
+    "cold-start": (T0, T0_ALL, T2),
+    "cdf": (T0, T0_ALL),
+    "trajectory": (TRAJ,),
+    "capacity": (CAP,),
+    "load": (LOAD,),
+    "image": (IMAGE,),
+}
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -102,7 +122,7 @@ def test_cold_start_has_a_series_per_tier_and_a_log_axis_in_ms(tmp_path):
     for sub in ("local/local", "local/stage", "local/docker", "local/libvirt", "local/microvm"):
         assert sub in svg.texts
     assert svg.has("(ms, log)") and svg.has("Cold start")
-    assert {"101", "102", "103"} <= set(svg.texts)  # the log axis' decades, 10^1..10^3
+    assert {"10", "100", "1,000"} <= set(svg.texts)  # the log axis' decades, plain
     # the bars are P50s of create + ready per trial, from the measured trials
     cell = next(c for c in load_cells([read_recording(T2)]) if c.cell == "local/stage/t2/exec")
     first = [(t.phases["create"] + t.phases["ready"]) / 1e6 for t in cell.trials]
@@ -236,14 +256,18 @@ def test_the_same_input_draws_the_same_svg(tmp_path):
     assert a == b
 
 
-def test_the_readme_shows_one_figure_of_each_kind():
+def test_the_readme_and_the_docs_show_one_figure_of_each_kind():
     readme = (ROOT / "README.md").read_text()
-    for kind in ("breakdown", "cold-start", "cdf", "trajectory", "capacity"):
-        path = ROOT / "docs" / "plots" / f"{kind}.svg"
-        assert f"](docs/plots/{kind}.svg)" in readme
-        Svg(path)  # committed, and parses
+    docs = (ROOT / "docs" / "plots.md").read_text()
     script = (ROOT / "scripts" / "make-plots").read_text()
-    assert script.count("--kind") == 5
+    for kind in KINDS:
+        path = ROOT / "docs" / "plots" / f"{kind}.svg"
+        assert f"](docs/plots/{kind}.svg)" in readme, kind
+        assert f"](plots/{kind}.svg)" in docs, kind
+        assert f"--kind {kind} " in script, kind
+        Svg(path)  # committed, and parses
+    assert script.count("--kind") == len(KINDS)
+    assert "|".join(KINDS) in readme.replace("\\|", "|")  # the command line lists them all
 
 
 def test_the_console_key_picks_the_figure_of_the_recording():
@@ -308,3 +332,154 @@ def test_the_console_key_g_writes_the_views_figure(tmp_path, monkeypatch):
     asyncio.run(go())
     svg = Svg(want)
     assert svg.series["local/stage/capacity/exec"] == 1
+
+
+# -- geometry: what a reader sees on the canvas (issue 39) --------------------------
+
+
+def drawn(kind: str, *recs: Path):
+    """The figure as saved, laid out: its renderer gives every artist's pixels."""
+    fig = figure([read_recording(r) for r in recs], kind)
+    fig.canvas.draw()
+    return fig, fig.canvas.get_renderer()
+
+
+def overlap(a, b) -> float:
+    """The area two boxes share (pixels^2), 0 when they only touch or are apart."""
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return max(w, 0.0) * max(h, 0.0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_draws_from_a_shipped_example(tmp_path, kind):
+    recs = EXAMPLES[kind]
+    assert all(r.parent == EX for r in recs)
+    svg = Svg(draw(tmp_path, kind, *recs))
+    assert svg.series  # something named was drawn
+
+
+def test_the_load_and_image_examples_were_recorded_by_rtax():
+    """Real runs with `[run] arrivals` and `[run] images`: the cells carry the pattern
+    and mode, and the image example has the content server's byte counts."""
+    load = read_recording(LOAD)
+    assert load.header["argv"][:3] == ["rtax", "run", "t0"] and "--arrival" in load.header["argv"]
+    cells = {c["cell"] for c in build_report(load)["cells"]}
+    assert {c.split("@")[1] for c in cells if "@" in c} >= {"burst:4", "burst:8", "rate:4"}
+    image = read_recording(IMAGE)
+    assert "--image" in image.header["argv"]
+    modes = {c["cell"].split("~")[1] for c in build_report(image)["cells"]}
+    assert modes == {"cached", "pull", "lazy"}
+    fetched = [e for e in image.events if e["type"] == "image"]
+    assert fetched and any(e["fetched"] > 0 for e in fetched)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_legend_covers_a_panel_or_a_label(kind):
+    fig, r = drawn(kind, *EXAMPLES[kind])
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    assert legends
+    for leg in legends:
+        box = leg.get_window_extent(r)
+        for ax in fig.axes:
+            assert overlap(box, ax.bbox) < 1, (kind, "legend over a panel")
+            for t in ax.texts:  # the value labels
+                assert overlap(box, t.get_window_extent(r)) < 1, (kind, t.get_text())
+
+
+def test_the_breakdown_legend_covers_no_total_label():
+    fig, r = drawn("breakdown", T0, T0_ALL)
+    labels = [t for ax in fig.axes for t in ax.texts]
+    assert len(labels) == len(cells_of(T0, T0_ALL))
+    (leg,) = fig.legends
+    for t in labels:
+        assert overlap(leg.get_window_extent(r), t.get_window_extent(r)) < 1, t.get_text()
+
+
+@pytest.mark.parametrize(
+    ("kind", "recs"), [(k, v) for k, v in EXAMPLES.items()] + [("cold-start", (T0,))]
+)
+def test_the_figure_fills_its_canvas(tmp_path, kind, recs):
+    """The panels with their labels take >= 80% of the canvas each way, and the PNG
+    has ink from edge to edge (no blank third)."""
+    fig, r = drawn(kind, *recs)
+    canvas = fig.bbox
+    boxes = [ax.get_tightbbox(r) for ax in fig.axes]
+    x0, x1 = min(b.x0 for b in boxes), max(b.x1 for b in boxes)
+    y0, y1 = min(b.y0 for b in boxes), max(b.y1 for b in boxes)
+    assert (x1 - x0) >= 0.8 * canvas.width, (kind, x1 - x0, canvas.width)
+    assert (y1 - y0) >= 0.8 * canvas.height, (kind, y1 - y0, canvas.height)
+    import matplotlib.image
+
+    png = draw(tmp_path, kind, *recs, suffix=".png")
+    px = matplotlib.image.imread(png)[:, :, :3].min(axis=2)
+    ink = np.argwhere(px < 0.9)
+    (top, left), (bottom, right) = ink.min(axis=0), ink.max(axis=0)
+    assert bottom - top >= 0.9 * px.shape[0] and right - left >= 0.9 * px.shape[1], kind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_log_axes_have_readable_ticks(kind):
+    """Plain figures (20, 1,000): no mathtext 2x10^1, and at least two labels."""
+    fig, r = drawn(kind, *EXAMPLES[kind])
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            shown = [t.get_text() for t in axis.get_ticklabels(which="both") if t.get_visible()]
+            shown = [t for t in shown if t]
+            assert not any("$" in t or "times" in t for t in shown), (kind, shown)
+            if scale == "log":
+                lo, hi = sorted(axis.get_view_interval())
+                inside = [v for v in axis.get_majorticklocs() if lo <= v <= hi]
+                assert len(inside) >= 2, (kind, shown)
+
+
+@pytest.mark.parametrize("recs", [(T0,), (T0, T0_ALL, T2)])
+def test_cold_start_is_a_dot_plot_labelled_at_its_values(recs):
+    """Points on a log axis (no bars), each P50 and P95 written at the value it names."""
+    from matplotlib.patches import Rectangle
+
+    fig, _r = drawn("cold-start", *recs)
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log"
+    assert not [p for p in ax.patches if isinstance(p, Rectangle)]  # no bar
+    cells = load_cells([read_recording(p) for p in recs])
+    assert len(ax.texts) == 2 * len(cells)
+    want = set()
+    for c in cells:
+        first = [(t.phases["create"] + t.phases["ready"]) / 1e6 for t in c.trials]
+        want |= {fmt_ms(float(v)) for v in np.percentile(first, [50, 95])}
+    for t in ax.texts:
+        assert t.get_text() == fmt_ms(t.xy[0]), t.get_text()  # at its value
+    assert {t.get_text() for t in ax.texts} == want
+
+
+def series_lines(fig, name: str):
+    return [
+        a
+        for ax in fig.axes
+        for a in ax.get_lines()
+        if str(a.get_gid() or "").startswith(f"series:{name}#")
+    ]
+
+
+def test_the_same_cell_in_two_recordings_keeps_its_colour_in_the_cdf():
+    fig, _r = drawn("cdf", T0, T0_ALL)
+    cell = "local/stage/t0/exec"
+    before = series_lines(fig, f"{cell} (t0-local-stage.jsonl)")
+    after = series_lines(fig, f"{cell} (t0-stage-docker-libvirt-microvm.jsonl)")
+    assert len(before) == len(after) == 6
+    assert {b.get_color() for b in before} == {a.get_color() for a in after}
+    assert {b.get_linestyle() for b in before} != {a.get_linestyle() for a in after}
+    shell = series_lines(fig, "local/stage/t0/shell (t0-local-stage.jsonl)")
+    docker = series_lines(fig, "local/docker/t0/exec")
+    colours = {b.get_color() for b in before}
+    assert colours.isdisjoint({x.get_color() for x in shell + docker})  # other cells differ
+
+
+def test_the_same_tier_in_two_recordings_keeps_its_colour_in_the_cold_start():
+    fig, _r = drawn("cold-start", T0, T0_ALL)
+    before = series_lines(fig, "t0/exec (t0-local-stage.jsonl)")
+    after = series_lines(fig, "t0/exec (t0-stage-docker-libvirt-microvm.jsonl)")
+    assert before and after
+    assert {b.get_color() for b in before} == {a.get_color() for a in after}
+    assert {b.get_marker() for b in before} != {a.get_marker() for a in after}

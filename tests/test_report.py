@@ -348,6 +348,21 @@ def test_render_markdown(report):
     assert LEGEND.splitlines()[0] in md
 
 
+def test_each_format_points_to_a_legend_it_has(report):
+    """The terminal prints no legend: its caption says where the columns are explained
+    (and that command gives it); the Markdown's points to the legend it ends with."""
+    from rtax_tui.render.reporting import print_report
+
+    console = Console(record=True, width=400, file=io.StringIO())
+    print_report(report, console)
+    text = console.export_text()
+    assert "see the legend" not in text and LEGEND.splitlines()[0] not in text
+    assert "rtax report FILE --format markdown (its legend)" in text
+    md = render_markdown(report)
+    assert "## Cells (times in ms; every column in the legend at the end)" in md
+    assert md.index("## Legend") > md.index("## Cells") and LEGEND.splitlines()[0] in md
+
+
 def test_render_csv(report):
     rows = list(csv.DictReader(io.StringIO(render_csv(report))))
     # 4 cells x 6 phases + 1 sub-phase

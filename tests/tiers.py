@@ -47,6 +47,7 @@ BACKEND_TESTS = frozenset(
     {
         # `rtax doctor` on local: microvm's check boots the KVM probe's guest where it is built
         "test_plugins.py::test_a_plugin_driver_shows_in_doctor_and_runs_in_a_profile",
+        "test_doctor_words.py::test_doctor_says_details_in_words_and_json_keeps_the_raw_facts",
         "test_ui_workbench.py::test_drivers_per_host_come_from_doctor_live_and_a_bad_host_says_why",
         "test_ui_workbench.py::test_an_ssh_host_added_in_the_launcher_is_checked_at_once_and_runs",
     }

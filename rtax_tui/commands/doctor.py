@@ -19,6 +19,7 @@ from rtax_tui.commands.hostflags import add_host_flags, ssh_options
 from rtax_tui.drivers import Driver, DriverRegistryError, Problem, driver_class, get_driver, names
 from rtax_tui.hosts import Host
 from rtax_tui.model.spec import RtaxError
+from rtax_tui.render.fact_words import facts_words
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -86,9 +87,10 @@ async def _check_host(
             except Exception:
                 facts = {}
             timed = await time_daemon(drv)
-            if timed is not None:
+            if timed is not None:  # raw, as the facts: the table says it in words
                 what, secs = timed
-                facts["daemon"] = f"{what} {secs * 1000:.0f} ms" if secs is not None else what
+                ms = None if secs is None else round(secs * 1000, 1)
+                facts["daemon"] = {"call": what, "answer_ms": ms}
                 slow = slow_note(timed)
                 if slow is not None:
                     facts["slow"] = slow
@@ -212,7 +214,7 @@ def run_doctor(args: argparse.Namespace | None = None) -> int:
             else:
                 ok_any = True
                 slow = dfacts.pop("slow", None)
-                detail = ", ".join(f"{k} {v}" for k, v in dfacts.items())
+                detail = "\n".join(facts_words(dfacts))  # the raw values: --format json
                 if slow is not None:
                     table.add_row(name, styled(("ok, slow", "yellow")), styled(f"{slow}\n{detail}"))
                 else:
@@ -260,7 +262,8 @@ class DoctorRow(TypedDict):
     driver: str
     ok: bool
     problems: list[DoctorProblem]
-    facts: dict[str, str]
+    facts: dict[str, Any]  # the driver's, raw (as a recording's header holds them)
+    details: list[str]  # the same in words, one a line, as the table says them
     image: str | None
     daemon: str | None
 
@@ -307,7 +310,7 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
     for a host that could not be reached."""
 
     def emit(obj: DoctorLine) -> None:
-        sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
+        sys.stdout.buffer.write(orjson.dumps(obj, default=str) + b"\n")
         sys.stdout.flush()
 
     ok = {"any": False, "unreachable": False}
@@ -325,7 +328,8 @@ def _doctor_json(hosts: list[str], profile: Profile) -> int:
                 "driver": driver,
                 "ok": not probs,
                 "problems": [{"reason": p.reason, "fix": p.fix} for p in probs],
-                "facts": {k: str(v) for k, v in (facts or {}).items()},
+                "facts": dict(facts or {}),
+                "details": facts_words(facts or {}),
                 "image": image,
                 "daemon": daemon,
             }

@@ -15,8 +15,9 @@ PLOT_HELP = """\
 kinds:
   breakdown   per cell, the mean measured trial stacked as create, ready, actions,
               teardown, orchestration (ms)
-  cold-start  per substrate (host/driver) and tier (workload) and channel: P50 and P95
-              of create + ready, the time until the first command runs (ms, log axis)
+  cold-start  per substrate (host/driver) and tier (workload) and channel: P50 (point)
+              and P95 (whisker) of create + ready, the time until the first command
+              runs, each written at its value (ms, log axis)
   cdf         the distribution of each phase, one line a cell (ms, log axis)
   trajectory  completion time against trajectory length, and the normalized
               composition of the mean trial at each length (needs several lengths:
@@ -30,7 +31,8 @@ kinds:
               run with [run] images
 
 Several recordings go into one figure; a cell found in two of them is labelled with
-its file name too. Only measured trials count (not warm-up, ok, valid), as in
+its file name too, and keeps its colour (a line style or marker per recording), so a
+before and an after pair up. Only measured trials count (not warm-up, ok, valid), as in
 `rtax report`. Bad input: one line (`rtax: error: FILE:LINE: ...` for a bad
 recording), exit status 2.
 
@@ -66,6 +68,10 @@ COMMAND = Command(
     "draw a figure of recordings (.svg or .png)",
     add_arguments,
     run,
-    description="rtax plot: the paper's figures from recordings, with matplotlib.",
+    description=(
+        "rtax plot: figures of recordings, with matplotlib: the five of The Rollout "
+        "Infrastructure Tax in Coding-Agent Reinforcement Learning (Peut, Dageli, Juki, "
+        "Burazin; Daytona; arXiv 2607.01415, SoCC 2026), a load and an image figure."
+    ),
     epilog=PLOT_HELP,
 )

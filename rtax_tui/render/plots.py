@@ -1,4 +1,8 @@
-"""Figures of recordings (`rtax plot`, the console's `g` key): the paper's five plots.
+"""Figures of recordings (`rtax plot`, the console's `g` key): the five plots of the
+rollout-tax paper (arXiv 2607.01415), a load plot and an image plot.
+
+The paper: The Rollout Infrastructure Tax in Coding-Agent Reinforcement Learning (Peut,
+Dageli, Juki, Burazin; Daytona; arXiv 2607.01415, SoCC 2026).
 
 A presentation layer, like `reporting`: the trials come from the one fold
 (`model.fold.TrialFold`, classified by `TrialOutcome.verdict`, so a plotted sample is
@@ -11,15 +15,22 @@ Each kind draws one figure:
   (their sum), teardown and orchestration, stacked (means add up to the mean total;
   medians would not);
 - `cold-start`: per substrate (host/driver) and tier (the workload) and channel, the
-  P50 of create + ready, the time until the first command can run, with its P95, on
-  a log axis;
+  P50 of create + ready, the time until the first command can run, with its P95: a
+  dot plot on a log axis (a bar on a log axis starts nowhere);
 - `cdf`: the empirical distribution of every phase, one panel a phase, one line a cell;
 - `trajectory`: per substrate, the completion time of each trial against its length
   in steps, and the normalized composition of the mean trial at each length;
 - `capacity`: per cell and batch size, the passed batches out of those run;
 - `load`: per cell, the start-up (create + ready, or a pooled cell's acquire) P50 with
   its P95 against the offered load: environments asked for at once (sequential: 1, a
-  burst: its size), and arrivals a second (rates), one panel each (model.arrivals).
+  burst: its size), and arrivals a second (rates), one panel each (model.arrivals);
+- `image`: per cell and image mode, the start-up P50 with its P95 against the bytes
+  each trial's image delivery fetched.
+
+Rules every figure keeps: a legend sits outside the panels (below them), never over a
+bar or a label; a log axis has plain ticks (20, 1,000; never 2x10^1); a value's label
+sits at the value it names; the same cell from two recordings keeps its colour and
+changes its line style or marker (`_paired_styles`), so a before and an after pair up.
 
 SVG text stays text (`svg.fonttype = none`) and ids are seeded, so a figure drawn
 twice from the same recordings is the same file, and its series can be found by
@@ -200,6 +211,112 @@ def _colors(n: int) -> list[Any]:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+HATCHES = (None, "//", "..", "xx")
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one series is drawn: its colour says which series (the same cell, or tier,
+    in every recording), its line style and marker which recording it comes from, so a
+    before and an after of one cell read as a pair."""
+
+    color: Any
+    linestyle: Any  # one of LINESTYLES
+    marker: str
+
+
+def _paired_styles(
+    series: Sequence[tuple[str, str]], group: Any = lambda key: key
+) -> dict[tuple[str, str], Style]:
+    """A style per (key, source): one colour per key, related keys (the same
+    `group(key)`, e.g. one substrate's exec and shell) in shades of one hue; one line
+    style and marker per source, in the order the recordings were given."""
+    from matplotlib.colors import to_rgb
+
+    keys = list(dict.fromkeys(k for k, _ in series))
+    sources = list(dict.fromkeys(src for _, src in series))
+    groups = list(dict.fromkeys(group(k) for k in keys))
+    hues = _colors(len(groups))
+    color: dict[str, Any] = {}
+    for g, hue in zip(groups, hues, strict=True):
+        members = [k for k in keys if group(k) == g]
+        for j, k in enumerate(members):  # the first in full colour, the last lightest
+            mix = 0.6 * j / max(1, len(members) - 1) if len(members) > 1 else 0.0
+            color[k] = tuple(c + (1.0 - c) * mix for c in to_rgb(hue))
+    return {
+        (k, src): Style(
+            color[k],
+            LINESTYLES[sources.index(src) % len(LINESTYLES)],
+            MARKERS[sources.index(src) % len(MARKERS)],
+        )
+        for k, src in series
+    }
+
+
+def _paired_legend(
+    fig: Figure, style: dict[tuple[str, str], Style], title: str, *, markers: bool = True
+) -> None:
+    """Below the panels: a colour a series, then (from two recordings on) a line style
+    and marker a recording, in grey."""
+    from matplotlib.lines import Line2D
+
+    handles: list[Any] = []
+    labels: list[str] = []
+    for key in dict.fromkeys(k for k, _ in style):
+        st = next(v for (k, _), v in style.items() if k == key)
+        handles.append(Line2D([], [], color=st.color, linewidth=2.5))
+        labels.append(key)
+    sources = list(dict.fromkeys(src for _, src in style))
+    if len(sources) > 1:
+        for src in sources:
+            st = next(v for (_, s), v in style.items() if s == src)
+            mark = st.marker if markers else "none"
+            handles.append(Line2D([], [], color="0.35", linestyle=st.linestyle, marker=mark))
+            labels.append(f"recording {src}")
+    fig.legend(
+        handles,
+        labels,
+        title=title,
+        loc="outside lower center",
+        fontsize=7,
+        ncols=min(4, len(labels)),
+    )
+
+
+def _tick_text(v: float, _pos: object = None) -> str:
+    """A tick in plain figures (0.5, 20, 1,000): never 2x10^1."""
+    return f"{v:,.0f}" if v >= 1 else f"{v:g}"
+
+
+def _log_axis(ax: Any, which: str, values: Sequence[float], pad: tuple[float, float]) -> None:
+    """A log axis over `values` (ms) with readable ticks: 1-2-5 steps, every integer
+    multiple when the range is narrow (at least three ticks), in plain figures, limits
+    `values` widened by the factors in `pad` (room for the labels beside the points)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    pos = [v for v in values if v > 0] or [1.0]
+    lo, hi = min(pos) / pad[0], max(pos) * pad[1]
+    ticks: list[float] = []
+    for subs in ((1,), (1, 2, 5), tuple(range(1, 10))):
+        ticks = [
+            m * 10.0**k
+            for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+            for m in subs
+            if lo <= m * 10.0**k <= hi
+        ]
+        if len(ticks) >= 3:
+            break
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    (ax.set_xlim if which == "x" else ax.set_ylim)(lo, hi)
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(_tick_text))
+    axis.set_minor_locator(NullLocator())
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _breakdown(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
     cells = _need(cells, "breakdown", names)
     ax, share_ax = fig.subplots(1, 2, sharey=True, width_ratios=[1.6, 1])
@@ -229,7 +346,8 @@ def _breakdown(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None
     ax.set_xlabel("time per trial, mean of measured trials (ms)")
     ax.set_ylabel("cell (host/driver/workload/channel)")
     ax.set_title("Mean trial, by phase (ms)")
-    ax.legend(title="phase", loc="lower right", fontsize=7)
+    # below both panels, never over a bar or its label
+    fig.legend(title="phase", loc="outside lower center", ncols=len(PARTS), fontsize=7)
     share_ax.set_xlim(0, 1)
     share_ax.set_xlabel("share of the mean trial (fraction)")
     share_ax.set_title("The same, normalized")
@@ -238,65 +356,55 @@ def _breakdown(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None
 
 
 def _cold_start(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
+    """A dot plot on a log axis: a row band per substrate, a point per tier (and
+    recording) at its P50, a whisker out to its P95; each figure written at the value
+    it names. Points, not bars: a bar on a log axis starts nowhere."""
     cells = _need(cells, "cold start", names)
     ax = fig.add_subplot(1, 1, 1)
     substrates = list(dict.fromkeys(_substrate(c) for c in cells))
-    series = list(dict.fromkeys(_tier(c) for c in cells))
-    color = dict(zip(series, _colors(len(series)), strict=True))
-    width = 0.8 / max(sum(1 for c in cells if _substrate(c) == sub) for sub in substrates)
-    bars: dict[str, tuple[list[float], list[float], list[float]]]
-    bars = {s: ([], [], []) for s in series}
+    style = _paired_styles(
+        [(_tier(c, with_source=False), c.source) for c in cells], lambda k: k.split("/")[0]
+    )
+    values: list[float] = []
+    band = 0.8 / max(sum(1 for c in cells if _substrate(c) == sub) for sub in substrates)
     for i, sub in enumerate(substrates):
-        members = [c for c in cells if _substrate(c) == sub]  # side by side, centred
+        members = [c for c in cells if _substrate(c) == sub]  # one above the other, centred
         for j, c in enumerate(members):
             first = [
                 (t.phases.get("create", 0) + t.phases.get("ready", 0)) / NS_PER_MS for t in c.trials
             ]
-            p50, p95 = np.percentile(first, [50, 95])
-            xs, p50s, p95s = bars[_tier(c)]
-            xs.append(i + width * (j + 0.5 - len(members) / 2))
-            p50s.append(float(p50))
-            p95s.append(float(p95))
-    for s, (xs, p50s, p95s) in bars.items():
-        err = [np.zeros(len(xs)), np.asarray(p95s) - np.asarray(p50s)]
-        ax.bar(
-            xs,
-            p50s,
-            width * 0.9,
-            yerr=err,
-            capsize=2,
-            color=color[s],
-            label=s,
-            gid=f"series:{s}",
-            error_kw={"elinewidth": 0.8},
-        )
-        for x, v, top in zip(xs, p50s, p95s, strict=True):
-            ax.annotate(
-                _fmt(v),
-                (x, top),
-                ha="center",
-                va="bottom",
-                fontsize=6,
-                xytext=(0, 1),
-                textcoords="offset points",
-            )
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(substrates)), substrates)
-    ax.set_xlabel("substrate (host/driver)")
-    ax.set_ylabel("create + ready: P50 (bar), P95 (whisker) (ms, log)")
+            p50, p95 = (float(v) for v in np.percentile(first, [50, 95]))
+            y = i + band * (j + 0.5 - len(members) / 2)
+            st = style[(_tier(c, with_source=False), c.source)]
+            name = _tier(c)
+            ax.plot([p50, p95], [y, y], color=st.color, linewidth=1.2, linestyle=st.linestyle)
+            ax.plot([p95], [y], "|", color=st.color, markersize=8)
+            ax.plot([p50], [y], st.marker, color=st.color, markersize=6, gid=f"series:{name}")
+            # the P50 before its point, the P95 after its whisker's tip: on the row
+            ax.annotate(_fmt(p50), (p50, y), ha="right", va="center", fontsize=7,
+                        xytext=(-5, 0), textcoords="offset points")  # fmt: skip
+            ax.annotate(_fmt(p95), (p95, y), ha="left", va="center", fontsize=7,
+                        xytext=(5, 0), textcoords="offset points")  # fmt: skip
+            values += [p50, p95]
+    _log_axis(ax, "x", values, pad=(2.2, 2.2))
+    ax.set_yticks(range(len(substrates)), substrates)
+    ax.set_ylim(len(substrates) - 0.5, -0.5)  # the first substrate on top
+    ax.grid(axis="y", visible=False)
+    ax.set_ylabel("substrate (host/driver)")
+    ax.set_xlabel("create + ready: P50 (point), P95 (whisker's end) (ms, log)")
     ax.set_title("Cold start: time until the first command runs, per substrate and tier")
-    ax.legend(title="tier/channel (workload/channel)", fontsize=7, ncols=1 + len(series) // 4)
-    fig.set_size_inches(max(7.0, 1.5 + len(substrates) * max(1.3, 0.3 * len(series))), 5.0)
+    _paired_legend(fig, style, "tier/channel (workload/channel)")
+    points = len(cells)
+    fig.set_size_inches(9.0, 1.9 + 0.3 * points + 0.15 * len(substrates))
 
 
 def _cdf(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
     cells = _need(cells, "distributions", names)
-    from matplotlib.ticker import NullFormatter
-
-    colors = _colors(len(cells))
+    style = _paired_styles([(_key(c), c.source) for c in cells], _substrate_of)
     axes = fig.subplots(2, 3).ravel()
     for ax, phase in zip(axes, CDF_PHASES, strict=True):
-        for c, color in zip(cells, colors, strict=True):
+        for c in cells:
+            st = style[(_key(c), c.source)]
             x = np.sort(c.samples_ms(phase))
             if x.size == 0:
                 continue
@@ -307,30 +415,19 @@ def _cdf(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
                 x,
                 y,
                 where="post",
-                color=color,
-                label=c.label,
+                color=st.color,
+                linestyle=st.linestyle,
                 gid=f"series:{c.label}",
-                linewidth=1.2,
+                linewidth=1.4,
             )
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        _log_axis(ax, "x", [v for c in cells for v in c.samples_ms(phase)], pad=(1.15, 1.15))
         ax.set_ylim(0, 1.02)
         ax.set_title(phase if phase != "action" else "action (each)")
         ax.set_xlabel("time (ms, log)")
         ax.set_ylabel("fraction of samples")
-    handles, labels = axes[0].get_legend_handles_labels()
-    if not handles:
-        handles, labels = axes[-1].get_legend_handles_labels()
-    fig.legend(
-        handles,
-        labels,
-        title="cell (host/driver/workload/channel)",
-        loc="outside lower center",
-        ncols=min(3, len(cells)),
-        fontsize=7,
-    )
+    _paired_legend(fig, style, "cell (host/driver/workload/channel)", markers=False)
     fig.suptitle("Distribution per cell and phase (empirical CDF of measured trials)")
-    rows = (len(cells) + 2) // 3
+    rows = (len(style) + len({c.source for c in cells}) + 3) // 4
     fig.set_size_inches(12, 7 + 0.22 * rows)
 
 
@@ -362,7 +459,6 @@ def _trajectory(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> Non
     ax1.set_xlabel("trajectory length (steps)")
     ax1.set_ylabel("completion time per trial (s); line: P50, dots: trials")
     ax1.set_title("Completion time against trajectory length")
-    ax1.legend(title="substrate (host/driver/workload/channel)", fontsize=7)
 
     # normalized composition: one 100% bar per substrate at each length
     width = 0.8 / len(groups)
@@ -403,7 +499,16 @@ def _trajectory(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> Non
     ax2.set_xlabel("trajectory length (bars numbered as the substrates on the left)")
     ax2.set_ylabel("share of the mean trial's time (fraction)")
     ax2.set_title("Normalized composition against trajectory length")
-    ax2.legend(title="phase", fontsize=7, loc="lower right", framealpha=0.9)
+    # below the panels, off the dots and the 100% bars: the substrates, then the phases
+    handles, labels = ax1.get_legend_handles_labels()
+    fig.legend(
+        handles, labels, title="substrate (host/driver/workload/channel)",
+        loc="outside lower left", ncols=2, fontsize=7,
+    )  # fmt: skip
+    handles, labels = ax2.get_legend_handles_labels()
+    fig.legend(
+        handles, labels, title="phase", loc="outside lower right", ncols=len(PARTS), fontsize=7
+    )
     fig.suptitle("Trajectories: completion time and composition against length")
     fig.set_size_inches(14, 5.2)
 
@@ -416,9 +521,12 @@ def _capacity(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
     per_cell = [(c, capacity_sizes(c.capacity or {})) for c in cells]
     sizes = sorted({s["size"] for _, ss in per_cell for s in ss})
     width = min(0.8 / len(cells), 0.25)
-    colors = _colors(len(cells))
+    style = _paired_styles([(_key(c), c.source) for c in cells], _substrate_of)
+    sources = list(dict.fromkeys(c.source for c in cells))
     top = 1
-    for j, ((c, ss), color) in enumerate(zip(per_cell, colors, strict=True)):
+    for j, (c, ss) in enumerate(per_cell):
+        color = style[(_key(c), c.source)].color
+        hatch = HATCHES[sources.index(c.source) % len(HATCHES)]  # the recording
         by_size = {s["size"]: s for s in ss}
         x0 = -width * len(cells) / 2
         xs = [sizes.index(z) + x0 + width * (j + 0.5) for z in sizes if z in by_size]
@@ -426,8 +534,11 @@ def _capacity(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
         runs = [r["batches"] for r in rows]
         passed = [r["passed"] for r in rows]
         top = max(top, *runs)
-        ax.bar(xs, runs, width * 0.9, fill=False, edgecolor=color, linestyle="--")
-        ax.bar(xs, passed, width * 0.9, color=color, label=c.label, gid=f"series:{c.label}")
+        ax.bar(
+            xs, passed, width * 0.9, color=color, hatch=hatch, edgecolor="white", linewidth=0,
+            label=c.label, gid=f"series:{c.label}",
+        )  # fmt: skip
+        ax.bar(xs, runs, width * 0.9, fill=False, edgecolor=color, linestyle="--", zorder=3)
         for x, p, r in zip(xs, passed, runs, strict=True):
             ax.annotate(
                 f"{p}/{r}",
@@ -443,7 +554,10 @@ def _capacity(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
     ax.set_xlabel("batch size (environments started at once)")
     ax.set_ylabel("batches (filled: passed, dashed: run)")
     ax.set_title("Capacity: passed batches per batch size (all N must reach the barrier)")
-    ax.legend(title="cell (host/driver/workload/channel)", fontsize=7)
+    fig.legend(
+        title="cell (host/driver/workload/channel)", loc="outside lower center", fontsize=7,
+        ncols=min(3, len(cells)),
+    )  # fmt: skip
     fig.set_size_inches(max(6.0, 1.5 + 1.4 * len(sizes) * max(1, len(cells) / 2)), 4.5)
 
 
@@ -461,9 +575,14 @@ def _load(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
             "burst:N or rate:R)"
         )
     series = [b for b in dict.fromkeys(series_of(c) for c in cells) if b in bases]
-    color = dict(zip(series, _colors(len(series)), strict=True))
+    style = _paired_styles(
+        [(base_cell(c.cell), c.source) for c in cells if series_of(c) in bases], _substrate_of
+    )
     at_once, per_s = fig.subplots(1, 2, sharey=True)
+    ys: list[float] = []
+    rates: list[float] = []
     for s in series:
+        st = next(style[(base_cell(c.cell), c.source)] for c in cells if series_of(c) == s)
         points: dict[Any, list[tuple[float, float, float]]] = {at_once: [], per_s: []}
         for c in cells:
             if series_of(c) != s:
@@ -477,29 +596,32 @@ def _load(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
             p50, p95 = (float(v) / NS_PER_MS for v in np.percentile(up, [50, 95]))
             ax, x = (per_s, a.rate) if a.kind == "rate" else (at_once, float(a.n))
             points[ax].append((x, p50, p95))
+            ys += [p50, p95]
+            rates += [x] if a.kind == "rate" else []
         for ax, pts in points.items():
             if not pts:
                 continue
             pts.sort()
             xs, p50s, p95s = (np.asarray(v) for v in zip(*pts, strict=True))
             ax.errorbar(
-                xs, p50s, yerr=[np.zeros(len(xs)), p95s - p50s], marker="o", capsize=3,
-                color=color[s], label=s, gid=f"series:{s}",
+                xs, p50s, yerr=[np.zeros(len(xs)), p95s - p50s], marker=st.marker, capsize=3,
+                color=st.color, linestyle=st.linestyle, label=s, gid=f"series:{s}",
             )  # fmt: skip
     from matplotlib.ticker import FuncFormatter
 
-    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 0.1, 1, 32: not 10^-1, 2^5 or 0
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 1, 32: not 2^5
     at_once.set_xscale("log", base=2)
     at_once.xaxis.set_major_formatter(plain)
+    _log_axis(at_once, "y", ys, pad=(1.3, 1.3))  # shared with the rates' panel
+    if rates:
+        _log_axis(per_s, "x", rates, pad=(1.5, 1.5))
     at_once.set_xlabel("environments asked for at once (sequential: 1, burst:N: N)")
     per_s.set_xlabel("arrivals a second (rate:R, Poisson)")
     at_once.set_ylabel("start-up: P50 (point), P95 (whisker) (ms, log)")
-    at_once.set_yscale("log")
-    at_once.yaxis.set_major_formatter(plain)
     for ax in (at_once, per_s):
         if not ax.has_data():
             ax.text(0.5, 0.5, "no pattern of this kind", ha="center", transform=ax.transAxes)
-    at_once.legend(title="cell", fontsize=7)
+    _paired_legend(fig, style, "cell (host/driver/workload/channel)")
     fig.suptitle("Start-up against offered load (create + ready; pooled: acquire)")
     fig.set_size_inches(11.0, 5.0)
 
@@ -519,6 +641,7 @@ def _image(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
     color = dict(zip(series, _colors(len(series)), strict=True))
     marker = {"cached": "o", "pull": "s", "lazy": "^"}
     ax = fig.subplots()
+    ys: list[float] = []
     for c in cells:
         mode = str(image_mode(c.cell))
         up = [sum(t.phases.get(p, 0) for p in ("image", "create", "ready")) for t in c.trials]
@@ -526,6 +649,7 @@ def _image(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
         if not up or not got:
             continue
         p50, p95 = (float(v) / NS_PER_MS for v in np.percentile(up, [50, 95]))
+        ys += [p50, p95]
         x = float(np.median(got)) / 1e6
         ax.errorbar(
             [x], [p50], yerr=[[0.0], [p95 - p50]], marker=marker.get(mode, "D"), capsize=3,
@@ -533,15 +657,13 @@ def _image(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> None:
             linestyle="none",
         )  # fmt: skip
     ax.set_xscale("symlog", linthresh=0.1)
-    ax.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
-    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
-    ax.xaxis.set_major_formatter(plain)
-    ax.yaxis.set_major_formatter(plain)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    _log_axis(ax, "y", ys, pad=(1.3, 1.3))
     ax.set_xlabel("bytes fetched per trial, median (MB; cached: 0; linear below 0.1)")
     ax.set_ylabel("start-up: image + create + ready, P50 (point), P95 (whisker) (ms, log)")
-    ax.legend(title="cell and image mode", fontsize=7)
+    fig.legend(title="cell and image mode", loc="outside lower center", fontsize=7, ncols=3)
     fig.suptitle("Start-up against the bytes an image delivery fetched (server on loopback)")
     fig.set_size_inches(9.0, 5.5)
 
@@ -561,11 +683,21 @@ def _substrate(c: PlotCell) -> str:
     return f"{c.meta.get('host')}/{c.meta.get('driver')}"
 
 
-def _tier(c: PlotCell) -> str:
+def _tier(c: PlotCell, *, with_source: bool = True) -> str:
     """The workload (T0, T1, ...: the tier) and channel; the recording too when the
-    same cell comes from two of them."""
+    same cell comes from two of them (unless `with_source` is false)."""
     base = f"{c.meta.get('workload')}/{c.meta.get('channel')}"
-    return base if c.label == c.cell else f"{base} ({c.source})"
+    return base if c.label == c.cell or not with_source else f"{base} ({c.source})"
+
+
+def _key(c: PlotCell) -> str:
+    """A cell as its series' colour knows it: the same in every recording."""
+    return c.cell if c.mark is None else f"{c.cell} [{c.mark}]"
+
+
+def _substrate_of(key: str) -> str:
+    """`host/driver` of a cell id (`local/stage/t0/exec` -> `local/stage`)."""
+    return "/".join(key.split("/")[:2])
 
 
 def _family(c: PlotCell) -> str:
@@ -591,23 +723,36 @@ def check_output(out: str | Path) -> Path:
     return path
 
 
+DPI = 120  # the figure's and the PNG's: one inch is the same number of pixels in both
+
+
+def figure(recs: Sequence[Recording], kind: str) -> Figure:
+    """`kind` drawn from the recordings, on an Agg canvas, not yet saved."""
+    if kind not in DRAW:
+        raise PlotError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
+    names = [Path(r.path).name for r in recs]
+    cells = load_cells(recs, capacity=kind == "capacity")
+    _matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(layout="constrained", dpi=DPI)
+    FigureCanvasAgg(fig)
+    DRAW[kind](fig, cells, names)
+    _unique_ids(fig)
+    return fig
+
+
 def plot(recs: Sequence[Recording], kind: str, out: str | Path) -> Path:
     """Draw `kind` from the recordings into `out` (.svg or .png); returns the path."""
     if kind not in DRAW:
         raise PlotError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
     path = check_output(out)
-    names = [Path(r.path).name for r in recs]
-    cells = load_cells(recs, capacity=kind == "capacity")
-    _matplotlib()
-    from matplotlib.figure import Figure
-
-    fig = Figure(layout="constrained")
-    DRAW[kind](fig, cells, names)
-    _unique_ids(fig)
+    fig = figure(recs, kind)
     meta = {"Date": None} if path.suffix.lower() == ".svg" else {}
     fmt = path.suffix.lower().lstrip(".")
     try:  # whole or not at all: a full disk leaves no cut figure (nor replaces one)
-        paths.atomic_write(path, lambda f: fig.savefig(f, format=fmt, metadata=meta, dpi=120))
+        paths.atomic_write(path, lambda f: fig.savefig(f, format=fmt, metadata=meta, dpi=DPI))
     except RtaxError as exc:
         raise PlotError(f"cannot write the figure: {exc}") from None
     return path

@@ -75,6 +75,11 @@ worker-h  N * (create + ready + teardown + S * action) / 3600 from the medians,
 """
 
 
+# The cell table's caption in a terminal, which prints no legend (the Markdown ends
+# with it, under "## Legend"; the JSON and CSV name their fields).
+TABLE_LEGEND_HINT = "every column explained: rtax report FILE --format markdown (its legend)"
+
+
 def _fmt_ci(ci: list[float | None]) -> str:
     return f"[{fmt_ms(ci[0])}, {fmt_ms(ci[1])}]"
 
@@ -181,7 +186,8 @@ def render_table(report: Mapping[str, Any]) -> Table:
     run = report.get("run", {})
     capacity = _has_capacity(report)
     title = f"rtax {run.get('run_id') or ''} ({run.get('status', '?')})".strip()
-    caption = "times in ms; see the legend"
+    # the terminal prints no legend: the caption says where the columns are explained
+    caption = f"times in ms; {TABLE_LEGEND_HINT}"
     if any_rough(report, TABLE_PHASES):
         caption += f"; {ROUGH_NOTE}"
     table = Table(title=title, caption=caption)
@@ -284,7 +290,7 @@ def _m_cells(report: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     if report["cells"] or not (report.get("probe") or report.get("prep")):
         capacity = _has_capacity(report)
-        out += ["## Cells (times in ms)", ""]
+        out += ["## Cells (times in ms; every column in the legend at the end)", ""]
         rows = [_cell_row(c, capacity) for c in report["cells"]]
         out += [_md_table(_headers(capacity), rows), ""]
         if any_rough(report, TABLE_PHASES):
