@@ -329,7 +329,7 @@ async def test_replay_marks_unstable_cells_programs_rough_figures_and_precision(
         total95 = heads.index("total\nP95")
         assert rows[OTHER][create].startswith("~") and rows[OTHER][total95].startswith("~")
         assert not rows[STEADY][create].startswith("~")
-        prec = heads.index("precision")
+        prec = heads.index("\nprecision")
         # the verdicts the report works out from the trials (not the events' own say)
         want = {c["cell"]: c for c in build_report(read_recording(path))["precision"]["cells"]}
 
@@ -374,7 +374,7 @@ async def test_a_precision_run_shows_each_cells_verdict_as_the_engine_checks(
         want = build_report(read_recording(record))["precision"]
         (cell,) = want["cells"]
         reach = f" ±{cell['within'] * 100:.1f}%" if cell["within"] is not None else ""
-        assert row[heads.index("precision")] == cell["verdict"] + reach
+        assert row[heads.index("\nprecision")] == cell["verdict"] + reach
         assert f"after round {want['rounds']}" in _text(scr, "#selected")
         await pilot.press("q")
 

@@ -57,7 +57,7 @@ COLUMNS = (
     Col("totalci", "total P50\n95% interval", 17, 8),
     Col("outliers", "out-\nliers", 5, 9),
     *PHASE_COLS,
-    Col("precision", "\nprecision", 14, 4),
+    Col("precision", "\nprecision", 14, 0),  # a precision run: the verdict
 )
 PAD = 2  # a DataTable column's padding, one each side
 CELL_MIN = 16  # the cell's name gets at least this when the terminal is narrow
