@@ -175,11 +175,12 @@ async def test_compare_screen_says_b_is_slower(tmp_path: Path) -> None:
         await _until(lambda: table.row_count > 0)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         by = {(r[0], r[1]): r for r in rows}
+        col = [str(c.label) for c in table.ordered_columns].index
         # b is 3x slower: beyond the practical threshold, significant after Holm
-        assert by[("local/stage/t0/exec", "total")][-1] == "slower"
-        assert by[("local/stage/t0/exec", "total")][-3] == "3.00"
-        assert by[("local/local/t0/exec", "total")][-1] == "same"  # untouched cell
-        assert by[("local/local/t0/exec", "total")][4] == "+0.000ms"
+        assert by[("local/stage/t0/exec", "total")][col("b is")] == "slower"
+        assert by[("local/stage/t0/exec", "total")][col("b/a")] == "3.00"
+        assert by[("local/local/t0/exec", "total")][col("b is")] == "same"  # untouched cell
+        assert by[("local/local/t0/exec", "total")][col("b − a")] == "+0.000ms"
         await pilot.press("q")
     assert app.return_code == 0
 
@@ -324,10 +325,11 @@ async def test_replay_marks_unstable_cells_programs_rough_figures_and_precision(
         assert rows[SHAKY][0] == f"{SHAKY} ⚠"
         assert rows[STEADY][0] == f"{STEADY} ≠" and rows[OTHER][0] == f"{OTHER} ≠"
         # five samples: rough, as the report marks them; twenty: not
-        create = heads.index("create P50")
-        assert rows[OTHER][create].startswith("~") and rows[OTHER][create + 1].startswith("~")
+        create = heads.index("create\nP50")
+        total95 = heads.index("total\nP95")
+        assert rows[OTHER][create].startswith("~") and rows[OTHER][total95].startswith("~")
         assert not rows[STEADY][create].startswith("~")
-        prec = heads.index("precision")
+        prec = heads.index("\nprecision")
         # the verdicts the report works out from the trials (not the events' own say)
         want = {c["cell"]: c for c in build_report(read_recording(path))["precision"]["cells"]}
 
@@ -372,7 +374,7 @@ async def test_a_precision_run_shows_each_cells_verdict_as_the_engine_checks(
         want = build_report(read_recording(record))["precision"]
         (cell,) = want["cells"]
         reach = f" ±{cell['within'] * 100:.1f}%" if cell["within"] is not None else ""
-        assert row[heads.index("precision")] == cell["verdict"] + reach
+        assert row[heads.index("\nprecision")] == cell["verdict"] + reach
         assert f"after round {want['rounds']}" in _text(scr, "#selected")
         await pilot.press("q")
 

@@ -32,7 +32,7 @@ class RtaxApp(App[int]):
     CSS_PATH = "rtax.tcss"
     TITLE = "rtax"
     BINDINGS = [
-        Binding("n", "launcher", "new run", tooltip="the launcher: choose, change and start a run"),
+        Binding("n", "launcher", "new", tooltip="the launcher: choose, change and start a run"),
         Binding("h", "history", "history",
                 tooltip="the run history: replay, compare, report, rerun with changes"),
         Binding("question_mark", "help", "help", show=False, tooltip="these keys"),

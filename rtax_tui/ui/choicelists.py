@@ -49,7 +49,7 @@ class ChoiceLists(Vertical):
         yield self.options
 
     def on_mount(self) -> None:
-        self.drivers.border_title = "drivers (✓ works, ✗ see below)"
+        self.drivers.border_title = "drivers ✓ ok ✗ see below"
         self.workloads.border_title = "workloads"
         self.channels.border_title = "channels"
 

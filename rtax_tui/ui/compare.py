@@ -15,9 +15,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from rtax_tui.render.plaintext import styled
+from rtax_tui.ui.fit import FitFooter
 from rtax_tui.ui.histogram import fmt_ms
 from rtax_tui.ui.widgets import DIFFER, UNSTABLE
 
@@ -37,11 +38,11 @@ class CompareScreen(Screen[None]):
             yield Static("reading both recordings…", id="cmp-note")
             yield Static(id="cmp-flags")
         yield Static(id="too-small")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self.title = "rtax compare"
-        self.sub_title = "b − a, 95% bootstrap interval; verdicts Holm-corrected, 5% and 0.5ms"
+        self.sub_title = "b − a, 95% interval; Holm-corrected, same under 5% or 0.5ms"
         t = self.query_one("#cmp", DataTable)
         t.cursor_type = "row"
         t.zebra_stripes = True
@@ -78,9 +79,11 @@ class CompareScreen(Screen[None]):
         # fixed widths, known before the first row: auto widths left the first row drawn
         # at the headers' widths
         cell_w = max([len("cell"), *(len(n) for n in names)])
+        # the verdict before the interval and p: on a terminal 100 wide they are what
+        # is cut (scrolled to), not the answer
         for col, w in (("cell", cell_w), ("phase", 13), ("a P50", 8), ("b P50", 8),
-                       ("b − a", 10), ("95% CI", 20), ("b/a", 5), ("p Holm", 7),
-                       ("b is", 8)):  # fmt: skip
+                       ("b − a", 10), ("b is", 7), ("b/a", 5), ("95% CI", 18),
+                       ("p Holm", 6)):  # fmt: skip
             t.add_column(col, key=col, width=w)
         for r, name in zip(cmp["rows"], names, strict=True):
             lo, hi = r["ci95_ms"]
@@ -93,10 +96,10 @@ class CompareScreen(Screen[None]):
                 fmt_ms(r["a_p50_ms"]),
                 fmt_ms(r["b_p50_ms"]),
                 f"{r['diff_ms']:+.3f}ms",
-                Text(f"[{lo:+.3f}, {hi:+.3f}]"),
-                "-" if ratio is None else f"{ratio:.2f}",
-                f"{r['p_holm']:.3f}",
                 Text(verdict, style=style),
+                "-" if ratio is None else f"{ratio:.2f}",
+                Text(f"[{lo:+.3f}, {hi:+.3f}]"),
+                f"{r['p_holm']:.3f}",
             )
         note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows"
         if not cmp["rows"]:

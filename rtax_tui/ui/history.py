@@ -23,28 +23,36 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Header, Input, Label, Static
+from textual.widgets import DataTable, Header, Input, Label, Static
+from textual.widgets.data_table import ColumnKey
 
 from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT, parse_min_effect
 from rtax_tui.analysis.history import RunSummary, display_path, fmt_duration, history
 from rtax_tui.analysis.trends import newest, run_figures, steps_by_recording, trends
 from rtax_tui.render.history_render import DOWN, UP, step_line
 from rtax_tui.render.plaintext import styled
+from rtax_tui.ui.fit import FitFooter
 from rtax_tui.ui.navigation import OpenCompare, OpenReplay
 
 STATUS_STYLE = {"completed": "green", "interrupted": "yellow", "failed": "red"}
+
+
+# the last, the recording's path, gets what the others leave (`on_resize`)
+COLUMNS = (("", 1), ("date", 16), ("profile", 13), ("cells", 5), ("trials", 6),
+           ("failed", 6), ("status", 11), ("duration", 8), ("steps here", 14),
+           ("recording", 60))  # fmt: skip
 
 
 class HistoryScreen(Screen[None]):
     """`h` from any screen."""
 
     BINDINGS = [
-        Binding("enter,o", "open", "open (replay)", tooltip="replay the highlighted run"),
+        Binding("enter,o", "open", "open", tooltip="replay the highlighted run"),
         Binding("space", "mark", "mark", tooltip="mark a run (two marked: c compares them)"),
         Binding("c", "compare", "compare",
                 tooltip="compare the two marked runs (or the marked one and the highlighted)"),
         Binding("r", "report", "report", tooltip="the highlighted run's report (rtax report)"),
-        Binding("e", "rerun", "rerun with changes",
+        Binding("e", "rerun", "rerun",
                 tooltip="the launcher filled in from this run; afterwards, the comparison"),
         Binding("slash", "filter", "filter",
                 tooltip="filter by text (date, profile, cell, status)"),
@@ -66,16 +74,13 @@ class HistoryScreen(Screen[None]):
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
             yield Static(id="run-steps")
             yield Static("reading the recordings…", id="runs-note")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self.title = "rtax history"
         self.sub_title = "./recordings and the examples"
         t = self.query_one("#runs", DataTable)
-        cols = (("", 1), ("date", 16), ("profile", 12), ("cells", 5), ("trials", 6),
-                ("failed", 6), ("status", 11), ("duration", 8), ("steps here", 16),
-                ("recording", 60))  # fmt: skip
-        for col, w in cols:
+        for col, w in COLUMNS:
             t.add_column(col, key=col or "mark", width=w)
         t.focus()
         self.load()
@@ -123,9 +128,19 @@ class HistoryScreen(Screen[None]):
         ]
         if len(got) > STEP_LINES:
             lines.append(styled((f"… {len(got) - STEP_LINES} more: rtax history", "dim")))
+        if r is not None:
+            lines.insert(0, styled((display_path(r.path), "dim")))
         said = self.query_one("#run-steps", Static)
         said.update(Text("\n").join(lines))
         said.display = bool(lines)
+
+    def on_resize(self) -> None:
+        """The recording's column gets the width the others leave (at 100 columns,
+        none: the highlighted one's path is said under the table)."""
+        t = self.query_one("#runs", DataTable)
+        fixed = sum(w + 2 for _, w in COLUMNS[:-1])
+        t.columns[ColumnKey("recording")].width = max(10, self.size.width - fixed - 3)
+        t.refresh()
 
     def _row(self, r: RunSummary) -> list[str | Text]:
         date = r.started_at[:16].replace("T", " ")

@@ -6,11 +6,28 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Grid, Vertical
 
-from rtax_tui.ui.histogram import Histogram, fmt_ms
+from rtax_tui.ui.fit import border_room, fit_title
+from rtax_tui.ui.histogram import STRIP_UNDER, Histogram, fmt_ms
 from rtax_tui.ui.livestate import LiveState
 from rtax_tui.ui.widgets import BarrierView, FailureLog
 
 HIST_PHASES = ("create", "ready", "action", "teardown", "total")
+
+
+def hist_title(phase: str, p50: float | None, p95: float | None, n: int, width: int) -> str:
+    """A histogram's title, whole in its box `width` wide: the longest that fits of
+    phase, P50, P95 and n (`create P50 12ms P95 13.7ms n=2` down to `create`)."""
+    a, b = fmt_ms(p50), fmt_ms(p95)
+    return fit_title(
+        (
+            f"{phase}  P50 {a}  P95 {b}  n={n}",
+            f"{phase} P50 {a} P95 {b} n={n}",
+            f"{phase} P50 {a} P95 {b}",
+            f"{phase} {a} / {b}",
+            phase,
+        ),
+        border_room(width) if width else 1_000,
+    )
 
 
 class HistogramPanel(Grid):
@@ -47,8 +64,9 @@ class HistogramPanel(Grid):
             ps = cs.phases[p]
             p50, p95 = ps.percentiles_ms(exact=st.status is not None)
             others = [v for c, v in st.medians_ms(p).items() if c != cell]
-            h.set_data(ps.counts, p50, p95, others, log_axis)
-            h.border_title = f"{p}  P50 {fmt_ms(p50)}  P95 {fmt_ms(p95)}  n={len(ps)}"
+            few = ps.samples.tolist() if 0 < ps.n < STRIP_UNDER else ()
+            h.set_data(ps.counts, p50, p95, others, log_axis, few)
+            h.border_title = hist_title(p, p50, p95, ps.n, h.outer_size.width)
         if st.is_capacity:
             self.barrier.display = True
             self.barrier.update_from(st)

@@ -27,7 +27,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, SelectionList
+from textual.widgets import Header, Input, SelectionList
 
 from rtax_tui.analysis.history import RunSummary, history, profile_beside, recording_path
 from rtax_tui.engine.profile_schema import RUN
@@ -44,6 +44,7 @@ from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.choicelists import ChoiceLists, fill_list
 from rtax_tui.ui.doctortable import DoctorTable
 from rtax_tui.ui.feeds import engine_argv
+from rtax_tui.ui.fit import FitFooter
 from rtax_tui.ui.monitor import a_run_is_going
 from rtax_tui.ui.navigation import OpenRun
 from rtax_tui.ui.planline import PlanLine, missing_choices, planned_trials
@@ -97,15 +98,15 @@ class LauncherScreen(Screen[None]):
     """`n` from any screen, or `rtax home`."""
 
     BINDINGS = [
-        Binding("enter", "start", "start run", priority=True,
+        Binding("enter", "start", "start", priority=True,
                 tooltip="write the profile beside a new recording and run it"),
-        Binding("ctrl+d", "check_drivers", "check drivers",
+        Binding("ctrl+d", "check_drivers", "check",
                 tooltip="ask `rtax doctor` again which drivers work on each host"),
-        Binding("ctrl+b", "build_images", "build images",
+        Binding("ctrl+b", "build_images", "images",
                 tooltip="build the images of the selected container and VM drivers"),
-        Binding("ctrl+a", "prepare_assets", "prepare assets",
+        Binding("ctrl+a", "prepare_assets", "assets",
                 tooltip="prepare the attrs repository used by t1, t2 and trajectories"),
-        Binding("ctrl+s", "save_profile", "save to ./profiles",
+        Binding("ctrl+s", "save_profile", "save",
                 tooltip="write the form as ./profiles/NAME.toml (rtax run profiles/NAME.toml)"),
         Binding("escape", "back", "back", tooltip="leave the launcher"),
     ]  # fmt: skip
@@ -148,7 +149,7 @@ class LauncherScreen(Screen[None]):
         yield DoctorTable(id="doctor", cursor_type="row", zebra_stripes=True)
         yield PlanLine(id="plan")
         yield WorkLine(id="work")
-        yield Footer()
+        yield FitFooter()
 
     @property
     def profiles(self) -> ProfileList:

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from rtax_tui.analysis.noise_report import Timeline, stability
+from rtax_tui.analysis.noise_report import Timeline, outliers, stability
 from rtax_tui.analysis.precision_report import reach_of
 from rtax_tui.model.arrivals import SEQUENTIAL, parse_arrival
+from rtax_tui.model.bootstrap import median_ci95
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
 from rtax_tui.model.precision import check_cell
 from rtax_tui.model.programs import Programs, compared, differences, from_event
@@ -79,13 +80,14 @@ class PhaseSamples:
     does not re-sort a million samples each time.
     """
 
-    __slots__ = ("_buf", "n", "counts", "_cache")
+    __slots__ = ("_buf", "n", "counts", "_cache", "_tail")
 
     def __init__(self) -> None:
         self._buf = np.empty(64, dtype=np.int64)
         self.n = 0
         self.counts = [0] * N_BINS
         self._cache: tuple[int, float | None, float | None] = (0, None, None)
+        self._tail: tuple[int, Tail | None] = (0, None)
 
     def add(self, ns: int) -> None:
         if self.n == self._buf.shape[0]:
@@ -112,6 +114,34 @@ class PhaseSamples:
             q50, q95 = np.percentile(self._buf[:n], [50, 95])
             self._cache = (n, float(q50) / 1e6, float(q95) / 1e6)
         return self._cache[1], self._cache[2]
+
+    def tail(self, exact: bool = False) -> Tail | None:
+        """P99, the median's 95% bootstrap interval and the outliers (Tukey's fences),
+        as `rtax report` works them out (`stats.summarize`, `noise_report.outliers`);
+        None while empty. Recomputed as the percentiles are (asked only for the
+        columns a wide terminal shows)."""
+        n, (cached_n, got) = self.n, self._tail
+        if n == cached_n or (not exact and n > 1000 and n <= cached_n * 1.01):
+            return got
+        if n == 0:
+            self._tail = (0, None)
+            return None
+        s = np.sort(self._buf[:n])
+        lo, hi = median_ci95(s)
+        out = outliers(s)
+        p99 = float(np.percentile(s, 99)) / 1e6
+        self._tail = (n, Tail(p99, lo / 1e6, hi / 1e6, out["mild"] + out["severe"]))
+        return self._tail[1]
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A phase's figures beyond P50/P95, for the wide table (ms)."""
+
+    p99_ms: float
+    ci_lo_ms: float
+    ci_hi_ms: float
+    outliers: int
 
 
 @dataclass

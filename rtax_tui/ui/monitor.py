@@ -21,10 +21,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 
 from rtax_tui.model.recording import Recording, read_recording
 from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
+from rtax_tui.ui.fit import FitFooter
 from rtax_tui.ui.histpanel import HistogramPanel
 from rtax_tui.ui.livestate import LiveState
 from rtax_tui.ui.navigation import OpenCompare, OpenReplay
@@ -61,15 +62,17 @@ class Log(Message):
 
 class MonitorScreen(Screen[int]):
     BINDINGS = [
-        Binding("space", "toggle_pause", "pause/resume",
+        Binding("space", "toggle_pause", "pause",
                 tooltip="a run: no new trial starts, those in flight finish; a replay: playback"),
-        Binding("x", "stop", "stop run",
+        Binding("x", "stop", "stop",
                 tooltip="stop the run: tear down what runs, keep the recording"),
         # Off the footer (it must fit 120 columns with the app's n/h): in ? help and ^p.
         Binding("s", "next_cell", "next cell", show=False,
                 tooltip="select the next cell (or arrows)"),
         Binding("S", "prev_cell", "prev cell", show=False,
                 tooltip="select the previous cell (or arrows)"),
+        Binding("v", "phase_figure", "P50/P95", show=False,
+                tooltip="table: the phases' P95 instead of their P50 (when only one fits)"),
         Binding("l", "toggle_log", "lin/log", show=False,
                 tooltip="histograms: log or linear time axis"),
         Binding("1", "speed('1')", "1x", show=False, tooltip="speed: the recorded pace"),
@@ -143,7 +146,7 @@ class MonitorScreen(Screen[int]):
             yield ProgressLine(id="progress")
             yield PositionLine(id="position")
         yield TooSmallNote(id="too-small")
-        yield Footer()
+        yield FitFooter()
 
     @property
     def cells(self) -> CellTable:
@@ -323,6 +326,10 @@ class MonitorScreen(Screen[int]):
 
     def action_prev_cell(self) -> None:
         self.cells.move_selection(-1)
+
+    def action_phase_figure(self) -> None:
+        self.cells.toggle_phase_figure()
+        self.redraw(force=True)
 
     def action_toggle_log(self) -> None:
         self.log_axis = not self.log_axis

@@ -62,7 +62,7 @@ class ProfileList(Vertical):
         yield self.options
 
     def on_mount(self) -> None:
-        self.border_title = "profiles (enter: load)"
+        self.border_title = "profiles ⏎ load"
 
     def refill(self) -> None:
         """The profiles again (a profile was saved to ./profiles)."""

@@ -12,6 +12,8 @@ from rtax_tui.analysis.noise_report import FEW
 from rtax_tui.render.noise_render import ROUGH_NOTE
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.feeds import EngineFeed, ReplayFeed
+from rtax_tui.ui.histogram import ABOVE, BELOW, DOT, OTHER, STRIP_UNDER
+from rtax_tui.ui.histpanel import HIST_PHASES
 from rtax_tui.ui.livestate import LiveState
 from rtax_tui.ui.widgets import (
     DIFFER,
@@ -34,11 +36,35 @@ class SelectedLine(Static):
         if not cell:
             self.update("")
             return
-        text = styled(f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)")
+        text = styled(f"selected: {cell}  (s/S or arrows: other cell, l: lin/log)\n")
+        text.append_text(legend(st is not None and few_samples(st, cell)))
         for line in [] if st is None else cell_notes(st, cell):
             text.append("\n")
             text.append_text(line)
         self.update(text)
+
+
+def few_samples(st: LiveState, cell: str) -> bool:
+    """Whether a histogram of the cell is drawn as dots (fewer than STRIP_UNDER)."""
+    cs = st.cells.get(cell)
+    return cs is not None and any(0 < cs.phases[p].n < STRIP_UNDER for p in HIST_PHASES)
+
+
+def legend(dots: bool) -> Text:
+    """What the histograms' marks mean, on screen (not only in `?`)."""
+    t = Text("marks: ")
+    t.append("▲", style="bold green")
+    t.append(" P50  ")
+    t.append("▲", style="yellow")
+    t.append(" P95  ")
+    t.append(OTHER, style="magenta")
+    t.append(" another cell's P50 (")
+    t.append(f"{BELOW} {ABOVE}", style="magenta")
+    t.append(": off this cell's axis)")
+    if dots:
+        t.append(f"  {DOT}", style="cyan")
+        t.append(" one sample")
+    return t
 
 
 def cell_notes(st: LiveState, cell: str) -> list[Text]:
@@ -107,7 +133,9 @@ class PositionLine(Static):
         label = f"{'paused' if feed.paused else 'playing'} {speed}"
         if feed.done:
             label = "end"
-        self.update(position_text(feed.t_ns, feed.end_t_ns, width, label))
+        self.update(
+            position_text(feed.t_ns, feed.end_t_ns, self.content_size.width or width, label)
+        )
 
 
 class TooSmallNote(Static):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
-from textual.widgets.data_table import ColumnKey
 
 from rtax_tui.analysis.noise_report import FEW
 from rtax_tui.model.fidelity import FIDELITY_MIN
@@ -28,8 +28,65 @@ DIFFER = "≠"  # beside a cell whose programs differ from a compared cell's (mo
 PRECISION_STYLE = {"precise": "green", "wide": "yellow", "failing": "bold red"}
 
 
+@dataclass(frozen=True)
+class Col:
+    """A column of the cells table: its key, its two-line header, its width, and its
+    rank: the columns of lower ranks are kept first when the terminal is narrow."""
+
+    key: str
+    label: str
+    width: int
+    rank: int
+
+
+FIG = 8  # a figure: `~0.235ms`, `~12.6ms`
+PHASE_COLS = tuple(
+    Col(f"{p}{q}", f"{SHORT.get(p, p)}\nP{q}", FIG, {50: 3, 95: 6, 99: 10}[q])
+    for p in TABLE_PHASES[:-1]
+    for q in (50, 95, 99)
+)
+# in the order they are shown: the counts, the total (the figure that matters most)
+# with what a wide terminal has room for, then the phases
+COLUMNS = (
+    Col("n", "\nn", 3, 1),
+    Col("fail", "\nfail", 4, 2),
+    Col("inv", "\ninv", 3, 5),
+    Col("total50", "total\nP50", FIG, 0),
+    Col("total95", "total\nP95", FIG, 0),
+    Col("total99", "total\nP99", FIG, 7),
+    Col("totalci", "total P50\n95% interval", 17, 8),
+    Col("outliers", "out-\nliers", 5, 9),
+    *PHASE_COLS,
+    Col("precision", "\nprecision", 14, 0),  # a precision run: the verdict
+)
+PAD = 2  # a DataTable column's padding, one each side
+CELL_MIN = 16  # the cell's name gets at least this when the terminal is narrow
+
+
+def fit_columns(width: int, name_w: int, precision: bool) -> tuple[int, list[Col]]:
+    """The cell column's width and the columns shown in a table `width` wide: whole
+    ranks, lowest first, while they fit (a rank that does not is skipped, a later
+    smaller one may still fit); the cell's name gets what the ranks up to the phases'
+    P50 leave, up to its longest name."""
+    cols = [c for c in COLUMNS if precision or c.key != "precision"]
+    core = sum(c.width + PAD for c in cols if c.rank <= 3)
+    cell_w = max(4, min(name_w, max(CELL_MIN, width - core - PAD)))
+    room = width - cell_w - PAD
+    keep: set[str] = set()
+    for rank in sorted({c.rank for c in cols}):
+        group = [c for c in cols if c.rank == rank]
+        need = sum(c.width + PAD for c in group)
+        if need <= room:
+            keep.update(c.key for c in group)
+            room -= need
+    return cell_w, [c for c in cols if c.key in keep]
+
+
 class CellTable(DataTable[str | Text]):
-    """One row per cell: counts, then P50/P95 of each phase; rows appear as cells do.
+    """One row per cell: counts, then the total's P50 and P95 and each phase's, rows
+    appearing as cells do; the columns fit the terminal (`fit_columns`): on a narrow one
+    the phases show their P50 (`v`: their P95 instead), on a wide one the total's P99,
+    its median's 95% interval and its outliers come in.
 
     A cell's name carries the report's marks: ⚠ its figures may be unstable, ≠ its
     programs differ from a compared cell's (the reasons are on the selected line); a
@@ -39,51 +96,95 @@ class CellTable(DataTable[str | Text]):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        self.add_column("cell", key="cell", width=20)
-        for k in ("n", "fail", "inv"):
-            self.add_column(k, key=k, width=4)
-
-        for p in TABLE_PHASES:  # fixed widths: live updates never make columns jump
-            self.add_column(f"{SHORT.get(p, p)} P50", key=f"{p}50", width=10)
-            self.add_column("P95", key=f"{p}95", width=8)
-        self._cols = ["n", "fail", "inv"] + [f"{p}{q}" for p in TABLE_PHASES for q in (50, 95)]
+        self.header_height = 2
+        self.phase_q = 50  # the phases' figure when only one of P50/P95 fits
+        self._layout: tuple[int, tuple[str, ...]] = (0, ())
+        self._cols: list[str] = []
         self._shown: dict[str, tuple[object, ...]] = {}
+        self._name_w = len("cell")
+        self._restore_row = -1
+
+    def _relayout(self, state: LiveState, names: dict[str, Text]) -> None:
+        """The columns again when the width, the longest name or `phase_q` asks for
+        others (every row is drawn again: rare, on a resize)."""
+        width = self.size.width or self.app.size.width
+        name_w = max([len("cell"), *(len(n) for n in names.values())])
+        cell_w, cols = fit_columns(width, name_w, state.is_precision)
+        keys = [c.key for c in cols]
+        if not any(k.endswith("95") and k != "total95" for k in keys):  # P50 or P95
+            keys = [k[:-2] + str(self.phase_q) if k[:-2] in TABLE_PHASES[:-1] else k for k in keys]
+        layout = (cell_w, tuple(keys))
+        if layout == self._layout:
+            return
+        row = self.cursor_row
+        self.clear(columns=True)
+        self._shown = {}
+        self._layout = layout
+        self._cols = keys
+        self.add_column(Text("\ncell"), key="cell", width=cell_w)
+        labels = {c.key: c for c in COLUMNS}
+        for k in keys:
+            c = labels.get(k) or next(p for p in PHASE_COLS if p.key == k)
+            self.add_column(Text(c.label), key=k, width=c.width)
+        self._restore_row = row
+
+    def toggle_phase_figure(self) -> None:
+        """The phases' P95 instead of their P50 (or back) when only one fits."""
+        self.phase_q = 95 if self.phase_q == 50 else 50
+        self._layout = (0, ())
 
     def update_from(self, state: LiveState) -> None:
         exact = state.status is not None
-        if state.is_precision and "precision" not in self._cols:
-            self.add_column("precision", key="precision", width=14, default="")
-            self._cols.append("precision")
-            self._shown = {cid: (*shown, "") for cid, shown in self._shown.items()}
+        names = {}
         for cid, cs in state.cells.items():
-            vals: list[str | Text] = [
-                str(cs.n),
-                Text(str(cs.failed), style="bold red" if cs.failed else ""),
-                Text(str(cs.invalid), style="yellow" if cs.invalid else ""),
-            ]
-            for p in TABLE_PHASES:
-                ps = cs.phases[p]
-                p50, p95 = ps.percentiles_ms(exact=exact)
-                mark = ROUGH if 0 < ps.n < FEW else ""
-                vals += [mark + fmt_ms(p50), mark + fmt_ms(p95)]
-            if "precision" in self._cols:
-                vals.append(precision_text(state.precision_of(cid)))
             noise = state.stability(cid, exact=exact)
             marks = cell_marks(bool(noise and noise["unstable"]), bool(state.programs_differ(cid)))
-            name = _cell_name(cid, cs.fidelity(), marks)
+            names[cid] = _cell_name(cid, cs.fidelity(), marks)
+        self._restore_row = -1
+        self._relayout(state, names)
+        for cid in state.cells:
+            vals = [self._value(col, state, cid) for col in self._cols]
+            name = names[cid]
             key = (str(name), *(str(v) for v in vals))
             if cid not in self._shown:
-                self._fit(name)
                 self.add_row(name, *vals, key=cid)
             elif self._shown[cid] != key:
                 if str(name) != self._shown[cid][0]:
-                    self._fit(name)
                     self.update_cell(cid, "cell", name)
                 old = self._shown[cid][1:]
                 for col, v, o in zip(self._cols, vals, old, strict=True):
                     if str(v) != o:
                         self.update_cell(cid, col, v)
             self._shown[cid] = key
+        if self._restore_row > 0 and self.row_count:
+            self.move_cursor(row=min(self._restore_row, self.row_count - 1))
+
+    def _value(self, col: str, state: LiveState, cid: str) -> str | Text:
+        """What column `col` shows for cell `cid`."""
+        cs = state.cells[cid]
+        exact = state.status is not None
+        if col == "n":
+            return str(cs.n)
+        if col == "fail":
+            return Text(str(cs.failed), style="bold red" if cs.failed else "")
+        if col == "inv":
+            return Text(str(cs.invalid), style="yellow" if cs.invalid else "")
+        if col == "precision":
+            return precision_text(state.precision_of(cid))
+        phase, q = (col[:-2], col[-2:]) if col != "outliers" else ("total", "out")
+        ps = cs.phases[phase]
+        mark = ROUGH if 0 < ps.n < FEW else ""
+        if q in ("50", "95"):
+            p50, p95 = ps.percentiles_ms(exact=exact)
+            return mark + fmt_ms(p50 if q == "50" else p95)
+        tail = ps.tail(exact=exact)
+        if tail is None:
+            return "-"
+        if q == "99":
+            return mark + fmt_ms(tail.p99_ms)
+        if q == "ci":
+            return mark + f"{fmt_ms(tail.ci_lo_ms)}–{fmt_ms(tail.ci_hi_ms)}"
+        return Text(str(tail.outliers), style="yellow" if tail.outliers else "")
 
     def reset(self) -> None:
         """No rows (a replay starting again)."""
@@ -96,18 +197,12 @@ class CellTable(DataTable[str | Text]):
             self.move_cursor(row=(self.cursor_row + delta) % self.row_count)
 
     def fit_height(self, most: int) -> None:
-        """As tall as its rows, up to `most` lines (+1 the header, +1 the horizontal
-        scrollbar of narrow terminals)."""
-        rows = min(self.row_count + 2, most)
+        """As tall as its rows and header, up to `most` lines (+1 for the horizontal
+        scrollbar when its columns are wider than it)."""
+        bar = 1 if self.virtual_size.width > self.size.width > 0 else 0
+        rows = min(self.row_count + self.header_height + bar, most)
         if self.styles.height is None or self.styles.height.value != rows:
             self.styles.height = rows
-
-    def _fit(self, name: str | Text) -> None:
-        """Widen the cell column for a long name (ssh hosts, a fidelity) before it shows."""
-        col = self.columns[ColumnKey("cell")]
-        if len(name) > col.width:
-            col.width = len(name)
-            self._require_update_dimensions = True
 
     @property
     def selected_cell(self) -> str | None:
@@ -273,11 +368,14 @@ def progress_text(state: LiveState, extra: str = "") -> Text:
 
 
 def position_text(pos_t_ns: int, end_t_ns: int, width: int, label: str) -> Text:
+    """A replay's position bar, its time and its label in `width` columns: the bar
+    gets what the time and the label leave (at least 10)."""
     frac = 0.0 if end_t_ns <= 0 else min(1.0, pos_t_ns / end_t_ns)
-    bar_w = max(10, width - len(label) - 24)
+    tail = f" {pos_t_ns / 1e9:.2f}s / {end_t_ns / 1e9:.2f}s  {label}"
+    bar_w = max(10, width - len(tail) - 1)
     filled = int(frac * bar_w)
-    t = Text()
+    t = Text(no_wrap=True, overflow="crop")
     t.append("█" * filled, style="green")
     t.append("░" * (bar_w - filled), style="dim")
-    t.append(f" {pos_t_ns / 1e9:7.2f}s / {end_t_ns / 1e9:.2f}s  {label}")
+    t.append(tail)
     return t
