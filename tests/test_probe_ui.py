@@ -13,6 +13,7 @@ from rtax_tui.model.recording import RecordingWriter
 from rtax_tui.ui.app import RtaxApp, replay_screen
 from rtax_tui.ui.modals import BoundaryPanel, HelpScreen
 from rtax_tui.ui.monitor import MonitorScreen
+from tests.screentext import widget_lines
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 SIZE = (120, 40)
@@ -110,7 +111,7 @@ async def test_b_on_a_run_shows_the_boundaries_its_header_carries(tmp_path) -> N
         await _until(lambda: isinstance(app.screen, MonitorScreen))
         await pilot.press("question_mark")
         await _until(lambda: isinstance(app.screen, HelpScreen))
-        assert any("boundaries" in str(s.render()) for s in app.screen.query("Static"))
+        assert "boundaries" in " ".join(widget_lines(app, app.screen.query_one("#dialog")))
         await pilot.press("escape")
         await pilot.press("q")
 

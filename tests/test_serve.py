@@ -299,6 +299,8 @@ def _an_address_not_loopback() -> str | None:
         (["report", "x.jsonl"], "`rtax report` is not a console"),
         (["probe"], "`rtax probe` is not a console"),
         (["run", "no-such-profile"], "no-such-profile.toml: cannot open profile"),
+        (["run", "bad.toml"], "bad.toml: not valid TOML"),  # it exists, and does not parse
+        (["run", "wrong.toml"], "wrong.toml:2: run.trials: expected integer"),
         (["replay", "missing.jsonl"], "missing.jsonl: cannot open the recording"),
         (["run", "t0", "--trials", "0"], "--trials"),
         # each tab got a headless run it could not see or stop, and no console
@@ -306,6 +308,8 @@ def _an_address_not_loopback() -> str | None:
     ],
 )
 def test_bad_serve_input_is_one_line_and_exit_2(tmp_path: Path, args, message) -> None:
+    (tmp_path / "bad.toml").write_text("name = \n")
+    (tmp_path / "wrong.toml").write_text('[run]\ntrials = "many"\n')
     res = subprocess.run(
         [sys.executable, "-m", "rtax_tui", "serve", *args],
         capture_output=True,
@@ -326,3 +330,36 @@ def test_the_served_command_is_this_rtax_quoted_for_the_shell() -> None:
     cmd = console_command(["replay", "a file; rm -rf x"])
     assert cmd == f"{sys.executable} -m rtax_tui replay 'a file; rm -rf x'"
     assert console_command([]).endswith("-m rtax_tui")
+
+
+@pytest.mark.parametrize(("host", "warns"), [("0.0.0.0", True), ("127.0.0.1", False)])
+def test_serving_beyond_loopback_warns_before_the_url(tmp_path: Path, host, warns) -> None:
+    """The warning is `servegate.bind_warning`'s (one rule of what is loopback), printed by
+    the command itself on stderr before it serves, not only a function that could say it."""
+    pytest.importorskip("textual_serve", reason="textual-serve is not installed (rtax[serve])")
+    port = _free_port()
+    out, err = tmp_path / "out.log", tmp_path / "err.log"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rtax_tui", "serve", "--host", host, "--port", str(port)],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=o,
+            stderr=e,
+            start_new_session=True,
+        )
+        try:
+            _wait_listening(port, server, out)
+        finally:
+            os.kill(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            finally:
+                if server.poll() is None:
+                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait()
+    lines = [ln for ln in err.read_text().splitlines() if "warning" in ln]
+    if warns:
+        assert len(lines) == 1 and f"listening on {host}, not loopback" in lines[0], lines
+    else:
+        assert lines == []

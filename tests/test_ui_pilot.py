@@ -29,6 +29,7 @@ from tests.consolerecs import (
     write,
 )
 from tests.procs import dead
+from tests.screentext import widget_lines
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 T0 = EXAMPLES / "t0-local-stage.jsonl"
@@ -192,7 +193,7 @@ async def test_help_opens_and_closes() -> None:
         await pilot.press("question_mark")
         await pilot.pause(0.1)
         assert isinstance(app.screen, HelpScreen)
-        assert "speed" in " ".join(str(s.render()) for s in app.screen.query("Static"))
+        assert "speed" in " ".join(widget_lines(app, app.screen.query_one("#dialog")))
         await pilot.press("escape")
         await pilot.pause(0.1)
         assert isinstance(app.screen, MonitorScreen)

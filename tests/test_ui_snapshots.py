@@ -72,6 +72,7 @@ def _workbench_here(monkeypatch, tmp_path) -> None:
 
     from rtax_tui.analysis import history
 
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no saved profiles
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     for name in ("t0-local-stage", "t2-local-stage", "capacity-local-stage"):

@@ -107,7 +107,7 @@ def test_rtax_home_in_a_real_terminal_runs_what_the_launcher_shows(tmp_path) -> 
             return text if all(w in text for w in what) else None
 
         # (a capture can catch the first frame half drawn: wait for all of it)
-        _wait_for(lambda: showing("plan: 1 cells, 3 trials", "run: tiny", "drivers per host"),
+        _wait_for(lambda: showing("plan: 1 cells, 3 trials", "run: tiny", "host (rtax doctor)"),
                   60, "the launcher")  # fmt: skip
         _tmux(sock, "send-keys", "-t", "t", "Enter")
         text = _wait_for(lambda: showing("run completed"), 120, "the run's end")

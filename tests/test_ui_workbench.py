@@ -41,6 +41,7 @@ from rtax_tui.ui.modals import HelpScreen
 from rtax_tui.ui.monitor import MonitorScreen
 from rtax_tui.ui.tasks import WorkLine, stream_command
 from tests.consolerecs import SHAKY, header, trials, write
+from tests.screentext import widget_lines
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 SIZE = (120, 40)
@@ -71,6 +72,7 @@ async def _until(cond, timeout: float = 60.0) -> None:
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh working directory whose history is its own ./recordings and the examples."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # ctrl+s saves there
     monkeypatch.setattr(core_history, "SHIPPED", EXAMPLES)
     return tmp_path
 
@@ -172,7 +174,9 @@ def test_history_summaries_count_as_the_report_does(here) -> None:
     # the estimate: the newest recording's mean trial wall time × the planned trials
     est = estimate({"local/local/t0/exec": 10, "nowhere/x/t0/exec": 5}, 2, runs)
     assert est.known == ("local/local/t0/exec",) and est.unknown == ("nowhere/x/t0/exec",)
-    assert est.seconds == pytest.approx(10 * t0.cell_trial_ns["local/local/t0/exec"] / 1e9 / 2)
+    cell = "local/local/t0/exec"
+    newest = next(r for r in runs if cell in r.cell_trial_ns)  # runs are newest first
+    assert est.seconds == pytest.approx(10 * newest.cell_trial_ns[cell] / 1e9 / 2)
     bad = here / "recordings" / "bad.jsonl"
     bad.parent.mkdir()
     bad.write_text("not json\n")
@@ -402,7 +406,7 @@ async def test_help_and_the_palette_list_the_screens_bindings(here) -> None:
         await pilot.press("question_mark")
         await pilot.pause(0.2)
         assert isinstance(app.screen, HelpScreen)
-        text = " ".join(str(s.render()) for s in app.screen.query("Static"))
+        text = " ".join(widget_lines(app, app.screen.query_one("#dialog")))
         for what in ("rerun", "compare the two marked runs", "the launcher", "the run history"):
             assert what in text, what
         await pilot.press("escape")
@@ -609,11 +613,12 @@ async def test_a_profile_chosen_from_the_list_fills_the_form_and_ctrl_s_saves_it
         assert list(scr.query_one("#workloads").selected) == ["t2"]
         scr.query_one("#run-trials").value = "2"
         await pilot.press("ctrl+s")
-        await _until(lambda: Path("profiles/t2.toml").exists())
-        saved = load_profile("profiles/t2.toml")
+        out = here / "config" / "rtax" / "profiles" / "t2.toml"
+        await _until(out.exists)
+        saved = load_profile(out)
         assert saved.trials == 2 and saved.workloads == ("t2",)
-        # a second launcher lists it under ./profiles
-        assert ("./profiles", "t2") in [(g, label) for g, label, _ in profile_sources()]
+        # a second launcher lists it among the saved ones
+        assert ("saved", "t2") in [(g, label) for g, label, _ in profile_sources()]
 
 
 @aio

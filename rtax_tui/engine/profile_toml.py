@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -152,3 +153,23 @@ def profiles_dir() -> Path:
         if (cand / "default.toml").exists():
             return cand
     raise RtaxError("the built-in profiles are missing (reinstall rtax)")
+
+
+SAVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def saved_profiles_dir() -> Path:
+    """Where the console saves a profile (`ctrl+s`): `$XDG_CONFIG_HOME/rtax/profiles`,
+    else `~/.config/rtax/profiles`. The user's own place, outside any checkout: a save
+    never lands on a shipped profile (`profiles/t0.toml`, tracked by git) nor in the
+    working tree, and the launcher lists these beside the built-ins."""
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "rtax" / "profiles"
+
+
+def saved_profile_path(name: str) -> Path:
+    """The file a profile named `name` is saved as; a name that is not one plain file
+    name (a `/`, `..`, a leading dot) is refused, it would write elsewhere."""
+    if not SAVED_NAME.fullmatch(name) or name.endswith("."):
+        raise RtaxError(f"name {name!r}: a saved profile is named with letters, digits, _ . -")
+    return saved_profiles_dir() / f"{name}.toml"

@@ -1,15 +1,18 @@
 """The console app: a monitor screen on a live run or a replay, and what it opens.
 
-From any screen, `n` opens the launcher (a new run) and `h` the run history;
-ctrl+p is Textual's command palette, listing every key's action of the screen
-below by name, and `?` the same keys as help. The app owns the stack of screens:
-a screen asks for another with a message (`navigation`) and leaves by `dismiss()`;
-when the first one leaves, the console ends with its result as the exit status.
+From any screen, `n` opens the launcher (a new run), `h` the run history and `q`
+goes back to the screen before (from the first screen: quits); ctrl+p is Textual's
+command palette, listing every key's action of the screen below by name, and `?`
+the same keys as help. The app owns the stack of screens: a screen asks for another
+with a message (`navigation`) and leaves by `dismiss()` (its `action_back`, which
+`q` calls, may do something first: a run is stopped); when the first one leaves,
+the console ends with its result as the exit status.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from textual import on
@@ -24,6 +27,7 @@ from rtax_tui.ui.monitor import MonitorScreen, open_replay, replay_screen
 from rtax_tui.ui.navigation import OpenCompare, OpenReplay, OpenRun
 
 SPEED_ARG: dict[str, float | None] = {"1": 1.0, "2": 2.0, "10": 10.0, "max": None}
+SCREENSHOTS = Path("recordings") / "screenshots"  # ignored by git, as all of recordings/
 
 __all__ = ["RtaxApp", "replay_screen", "run_console_home", "run_console_live"]
 
@@ -36,6 +40,9 @@ class RtaxApp(App[int]):
         Binding("h", "history", "history",
                 tooltip="the run history: replay, compare, report, rerun with changes"),
         Binding("question_mark", "help", "help", show=False, tooltip="these keys"),
+        Binding("q", "back", "back",
+                tooltip="back to the screen before; on the first, quit (a running run is "
+                "stopped and torn down first)"),
     ]  # fmt: skip
 
     def __init__(self, first: Screen[Any]) -> None:
@@ -84,12 +91,33 @@ class RtaxApp(App[int]):
             markup=False,
         )  # fmt: skip
 
+    def deliver_screenshot(
+        self,
+        filename: str | None = None,
+        path: str | None = None,
+        time_format: str | None = None,
+    ) -> str | None:
+        """The palette's Screenshot. Textual saves it to the user's Downloads folder,
+        which need not exist (it failed there, saying only "Failed to save screenshot");
+        here it goes to `recordings/screenshots/`, made if missing, and the note says the
+        file or why not. In a browser (`rtax serve`) the browser downloads it, as Textual
+        does."""
+        if self.is_web:
+            return super().deliver_screenshot(filename, path, time_format)
+        folder = Path(path) if path else SCREENSHOTS
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            saved = self.save_screenshot(filename, str(folder), time_format)
+        except OSError as exc:
+            self.notify(f"no screenshot: {exc}", severity="error")
+            return None
+        self.notify(f"screenshot: {saved}")
+        return None
+
     def action_launcher(self) -> None:
         """A new run; on a run that ended (or a replay), the launcher is filled in from
         it, and the run it starts is compared with it at the end: the loop of change
         one thing, run again, compare."""
-        from pathlib import Path
-
         from rtax_tui.ui.launcher import LauncherScreen, launcher_for_recording
 
         scr = self.screen
@@ -110,6 +138,16 @@ class RtaxApp(App[int]):
 
         if not isinstance(self.screen, HistoryScreen):
             self.push_screen(HistoryScreen())
+
+    async def action_back(self) -> None:
+        """`q`: the screen's own way out (`action_back`), else it is dismissed."""
+        screen = self.screen
+        if len(self.screen_stack) < 2:  # Textual's default screen alone: nothing to leave
+            self.exit(0)
+        elif callable(getattr(screen, "action_back", None)):
+            await self.run_action("back", screen)
+        else:
+            screen.dismiss()
 
     def action_help(self) -> None:
         from rtax_tui.ui.modals import HelpScreen, show_help

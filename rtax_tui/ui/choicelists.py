@@ -6,15 +6,37 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rich.segment import Segment
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
+from textual.strip import Strip
 from textual.widgets import Input, SelectionList
 
 from rtax_tui.engine.profile_toml import inline
 from rtax_tui.render.plaintext import styled
+
+CHECKED, UNCHECKED = "✓", " "
+
+
+class CheckList(SelectionList[str]):
+    """A selection list whose checked items carry `✓` in their box and unchecked ones a
+    blank: Textual draws an `X` in both, told apart only by colour (unreadable on a
+    monochrome terminal or in a text capture)."""
+
+    def render_line(self, y: int) -> Strip:
+        line = super().render_line(y)
+        index = self.scroll_offset.y + y
+        segments = list(line)
+        if index >= self.option_count or len(segments) < 4:
+            return line  # below the last option: no box on this line
+        value = self.get_option_at_index(index).value
+        glyph = CHECKED if value in self.selected else UNCHECKED
+        box = segments[1]  # the box's inside (Textual's ToggleButton.BUTTON_INNER)
+        segments[1] = Segment(glyph, box.style, box.control)
+        return Strip(segments, line.cell_length)
 
 
 def fill_list(
@@ -37,9 +59,9 @@ class ChoiceLists(Vertical):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.drivers = SelectionList[str](id="drivers")
-        self.workloads = SelectionList[str](id="workloads")
-        self.channels = SelectionList[str](id="channels")
+        self.drivers = CheckList(id="drivers")
+        self.workloads = CheckList(id="workloads")
+        self.channels = CheckList(id="channels")
         self.options = Input(id="driver-opts", placeholder="options: key = value, …")
 
     def compose(self) -> ComposeResult:

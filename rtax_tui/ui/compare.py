@@ -24,7 +24,10 @@ from rtax_tui.ui.widgets import DIFFER, UNSTABLE
 
 
 class CompareScreen(Screen[None]):
-    BINDINGS = [Binding("escape,q", "back", "back")]
+    BINDINGS = [
+        Binding("escape", "back", "back", show=False,
+                tooltip="back (or quit when it is the only screen)"),
+    ]  # fmt: skip
 
     def __init__(self, path_a: str, path_b: str) -> None:
         super().__init__()
@@ -114,10 +117,7 @@ class CompareScreen(Screen[None]):
         flagged.display = bool(lines)
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            self.app.exit()
+        self.dismiss()
 
 
 GLYPH_STYLE = {UNSTABLE: "bold yellow", DIFFER: "bold magenta"}

@@ -47,7 +47,7 @@ class HistoryScreen(Screen[None]):
     """`h` from any screen."""
 
     BINDINGS = [
-        Binding("enter,o", "open", "open", tooltip="replay the highlighted run"),
+        Binding("enter,o", "open", "replay", tooltip="replay the highlighted run"),
         Binding("space", "mark", "mark", tooltip="mark a run (two marked: c compares them)"),
         Binding("c", "compare", "compare",
                 tooltip="compare the two marked runs (or the marked one and the highlighted)"),
@@ -56,7 +56,8 @@ class HistoryScreen(Screen[None]):
                 tooltip="the launcher filled in from this run; afterwards, the comparison"),
         Binding("slash", "filter", "filter",
                 tooltip="filter by text (date, profile, cell, status)"),
-        Binding("escape,q", "back", "back", tooltip="back (or quit when it is the only screen)"),
+        Binding("escape", "back", "back", show=False,
+                tooltip="back (or quit when it is the only screen); in the filter: to the runs"),
     ]  # fmt: skip
 
     def __init__(self) -> None:

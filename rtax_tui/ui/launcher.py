@@ -37,6 +37,7 @@ from rtax_tui.engine.profile_toml import (
     from_resolved,
     parse_inline,
     profiles_dir,
+    saved_profile_path,
 )
 from rtax_tui.model.paths import atomic_write
 from rtax_tui.model.spec import CHANNELS, WORKLOAD_NAMES, RtaxError
@@ -45,6 +46,7 @@ from rtax_tui.ui.choicelists import ChoiceLists, fill_list
 from rtax_tui.ui.doctortable import DoctorTable
 from rtax_tui.ui.feeds import engine_argv
 from rtax_tui.ui.fit import FitFooter
+from rtax_tui.ui.modals import Confirm
 from rtax_tui.ui.monitor import a_run_is_going
 from rtax_tui.ui.navigation import OpenRun
 from rtax_tui.ui.planline import PlanLine, missing_choices, planned_trials
@@ -100,15 +102,17 @@ class LauncherScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "start", "start", priority=True,
                 tooltip="write the profile beside a new recording and run it"),
-        Binding("ctrl+d", "check_drivers", "check",
+        Binding("ctrl+d", "check_drivers", "doctor",
                 tooltip="ask `rtax doctor` again which drivers work on each host"),
-        Binding("ctrl+b", "build_images", "images",
+        Binding("ctrl+b", "build_images", "build",
                 tooltip="build the images of the selected container and VM drivers"),
         Binding("ctrl+a", "prepare_assets", "assets",
                 tooltip="prepare the attrs repository used by t1, t2 and trajectories"),
         Binding("ctrl+s", "save_profile", "save",
-                tooltip="write the form as ./profiles/NAME.toml (rtax run profiles/NAME.toml)"),
-        Binding("escape", "back", "back", tooltip="leave the launcher"),
+                tooltip="save the form as a profile of your own (~/.config/rtax/profiles/NAME"
+                ".toml; asks before overwriting one)"),
+        Binding("escape", "back", "back", show=False,
+                tooltip="back (or quit when it is the only screen)"),
     ]  # fmt: skip
 
     def __init__(
@@ -486,23 +490,35 @@ class LauncherScreen(Screen[None]):
         return str(record)
 
     def action_save_profile(self) -> None:
+        """The form as a profile of the user's own (`saved_profiles_dir`), never over a
+        shipped or tracked file; over one saved before, only once the user says yes."""
         try:
             data = self.collect()
-        except ValueError as exc:
+            out = saved_profile_path(str(data.get("name") or "console"))
+        except (ValueError, RtaxError) as exc:
             self.notify(str(exc), severity="error")
             return
-        out = Path("profiles") / f"{data.get('name') or 'console'}.toml"
-        if out.exists() and out.resolve() != Path(self.source).resolve():
-            self.notify(f"{out} exists: rename the profile (its `name`) first", severity="error")
+        if not out.exists():
+            self._write_profile(out, data)
             return
-        out.parent.mkdir(exist_ok=True)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._write_profile(out, data)
+            else:
+                self.notify(f"not saved: {out} kept as it was")
+
+        self.app.push_screen(Confirm(f"{out} exists: overwrite it?"), answered)
+
+    def _write_profile(self, out: Path, data: dict[str, Any]) -> None:
         text = dump(data, comment=f"saved from the rtax console (from {self.source})").encode()
         try:  # whole or not at all (a full disk leaves no cut profile)
+            out.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(out, lambda f: f.write(text), flag="profile")
-        except RtaxError as exc:
-            self.notify(str(exc), severity="error")
+        except (OSError, RtaxError) as exc:
+            self.notify(f"cannot save {out}: {exc}", severity="error")
             return
-        self.notify(f"saved {out}: rtax run {out}")
+        self.notify(f"saved {out}: rtax run {shlex.quote(str(out))}")
         self.profiles.refill()
 
     def action_back(self) -> None:

@@ -5,15 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from rtax_tui.analysis.history import find_recordings
+from rtax_tui.model.events import visible
 from rtax_tui.model.recording import Recording
 from rtax_tui.render.plaintext import styled
 
@@ -25,49 +28,121 @@ LEGEND = (
 
 
 class HelpScreen(ModalScreen[None]):
-    """The keys of the screen below, generated from its bindings (and the app's)."""
+    """The keys of the screen below, generated from its bindings (and the app's): rtax's
+    own first, grouped by where they work, then Textual's generic ones; each key in a
+    column of its own, its text wrapped beside it."""
 
+    # a modal screen hides the app's bindings: `q` closes it here, as it leaves a screen
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
 
-    def __init__(self, title: str, rows: list[tuple[str, str]], legend: str = "") -> None:
+    def __init__(
+        self, title: str, sections: list[tuple[str, list[tuple[str, str]]]], legend: str = ""
+    ) -> None:
         super().__init__()
         self.title_text = title
-        self.rows = rows
+        self.sections = sections
         self.legend = legend
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
+        width = max([8, *(len(k) for _, rows in self.sections for k, _ in rows)])
+        with Vertical(id="dialog", classes="help"):
             yield Label(self.title_text, classes="title")
-            width = max([8, *(len(k) for k, _ in self.rows)])
-            for key, what in self.rows:
-                yield Static(styled((f"{key:>{width}}", "b"), f"  {what}"))
+            with VerticalScroll(id="help-keys"):
+                for heading, rows in self.sections:
+                    yield Static(heading, classes="help-heading")
+                    grid = Table.grid(padding=(0, 2))
+                    grid.add_column(justify="right", no_wrap=True, min_width=width)
+                    grid.add_column(ratio=1, overflow="fold")
+                    for key, what in rows:  # Text: a tooltip's `[pool]` is not markup
+                        grid.add_row(Text(visible(key), style="bold"), Text(visible(what)))
+                    yield Static(grid)
             if self.legend:
                 yield Static(self.legend, classes="legend")
-            yield Static("[dim]escape: close · ctrl+p: every action by name[/dim]")
+            yield Static("[dim]escape: close · q: back · ctrl+p: every action by name[/dim]")
 
 
-def binding_rows(screen: Screen[Any]) -> list[tuple[str, str]]:
-    """(keys, what they do) for every binding active on `screen`, the app's included:
-    the text is the binding's tooltip, or its description."""
-    rows: dict[tuple[str, str], list[str]] = {}
+TEXTUAL = "Textual's, in lists, tables and fields"
+
+
+def key_name(screen: Screen[Any], binding: Binding) -> str:
+    """A key as the docs write it: `ctrl+s`, `enter`, `escape` (Textual shows `^s`, `⏎`)."""
+    shown = binding.key_display or screen.app.get_key_display(binding)
+    shown = {"⏎": "enter", "esc": "escape"}.get(shown, shown)
+    return f"ctrl+{shown[1:]}" if shown.startswith("^") and len(shown) > 1 else shown
+
+
+def _rtax_actions(node: object) -> set[str]:
+    """The actions bound by rtax's own classes of `node` (not Textual's bases)."""
+    return {
+        b.action
+        for cls in type(node).__mro__
+        if cls.__module__.startswith("rtax_tui.")
+        for b in cls.__dict__.get("BINDINGS", [])
+        if isinstance(b, Binding)
+    }
+
+
+def help_sections(screen: Screen[Any], name: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(heading, [(keys, what they do)]) for every binding active on `screen`: this
+    screen's own (rtax's), then every screen's (the app's), then Textual's generic
+    ones; the text is the binding's tooltip, or its description, in lower case."""
+    own = {id(screen): _rtax_actions(screen), id(screen.app): _rtax_actions(screen.app)}
+    groups: dict[str, dict[tuple[str, str], list[str]]] = {
+        f"{name} keys": {},
+        "every screen": {},
+        TEXTUAL: {},
+    }
     for ab in screen.active_bindings.values():
-        if not ab.enabled or ab.binding.system:
+        b = ab.binding
+        if not ab.enabled or b.system:
             continue
-        what = ab.binding.tooltip or ab.binding.description or ab.binding.action
-        rows.setdefault((ab.binding.action, what), []).append(
-            ab.binding.key_display or screen.app.get_key_display(ab.binding)
-        )
-    return [(" / ".join(dict.fromkeys(keys)), what) for (_, what), keys in rows.items()]
+        if b.action in own.get(id(ab.node), ()):
+            heading = f"{name} keys" if ab.node is screen else "every screen"
+        else:
+            heading = TEXTUAL
+        what = (b.tooltip or b.description or b.action).rstrip(".")
+        if heading == TEXTUAL:  # Textual's are titles ("Scroll Left"), rtax's sentences
+            what = what.lower()
+        groups[heading].setdefault((b.action, what), []).append(key_name(screen, b))
+    return [
+        (heading, [(" / ".join(dict.fromkeys(keys)), what) for (_, what), keys in rows.items()])
+        for heading, rows in groups.items()
+        if rows
+    ]
 
 
 def show_help(screen: Screen[Any]) -> None:
     mode = getattr(screen, "mode", "") or type(screen).__name__.removesuffix("Screen").lower()
     legend = LEGEND if hasattr(screen, "state") else ""
-    screen.app.push_screen(HelpScreen(f"rtax console: {mode} keys", binding_rows(screen), legend))
+    screen.app.push_screen(
+        HelpScreen(f"rtax console: {mode} keys", help_sections(screen, mode), legend)
+    )
+
+
+class Confirm(ModalScreen[bool]):
+    """A yes/no question over the screen: `y` dismisses it with True, `n`, `q` or
+    escape with False (the caller acts in the callback `push_screen` was given)."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "yes"),
+        Binding("n,escape,q", "answer(False)", "no"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(styled(self.question), classes="title")
+            yield Static("[b]y[/b] yes · [b]n[/b] / escape no")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
 
 
 class PickRecording(ModalScreen[str | None]):
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS = [Binding("escape,q", "cancel", "cancel")]
 
     def __init__(self, exclude: str | None = None) -> None:
         super().__init__()
@@ -92,7 +167,7 @@ class PickRecording(ModalScreen[str | None]):
 class ProjectPanel(ModalScreen[None]):
     """Worker-hours per cell for N trajectories of S steps; inputs editable in place."""
 
-    BINDINGS = [Binding("escape", "dismiss", "close")]
+    BINDINGS = [Binding("escape,q", "dismiss", "close")]  # q in a field: typed (an integer)
 
     def __init__(self, rec: Recording, trajectories: int = 1_000_000, steps: int = 150) -> None:
         super().__init__()
@@ -163,7 +238,7 @@ class BoundaryPanel(ModalScreen[None]):
     """The driver × check matrix beside the cost figures: a `rtax probe` recording's own
     results, or, for a run, the last probe of each driver that its header carries."""
 
-    BINDINGS = [Binding("escape,b", "dismiss", "close")]
+    BINDINGS = [Binding("escape,b,q", "dismiss", "close")]
 
     def __init__(self, header: dict[str, Any] | None, events: list[dict[str, Any]]) -> None:
         super().__init__()
@@ -191,8 +266,6 @@ class BoundaryPanel(ModalScreen[None]):
     def on_mount(self) -> None:
         if not self.columns:
             return
-        from rich.text import Text
-
         from rtax_tui.model.checks import CHECKS
 
         t = self.query_one("#bounds", DataTable)

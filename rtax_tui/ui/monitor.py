@@ -91,8 +91,6 @@ class MonitorScreen(Screen[int]):
         Binding("g", "plot", "plot", show=False,
                 tooltip="plot: write this view's figure to recordings/plots/ (SVG)"),
         Binding("question_mark", "help", "help", tooltip="these keys"),
-        Binding("q", "quit_screen", "quit",
-                tooltip="back, or quit (a running run is stopped and torn down first)"),
     ]  # fmt: skip
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -419,7 +417,9 @@ class MonitorScreen(Screen[int]):
 
         show_help(self)
 
-    async def action_quit_screen(self) -> None:
+    async def action_back(self) -> None:
+        """`q` (the app's): leave this screen; a running run is stopped and torn down
+        first, and `q` once more after that leaves."""
         if self.engine is not None and self.engine.running:
             if self.quitting:
                 return

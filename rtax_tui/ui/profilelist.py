@@ -1,5 +1,6 @@
-"""The launcher's list of profiles to start from: the built-ins, ./profiles, and the
-profiles of recent console runs; choosing one posts `ProfileList.Chosen`."""
+"""The launcher's list of profiles to start from: the built-ins, ./profiles, the user's
+saved ones (`ctrl+s`), and the profiles of recent console runs; choosing one posts
+`ProfileList.Chosen`."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from rtax_tui.analysis.history import find_recordings, profile_beside
-from rtax_tui.engine.profile_toml import profiles_dir
+from rtax_tui.engine.profile_toml import profiles_dir, saved_profiles_dir
 from rtax_tui.render.plaintext import styled
 
 
 def profile_sources(recent: int = 8) -> list[tuple[str, str, Path]]:
     """(group, label, path) of the profiles to start from: the built-ins, ./profiles,
-    and those of recent console runs (the files beside their recordings)."""
+    the user's saved ones, and those of recent console runs (the files beside their
+    recordings)."""
     out: list[tuple[str, str, Path]] = []
     seen: set[Path] = set()
 
@@ -35,6 +37,10 @@ def profile_sources(recent: int = 8) -> list[tuple[str, str, Path]]:
     if local.is_dir():
         for p in sorted(local.glob("*.toml")):
             add("./profiles", p)
+    saved = saved_profiles_dir()
+    if saved.is_dir():
+        for p in sorted(saved.glob("*.toml")):
+            add("saved", p)
     n = 0
     for rec in find_recordings([Path("recordings")]):
         beside = profile_beside(rec)
@@ -65,7 +71,7 @@ class ProfileList(Vertical):
         self.border_title = "profiles ⏎ load"
 
     def refill(self) -> None:
-        """The profiles again (a profile was saved to ./profiles)."""
+        """The profiles again (a profile was saved)."""
         ol = self.options
         ol.clear_options()
         group = None

@@ -11,10 +11,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import Input, Label, SelectionList
+from textual.widgets import Input, Label
 
 from rtax_tui.engine.profile_schema import RUN
-from rtax_tui.ui.choicelists import fill_list
+from rtax_tui.ui.choicelists import CheckList, fill_list
 
 NUMBERS = ("trials", "warmup", "concurrency", "seed")
 CAPACITY_FIELDS = ("size", "batches", "deadline_s", "sizes")
@@ -34,7 +34,7 @@ class RunForm(Vertical):
                         for k in NUMBERS}  # fmt: skip
         self.capacity = {k: Input(id=f"cap-{k}", placeholder="-") for k in CAPACITY_FIELDS}
         self.pool = {k: Input(id=f"pool-{k}", placeholder="-") for k in POOL_FIELDS}
-        self.hosts = SelectionList[str](id="hosts")
+        self.hosts = CheckList(id="hosts")
         self.new_host = Input(placeholder="add ssh://user@host:port", id="add-host")
 
     def compose(self) -> ComposeResult:
