@@ -43,6 +43,14 @@ def rebuild(ev: dict[str, Any]) -> events.Event:
         return events.probe(**f)
     if t == "clock":
         return events.clock(**f)
+    if t == "programs":
+        return events.programs(**f)
+    if t == "noise":
+        built = events.noise(f.pop("host"), f)
+        assert built is not None
+        return built
+    if t == "image":
+        return events.image(**f)
     raise AssertionError(f"no builder for {t}")
 
 

@@ -5,6 +5,8 @@ the last digit, and a bad line gives the same one-line error.
 The expected documents in tests/data/report_expected/ were written by `rtax report FILE
 --format json` of the code before the columnar fold (main at 202c4eb), for the example
 recordings and for `hard_recording()` below; they change only with the report itself.
+Examples recorded after that (image-stage, load-local-stage) were written by the dict
+reader, after the scanner was seen to give the same document byte for byte.
 """
 
 from __future__ import annotations
