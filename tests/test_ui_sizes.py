@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from rich.console import Console
 
 from rtax_tui.model.recording import read_recording
 from rtax_tui.ui.app import RtaxApp, replay_screen
+from rtax_tui.ui.choicelists import CHECKED, UNCHECKED
 from rtax_tui.ui.compare import CompareScreen
 from rtax_tui.ui.histogram import ABOVE, BELOW, DOT, OTHER, draw
 from rtax_tui.ui.livestate import PhaseSamples
@@ -173,12 +175,13 @@ def test_launcher_fits(size, monkeypatch, tmp_path) -> None:
                   "hosts", "options", "run: t0"):  # fmt: skip
         assert title in text, title
     for drv in DRIVERS:  # every driver in the list, with its mark
-        rows = [ln.split(f"▌ {drv} ", 1)[1] for ln in text.splitlines() if f"▌ {drv} " in ln]
+        box = re.compile(rf"▐[{CHECKED}{UNCHECKED}]▌ {drv} (.*)")  # its box, then its row
+        rows = [m[1] for ln in text.splitlines() if (m := box.search(ln))]
         assert any("✓" in r or "✗" in r for r in rows), (drv, rows)  # the doctor's mark
     assert "docker gvisor libvirt local microvm stage swerex" in text  # the doctor's rows
     assert "scripts/start-podman" in text  # a reason's fix, whole
     for ch in ("exec", "shell"):
-        assert f"▌ {ch}" in text
+        assert re.search(rf"▐[{CHECKED}{UNCHECKED}]▌ {ch}", text), ch
     for profile in ("capacity-pvisor", "trajectory"):  # a name on one line
         assert f"  {profile} " in text
     assert not _cut_titles(text), _cut_titles(text)
