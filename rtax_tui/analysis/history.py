@@ -148,10 +148,9 @@ class Estimate:
         if not self.known:
             return "no earlier recording of these cells: no estimate"
         s = f"≈ {fmt_duration(self.seconds)}"
-        if self.unknown:
-            s += (
-                f" (+ {len(self.unknown)} of {len(self.known) + len(self.unknown)} cells never run)"
-            )
+        if self.unknown:  # they may well have run, in a recording no longer here
+            n, of = len(self.unknown), len(self.known) + len(self.unknown)
+            s += f" (not counting {n} of {of} cells: no earlier timing)"
         return s
 
 

@@ -289,7 +289,7 @@ class MonitorScreen(Screen[int]):
                 if self.mode == "run"
                 else ""
             )
-            self.progress_line.show(st, extra)
+            self.progress_line.show(st, extra, self.replay)
             if self.replay is not None:
                 self.position_line.show(self.replay, self.size.width)
 

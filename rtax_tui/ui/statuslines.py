@@ -101,8 +101,20 @@ class ProgressLine(Static):
     """Trials done of planned, failures, in flight, elapsed and left; `extra`: the
     engine's state (paused, stopping, its exit or its last words)."""
 
-    def show(self, st: LiveState, extra: str) -> None:
-        self.update(progress_text(st, extra))
+    def show(self, st: LiveState, extra: str, replay: ReplayFeed | None = None) -> None:
+        """A replay's time left is the rest of its recording (the position line's
+        figures) at its speed: the trial rate of its first second said `~20s left`
+        beside `0.95s / 118.43s`."""
+        left = st.eta_s() if replay is None else replay_left_s(replay)
+        self.update(progress_text(st, extra, left))
+
+
+def replay_left_s(feed: ReplayFeed) -> float | None:
+    """Seconds until a replay ends at its speed; None at max speed (no clock) or at
+    the end."""
+    if feed.speed is None or feed.done:
+        return None
+    return max(0, feed.end_t_ns - feed.t_ns) / 1e9 / feed.speed
 
 
 def engine_note(

@@ -348,16 +348,18 @@ class FailureLog(Static):
         self.update(t)
 
 
-def progress_text(state: LiveState, extra: str = "") -> Text:
+def progress_text(state: LiveState, extra: str = "", left_s: float | None = None) -> Text:
+    """Trials done, failures, in flight, the run's clock and `left_s` (what the screen
+    knows is left: a live run's estimate from its trials, a replay's rest of the
+    recording at its speed; None says nothing)."""
     t = Text()
     done, planned = state.ended, state.planned
     t.append(f"trials {done}/{planned or '?'}", style="bold")
     failed = sum(c.failed for c in state.cells.values())
     t.append(f"  failed {failed}", style="bold red" if failed else "")
     t.append(f"  in flight {state.in_flight}  elapsed {state.elapsed_s():.1f}s")
-    eta = state.eta_s()
-    if eta is not None:
-        t.append(f"  ~{eta:.0f}s left")
+    if left_s is not None:
+        t.append(f"  ~{left_s:.0f}s left")
     if state.status is not None:
         t.append(
             f"  run {state.status}", style="green" if state.status == "completed" else "yellow"
