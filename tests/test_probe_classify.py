@@ -20,6 +20,7 @@ from rtax_tui.model.checks import (
     HELD,
     NA,
     PROBE_FORMAT,
+    RESULTS,
 )
 from rtax_tui.model.probedoc import build_document, combine, matrix, summarize
 
@@ -355,7 +356,53 @@ def test_a_channel_that_does_not_promise_a_check_does_not_break_it() -> None:
     st = build_document(evs)["drivers"]["stage"]
     assert st["checks"]["reset_links"]["result"] == NA  # not measured everywhere
     assert st["summary"]["promised"] == 2
-    assert st["summary"]["broken_promises"] == ["root_home"]
+    # n/a on shell (it could not be measured there) breaks nothing; blocked on exec kept it
+    assert st["summary"]["broken_promises"] == []
+    assert "unchecked_promises" not in st["summary"]
+
+
+def test_a_promise_that_could_not_be_measured_is_na_not_broken(tmp_path) -> None:
+    """`no libvirt socket on the host` read `promises kept 34/35 (broken:
+    libvirt_socket)`, in the probe and in every run's report after it (the header
+    carries the last probe's summary). Now: neither kept nor broken, named as n/a."""
+    from rtax_tui.analysis.report import build_report
+    from rtax_tui.model.probedoc import honest_summary, summary_text
+    from rtax_tui.model.recording import Recording
+    from rtax_tui.render.reporting import boundary_line, print_probe, text_console
+
+    evs = [_ev("libvirt", ch, "libvirt_socket", NA, True) for ch in ("exec", "shell")] + [
+        _ev("libvirt", ch, "root_home", BLOCKED, True) for ch in ("exec", "shell")
+    ]
+    doc = build_document(evs)
+    s = doc["drivers"]["libvirt"]["summary"]
+    assert s["broken_promises"] == [] and s["unchecked_promises"] == ["libvirt_socket"]
+    assert summary_text(s).endswith("; promises kept 1/1 measured, 1 n/a (libvirt_socket)")
+    con = text_console(200)
+    print_probe(doc, con)
+    printed = con.export_text()
+    line = next(ln for ln in printed.splitlines() if ln.startswith("libvirt:"))
+    assert "broken" not in line and line.endswith("1 n/a (libvirt_socket)"), printed
+    # a summary stored by an older probe: read by today's rule wherever it is shown
+    old = {**{r: 0 for r in RESULTS}, "blocked": 1, "n/a": 1, "promised": 2,
+           "breached_checks": [], "broken_promises": ["libvirt_socket"]}  # fmt: skip
+    b = {"probed_at": "2026-12-01T00:00:00", "summary": old,
+         "checks": {"libvirt_socket": NA, "root_home": BLOCKED}}  # fmt: skip
+    assert honest_summary(old, b["checks"])["broken_promises"] == []
+    assert "broken" not in boundary_line("local/libvirt", b)
+    # a breach stays a breach, whatever the stored summary
+    assert honest_summary(old, {"libvirt_socket": BREACHED})["broken_promises"] == [
+        "libvirt_socket"
+    ]
+    # a run after that probe records its summary by today's rule
+    from rtax_tui.engine.probe import state
+
+    last = state.save({"local/libvirt": b}, tmp_path / "last.json")
+    assert state.boundary("local", "libvirt", last)["summary"]["broken_promises"] == []
+    header = {"type": "run", "format": "rtax/1", "run_id": "r", "t_ns": 0,
+              "hosts": {"local": {"drivers": {"libvirt": {"boundary": b}}}}}  # fmt: skip
+    rep = build_report(Recording("r.jsonl", header, []))
+    got = rep["run"]["boundaries"]["local/libvirt"]["summary"]
+    assert got["broken_promises"] == [] and got["unchecked_promises"] == ["libvirt_socket"]
 
 
 def test_summarize_counts_every_result() -> None:

@@ -374,12 +374,20 @@ def _driver_facts(hosts: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _boundaries(hosts: Any) -> dict[str, Any]:
-    """`host/driver` -> the boundary the header recorded (the last probe, or not probed)."""
-    return {
-        key: facts["boundary"]
-        for key, facts in _driver_facts(hosts)
-        if isinstance(facts.get("boundary"), dict)
-    }
+    """`host/driver` -> the boundary the header recorded (the last probe, or not probed),
+    its summary read by today's rule: a promise that was n/a is not broken
+    (`probedoc.honest_summary`; a recording made after an older probe says so)."""
+    from rtax_tui.model.probedoc import honest_summary
+
+    out: dict[str, Any] = {}
+    for key, facts in _driver_facts(hosts):
+        b = facts.get("boundary")
+        if not isinstance(b, dict):
+            continue
+        if isinstance(b.get("summary"), dict):
+            b = {**b, "summary": honest_summary(b["summary"], b.get("checks"))}
+        out[key] = b
+    return out
 
 
 def _clock_info(clocks: list[dict[str, Any]]) -> dict[str, Any]:

@@ -77,21 +77,35 @@ def build_document(events: Iterable[Mapping[str, Any]], **meta: Any) -> dict[str
     return {"format": PROBE_FORMAT, **meta, "drivers": drivers}
 
 
+def _promised_results(c: Mapping[str, Any]) -> list[str]:
+    """The results of the runs that promised a check (all, when none says)."""
+    runs = [r for r in c.get("runs") or [] if r.get("promised", True)]
+    return [r["result"] for r in runs] if runs else [c["result"]]
+
+
 def promise_broken(name: str, c: Mapping[str, Any]) -> bool:
-    """A check the driver promises that a run which promised it did not pass (a channel
-    that does not promise it, e.g. without an in-place reset, says n/a without breaking
-    it)."""
+    """A check the driver promises that a run which promised it measured and did not
+    pass (a channel that does not promise it, e.g. without an in-place reset, says n/a
+    without breaking it). A run that could not measure it (n/a: no libvirt socket on
+    the host, no python3 inside) broke nothing: `promise_unchecked` names it."""
     if not c.get("promised"):
         return False
-    runs = [r for r in c.get("runs") or [] if r.get("promised", True)]
-    results = [r["result"] for r in runs] if runs else [c["result"]]
-    return not all(passed(name, r) for r in results)
+    return not all(passed(name, r) for r in _promised_results(c) if r != NA)
+
+
+def promise_unchecked(c: Mapping[str, Any]) -> bool:
+    """A promised check that no run could measure: neither kept nor broken. An
+    environment can make a check n/a (delete python3), so it is named, never counted
+    as kept."""
+    return bool(c.get("promised")) and all(r == NA for r in _promised_results(c))
 
 
 def summarize(checks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Counts per result, the breached checks, and the promises kept and broken."""
+    """Counts per result, the breached checks, and the promises kept, broken and
+    unchecked (`unchecked_promises`, only when there are some: a summary of a host
+    where every promise was measured keeps its shape)."""
     counts = {r: 0 for r in RESULTS}
-    breached, broken, promised = [], [], 0
+    breached, broken, unchecked, promised = [], [], [], 0
     for name, c in checks.items():
         counts[c["result"]] = counts.get(c["result"], 0) + 1
         if c["result"] == BREACHED:
@@ -100,23 +114,48 @@ def summarize(checks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             promised += 1
             if promise_broken(name, c):
                 broken.append(name)
-    return {
+            elif promise_unchecked(c):
+                unchecked.append(name)
+    out = {
         **counts,
         "breached_checks": breached,
         "promised": promised,
         "broken_promises": broken,
     }
+    if unchecked:
+        out["unchecked_promises"] = unchecked
+    return out
+
+
+def honest_summary(s: Mapping[str, Any], results: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A stored summary (`~/.cache/rtax/probe/last.json`, a recording's header) read by
+    today's rule: a promise its `results` (check -> result) say was n/a is unchecked,
+    not broken, whatever the older summary counted (every run recorded after a probe
+    on a host without libvirt repeated `broken: libvirt_socket`)."""
+    out = dict(s)
+    broken = [str(n) for n in s.get("broken_promises") or []]
+    na = {n for n in broken if isinstance(results, Mapping) and results.get(n) == NA}
+    if na:
+        out["broken_promises"] = [n for n in broken if n not in na]
+        old = [str(n) for n in s.get("unchecked_promises") or []]
+        out["unchecked_promises"] = old + [n for n in broken if n in na and n not in old]
+    return out
 
 
 def summary_text(s: Mapping[str, Any]) -> str:
-    """`15 blocked, 3 held, 4 breached, 0 n/a; promises kept 18/22`."""
+    """`15 blocked, 3 held, 4 breached, 0 n/a; promises kept 18/22`; with promised
+    checks that could not be measured, `kept 34/34 measured, 1 n/a (libvirt_socket)`."""
     counts = ", ".join(f"{s.get(r, 0)} {r}" for r in RESULTS)
-    if s.get("promised"):
-        kept = int(s["promised"]) - len(s.get("broken_promises") or [])
-        counts += f"; promises kept {kept}/{s['promised']}"
-    else:
-        counts += "; promises nothing"
-    return counts
+    if not s.get("promised"):
+        return counts + "; promises nothing"
+    unchecked = [str(n) for n in s.get("unchecked_promises") or []]
+    measured = int(s["promised"]) - len(unchecked)
+    kept = measured - len(s.get("broken_promises") or [])
+    if not unchecked:
+        return counts + f"; promises kept {kept}/{measured}"
+    return counts + (
+        f"; promises kept {kept}/{measured} measured, {len(unchecked)} n/a ({', '.join(unchecked)})"
+    )
 
 
 def matrix(

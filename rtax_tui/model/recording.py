@@ -375,7 +375,7 @@ def _boundary_wrong(b: Any) -> str | None:
         v = summary.get(key)
         if v is not None and (type(v) is not int or v < 0):
             return f"summary.{key}: expected a count"
-    for key in ("breached_checks", "broken_promises"):
+    for key in ("breached_checks", "broken_promises", "unchecked_promises"):
         if not _str_list(summary.get(key)):
             return f"summary.{key}: expected a list of strings"
     return None

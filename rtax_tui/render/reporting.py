@@ -786,7 +786,8 @@ TERMINAL_KINDS: tuple[
 RESULT_STYLE = {"blocked": "green", "held": "green", "breached": "bold red", "n/a": "dim"}
 PROBE_LEGEND = (
     "blocked / held: the boundary kept (an escape refused / a guarantee held); breached: it "
-    "did not; n/a: not measurable here (see the evidence); (exec): only on that channel; "
+    "did not; n/a: not measurable here (see the evidence; a promise n/a is neither kept nor "
+    "broken); (exec): only on that channel; "
     "!: a check the driver promises, broken"
 )
 
@@ -865,12 +866,13 @@ def print_probe(doc: dict[str, Any], console: Console) -> None:
 
 def boundary_line(key: str, b: dict[str, Any]) -> str:
     """`local/stage: probed 2026-..: 12 blocked, ...` from a header's boundary entry."""
-    from rtax_tui.model.probedoc import summary_text
+    from rtax_tui.model.probedoc import honest_summary, summary_text
 
     if not b.get("summary"):
         return f"{key}: {b.get('status') or 'not probed'}"
-    line = f"{key}: probed {b.get('probed_at', '?')}: {summary_text(b['summary'])}"
-    breached = b["summary"].get("breached_checks") or []
+    summary = honest_summary(b["summary"], b.get("checks"))
+    line = f"{key}: probed {b.get('probed_at', '?')}: {summary_text(summary)}"
+    breached = summary.get("breached_checks") or []
     if breached:
         line += f"; breached: {', '.join(breached)}"
     return line
@@ -909,7 +911,10 @@ def _probe_summary_rows(doc: dict[str, Any]) -> list[list[str]]:
             breached = s.get("breached_checks") or []
             broken = set(s.get("broken_promises") or [])
             names = [md_code(n) + (" !" if n in broken else "") for n in breached]
-            kept = f"{int(s['promised']) - len(broken)}/{s['promised']}"
+            measured = int(s["promised"]) - len(s.get("unchecked_promises") or [])
+            kept = f"{measured - len(broken)}/{measured}"
+            if measured < int(s["promised"]):  # the rest could not be measured here
+                kept += f" ({int(s['promised']) - measured} n/a)"
             rows.append(
                 [Code(d), where, *(str(s.get(r, 0)) for r in RESULTS)]
                 + [kept if s.get("promised") else "none", Md(", ".join(names) or "none")]

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from rtax_tui.model.probedoc import build_document
+from rtax_tui.model.probedoc import build_document, honest_summary
 
 STATE_FORMAT = "rtax-probe-last/1"
 NOT_PROBED = {"status": "not probed"}
@@ -79,4 +79,8 @@ def save(entries: Mapping[str, Any], path: Path | None = None) -> Path:
 def boundary(host: str, driver: str, path: Path | None = None) -> dict[str, Any]:
     """What `rtax run` records for a host/driver: the last probe, or "not probed"."""
     e = load(path).get(f"{host}/{driver}")
-    return dict(e) if isinstance(e, dict) else dict(NOT_PROBED)
+    if not isinstance(e, dict):
+        return dict(NOT_PROBED)
+    if isinstance(e.get("summary"), dict):  # an older probe's: an n/a was a broken promise
+        return {**e, "summary": honest_summary(e["summary"], e.get("checks"))}
+    return dict(e)
