@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rtax_tui.analysis.pairing import cell_fields, pair_fields
 from rtax_tui.model.fold import TrialFold
 from rtax_tui.model.recording import read_recording
 
@@ -60,6 +61,8 @@ class RunSummary:
     # per cell: the mean wall time of its trials that ended (create to teardown)
     cell_trial_ns: dict[str, float] = field(default_factory=dict)
     error: str | None = None  # the file could not be read: why
+    # per cell: its host, driver, workload, channel and mode (`analysis.pairing`)
+    cell_fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -100,7 +103,19 @@ def _summarize(path: Path) -> RunSummary:
         status=str(end.get("status")) if end is not None else "incomplete",
         duration_s=last / 1e9,
         cell_trial_ns={c: statistics.fmean(v) for c, v in walls.items()},
+        cell_fields=cell_fields(rec.events),
     )
+
+
+def paired_cells(a: RunSummary, b: RunSummary) -> dict[str, str]:
+    """The cells of a that the console's compare would pair with cells of b (the rule
+    of `rtax compare --changed`), of those with a trial that ended in both runs: what
+    the picker asks before it offers b."""
+
+    def timed(r: RunSummary) -> dict[str, tuple[str, ...]]:
+        return {c: f for c, f in r.cell_fields.items() if c in r.cell_trial_ns}
+
+    return pair_fields(timed(a), timed(b), changed=True)
 
 
 _CACHE: dict[tuple[str, int, int], RunSummary] = {}

@@ -25,6 +25,7 @@ import numpy as np
 from rtax_tui.analysis.image_report import image_document
 from rtax_tui.analysis.load_report import load_document
 from rtax_tui.analysis.noise_report import Timeline, outliers, stability
+from rtax_tui.analysis.pairing import cell_fields, pair_fields
 from rtax_tui.analysis.pool_report import (
     STARTUP_NOTE,
     pool_document,
@@ -741,45 +742,10 @@ def _shaky(c: _Collect) -> dict[str, list[str]]:
     }
 
 
-CELL_FIELDS = ("host", "driver", "workload", "channel", "mode")  # mode: None when cold
-# what a changed-cell pair may differ in: never the workload (another program measured)
-CHANGEABLE = ("host", "driver", "channel", "mode")
-
-
 def pair_cells(rec_a: Recording, rec_b: Recording, changed: bool = False) -> dict[str, str]:
-    """The one pairing rule of `rtax compare` and the console's compare: cells of a
-    matched to cells of b that measure the same thing. A cell pairs with the cell of the
-    same host, driver, workload, channel and mode (its id). With `changed` (the user asks
-    to compare a rerun that changed one thing), a cell left unpaired also pairs with the
-    one unpaired cell of b that differs from it in exactly one of host, driver, channel
-    or mode, when no other cell could claim it; never across workloads (`local/t0` and
-    `local/mine` run different programs)."""
-
-    def cells(rec: Recording) -> dict[str, tuple[str, ...]]:
-        return {
-            str(ev["cell"]): tuple(str(ev.get(k)) for k in CELL_FIELDS)
-            for ev in rec.events
-            if ev.get("type") == "trial_start"
-        }
-
-    a, b = cells(rec_a), cells(rec_b)
-    pairs = {c: c for c in a if c in b}
-    if not changed:
-        return pairs
-    a_only = [c for c in a if c not in b]
-    b_only = [c for c in b if c not in a]
-    workload = CELL_FIELDS.index("workload")
-
-    def near(x: tuple[str, ...], y: tuple[str, ...]) -> bool:
-        if x[workload] != y[workload]:
-            return False
-        return sum(i != j for i, j in zip(x, y, strict=True)) == 1
-
-    for ca in a_only:
-        cands = [cb for cb in b_only if near(a[ca], b[cb])]
-        if len(cands) == 1 and sum(near(a[o], b[cands[0]]) for o in a_only) == 1:
-            pairs[ca] = cands[0]
-    return pairs
+    """The one pairing rule of `rtax compare` and the console's compare
+    (`analysis.pairing.pair_fields`) over two recordings' cells."""
+    return pair_fields(cell_fields(rec_a.events), cell_fields(rec_b.events), changed)
 
 
 def project_report(

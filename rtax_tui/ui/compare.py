@@ -17,6 +17,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
+from rtax_tui.model.events import one_line
 from rtax_tui.render.plaintext import styled
 from rtax_tui.ui.fit import FitFooter
 from rtax_tui.ui.histogram import fmt_ms
@@ -38,6 +39,7 @@ class CompareScreen(Screen[None]):
         with Vertical(id="main"):
             yield Static(styled(f"a: {self.path_a}\nb: {self.path_b}"), id="cmp-head")
             yield DataTable(id="cmp")
+            yield Static(id="cmp-empty")
             yield Static("reading both recordings…", id="cmp-note")
             yield Static(id="cmp-flags")
         yield Static(id="too-small")
@@ -49,11 +51,13 @@ class CompareScreen(Screen[None]):
         t = self.query_one("#cmp", DataTable)
         t.cursor_type = "row"
         t.zebra_stripes = True
+        self.query_one("#cmp-empty", Static).display = False
         self.load()
 
     @work(thread=True, exclusive=True)
     def load(self) -> None:
         from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT, judge, parse_min_effect
+        from rtax_tui.analysis.pairing import cell_fields
         from rtax_tui.analysis.report import compare_reports
         from rtax_tui.model.recording import read_recording
         from rtax_tui.render.noise_render import compare_unstable_lines
@@ -71,7 +75,20 @@ class CompareScreen(Screen[None]):
         except Exception as exc:  # a bad file: say which and why, stay usable
             self.app.call_from_thread(self._error, str(exc))
             return
+        if not cmp["rows"]:
+            why = no_pair_text(cmp, cell_fields(a.events), cell_fields(b.events))
+            self.app.call_from_thread(self._nothing, why)
+            return
         self.app.call_from_thread(self._show, cmp, flags)
+
+    def _nothing(self, why: Text) -> None:
+        """No pair: the reason where the table would be (an empty table with it only on
+        the status line read as "no difference"), as `rtax compare` refuses the pair."""
+        self.query_one("#cmp", DataTable).display = False
+        empty = self.query_one("#cmp-empty", Static)
+        empty.update(why)
+        empty.display = True
+        self.query_one("#cmp-note", Static).update(styled(("nothing compared", "bold red")))
 
     def _error(self, text: str) -> None:
         self.query_one("#cmp-note", Static).update(styled((f"cannot compare: {text}", "red")))
@@ -104,12 +121,7 @@ class CompareScreen(Screen[None]):
                 Text(f"[{lo:+.3f}, {hi:+.3f}]"),
                 f"{r['p_holm']:.3f}",
             )
-        note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows"
-        if not cmp["rows"]:
-            note = (
-                "no cell is in both recordings (cells match by host/driver/workload/channel, "
-                "or differ in one of them)"
-            )
+        note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows; {PAIRING}"
         self.query_one("#cmp-note", Static).update(styled(note))
         lines = [styled((glyph + " ", GLYPH_STYLE[glyph]), line) for glyph, line in flags]
         flagged = self.query_one("#cmp-flags", Static)
@@ -121,6 +133,28 @@ class CompareScreen(Screen[None]):
 
 
 GLYPH_STYLE = {UNSTABLE: "bold yellow", DIFFER: "bold magenta"}
+PAIRING = "cells paired as `rtax compare --changed` pairs them"
+CELLS_SHOWN = 6  # of each run, in the reason there is no pair
+
+
+def no_pair_text(
+    cmp: dict[str, Any], a: dict[str, tuple[str, ...]], b: dict[str, tuple[str, ...]]
+) -> Text:
+    """Why two runs give no row, in `rtax compare`'s words, with each run's cells (a
+    recording's text: escapes visible, one line each)."""
+
+    def cells(run: str, got: dict[str, tuple[str, ...]]) -> Text:
+        names = [one_line(c) for c in list(got)[:CELLS_SHOWN]]
+        more = f" … {len(got) - CELLS_SHOWN} more" if len(got) > CELLS_SHOWN else ""
+        return styled((f"  {run}: ", "bold"), ", ".join(names) or "no trial", more)
+
+    head = styled(
+        ("No cell with samples in both runs: nothing to compare.", "bold red"),
+        "\nCells pair when they have the same host, driver, workload, channel and mode, "
+        "or differ in one of host, driver, channel or mode (a rerun that changed one "
+        "thing); never across workloads, which run other programs.",
+    )
+    return Text("\n").join([head, cells(f"a ({cmp['a']})", a), cells(f"b ({cmp['b']})", b)])
 
 
 def row_name(r: dict[str, Any], cmp: dict[str, Any]) -> Text:

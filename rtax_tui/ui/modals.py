@@ -12,11 +12,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Input, Label, OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import DataTable, Input, Label, Static
 
-from rtax_tui.analysis.history import find_recordings
-from rtax_tui.model.events import visible
+from rtax_tui.analysis.history import RunSummary, display_path, history, paired_cells, summarize
+from rtax_tui.model.events import one_line, visible
 from rtax_tui.model.recording import Recording
 from rtax_tui.render.plaintext import styled
 
@@ -142,26 +141,96 @@ class Confirm(ModalScreen[bool]):
 
 
 class PickRecording(ModalScreen[str | None]):
+    """The recordings this one can be compared with: those with a cell the compare
+    screen pairs with one of its own (`history.paired_cells`, the rule of `rtax compare
+    --changed`), newest first, each with its start, profile and cells; the others are
+    counted, not offered (a picker of every file offered `local/t0` against
+    `local/mine`, which compare refuses). Read in a thread: many recordings never stall
+    the keys. A recording's name and profile are its writer's text: shown on one line,
+    escapes visible."""
+
     BINDINGS = [Binding("escape,q", "cancel", "cancel")]
 
     def __init__(self, exclude: str | None = None) -> None:
         super().__init__()
-        self.exclude = Path(exclude).resolve() if exclude else None
+        self.exclude = exclude
+        self.offered: list[str] = []
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
+        with Vertical(id="dialog", classes="wide"):
             yield Label("Compare with which recording? (enter: choose, escape: cancel)")
-            paths = [p for p in find_recordings() if p.resolve() != self.exclude]
-            if not paths:
-                yield Static("no other recording found under ./recordings")
-            yield OptionList(*(Option(str(p), id=str(p)) for p in paths), id="picks")
+            yield DataTable(id="picks", cursor_type="row", zebra_stripes=True)
+            yield Static("reading the recordings…", id="picks-note", classes="legend")
 
-    @on(OptionList.OptionSelected)
-    def _chosen(self, ev: OptionList.OptionSelected) -> None:
-        self.dismiss(ev.option.id)
+    def on_mount(self) -> None:
+        t = self.query_one("#picks", DataTable)
+        for col, w in PICK_COLUMNS:
+            t.add_column(col, key=col, width=w)
+        t.focus()
+        self.load()
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        me = summarize(self.exclude) if self.exclude else None
+        runs = [r for r in history() if r.error is None and not _same_file(r.path, self.exclude)]
+        offers = [(r, _pair_count(me, r)) for r in runs]
+        shown = [(r, n) for r, n in offers if n]
+        self.app.call_from_thread(self._show, shown, len(runs) - len(shown), me)
+
+    def _show(
+        self, shown: list[tuple[RunSummary, int]], hidden: int, me: RunSummary | None
+    ) -> None:
+        t = self.query_one("#picks", DataTable)
+        self.offered = [r.path for r, _ in shown]
+        for r, n in shown:
+            t.add_row(*_pick_row(r, n), key=r.path)
+        note = self.query_one("#picks-note", Static)
+        rule = "paired: its cells the compare pairs with this run's, as `rtax compare --changed`"
+        if me is not None and not me.cell_trial_ns:
+            note.update(Text("this run has no trial that ended yet: nothing to compare"))
+        elif not shown:
+            note.update(Text(f"no other recording shares a cell with this one ({rule})"))
+        else:
+            tail = f"; {hidden} more share no cell: not listed" if hidden else ""
+            note.update(Text(f"{len(shown)} recordings share a cell with this one ({rule}){tail}"))
+
+    @on(DataTable.RowSelected, "#picks")
+    def _chosen(self, ev: DataTable.RowSelected) -> None:
+        self.dismiss(str(ev.row_key.value))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+# the recording's path gets the rest of the wide dialog's 94 columns of content
+PICK_COLUMNS = (("started", 16), ("profile", 12), ("paired", 7), ("recording", 50))
+
+
+def _same_file(path: str, other: str | None) -> bool:
+    try:
+        return other is not None and Path(path).resolve() == Path(other).resolve()
+    except OSError:
+        return False
+
+
+def _pair_count(me: RunSummary | None, other: RunSummary) -> int:
+    """Cells of `other` the compare would pair with `me`'s (all its timed cells when
+    there is no `me`)."""
+    if me is None:
+        return len(other.cell_trial_ns)
+    return len(paired_cells(me, other))
+
+
+def _pick_row(r: RunSummary, paired: int) -> list[Text]:
+    """A recording as the picker lists it: when it started, its profile, `paired/all`
+    cells and its path, each one line with escapes visible."""
+    started = r.started_at[:16].replace("T", " ")
+    return [
+        Text(one_line(started)),
+        Text(one_line(r.profile)),
+        Text(f"{paired} of {len(r.cells)}"),
+        Text(one_line(display_path(r.path))),
+    ]
 
 
 class ProjectPanel(ModalScreen[None]):
