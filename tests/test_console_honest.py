@@ -166,3 +166,73 @@ async def test_the_picker_offers_only_recordings_compare_pairs_with_profile_time
         await pilot.press("enter")
         await _until(lambda: isinstance(app.screen, CompareScreen))
         assert app.screen.path_b in picker.offered
+
+
+# -- numbers in one style -------------------------------------------------------------------
+
+TIME = r"[+-]?\d[\d,]*(?:\.\d+)?(?:ns|µs|ms|s)"  # a time with its unit
+EXPONENT = re.compile(r"\d[eE][+-]?\d")
+
+
+def test_one_helper_formats_every_time_with_its_unit_and_no_exponent() -> None:
+    """Project printed `0.000168` and `6.2e-05` (seconds), compare `-2.5e-04` beside
+    `0.0631`; the console had its own fmt_ms beside the reports'."""
+    from rtax_tui.render import tables
+    from rtax_tui.ui import histogram
+
+    cases = {0.000168: "168ns", 0.0631: "63.1µs", 0.168: "168µs", 3.44: "3.44ms",
+             21.8: "21.8ms", 355.0: "355ms", 1234.5: "1.23s", 0.0: "0ms"}  # fmt: skip
+    for ms, want in cases.items():
+        assert tables.fmt_time(ms) == want
+    assert tables.fmt_time(26.418, signed=True) == "+26.4ms"
+    assert tables.fmt_time(-0.00025, signed=True) == "-250ns"
+    assert tables.fmt_interval(11.609, 40.066, signed=True) == "[+11.6ms, +40.1ms]"
+    assert tables.fmt_seconds(6.2e-05) == "62.0µs"
+    assert tables.fmt_ms(-2.5e-04) == "-0.00025" and tables.fmt_num(6.2e-05) == "0.000062"
+    assert not hasattr(histogram, "fmt_ms")  # one helper: the console's copy is gone
+
+
+def _rtax(*args: str) -> str:
+    res = subprocess.run(
+        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_project_and_compare_print_units_and_mark_intervals_from_few_samples() -> None:
+    """8 samples a cell: every interval marked `~` and the caption says why; every time
+    with its unit, no exponent, no 6-decimal seconds."""
+    proj = _rtax("project", str(T0))
+    assert not EXPONENT.search(proj) and "0.000168" not in proj, proj
+    row = next(ln for ln in proj.splitlines() if "local/local/t0/exec" in ln)
+    cells = [c.strip() for c in row.split("│")[2:7]]  # create, ready, action, teardown, per traj
+    assert all(re.fullmatch(TIME, c) for c in cells), cells
+    assert "~[" in row and "fewer than 10 samples" in " ".join(proj.split())
+    cmp = _rtax("compare", str(T0), str(MIXED))
+    assert not EXPONENT.search(cmp), cmp
+    row = next(ln for ln in cmp.splitlines() if "local/stage/t0/exec" in ln and "total" in ln)
+    a, b, diff, ci = (c.strip() for c in row.split("│")[3:7])
+    assert all(re.fullmatch(TIME, c) for c in (a, b, diff)), row
+    assert re.fullmatch(rf"~\[{TIME}, {TIME}\]", ci), ci
+
+
+@aio
+async def test_the_console_compare_shows_each_figure_with_its_unit(tmp_path: Path) -> None:
+    """It mixed `+26.418ms` with `[+11.609, +40.066]` (no unit): now the compare
+    screen's figures are `rtax compare`'s, a unit on each, a rough interval marked."""
+    app = RtaxApp(CompareScreen(str(T0), str(MIXED)))
+    async with app.run_test(size=(200, 50)) as pilot:
+        table = app.screen.query_one("#cmp", DataTable)
+        await _until(lambda: table.row_count > 0)
+        await pilot.pause(0.1)
+        heads = [str(c.label) for c in table.ordered_columns]
+        for i in range(table.row_count):
+            row = dict(zip(heads, (str(c) for c in table.get_row_at(i)), strict=True))
+            for col in ("a P50", "b P50", "b − a"):
+                assert re.fullmatch(TIME, row[col]), (col, row)
+            assert re.fullmatch(rf"~?\[{TIME}, {TIME}\]", row["95% CI"]), row
+        note = str(app.screen.query_one("#cmp-note", Static).render())
+        assert "fewer than 10 samples" in note
+        assert not any(EXPONENT.search(ln) for ln in screen_lines(app))
+        await pilot.press("q")

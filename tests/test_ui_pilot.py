@@ -11,6 +11,7 @@ import orjson
 
 from rtax_tui.analysis.report import build_report, project_report
 from rtax_tui.model.recording import read_recording
+from rtax_tui.render.tables import fmt_num
 from rtax_tui.ui.app import RtaxApp, replay_screen
 from rtax_tui.ui.compare import CompareScreen
 from rtax_tui.ui.feeds import engine_argv
@@ -134,13 +135,13 @@ async def test_project_panel_recomputes_when_its_inputs_change() -> None:
         want = project_report(read_recording(T0), 1_000_000, 150)
         rows = {str(table.get_row_at(i)[0]): table.get_row_at(i) for i in range(4)}
         for c in want["cells"]:
-            assert rows[c["cell"]][2] == f"{c['worker_hours']:,.0f}"
+            assert rows[c["cell"]][2] == fmt_num(c["worker_hours"])
         steps = panel.query_one("#s")
         steps.value = "10"
         await pilot.pause(0.5)
         want10 = project_report(read_recording(T0), 1_000_000, 10)
         await _until(
-            lambda: str(table.get_row_at(0)[2]) == f"{want10['cells'][0]['worker_hours']:,.0f}"
+            lambda: str(table.get_row_at(0)[2]) == fmt_num(want10["cells"][0]["worker_hours"])
         )
         steps.value = "ten"
         await pilot.pause(0.2)
@@ -179,9 +180,9 @@ async def test_compare_screen_says_b_is_slower(tmp_path: Path) -> None:
         col = [str(c.label) for c in table.ordered_columns].index
         # b is 3x slower: beyond the practical threshold, significant after Holm
         assert by[("local/stage/t0/exec", "total")][col("b is")] == "slower"
-        assert by[("local/stage/t0/exec", "total")][col("b/a")] == "3.00"
+        assert by[("local/stage/t0/exec", "total")][col("b/a")] == "3.00×"
         assert by[("local/local/t0/exec", "total")][col("b is")] == "same"  # untouched cell
-        assert by[("local/local/t0/exec", "total")][col("b − a")] == "+0.000ms"
+        assert by[("local/local/t0/exec", "total")][col("b − a")] == "0ms"
         await pilot.press("q")
     assert app.return_code == 0
 

@@ -700,7 +700,7 @@ def compare_reports(
             a, b = ca.samples[p], cb.samples[p]
             if a.size == 0 or b.size == 0:
                 continue
-            rows.append({"cell": name, "phase": p, **diff(a, b)})
+            rows.append({"cell": name, "phase": p, **diff(a, b), "n_a": a.size, "n_b": b.size})
         if (ca.pooled or cb.pooled) and ca.startup.size and cb.startup.size:
             # cold against pooled: start-up is create + ready on one side, acquire on the other
             rows.append(
@@ -709,6 +709,8 @@ def compare_reports(
                     "phase": "startup",
                     "note": STARTUP_NOTE,
                     **diff(ca.startup, cb.startup),
+                    "n_a": ca.startup.size,
+                    "n_b": cb.startup.size,
                 }
             )
         for row in rows[first:] if differ else ():

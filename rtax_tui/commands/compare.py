@@ -8,7 +8,13 @@ import sys
 from rtax_tui.analysis.gates import DEFAULT_MIN_EFFECT, judge, parse_min_effect, regressions
 from rtax_tui.commands import output
 from rtax_tui.commands.command import Command
-from rtax_tui.commands.gating import append_summary, compare_junit, refuse_inputs, write_junit
+from rtax_tui.commands.gating import (
+    append_summary,
+    change_text,
+    compare_junit,
+    refuse_inputs,
+    write_junit,
+)
 from rtax_tui.model.recording import read_recording
 from rtax_tui.model.spec import RtaxError
 
@@ -83,11 +89,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     worse = regressions(cmp)
     if args.fail_on == "regression" and worse:
         for r in worse:
-            print(
-                f"regression: {r['cell']} {r['phase']}: {r['a_p50_ms']:.3f}ms -> "
-                f"{r['b_p50_ms']:.3f}ms ({r['diff_ms']:+.3f}ms, p Holm {r['p_holm']:.3g})",
-                file=sys.stderr,
-            )
+            print(f"regression: {r['cell']} {r['phase']}: {change_text(r)}", file=sys.stderr)
         return 1
     return 0
 

@@ -21,7 +21,7 @@ from rtax_tui.model.events import one_line, visible
 from rtax_tui.model.inputs import same_file
 from rtax_tui.model.paths import atomic_write, path_error
 from rtax_tui.model.spec import RtaxError
-from rtax_tui.render.tables import md_escape
+from rtax_tui.render.tables import fmt_time, md_escape
 
 
 def parse_thresholds(resolved: Any, cli: Sequence[str]) -> list[Threshold]:
@@ -142,13 +142,19 @@ def gates_junit(results: Sequence[Any]) -> str:
     return junit_xml("rtax thresholds", cases)
 
 
+def change_text(r: Mapping[str, Any]) -> str:
+    """A compared row's change in the one style of the tables (`render.tables`):
+    `4.48ms -> 13.6ms (+9.14ms, p Holm 0.012)`."""
+    return (
+        f"{fmt_time(r['a_p50_ms'])} -> {fmt_time(r['b_p50_ms'])} "
+        f"({fmt_time(r['diff_ms'], signed=True)}, p Holm {r['p_holm']:.3f})"
+    )
+
+
 def compare_junit(cmp: Mapping[str, Any]) -> str:
     cases = []
     for r in cmp["rows"]:
-        line = (
-            f"{r['cell']} {r['phase']}: {r['a_p50_ms']:.3f}ms -> {r['b_p50_ms']:.3f}ms "
-            f"({r['diff_ms']:+.3f}ms, p Holm {r['p_holm']:.3g}): {r['verdict']}"
-        )
+        line = f"{r['cell']} {r['phase']}: {change_text(r)}: {r['verdict']}"
         cases.append(
             (f"{r['cell']} {r['phase']}", line, line if r["verdict"] == "slower" else None)
         )

@@ -15,12 +15,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rtax_tui.analysis.noise_report import FEW
 from rtax_tui.model.events import visible
 from rtax_tui.model.fidelity import not_representative
 from rtax_tui.model.programs import cell_mark, differing_pairs
 from rtax_tui.render.image_render import image_markdown, render_image
 from rtax_tui.render.load_render import load_markdown, render_load
 from rtax_tui.render.noise_render import (
+    ROUGH,
     ROUGH_NOTE,
     any_rough,
     compare_unstable_lines,
@@ -30,7 +32,18 @@ from rtax_tui.render.noise_render import (
 )
 from rtax_tui.render.plaintext import styled
 from rtax_tui.render.pool_render import pools_markdown, render_pools
-from rtax_tui.render.tables import Code, Md, fmt_ms, md_code, md_escape
+from rtax_tui.render.tables import (
+    Code,
+    Md,
+    fmt_interval,
+    fmt_ms,
+    fmt_num,
+    fmt_ratio,
+    fmt_seconds,
+    fmt_time,
+    md_code,
+    md_escape,
+)
 from rtax_tui.render.tables import md_table as _md_table
 from rtax_tui.render.traj_render import (
     REPLAY_HEADERS,
@@ -429,19 +442,35 @@ def render_csv(report: Mapping[str, Any]) -> str:
 COMPARE_HEADS = ("cell", "phase", "a P50", "b P50", "diff", "95% CI", "ratio", "p Holm", "b is")
 
 
-def _compare_row(r: Mapping[str, Any]) -> list[str]:
+def rough_pair(r: Mapping[str, Any]) -> str:
+    """ROUGH when either side of a compared row has 1..FEW-1 samples (its interval is
+    rough); a row of an older comparison, without counts, is not marked."""
+    ns = [int(r[k]) for k in ("n_a", "n_b") if isinstance(r.get(k), int)]
+    return ROUGH if any(0 < n < FEW for n in ns) else ""
+
+
+def compare_figures(r: Mapping[str, Any]) -> dict[str, str]:
+    """A compared row's figures by column (COMPARE_HEADS but the cell), in the one
+    style of `render.tables` (a unit on every time, no exponent, a rough interval
+    marked): what `rtax compare` prints and the console's compare shows."""
     p = r.get("p_holm")
-    return [
-        r["cell"] + (" (programs differ)" if r.get("programs_differ") else ""),
-        r["phase"],
-        fmt_ms(r["a_p50_ms"]),
-        fmt_ms(r["b_p50_ms"]),
-        fmt_ms(r["diff_ms"]),
-        _fmt_ci(r["ci95_ms"]),
-        _fmt_ratio(r["ratio"]),
-        "-" if p is None else f"{p:.3f}",
-        str(r.get("verdict", r["faster"])),
-    ]
+    lo, hi = r["ci95_ms"]
+    return {
+        "phase": str(r["phase"]),
+        "a P50": fmt_time(r["a_p50_ms"]),
+        "b P50": fmt_time(r["b_p50_ms"]),
+        "diff": fmt_time(r["diff_ms"], signed=True),
+        "95% CI": rough_pair(r) + fmt_interval(lo, hi, signed=True),
+        "ratio": fmt_ratio(r["ratio"]),
+        "p Holm": "-" if p is None else f"{p:.3f}",
+        "b is": str(r.get("verdict", r["faster"])),
+    }
+
+
+def _compare_row(r: Mapping[str, Any]) -> list[str]:
+    figures = compare_figures(r)
+    cell = r["cell"] + (" (programs differ)" if r.get("programs_differ") else "")
+    return [cell, *(figures[h] for h in COMPARE_HEADS[1:])]
 
 
 def compare_caption(cmp: Mapping[str, Any]) -> str:
@@ -452,11 +481,12 @@ def compare_caption(cmp: Mapping[str, Any]) -> str:
         if cmp.get("pairing") == "changed"
         else "cells paired by id (same host/driver/workload/channel/mode)"
     )
+    rough = any(rough_pair(r) for r in cmp.get("rows") or [])
     return (
         f"{pairing}; p: two-sided bootstrap, {cmp.get('correction', 'uncorrected')}; "
         f"a difference under {eff.get('rel', 0) * 100:g}% of a's P50 or under "
         f"{eff.get('ms', 0):g}ms is `same` whatever its p; `unclear`: large enough but not "
-        "significant after the correction"
+        "significant after the correction" + (f"; {ROUGH_NOTE}" if rough else "")
     )
 
 
@@ -495,12 +525,30 @@ def compare_markdown(cmp: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _fmt_num(v: float | None, digits: int = 3) -> str:
-    if v is None:
-        return "-"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}g}"
+PROJECT_PHASES = ("image", "create", "ready", "action", "teardown")
+
+
+def project_rough(c: Mapping[str, Any]) -> str:
+    """ROUGH when a projected cell's medians rest on 1..FEW-1 samples (its interval was
+    given from 3 samples with no word on it)."""
+    ns = [int(i.get("n") or 0) for i in (c.get("inputs") or {}).values() if isinstance(i, dict)]
+    return ROUGH if any(0 < n < FEW for n in ns) else ""
+
+
+def project_figures(c: Mapping[str, Any]) -> dict[str, str]:
+    """A projected cell's figures by column, in the one style of `render.tables`: each
+    phase's P50 and the time per trajectory with its unit, worker-hours without an
+    exponent, a rough interval marked; what `rtax project` prints and the console's
+    project panel shows."""
+    inp = c["inputs"]
+    lo, hi = c["ci95"]
+    out = {p: fmt_seconds((inp.get(p) or {}).get("p50_s")) for p in PROJECT_PHASES}
+    out["per traj"] = fmt_seconds(c["per_trajectory_s"])
+    out["worker-h"] = fmt_num(c["worker_hours"])
+    out["95% CI"] = "-" if lo is None else f"{project_rough(c)}[{fmt_num(lo)}, {fmt_num(hi)}]"
+    out["pool idle env-h"] = fmt_num(c.get("pool_idle_env_hours"))
+    out["pool idle GiB-h"] = fmt_num(c.get("pool_idle_gib_hours"))
+    return out
 
 
 def render_project(proj: dict[str, Any]) -> Table:
@@ -516,36 +564,24 @@ def render_project(proj: dict[str, Any]) -> Table:
         s = f"{s} steps"
     table = Table(title=f"rtax project: {n:,} trajectories x {s}")
     imaged = any("image" in c["inputs"] for c in proj["cells"])  # a run with image modes
-    heads = ["cell", *(["image s"] if imaged else []), "create s", "ready s", "action s",
-             "teardown s", "per traj s", "worker-h"]  # fmt: skip
-    for h in heads:
-        table.add_column(h, justify="left" if h == "cell" else "right")
-    table.add_column("95% CI", justify="right")
+    heads = ["cell", *PROJECT_PHASES[0 if imaged else 1 :], "per traj", "worker-h", "95% CI"]
     pooled = any("pool_idle_env_hours" in c for c in proj["cells"])
     if pooled:  # what a warm pool held idle: capacity, beside the worker-hours
-        table.add_column("pool idle env-h", justify="right")
-        table.add_column("pool idle GiB-h", justify="right")
-        table.caption = (
+        heads += ["pool idle env-h", "pool idle GiB-h"]
+    for h in heads:
+        table.add_column(h, justify="left" if h == "cell" else "right")
+    notes = ["P50s of the measured trials; worker-h and its 95% interval in hours"]
+    if pooled:
+        notes.append(
             "pooled cells: worker-h includes the pool's own work; its idle environments "
             "(env-h) and their memory (GiB-h) are capacity held, shown beside"
         )
+    if any(project_rough(c) for c in proj["cells"]):
+        notes.append(ROUGH_NOTE)
+    table.caption = "; ".join(notes)
     for c in proj["cells"]:
-        inp = c["inputs"]
-        lo, hi = c["ci95"]
-        row = [
-            cell_name(c),
-            *([_fmt_num((inp.get("image") or {}).get("p50_s"))] if imaged else []),
-            _fmt_num(inp["create"]["p50_s"]),
-            _fmt_num(inp["ready"]["p50_s"]),
-            _fmt_num(inp["action"]["p50_s"]),
-            _fmt_num(inp["teardown"]["p50_s"]),
-            _fmt_num(c["per_trajectory_s"]),
-            _fmt_num(c["worker_hours"]),
-            "-" if lo is None else f"[{_fmt_num(lo)}, {_fmt_num(hi)}]",
-        ]
-        if pooled:
-            row += [_fmt_num(c.get("pool_idle_env_hours")), _fmt_num(c.get("pool_idle_gib_hours"))]
-        table.add_row(*row)
+        figures = project_figures(c)
+        table.add_row(cell_name(c), *(figures[h] for h in heads[1:]))
     return table
 
 

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from rtax_tui.model.events import one_line
 
 
 def fmt_ms(v: float | None) -> str:
-    """About 3 significant digits, never in exponent notation; "-" for None."""
+    """A time in ms where the table says the unit: about 3 significant digits, never in
+    exponent notation (`2.5e-04` beside `0.0631` read as another kind of number); "-"
+    for None."""
     if v is None:
         return "-"
+    return _sig3(v)
+
+
+def _sig3(v: float) -> str:
+    """About 3 significant digits, thousands separated, never an exponent."""
     a = abs(v)
     if a >= 100:
         return f"{v:,.0f}"
@@ -22,7 +30,50 @@ def fmt_ms(v: float | None) -> str:
         return "0"
     if a >= 0.001:
         return f"{v:.3g}"
-    return f"{v:.1e}"
+    digits = 2 - math.floor(math.log10(a))
+    return f"{v:.{digits}f}".rstrip("0")
+
+
+# a time's unit by its size: the first whose threshold (in ms) it reaches
+_UNITS = ((1000.0, "s"), (1.0, "ms"), (0.001, "µs"), (0.0, "ns"))
+
+
+def fmt_time(ms: float | None, signed: bool = False) -> str:
+    """A time with its unit, the one style of every figure the console and the compare
+    and project tables show: `168µs`, `3.44ms`, `21.8ms`, `1.25s`, `+26.4ms` (`signed`:
+    a difference); about 3 significant digits, never an exponent; "-" for None."""
+    if ms is None:
+        return "-"
+    a = abs(ms)
+    limit, unit = next((lim, u) for lim, u in _UNITS if a >= lim)
+    scale = {"s": 1e-3, "ms": 1.0, "µs": 1e3, "ns": 1e6}[unit]
+    text = "0" if a == 0 else _sig3(ms * scale)
+    if a == 0:
+        unit = "ms"
+    return ("+" if signed and ms > 0 else "") + text + unit
+
+
+def fmt_seconds(s: float | None, signed: bool = False) -> str:
+    """`fmt_time` of a figure kept in seconds (the projection's)."""
+    return fmt_time(None if s is None else s * 1000.0, signed)
+
+
+def fmt_interval(lo: float | None, hi: float | None, signed: bool = False) -> str:
+    """A 95% interval of times, each end with its unit: `[+11.6ms, +40.1ms]`."""
+    if lo is None or hi is None:
+        return "-"
+    return f"[{fmt_time(lo, signed)}, {fmt_time(hi, signed)}]"
+
+
+def fmt_num(v: float | None) -> str:
+    """A count or a quantity whose unit the column names (worker-hours): about 3
+    significant digits, never an exponent; "-" for None."""
+    return "-" if v is None else _sig3(v)
+
+
+def fmt_ratio(r: float | None) -> str:
+    """b over a: `1.43×`."""
+    return "-" if r is None else f"{r:.2f}×"
 
 
 # Every ASCII character that can open markup in CommonMark, GFM or the HTML GitHub keeps

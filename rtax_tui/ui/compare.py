@@ -18,9 +18,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from rtax_tui.model.events import one_line
+from rtax_tui.render.noise_render import ROUGH_NOTE
 from rtax_tui.render.plaintext import styled
+from rtax_tui.render.reporting import compare_figures, rough_pair
 from rtax_tui.ui.fit import FitFooter
-from rtax_tui.ui.histogram import fmt_ms
 from rtax_tui.ui.widgets import DIFFER, UNSTABLE
 
 
@@ -102,26 +103,27 @@ class CompareScreen(Screen[None]):
         # the verdict before the interval and p: on a terminal 100 wide they are what
         # is cut (scrolled to), not the answer
         for col, w in (("cell", cell_w), ("phase", 13), ("a P50", 8), ("b P50", 8),
-                       ("b − a", 10), ("b is", 7), ("b/a", 5), ("95% CI", 18),
+                       ("b − a", 9), ("b is", 7), ("b/a", 6), ("95% CI", 19),
                        ("p Holm", 6)):  # fmt: skip
             t.add_column(col, key=col, width=w)
         for r, name in zip(cmp["rows"], names, strict=True):
-            lo, hi = r["ci95_ms"]
-            verdict = r["verdict"]
-            style = {"faster": "bold green", "slower": "bold red"}.get(verdict, "")
-            ratio = r["ratio"]
+            # the figures of `rtax compare`, in its one style (units, no exponent, ~)
+            f = compare_figures(r)
+            style = {"faster": "bold green", "slower": "bold red"}.get(f["b is"], "")
             t.add_row(
                 name,
-                styled(r["phase"]),
-                fmt_ms(r["a_p50_ms"]),
-                fmt_ms(r["b_p50_ms"]),
-                f"{r['diff_ms']:+.3f}ms",
-                Text(verdict, style=style),
-                "-" if ratio is None else f"{ratio:.2f}",
-                Text(f"[{lo:+.3f}, {hi:+.3f}]"),
-                f"{r['p_holm']:.3f}",
+                styled(f["phase"]),
+                f["a P50"],
+                f["b P50"],
+                f["diff"],
+                Text(f["b is"], style=style),
+                f["ratio"],
+                Text(f["95% CI"]),
+                f["p Holm"],
             )
         note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows; {PAIRING}"
+        if any(rough_pair(r) for r in cmp["rows"]):
+            note += f"; {ROUGH_NOTE}"
         self.query_one("#cmp-note", Static).update(styled(note))
         lines = [styled((glyph + " ", GLYPH_STYLE[glyph]), line) for glyph, line in flags]
         flagged = self.query_one("#cmp-flags", Static)

@@ -16,19 +16,10 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widget import Widget
 
+from rtax_tui.render.tables import fmt_time
 from rtax_tui.ui.livestate import BIN_LO_NS, BINS_PER_DECADE, N_BINS, bin_edges_ns
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
-
-
-def fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    if ms < 1:
-        return f"{ms * 1000:.0f}µs" if ms < 0.01 else f"{ms:.3f}ms"
-    if ms < 1000:
-        return f"{ms:.3g}ms" if ms < 100 else f"{ms:.0f}ms"
-    return f"{ms / 1000:.3g}s"
 
 
 def _pos_of_ns(ns: float) -> float:
@@ -170,7 +161,7 @@ def draw(
         style = "bold green" if i == p50c else "yellow" if i == p95c else "magenta"
         out.append(ch, style=style if ch != " " else "")
     out.append("\n")
-    left, right = fmt_ms(lay.vmin / 1e6), fmt_ms(lay.vmax / 1e6)
+    left, right = fmt_time(lay.vmin / 1e6), fmt_time(lay.vmax / 1e6)
     mid = f"{'log' if log else 'lin'}"
     gap = max(1, width - len(left) - len(right) - len(mid))
     axis = left + " " * (gap // 2) + mid + " " * (gap - gap // 2) + right

@@ -6,8 +6,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Grid, Vertical
 
+from rtax_tui.render.tables import fmt_time
 from rtax_tui.ui.fit import border_room, fit_title
-from rtax_tui.ui.histogram import STRIP_UNDER, Histogram, fmt_ms
+from rtax_tui.ui.histogram import STRIP_UNDER, Histogram
 from rtax_tui.ui.livestate import LiveState
 from rtax_tui.ui.widgets import BarrierView, FailureLog
 
@@ -17,7 +18,7 @@ HIST_PHASES = ("create", "ready", "action", "teardown", "total")
 def hist_title(phase: str, p50: float | None, p95: float | None, n: int, width: int) -> str:
     """A histogram's title, whole in its box `width` wide: the longest that fits of
     phase, P50, P95 and n (`create P50 12ms P95 13.7ms n=2` down to `create`)."""
-    a, b = fmt_ms(p50), fmt_ms(p95)
+    a, b = fmt_time(p50), fmt_time(p95)
     return fit_title(
         (
             f"{phase}  P50 {a}  P95 {b}  n={n}",

@@ -17,7 +17,9 @@ from textual.widgets import DataTable, Input, Label, Static
 from rtax_tui.analysis.history import RunSummary, display_path, history, paired_cells, summarize
 from rtax_tui.model.events import one_line, visible
 from rtax_tui.model.recording import Recording
+from rtax_tui.render.noise_render import ROUGH_NOTE
 from rtax_tui.render.plaintext import styled
+from rtax_tui.render.reporting import project_figures, project_rough
 
 LEGEND = (
     "Histograms: the selected cell's samples in log-spaced bins; ▲ green P50, ▲ yellow P95, "
@@ -254,13 +256,13 @@ class ProjectPanel(ModalScreen[None]):
                 yield Input(str(self.steps), id="s", type="integer")
             yield DataTable(id="proj")
             yield Static("", id="proj-note")
-            yield Static("[dim]medians of this recording's measured trials; escape: close[/dim]")
+            yield Static(PROJECT_LEGEND, id="proj-legend", classes="legend")
 
     def on_mount(self) -> None:
         t = self.query_one("#proj", DataTable)
         cells = {e["cell"] for e in self.rec.events if e.get("type") == "trial_start"}
         cell_w = max([4, *(len(c) for c in cells)])
-        for col, w in (("cell", cell_w), ("per traj s", 10), ("worker-hours", 14), ("95% CI", 24)):
+        for col, w in (("cell", cell_w), ("per traj", 10), ("worker-hours", 14), ("95% CI", 24)):
             t.add_column(col, key=col, width=w)  # fixed: auto widths drew row 1 too narrow
         self.compute(self.trajectories, self.steps)
 
@@ -288,16 +290,20 @@ class ProjectPanel(ModalScreen[None]):
     def _show(self, proj: dict[str, Any]) -> None:
         t = self.query_one("#proj", DataTable)
         t.clear()
-        for c in proj["cells"]:
-            wh = c["worker_hours"]
-            lo, hi = c["ci95"]
-            per = c["per_trajectory_s"]
-            t.add_row(
-                styled(c["cell"]),
-                "-" if per is None else f"{per:.3g}",
-                "-" if wh is None else f"{wh:,.0f}",
-                "-" if lo is None else f"{lo:,.0f} – {hi:,.0f}",
-            )
+        for c in proj["cells"]:  # the figures of `rtax project`, in its one style
+            f = project_figures(c)
+            t.add_row(styled(c["cell"]), f["per traj"], f["worker-h"], f["95% CI"])
+        rough = any(project_rough(c) for c in proj["cells"])
+        self.query_one("#proj-legend", Static).update(
+            PROJECT_LEGEND + (ROUGH_LINE if rough else "")
+        )
+
+
+PROJECT_LEGEND = (
+    "medians of this recording's measured trials; worker-hours and its 95% interval in "
+    "hours; escape: close"
+)
+ROUGH_LINE = "\n" + ROUGH_NOTE
 
 
 RESULT_STYLES = {"blocked": "green", "held": "green", "breached": "bold red", "n/a": "dim"}

@@ -14,7 +14,7 @@ from rtax_tui.model.fidelity import FIDELITY_MIN
 from rtax_tui.model.fold import SizeFold
 from rtax_tui.render.noise_render import ROUGH
 from rtax_tui.render.plaintext import styled
-from rtax_tui.ui.histogram import fmt_ms
+from rtax_tui.render.tables import fmt_time
 from rtax_tui.ui.livestate import LiveState
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
@@ -176,14 +176,14 @@ class CellTable(DataTable[str | Text]):
         mark = ROUGH if 0 < ps.n < FEW else ""
         if q in ("50", "95"):
             p50, p95 = ps.percentiles_ms(exact=exact)
-            return mark + fmt_ms(p50 if q == "50" else p95)
+            return mark + fmt_time(p50 if q == "50" else p95)
         tail = ps.tail(exact=exact)
         if tail is None:
             return "-"
         if q == "99":
-            return mark + fmt_ms(tail.p99_ms)
+            return mark + fmt_time(tail.p99_ms)
         if q == "ci":
-            return mark + f"{fmt_ms(tail.ci_lo_ms)}–{fmt_ms(tail.ci_hi_ms)}"
+            return mark + f"{fmt_time(tail.ci_lo_ms)}–{fmt_time(tail.ci_hi_ms)}"
         return Text(str(tail.outliers), style="yellow" if tail.outliers else "")
 
     def reset(self) -> None:
