@@ -236,3 +236,48 @@ async def test_the_console_compare_shows_each_figure_with_its_unit(tmp_path: Pat
         assert "fewer than 10 samples" in note
         assert not any(EXPONENT.search(ln) for ln in screen_lines(app))
         await pilot.press("q")
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+@aio
+async def test_q_leaves_every_screen_the_replay_opens(here) -> None:
+    """`q` from the picker, the project and boundary panels, the compare screen and the
+    history's report: each back to the screen before; then from the replay, the end."""
+    from rtax_tui.ui.history import HistoryScreen, ReportPanel
+    from rtax_tui.ui.modals import BoundaryPanel, ProjectPanel
+
+    _variant(T0, here / "recordings" / "again.jsonl")
+    app = RtaxApp(replay_screen(str(T0), None))
+    async with app.run_test(size=SIZE) as pilot:
+        replay = app.screen
+        await _until(lambda: replay.ended)
+        for key, cls in (("c", PickRecording), ("p", ProjectPanel), ("b", BoundaryPanel)):
+            await pilot.press(key)
+            await _until(lambda cls=cls: isinstance(app.screen, cls))
+            await pilot.pause(0.2)
+            if cls is ProjectPanel:  # its field (focused) still takes digits; q leaves
+                await pilot.press("end", "5")
+                assert app.focused is not None and app.focused.value.endswith("5")
+            await pilot.press("q")
+            await _until(lambda: app.screen is replay)
+        await pilot.press("c")
+        await _until(lambda: isinstance(app.screen, PickRecording))
+        await _until(lambda: bool(app.screen.offered))
+        await pilot.press("enter")
+        await _until(lambda: isinstance(app.screen, CompareScreen))
+        await pilot.press("q")
+        await _until(lambda: app.screen is replay)
+        await pilot.press("h")
+        await _until(lambda: isinstance(app.screen, HistoryScreen))
+        await _until(lambda: app.screen.query_one("#runs", DataTable).row_count > 0)
+        await pilot.press("r")
+        await _until(lambda: isinstance(app.screen, ReportPanel))
+        await pilot.press("q")
+        await _until(lambda: isinstance(app.screen, HistoryScreen))
+        await pilot.press("q")
+        await _until(lambda: app.screen is replay)
+        await pilot.press("q")
+        await _until(lambda: not app.is_running)
+    assert app.return_code == 0

@@ -235,10 +235,24 @@ def _pick_row(r: RunSummary, paired: int) -> list[Text]:
     ]
 
 
+class WholeNumber(Input):
+    """A field of whole numbers that claims only the keys it can type: an Input claims
+    every printable key, so `q` in the project panel's field was swallowed (nothing
+    typed, the panel stayed) where every other screen leaves."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        return character is not None and (character.isdigit() or character in "+-")
+
+
 class ProjectPanel(ModalScreen[None]):
     """Worker-hours per cell for N trajectories of S steps; inputs editable in place."""
 
-    BINDINGS = [Binding("escape,q", "dismiss", "close")]  # q in a field: typed (an integer)
+    # its fields take whole numbers only (`WholeNumber`): `q` leaves from them too,
+    # before the field sees it (priority)
+    BINDINGS = [
+        Binding("escape", "dismiss", "close"),
+        Binding("q", "dismiss", "close", priority=True),
+    ]
 
     def __init__(self, rec: Recording, trajectories: int = 1_000_000, steps: int = 150) -> None:
         super().__init__()
@@ -251,9 +265,9 @@ class ProjectPanel(ModalScreen[None]):
             yield Label("Project: worker-hours = N × (create + ready + teardown + S × action)")
             with Horizontal(id="inputs"):
                 yield Label("trajectories N ")
-                yield Input(str(self.trajectories), id="n", type="integer")
+                yield WholeNumber(str(self.trajectories), id="n", type="integer")
                 yield Label("  steps S ")
-                yield Input(str(self.steps), id="s", type="integer")
+                yield WholeNumber(str(self.steps), id="s", type="integer")
             yield DataTable(id="proj")
             yield Static("", id="proj-note")
             yield Static(PROJECT_LEGEND, id="proj-legend", classes="legend")
