@@ -98,6 +98,10 @@ def test_a_bind_beyond_loopback_warns_in_one_line() -> None:
     assert bind_warning("localhost") is None
     line = bind_warning("0.0.0.0")
     assert line is not None and "\n" not in line and "not loopback" in line
+    # an address with an escape sequence (OSC 52: the clipboard) is shown, not sent
+    line = bind_warning("evil\x1b]52;c;QUJD\x07\nx")
+    assert line is not None and "evil\\x1b]52;c;QUJD\\x07\\x0ax" in line
+    assert not any(ch in line for ch in "\x1b\x07\n")
 
 
 def test_shown_headers_are_bounded_and_escaped() -> None:

@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rtax_tui.model.events import one_line
+
 TOKEN_PARAM = "token"
 WILDCARDS = ("", "0.0.0.0", "::")
 REFUSALS_PER_MINUTE = 10
@@ -156,9 +158,10 @@ def bind_warning(bind: str) -> str | None:
     """One line when the server listens beyond loopback, else None."""
     if _is_loopback(bind.strip("[]").lower()):
         return None
-    return (
-        f"rtax serve: warning: listening on {bind or '*'}, not loopback: whoever reaches it "
-        "with the URL's token can start runs, and plain HTTP carries the token in clear"
+    return (  # `--host` shown one line, escapes visible: it is echoed to a terminal
+        f"rtax serve: warning: listening on {one_line(bind) or '*'}, not loopback: whoever "
+        "reaches it with the URL's token can start runs, and plain HTTP carries the token "
+        "in clear"
     )
 
 
