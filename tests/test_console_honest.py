@@ -190,6 +190,15 @@ def test_one_helper_formats_every_time_with_its_unit_and_no_exponent() -> None:
     assert tables.fmt_seconds(6.2e-05) == "62.0µs"
     assert tables.fmt_ms(-2.5e-04) == "-0.00025" and tables.fmt_num(6.2e-05) == "0.000062"
     assert not hasattr(histogram, "fmt_ms")  # one helper: the console's copy is gone
+    # a history step (the console's history and `rtax history`): `0.168 -> 0.2 ms` was
+    # bare numbers with a trailing unit, `+0.032ms` beside them
+    from rtax_tui.render.history_render import step_line
+
+    step = {"phase": "create", "diff_ms": 0.032, "diff_pct": 19.0, "run": 1,
+            "started_at": "2026-12-06T00:00:00Z", "run_id": "r2", "before_ms": 0.168,
+            "after_ms": 0.2}  # fmt: skip
+    want = ": ▲ +19% +32.0µs at run 2 (2026-12-06 00:00:00, r2): 168µs -> 200µs"
+    assert step_line({"cell": "c"}, step).endswith(want)
 
 
 def _rtax(*args: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from rtax_tui.render.tables import fmt_ms
+from rtax_tui.render.tables import fmt_ms, fmt_time
 
 UP, DOWN = "▲", "▼"
 
@@ -18,7 +18,7 @@ def step_mark(step: dict[str, Any]) -> str:
     pct = step.get("diff_pct")
     size = "" if pct is None else f"{pct:+.0f}% "
     arrow = UP if step["diff_ms"] > 0 else DOWN
-    return f"{arrow} {size}{'+' if step['diff_ms'] > 0 else ''}{fmt_ms(step['diff_ms'])}ms"
+    return f"{arrow} {size}{fmt_time(step['diff_ms'], signed=True)}"
 
 
 def run_date(started_at: str) -> str:
@@ -31,7 +31,7 @@ def step_line(series: dict[str, Any], step: dict[str, Any]) -> str:
     return (
         f"{series['cell']} {step['phase']}: {step_mark(step)} at run {step['run'] + 1} "
         f"({run_date(step['started_at'])}, {step['run_id']}): "
-        f"{fmt_ms(step['before_ms'])} -> {fmt_ms(step['after_ms'])} ms"
+        f"{fmt_time(step['before_ms'])} -> {fmt_time(step['after_ms'])}"
     )
 
 
