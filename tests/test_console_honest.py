@@ -190,6 +190,8 @@ def test_one_helper_formats_every_time_with_its_unit_and_no_exponent() -> None:
     assert tables.fmt_seconds(6.2e-05) == "62.0µs"
     assert tables.fmt_ms(-2.5e-04) == "-0.00025" and tables.fmt_num(6.2e-05) == "0.000062"
     assert not hasattr(histogram, "fmt_ms")  # one helper: the console's copy is gone
+    # a crafted recording's figures (inf, nan) are shown as written, never a crash
+    assert tables.fmt_time(float("inf")) == "infms" and tables.fmt_ms(float("nan")) == "nan"
     # a history step (the console's history and `rtax history`): `0.168 -> 0.2 ms` was
     # bare numbers with a trailing unit, `+0.032ms` beside them
     from rtax_tui.render.history_render import step_line

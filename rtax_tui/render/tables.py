@@ -18,7 +18,10 @@ def fmt_ms(v: float | None) -> str:
 
 
 def _sig3(v: float) -> str:
-    """About 3 significant digits, thousands separated, never an exponent."""
+    """About 3 significant digits, thousands separated, never an exponent (a crafted
+    recording's inf or nan: as Python writes it)."""
+    if not math.isfinite(v):
+        return str(v)
     a = abs(v)
     if a >= 100:
         return f"{v:,.0f}"
@@ -36,6 +39,7 @@ def _sig3(v: float) -> str:
 
 # a time's unit by its size: the first whose threshold (in ms) it reaches
 _UNITS = ((1000.0, "s"), (1.0, "ms"), (0.001, "µs"), (0.0, "ns"))
+_PER_MS = {"s": 1e-3, "ms": 1.0, "µs": 1e3, "ns": 1e6}  # that unit's count in a ms
 
 
 def fmt_time(ms: float | None, signed: bool = False) -> str:
@@ -44,13 +48,12 @@ def fmt_time(ms: float | None, signed: bool = False) -> str:
     a difference); about 3 significant digits, never an exponent; "-" for None."""
     if ms is None:
         return "-"
-    a = abs(ms)
-    limit, unit = next((lim, u) for lim, u in _UNITS if a >= lim)
-    scale = {"s": 1e-3, "ms": 1.0, "µs": 1e3, "ns": 1e6}[unit]
-    text = "0" if a == 0 else _sig3(ms * scale)
-    if a == 0:
-        unit = "ms"
-    return ("+" if signed and ms > 0 else "") + text + unit
+    if not math.isfinite(ms):
+        return f"{ms}ms"
+    if ms == 0:
+        return "0ms"
+    unit = next(u for lim, u in _UNITS if abs(ms) >= lim)
+    return ("+" if signed and ms > 0 else "") + _sig3(ms * _PER_MS[unit]) + unit
 
 
 def fmt_seconds(s: float | None, signed: bool = False) -> str:
