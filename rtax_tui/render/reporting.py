@@ -97,10 +97,6 @@ def _fmt_ci(ci: list[float | None]) -> str:
     return f"[{fmt_ms(ci[0])}, {fmt_ms(ci[1])}]"
 
 
-def _fmt_ratio(r: float | None) -> str:
-    return "-" if r is None else f"{r:.2f}x"
-
-
 CAPACITY_HEADS = [
     "cell",
     "size",
@@ -408,7 +404,7 @@ def _diff_row(d: Mapping[str, Any]) -> list[str]:
         fmt_ms(d["b_p50_ms"]),
         fmt_ms(d["diff_ms"]),
         _fmt_ci(d["ci95_ms"]),
-        _fmt_ratio(d["ratio"]),
+        fmt_ratio(d["ratio"]),
         d["faster"],
     ]
 
