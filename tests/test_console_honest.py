@@ -144,7 +144,7 @@ async def test_the_picker_offers_only_recordings_compare_pairs_with_profile_time
     rec = here / "recordings"
     _variant(T0, rec / "again.jsonl", profile="t0again")
     _variant(T0, rec / "mine.jsonl", workload="mine")
-    evil = _variant(T0, rec / "evil\x1b]52;c;QUJD\x07.jsonl", profile="p\x1b[2Jwned")
+    evil = _variant(T0, rec / "evil\x1b]52;c;QUJD\x07\nx.jsonl", profile="p\x1b[2Jwned")
     app = RtaxApp(replay_screen(str(T0), None))
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
@@ -163,9 +163,16 @@ async def test_the_picker_offers_only_recordings_compare_pairs_with_profile_time
         assert "mine.jsonl" not in said and "1 more share no cell: not listed" in said, said
         assert "\\x1b]52" in said and "p\\x1b[2Jwned" in said  # shown, not sent
         assert not any("\x1b" in ln or "\x07" in ln for ln in screen_lines(app))
+        names = [Path(p).name for p in picker.offered]
+        picker.query_one("#picks", DataTable).move_cursor(row=names.index(evil.name))
         await pilot.press("enter")
         await _until(lambda: isinstance(app.screen, CompareScreen))
-        assert app.screen.path_b in picker.offered
+        assert Path(app.screen.path_b).name == evil.name
+        await _until(lambda: app.screen.query_one("#cmp", DataTable).row_count > 0)
+        head = widget_lines(app, app.screen.query_one("#cmp-head"))
+        # one line, escapes shown: the name's newline began a third line, cut off
+        assert head[1].startswith("b: ") and head[1].endswith("\\x07\\x0ax.jsonl"), head
+        assert not any("\x1b" in ln or "\x07" in ln for ln in screen_lines(app))
 
 
 # -- numbers in one style -------------------------------------------------------------------

@@ -38,7 +38,9 @@ class CompareScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="τ")
         with Vertical(id="main"):
-            yield Static(styled(f"a: {self.path_a}\nb: {self.path_b}"), id="cmp-head")
+            # a file's name is its writer's text: one line each, escapes shown
+            head = f"a: {one_line(self.path_a)}\nb: {one_line(self.path_b)}"
+            yield Static(styled(head), id="cmp-head")
             yield DataTable(id="cmp")
             yield Static(id="cmp-empty")
             yield Static("reading both recordings…", id="cmp-note")
