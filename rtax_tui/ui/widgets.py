@@ -14,7 +14,7 @@ from rtax_tui.model.fidelity import FIDELITY_MIN
 from rtax_tui.model.fold import SizeFold
 from rtax_tui.render.noise_render import ROUGH
 from rtax_tui.render.plaintext import styled
-from rtax_tui.render.tables import fmt_time
+from rtax_tui.render.tables import fmt_interval, fmt_time
 from rtax_tui.ui.livestate import LiveState
 
 TABLE_PHASES = ("create", "ready", "action", "teardown", "total")
@@ -183,7 +183,7 @@ class CellTable(DataTable[str | Text]):
         if q == "99":
             return mark + fmt_time(tail.p99_ms)
         if q == "ci":
-            return mark + f"{fmt_time(tail.ci_lo_ms)}–{fmt_time(tail.ci_hi_ms)}"
+            return mark + fmt_interval(tail.ci_lo_ms, tail.ci_hi_ms)
         return Text(str(tail.outliers), style="yellow" if tail.outliers else "")
 
     def reset(self) -> None:
