@@ -299,3 +299,21 @@ async def test_q_leaves_every_screen_the_replay_opens(here) -> None:
         await pilot.press("q")
         await _until(lambda: not app.is_running)
     assert app.return_code == 0
+
+
+@aio
+async def test_the_run_tables_figures_carry_their_units_and_the_interval_its_brackets() -> None:
+    """The cell table's interval was `lo–hi` beside compare's `[lo, hi]`: one style."""
+    app = RtaxApp(replay_screen(str(MIXED), None))
+    async with app.run_test(size=(250, 70)) as pilot:
+        scr = app.screen
+        await _until(lambda: scr.ended)
+        await pilot.pause(0.2)
+        table = scr.cells
+        keys = [str(c.key.value) for c in table.ordered_columns]
+        assert "totalci" in keys and "total50" in keys
+        for i in range(table.row_count):
+            row = dict(zip(keys, (str(c) for c in table.get_row_at(i)), strict=True))
+            assert re.fullmatch(rf"~?{TIME}", row["total50"]), row
+            assert re.fullmatch(rf"~?\[{TIME}, {TIME}\]", row["totalci"]), row
+        await pilot.press("q")
