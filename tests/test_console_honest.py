@@ -317,3 +317,30 @@ async def test_the_run_tables_figures_carry_their_units_and_the_interval_its_bra
             assert re.fullmatch(rf"~?{TIME}", row["total50"]), row
             assert re.fullmatch(rf"~?\[{TIME}, {TIME}\]", row["totalci"]), row
         await pilot.press("q")
+
+
+@aio
+async def test_the_launchers_plan_says_which_cells_it_could_not_time(here) -> None:
+    """T0 on exec (the launcher's plan: local and stage), local's cell alone in an
+    earlier recording here: the plan said `(+ 1 of 2 cells never run)`; stage's may
+    have run anywhere, it was only not timed here."""
+    from rtax_tui.ui.launcher import LauncherScreen, planned_trials
+
+    out = [
+        raw
+        for raw in T0.read_bytes().splitlines()
+        if orjson.loads(raw).get("cell", "local/local/t0/exec") == "local/local/t0/exec"
+    ]
+    (here / "recordings").mkdir()
+    (here / "recordings" / "exec-only.jsonl").write_bytes(b"\n".join(out) + b"\n")
+    app = RtaxApp(LauncherScreen("t0", check=False))
+    async with app.run_test(size=SIZE) as pilot:
+        plan = app.screen.query_one("#plan", Static)
+        await _until(lambda: "cells" in str(plan.render()))
+        said = " ".join(" ".join(widget_lines(app, plan)).split())
+        assert list(planned_trials(app.screen.data, app.screen.host_names)) == [
+            "local/local/t0/exec",
+            "local/stage/t0/exec",
+        ]
+        assert "(not counting 1 of 2 cells: no earlier timing)" in said, said
+        await pilot.press("escape")
