@@ -517,10 +517,11 @@ def _host_sinks(check: Check, out: Outcome, ctx: Context) -> Verdict:
     fs, worst = max(drops.items(), key=lambda kv: float(kv[1]))
     said = ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))
     streams = ", ".join(f.get("stream") or []) or "its own output"
+    skipped = "".join(f"; not written: {s}" for s in f.get("skipped") or [])
     if float(worst) >= wrote / 2:
         why = f"the host's {fs} grew by {worst} MiB after {wrote} MiB through {streams}"
-        return _v(BREACHED, why)
-    return _v(HELD, f"{wrote} MiB each through {streams}; growth (MiB): {said}")
+        return _v(BREACHED, why + skipped)
+    return _v(HELD, f"{wrote} MiB each through {streams}; growth (MiB): {said}{skipped}")
 
 
 def _cleanup_spares(check: Check, out: Outcome, ctx: Context) -> Verdict:

@@ -560,7 +560,10 @@ class CellProbe:
         """Environment H (`host_sinks`): writes past its limits through every stream the
         host may keep; the host's filesystems' free space before and after."""
         mib = (self.limits.memory_mib or 256) + (self.limits.workspace_mib or 64)
-        step = _step(S.SINKS, str(mib), self.channel, timeout=HOG_TIMEOUT_S)
+        p = self.plant
+        step = _step(
+            S.SINKS, str(mib), self.channel, p.boot or "-", p.pidns or "-", timeout=HOG_TIMEOUT_S
+        )
         paths = [*SINK_PATHS, *([self.plant.cache] if self.plant.cache else [])]
         try:
             env = await _up(self.drv, self._spec("h", [step]))

@@ -59,10 +59,17 @@ ls -la -- "${a%/*}" 2>&1 | head -n 20
 # host_sinks: MiB written through each stream the host may keep: pid 1's stderr and (exec
 # only: in the shell channel it is the framing's) stdout, then the step's own output
 # (last: rtax keeps only its start, where the facts are); a write that blocks (a pipe
-# nobody reads) is cut after 20 s. Args: MiB, channel.
+# nobody reads) is cut after 20 s. Args: MiB, channel, the host's boot id and pid
+# namespace. In the host's own pid namespace (or where it is unknown) pid 1 is the host's
+# init, not the environment's: its streams are never written (in a CI runner they are the
+# runner's own log, which 320 MiB of NULs once made unreadable); `@skipped` says so.
 SINKS = r"""
 n=$1
 fds=2; [ "$2" = exec ] && fds="1 2"
+b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); ns=$(readlink /proc/self/ns/pid 2>/dev/null)
+if [ -z "$4" ] || [ "$4" = - ] || { [ "$b" = "$3" ] && [ -n "$ns" ] && [ "$ns" = "$4" ]; }; then
+  echo "@skipped=pid 1's streams (the host's own init)"; fds=""
+fi
 chan=$(readlink /proc/1/fd/1 2>/dev/null)
 for fd in $fds; do
   if [ "$2" != exec ] && [ "$(readlink /proc/1/fd/$fd 2>/dev/null)" = "$chan" ]; then
