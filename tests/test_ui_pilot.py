@@ -276,6 +276,48 @@ async def test_quitting_during_a_run_stops_the_engine_and_keeps_the_recording(tm
     assert read_recording(record).end["status"] == "interrupted"
 
 
+class _ExitingEngine:
+    """A stand-in for an engine that has written its end and is still exiting."""
+
+    running, stopping, paused = True, False, False
+    shutdowns = 0
+
+    async def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+@aio
+async def test_q_after_the_run_ended_but_before_its_engine_exited_goes_back(tmp_path) -> None:
+    """The run's end is shown as soon as the engine writes it; the engine then still
+    closes its hosts. A `q` in that window once quit rtax altogether (the launcher's
+    test in tmux caught it under load): it waits for the engine and goes back."""
+    from textual.screen import Screen
+
+    from rtax_tui.ui.monitor import FeedEnded
+
+    first: Screen[int] = Screen()
+    app = RtaxApp(first)
+    scr = MonitorScreen("run", engine_argv=["true"], record_path=str(tmp_path / "r.jsonl"))
+    scr._run_engine = _no_engine  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await app.push_screen(scr)
+        engine = _ExitingEngine()
+        scr.engine = engine  # type: ignore[assignment]
+        scr.state.status = "completed"
+        await pilot.press("q")
+        await pilot.pause(0.2)
+        assert app.screen is scr and engine.shutdowns == 0  # nothing to stop: it ended
+        engine.running = False
+        scr.post_message(FeedEnded(0))
+        await _until(lambda: app.screen is first, 10)
+        assert app.is_running  # back, not out of rtax
+        assert scr.returncode == 0
+
+
+async def _no_engine() -> None:
+    return None
+
+
 @aio
 async def test_a_run_that_cannot_start_says_why(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"

@@ -253,8 +253,8 @@ class MonitorScreen(Screen[int]):
                 self.notify(f"recording: {self.record_path}  (r: replay, c: compare)")
                 if self.compare_with and not self.quitting:
                     self.post_message(OpenCompare(self.compare_with, self.record_path))
-            if self.quitting:
-                self.app.exit(msg.returncode, return_code=msg.returncode or 0)
+            if self.quitting:  # `q` came while the engine was still going: now leave
+                self.dismiss(msg.returncode or 0)
 
     @on(Log)
     def _log(self, msg: Log) -> None:
@@ -418,14 +418,17 @@ class MonitorScreen(Screen[int]):
         show_help(self)
 
     async def action_back(self) -> None:
-        """`q` (the app's): leave this screen; a running run is stopped and torn down
-        first, and `q` once more after that leaves."""
+        """`q` (the app's): leave this screen, back to the one before (the launcher), or
+        out of rtax where this screen is the first. A running run is stopped and torn
+        down first, then the screen leaves by itself; so does a run whose end is shown
+        while its engine is still exiting (`q` there once quit rtax altogether)."""
         if self.engine is not None and self.engine.running:
             if self.quitting:
                 return
             self.quitting = True
-            self.notify("stopping the run before quitting: tearing down…")
-            self.run_worker(self.engine.shutdown(), group="shutdown")
+            if self.state.status is None:  # (else it has ended and is only exiting)
+                self.notify("stopping the run: tearing down, then back…")
+                self.run_worker(self.engine.shutdown(), group="shutdown")
             return
         if self.replay is not None:
             self.workers.cancel_group(self, "feed")
