@@ -402,6 +402,27 @@ def check_kept_or_absent(out: Path) -> None:
     no_part_files(out.parent)
 
 
+def test_a_signal_between_a_recordings_making_and_its_owners_try_leaves_no_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The early-signal property test found a `.part` left beside the recording under
+    load: the signal landed after the temporary file was made and before the code that
+    removes it was entered. rtax's ending on a signal removes what it left unfinished."""
+    from rtax_tui.commands import headless
+    from rtax_tui.model.recording import RecordingWriter
+
+    def opened_then_interrupted(path: Path) -> RecordingWriter:
+        RecordingWriter.open(path)  # made, registered, and never seen by the caller
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(headless, "_open_recording", opened_then_interrupted)
+    out = tmp_path / "r.jsonl"
+    status, err = run_main([*RUN, "-o", str(out), "--quiet"], io.StringIO())
+    assert status == 130 and "interrupted" in err
+    assert not out.exists()
+    no_part_files(tmp_path)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_f1_a_signal_in_the_first_half_second_is_130_and_no_empty_recording(
     tmp_path: Path, sig: signal.Signals

@@ -169,6 +169,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print("rtax: error: an input is nested too deeply", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        paths.discard_unfinished()  # a signal between a file's making and its owner's try
         print("rtax: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:

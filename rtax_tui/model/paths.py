@@ -109,14 +109,45 @@ def atomic_write(
         _write_beside(target, fill, flag, overwrite)
 
 
+# The temporary files (`.NAME.XXXX.part`) this process made and has not yet linked into
+# place or removed. A stop signal can land between two lines of their owner (after the
+# file is made, before the code that removes it on failure is entered): `rtax`'s ending
+# on a signal removes what is left here (`discard_unfinished`).
+_UNFINISHED: set[str] = set()
+
+
+def temp_beside(target: Path) -> tuple[int, str]:
+    """A new temporary file beside `target` (`.NAME.XXXX.part`): its descriptor and name,
+    registered as unfinished (`finished` once it is linked into place or removed). Made
+    with the stop signals held, so none lands between its making and its registration."""
+    with signals.held():
+        fd, tmp = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".part"
+        )
+        _UNFINISHED.add(tmp)
+    return fd, tmp
+
+
+def finished(tmp: str) -> None:
+    """`tmp` was linked into place or removed: nothing left to discard."""
+    _UNFINISHED.discard(tmp)
+
+
+def discard_unfinished() -> None:
+    """Remove every temporary file this process left unfinished (on a stop signal)."""
+    while _UNFINISHED:
+        try:
+            os.unlink(_UNFINISHED.pop())
+        except OSError:
+            pass
+
+
 def _write_beside(
     target: Path, fill: Callable[[IO[bytes]], object], flag: str, overwrite: bool
 ) -> None:
     tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(
-            dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".part"
-        )
+        fd, tmp = temp_beside(target)
         with os.fdopen(fd, "wb") as f:
             fill(f)
             f.flush()
@@ -131,6 +162,7 @@ def _write_beside(
         else:
             os.link(tmp, target)
             os.unlink(tmp)
+        finished(tmp)
         tmp = None
     except OSError as exc:
         raise path_error(flag, target, exc) from None
@@ -140,6 +172,7 @@ def _write_beside(
                 os.unlink(tmp)
             except OSError:
                 pass
+            finished(tmp)
 
 
 def umask() -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import gc
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from rtax_tui.model.events import (
     encode,
 )
 from rtax_tui.model.inputs import MIB, RECORDING_MAX, read_input_chunks
-from rtax_tui.model.paths import umask
+from rtax_tui.model.paths import finished, temp_beside, umask
 from rtax_tui.model.spec import RtaxError
 
 __all__ = [
@@ -94,13 +93,14 @@ class RecordingWriter:
             pass
         else:
             raise FileExistsError(errno.EEXIST, "File exists", str(path))
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".part")
+        fd, tmp = temp_beside(path)  # removed on a stop signal until it is finished
         try:
             os.fchmod(fd, 0o666 & ~umask())
             writer = cls(os.fdopen(fd, "wb", buffering=0), path)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
+            finished(tmp)
             raise
         writer._pending = tmp
         writer._publish_on_header = publish == "header"
@@ -119,6 +119,7 @@ class RecordingWriter:
             os.unlink(tmp)
         except OSError:
             pass
+        finished(tmp)
 
     def write(self, event: dict[str, Any]) -> None:
         if self.closed or self.failed:
@@ -166,6 +167,7 @@ class RecordingWriter:
                 os.unlink(tmp)
             except OSError:
                 pass
+            finished(tmp)
 
 
 @dataclass
