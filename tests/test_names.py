@@ -94,7 +94,8 @@ def test_the_cleanup_scripts_take_the_prefixes_from_the_module():
         (names.env_cgroup(RUN), "x"),
         (names.sandbox(RUN), RUN),
     ],
-)
+    ids=["env-of-a-b/a", "env-of-a/a-b", "env-of-run/run", "env-of-run/x", "sandbox/run"],
+)  # ids, not the names: each holds a random part, and xdist's workers must agree
 def test_the_shell_sees_what_belongs_says(name, live):
     """The scripts' test of an env cgroup (`case ... in "$ENV_CG$l-"*`) agrees with
     `belongs` (it is run by sh, with the prefixes the module assigns)."""

@@ -1,7 +1,9 @@
 """The test suite's tiers: which tests need a backend, which are slow, the rest fast.
 
-`pytest -m fast` runs what needs no daemon, VM, runsc, sshd, SWE-ReX, browser or image
-build and is cheap (README says how long it takes here); `pytest -m "not backend"` every
+`pytest -m fast -n auto` runs what needs no daemon, VM, runsc, sshd, SWE-ReX, browser or
+image build and is cheap, on pytest-xdist's workers, one a core (README says how long it
+takes here): a fast test is independent of the others (its ids the same in every worker,
+its files its own) and reads no timing that a test beside it can disturb; `pytest -m "not backend"` every
 test that needs no backend, slow ones included; `pytest` everything (CI). The marks are
 set at collection (tests/conftest.py). A new test is fast unless a rule below catches it:
 a backend fixture among its fixtures, a backend named by a parameter or by a word of its
@@ -56,7 +58,9 @@ BACKEND_TESTS = frozenset(
 SLOW_FILES = frozenset(
     {"test_checks.py", "test_workloads_e2e.py", "test_capacity.py", "test_ui_tmux.py"}
 )
-SLOW_FIXTURES = frozenset({"prepared", "local_probe", "local_doc", "plugin_path"})
+# ("engine_runs": real runs whose timings a test reads as steps; the fast tier's parallel
+# workers beside them made a false step of 6%)
+SLOW_FIXTURES = frozenset({"prepared", "local_probe", "local_doc", "plugin_path", "engine_runs"})
 SLOW_TESTS = frozenset(
     {
         "test_replay.py::test_every_format_replays_on_local_and_stage",
