@@ -133,10 +133,8 @@ HOST = Table("hosts.NAME", "a remote host reached over SSH, or a Ray cluster's n
     "jump": Key((str,), None, "a jump host, [user@]host[:port]"),
     "concurrency": Key((int,), None, "trials in flight on this host at most",
                        (1, CONCURRENCY_MAX)),
-    "ray": Key((str,), None, "a Ray cluster instead of an SSH host: auto, HOST:PORT or "
-               "ray://HOST:PORT; one host per node (docs/remote-hosts.md)"),
-    "trusted": Key((bool,), False, "a Ray cluster not on loopback may be joined (Ray has no "
-                   "authentication)"),
+    "ray": Key((str,), None, "a Ray cluster, not SSH: auto, HOST:PORT, ray://HOST:PORT"),
+    "trusted": Key((bool,), False, "a Ray cluster off loopback may be joined (no auth in Ray)"),
     "nodes": Key((int,), None, "a Ray cluster: its first N alive nodes at most", (1, 100_000)),
 })  # fmt: skip
 
