@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -152,14 +153,12 @@ steps = [{{ argv = ["python3", "-c", "{probe}"], expect_rc = "nonzero" }}]
     assert {rc for d, rc in rcs if d == "local"} == {0}, rcs  # connected
 
 
-def test_a_node_killed_mid_run_leaves_its_trials_lost_and_nothing_running(cluster, tmp_path):
-    nap = "3.0417"  # a duration no other process here sleeps
-    profile = tmp_path / "nap.toml"
-    profile.write_text(
+def _nap_profile(path: Path, nap: str, driver: str) -> Path:
+    path.write_text(
         f"""
 [run]
 hosts = ["cluster"]
-drivers = ["local"]
+drivers = ["{driver}"]
 workloads = ["nap"]
 channels = ["exec"]
 trials = 2
@@ -174,23 +173,61 @@ concurrency = 1
 steps = [{{ argv = ["sleep", "{nap}"] }}]
 """
     )
-    rec = tmp_path / "nap.jsonl"
-    victim = min(cluster.worker_nodes, key=lambda n: n.node_id)  # a worker, not the head
-    victim_host = "cluster-" + victim.node_id[:8]
+    return path
+
+
+def _start(cluster: Cluster, profile: Path, rec: Path) -> subprocess.Popen[str]:
     env = dict(os.environ, RAY_ADDRESS=cluster.address, RTAX_NOISE="0")
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "rtax_tui", "run", str(profile), "--headless", "-o", str(rec)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
+
+
+def _in_flight_everywhere(proc: subprocess.Popen[str], nap: str) -> None:
+    deadline = time.monotonic() + 120
+    # a trial in flight on every node: 3 sleeps (a sandbox's bwrap names it too)
+    while len([p for p in processes(nap) if "b'sleep\\x00" in p]) < 3:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the trials never ran on 3 nodes at once"
+        time.sleep(0.1)
+
+
+def test_an_interrupted_run_stops_every_node_and_leaves_nothing(cluster, tmp_path):
+    nap = "5.0419"
+    rec = tmp_path / "intr.jsonl"
+    proc = _start(cluster, _nap_profile(tmp_path / "intr.toml", nap, "stage"), rec)
     try:
-        deadline = time.monotonic() + 120
-        while len(processes(nap)) < 3:  # a trial in flight on every node
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the trials never ran on 3 nodes at once"
-            time.sleep(0.1)
+        _in_flight_everywhere(proc, nap)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    evs = _events(rec)
+    ends = [e for e in evs if e["type"] == "trial_end"]
+    assert len(ends) == 3 and all(e["error"]["kind"] == "interrupted" for e in ends), ends
+    assert evs[-1]["type"] == "run_end" and evs[-1]["status"] == "interrupted"
+    deadline = time.monotonic() + 30
+    while (processes(nap) or _engines_left()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes(nap) == [] and _engines_left() == []
+    assert leftovers(evs[0]["run_id"]) == []
+
+
+def test_a_node_killed_mid_run_leaves_its_trials_lost_and_nothing_running(cluster, tmp_path):
+    nap = "3.0417"  # a duration no other process here sleeps
+    rec = tmp_path / "nap.jsonl"
+    victim = min(cluster.worker_nodes, key=lambda n: n.node_id)  # a worker, not the head
+    victim_host = "cluster-" + victim.node_id[:8]
+    proc = _start(cluster, _nap_profile(tmp_path / "nap.toml", nap, "local"), rec)
+    try:
+        _in_flight_everywhere(proc, nap)
         assert len(_engines_left()) >= 6  # 3 engines and their reapers: the check below bites
         cluster.remove_node(victim, allow_graceful=False)
         _, err = proc.communicate(timeout=180)
