@@ -220,6 +220,65 @@ def test_an_interrupted_run_stops_every_node_and_leaves_nothing(cluster, tmp_pat
     assert leftovers(evs[0]["run_id"]) == []
 
 
+STOP_MY_ENGINE = (
+    "import os\n"
+    "p = os.getppid()\n"
+    "while p > 1:\n"
+    "    if open(f'/proc/{p}/cmdline', 'rb').read().startswith(b'ray::NodeEngine'):\n"
+    "        os.kill(p, 19)\n"
+    "        break\n"
+    "    p = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+)
+
+
+def test_an_environment_that_stops_its_node_engine_does_not_hang_the_run(cluster, tmp_path):
+    """An attack (docs/boundaries.md, "Ray nodes"): a `local` environment SIGSTOPs the
+    node's engine, its ancestor (same user). Before, the controller waited for the
+    trial's answer for ever; now a node that does not answer within the trial's
+    timeouts and a margin is lost, its trials `host_lost`, and the run ends."""
+    profile = tmp_path / "stop.toml"
+    steps = f'[{{ argv = ["python3", "-c", {json.dumps(STOP_MY_ENGINE)}] }}]'  # a TOML string
+    profile.write_text(
+        f"""
+[run]
+hosts = ["one"]
+drivers = ["local"]
+workloads = ["stopper"]
+channels = ["exec"]
+trials = 2
+warmup = 0
+
+[timeouts]
+create = 3
+ready = 3
+action = 2
+teardown = 3
+
+[hosts.one]
+ray = "auto"
+nodes = 1
+
+[workloads.stopper]
+steps = {steps}
+"""
+    )
+    rec = tmp_path / "stop.jsonl"
+    t = time.monotonic()
+    res = _rtax(cluster, "run", str(profile), "--headless", "-o", str(rec), timeout=120)
+    took = time.monotonic() - t
+    assert res.returncode == 0, res.stderr[-3000:]
+    evs = _events(rec)
+    assert len(evs[0]["hosts"]) == 1  # nodes = 1: the head only
+    ends = [e for e in evs if e["type"] == "trial_end"]
+    assert len(ends) == 2 and all(e["error"]["kind"] == "host_lost" for e in ends), ends
+    assert "no answer within 23 s" in ends[0]["error"]["message"], ends[0]
+    assert took < 60, took
+    deadline = time.monotonic() + 30
+    while _engines_left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _engines_left() == [] and leftovers(evs[0]["run_id"]) == []
+
+
 def test_a_node_killed_mid_run_leaves_its_trials_lost_and_nothing_running(cluster, tmp_path):
     nap = "3.0417"  # a duration no other process here sleeps
     rec = tmp_path / "nap.jsonl"

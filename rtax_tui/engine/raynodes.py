@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rtax_tui.engine.lifecycle import PROGRAMS_TIMEOUT_S
 from rtax_tui.hosts.base import CompletedProcess, Host
 from rtax_tui.hosts.clocksync import ClockSync, RemoteClock, from_samples
 from rtax_tui.model import events
@@ -54,6 +55,7 @@ CLOCK_SAMPLES = 8
 CLOCK_SYNC_S = 30.0
 ACTOR_START_S = 120.0  # placing an actor: a worker process started on its node
 BATCH_EVENTS_MAX = 100_000  # the most events one trial's batch may hold
+NODE_MARGIN_S = 10.0  # a trial's node answers within its timeouts' sum and this, or is lost
 SLACK_NS = 5_000_000  # what a node's times may exceed the controller's view by, beyond err
 # the events a node's trial sends; anything else in its batch is refused
 TRIAL_EVENTS = frozenset({"trial_start", "phase", "action", "trial_end", "programs"})
@@ -449,13 +451,22 @@ class NodeTrials:
             return
         emit = self.trials.emit
         offset, err = host.clock.offset_at(scheduled_ns)
+        bound = self.bound_s(pt)
         try:
-            batch = await host.actor.run_trial.remote(pt, scheduled_ns + offset, emit.t0 + offset)
+            async with asyncio.timeout(bound):
+                batch = await host.actor.run_trial.remote(
+                    pt, scheduled_ns + offset, emit.t0 + offset
+                )
         except Exception as exc:
-            if not is_ray_error(exc):
+            if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
                 raise
             if host.dead is None:
-                host.dead = _why(exc)
+                host.dead = (
+                    f"no answer within {bound:g} s (the trial's timeouts and "
+                    f"{NODE_MARGIN_S:g} s): its engine hangs"
+                    if isinstance(exc, TimeoutError)
+                    else _why(exc)
+                )
             self._failed(
                 pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {host.dead}"
             )
@@ -480,6 +491,22 @@ class NodeTrials:
             valid=bool(end["valid"]),
             error=None if error is None else f"{error.get('kind')}: {error.get('message')}",
         )
+
+    def bound_s(self, pt: PlannedTrial) -> float:
+        """How long a node may take to answer for a trial: every timeout the trial's
+        phases run under on the node (its longest variant's steps), and a margin. Past
+        it the node is lost: an engine that hangs (a stopped actor) must not hang the run."""
+        to = self.trials.profile.timeouts
+        wl = self.trials.workloads.get(pt.cell.workload)
+        steps = 0.0
+        for w in (wl, *(wl.variants if wl is not None else ())):
+            if w is not None:
+                total = sum(st.timeout_s or to.action for st in w.steps)
+                if w.release is not None:
+                    total += w.release.timeout_s or to.action
+                steps = max(steps, total)
+        programs = min(PROGRAMS_TIMEOUT_S, to.action)
+        return to.create + to.ready + steps + programs + to.teardown + NODE_MARGIN_S
 
     def _failed(self, pt: PlannedTrial, scheduled_ns: int, kind: str, message: str) -> None:
         """A trial that a node did not (or could not) account for: its start, its time as
