@@ -220,6 +220,18 @@ def test_an_interrupted_run_stops_every_node_and_leaves_nothing(cluster, tmp_pat
     assert leftovers(evs[0]["run_id"]) == []
 
 
+def test_probe_and_cleanup_say_in_one_line_that_they_do_not_reach_ray_nodes(cluster, tmp_path):
+    for args in (
+        ["probe", "--host", "ray:auto", "--driver", "stage", "-o", str(tmp_path / "p.jsonl")],
+        ["cleanup", "--host", "ray:auto"],
+    ):
+        res = _rtax(cluster, *args, timeout=120)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+        assert "does not run on Ray nodes yet" in lines[0]
+    assert _engines_left() == []
+
+
 STOP_MY_ENGINE = (
     "import os\n"
     "p = os.getppid()\n"

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-from rtax_tui.drivers import get_driver
+from rtax_tui.drivers import Driver, get_driver
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
 from rtax_tui.engine.lifecycle import TrialRunner
@@ -63,17 +63,25 @@ class NodeEngine:
         f["ray"] = {"pid": os.getpid()}
         return f
 
+    def _driver(self, name: str) -> Driver:
+        """The run's driver, or (`rtax doctor` asks of every driver) one made now."""
+        key = (self.name, name)
+        if key not in self.drivers:
+            opts = self.profile.driver_options.get(name, {})
+            self.drivers[key] = get_driver(name, self.host, opts)
+        return self.drivers[key]
+
     async def check(self, driver: str) -> list[tuple[str, str]]:
         """The driver's check on this node."""
-        problems = await self.drivers[(self.name, driver)].check()
+        problems = await self._driver(driver).check()
         return [(p.reason, p.fix) for p in problems]
 
     async def check_workloads(self, driver: str, wl: list[Workload]) -> list[tuple[str, str]]:
-        problems = await self.drivers[(self.name, driver)].check_workloads(wl)
+        problems = await self._driver(driver).check_workloads(wl)
         return [(p.reason, p.fix) for p in problems]
 
     async def driver_facts(self, driver: str) -> dict[str, Any]:
-        drv = self.drivers[(self.name, driver)]
+        drv = self._driver(driver)
         try:
             f = dict(await drv.facts())
         except Exception as exc:  # facts are informative only

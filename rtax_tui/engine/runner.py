@@ -120,6 +120,16 @@ async def remote_aware_check(host_name: str, drv: Driver) -> list[Problem]:
     return problems
 
 
+def refuse_ray_nodes(session: Session, what: str) -> None:
+    """`what` does not reach Ray nodes yet (only `rtax run` and `rtax doctor` do)."""
+    nodes = raynodes.nodes_of(session.hosts)
+    if nodes:
+        raise RtaxError(
+            f"{what} does not run on Ray nodes yet ({', '.join(nodes)}); each node's own "
+            "reaper removes what a run left there"
+        )
+
+
 async def _check_workloads(drv: Driver, wl: list[Workload]) -> list[Problem]:
     if isinstance(drv.host, raynodes.RayNodeHost):
         got = await drv.host.check_workloads(drv.name, wl)
