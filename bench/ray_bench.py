@@ -140,10 +140,12 @@ def run_ray(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
     tmp = tmp / f"run{next(_runs)}"
     tmp.mkdir()
-    cluster = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
+    ray_tmp = tempfile.mkdtemp(prefix="rtax-ray-")  # its sessions and logs, removed after
+    node = dict(NODE, temp_dir=ray_tmp)
+    cluster = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
     try:
         for _ in range(n - 1):
-            cluster.add_node(**NODE)
+            cluster.add_node(**node)
         cluster.wait_for_nodes()
         prof = tmp / f"ray{n}.toml"
         prof.write_text(ray_profile(cluster.address, args.trials, args.actions, n))
@@ -155,6 +157,7 @@ def run_ray(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         return measure(argv, rec, tmp / f"ray{n}.err", n, args.trials)
     finally:
         cluster.shutdown()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 HEAD = (

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -33,14 +35,19 @@ NODE = {"num_cpus": 1, "object_store_memory": 80 << 20, "node_ip_address": "127.
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
+    # its own temp dir (sessions, logs, sockets: short, for the sockets' path limit),
+    # removed after; rtax joins it by RAY_ADDRESS
+    tmp = tempfile.mkdtemp(prefix="rtax-ray-")
+    node = dict(NODE, temp_dir=tmp)
+    c = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
     try:
-        c.add_node(**NODE)
-        c.add_node(**NODE)
+        c.add_node(**node)
+        c.add_node(**node)
         c.wait_for_nodes()
         yield c
     finally:
         c.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _rtax(cluster: Cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,13 @@ import pytest
 
 from rtax_tui.engine.plan import PlannedTrial
 from rtax_tui.engine.profile import ProfileError, load_profile
-from rtax_tui.engine.raynodes import RaySpec, check_batch, refuse_untrusted, spec_of
+from rtax_tui.engine.raynodes import (
+    RaySpec,
+    check_batch,
+    current_cluster_file_wrong,
+    refuse_untrusted,
+    spec_of,
+)
 from rtax_tui.model import events
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.rayaddr import address_host, is_loopback, is_ray_name
@@ -77,12 +83,33 @@ def test_ray_auto_resolving_to_a_remote_cluster_is_refused_too(tmp_path):
     assert "10.1.2.3:6379" in res.stderr and "trusted = true" in res.stderr
 
 
-def test_a_profile_names_the_field_and_a_trusted_one_is_let_through_the_check(tmp_path):
+def test_a_profile_with_a_remote_cluster_is_refused_naming_its_table_and_field(tmp_path):
     prof = tmp_path / "p.toml"
     prof.write_text('[run]\nhosts = ["gpu"]\n\n[hosts.gpu]\nray = "10.1.2.3:6379"\n')
     res = _rtax("run", str(prof), "-o", str(tmp_path / "r.jsonl"))
     assert res.returncode == 2 and "[hosts.gpu]" in res.stderr, res.stderr
     assert "trusted = true" in res.stderr
+
+
+def test_ray_auto_reads_only_a_current_cluster_file_of_this_user(tmp_path):
+    """An attack: Ray's temp directory (/tmp/ray) is writable by every user, so another
+    user can write its current-cluster file and have `ray:auto` join a cluster of theirs
+    (on loopback too), whose workers would then run the node engines and return pickles
+    to the controller. Without RAY_ADDRESS, rtax reads the file only if it is this
+    user's and no one else can write it."""
+    f = tmp_path / "ray_current_cluster"
+    assert "no " in (current_cluster_file_wrong(str(f)) or "")
+    f.write_text("127.0.0.1:6379")
+    f.chmod(0o644)
+    assert current_cluster_file_wrong(str(f)) is None
+    f.chmod(0o666)
+    assert "writable by others" in (current_cluster_file_wrong(str(f)) or "")
+    f.chmod(0o644)
+    os.chown(f, 12345, -1) if os.getuid() == 0 else pytest.skip("chown needs root")
+    assert "belongs to uid 12345" in (current_cluster_file_wrong(str(f)) or "")
+    link = tmp_path / "link"
+    link.symlink_to(f)
+    assert "not a regular file" in (current_cluster_file_wrong(str(link)) or "")
 
 
 @pytest.mark.parametrize(

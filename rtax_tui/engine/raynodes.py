@@ -29,6 +29,8 @@ and connects only to a loopback address unless the profile's `[hosts.NAME]` says
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,18 +96,44 @@ def spec_of(name: str, tables: dict[str, dict[str, Any]]) -> RaySpec | None:
 
 
 def resolved(spec: RaySpec) -> str:
-    """The address rtax will connect to: `auto` is RAY_ADDRESS, else the cluster this
-    machine last started (Ray's own lookup), refused if there is none."""
+    """The address rtax will connect to. `auto` is RAY_ADDRESS, else the address in Ray's
+    current-cluster file (`ray start` writes it) if this user owns it and no one else can
+    write it: Ray's temp directory is writable by every user, and Ray's own `auto` also
+    joins any cluster whose GCS process it sees, another user's included."""
     if spec.address != "auto":
         return spec.address
-    ray_services = _ray_services()
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env:
+        return env
+    _ray()
+    from ray._common.utils import get_ray_address_file
+
+    path = get_ray_address_file(None)
+    why = current_cluster_file_wrong(path)
+    if why is not None:
+        raise RtaxError(f"host ray:auto: no Ray cluster of yours found ({why}); set RAY_ADDRESS")
+    with open(path) as f:
+        addr = f.read().strip()
+    if not addr:
+        raise RtaxError(f"host ray:auto: {path} is empty; set RAY_ADDRESS")
+    return addr
+
+
+def current_cluster_file_wrong(path: str) -> str | None:
+    """Why Ray's current-cluster file is not to be read (None: it is this user's own)."""
     try:
-        addr = ray_services.get_ray_address_from_environment("auto", None)
-    except Exception as exc:
-        raise RtaxError(f"host ray:auto: no Ray cluster found on this machine ({exc})") from None
-    if not addr or addr in ("auto", "local"):
-        raise RtaxError("host ray:auto: no Ray cluster found on this machine (RAY_ADDRESS unset)")
-    return str(addr)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"no {path}"
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to uid {st.st_uid}, not to you"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by others"
+    return None
 
 
 def refuse_untrusted(spec: RaySpec, address: str) -> None:
@@ -126,13 +154,6 @@ def _ray() -> Any:
     except ImportError:
         raise RtaxError(INSTALL_HINT) from None
     return ray
-
-
-def _ray_services() -> Any:
-    _ray()
-    from ray._private import services
-
-    return services
 
 
 _connected: str | None = None  # the address this process joined (one cluster per process)
