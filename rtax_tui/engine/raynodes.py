@@ -106,9 +106,12 @@ def resolved(spec: RaySpec) -> str:
     if env:
         return env
     _ray()
-    from ray._common.utils import get_ray_address_file
+    try:
+        from ray._common.utils import get_ray_address_file
+    except ImportError:  # Ray before 2.47
+        from ray._private.utils import get_ray_address_file
 
-    path = get_ray_address_file(None)
+    path = str(get_ray_address_file(None))
     why = current_cluster_file_wrong(path)
     if why is not None:
         raise RtaxError(f"host ray:auto: no Ray cluster of yours found ({why}); set RAY_ADDRESS")
