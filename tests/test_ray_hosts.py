@@ -218,3 +218,97 @@ def test_forward_keeps_the_node_stamp_and_shows_control_characters():
     ev["error"] = {"phase": "create", "kind": "error", "message": "a\x1b[2Jb"}
     em.forward({"type": "trial_end", "t_ns": 42, **ev})
     assert got[0]["t_ns"] == 42 and "\x1b" not in got[0]["error"]["message"]
+
+
+# -- the controller's side of a trial on a node, with a stand-in for the node's actor ----
+class _Call:
+    def __init__(self, fn: Any) -> None:
+        self.remote = fn
+
+
+class _Actor:
+    """What NodeTrials calls of a node's actor: `run_trial.remote(...)`, awaited."""
+
+    def __init__(self, answer: Any) -> None:
+        async def run_trial(pt: PlannedTrial, sched: int, t0: int) -> Any:
+            return await answer(pt, sched, t0)
+
+        self.run_trial = _Call(run_trial)
+
+
+def _nodes(answer: Any) -> tuple[Any, list[dict[str, Any]], Any]:
+    import types
+
+    from rtax_tui.engine.control import Progress, RunControl
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.engine.raynodes import NodeTrials, RayNodeHost
+    from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
+    from rtax_tui.model.spec import Timeouts, Workload
+
+    host = RayNodeHost("ray-1", "id1", RaySpec("ray", "auto"), Profile("p", "p.toml"))
+    host.actor = _Actor(answer)
+    host.clock = RemoteClock()
+    host.clock.add(ClockSync(mono_ns=0, offset_ns=0, err_ns=1000, rtt_ns=2000, samples=8))
+    got: list[dict[str, Any]] = []
+    em = Emitter([got.append])
+    wl = Workload(name="t0", steps=())
+    profile = types.SimpleNamespace(timeouts=Timeouts(create=1, ready=1, action=1, teardown=1))
+    trials = types.SimpleNamespace(
+        emit=em, progress=Progress(), control=RunControl(), workloads={"t0": wl},
+        profile=profile, ended=0, run=None,
+    )  # fmt: skip
+    return NodeTrials({"ray-1": host}, trials), got, host
+
+
+def test_a_node_trial_is_forwarded_and_counted():
+    import asyncio
+    import time
+
+    async def answer(pt: PlannedTrial, sched: int, t0: int) -> Any:
+        now = time.monotonic_ns() - t0
+        return [dict(e, t_ns=now) for e in _batch(dur=10)]
+
+    nodes, got, host = _nodes(answer)
+    asyncio.run(nodes.launch(PT, time.monotonic_ns()))
+    assert [e["type"] for e in got] == ["trial_start", "phase", "action", "phase", "trial_end"]
+    prog = nodes.trials.progress
+    assert (prog.started, prog.done, prog.in_flight, prog.failed) == (1, 1, 0, 0)
+    assert nodes.trials.ended == 1 and host.dead is None
+
+
+def test_a_node_that_hangs_or_dies_makes_the_trial_lost_and_later_ones_at_once():
+    import asyncio
+    import time
+
+    async def hang(pt: PlannedTrial, sched: int, t0: int) -> Any:
+        await asyncio.sleep(3600)
+
+    nodes, got, host = _nodes(hang)
+    nodes.bound_s = lambda pt: 0.2  # the trial's timeouts and a margin, shortened
+    asyncio.run(nodes.launch(PT, time.monotonic_ns()))
+    ends = [e for e in got if e["type"] == "trial_end"]
+    assert ends[0]["error"]["kind"] == "host_lost"
+    assert "no answer within 0.2 s" in ends[0]["error"]["message"]
+    assert host.dead is not None
+    asyncio.run(nodes.launch(PlannedTrial(8, CELL, False), time.monotonic_ns()))
+    ends = [e for e in got if e["type"] == "trial_end"]
+    assert len(ends) == 2 and "node ray-1 lost" in ends[1]["error"]["message"]
+    prog = nodes.trials.progress
+    assert (prog.started, prog.done, prog.in_flight, prog.failed) == (2, 2, 0, 2)
+
+
+def test_a_forged_batch_fails_its_trial_and_records_none_of_it():
+    import asyncio
+    import time
+
+    async def forge(pt: PlannedTrial, sched: int, t0: int) -> Any:
+        b = _batch()
+        b[1]["dur_ns"] = 10**15  # a phase of 11 days
+        return b
+
+    nodes, got, host = _nodes(forge)
+    asyncio.run(nodes.launch(PT, time.monotonic_ns()))
+    assert [e["type"] for e in got] == ["trial_start", "phase", "trial_end"]  # ours
+    assert got[1]["name"] == "orchestration"
+    assert "sent events not recorded" in got[2]["error"]["message"]
+    assert host.dead is None  # the node stays: the trial failed

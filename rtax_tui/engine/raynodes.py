@@ -469,6 +469,15 @@ class NodeTrials:
             return
         if self.trials.control.stopping:
             return
+        prog = self.trials.progress
+        prog.started += 1  # started and in flight from now, as a local trial's `_start`
+        prog.in_flight += 1
+        try:
+            await self._on_node(host, pt, scheduled_ns)
+        finally:
+            prog.in_flight -= 1
+
+    async def _on_node(self, host: RayNodeHost, pt: PlannedTrial, scheduled_ns: int) -> None:
         if host.dead is not None or host.actor is None or host.clock is None:
             why = host.dead or host.clock_error or "not connected"
             self._failed(pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {why}")
@@ -494,6 +503,9 @@ class NodeTrials:
             self._failed(
                 pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {host.dead}"
             )
+            return
+        if batch == [] and self.trials.control.stopping:  # stopped before it began there
+            self.trials.progress.started -= 1
             return
         lo, hi = scheduled_ns - emit.t0, time.monotonic_ns() - emit.t0
         refused = check_batch(batch, pt, lo_ns=lo, hi_ns=hi, err_ns=err)
@@ -557,10 +569,9 @@ class NodeTrials:
         self._count(pt, ok=False, valid=False, error=f"{kind}: {message}")
 
     def _count(self, pt: PlannedTrial, *, ok: bool, valid: bool, error: str | None) -> None:
-        """The progress counters a local trial's `_start` and `_end` keep."""
+        """The progress counters a local trial's `_end` keeps (`launch` counted it started)."""
         prog = self.trials.progress
         cell = pt.cell
-        prog.started += 1
         prog.done += 1
         self.trials.ended += 1
         prog.per_cell_done[cell.id] = prog.per_cell_done.get(cell.id, 0) + 1
