@@ -140,12 +140,14 @@ def run_ray(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
     tmp = tmp / f"run{next(_runs)}"
     tmp.mkdir()
-    ray_tmp = tempfile.mkdtemp(prefix="rtax-ray-")  # its sessions and logs, removed after
-    node = dict(NODE, temp_dir=ray_tmp)
-    cluster = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
+    # Ray's temp dir of its own (sessions, logs, its current-cluster file), removed after
+    ray_tmp = tempfile.mkdtemp(prefix="rtax-ray-")
+    os.mkdir(os.path.join(ray_tmp, "ray"))
+    os.environ["RAY_TMPDIR"] = ray_tmp
+    cluster = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
     try:
         for _ in range(n - 1):
-            cluster.add_node(**node)
+            cluster.add_node(**NODE)
         cluster.wait_for_nodes()
         prof = tmp / f"ray{n}.toml"
         prof.write_text(ray_profile(cluster.address, args.trials, args.actions, n))
@@ -157,7 +159,12 @@ def run_ray(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         return measure(argv, rec, tmp / f"ray{n}.err", n, args.trials)
     finally:
         cluster.shutdown()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        del os.environ["RAY_TMPDIR"]
+        for _ in range(50):  # a process of the cluster may still write a log as it ends
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+            if not os.path.exists(ray_tmp):
+                break
+            time.sleep(0.1)
 
 
 HEAD = (

@@ -35,19 +35,33 @@ NODE = {"num_cpus": 1, "object_store_memory": 80 << 20, "node_ip_address": "127.
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    # its own temp dir (sessions, logs, sockets: short, for the sockets' path limit),
-    # removed after; rtax joins it by RAY_ADDRESS
+    # Ray's temp dir of its own (RAY_TMPDIR: sessions, logs, sockets, the current-cluster
+    # file, which Ray writes to the default /tmp/ray even with a node's temp_dir, and
+    # fails where /tmp/ray does not exist); short, for the sockets' path limit; removed
+    # after. rtax joins the cluster by RAY_ADDRESS.
     tmp = tempfile.mkdtemp(prefix="rtax-ray-")
-    node = dict(NODE, temp_dir=tmp)
-    c = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
+    os.mkdir(os.path.join(tmp, "ray"))
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = tmp
     try:
-        c.add_node(**node)
-        c.add_node(**node)
-        c.wait_for_nodes()
-        yield c
+        c = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
+        try:
+            c.add_node(**NODE)
+            c.add_node(**NODE)
+            c.wait_for_nodes()
+            yield c
+        finally:
+            c.shutdown()
     finally:
-        c.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        for _ in range(50):  # a process of the cluster may still write a log as it ends
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not os.path.exists(tmp):
+                break
+            time.sleep(0.1)
 
 
 def _rtax(cluster: Cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
