@@ -312,3 +312,16 @@ def test_a_forged_batch_fails_its_trial_and_records_none_of_it():
     assert got[1]["name"] == "orchestration"
     assert "sent events not recorded" in got[2]["error"]["message"]
     assert host.dead is None  # the node stays: the trial failed
+
+
+def test_the_console_plans_a_cluster_as_its_nodes():
+    """`trials done/planned` in the console: `ray:auto` is one name in the profile and one
+    host per node in the header (before: 36/12 for 3 nodes)."""
+    from rtax_tui.ui.livestate import LiveState
+
+    prof = {"hosts": ["local", "ray:auto", "c"], "workloads": ["t0"], "channels": ["exec"],
+            "drivers": ["stage"], "trials": 2, "warmup": 1,
+            "host_tables": {"c": {"ray": "auto"}}}  # fmt: skip
+    facts = {"local": {}, "ray-1": {"ray": {}}, "ray-2": {"ray": {}}, "c-3": {"ray": {}}}
+    assert LiveState._hosts_planned(prof, facts) == 4
+    assert LiveState._hosts_planned({"hosts": ["local", "ssh://h"]}, {"local": {}}) == 2
