@@ -23,6 +23,7 @@ BACKEND_FILES = frozenset(
         "test_docker_workloads.py", "test_engine_faults.py", "test_engines.py",
         "test_fleet_bench.py", "test_gvisor.py", "test_libvirtd_faults.py", "test_podman.py",
         "test_pool_kill9.py", "test_probe_engines.py", "test_probe_ssh.py", "test_probe_vm.py",
+        "test_ray_cluster.py",
         "test_slow_daemons.py", "test_ssh_host.py", "test_ssh_run.py", "test_ssh_stage.py",
         "test_swerex.py", "test_vm_kill.py", "test_vm_kvm_probe.py", "test_vm_libvirt.py",
         "test_vm_microvm.py", "test_vmagent.py",

@@ -76,7 +76,7 @@ async def _cleanup(args: argparse.Namespace, argv: list[str]) -> int:
     # of imports that `rtax --help` does not make
     from rtax_tui.drivers.toolkit import delivery
     from rtax_tui.engine.profile import Profile
-    from rtax_tui.engine.runner import opened
+    from rtax_tui.engine.runner import opened, refuse_ray_nodes
     from rtax_tui.hosts import cgroups
 
     chosen = [d for d in driver_names() if not args.driver or d in args.driver]
@@ -92,6 +92,7 @@ async def _cleanup(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"rtax: {one_line(msg)}", file=sys.stderr)
 
     async with opened(prof, argv=argv, log=log, ready=False) as session:
+        refuse_ray_nodes(session, "rtax cleanup")
         total, failed = 0, 0
         local = session.hosts.get("local")
         for name in chosen if local is not None else ():

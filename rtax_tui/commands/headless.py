@@ -17,7 +17,7 @@ from rich.console import Console
 from rtax_tui.commands import output as stdout_guard
 from rtax_tui.engine import evloop
 from rtax_tui.engine.profile import Profile
-from rtax_tui.engine.runner import opened
+from rtax_tui.engine.runner import opened, refuse_ray_nodes
 from rtax_tui.engine.session import Session
 from rtax_tui.model import paths, signals
 from rtax_tui.model.events import SinkError, error_line, one_line
@@ -395,6 +395,7 @@ async def _probe(profile: Profile, sinks: list[Any], argv: list[str], err: Conso
         err.print(styled((one_line(msg), "dim")))
 
     async with opened(profile, sinks=sinks, argv=argv, log=log, ready=False) as session:
+        refuse_ray_nodes(session, "rtax probe")
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None

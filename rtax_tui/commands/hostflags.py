@@ -25,6 +25,11 @@ def _hosts(value: str) -> list[str]:
     over 63 bytes: one line naming the flag, before anything connects)."""
     items = _csv(value)
     for item in items:
+        if item.startswith("ray://"):
+            from rtax_tui.model.rayaddr import address_host
+
+            if not address_host(item):
+                raise argparse.ArgumentTypeError(f"{item!r}: expected ray://HOST:PORT")
         if item.startswith("ssh://"):
             from rtax_tui.hosts.ssh import parse_ssh_url
             from rtax_tui.model.spec import RtaxError
@@ -40,7 +45,8 @@ def add_host_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host",
         type=_hosts,
-        help="hosts, comma-separated: local, ssh://[user@]host[:port], or [hosts.NAME] names",
+        help="hosts, comma-separated: local, ssh://[user@]host[:port], ray:auto or "
+        "ray://HOST:PORT (a Ray cluster: one host per node), or [hosts.NAME] names",
     )
     p.add_argument("--identity", metavar="FILE", help="SSH private key for the ssh:// hosts")
     p.add_argument(

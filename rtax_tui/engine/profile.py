@@ -220,11 +220,15 @@ class Profile:
         for c in self.channels:
             if c not in CHANNELS:
                 bad("channels", c, CHANNELS)
+        from rtax_tui.model.rayaddr import is_ray_name
+
         for h in self.hosts:
-            if h != "local" and not h.startswith("ssh://") and h not in self.host_tables:
+            named = h == "local" or h.startswith("ssh://") or h in self.host_tables
+            if not named and not is_ray_name(h):
                 raise ProfileError(
                     f"{locate('hosts')}: hosts: unknown {h!r} (allowed: local, "
-                    f"ssh://[user@]host[:port]{''.join(', ' + n for n in self.host_tables)})"
+                    "ssh://[user@]host[:port], ray:auto, ray://HOST:PORT"
+                    f"{''.join(', ' + n for n in self.host_tables)})"
                 )
         self._check_images(locate)
         for key in ("drivers", "workloads", "channels", "hosts"):
@@ -703,12 +707,28 @@ def _host(name: str, body: Any, where: Where) -> dict[str, Any]:
             f"{where(table, None)}: [{table}]: a host name is letters, digits, _.- and not `local`"
         )
     _check_table(HOST, body, table, lambda key: where(table, key), bounds=False)
+    ray = "ray" in body
+    if ray and "address" in body:
+        raise ProfileError(f"{where(table, 'ray')}: {table}: either address (SSH) or ray, not both")
+    ssh_only = ("user", "port", "identity", "known_hosts", "jump")
+    for key in ssh_only if ray else ("trusted", "nodes"):
+        if key in body:
+            what = "an SSH host's" if ray else "a Ray cluster's (ray = ...)"
+            raise ProfileError(f"{where(table, key)}: {table}.{key}: {what} key")
     for key, spec in HOST.keys.items():
-        if spec.required and key not in body:
+        if spec.required and key not in body and not ray:
             raise ProfileError(f"{where(table, None)}: {table}.{key}: required")
     for key, spec in HOST.keys.items():
         if key in body:
             _check_bounds(where(table, key), f"{table}.{key}", spec, body[key])
+    if ray:
+        from rtax_tui.model.rayaddr import address_host
+
+        if body["ray"] != "auto" and not address_host(body["ray"]):
+            raise ProfileError(
+                f"{where(table, 'ray')}: {table}.ray: expected auto, HOST:PORT or ray://HOST:PORT"
+            )
+        return dict(body)
     _check_ssh_names(body, table, where)
     return dict(body)
 

@@ -123,8 +123,9 @@ POOL = Table("pool", "warm pools: environments kept ready per cell and host", {
                   choices=("eager", "lazy")),
 })  # fmt: skip
 
-HOST = Table("hosts.NAME", "a remote host reached over SSH (run.hosts names it)", {
-    "address": Key((str,), None, "the host's name or address", required=True),
+HOST = Table("hosts.NAME", "a remote host reached over SSH, or a Ray cluster's nodes (run.hosts "
+             "names it)", {
+    "address": Key((str,), None, "the host's name or address (SSH; or ray)", required=True),
     "user": Key((str,), None, "the SSH user (none: SSH's default)"),
     "port": Key((int,), 22, "the SSH port", (1, 65535)),
     "identity": Key((str,), None, "the private key's file (else --identity)"),
@@ -132,6 +133,9 @@ HOST = Table("hosts.NAME", "a remote host reached over SSH (run.hosts names it)"
     "jump": Key((str,), None, "a jump host, [user@]host[:port]"),
     "concurrency": Key((int,), None, "trials in flight on this host at most",
                        (1, CONCURRENCY_MAX)),
+    "ray": Key((str,), None, "a Ray cluster, not SSH: auto, HOST:PORT, ray://HOST:PORT"),
+    "trusted": Key((bool,), False, "a Ray cluster off loopback may be joined (no auth in Ray)"),
+    "nodes": Key((int,), None, "a Ray cluster: its first N alive nodes at most", (1, 100_000)),
 })  # fmt: skip
 
 WORKLOAD = Table("workloads.NAME", "a custom workload (or a replay: trajectory = ...)", {

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from rtax_tui.drivers import Driver, Problem, get_driver
+from rtax_tui.engine import raynodes
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.profile_schema import HOST
 from rtax_tui.engine.session import Session, Sink, check_drivers_ready
@@ -68,7 +69,14 @@ async def connect_hosts(
     reported through `log` and left out; the second result says why, per name.
     `need_one`: none reached is an error (else what says so is the second result).
     """
-    made = [make_host(h, profile) for h in profile.hosts]
+    made: list[Host] = []
+    for name in profile.hosts:
+        spec = raynodes.spec_of(name, profile.host_tables)
+        if spec is None:
+            made.append(make_host(name, profile))
+            continue
+        raynodes.join(spec)  # never starts a cluster; a non-loopback one must be trusted
+        made.extend(raynodes.node_hosts(spec, profile))
 
     async def up(host: Host) -> None:
         await host.connect()
@@ -96,7 +104,10 @@ async def connect_hosts(
 
 
 async def remote_aware_check(host_name: str, drv: Driver) -> list[Problem]:
-    """The driver's check; on a remote host, first whether the driver can run there at all."""
+    """The driver's check; on a remote host, first whether the driver can run there at all
+    (on a Ray node: the node's engine checks its own driver, on the node)."""
+    if isinstance(drv.host, raynodes.RayNodeHost):
+        return [Problem(r, f) for r, f in await drv.host.check_driver(drv.name)]
     if host_name != "local" and not drv.runs_remote:
         return [
             Problem(
@@ -106,6 +117,24 @@ async def remote_aware_check(host_name: str, drv: Driver) -> list[Problem]:
             )
         ]
     problems: list[Problem] = await drv.check()
+    return problems
+
+
+def refuse_ray_nodes(session: Session, what: str) -> None:
+    """`what` does not reach Ray nodes yet (only `rtax run` and `rtax doctor` do)."""
+    nodes = raynodes.nodes_of(session.hosts)
+    if nodes:
+        raise RtaxError(
+            f"{what} does not run on Ray nodes yet ({', '.join(nodes)}); each node's own "
+            "reaper removes what a run left there"
+        )
+
+
+async def _check_workloads(drv: Driver, wl: list[Workload]) -> list[Problem]:
+    if isinstance(drv.host, raynodes.RayNodeHost):
+        got = await drv.host.check_workloads(drv.name, wl)
+        return [Problem(r, f) for r, f in got]
+    problems: list[Problem] = await drv.check_workloads(wl)
     return problems
 
 
@@ -175,6 +204,7 @@ async def opened(
                 session.stop_watching()
         finally:  # a host a driver holds is one of these (reconnects keep the object)
             await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
+            raynodes.leave()  # after every node's actor was ended
     finally:
         reaper.stop()
         subreaper.disable()
@@ -219,6 +249,8 @@ async def _build(
     remote = [h for h in hosts if h != "local"]
     if remote and profile.capacity is not None:
         raise RtaxError("capacity batches use local cgroups: run them on `local` only")
+    if raynodes.nodes_of(hosts) and "pool" in profile.run_modes:
+        raise RtaxError("warm pools do not run on Ray nodes yet: run them on `local` or SSH")
     drivers = {
         (h, d): get_driver(d, hosts[h], profile.driver_options.get(d, {}))
         for h in hosts
@@ -255,7 +287,7 @@ async def _build(
             )
     workloads = await asyncio.to_thread(resolve_workloads, profile, log)
     wl = list(workloads.values())
-    checks = await asyncio.gather(*(drv.check_workloads(wl) for drv in drivers.values()))
+    checks = await asyncio.gather(*(_check_workloads(drv, wl) for drv in drivers.values()))
     check_drivers_ready({f"{h}/{d}": probs for (h, d), probs in zip(drivers, checks, strict=True)})
     return Session(
         profile,

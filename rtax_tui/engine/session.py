@@ -23,7 +23,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rtax_tui.engine import evloop
+from rtax_tui.engine import evloop, raynodes
 from rtax_tui.engine.capacity import Barrier, CapacityRun
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
@@ -125,6 +125,10 @@ class Session:
             substrates=self.substrate_health,
             hosts=self.host_health,
         )
+        # Ray nodes run their trials in their own engine (engine.raynodes)
+        nodes = raynodes.nodes_of(self.hosts)
+        self.nodes = raynodes.NodeTrials(nodes, self.trials) if nodes else None
+        self.launch = self.trials.run if self.nodes is None else self.nodes.launch
         if any(c.mode == "pool" for c in self.cells):
             self.pools = Pools(
                 profile.pool_spec,
@@ -141,6 +145,8 @@ class Session:
         """Stop scheduling, interrupt what runs; teardown still happens."""
         if self.control.stop():
             self.status = "interrupted"
+            if self.nodes is not None:
+                self.nodes.stop()
 
     def _sink_failed(self, exc: SinkError) -> None:
         """A recording can take no more (a full disk): stop, keep what it holds."""
@@ -206,6 +212,8 @@ class Session:
             p = self.profile
             if p.images:  # the servers, the images, the cached mounts: before any trial
                 await self._prepare_images(p.images)
+            if self.nodes is not None:  # each node's engine: the run's id and workloads
+                await self.nodes.setup(self.workloads)
             if p.capacity is not None:
                 batches = CapacityRun(
                     p.capacity,
@@ -224,7 +232,7 @@ class Session:
                 if target is None:
                     plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
                     self.progress.planned = len(plan)
-                    await self.scheduler.run(plan, self.trials.run)
+                    await self.scheduler.run(plan, self.launch)
                 else:  # rounds until every cell's P50 is known to `target`
                     await PrecisionRounds(
                         target,
@@ -236,7 +244,7 @@ class Session:
                         control=self.control,
                         progress=self.progress,
                         scheduler=self.scheduler,
-                    ).run(self.trials.run)
+                    ).run(self.launch)
                 if self.pools is not None:
                     await self.pools.close()  # every pooled environment torn down
             await self._sync_clocks()
@@ -360,17 +368,19 @@ class Session:
                 f = {"error": f"{type(exc).__name__}: {exc}"}
         f.update(self.left_out_hosts.get(host, {}))
         drivers: dict[str, Any] = {}
+        node = h if isinstance(h, raynodes.RayNodeHost) else None
         for (dh, d), drv in self.drivers.items():
             if dh == host:
-                try:
-                    drivers[d] = dict(await drv.facts())
+                try:  # a Ray node's driver answers on the node, integrity included
+                    drivers[d] = dict(await (drv.facts() if node is None else node.driver_facts(d)))
                 except Exception as exc:  # facts are informative only
                     drivers[d] = {"error": str(exc)}
                 # what the substrate kept out when last measured (`rtax probe`)
                 drivers[d]["boundary"] = probe_state.boundary(host, d)
                 # per channel: null where a step's result reaches rtax through
                 # nothing a step can write, else why not (Driver.integrity)
-                drivers[d]["integrity"] = {ch: drv.integrity(ch) for ch in drv.channels}
+                if node is None:
+                    drivers[d]["integrity"] = {ch: drv.integrity(ch) for ch in drv.channels}
         f["drivers"] = drivers
         return f
 

@@ -29,12 +29,32 @@ _MAIN = (
 )
 
 
+# Detached: the reaper forks once more and its parent exits, so that it is nobody's child.
+# A Ray worker (engine.nodeengine) SIGKILLs its own children as it dies (Ray's
+# kill_child_processes_on_worker_exit), which would end a child reaper before it reaps.
+_DETACHED = (
+    "import os, sys\n"
+    "pid = os.fork()\n"
+    "if pid:\n"
+    "    os.write(1, b'%d\\n' % pid)\n"
+    "    os._exit(0)\n"
+    "os.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n"
+    "from rtax_tui.hosts.reaper import main\n"
+    "raise SystemExit(main(sys.stdin.buffer))\n"
+)
+DETACHED_WAIT_S = 40.0  # how long `close` waits for a detached reaper (its cgroups: 30 s)
+
+
 class Reaper:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._fd: int | None = None
+        self._pid: int | None = None  # a detached reaper's (not our child)
 
-    def start(self) -> None:
+    def start(self, detached: bool = False) -> None:
+        if detached:
+            self._start_detached()
+            return
         self._proc = subprocess.Popen(
             # not `-m`: running a module of a package that its __init__ already imported
             # (rtax_tui.hosts imports local, which imports this) makes runpy warn
@@ -45,6 +65,27 @@ class Reaper:
         )
         assert self._proc.stdin is not None
         self._fd = self._proc.stdin.fileno()
+
+    def _start_detached(self) -> None:
+        r, w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _DETACHED],
+                stdin=r,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
+        finally:
+            os.close(r)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        proc.stdout.close()
+        proc.wait()
+        if not line.strip().isdigit():
+            os.close(w)
+            raise OSError("the detached reaper did not start")
+        self._pid = int(line)
+        self._fd = w
 
     def _send(self, line: str) -> None:
         if self._fd is None:
@@ -81,6 +122,9 @@ class Reaper:
 
     def close(self) -> None:
         """The engine ended: whatever is still registered was not torn down, so reap it too."""
+        if self._pid is not None:
+            self._close_detached(self._pid)
+            return
         if self._proc is None:
             return
         assert self._proc.stdin is not None
@@ -96,6 +140,25 @@ class Reaper:
         self._proc = None
         self._fd = None
 
+    def _close_detached(self, pid: int) -> None:
+        """EOF on its pipe, then wait (bounded) until it has reaped and is gone."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._fd = None
+        self._pid = None
+        end = time.monotonic() + DETACHED_WAIT_S
+        while time.monotonic() < end:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            except PermissionError:
+                return
+            time.sleep(0.02)
+
 
 _current = Reaper()  # inactive until started: registrations are then no-ops
 
@@ -104,10 +167,10 @@ def current() -> Reaper:
     return _current
 
 
-def start() -> Reaper:
+def start(detached: bool = False) -> Reaper:
     global _current
     _current = Reaper()
-    _current.start()
+    _current.start(detached)
     return _current
 
 

@@ -911,6 +911,22 @@ class Emitter:
         for sink in failed:
             self.sinks.remove(sink)
 
+    def forward(self, event: dict[str, Any]) -> None:
+        """An event already stamped on the run's clock elsewhere (a Ray node's engine,
+        engine.raynodes, which checked it first): to the sinks as it is."""
+        ev = visible(dict(event))
+        failed = []
+        for sink in self.sinks:
+            try:
+                sink(ev)
+            except SinkError as exc:
+                failed.append(sink)
+                self.failures.append(exc)
+                if self.on_failure is not None:
+                    self.on_failure(exc)
+        for sink in failed:
+            self.sinks.remove(sink)
+
 
 def stamp_last(event: Event, t_ns: int) -> dict[str, Any]:
     """The event with `t_ns` last: the order `rtax probe` recorded before it ran through

@@ -29,6 +29,7 @@ from rtax_tui.model.bootstrap import median_ci95
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
 from rtax_tui.model.precision import check_cell
 from rtax_tui.model.programs import Programs, compared, differences, from_event
+from rtax_tui.model.rayaddr import is_ray_name
 from rtax_tui.model.spec import PHASES, TIMED_PHASES, shell_rc
 
 # Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.
@@ -237,8 +238,9 @@ class LiveState:
     def _plan_from_header(self, h: dict[str, Any]) -> None:
         prof = h.get("profile") or {}
         n_cells = 1
-        for k in ("hosts", "workloads", "channels", "modes"):
+        for k in ("workloads", "channels", "modes"):
             n_cells *= max(1, len(prof.get(k) or ()))
+        n_cells *= max(1, self._hosts_planned(prof, h.get("hosts")))
         # per driver, its image modes (those it cannot deliver are left out of the run)
         images = prof.get("images") or ()
         left = prof.get("images_left_out") or {}
@@ -260,6 +262,22 @@ class LiveState:
                     measured = trials
                 per_cell += measured + warmup
             self.planned = per_cell * n_cells
+
+    @staticmethod
+    def _hosts_planned(prof: dict[str, Any], facts: Any) -> int:
+        """The profile's hosts, a Ray cluster counted as its nodes in the header (the
+        hosts whose facts say `ray`; engine.raynodes): one name, one host per node."""
+        names = [h for h in prof.get("hosts") or () if isinstance(h, str)]
+        ray_tables = {
+            n
+            for n, t in (prof.get("host_tables") or {}).items()
+            if isinstance(t, dict) and "ray" in t
+        }
+        clusters = [h for h in names if is_ray_name(h) or h in ray_tables]
+        if not clusters or not isinstance(facts, dict):
+            return len(names)
+        nodes = sum(1 for f in facts.values() if isinstance(f, dict) and "ray" in f)
+        return len(names) - len(clusters) + nodes
 
     # -- events ----------------------------------------------------------------
     def ingest(self, ev: dict[str, Any]) -> None:

@@ -1,0 +1,588 @@
+"""Ray hosts: a run's trials on the nodes of a Ray cluster, each node running rtax's engine.
+
+`--host ray:auto`, `--host ray://ADDRESS` or a profile's `[hosts.NAME] ray = "ADDRESS"`
+names a cluster, not a machine: it becomes one host per alive node (`NAME-<node id>`,
+`ray-<node id>` from the command line; `nodes = N` takes the first N). On each, an actor
+(`engine.nodeengine.NodeEngine`) is placed with node affinity (not soft: it runs there
+or not at all) and runs the run's drivers on the node's own host, so every phase is
+timed there with `time.monotonic_ns()`. The controller keeps the scheduling (the plan's
+seeded order, its concurrency per host and for the run, warm-ups) and sends each trial
+to its node's actor; the trial's events come back in one batch when it ends. Each
+node's clock is synchronised as an SSH host's is (hosts.clocksync, samples over the
+actor), recorded as `clock` events; the node stamps its events on the run's clock
+through that offset. The recording is a local run's format, one `host` per node.
+
+What a node sends is checked before it is recorded (`check_batch`): the events of the
+trial asked for only, each fitting the schema, its start and end where they belong, no
+duration longer than the controller saw the trial take, no time outside it. A batch
+that fails is not recorded; the trial fails, saying why. A node (or its actor) that
+dies makes its trial in flight `host_lost` with Ray's reason, and its later trials too
+(a lost node is not reconnected); the run goes on with the others, and the node's own
+reaper ends what the actor's environments left.
+
+Security (docs/remote-hosts.md): a Ray cluster has no authentication; whoever reaches
+its GCS runs code as the cluster's user. rtax never starts a head (it only connects),
+and connects only to a loopback address unless the profile's `[hosts.NAME]` says
+`trusted = true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rtax_tui.engine.lifecycle import PROGRAMS_TIMEOUT_S
+from rtax_tui.hosts.base import CompletedProcess, Host
+from rtax_tui.hosts.clocksync import ClockSync, RemoteClock, from_samples
+from rtax_tui.model import events
+from rtax_tui.model.errors import ErrorKind, TrialError
+from rtax_tui.model.events import check_event
+from rtax_tui.model.fold import verdict
+from rtax_tui.model.rayaddr import address_host, is_loopback
+from rtax_tui.model.spec import PhaseFailure, RtaxError
+
+if TYPE_CHECKING:
+    from rtax_tui.engine.lifecycle import TrialRunner
+    from rtax_tui.engine.plan import PlannedTrial
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.model.spec import Workload
+
+INSTALL_HINT = "Ray is not installed here: pip install -e '.[ray]' (scripts/bootstrap does)"
+CLOCK_SAMPLES = 8
+CLOCK_SYNC_S = 30.0
+ACTOR_START_S = 120.0  # placing an actor: a worker process started on its node
+BATCH_EVENTS_MAX = 100_000  # the most events one trial's batch may hold
+NODE_MARGIN_S = 10.0  # a trial's node answers within its timeouts' sum and this, or is lost
+SLACK_NS = 5_000_000  # what a node's times may exceed the controller's view by, beyond err
+# the events a node's trial sends; anything else in its batch is refused
+TRIAL_EVENTS = frozenset({"trial_start", "phase", "action", "trial_end", "programs"})
+
+
+@dataclass(frozen=True)
+class RaySpec:
+    """A Ray cluster named as a host: its address (`auto`, `HOST:PORT` of its GCS, or a
+    Ray Client `ray://HOST:PORT`), its nodes' name prefix and what the profile says."""
+
+    name: str
+    address: str
+    trusted: bool = False
+    nodes: int | None = None
+    concurrency: int | None = None
+
+
+def spec_of(name: str, tables: dict[str, dict[str, Any]]) -> RaySpec | None:
+    """The cluster a host name stands for, or None (an SSH host, `local`)."""
+    if name == "ray:auto":
+        return RaySpec("ray", "auto")
+    if name.startswith("ray://"):
+        if not address_host(name):
+            raise RtaxError(f"host {name!r}: expected ray://HOST:PORT")
+        return RaySpec("ray", name)
+    t = tables.get(name)
+    if t is None or "ray" not in t:
+        return None
+    return RaySpec(
+        name,
+        str(t["ray"]),
+        trusted=bool(t.get("trusted", False)),
+        nodes=t.get("nodes"),
+        concurrency=t.get("concurrency"),
+    )
+
+
+def resolved(spec: RaySpec) -> str:
+    """The address rtax will connect to. `auto` is RAY_ADDRESS, else the address in Ray's
+    current-cluster file (`ray start` writes it) if this user owns it and no one else can
+    write it: Ray's temp directory is writable by every user, and Ray's own `auto` also
+    joins any cluster whose GCS process it sees, another user's included."""
+    if spec.address != "auto":
+        return spec.address
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env:
+        return env
+    _ray()
+    try:
+        from ray._common.utils import get_ray_address_file
+    except ImportError:  # Ray before 2.47
+        from ray._private.utils import get_ray_address_file
+
+    path = str(get_ray_address_file(None))
+    why = current_cluster_file_wrong(path)
+    if why is not None:
+        raise RtaxError(f"host ray:auto: no Ray cluster of yours found ({why}); set RAY_ADDRESS")
+    with open(path) as f:
+        addr = f.read().strip()
+    if not addr:
+        raise RtaxError(f"host ray:auto: {path} is empty; set RAY_ADDRESS")
+    return addr
+
+
+def current_cluster_file_wrong(path: str) -> str | None:
+    """Why Ray's current-cluster file is not to be read (None: it is this user's own)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"no {path}"
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to uid {st.st_uid}, not to you"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by others"
+    return None
+
+
+def refuse_untrusted(spec: RaySpec, address: str) -> None:
+    """A Ray cluster has no authentication: only a loopback one, unless trusted."""
+    host = address_host(address)
+    if is_loopback(host) or spec.trusted:
+        return
+    where = f"[hosts.{spec.name}]" if spec.name != "ray" else "a profile's [hosts.NAME] (ray = ...)"
+    raise RtaxError(
+        f"host {spec.name}: Ray at {address} is not on loopback and Ray has no authentication; "
+        f"set trusted = true in {where} only for a cluster reachable by you alone"
+    )
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RtaxError(INSTALL_HINT) from None
+    return ray
+
+
+_connected: str | None = None  # the address this process joined (one cluster per process)
+
+
+def join(spec: RaySpec) -> str:
+    """Connect this process to the cluster (never starting one): its address."""
+    global _connected
+    address = resolved(spec)
+    refuse_untrusted(spec, address)
+    ray = _ray()
+    if _connected is not None:
+        if _connected != address:
+            raise RtaxError(f"host {spec.name}: one Ray cluster per run ({_connected} already)")
+        return address
+    local = is_loopback(address_host(address))
+    from ray._private import ray_constants
+
+    # Ray turns a loopback address into the machine's own (reachable from other
+    # machines) before connecting; a cluster kept on loopback is then not found there
+    was = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = was and not local
+    try:
+        ray.init(
+            address=address,
+            namespace="rtax",
+            logging_level="ERROR",
+            log_to_driver=False,
+            configure_logging=False,
+            **({"_node_ip_address": "127.0.0.1"} if local else {}),
+        )
+    except Exception as exc:
+        raise RtaxError(f"host {spec.name}: cannot join Ray at {address}: {_why(exc)}") from None
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = was
+    _connected = address
+    return address
+
+
+def leave() -> None:
+    """Disconnect this process from the cluster (after every actor was ended)."""
+    global _connected
+    if _connected is not None:
+        _connected = None
+        _ray().shutdown()
+
+
+def node_hosts(spec: RaySpec, profile: Profile) -> list[RayNodeHost]:
+    """One host per alive node of the joined cluster (the first `nodes` of them)."""
+    ray = _ray()
+    alive = sorted(
+        (n for n in ray.nodes() if n.get("Alive")),
+        key=lambda n: (not n.get("Resources", {}).get("node:__internal_head__"), n["NodeID"]),
+    )
+    if spec.nodes is not None:
+        alive = alive[: spec.nodes]
+    if not alive:
+        raise RtaxError(f"host {spec.name}: the Ray cluster has no alive node")
+    return [
+        RayNodeHost(f"{spec.name}-{n['NodeID'][:8]}", n["NodeID"], spec, profile) for n in alive
+    ]
+
+
+def is_ray_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("ray.")
+
+
+class RayNodeHost(Host):
+    """One node of a Ray cluster, through its actor: its facts, its clock, its drivers'
+    checks and the trials it runs (`NodeTrials`). It runs no command for a driver on the
+    controller: the node's engine does, on the node."""
+
+    def __init__(self, name: str, node_id: str, spec: RaySpec, profile: Profile) -> None:
+        self.name = name
+        self.node_id = node_id
+        self.spec = spec
+        self.concurrency = spec.concurrency
+        self.profile = profile
+        self.actor: Any = None
+        self.dead: str | None = None  # why the node (its actor) was lost
+        self.clock: RemoteClock | None = None
+        self.clock_error: str | None = None
+        self._watch: Callable[[ClockSync], None] | None = None
+        self._resync: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def lost(self) -> bool:
+        return self.dead is not None
+
+    @property
+    def path_env(self) -> str:
+        return "/usr/local/bin:/usr/bin:/bin"
+
+    async def connect(self) -> None:
+        """Place the node's engine (node affinity, not soft) and sync its clock."""
+        if self.dead is not None:
+            raise RtaxError(f"host {self.name}: lost ({self.dead})")
+        if self.actor is not None:
+            return
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from rtax_tui.engine.nodeengine import NodeEngine
+
+        actor_cls = ray.remote(NodeEngine)
+        self.actor = actor_cls.options(
+            num_cpus=0,
+            max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+        ).remote(self.name, self.profile, self.profile.drivers)
+        try:
+            async with asyncio.timeout(ACTOR_START_S):
+                await self.actor.now.remote()
+        except Exception as exc:
+            await self.close()
+            raise RtaxError(f"host {self.name}: its engine did not start: {_why(exc)}") from None
+        if await self.sync_clock() is not None:
+            self._resync = asyncio.ensure_future(self._resync_loop())
+
+    async def _resync_loop(self) -> None:
+        while self.dead is None and self.clock_error is None:
+            await asyncio.sleep(CLOCK_SYNC_S)
+            await self.sync_clock()
+
+    async def sync_clock(self, n: int = CLOCK_SAMPLES) -> ClockSync | None:
+        """`n` samples (a, node's clock, b) over the actor (hosts.clocksync)."""
+        if self.actor is None or self.dead is not None:
+            return None
+        async with self._lock:
+            samples = []
+            try:
+                async with asyncio.timeout(10):
+                    for _ in range(n):
+                        a = time.monotonic_ns()
+                        r = await self.actor.now.remote()
+                        b = time.monotonic_ns()
+                        if type(r) is not int:
+                            self.clock_error = "the node's clock answered no integer"
+                            return None
+                        samples.append((a, r, b))
+            except Exception as exc:
+                self.clock_error = f"clock sync failed: {_why(exc)}"
+                return None
+            if self.clock is None:
+                self.clock = RemoteClock()
+            s = self.clock.add(from_samples(samples))
+        if self._watch is not None:
+            self._watch(s)
+        return s
+
+    def watch_clock(self, fn: Callable[[ClockSync], None] | None) -> None:
+        self._watch = fn
+
+    async def measure_rtt(self, n: int = 5) -> float | None:
+        return None  # the clock's samples say it (`clock.rtt_ns`)
+
+    async def facts(self) -> dict[str, Any]:
+        f: dict[str, Any] = dict(await self.actor.facts.remote())
+        f["ray"] = dict(f.get("ray") or {}, node_id=self.node_id, cluster=self.spec.name)
+        if self.clock_error is not None:
+            f["clock_error"] = self.clock_error
+        return f
+
+    async def check_driver(self, driver: str) -> list[tuple[str, str]]:
+        """The driver's check, run by the node's engine on the node."""
+        got = await self.actor.check.remote(driver)
+        return [(str(r), str(f)) for r, f in got]
+
+    async def check_workloads(self, driver: str, wl: list[Workload]) -> list[tuple[str, str]]:
+        got = await self.actor.check_workloads.remote(driver, wl)
+        return [(str(r), str(f)) for r, f in got]
+
+    async def driver_facts(self, driver: str) -> dict[str, Any]:
+        return dict(await self.actor.driver_facts.remote(driver))
+
+    async def close(self) -> None:
+        """The actor's reaper ends what is left; then the actor (and its process) goes."""
+        if self._resync is not None:
+            self._resync.cancel()
+            self._resync = None
+        actor, self.actor = self.actor, None
+        if actor is None:
+            return
+        ray = _ray()
+        if self.dead is None:
+            try:
+                async with asyncio.timeout(40):  # the reaper's cgroup retries: 30 s
+                    await actor.close.remote()
+            except Exception:
+                pass
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass
+
+    # -- what drivers would call on the controller: the node's engine calls its own --
+    def _no(self) -> PhaseFailure:
+        return PhaseFailure(
+            ErrorKind.NOT_SUPPORTED, f"{self.name}: a Ray node runs its drivers on the node"
+        )
+
+    async def run(self, argv: Any, **kw: Any) -> CompletedProcess:
+        raise self._no()
+
+    async def spawn(self, argv: Any, **kw: Any) -> Any:
+        raise self._no()
+
+    async def kill(self, proc: Any) -> None:
+        raise self._no()
+
+    def release(self, proc: Any) -> None:
+        raise self._no()
+
+    async def make_workspace(self, prefix: str, *a: Any, **kw: Any) -> str:
+        raise self._no()
+
+    async def remove_tree(self, path: str) -> None:
+        raise self._no()
+
+    def track(self, kind: Any, value: str) -> None:
+        raise self._no()
+
+    def untrack(self, kind: Any, value: str) -> None:
+        raise self._no()
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:500]
+
+
+def check_batch(
+    batch: Any,
+    pt: PlannedTrial,
+    *,
+    lo_ns: int,
+    hi_ns: int,
+    err_ns: int,
+) -> str | None:
+    """Why a node's batch for trial `pt` is not recorded, or None. `lo_ns`..`hi_ns`: the
+    trial's time on the run's clock as the controller saw it (scheduled, answered);
+    `err_ns`: the node clock's bound."""
+    if not isinstance(batch, list) or not batch:
+        return "no events"
+    if len(batch) > BATCH_EVENTS_MAX:
+        return f"{len(batch)} events (at most {BATCH_EVENTS_MAX})"
+    slack = 2 * err_ns + SLACK_NS
+    wall = hi_ns - lo_ns + slack
+    top = 0
+    for k, ev in enumerate(batch):
+        why = check_event(ev)
+        if why is not None:
+            return f"event {k}: {why}"
+        if ev["type"] not in TRIAL_EVENTS:
+            return f"event {k}: a {ev['type']!r} event is not a trial's"
+        if ev.get("trial") != pt.id:
+            return f"event {k}: of trial {ev.get('trial')!r}, not {pt.id}"
+        t = ev.get("t_ns")
+        if type(t) is not int or not lo_ns - slack <= t <= hi_ns + slack:
+            return f"event {k}: t_ns {t!r} outside the trial's time ({lo_ns}..{hi_ns})"
+        dur = ev.get("dur_ns")
+        if dur is not None and (type(dur) is not int or not 0 <= dur <= wall):
+            return f"event {k}: dur_ns {dur!r} longer than the trial took ({wall - slack} ns)"
+        if ev["type"] == "phase" and "." not in ev["name"]:
+            top += ev["dur_ns"]
+    first, last = batch[0], batch[-1]
+    cell = pt.cell
+    if first["type"] != "trial_start" or last["type"] != "trial_end":
+        return "not a trial_start ... trial_end"
+    if sum(ev["type"] in ("trial_start", "trial_end") for ev in batch) != 2:
+        return "more than one trial_start or trial_end"
+    said = (first["cell"], first["host"], first["driver"], first["warmup"])
+    if said != (cell.id, cell.host, cell.driver, pt.warmup):
+        return f"trial_start says {said}, the plan {(cell.id, cell.host, cell.driver, pt.warmup)}"
+    if top > wall:
+        return f"its phases add up to {top} ns, more than the trial took ({wall - slack} ns)"
+    return None
+
+
+class NodeTrials:
+    """The launcher of a run with Ray hosts: a trial of a node goes to its actor, any
+    other to the local engine (`TrialRunner.run`)."""
+
+    def __init__(self, nodes: dict[str, RayNodeHost], trials: TrialRunner) -> None:
+        self.nodes = nodes
+        self.trials = trials
+
+    async def setup(self, workloads: dict[str, Workload]) -> None:
+        """Give every node the run's id and workloads (a node that fails is lost)."""
+
+        async def one(h: RayNodeHost) -> None:
+            try:
+                await h.actor.setup.remote(self.trials.run_id, workloads)
+            except Exception as exc:
+                h.dead = f"its engine failed to start the run: {_why(exc)}"
+
+        await asyncio.gather(*(one(h) for h in self.nodes.values()))
+
+    def stop(self) -> None:
+        for h in self.nodes.values():
+            if h.actor is not None and h.dead is None:
+                h.actor.stop.remote()
+
+    async def launch(self, pt: PlannedTrial, scheduled_ns: int) -> None:
+        host = self.nodes.get(pt.cell.host)
+        if host is None:
+            await self.trials.run(pt, scheduled_ns)
+            return
+        if self.trials.control.stopping:
+            return
+        prog = self.trials.progress
+        prog.started += 1  # started and in flight from now, as a local trial's `_start`
+        prog.in_flight += 1
+        try:
+            await self._on_node(host, pt, scheduled_ns)
+        finally:
+            prog.in_flight -= 1
+
+    async def _on_node(self, host: RayNodeHost, pt: PlannedTrial, scheduled_ns: int) -> None:
+        if host.dead is not None or host.actor is None or host.clock is None:
+            why = host.dead or host.clock_error or "not connected"
+            self._failed(pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {why}")
+            return
+        emit = self.trials.emit
+        offset, err = host.clock.offset_at(scheduled_ns)
+        bound = self.bound_s(pt)
+        try:
+            async with asyncio.timeout(bound):
+                batch = await host.actor.run_trial.remote(
+                    pt, scheduled_ns + offset, emit.t0 + offset
+                )
+        except Exception as exc:
+            if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
+                raise
+            if host.dead is None:
+                host.dead = (
+                    f"no answer within {bound:g} s (the trial's timeouts and "
+                    f"{NODE_MARGIN_S:g} s): its engine hangs"
+                    if isinstance(exc, TimeoutError)
+                    else _why(exc)
+                )
+            self._failed(
+                pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {host.dead}"
+            )
+            return
+        if batch == [] and self.trials.control.stopping:  # stopped before it began there
+            self.trials.progress.started -= 1
+            return
+        lo, hi = scheduled_ns - emit.t0, time.monotonic_ns() - emit.t0
+        refused = check_batch(batch, pt, lo_ns=lo, hi_ns=hi, err_ns=err)
+        if refused is not None:
+            self._failed(
+                pt,
+                scheduled_ns,
+                ErrorKind.ERROR,
+                f"node {host.name} sent events not recorded: {refused}",
+            )
+            return
+        for ev in batch:
+            emit.forward(ev)
+        end = batch[-1]
+        error = end["error"]
+        self._count(
+            pt,
+            ok=bool(end["ok"]),
+            valid=bool(end["valid"]),
+            error=None if error is None else f"{error.get('kind')}: {error.get('message')}",
+        )
+
+    def bound_s(self, pt: PlannedTrial) -> float:
+        """How long a node may take to answer for a trial: every timeout the trial's
+        phases run under on the node (its longest variant's steps), and a margin. Past
+        it the node is lost: an engine that hangs (a stopped actor) must not hang the run."""
+        to = self.trials.profile.timeouts
+        wl = self.trials.workloads.get(pt.cell.workload)
+        steps = 0.0
+        for w in (wl, *(wl.variants if wl is not None else ())):
+            if w is not None:
+                total = sum(st.timeout_s or to.action for st in w.steps)
+                if w.release is not None:
+                    total += w.release.timeout_s or to.action
+                steps = max(steps, total)
+        programs = min(PROGRAMS_TIMEOUT_S, to.action)
+        return to.create + to.ready + steps + programs + to.teardown + NODE_MARGIN_S
+
+    def _failed(self, pt: PlannedTrial, scheduled_ns: int, kind: str, message: str) -> None:
+        """A trial that a node did not (or could not) account for: its start, its time as
+        orchestration, its end with the reason."""
+        cell = pt.cell
+        emit = self.trials.emit
+        wl = self.trials.workloads.get(cell.workload)
+        emit(
+            events.trial_start(
+                trial=pt.id,
+                cell=cell.id,
+                host=cell.host,
+                driver=cell.driver,
+                workload=cell.workload,
+                channel=cell.channel,
+                warmup=pt.warmup,
+                batch=pt.batch,
+                steps=None if wl is None else len(wl.steps),
+            )
+        )
+        emit(events.phase(pt.id, "orchestration", time.monotonic_ns() - scheduled_ns, True))
+        err = TrialError("create", kind, message)
+        emit(events.trial_end(pt.id, False, err))
+        self._count(pt, ok=False, valid=False, error=f"{kind}: {message}")
+
+    def _count(self, pt: PlannedTrial, *, ok: bool, valid: bool, error: str | None) -> None:
+        """The progress counters a local trial's `_end` keeps (`launch` counted it started)."""
+        prog = self.trials.progress
+        cell = pt.cell
+        prog.done += 1
+        self.trials.ended += 1
+        prog.per_cell_done[cell.id] = prog.per_cell_done.get(cell.id, 0) + 1
+        if error is not None:
+            prog.last_error = f"trial {pt.id} {cell.id}: {error}"
+        v = verdict(pt.warmup, True, ok, valid)
+        if v == "failed":
+            prog.failed += 1
+        elif v == "invalid":
+            prog.invalid += 1
+
+
+def nodes_of(hosts: dict[str, Host]) -> dict[str, RayNodeHost]:
+    return {n: h for n, h in hosts.items() if isinstance(h, RayNodeHost)}
