@@ -108,12 +108,36 @@ def _own(check: str) -> str:
     return f"its own kernel (boot_id differs from the host's): {check} reaches only the guest's"
 
 
+# Checks whose breach the host sees itself (its listener, a file on the host, the host's
+# free space, a workspace left after the teardown, its mount namespace): a step that
+# then fails (hangs past its timeout, kills itself) measured nothing more, but what the
+# host saw stays seen. An n/a is no broken promise (issue 39), so a failure after the
+# breach must not turn it into one (red team 2026-12-06).
+HOST_SEEN = frozenset(
+    {
+        "probe_socket",
+        "loopback_tcp",
+        "host_signal",
+        "remount_rw",
+        "host_paths",
+        "deep_tree",
+        "workspace_size",
+        "host_sinks",
+    }
+)
+
+
 def classify(name: str, out: Outcome, ctx: Context) -> Verdict:
     """The verdict of check `name` from its step's outcome and the host's observations."""
     check = BY_NAME[name]
-    if out.error is not None and name not in FAILING_STEPS:
-        return _v(NA, f"the step failed: {out.error}", out.output)
     fn = _CLASSIFIERS[name]
+    if out.error is not None and name not in FAILING_STEPS:
+        if name in HOST_SEEN:
+            seen = fn(check, out, ctx)
+            if seen.result == BREACHED:
+                why = f"{seen.evidence}; then the step failed: {out.error}"
+                return Verdict(BREACHED, trim(why))
+        return _v(NA, f"the step failed: {out.error}", out.output)
     return fn(check, out, ctx)
 
 
@@ -173,9 +197,9 @@ def _host_paths(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _vsock(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
-    if "notool" in f:
-        return _v(NA, "no python3 inside to make a socket", out.output)
-    if "made" not in f:
+    if "made" not in f:  # a socket it says it made: not undone by a `@notool` beside it
+        if "notool" in f:
+            return _v(NA, "no python3 inside to make a socket", out.output)
         return _v(BLOCKED, "no vsock socket could be made", out.output)
     if ctx.own_kernel:
         why = "its own kernel: a vsock socket there is the guest's (its own port space)"
@@ -187,13 +211,13 @@ def _vsock(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _process_vm(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
-    if "notool" in f:
-        return _v(NA, "no python3 inside to make the calls", out.output)
     token = ctx.tokens.get(check.name, "\0")
-    if token in (f.get("read") or []):
+    if token in (f.get("read") or []):  # a proof, whatever else the step printed
         return _v(BREACHED, "process_vm_readv read another process's memory", out.output)
     if "took" in f:
         return _v(BREACHED, "pidfd_getfd took another process's descriptor", out.output)
+    if "notool" in f:
+        return _v(NA, "no python3 inside to make the calls", out.output)
     return _v(BLOCKED, "neither call reached the other process", out.output)
 
 
@@ -267,14 +291,14 @@ def _blockdev(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _kernel_write(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
+    if f.get("wrote"):  # a write it says it made: not undone by a `@nofile` beside it
+        if ctx.own_kernel:
+            return _v(BLOCKED, _own("the write"), out.output)
+        return _v(BREACHED, f"wrote the host kernel's {f['wrote'][0]}", out.output)
     if "nosysfs" in f:
         return _v(BLOCKED, "no /sys inside, and mounting a sysfs was refused", out.output)
     if "nofile" in f:
         return _v(NA, "no known setting is readable there", out.output)
-    if f.get("wrote"):
-        if ctx.own_kernel:
-            return _v(BLOCKED, _own("the write"), out.output)
-        return _v(BREACHED, f"wrote the host kernel's {f['wrote'][0]}", out.output)
     return _v(BLOCKED, "the write was refused", out.output)
 
 
@@ -283,11 +307,11 @@ _LOADER_REFUSED = ("EPERM", "EACCES")
 
 def _module(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
-    if "notool" in f:
+    errno_name = (f.get("errno") or [""])[0]
+    if "notool" in f and not errno_name:  # a loader's answer is not undone by `@notool`
         return _v(NA, "no python3 and no insmod inside to call init_module", out.output)
     if ctx.own_kernel:
         return _v(BLOCKED, _own("init_module"), out.output)
-    errno_name = (f.get("errno") or [""])[0]
     if errno_name == "ENOSYS":
         return _v(NA, "this kernel has no module loader (ENOSYS): nothing to keep out", out.output)
     if errno_name:
@@ -443,14 +467,15 @@ def _deep_tree(check: Check, out: Outcome, ctx: Context) -> Verdict:
     path = out.observed.get("host_path")
     if not path:
         return _v(NA, str(out.observed.get("no_path") or "the workspace has no host path"))
-    made = [m for m in facts(out.output).get("made") or [] if not m.endswith(":0")]
-    if not made:
-        return _v(NA, "no directory chain could be made", out.output)
+    # what the host saw first: a step that made its tree and printed no `@made` line
     err = out.observed.get("teardown_error")
     if err:
         return _v(BREACHED, f"the teardown failed: {err}", out.output)
     if out.observed.get("left"):
         return _v(BREACHED, f"the host still has {path} after the teardown", out.output)
+    made = [m for m in facts(out.output).get("made") or [] if not m.endswith(":0")]
+    if not made:
+        return _v(NA, "no directory chain could be made", out.output)
     return _v(HELD, f"torn down: the host's {path} is gone", out.output)
 
 
@@ -464,16 +489,17 @@ def _workspace_size(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if not limit:
         return _v(NA, "no workspace size was asked for")
     f = facts(out.output)
-    wrote_s = (f.get("wrote_mib") or [""])[0]
-    if not wrote_s.isdigit():
-        return _v(NA, "the write did not report", out.output)
-    wrote, cap = int(wrote_s), int(limit) + WORKSPACE_SLACK_MIB
+    cap = int(limit) + WORKSPACE_SLACK_MIB
     drop = out.observed.get("host_drop_mib")
     fs = out.observed.get("host_fs") or "?"
     host = "" if drop is None else f"; the host's {fs} lost {drop} MiB"
-    if drop is not None and float(drop) > cap:
+    if drop is not None and float(drop) > cap:  # the host's sight, reported or not
         why = f"the host's {fs} lost {drop} MiB for a {limit} MiB workspace"
         return _v(BREACHED, why, out.output)
+    wrote_s = (f.get("wrote_mib") or [""])[0]
+    if not wrote_s.isdigit():
+        return _v(NA, "the write did not report", out.output)
+    wrote = int(wrote_s)
     if wrote > cap:
         return _v(BREACHED, f"wrote {wrote} MiB into a {limit} MiB workspace{host}", out.output)
     if "enospc" in f or "edquot" in f:
@@ -510,16 +536,17 @@ def _host_sinks(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
     wrote = int(out.observed.get("wrote_mib") or 0)
     drops: Mapping[str, Any] = out.observed.get("drops") or {}
+    streams = ", ".join(f.get("stream") or []) or "its own output"
+    if drops and wrote:  # the host's sight first: the writes may stop short of `@done`
+        fs, worst = max(drops.items(), key=lambda kv: float(kv[1]))
+        if float(worst) >= wrote / 2:
+            why = f"the host's {fs} grew by {worst} MiB after {wrote} MiB through {streams}"
+            return _v(BREACHED, why)
     if "done" not in f or not wrote:
         return _v(NA, "the writes did not finish", out.output)
     if not drops:
         return _v(NA, "no host filesystem could be measured")
-    fs, worst = max(drops.items(), key=lambda kv: float(kv[1]))
     said = ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))
-    streams = ", ".join(f.get("stream") or []) or "its own output"
-    if float(worst) >= wrote / 2:
-        why = f"the host's {fs} grew by {worst} MiB after {wrote} MiB through {streams}"
-        return _v(BREACHED, why)
     return _v(HELD, f"{wrote} MiB each through {streams}; growth (MiB): {said}")
 
 
@@ -538,6 +565,8 @@ def _reset_links(check: Check, out: Outcome, ctx: Context) -> Verdict:
     (what the host found at the links' target after the reset and the teardown)."""
     links = facts(out.output).get("link") or []
     if not links:
+        if "intact" in out.observed and not out.observed["intact"]:  # the host looked
+            return _v(BREACHED, f"no link reported, but {out.observed.get('host')}", out.output)
         return _v(NA, "no link could be planted", out.output)
     where = ", ".join(links)
     if out.observed.get("intact"):

@@ -508,7 +508,7 @@ class CellProbe:
                     "the driver keeps the workspace at no host path rtax can look at (a VM's "
                     "disk image, a container's own layer: removed with them)"
                 )
-            elif made.error is None:
+            else:  # also after a step that failed: the host's sight decides (classify)
                 observed["left"] = await probe_host.path_exists(self.plant.host, path)
             decide(
                 "deep_tree",

@@ -1,0 +1,128 @@
+"""Red team of issue 39's n/a rule (a promised check that could not be measured is
+neither kept nor broken): the attacks a workload that read rtax's code would make to
+turn a breach into an n/a, now that an n/a no longer counts as a broken promise.
+
+Where the environment's own output is the only evidence (a sentinel's token, a fork
+bomb's count), the environment could always hide a breach by printing nothing: an n/a
+is no worse than the `blocked` it could print. Where the host sees the outcome itself
+(its listener's connections and signals, a file that appeared on the host, a workspace
+left after the teardown, the host's free space, a links target changed), that sight
+must decide, whatever the step then did: fail, hang past its timeout, stop reporting,
+or print `@notool`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rtax_tui.engine.probe.classify import Context, Outcome, classify
+from rtax_tui.model.checks import BREACHED, NA
+from rtax_tui.model.probedoc import build_document
+
+TOKENS = {
+    "probe_socket": "rtax-probe-hello-ddd",
+    "loopback_tcp": "rtax-probe-hello-ddd",
+    "host_processes": "rtax-probe-proc-eee",
+    "process_vm": "rtax-probe-pvm-iii",
+}
+
+
+def _ctx() -> Context:
+    return Context(
+        tokens=dict(TOKENS),
+        paths={"probe_socket": "/tmp/rtax-probe-sock-1/probe.sock"},
+        host_boot="B1",
+        host_mntns="mnt:[1]",
+        env_boot="B1",
+        env_mntns="mnt:[2]",
+    )
+
+
+TIMEOUT = "action_timeout: the step did not finish in 30s"
+
+# (check, what the step printed, what the host observed): each a breach the host saw
+HOST_SEEN = [
+    ("probe_socket", "", {"unix_conns": 1}),
+    ("loopback_tcp", "", {"tcp_conns": 2}),
+    ("host_signal", "", {"signals": 1}),
+    ("remount_rw", "", {"reached_host": ["/var/tmp"]}),
+    ("deep_tree", "", {"host_path": "/tmp/rtax-ws-1", "left": True}),
+    ("deep_tree", "", {"host_path": "/tmp/rtax-ws-1", "teardown_error": "rm: busy"}),
+    ("workspace_size", "", {"limit_mib": 64, "host_drop_mib": 500, "host_fs": "/tmp"}),
+    ("host_sinks", "", {"wrote_mib": 320, "drops": {"/var/log": 300}}),
+]
+
+
+@pytest.mark.parametrize(("name", "output", "observed"), HOST_SEEN)
+def test_a_breach_the_host_saw_stays_a_breach_when_the_step_then_hangs(
+    name: str, output: str, observed: dict
+) -> None:
+    """Connect to the host's socket (or write a host file, or fill the host's disk),
+    then hang past the step's timeout: the step's error said n/a, and an n/a of a
+    promised check is no longer a broken promise."""
+    v = classify(name, Outcome(output, error=TIMEOUT, observed=observed), _ctx())
+    assert v.result == BREACHED, v
+    assert "action_timeout" in v.evidence  # the failure is told beside the breach
+
+
+@pytest.mark.parametrize(
+    ("name", "output", "observed"),
+    [
+        # made its deep tree, printed no `@made` line: the host still has the workspace
+        ("deep_tree", "", {"host_path": "/tmp/rtax-ws-1", "left": True}),
+        # filled the host's disk, then printed no `@wrote_mib`
+        ("workspace_size", "", {"limit_mib": 64, "host_drop_mib": 500, "host_fs": "/tmp"}),
+        # wrote its streams into a host log, then no `@done`
+        ("host_sinks", "", {"wrote_mib": 320, "drops": {"/var/log": 300}}),
+        # the planting trial printed no `@link=` line: the host's directory is gone
+        ("reset_links", "", {"intact": False, "host": "the host's /tmp/x: gone"}),
+        # a connection the listener saw, and a `@notool` line printed beside it
+        ("probe_socket", "@notool", {"unix_conns": 1}),
+        ("loopback_tcp", "@notool", {"tcp_conns": 1}),
+    ],
+)
+def test_a_breach_the_host_saw_stays_a_breach_when_the_step_stops_reporting(
+    name: str, output: str, observed: dict
+) -> None:
+    v = classify(name, Outcome(output, rc=0, observed=observed), _ctx())
+    assert v.result == BREACHED, v
+
+
+def test_a_token_only_a_real_read_prints_beats_a_notool_line() -> None:
+    """process_vm read another process's memory (its random token) and printed
+    `@notool` too: the token is proof, the `@notool` a word."""
+    out = "@notool\n@read=rtax-probe-pvm-iii"
+    assert classify("process_vm", Outcome(out, rc=0), _ctx()).result == BREACHED
+
+
+@pytest.mark.parametrize(
+    ("name", "output"),
+    [
+        ("vsock", "@made\n@bound=1234\n@notool"),
+        ("module_load", "@errno=ENOEXEC\n@notool"),
+        ("proc_sys", "@wrote=/proc/sys/fs/file-max\n@nofile"),
+        ("sys_write", "@wrote=/sys/kernel/mm/x\n@nofile"),
+    ],
+)
+def test_what_a_step_says_it_did_beats_what_it_says_it_lacked(name: str, output: str) -> None:
+    """A step that says it made a vsock socket, reached the module loader or wrote a
+    kernel setting, and also that it had no tool or no file: the breach it reported is
+    not undone by the n/a beside it."""
+    assert classify(name, Outcome(output, rc=0), _ctx()).result == BREACHED
+
+
+def test_the_promise_a_hidden_breach_broke_is_counted_broken() -> None:
+    """The whole way to the summary: the probe socket breached (the listener saw it),
+    then the step hung; `promises kept` must not read 1/1 measured."""
+    v = classify("probe_socket", Outcome("", error=TIMEOUT, observed={"unix_conns": 1}), _ctx())
+    ev = {"type": "probe", "host": "local", "driver": "stage", "channel": "exec",
+          "check": "probe_socket", "result": v.result, "evidence": v.evidence,
+          "promised": True}  # fmt: skip
+    s = build_document([ev])["drivers"]["stage"]["summary"]
+    assert s["broken_promises"] == ["probe_socket"] and "unchecked_promises" not in s
+
+
+def test_a_step_that_failed_with_nothing_seen_is_still_na() -> None:
+    """The rule is unchanged where the host saw nothing: a failed step measured nothing."""
+    for name, _, _ in HOST_SEEN:
+        assert classify(name, Outcome("", error=TIMEOUT), _ctx()).result == NA, name
