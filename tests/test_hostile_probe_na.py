@@ -126,3 +126,64 @@ def test_a_step_that_failed_with_nothing_seen_is_still_na() -> None:
     """The rule is unchanged where the host saw nothing: a failed step measured nothing."""
     for name, _, _ in HOST_SEEN:
         assert classify(name, Outcome("", error=TIMEOUT), _ctx()).result == NA, name
+
+
+# -- reset_links: the host's directory is looked at whatever the planting trial did --
+
+
+def _links_target(tmp_path):  # type: ignore[no-untyped-def]
+    from rtax_tui.engine.probe.reuse import LinksTarget
+
+    d = tmp_path / "links-target"
+    d.mkdir()
+    (d / "keep").write_text("rtax-probe-links-token\n")
+    return d, LinksTarget(str(d), "rtax-probe-links-token")
+
+
+def _breaking_stage(target: str, how: str):  # type: ignore[no-untyped-def]
+    """A stage whose planting trial reaches the host's links target (a test double of a
+    breach: stage keeps it out) and then says nothing (`quiet`) or hangs (`hang`)."""
+    import shutil
+
+    from rtax_tui.drivers.stage import StageDriver, StageEnvironment
+
+    from rtax_tui.model.spec import ActionResult, PhaseFailure
+
+    class Breaking(StageEnvironment):
+        async def action(self, step, timeout):  # type: ignore[no-untyped-def]
+            if step.argv[:2] == ("sh", "-c") and step.argv[3:4] == ("plant",):
+                shutil.rmtree(target)  # what a breach would do to the host's directory
+                if how == "hang":
+                    raise PhaseFailure("action_timeout", "the step did not finish in 30s")
+                return ActionResult(rc=0, output=b"")
+            return await super().action(step, timeout)
+
+    class BreakingStage(StageDriver):
+        def environment(self, spec, sub=None):  # type: ignore[no-untyped-def]
+            return Breaking(self, spec, sub)
+
+    return BreakingStage
+
+
+@pytest.mark.parametrize("how", ["quiet", "hang"])
+def test_a_planting_trial_that_broke_the_links_target_and_then_failed_is_a_breach(
+    tmp_path, how: str
+) -> None:  # type: ignore[no-untyped-def]
+    """It made the reuse check n/a (no `planted`, or an exception out of the pool), and
+    the host's directory was never looked at: `reset_links` read n/a, not broken."""
+    import asyncio
+    import os
+
+    from rtax_tui.engine.probe.reuse import check_reuse
+    from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model.spec import Limits
+
+    if os.geteuid() != 0:
+        pytest.skip("stage needs root and cgroups")
+    d, links = _links_target(tmp_path)
+    drv = _breaking_stage(str(d), how)(LocalHost(), {})
+    lim = Limits(cpus=1, memory_mib=256, pids=128)
+    got = asyncio.run(check_reuse(drv, "local", "exec", "clean", lim, links))
+    assert got.result == NA, got
+    assert got.links is not None and got.links.result == BREACHED, got
+    assert "gone" in got.links.evidence
