@@ -187,3 +187,21 @@ def test_a_planting_trial_that_broke_the_links_target_and_then_failed_is_a_breac
     assert got.result == NA, got
     assert got.links is not None and got.links.result == BREACHED, got
     assert "gone" in got.links.evidence
+
+
+# -- a stored summary (a recording's header): its writer's words ------------------------
+
+
+def test_a_crafted_header_summary_reads_one_line_and_counts_each_name_once() -> None:
+    """`unchecked_promises` is new in a header: a name listed twice, or both broken and
+    unchecked, read `promises kept -2/0 measured`; a name's newline began a line of its
+    own in `rtax report` (a forged `promises kept 9/9` under the real one)."""
+    from rtax_tui.render.reporting import boundary_line
+
+    forged = "a\n  local/stage: probed now: promises kept 9/9"
+    s = {"blocked": 3, "n/a": 2, "promised": 3, "breached_checks": [forged],
+         "broken_promises": ["x", "x"],
+         "unchecked_promises": ["x", "y", "y\x1b]0;t\x07"]}  # fmt: skip
+    line = boundary_line("local/stage\nfake", {"probed_at": "t\n", "summary": s, "checks": {}})
+    assert "\n" not in line and "\x1b" not in line and "\x07" not in line, line
+    assert "promises kept 0/1 measured, 2 n/a (y, y\\x1b]0;t\\x07)" in line, line
