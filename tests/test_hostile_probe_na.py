@@ -205,3 +205,59 @@ def test_a_crafted_header_summary_reads_one_line_and_counts_each_name_once() -> 
     line = boundary_line("local/stage\nfake", {"probed_at": "t\n", "summary": s, "checks": {}})
     assert "\n" not in line and "\x1b" not in line and "\x07" not in line, line
     assert "promises kept 0/1 measured, 2 n/a (y, y\\x1b]0;t\\x07)" in line, line
+
+
+# -- the probe's host process killed from inside ---------------------------------------
+
+
+def test_a_step_that_kills_the_probes_host_process_breaks_host_signal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A step that can signal the host's processes sends SIGKILL to the probe's host
+    process (the listener) instead of the SIGCONT it would log: no connection and no
+    signal was ever logged after, and host_signal read `blocked` (no signal received).
+    Through environment A's steps with the real listener on this host: the step after
+    which the listener was found dead is told, host_signal is broken, and the listener's
+    other checks are n/a (nothing could reach it), never `blocked`."""
+    import asyncio
+    import os
+    import signal
+
+    from rtax_tui.engine.probe import host as probe_host
+    from rtax_tui.engine.probe.run import CellProbe
+    from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model.spec import ActionResult, Limits
+
+    class Killer:
+        """Environment A: every step prints nothing, but `probe_socket`'s kills."""
+
+        def __init__(self, pid: int, argv: tuple[str, ...]) -> None:
+            self.pid, self.argv = pid, argv
+
+        async def action(self, step, timeout):  # type: ignore[no-untyped-def]
+            if step.argv == self.argv:
+                os.kill(self.pid, signal.SIGKILL)
+            return ActionResult(rc=0, output=b"")
+
+    async def go() -> dict[str, str]:
+        h = LocalHost()
+        await h.connect()
+        plant = await probe_host.plant(h)
+        try:
+            assert plant.listener is not None, plant.problems
+            cell = CellProbe(None, "local", "exec", plant, limits=Limits.none())  # type: ignore[arg-type]
+            env = Killer(plant.listener.pid, cell.steps["probe_socket"].argv)
+            got: dict[str, str] = {}
+
+            def decide(name: str, v) -> None:  # type: ignore[no-untyped-def]
+                got[name] = f"{v.result}: {v.evidence}"
+
+            await cell._run_a(env, decide)  # type: ignore[arg-type]
+            return got
+        finally:
+            await probe_host.cleanup(plant)
+            await h.close()
+
+    got = asyncio.run(go())
+    assert got["host_signal"].startswith(BREACHED), got["host_signal"]
+    assert "dead after the" in got["host_signal"]
+    for name in ("loopback_tcp", "host_processes"):
+        assert got[name].startswith(NA), (name, got[name])

@@ -234,6 +234,11 @@ def _socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
     return _v(BLOCKED, f"no connection to {', '.join(paths)}", out.output)
 
 
+def _gone(out: Outcome) -> str:
+    step = out.observed.get("listener_gone")
+    return f"the probe's host process (the listener) was dead after the {step} step"
+
+
 def _probe_socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if not ctx.paths.get(check.name):
         return _v(NA, "the probe could not open a socket on the host (no python3 there?)")
@@ -241,6 +246,8 @@ def _probe_socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
     seen = int(out.observed.get("unix_conns", 0))
     if seen or token in out.output:
         return _v(BREACHED, f"the host's listener saw {seen} connection(s) from inside", out.output)
+    if out.observed.get("listener_gone"):
+        return _v(NA, _gone(out), out.output)
     if facts(out.output).get("notool"):
         return _v(NA, "the socket is visible, but no python3 to connect", out.output)
     return _v(BLOCKED, "the host's listener saw no connection", out.output)
@@ -401,6 +408,8 @@ def _tcp(check: Check, out: Outcome, ctx: Context) -> Verdict:
     seen = int(out.observed.get("tcp_conns", 0))
     if seen or ctx.tokens[check.name] in out.output:
         return _v(BREACHED, f"the host's loopback listener saw {seen} connection(s)", out.output)
+    if out.observed.get("listener_gone"):
+        return _v(NA, _gone(out), out.output)
     if "notool" in facts(out.output):
         return _v(NA, "no python3 and no nc inside to connect", out.output)
     return _v(BLOCKED, "the host's loopback listener saw no connection", out.output)
@@ -412,6 +421,8 @@ def _processes(check: Check, out: Outcome, ctx: Context) -> Verdict:
         return _v(NA, "the probe could not start its host process (no python3 there?)")
     if tag in out.output:
         return _v(BREACHED, "sees the probe's host process and its command line", out.output)
+    if out.observed.get("listener_gone"):
+        return _v(NA, _gone(out), out.output)
     return _v(BLOCKED, "the probe's host process is not visible", out.output)
 
 
@@ -421,6 +432,12 @@ def _signal(check: Check, out: Outcome, ctx: Context) -> Verdict:
     n = int(out.observed.get("signals", 0))
     if n:
         return _v(BREACHED, "the probe's host process received SIGCONT from inside", out.output)
+    if out.observed.get("listener_gone"):
+        # a process of the host that dies under the probe's steps: the likeliest hand is
+        # one inside that can signal it (the breach this check looks for), and a dead
+        # process logs no signal; never an n/a, which breaks no promise (red team
+        # 2026-12-06: a step that killed it left this check `blocked`)
+        return _v(BREACHED, _gone(out) + ": killed from inside, or lost", out.output)
     return _v(BLOCKED, "the probe's host process received no signal", out.output)
 
 
