@@ -13,6 +13,8 @@ or print `@notool`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rtax_tui.engine.probe.classify import Context, Outcome, classify
@@ -210,31 +212,25 @@ def test_a_crafted_header_summary_reads_one_line_and_counts_each_name_once() -> 
 # -- the probe's host process killed from inside ---------------------------------------
 
 
-def test_a_step_that_kills_the_probes_host_process_breaks_host_signal(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A step that can signal the host's processes sends SIGKILL to the probe's host
-    process (the listener) instead of the SIGCONT it would log: no connection and no
-    signal was ever logged after, and host_signal read `blocked` (no signal received).
-    Through environment A's steps with the real listener on this host: the step after
-    which the listener was found dead is told, host_signal is broken, and the listener's
-    other checks are n/a (nothing could reach it), never `blocked`."""
+def _run_a(doings: dict[str, Any]) -> dict[str, str]:
+    """Environment A's steps (CellProbe._run_a) with the real plant of this host (its
+    sentinels, its listener): each step prints nothing, and the step of each check named
+    in `doings` first does what its function does to the plant (a test double of what
+    a step that reached the host could do). Its verdicts, `result: evidence`."""
     import asyncio
-    import os
-    import signal
 
     from rtax_tui.engine.probe import host as probe_host
     from rtax_tui.engine.probe.run import CellProbe
     from rtax_tui.hosts.local import LocalHost
     from rtax_tui.model.spec import ActionResult, Limits
 
-    class Killer:
-        """Environment A: every step prints nothing, but `probe_socket`'s kills."""
-
-        def __init__(self, pid: int, argv: tuple[str, ...]) -> None:
-            self.pid, self.argv = pid, argv
+    class Env:
+        def __init__(self, by_argv: dict[tuple[str, ...], Any], plant: Any) -> None:
+            self.by_argv, self.plant = by_argv, plant
 
         async def action(self, step, timeout):  # type: ignore[no-untyped-def]
-            if step.argv == self.argv:
-                os.kill(self.pid, signal.SIGKILL)
+            if step.argv in self.by_argv:
+                self.by_argv[step.argv](self.plant)
             return ActionResult(rc=0, output=b"")
 
     async def go() -> dict[str, str]:
@@ -244,7 +240,7 @@ def test_a_step_that_kills_the_probes_host_process_breaks_host_signal(tmp_path) 
         try:
             assert plant.listener is not None, plant.problems
             cell = CellProbe(None, "local", "exec", plant, limits=Limits.none())  # type: ignore[arg-type]
-            env = Killer(plant.listener.pid, cell.steps["probe_socket"].argv)
+            env = Env({cell.steps[k].argv: f for k, f in doings.items()}, plant)
             got: dict[str, str] = {}
 
             def decide(name: str, v) -> None:  # type: ignore[no-untyped-def]
@@ -256,7 +252,36 @@ def test_a_step_that_kills_the_probes_host_process_breaks_host_signal(tmp_path) 
             await probe_host.cleanup(plant)
             await h.close()
 
-    got = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_a_step_that_removes_what_rtax_planted_on_the_host_breaks_its_check() -> None:
+    """The sentinel's step removes the host's sentinel, the socket's step the host's
+    socket, and each prints nothing: `not visible`, `no connection` (blocked) before."""
+    import os
+
+    got = _run_a(
+        {
+            "tmp_sentinel": lambda p: os.unlink(p.paths["tmp_sentinel"]),
+            "probe_socket": lambda p: os.unlink(p.paths["probe_socket"]),
+        }
+    )
+    for name in ("tmp_sentinel", "probe_socket"):
+        assert got[name].startswith(BREACHED) and "removed from inside" in got[name], got[name]
+    assert got["root_home"].startswith("blocked"), got["root_home"]  # the rest as it was
+
+
+def test_a_step_that_kills_the_probes_host_process_breaks_host_signal() -> None:
+    """A step that can signal the host's processes sends SIGKILL to the probe's host
+    process (the listener) instead of the SIGCONT it would log: no connection and no
+    signal was ever logged after, and host_signal read `blocked` (no signal received).
+    Through environment A's steps with the real listener on this host: the step after
+    which the listener was found dead is told, host_signal is broken, and the listener's
+    other checks are n/a (nothing could reach it), never `blocked`."""
+    import os
+    import signal
+
+    got = _run_a({"probe_socket": lambda p: os.kill(p.listener.pid, signal.SIGKILL)})
     assert got["host_signal"].startswith(BREACHED), got["host_signal"]
     assert "dead after the" in got["host_signal"]
     for name in ("loopback_tcp", "host_processes"):

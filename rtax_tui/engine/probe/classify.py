@@ -108,13 +108,17 @@ def _own(check: str) -> str:
     return f"its own kernel (boot_id differs from the host's): {check} reaches only the guest's"
 
 
-# Checks whose breach the host sees itself (its listener, a file on the host, the host's
-# free space, a workspace left after the teardown, its mount namespace): a step that
-# then fails (hangs past its timeout, kills itself) measured nothing more, but what the
-# host saw stays seen. An n/a is no broken promise (issue 39), so a failure after the
-# breach must not turn it into one (red team 2026-12-06).
+# Checks whose breach the host sees itself (its listener, a file on the host written or
+# removed, the host's free space, a workspace left after the teardown, its mount
+# namespace): a step that then fails (hangs past its timeout, kills itself) measured
+# nothing more, but what the host saw stays seen. An n/a is no broken promise (issue
+# 39), so a failure after the breach must not turn it into one (red team 2026-12-06).
 HOST_SEEN = frozenset(
     {
+        "tmp_sentinel",
+        "cache_sentinel",
+        "root_home",
+        "usr_local",
         "probe_socket",
         "loopback_tcp",
         "host_signal",
@@ -151,7 +155,15 @@ def _sentinel(check: Check, out: Outcome, ctx: Context) -> Verdict:
         return _v(BREACHED, f"read the host's {path} (its random token)", out.output)
     if f.get("exists"):
         return _v(BREACHED, f"the host's {path} is visible (not readable)", out.output)
+    if out.observed.get("planted_left") is False:
+        return _v(BREACHED, _removed(path), out.output)
     return _v(BLOCKED, f"{path} is not visible", out.output)
+
+
+def _removed(path: str) -> str:
+    """A path rtax planted on the host, gone after the step that looked for it: a step
+    that removes it and prints nothing read `not visible` (red team 2026-12-06)."""
+    return f"the host's {path} was gone after the step: removed from inside"
 
 
 def _shadow(check: Check, out: Outcome, ctx: Context) -> Verdict:
@@ -246,6 +258,8 @@ def _probe_socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
     seen = int(out.observed.get("unix_conns", 0))
     if seen or token in out.output:
         return _v(BREACHED, f"the host's listener saw {seen} connection(s) from inside", out.output)
+    if out.observed.get("planted_left") is False:
+        return _v(BREACHED, _removed(ctx.paths[check.name]), out.output)
     if out.observed.get("listener_gone"):
         return _v(NA, _gone(out), out.output)
     if facts(out.output).get("notool"):

@@ -81,6 +81,8 @@ DOCKER_REQUEST = r"GET /version HTTP/1.0\r\nHost: rtax-probe\r\n\r\n"
 # The checks that rest on the probe's host process (its listeners, its command line,
 # its signal log): told when it died before or during their step (`listener_gone`).
 LISTENER_CHECKS = frozenset({"probe_socket", "loopback_tcp", "host_processes", "host_signal"})
+# The checks whose step looks for a path rtax planted on the host: still there after it?
+PLANTED_CHECKS = frozenset({*SENTINEL_CHECKS, "probe_socket"})
 
 Emit = Callable[[events.Event], None]  # an event without `t_ns`: the caller stamps it
 # Checks decided after the escape attempts, in their own order (other environments, the
@@ -371,6 +373,9 @@ class CellProbe:
                 observed = {
                     "reached_host": await probe_host.reached_host(self.plant, self.n.rw, dirs)
                 }
+            planted = self.plant.paths.get(name) if name in PLANTED_CHECKS else None
+            if planted:  # a host file removed from inside is a write to the host
+                observed["planted_left"] = await probe_host.path_exists(self.plant.host, planted)
             if lst is not None and self.listener_gone is None and lst.gone():
                 self.listener_gone = name  # the first step after which it was found dead
             if name in LISTENER_CHECKS and self.listener_gone is not None:
