@@ -286,3 +286,27 @@ def test_a_step_that_kills_the_probes_host_process_breaks_host_signal() -> None:
     assert "dead after the" in got["host_signal"]
     for name in ("loopback_tcp", "host_processes"):
         assert got[name].startswith(NA), (name, got[name])
+
+
+# -- output that ended the probe -----------------------------------------------------
+
+ODD_DIGITS = ("²", "٣", "𝟗", "1²", "-1", "1e3", " 7", "")
+
+
+@pytest.mark.parametrize(
+    "fact", ["spawned", "allocated", "wrote_mib", "read=loop0:{}:beef", "made", "errno"]
+)
+def test_no_step_output_ends_the_probe(fact: str) -> None:
+    """`str.isdigit` took `²` and `int` refused it: a fork bomb that printed
+    `@spawned=²` raised out of `classify`, the probe stopped, and the last probe's
+    summary (`kept 37/37`) stayed in every later run's header."""
+    from rtax_tui.model.checks import CHECKS
+
+    c = _ctx()
+    obs = {"attempts": 384, "host_ms": 1, "limit_mib": 64, "host_path": "/tmp/w",
+           "host_drop_mib": 1, "wrote_mib": 320, "drops": {"/var/log": 0}}  # fmt: skip
+    for odd in ODD_DIGITS:
+        line = f"@{fact.format(odd)}" if "{}" in fact else f"@{fact}={odd}"
+        for check in CHECKS:
+            v = classify(check.name, Outcome(f"allocating\n{line}\n@done", rc=0, observed=obs), c)
+            assert v.result in ("blocked", "held", BREACHED, NA), (check.name, line)

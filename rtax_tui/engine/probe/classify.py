@@ -88,6 +88,13 @@ def facts(output: str) -> dict[str, list[str]]:
     return out
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` takes `²` and `٣`, which `int` refuses (a step
+    that printed `@spawned=²` ended the whole probe with a ValueError, and the last
+    probe's summary stayed in every run's header; red team 2026-12-06)."""
+    return text.isascii() and text.isdigit()
+
+
 def trim(text: str, limit: int = EVIDENCE_CHARS) -> str:
     """One line of evidence: the lines joined by ` | `, cut to `limit` characters."""
     flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
@@ -290,7 +297,7 @@ def _blockdev(check: Check, out: Outcome, ctx: Context) -> Verdict:
     for value in facts(out.output).get("read") or []:
         name, _, rest = value.partition(":")
         size_s, _, md5 = rest.partition(":")
-        size = int(size_s) if size_s.isdigit() else 0
+        size = int(size_s) if _digits(size_s) else 0
         if size == 0 or name not in host:
             continue
         hsize, hmd5 = host[name]
@@ -383,7 +390,7 @@ def _pids(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if out.error is not None:
         return _v(NA, f"the step failed: {out.error}; {host}", out.output)
     spawned_s = (facts(out.output).get("spawned") or [""])[0]
-    if not spawned_s.isdigit():
+    if not _digits(spawned_s):
         return _v(NA, f"the bomb did not report; {host}", out.output)
     spawned = int(spawned_s)
     attempts = int(out.observed.get("attempts", 0))
@@ -407,7 +414,7 @@ def _memory(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if out.error is None and "allocating" not in out.output:
         return _v(NA, f"the hog did not start (rc {out.rc}); {host}", out.output)
     allocated = (facts(out.output).get("allocated") or [""])[0]
-    if allocated.isdigit() and int(allocated) > 0:
+    if _digits(allocated) and int(allocated) > 0:
         return _v(
             BREACHED, f"allocated {allocated} MiB past the {limit} MiB limit; {host}", out.output
         )
@@ -528,7 +535,7 @@ def _workspace_size(check: Check, out: Outcome, ctx: Context) -> Verdict:
         why = f"the host's {fs} lost {drop} MiB for a {limit} MiB workspace"
         return _v(BREACHED, why, out.output)
     wrote_s = (f.get("wrote_mib") or [""])[0]
-    if not wrote_s.isdigit():
+    if not _digits(wrote_s):
         return _v(NA, "the write did not report", out.output)
     wrote = int(wrote_s)
     if wrote > cap:
