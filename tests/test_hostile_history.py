@@ -90,3 +90,40 @@ def test_a_line_of_gigabytes_is_refused_before_it_is_read_whole(tmp_path, reader
     )  # fmt: skip
     assert res.returncode != 0
     assert f"{rec}:2: a line longer than rtax reads ({LINE_MAX >> 20} MiB)" in res.stderr
+
+
+def _starts(*cells: tuple[str, str, str, str, str | None, str | None]) -> list[dict]:
+    """trial_start events: (cell id, driver, channel, mode, image, arrival)."""
+    out = []
+    for cell, driver, channel, mode, image, arrival in cells:
+        ev = {"type": "trial_start", "cell": cell, "host": "local", "driver": driver,
+              "workload": "t0", "channel": channel}  # fmt: skip
+        for k, v in (("mode", mode), ("image", image), ("arrival", arrival)):
+            if v is not None:
+                ev[k] = v
+        out.append(ev)
+    return out
+
+
+def test_a_changed_pair_never_differs_in_an_image_mode_or_arrival_pattern_too() -> None:
+    """Red team 2026-12-06 (the console's compare and picker pair by `rtax compare
+    --changed`'s rule): the rule compared host, driver, workload, channel and mode, not
+    the image mode or the arrival pattern, both parts of a cell's id. A rerun on another
+    driver with another image mode, or on another channel with a burst of 8 arrivals,
+    paired as "one thing changed": a burst's queueing read as the channel's cost."""
+    from rtax_tui.analysis.pairing import cell_fields, pair_fields
+
+    a = cell_fields(_starts(("local/stage/t0/exec~pull", "stage", "exec", None, "pull", None)))
+    b = cell_fields(_starts(("local/gvisor/t0/exec~cached", "gvisor", "exec", None, "cached",
+                             None)))  # fmt: skip
+    assert pair_fields(a, b, changed=True) == {}
+    a = cell_fields(_starts(("local/stage/t0/exec@burst:8", "stage", "exec", None, None,
+                             "burst:8")))  # fmt: skip
+    b = cell_fields(_starts(("local/stage/t0/shell", "stage", "shell", None, None, None)))
+    assert pair_fields(a, b, changed=True) == {}
+    # one thing changed still pairs: the driver, the same image mode and arrivals
+    a = cell_fields(_starts(("local/stage/t0/exec~pull", "stage", "exec", None, "pull", None)))
+    b = cell_fields(_starts(("local/gvisor/t0/exec~pull", "gvisor", "exec", None, "pull", None)))
+    assert pair_fields(a, b, changed=True) == {
+        "local/stage/t0/exec~pull": "local/gvisor/t0/exec~pull"
+    }

@@ -153,3 +153,22 @@ def test_a_trial_in_flight_at_max_time_does_not_hold_the_run(tmp_path: Path, dri
     # nothing of the trial left running
     ps = subprocess.run(["pgrep", "-f", "^sleep 5$"], capture_output=True, text=True)
     assert ps.stdout == "", ps.stdout
+
+
+def test_the_one_number_style_holds_at_a_units_edge_and_at_crafted_magnitudes() -> None:
+    """Red team 2026-12-06 of render.tables: 0.9995 ms read `1,000µs` and 999.5 ms
+    `1,000ms` (a figure a unit too small, four digits); 99.95 `100.0ms`; a crafted
+    recording's 1e300 ms or 5e-324 ms was written out in full (over 300 characters, every
+    column after it pushed off the screen), and so was a ratio of 1e300."""
+    from rtax_tui.render.tables import fmt_interval, fmt_num, fmt_ratio, fmt_time
+
+    assert fmt_time(0.9995) == "1.00ms" and fmt_time(999.5) == "1.00s"
+    assert fmt_time(0.0009999) == "1.00µs" and fmt_time(99.95) == "100ms"
+    assert fmt_time(999.4) == "999ms" and fmt_time(0.0631) == "63.1µs"
+    assert fmt_time(-0.9995, signed=True) == "-1.00ms"
+    for v in (1e300, -1e300, 5e-324, 1e-320, 1e20):
+        for got in (fmt_time(v), fmt_time(v, signed=True), fmt_num(v), fmt_ratio(v)):
+            assert len(got) <= 12, (v, got)
+        assert len(fmt_interval(-v, v, signed=True)) <= 30
+    assert fmt_num(0.00025) == "0.00025"  # no exponent for a real quantity
+    assert fmt_ratio(1.4321) == "1.43×"

@@ -27,7 +27,8 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "--changed",
         action="store_true",
         help="also pair a cell with the one cell of b that differs from it in exactly one of "
-        "host, driver, channel or mode (a rerun that changed one thing); never across workloads",
+        "host, driver, channel or mode (a rerun that changed one thing); never across "
+        "workloads, image modes or arrival patterns",
     )
     c.add_argument(
         "--min-effect",

@@ -18,6 +18,7 @@ from rtax_tui.model.checks import (
     PROBE_FORMAT,
     RESULTS,
 )
+from rtax_tui.model.events import one_line
 
 # -- combining runs: channels and hosts ----------------------------------------------
 
@@ -148,9 +149,17 @@ def summary_text(s: Mapping[str, Any]) -> str:
     counts = ", ".join(f"{s.get(r, 0)} {r}" for r in RESULTS)
     if not s.get("promised"):
         return counts + "; promises nothing"
-    unchecked = [str(n) for n in s.get("unchecked_promises") or []]
+    # a stored summary is its writer's words (a crafted recording's header): each name
+    # counted once, never both broken and unchecked, shown one line (red team 2026-12-06:
+    # `kept -2/0 measured`, and a name's newline began a line of its own)
+    broken = set(map(str, s.get("broken_promises") or []))
+    unchecked = [
+        one_line(n)
+        for n in dict.fromkeys(map(str, s.get("unchecked_promises") or []))
+        if n not in broken
+    ]
     measured = int(s["promised"]) - len(unchecked)
-    kept = measured - len(s.get("broken_promises") or [])
+    kept = measured - len(broken)
     if not unchecked:
         return counts + f"; promises kept {kept}/{measured}"
     return counts + (

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rtax_tui.analysis.noise_report import FEW
-from rtax_tui.model.events import visible
+from rtax_tui.model.events import one_line, visible
 from rtax_tui.model.fidelity import not_representative
 from rtax_tui.model.programs import cell_mark, differing_pairs
 from rtax_tui.render.image_render import image_markdown, render_image
@@ -900,11 +900,13 @@ def boundary_line(key: str, b: dict[str, Any]) -> str:
     """`local/stage: probed 2026-..: 12 blocked, ...` from a header's boundary entry."""
     from rtax_tui.model.probedoc import honest_summary, summary_text
 
+    # one line whatever the header says (its names are its writer's words)
+    key = one_line(key)
     if not b.get("summary"):
-        return f"{key}: {b.get('status') or 'not probed'}"
+        return f"{key}: {one_line(str(b.get('status') or 'not probed'))}"
     summary = honest_summary(b["summary"], b.get("checks"))
-    line = f"{key}: probed {b.get('probed_at', '?')}: {summary_text(summary)}"
-    breached = summary.get("breached_checks") or []
+    line = f"{key}: probed {one_line(str(b.get('probed_at', '?')))}: {summary_text(summary)}"
+    breached = [one_line(str(n)) for n in summary.get("breached_checks") or []]
     if breached:
         line += f"; breached: {', '.join(breached)}"
     return line

@@ -17,20 +17,29 @@ def fmt_ms(v: float | None) -> str:
     return _sig3(v)
 
 
+# Beyond these magnitudes a figure is a crafted recording's (10^15 s is 30 million
+# years): written with an exponent, 3 digits, rather than as its 300 digits, which pushed
+# every column after it off the screen (red team 2026-12-06: 1e300 ms, 5e-324 ms)
+_HUGE, _TINY = 1e15, 1e-9
+
+
 def _sig3(v: float) -> str:
-    """About 3 significant digits, thousands separated, never an exponent (a crafted
-    recording's inf or nan: as Python writes it)."""
+    """About 3 significant digits, thousands separated, never an exponent but past
+    _HUGE and under _TINY (a crafted recording's inf or nan: as Python writes it). The
+    digits follow the value as rounded (99.96 is `100`, not `100.0`)."""
     if not math.isfinite(v):
         return str(v)
-    a = abs(v)
+    if v == 0:
+        return "0"
+    a = abs(float(f"{v:.3g}"))
+    if a >= _HUGE or a < _TINY:
+        return f"{v:.3g}"
     if a >= 100:
         return f"{v:,.0f}"
     if a >= 10:
         return f"{v:.1f}"
     if a >= 1:
         return f"{v:.2f}"
-    if a == 0:
-        return "0"
     if a >= 0.001:
         return f"{v:.3g}"
     digits = 2 - math.floor(math.log10(a))
@@ -52,7 +61,10 @@ def fmt_time(ms: float | None, signed: bool = False) -> str:
         return f"{ms}ms"
     if ms == 0:
         return "0ms"
-    unit = next(u for lim, u in _UNITS if abs(ms) >= lim)
+    i = next(i for i, (lim, _) in enumerate(_UNITS) if abs(ms) >= lim)
+    if i and abs(float(f"{ms * _PER_MS[_UNITS[i][1]]:.3g}")) >= 1000:
+        i -= 1  # 999.96µs rounds to 1.00ms, not `1,000µs`
+    unit = _UNITS[i][1]
     return ("+" if signed and ms > 0 else "") + _sig3(ms * _PER_MS[unit]) + unit
 
 
@@ -76,7 +88,9 @@ def fmt_num(v: float | None) -> str:
 
 def fmt_ratio(r: float | None) -> str:
     """b over a: `1.43×`."""
-    return "-" if r is None else f"{r:.2f}×"
+    if r is None:
+        return "-"
+    return f"{r:.2f}×" if math.isfinite(r) and abs(r) < _HUGE else f"{r:.3g}×"
 
 
 # Every ASCII character that can open markup in CommonMark, GFM or the HTML GitHub keeps

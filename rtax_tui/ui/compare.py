@@ -156,7 +156,8 @@ def no_pair_text(
         ("No cell with samples in both runs: nothing to compare.", "bold red"),
         "\nCells pair when they have the same host, driver, workload, channel and mode, "
         "or differ in one of host, driver, channel or mode (a rerun that changed one "
-        "thing); never across workloads, which run other programs.",
+        "thing); never across workloads, which run other programs, image modes or "
+        "arrival patterns.",
     )
     return Text("\n").join([head, cells(f"a ({cmp['a']})", a), cells(f"b ({cmp['b']})", b)])
 

@@ -88,6 +88,13 @@ def facts(output: str) -> dict[str, list[str]]:
     return out
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` takes `²` and `٣`, which `int` refuses (a step
+    that printed `@spawned=²` ended the whole probe with a ValueError, and the last
+    probe's summary stayed in every run's header; red team 2026-12-06)."""
+    return text.isascii() and text.isdigit()
+
+
 def trim(text: str, limit: int = EVIDENCE_CHARS) -> str:
     """One line of evidence: the lines joined by ` | `, cut to `limit` characters."""
     flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
@@ -108,12 +115,40 @@ def _own(check: str) -> str:
     return f"its own kernel (boot_id differs from the host's): {check} reaches only the guest's"
 
 
+# Checks whose breach the host sees itself (its listener, a file on the host written or
+# removed, the host's free space, a workspace left after the teardown, its mount
+# namespace): a step that then fails (hangs past its timeout, kills itself) measured
+# nothing more, but what the host saw stays seen. An n/a is no broken promise (issue
+# 39), so a failure after the breach must not turn it into one (red team 2026-12-06).
+HOST_SEEN = frozenset(
+    {
+        "tmp_sentinel",
+        "cache_sentinel",
+        "root_home",
+        "usr_local",
+        "probe_socket",
+        "loopback_tcp",
+        "host_signal",
+        "remount_rw",
+        "host_paths",
+        "deep_tree",
+        "workspace_size",
+        "host_sinks",
+    }
+)
+
+
 def classify(name: str, out: Outcome, ctx: Context) -> Verdict:
     """The verdict of check `name` from its step's outcome and the host's observations."""
     check = BY_NAME[name]
-    if out.error is not None and name not in FAILING_STEPS:
-        return _v(NA, f"the step failed: {out.error}", out.output)
     fn = _CLASSIFIERS[name]
+    if out.error is not None and name not in FAILING_STEPS:
+        if name in HOST_SEEN:
+            seen = fn(check, out, ctx)
+            if seen.result == BREACHED:
+                why = f"{seen.evidence}; then the step failed: {out.error}"
+                return Verdict(BREACHED, trim(why))
+        return _v(NA, f"the step failed: {out.error}", out.output)
     return fn(check, out, ctx)
 
 
@@ -127,7 +162,15 @@ def _sentinel(check: Check, out: Outcome, ctx: Context) -> Verdict:
         return _v(BREACHED, f"read the host's {path} (its random token)", out.output)
     if f.get("exists"):
         return _v(BREACHED, f"the host's {path} is visible (not readable)", out.output)
+    if out.observed.get("planted_left") is False:
+        return _v(BREACHED, _removed(path), out.output)
     return _v(BLOCKED, f"{path} is not visible", out.output)
+
+
+def _removed(path: str) -> str:
+    """A path rtax planted on the host, gone after the step that looked for it: a step
+    that removes it and prints nothing read `not visible` (red team 2026-12-06)."""
+    return f"the host's {path} was gone after the step: removed from inside"
 
 
 def _shadow(check: Check, out: Outcome, ctx: Context) -> Verdict:
@@ -173,9 +216,9 @@ def _host_paths(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _vsock(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
-    if "notool" in f:
-        return _v(NA, "no python3 inside to make a socket", out.output)
-    if "made" not in f:
+    if "made" not in f:  # a socket it says it made: not undone by a `@notool` beside it
+        if "notool" in f:
+            return _v(NA, "no python3 inside to make a socket", out.output)
         return _v(BLOCKED, "no vsock socket could be made", out.output)
     if ctx.own_kernel:
         why = "its own kernel: a vsock socket there is the guest's (its own port space)"
@@ -187,13 +230,13 @@ def _vsock(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _process_vm(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
-    if "notool" in f:
-        return _v(NA, "no python3 inside to make the calls", out.output)
     token = ctx.tokens.get(check.name, "\0")
-    if token in (f.get("read") or []):
+    if token in (f.get("read") or []):  # a proof, whatever else the step printed
         return _v(BREACHED, "process_vm_readv read another process's memory", out.output)
     if "took" in f:
         return _v(BREACHED, "pidfd_getfd took another process's descriptor", out.output)
+    if "notool" in f:
+        return _v(NA, "no python3 inside to make the calls", out.output)
     return _v(BLOCKED, "neither call reached the other process", out.output)
 
 
@@ -210,6 +253,11 @@ def _socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
     return _v(BLOCKED, f"no connection to {', '.join(paths)}", out.output)
 
 
+def _gone(out: Outcome) -> str:
+    step = out.observed.get("listener_gone")
+    return f"the probe's host process (the listener) was dead after the {step} step"
+
+
 def _probe_socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if not ctx.paths.get(check.name):
         return _v(NA, "the probe could not open a socket on the host (no python3 there?)")
@@ -217,6 +265,10 @@ def _probe_socket(check: Check, out: Outcome, ctx: Context) -> Verdict:
     seen = int(out.observed.get("unix_conns", 0))
     if seen or token in out.output:
         return _v(BREACHED, f"the host's listener saw {seen} connection(s) from inside", out.output)
+    if out.observed.get("planted_left") is False:
+        return _v(BREACHED, _removed(ctx.paths[check.name]), out.output)
+    if out.observed.get("listener_gone"):
+        return _v(NA, _gone(out), out.output)
     if facts(out.output).get("notool"):
         return _v(NA, "the socket is visible, but no python3 to connect", out.output)
     return _v(BLOCKED, "the host's listener saw no connection", out.output)
@@ -245,7 +297,7 @@ def _blockdev(check: Check, out: Outcome, ctx: Context) -> Verdict:
     for value in facts(out.output).get("read") or []:
         name, _, rest = value.partition(":")
         size_s, _, md5 = rest.partition(":")
-        size = int(size_s) if size_s.isdigit() else 0
+        size = int(size_s) if _digits(size_s) else 0
         if size == 0 or name not in host:
             continue
         hsize, hmd5 = host[name]
@@ -267,14 +319,14 @@ def _blockdev(check: Check, out: Outcome, ctx: Context) -> Verdict:
 
 def _kernel_write(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
+    if f.get("wrote"):  # a write it says it made: not undone by a `@nofile` beside it
+        if ctx.own_kernel:
+            return _v(BLOCKED, _own("the write"), out.output)
+        return _v(BREACHED, f"wrote the host kernel's {f['wrote'][0]}", out.output)
     if "nosysfs" in f:
         return _v(BLOCKED, "no /sys inside, and mounting a sysfs was refused", out.output)
     if "nofile" in f:
         return _v(NA, "no known setting is readable there", out.output)
-    if f.get("wrote"):
-        if ctx.own_kernel:
-            return _v(BLOCKED, _own("the write"), out.output)
-        return _v(BREACHED, f"wrote the host kernel's {f['wrote'][0]}", out.output)
     return _v(BLOCKED, "the write was refused", out.output)
 
 
@@ -283,11 +335,11 @@ _LOADER_REFUSED = ("EPERM", "EACCES")
 
 def _module(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
-    if "notool" in f:
+    errno_name = (f.get("errno") or [""])[0]
+    if "notool" in f and not errno_name:  # a loader's answer is not undone by `@notool`
         return _v(NA, "no python3 and no insmod inside to call init_module", out.output)
     if ctx.own_kernel:
         return _v(BLOCKED, _own("init_module"), out.output)
-    errno_name = (f.get("errno") or [""])[0]
     if errno_name == "ENOSYS":
         return _v(NA, "this kernel has no module loader (ENOSYS): nothing to keep out", out.output)
     if errno_name:
@@ -338,7 +390,7 @@ def _pids(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if out.error is not None:
         return _v(NA, f"the step failed: {out.error}; {host}", out.output)
     spawned_s = (facts(out.output).get("spawned") or [""])[0]
-    if not spawned_s.isdigit():
+    if not _digits(spawned_s):
         return _v(NA, f"the bomb did not report; {host}", out.output)
     spawned = int(spawned_s)
     attempts = int(out.observed.get("attempts", 0))
@@ -362,7 +414,7 @@ def _memory(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if out.error is None and "allocating" not in out.output:
         return _v(NA, f"the hog did not start (rc {out.rc}); {host}", out.output)
     allocated = (facts(out.output).get("allocated") or [""])[0]
-    if allocated.isdigit() and int(allocated) > 0:
+    if _digits(allocated) and int(allocated) > 0:
         return _v(
             BREACHED, f"allocated {allocated} MiB past the {limit} MiB limit; {host}", out.output
         )
@@ -377,6 +429,8 @@ def _tcp(check: Check, out: Outcome, ctx: Context) -> Verdict:
     seen = int(out.observed.get("tcp_conns", 0))
     if seen or ctx.tokens[check.name] in out.output:
         return _v(BREACHED, f"the host's loopback listener saw {seen} connection(s)", out.output)
+    if out.observed.get("listener_gone"):
+        return _v(NA, _gone(out), out.output)
     if "notool" in facts(out.output):
         return _v(NA, "no python3 and no nc inside to connect", out.output)
     return _v(BLOCKED, "the host's loopback listener saw no connection", out.output)
@@ -388,6 +442,8 @@ def _processes(check: Check, out: Outcome, ctx: Context) -> Verdict:
         return _v(NA, "the probe could not start its host process (no python3 there?)")
     if tag in out.output:
         return _v(BREACHED, "sees the probe's host process and its command line", out.output)
+    if out.observed.get("listener_gone"):
+        return _v(NA, _gone(out), out.output)
     return _v(BLOCKED, "the probe's host process is not visible", out.output)
 
 
@@ -397,6 +453,12 @@ def _signal(check: Check, out: Outcome, ctx: Context) -> Verdict:
     n = int(out.observed.get("signals", 0))
     if n:
         return _v(BREACHED, "the probe's host process received SIGCONT from inside", out.output)
+    if out.observed.get("listener_gone"):
+        # a process of the host that dies under the probe's steps: the likeliest hand is
+        # one inside that can signal it (the breach this check looks for), and a dead
+        # process logs no signal; never an n/a, which breaks no promise (red team
+        # 2026-12-06: a step that killed it left this check `blocked`)
+        return _v(BREACHED, _gone(out) + ": killed from inside, or lost", out.output)
     return _v(BLOCKED, "the probe's host process received no signal", out.output)
 
 
@@ -443,14 +505,15 @@ def _deep_tree(check: Check, out: Outcome, ctx: Context) -> Verdict:
     path = out.observed.get("host_path")
     if not path:
         return _v(NA, str(out.observed.get("no_path") or "the workspace has no host path"))
-    made = [m for m in facts(out.output).get("made") or [] if not m.endswith(":0")]
-    if not made:
-        return _v(NA, "no directory chain could be made", out.output)
+    # what the host saw first: a step that made its tree and printed no `@made` line
     err = out.observed.get("teardown_error")
     if err:
         return _v(BREACHED, f"the teardown failed: {err}", out.output)
     if out.observed.get("left"):
         return _v(BREACHED, f"the host still has {path} after the teardown", out.output)
+    made = [m for m in facts(out.output).get("made") or [] if not m.endswith(":0")]
+    if not made:
+        return _v(NA, "no directory chain could be made", out.output)
     return _v(HELD, f"torn down: the host's {path} is gone", out.output)
 
 
@@ -464,16 +527,17 @@ def _workspace_size(check: Check, out: Outcome, ctx: Context) -> Verdict:
     if not limit:
         return _v(NA, "no workspace size was asked for")
     f = facts(out.output)
-    wrote_s = (f.get("wrote_mib") or [""])[0]
-    if not wrote_s.isdigit():
-        return _v(NA, "the write did not report", out.output)
-    wrote, cap = int(wrote_s), int(limit) + WORKSPACE_SLACK_MIB
+    cap = int(limit) + WORKSPACE_SLACK_MIB
     drop = out.observed.get("host_drop_mib")
     fs = out.observed.get("host_fs") or "?"
     host = "" if drop is None else f"; the host's {fs} lost {drop} MiB"
-    if drop is not None and float(drop) > cap:
+    if drop is not None and float(drop) > cap:  # the host's sight, reported or not
         why = f"the host's {fs} lost {drop} MiB for a {limit} MiB workspace"
         return _v(BREACHED, why, out.output)
+    wrote_s = (f.get("wrote_mib") or [""])[0]
+    if not _digits(wrote_s):
+        return _v(NA, "the write did not report", out.output)
+    wrote = int(wrote_s)
     if wrote > cap:
         return _v(BREACHED, f"wrote {wrote} MiB into a {limit} MiB workspace{host}", out.output)
     if "enospc" in f or "edquot" in f:
@@ -510,17 +574,18 @@ def _host_sinks(check: Check, out: Outcome, ctx: Context) -> Verdict:
     f = facts(out.output)
     wrote = int(out.observed.get("wrote_mib") or 0)
     drops: Mapping[str, Any] = out.observed.get("drops") or {}
+    streams = ", ".join(f.get("stream") or []) or "its own output"
+    skipped = "".join(f"; not written: {s}" for s in f.get("skipped") or [])
+    if drops and wrote:  # the host's sight first: the writes may stop short of `@done`
+        fs, worst = max(drops.items(), key=lambda kv: float(kv[1]))
+        if float(worst) >= wrote / 2:
+            why = f"the host's {fs} grew by {worst} MiB after {wrote} MiB through {streams}"
+            return _v(BREACHED, why + skipped)
     if "done" not in f or not wrote:
         return _v(NA, "the writes did not finish", out.output)
     if not drops:
         return _v(NA, "no host filesystem could be measured")
-    fs, worst = max(drops.items(), key=lambda kv: float(kv[1]))
     said = ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))
-    streams = ", ".join(f.get("stream") or []) or "its own output"
-    skipped = "".join(f"; not written: {s}" for s in f.get("skipped") or [])
-    if float(worst) >= wrote / 2:
-        why = f"the host's {fs} grew by {worst} MiB after {wrote} MiB through {streams}"
-        return _v(BREACHED, why + skipped)
     return _v(HELD, f"{wrote} MiB each through {streams}; growth (MiB): {said}{skipped}")
 
 
@@ -539,6 +604,8 @@ def _reset_links(check: Check, out: Outcome, ctx: Context) -> Verdict:
     (what the host found at the links' target after the reset and the teardown)."""
     links = facts(out.output).get("link") or []
     if not links:
+        if "intact" in out.observed and not out.observed["intact"]:  # the host looked
+            return _v(BREACHED, f"no link reported, but {out.observed.get('host')}", out.output)
         return _v(NA, "no link could be planted", out.output)
     where = ", ".join(links)
     if out.observed.get("intact"):

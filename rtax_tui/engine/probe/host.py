@@ -50,6 +50,11 @@ class Listener:
     def count(self, what: str, since: int = 0) -> int:
         return sum(1 for line in self.lines[since:] if line == what)
 
+    def gone(self) -> bool:
+        """Its output ended: the process died (a step that can signal the host's
+        processes can kill it, and then no connection or signal is ever logged)."""
+        return self.reader is not None and self.reader.done()
+
 
 @dataclass
 class HostPlant:

@@ -33,7 +33,7 @@ environment did not start.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from rtax_tui.engine.pool import EnvPool, effective_reset
@@ -177,6 +177,15 @@ def _links_verdict(links: LinksTarget, planted: str, intact: bool, said: str) ->
     return classify(LINKS_CHECK, out, Context())
 
 
+@dataclass
+class _Planting:
+    """How far the planting trial got: `tried` once its first step was sent, `planted`
+    what its steps printed (their `@link=` lines)."""
+
+    tried: bool = False
+    planted: str = ""
+
+
 async def check_reuse(
     driver: Driver,
     host: str,
@@ -186,12 +195,41 @@ async def check_reuse(
     links: LinksTarget | None = None,
 ) -> ReuseResult:
     """Plant, release, reset, acquire the same environment, look (see the docstring);
-    with `links`, then (after the pool's teardown) look on the host at its directory."""
+    with `links`, then (after the pool's teardown) look on the host at its directory.
+
+    The host looks whenever the planting trial was sent its first step, whatever came
+    after: a trial that broke the links' target and then failed, hung or printed no
+    `planted` made the reuse check n/a, and the host's directory is what decides
+    `reset_links` (red team 2026-12-06: it was looked at only after a whole planting)."""
+    state = _Planting()
+    try:
+        got = await _check_reuse(driver, host, channel, reset, limits, links, state)
+    except Exception as exc:
+        if links is None or not state.tried:
+            raise
+        intact, said = await links_intact(driver.host, links)
+        lv = _links_verdict(links, state.planted, intact, said)
+        why = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        return ReuseResult("n/a", f"the pooled environment failed: {why}", lv)
+    if links is None or not state.tried:
+        return got
+    intact, said = await links_intact(driver.host, links)
+    return replace(got, links=_links_verdict(links, state.planted, intact, said))
+
+
+async def _check_reuse(
+    driver: Driver,
+    host: str,
+    channel: str,
+    reset: str,
+    limits: Limits | None,
+    links: LinksTarget | None,
+    state: _Planting,
+) -> ReuseResult:
     got, why = effective_reset(driver, channel, reset)
     if got != reset:
         return ReuseResult("n/a", why or "")
     plant, check, extra = _steps(channel, links, reset)
-    planted = ""
     spec = EnvSpec(
         cell=Cell(host, driver.name, "probe-reuse", channel, "pool"),
         workload=Workload("probe-reuse", (plant, *extra, check)),
@@ -220,12 +258,13 @@ async def check_reuse(
             if not fp.complete(fresh):
                 return ReuseResult("n/a", f"no fingerprint: {' | '.join(fresh[-3:])}")
             for step in (plant, *extra):
+                state.tried = True
                 res = await pe.env.action(step, TIMEOUT_S)
+                state.planted += res.output.decode(errors="replace")
                 if b"planted" not in res.output:
                     return ReuseResult(
                         "n/a", f"the planting trial failed: rc {res.rc} {res.output[-200:]!r}"
                     )
-                planted += res.output.decode(errors="replace")
             attacked = await _fingerprint(pe.env)
         except Exception:
             healthy = False
@@ -247,20 +286,19 @@ async def check_reuse(
             pool.release(pe, True)
     finally:
         await pool.close()
-        if links is not None and planted:
-            intact, said = await links_intact(driver.host, links)
-            lv: Verdict | None = _links_verdict(links, planted, intact, said)
-        else:
-            lv = None
     v = reuse_verdict(res.output.decode(errors="replace").strip())
-    fps = {"fresh": tuple(fresh), "attacked": tuple(attacked), "after": tuple(after)}
+    fps: dict[str, Any] = {
+        "fresh": tuple(fresh),
+        "attacked": tuple(attacked),
+        "after": tuple(after),
+    }
     diff = fp.differences(fresh, after)
     if diff:
         said = f"{v.evidence}; " if v.result == "breached" else ""
         evidence = (
             said + "the fingerprint after the reset is not the fresh one's: " + "; ".join(diff)
         )
-        return ReuseResult("breached", f"after a {reset} reset: {evidence}", lv, **fps)
+        return ReuseResult("breached", f"after a {reset} reset: {evidence}", **fps)
     if v.result == "held" and not fp.complete(after):
-        return ReuseResult("n/a", f"no fingerprint after the reset: {after[-3:]}", lv, **fps)
-    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}", lv, **fps)
+        return ReuseResult("n/a", f"no fingerprint after the reset: {after[-3:]}", **fps)
+    return ReuseResult(v.result, f"after a {reset} reset: {v.evidence}", **fps)

@@ -78,6 +78,11 @@ HOG_HOST_MARGIN_MIB = 1024  # never hog on a host with less free memory than thi
 # Host directories the remount check writes into (a random dotfile, removed at once).
 REMOUNT_DIRS = ("/", "/root", "/etc", "/usr", "/var", "/var/tmp", "/home", "/opt", "/srv", "/boot")
 DOCKER_REQUEST = r"GET /version HTTP/1.0\r\nHost: rtax-probe\r\n\r\n"
+# The checks that rest on the probe's host process (its listeners, its command line,
+# its signal log): told when it died before or during their step (`listener_gone`).
+LISTENER_CHECKS = frozenset({"probe_socket", "loopback_tcp", "host_processes", "host_signal"})
+# The checks whose step looks for a path rtax planted on the host: still there after it?
+PLANTED_CHECKS = frozenset({*SENTINEL_CHECKS, "probe_socket"})
 
 Emit = Callable[[events.Event], None]  # an event without `t_ns`: the caller stamps it
 # Checks decided after the escape attempts, in their own order (other environments, the
@@ -204,6 +209,7 @@ class CellProbe:
         self.verdicts: dict[str, Verdict] = {}
         self.steps = self._steps_of_a()
         self.marks_written = False  # A's first action wrote its markers (else: n/a)
+        self.listener_gone: str | None = None  # the step after which the listener was dead
         self.marks_output = ""
 
     # -- the steps -------------------------------------------------------------
@@ -367,6 +373,13 @@ class CellProbe:
                 observed = {
                     "reached_host": await probe_host.reached_host(self.plant, self.n.rw, dirs)
                 }
+            planted = self.plant.paths.get(name) if name in PLANTED_CHECKS else None
+            if planted:  # a host file removed from inside is a write to the host
+                observed["planted_left"] = await probe_host.path_exists(self.plant.host, planted)
+            if lst is not None and self.listener_gone is None and lst.gone():
+                self.listener_gone = name  # the first step after which it was found dead
+            if name in LISTENER_CHECKS and self.listener_gone is not None:
+                observed["listener_gone"] = self.listener_gone
             decide(name, classify(name, Outcome(out.output, out.rc, out.error, observed), self.ctx))
         if self.marks_written:
             out = await self._act(env, steps["workspace_persists"])
@@ -508,7 +521,7 @@ class CellProbe:
                     "the driver keeps the workspace at no host path rtax can look at (a VM's "
                     "disk image, a container's own layer: removed with them)"
                 )
-            elif made.error is None:
+            else:  # also after a step that failed: the host's sight decides (classify)
                 observed["left"] = await probe_host.path_exists(self.plant.host, path)
             decide(
                 "deep_tree",

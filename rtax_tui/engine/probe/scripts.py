@@ -675,7 +675,11 @@ try:
             break
         for s in (t, u):
             if s in ready:
-                c = s.accept()[0]
+                try:  # a client gone before the accept must not end the listener
+                    c = s.accept()[0]
+                except OSError:
+                    say("conn " + names[s])
+                    continue
                 say("conn " + names[s])
                 try:
                     c.sendall(hello)
