@@ -3,8 +3,9 @@
 `pytest -m fast -n auto` runs what needs no daemon, VM, runsc, sshd, SWE-ReX, browser or
 image build and is cheap, on pytest-xdist's workers, one a core (README says how long it
 takes here): a fast test is independent of the others (its ids the same in every worker,
-its files its own) and reads no timing that a test beside it can disturb; `pytest -m "not backend"` every
-test that needs no backend, slow ones included; `pytest` everything (CI). The marks are
+its files its own) and reads no timing that a test beside it can disturb;
+`pytest -m "not backend"` every test that needs no backend, slow ones included; `pytest`
+everything (CI). The marks are
 set at collection (tests/conftest.py). A new test is fast unless a rule below catches it:
 a backend fixture among its fixtures, a backend named by a parameter or by a word of its
 name, or its file or name listed here. In a run of fast tests only, a backend fixture
