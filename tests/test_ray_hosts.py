@@ -24,7 +24,7 @@ from rtax_tui.engine.raynodes import (
 )
 from rtax_tui.model import events
 from rtax_tui.model.events import Emitter
-from rtax_tui.model.rayaddr import address_host, is_loopback, is_ray_name
+from rtax_tui.model.netaddr import address_host, is_loopback, is_ray_name
 from rtax_tui.model.spec import Cell, RtaxError
 
 

@@ -26,7 +26,7 @@ def _hosts(value: str) -> list[str]:
     items = _csv(value)
     for item in items:
         if item.startswith("ray://"):
-            from rtax_tui.model.rayaddr import address_host
+            from rtax_tui.model.netaddr import address_host
 
             if not address_host(item):
                 raise argparse.ArgumentTypeError(f"{item!r}: expected ray://HOST:PORT")

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rtax_tui.model.events import one_line
+from rtax_tui.model.netaddr import is_loopback
 
 TOKEN_PARAM = "token"
 WILDCARDS = ("", "0.0.0.0", "::")
@@ -62,15 +63,6 @@ def split_host(value: str) -> tuple[str, int] | None:
     if not 0 < port < 65536:
         return None
     return (m["v6"] or m["name"]).lower(), port
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def is_own_address(host: str) -> bool:
@@ -106,7 +98,7 @@ class Gate:
 
     @property
     def loopback(self) -> bool:
-        return _is_loopback(self.bind)
+        return is_loopback(self.bind)
 
     def serves(self, host: str) -> bool:
         """Whether `host` (lowercased, no port) names the address listened on."""
@@ -156,7 +148,7 @@ class Gate:
 
 def bind_warning(bind: str) -> str | None:
     """One line when the server listens beyond loopback, else None."""
-    if _is_loopback(bind.strip("[]").lower()):
+    if is_loopback(bind.strip("[]").lower()):
         return None
     return (  # `--host` shown one line, escapes visible: it is echoed to a terminal
         f"rtax serve: warning: listening on {one_line(bind) or '*'}, not loopback: whoever "

@@ -220,7 +220,7 @@ class Profile:
         for c in self.channels:
             if c not in CHANNELS:
                 bad("channels", c, CHANNELS)
-        from rtax_tui.model.rayaddr import is_ray_name
+        from rtax_tui.model.netaddr import is_ray_name
 
         for h in self.hosts:
             named = h == "local" or h.startswith("ssh://") or h in self.host_tables
@@ -722,7 +722,7 @@ def _host(name: str, body: Any, where: Where) -> dict[str, Any]:
         if key in body:
             _check_bounds(where(table, key), f"{table}.{key}", spec, body[key])
     if ray:
-        from rtax_tui.model.rayaddr import address_host
+        from rtax_tui.model.netaddr import address_host
 
         if body["ray"] != "auto" and not address_host(body["ray"]):
             raise ProfileError(

@@ -43,7 +43,7 @@ from rtax_tui.model import events
 from rtax_tui.model.errors import ErrorKind, TrialError
 from rtax_tui.model.events import check_event
 from rtax_tui.model.fold import verdict
-from rtax_tui.model.rayaddr import address_host, is_loopback
+from rtax_tui.model.netaddr import address_host, is_loopback
 from rtax_tui.model.spec import PhaseFailure, RtaxError
 
 if TYPE_CHECKING:

@@ -898,23 +898,15 @@ class Emitter:
             "t_ns": time.monotonic_ns() - self.t0,
             **event,
         }
-        ev = visible(ev)  # an error's message may hold what a step wrote
-        failed = []
-        for sink in self.sinks:
-            try:
-                sink(ev)
-            except SinkError as exc:
-                failed.append(sink)
-                self.failures.append(exc)
-                if self.on_failure is not None:
-                    self.on_failure(exc)
-        for sink in failed:
-            self.sinks.remove(sink)
+        self._fan_out(visible(ev))  # an error's message may hold what a step wrote
 
     def forward(self, event: dict[str, Any]) -> None:
         """An event already stamped on the run's clock elsewhere (a Ray node's engine,
         engine.raynodes, which checked it first): to the sinks as it is."""
-        ev = visible(dict(event))
+        self._fan_out(visible(dict(event)))
+
+    def _fan_out(self, ev: dict[str, Any]) -> None:
+        """`ev` to every sink; a sink that fails is dropped, the others go on."""
         failed = []
         for sink in self.sinks:
             try:

@@ -27,9 +27,9 @@ from rtax_tui.analysis.precision_report import reach_of
 from rtax_tui.model.arrivals import SEQUENTIAL, parse_arrival
 from rtax_tui.model.bootstrap import median_ci95
 from rtax_tui.model.fold import CapacityFold, TrialFold, TrialOutcome
+from rtax_tui.model.netaddr import is_ray_name
 from rtax_tui.model.precision import check_cell
 from rtax_tui.model.programs import Programs, compared, differences, from_event
-from rtax_tui.model.rayaddr import is_ray_name
 from rtax_tui.model.spec import PHASES, TIMED_PHASES, shell_rc
 
 # Log-spaced bins from 1 µs to 1000 s, 20 per decade: a sample costs one log10.

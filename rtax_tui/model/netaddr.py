@@ -1,5 +1,6 @@
-"""A Ray cluster's address as rtax reads it (`--host ray://...`, `[hosts.NAME] ray = ...`):
-no import of Ray, so that reading a profile or a flag costs nothing (engine.raynodes joins)."""
+"""Addresses as rtax reads them: a Ray cluster's (`--host ray://...`, `[hosts.NAME] ray =
+...`; no import of Ray, so that reading a profile or a flag costs nothing: engine.raynodes
+joins) and whether one is loopback (a Ray address, `rtax serve --host`): one rule."""
 
 from __future__ import annotations
 
