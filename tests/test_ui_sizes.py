@@ -2,7 +2,8 @@
 
 Each screen is drawn from the example recordings and read back as the terminal shows
 it (the compositor's text); a title or a figure cut to fit ends in `…` or is missing.
-With RTAX_DOCS_SVG=1 the run, launcher and history pictures are written to docs/
+With RTAX_DOCS_SVG=1 the run, capacity, replay, compare, launcher and history pictures are
+written to docs/
 (`docs/console-*-WxH.svg`, referenced from docs/console.md)."""
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def test_run_screen_fits(size) -> None:
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_capacity_screen_fits(size) -> None:
-    text = asyncio.run(_drawn(_finished("capacity-local-stage.jsonl"), size, _monitor_ready))
+    app = _finished("capacity-local-stage.jsonl")
+    text = asyncio.run(_drawn(app, size, _monitor_ready, "capacity"))
     _monitor_checks(text, ["local/local/capacity/exec", "local/stage/capacity/exec"])
     assert "capacity barrier" in text
 
@@ -117,7 +119,7 @@ def test_capacity_screen_fits(size) -> None:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_replay_screen_fits(size) -> None:
     app = RtaxApp(replay_screen(str(EXAMPLES / "t0-local-stage.jsonl"), None))
-    text = asyncio.run(_drawn(app, size, _monitor_ready))
+    text = asyncio.run(_drawn(app, size, _monitor_ready, "replay"))
     _monitor_checks(text, ["local/local/t0/exec", "local/stage/t0/shell"])
     assert "0.43s / 0.43s  end" in text  # the replay's time label, whole
 
@@ -132,9 +134,15 @@ def test_compare_screen_fits(size, monkeypatch) -> None:
         while table.row_count == 0:
             await pilot.pause(0.05)
 
-    text = asyncio.run(_drawn(RtaxApp(CompareScreen(a, a)), size, ready))
-    for head in ("a P50", "b P50", "b − a", "b is", "b/a"):
+    text = asyncio.run(_drawn(RtaxApp(CompareScreen(a, a)), size, ready, "compare"))
+    for head in ("a P50", "b P50", "b − a", "b is", "95% CI"):
         assert head in text, head
+    rows = [ln for ln in text.splitlines() if ln.lstrip().startswith("local/")]
+    assert rows and all("]" in ln for ln in rows if "[" in ln), rows  # no interval cut
+    if size[0] >= 200:
+        assert "b/a" in text and "p Holm" in text
+    else:  # what did not fit whole is named, not cut at the edge
+        assert "b/a, p Holm: in a wider terminal" in text.replace("\n", " ")
     assert "same under 5% or 0.5ms" in text  # the sub-title, whole
     assert not _cut_titles(text), _cut_titles(text)
     _footer_whole(text)

@@ -102,28 +102,30 @@ class CompareScreen(Screen[None]):
         # fixed widths, known before the first row: auto widths left the first row drawn
         # at the headers' widths
         cell_w = max([len("cell"), *(len(n) for n in names)])
-        # the verdict before the interval and p: on a terminal 100 wide they are what
-        # is cut (scrolled to), not the answer
-        for col, w in (("cell", cell_w), ("phase", 13), ("a P50", 8), ("b P50", 8),
-                       ("b − a", 9), ("b is", 7), ("b/a", 6), ("95% CI", 19),
-                       ("p Holm", 6)):  # fmt: skip
+        shown = _columns_that_fit(cell_w, self.size.width)
+        for col, w in shown:
             t.add_column(col, key=col, width=w)
+        keys = [c for c, _ in shown]
         for r, name in zip(cmp["rows"], names, strict=True):
             # the figures of `rtax compare`, in its one style (units, no exponent, ~)
             f = compare_figures(r)
             style = {"faster": "bold green", "slower": "bold red"}.get(f["b is"], "")
-            t.add_row(
-                name,
-                styled(f["phase"]),
-                f["a P50"],
-                f["b P50"],
-                f["diff"],
-                Text(f["b is"], style=style),
-                f["ratio"],
-                Text(f["95% CI"]),
-                f["p Holm"],
-            )
+            values: dict[str, Any] = {
+                "cell": name,
+                "phase": styled(f["phase"]),
+                "a P50": f["a P50"],
+                "b P50": f["b P50"],
+                "b − a": f["diff"],
+                "b is": Text(f["b is"], style=style),
+                "b/a": f["ratio"],
+                "95% CI": Text(f["95% CI"]),
+                "p Holm": f["p Holm"],
+            }
+            t.add_row(*(values[k] for k in keys))
         note = f"run a {cmp['a']}, run b {cmp['b']}: {len(cmp['rows'])} rows; {PAIRING}"
+        left = [c for c, _ in COLUMNS if c not in keys]
+        if left:  # never a column cut half-way: the ones that do not fit, named
+            note += f"; {', '.join(left)}: in a wider terminal or `rtax compare`"
         if any(rough_pair(r) for r in cmp["rows"]):
             note += f"; {ROUGH_NOTE}"
         self.query_one("#cmp-note", Static).update(styled(note))
@@ -134,6 +136,30 @@ class CompareScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.dismiss()
+
+
+# The table's columns in the order drawn, with their widths ("cell": its longest name).
+COLUMNS = (("cell", 0), ("phase", 13), ("a P50", 8), ("b P50", 8), ("b − a", 9), ("b is", 7),
+           ("b/a", 6), ("95% CI", 19), ("p Holm", 6))  # fmt: skip
+# Which go first where the terminal is narrow: the answer, then its interval, then the rest
+PRIORITY = ("cell", "phase", "a P50", "b P50", "b − a", "b is", "95% CI", "b/a", "p Holm")
+PADDING = 2  # a DataTable column's padding, one each side
+SCROLLBAR = 2
+
+
+def _columns_that_fit(cell_w: int, width: int) -> list[tuple[str, int]]:
+    """The columns drawn at a terminal `width`, in COLUMNS' order: by PRIORITY while they
+    fit whole (the first six always: without them there is no answer), so that no column
+    is cut at the edge and scrolled to."""
+    widths = {c: (cell_w if c == "cell" else w) for c, w in COLUMNS}
+    room = width - SCROLLBAR
+    keep: set[str] = set()
+    for i, col in enumerate(PRIORITY):
+        need = widths[col] + PADDING
+        if i < 6 or need <= room:
+            keep.add(col)
+            room -= need
+    return [(c, widths[c]) for c, _ in COLUMNS if c in keep]
 
 
 GLYPH_STYLE = {UNSTABLE: "bold yellow", DIFFER: "bold magenta"}
