@@ -262,12 +262,16 @@ class MonitorScreen(Screen[int]):
 
     # -- drawing ------------------------------------------------------------------
     def on_resize(self) -> None:
-        """Too small a terminal: a note instead of the screen (its class `too-small`)."""
+        """Too small a terminal: a note instead of the screen (its class `too-small`).
+        Otherwise drawn again once laid out at the new size: the histograms' titles and the
+        position line are made for their width (an ended run is not drawn again by itself)."""
         w, h = self.app.size
         small = w < MIN_SIZE[0] or h < MIN_SIZE[1]
         self.set_class(small, "too-small")
         if small:
             self.query_one(TooSmallNote).show(w, h)
+        else:
+            self.call_after_refresh(self.redraw, True)
 
     def redraw(self, force: bool = False) -> None:
         st = self.state
