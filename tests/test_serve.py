@@ -83,6 +83,8 @@ class Page:
         self.n = 0
         self.received = bytearray()  # what the page's websocket received, decoded
         self.requests: list[dict] = []  # every request the page made (url, headers)
+        self.sizes: list[tuple[int, int]] = []  # the terminal sizes the page sent its app
+        self.mark = 0  # len(received) when the last size was sent
 
     async def call(self, method: str, **params):
         self.n += 1
@@ -95,6 +97,17 @@ class Page:
                 return msg.get("result", {})
             if msg.get("method") == "Network.requestWillBeSent":
                 self.requests.append(msg["params"]["request"])
+            if msg.get("method") == "Network.webSocketCreated":
+                q = urllib.parse.parse_qs(urllib.parse.urlsplit(msg["params"]["url"]).query)
+                if "width" in q and "height" in q:  # textual-serve's first size
+                    self.sizes.append((int(q["width"][0]), int(q["height"][0])))
+                    self.mark = len(self.received)
+            if msg.get("method") == "Network.webSocketFrameSent":
+                with contextlib.suppress(ValueError, TypeError, KeyError):
+                    sent = json.loads(msg["params"]["response"]["payloadData"])
+                    if isinstance(sent, list) and sent and sent[0] == "resize":
+                        self.sizes.append((int(sent[1]["width"]), int(sent[1]["height"])))
+                        self.mark = len(self.received)
             if msg.get("method") == "Network.webSocketFrameReceived":
                 frame = msg["params"]["response"]
                 data = frame["payloadData"]
@@ -363,3 +376,166 @@ def test_serving_beyond_loopback_warns_before_the_url(tmp_path: Path, host, warn
         assert len(lines) == 1 and f"listening on {host}, not loopback" in lines[0], lines
     else:
         assert lines == []
+
+
+SIZES = [(100, 30), (200, 50), (250, 70)]
+CROP = """(() => { const r = document.querySelector('.xterm-screen').getBoundingClientRect();
+  return [r.left, r.top, r.width, r.height]; })()"""
+GEOMETRY = """(() => { const t = document.querySelector('.textual-terminal');
+  return [t.clientWidth, t.clientHeight, innerWidth, innerHeight]; })()"""
+
+
+MOVE = re.compile(rb"\x1b\[(\d+);(\d+)H")
+
+
+def _lines(received: bytes, rows: int) -> dict[int, str]:
+    """The console's rows as drawn by its last whole frame at `rows` rows (a cursor move to
+    row 1, column 1, then each row from column 1 down to a footer on row `rows`) and the
+    rows it drew whole after it, by row number from 1, escape sequences removed."""
+    moves = list(MOVE.finditer(received))
+    texts = []
+    for m, nxt in zip(moves, [*moves[1:], None], strict=True):
+        end = nxt.start() if nxt else len(received)
+        text = ANSI.sub(b"", received[m.end() : end]).decode("utf-8", "replace")
+        texts.append((int(m.group(1)), int(m.group(2)), text))
+    feet = [i for i, (r, c, t) in enumerate(texts) if (r, c) == (rows, 1) and "^p palette" in t]
+    if not feet:
+        return {}
+    tops = [i for i, (r, c, _) in enumerate(texts[: feet[-1]]) if (r, c) == (1, 1)]
+    return {r: t for r, c, t in texts[tops[-1] if tops else 0 :] if c == 1 and t}
+
+
+async def _at_size(page: Page, url: str, cols: int, rows: int) -> tuple[dict[int, str], bytes]:
+    """Opens the console with the page's terminal at exactly `cols`×`rows`: once the console
+    has drawn, the viewport is corrected by the cells missing or over (a cell's pixels
+    measured from xterm's screen), reading back the size the page sends its app (the
+    websocket's first size, then its `resize` messages), until it is the one asked; then
+    waits until the console has drawn itself whole at that size. Returns its rows as last
+    drawn after that resize and a PNG of the terminal (cropped to it)."""
+    width, height = cols * 9 + 40, rows * 19 + 40  # a first guess; measured below
+
+    async def viewport() -> None:
+        await page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+
+    await viewport()
+    await page.call("Page.navigate", url=url)
+
+    async def drawn() -> bool:  # a resize sent before the console is up can be lost
+        await page.js("1")
+        return bool(page.sizes) and "trials 36/36" in page.text()
+
+    await page.until(drawn)
+    for _ in range(8):
+        got = page.sizes[-1]
+        if got == (cols, rows):
+            break
+        sw, sh = (await page.js(CROP))[2:]
+        tw, th, iw, ih = await page.js(GEOMETRY)
+        cw, ch = sw / got[0], sh / got[1]
+        # the fit takes floor(room / cell): aim half a cell past the wanted edge
+        width = int(round(iw + (cols + 0.5) * cw - tw))
+        height = int(round(ih + (rows + 0.5) * ch - th))
+        n = len(page.sizes)
+        await viewport()
+
+        async def resized(n=n) -> bool:
+            await page.js("1")
+            return len(page.sizes) > n
+
+        with contextlib.suppress(AssertionError):
+            await page.until(resized, timeout=3)
+    assert page.sizes[-1] == (cols, rows), (page.sizes, width, height)
+    mark = page.mark
+
+    async def redrawn() -> bool:
+        await page.js("1")
+        last = _lines(bytes(page.received[mark:]), rows)
+        return "total" in last.get(2, "") + last.get(3, "")
+
+    await page.until(redrawn)
+    await asyncio.sleep(1.0)  # the last frames arrive and are painted
+    await page.js("1")
+    x, y, w, h = await page.js(CROP)
+    res = await page.call(
+        "Page.captureScreenshot",
+        format="png",
+        clip={"x": x, "y": y, "width": w, "height": h, "scale": 1},
+    )
+    return _lines(bytes(page.received[mark:]), rows), base64.b64decode(res["data"])
+
+
+@contextlib.contextmanager
+def _serving(tmp_path: Path):
+    """`rtax serve` replaying t0 on a free loopback port; yields its URL and the marker
+    of its processes; stops it (SIGTERM) and checks none of them is left."""
+    rec = tmp_path / "served-t0.jsonl"
+    shutil.copy(T0, rec)
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rtax_tui", "serve", "--port", str(port)]
+            + ["replay", str(rec), "--speed", "max"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield _wait_listening(port, server, log)
+        finally:
+            os.kill(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            finally:
+                if server.poll() is None:
+                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait()
+    deadline = time.monotonic() + 10
+    while _pids_with(str(rec)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _pids_with(str(rec)) == [], "a process of rtax serve outlived it"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+@pytest.mark.parametrize(("cols", "rows"), SIZES)
+def test_serve_at_each_terminal_size(tmp_path: Path, cols: int, rows: int) -> None:
+    """The served console at 100×30, 200×50 and 250×70: the page's terminal has exactly
+    that size (what it sent its app), the console drew itself again at it, and its
+    footer's keys are whole. With RTAX_DOCS_PNG=1 the screenshot is written to
+    docs/serve-run-WxH.png (referenced from docs/console.md)."""
+    pytest.importorskip("textual_serve", reason="textual-serve is not installed (rtax[serve])")
+    from PIL import Image
+    from rich.cells import cell_len
+
+    async def browse(url: str) -> tuple[dict[int, str], bytes]:
+        async with chromium(tmp_path / "chr") as page:
+            return await _at_size(page, url, cols, rows)
+
+    with _serving(tmp_path) as url:
+        lines, png = asyncio.run(browse(url))
+    # the console's own frames: `rows` rows, none beyond; none longer than `cols` cells,
+    # the title's and the footer's exactly that (a row may be drawn again in parts)
+    assert max(lines) == rows, sorted(lines)
+    assert all(cell_len(ln) <= cols for ln in lines.values()), {
+        r: (cell_len(ln), ln) for r, ln in lines.items() if cell_len(ln) > cols
+    }
+    assert cell_len(lines[1]) == cols and cell_len(lines[rows]) == cols, (lines[1], lines[rows])
+    assert "rtax — replay served-t0.jsonl (t0)" in lines[1]
+    assert not [ln for ln in lines.values() if "…" in ln], lines  # no title cut to fit
+    footer = lines[rows].rstrip()
+    assert "q back" in footer and footer.endswith("^p palette"), footer
+    (tmp_path / "shot.png").write_bytes(png)
+    img = Image.open(tmp_path / "shot.png").convert("RGB")
+    colors = img.getcolors(maxcolors=1 << 16) or []
+    assert len(colors) >= 16, "the screenshot is (nearly) blank"
+    if os.environ.get("RTAX_DOCS_PNG"):
+        small = img.quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+        small.save(ROOT / "docs" / f"serve-run-{cols}x{rows}.png", optimize=True)
