@@ -394,7 +394,7 @@ def _lines(received: bytes, rows: int) -> dict[int, str]:
     rows it drew whole after it, by row number from 1, escape sequences removed."""
     moves = list(MOVE.finditer(received))
     texts = []
-    for m, nxt in zip(moves, [*moves[1:], None], strict=True):
+    for m, nxt in zip(moves, [*moves[1:], None], strict=False):
         end = nxt.start() if nxt else len(received)
         text = ANSI.sub(b"", received[m.end() : end]).decode("utf-8", "replace")
         texts.append((int(m.group(1)), int(m.group(2)), text))
