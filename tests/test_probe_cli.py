@@ -358,11 +358,15 @@ def test_ctrl_c_tears_down_and_leaves_nothing(tmp_path) -> None:
         stderr=subprocess.PIPE,
         env={**os.environ, "RTAX_CACHE": str(tmp_path / "cache")},
     )
+    # until the probe has planted its sentinels on the host (its cache's probe-<hex>): its
+    # environments start next. (Waiting for its first `probe` event raced the probe's end:
+    # a channel's events come when the channel is done, and local's are quick.)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # until the first environment is at work
-        if out.exists() and b'"type":"probe"' in out.read_bytes():
+    while time.monotonic() < deadline and proc.poll() is None:
+        if list((tmp_path / "cache").glob("probe-*")):
             break
-        time.sleep(0.1)
+        time.sleep(0.01)
+    assert proc.poll() is None, "the probe ended before it was interrupted"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
