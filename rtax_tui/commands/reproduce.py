@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.commands.command import Command
 from rtax_tui.model.events import one_line
@@ -109,7 +109,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     """Runs the study's experiments, then writes and prints its tables."""
     import orjson
 
-    from rtax_tui.analysis.studies import Results, reproduce_document
+    from rtax_tui.analysis.studies import Results, host_conditions, reproduce_document
     from rtax_tui.commands.doctor import driver_problems
     from rtax_tui.model.recording import read_recording
     from rtax_tui.render.reporting import out_console
@@ -125,7 +125,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     except OSError as exc:
         raise RtaxError(f"--root {root}: cannot make {out_dir.name} ({exc.strerror})") from None
     wanted = sorted({d for e in study.experiments.values() for d in e.drivers})
-    res = Results()
+    res = Results(host=host_conditions())
     for d in wanted:
         if only is not None and d not in only:
             res.drivers_out[d] = "left out by --driver"
@@ -150,6 +150,9 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
             status = 130
             break
     doc = reproduce_document(study, res, size)
+    if status != 130 and study.figures:
+        _say(f"reproduce {study.name}: drawing {len(study.figures)} figures")
+        doc["figures"] = draw_figures(study, res, out_dir)
     doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
     doc["directory"] = str(out_dir)
     (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -159,6 +162,44 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
         console.print(table)
     _say(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)")
     return status
+
+
+FIGURES_DIR = "plots"
+
+
+def draw_figures(study: Study, res: Any, out_dir: Path) -> list[dict[str, Any]]:
+    """The study's figures, each drawn by `rtax plot`'s code from the recordings of its
+    experiments into `<out_dir>/plots/<id>-<kind>.svg`; one that cannot be drawn (its
+    experiment did not run, no measured trial) says why instead."""
+    from rtax_tui.render.plots import plot
+
+    if study.figures:
+        (out_dir / FIGURES_DIR).mkdir(exist_ok=True)
+    out = []
+    for f in study.figures:
+        recs = [res.recordings[e] for e in f.experiments if e in res.recordings]
+        entry: dict[str, Any] = {
+            "id": f.id,
+            "kind": f.kind,
+            "title": f.title,
+            "experiments": list(f.experiments),
+            "file": None,
+            "why": None,
+        }
+        missing = [e for e in f.experiments if e not in res.recordings]
+        if not recs:
+            entry["why"] = f"not drawn: {', '.join(missing)} left no recording"
+        else:
+            name = f"{FIGURES_DIR}/{f.id}-{f.kind}.svg"
+            try:
+                plot(recs, f.kind, out_dir / name)
+                entry["file"] = name
+                if missing:
+                    entry["why"] = f"without {', '.join(missing)}: no recording"
+            except RtaxError as exc:
+                entry["why"] = f"not drawn: {exc}"
+        out.append(entry)
+    return out
 
 
 def _own_root(root: Path) -> Path:
@@ -236,6 +277,12 @@ def _run_experiment(
     )
     if exp.sizes:
         profile = profile.with_sizes(exp.sizes)
+    if exp.pool is not None or exp.modes:
+        from rtax_tui.engine.poolspec import check_modes
+
+        pool = replace(profile.pool_spec, size=exp.pool) if exp.pool is not None else None
+        modes = check_modes(list(exp.modes), exp.id) if exp.modes else profile.modes
+        profile = replace(profile, pool=pool or profile.pool, modes=modes)
     if "batches" in counts and profile.capacity is not None:
         profile = replace(profile, capacity=replace(profile.capacity, batches=counts["batches"]))
     return run_headless(profile, str(path), argv, quiet=True)

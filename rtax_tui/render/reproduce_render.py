@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.table import Table
@@ -23,6 +24,44 @@ def _cells(row: dict[str, Any]) -> list[str]:
     differs = row["verdict"] if row["far"] else "; ".join(row["differs"])
     published = row["published_text"] + (f" ({row['note']})" if row.get("note") else "")
     return [row["label"], published, row["ours_text"], _ratio(row), differs or "-"]
+
+
+def _figures_md(figures: list[dict[str, Any]]) -> list[str]:
+    """Each figure as an image of its file (a name rtax chose: `plots/<id>-<kind>.svg`),
+    or the line saying why it is not there."""
+    if not figures:
+        return []
+    lines = ["", "## Figures", "", "Drawn from the recordings in this directory by `rtax plot`'s "
+             "code (`rtax plot REC --kind KIND` draws the same)."]  # fmt: skip
+    for f in figures:
+        lines += ["", f"### {md_escape(f['title'])}", ""]
+        if f.get("file"):
+            lines.append(f"![{md_escape(f['kind'])}]({_link(f['file'])})")
+        if f.get("why"):
+            lines += ["", md_escape(f["why"])]
+    return lines
+
+
+def _link(name: str) -> str:
+    """A figure's relative link: only the characters of the names rtax gives them."""
+    if not re.fullmatch(r"plots/[a-z0-9-]+\.svg", name):
+        raise ValueError(f"not a figure's name: {name!r}")
+    return name
+
+
+def _host_md(host: dict[str, Any]) -> list[str]:
+    if not host:
+        return []
+    aff = host.get("affinity") or []
+    load = host.get("load_avg")
+    loads = ", ".join(f"{v:.2f}" for v in load) if load else "-"
+    rows = [
+        ["CPUs online", str(host.get("cpus_online"))],
+        ["CPU affinity", ",".join(map(str, aff)) or "-"],
+        ["load average at start (1, 5, 15 min)", loads],
+        ["/dev/kvm", "present" if host.get("kvm") else "absent"],
+    ]
+    return ["", "## This machine as the run found it", "", md_table(["condition", "here"], rows)]
 
 
 def render_reproduce(doc: dict[str, Any]) -> list[Table]:
@@ -59,6 +98,8 @@ def reproduce_markdown(doc: dict[str, Any]) -> str:
         why = doc["not_run"].get(eid, "")
         rows.append([eid, e["what"], how, why or "-"])
     lines.append(md_table(["experiment", "what", "rtax", "not run because"], rows))
+    lines += _figures_md(doc.get("figures") or [])
+    lines += _host_md(doc.get("host") or {})
     if doc["drivers_out"]:
         lines += ["", "## Drivers that cannot run here", ""]
         lines.append(md_table(["driver", "why"], [[d, w] for d, w in doc["drivers_out"].items()]))
