@@ -150,13 +150,18 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
             status = 130
             break
     doc = reproduce_document(study, res, size)
+    doc["directory"] = str(out_dir)
+
+    def write() -> None:
+        doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
+        (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
+
+    write()  # the numbers first: whatever the drawing does, they are kept
     if status != 130 and study.figures:
         _say(f"reproduce {study.name}: drawing {len(study.figures)} figures")
         doc["figures"] = draw_figures(study, res, out_dir)
-    doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
-    doc["directory"] = str(out_dir)
-    (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-    (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
+        write()
     console = out_console()
     for table in render_reproduce(doc):
         console.print(table)

@@ -200,6 +200,9 @@ def _matplotlib() -> Any:
         {
             "svg.fonttype": "none",  # text as <text>, searchable and small
             "svg.hashsalt": "rtax",  # the same ids on every draw
+            # a label is text: a cell named `$\\nosuch$` (a recording's names are
+            # anyone's) was parsed as mathtext, and raised, or drew as a formula
+            "text.parse_math": False,
             "font.size": 9,
             "axes.grid": True,
             "grid.alpha": 0.3,

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from rtax_tui.model.events import one_line
 from rtax_tui.render.tables import Code, md_escape, md_table
 
 HEADERS = ["row", "published", "ours", "ours / published", "conditions that differ"]
@@ -68,9 +69,10 @@ def render_reproduce(doc: dict[str, Any]) -> list[Table]:
     """One Rich table per published table."""
     out = []
     for t in doc["tables"]:
-        table = Table(*HEADERS, title=f"{doc['study']}: {t['title']}", caption=t["conditions"])
-        for row in t["rows"]:
-            table.add_row(*_cells(row), style="yellow" if row["far"] else None)
+        title = one_line(f"{doc['study']}: {t['title']}")
+        table = Table(*HEADERS, title=title, caption=one_line(t["conditions"]))
+        for row in t["rows"]:  # as text: a terminal sequence in a reason is shown, not acted on
+            table.add_row(*map(one_line, _cells(row)), style="yellow" if row["far"] else None)
         out.append(table)
     return out
 
