@@ -397,7 +397,7 @@ def test_figures_trajectories_pools_and_conditions_are_the_recordings(tmp_path, 
     assert "warm-ups a cell: 0 (study: 3)" in ready["differs"]
     cpus = json.loads((out / "pools.jsonl").read_text().splitlines()[0])["hosts"]["local"]["cpus"]
     assert f"here: {cpus} CPUs, not pinned, load " in "; ".join(ready["differs"])
-    assert doc["host"]["affinity"] == sorted(os.sched_getaffinity(0))
+    assert doc["machine"]["affinity"] == sorted(os.sched_getaffinity(0))
 
     # a warm pool beside the cold start it hides
     pool = rows["stage pool"]["ours"]

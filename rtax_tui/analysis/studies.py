@@ -283,8 +283,8 @@ class Results:
     recordings: dict[str, Recording] = field(default_factory=dict)
     not_run: dict[str, str] = field(default_factory=dict)
     drivers_out: dict[str, str] = field(default_factory=dict)
-    # this machine as the run found it (`host_conditions`): said beside every figure
-    host: dict[str, Any] = field(default_factory=dict)
+    # this machine as the run found it (`machine_conditions`): said beside every figure
+    machine: dict[str, Any] = field(default_factory=dict)
     _reports: dict[str, Report] = field(default_factory=dict)
     _startups: dict[str, dict[str, Any]] = field(default_factory=dict)
     _projects: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -639,7 +639,7 @@ def _dotted(d: Any, key: str) -> Any:
     return d
 
 
-def host_conditions() -> dict[str, Any]:
+def machine_conditions() -> dict[str, Any]:
     """This machine as a run finds it: the CPUs this process may run on (no pinning
     unless a user set one), the load average, the kernel's KVM. Said beside the figures
     (a study's were measured elsewhere, often on a quiet machine)."""
@@ -663,7 +663,7 @@ def _host_text(res: Results, rec: Recording | None) -> str | None:
     pinned to some of them, the load it started under (the report's last section has
     the rest)."""
     facts = ((rec.header.get("hosts") or {}).get("local") or {}) if rec is not None else {}
-    h = res.host
+    h = res.machine
     out = []
     if facts.get("cpus"):
         out.append(f"{facts['cpus']} CPUs")
@@ -789,7 +789,7 @@ def reproduce_document(study: Study, res: Results, size: str) -> dict[str, Any]:
         },
         "not_run": dict(res.not_run),
         "drivers_out": dict(res.drivers_out),
-        "host": dict(res.host),
+        "machine": dict(res.machine),
         "tables": tables,
         "figures": [],  # filled by `rtax reproduce` as it draws them
     }

@@ -109,7 +109,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     """Runs the study's experiments, then writes and prints its tables."""
     import orjson
 
-    from rtax_tui.analysis.studies import Results, host_conditions, reproduce_document
+    from rtax_tui.analysis.studies import Results, machine_conditions, reproduce_document
     from rtax_tui.commands.doctor import driver_problems
     from rtax_tui.model.recording import read_recording
     from rtax_tui.render.reporting import out_console
@@ -125,7 +125,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     except OSError as exc:
         raise RtaxError(f"--root {root}: cannot make {out_dir.name} ({exc.strerror})") from None
     wanted = sorted({d for e in study.experiments.values() for d in e.drivers})
-    res = Results(host=host_conditions())
+    res = Results(machine=machine_conditions())
     for d in wanted:
         if only is not None and d not in only:
             res.drivers_out[d] = "left out by --driver"

@@ -50,17 +50,17 @@ def _link(name: str) -> str:
     return name
 
 
-def _host_md(host: dict[str, Any]) -> list[str]:
-    if not host:
+def _machine_md(machine: dict[str, Any]) -> list[str]:
+    if not machine:
         return []
-    aff = host.get("affinity") or []
-    load = host.get("load_avg")
+    aff = machine.get("affinity") or []
+    load = machine.get("load_avg")
     loads = ", ".join(f"{v:.2f}" for v in load) if load else "-"
     rows = [
-        ["CPUs online", str(host.get("cpus_online"))],
+        ["CPUs online", str(machine.get("cpus_online"))],
         ["CPU affinity", ",".join(map(str, aff)) or "-"],
         ["load average at start (1, 5, 15 min)", loads],
-        ["/dev/kvm", "present" if host.get("kvm") else "absent"],
+        ["/dev/kvm", "present" if machine.get("kvm") else "absent"],
     ]
     return ["", "## This machine as the run found it", "", md_table(["condition", "here"], rows)]
 
@@ -101,7 +101,7 @@ def reproduce_markdown(doc: dict[str, Any]) -> str:
         rows.append([eid, e["what"], how, why or "-"])
     lines.append(md_table(["experiment", "what", "rtax", "not run because"], rows))
     lines += _figures_md(doc.get("figures") or [])
-    lines += _host_md(doc.get("host") or {})
+    lines += _machine_md(doc.get("machine") or {})
     if doc["drivers_out"]:
         lines += ["", "## Drivers that cannot run here", ""]
         lines.append(md_table(["driver", "why"], [[d, w] for d, w in doc["drivers_out"].items()]))
