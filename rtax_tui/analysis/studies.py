@@ -693,10 +693,10 @@ def _differs(study: Study, table: Table, row: Row, ours: dict[str, Any], res: Re
             )
     rec = res.recordings.get(row.experiment)
     header = (rec.header.get("profile") or {}) if rec is not None else {}
-    for key, theirs in table.setup.items():
+    for key, theirs in table.setup.items():  # what the run that measured ours was given
         where, what = SETUP_KEYS[key]
         mine = _dotted(header, where)
-        if rec is not None and mine != theirs:
+        if rec is not None and ours["status"] == "measured" and mine != theirs:
             out.append(f"{what}: {mine if mine is not None else 'none'} (study: {theirs})")
     if row.get("driver") in VM_DRIVERS or row.get("versus") in VM_DRIVERS:
         out.append(VM_NOTE)

@@ -27,18 +27,21 @@ EPILOG = """\
 studies (rtax_tui/data/studies/*.toml, each figure with its source):
   pvisor   pVisor's executor analysis: capacity, completion, ready, prefix preparation
   paper    "The Rollout Infrastructure Tax in Coding-Agent RL" (arXiv 2607.01415):
-           T0/T1/T2 cold-start spread, projection table
+           T0/T1/T2 cold-start spread, trajectories of 10/50/150 actions, warm pools
+           beside cold starts, the projection table; its figures 1-5 redrawn
 
---size quick (each study well under 15 minutes on a 2-core machine):
-  pvisor: completion T2 5 trials + 1 warm-up per driver; ready T0 shell 20 + 3;
-          capacity 1 batch per size (16, 32); prefix preparation 3 repeats, 20 prefixes
-          (about 30 s here with stage alone; with VMs under TCG, minutes more)
-  paper:  T0, T1, T2 5 trials + 1 warm-up per driver (about 30 s on local and stage)
+--size quick (each study well under 15 minutes on a 2-core machine; docs/reproduce.md):
+  pvisor: completion T2 and T0 5 trials + 1 warm-up per driver; ready T0 and T1 shell
+          20 + 3; capacity 1 batch per size (16, 32); prefix preparation 3 repeats,
+          20 prefixes
+  paper:  T0, T1, T2 5 trials + 1 warm-up per driver; trajectories 3 + 1; T0 cold and
+          pooled 10 + 1
 --size full: the study's own counts (pvisor: 60 trials + 3 warm-ups, 5 batches,
   3 repeats; paper: 100 trials + 3 warm-ups); long: hours with VMs under TCG
 
 Writes reproduce-<study>-<UTC time>/ (under --root): each experiment's recording,
-report.md and report.json (format rtax-reproduce/1). Progress on stderr.
+report.md, report.json (format rtax-reproduce/1) and the study's figures in plots/
+(rtax plot's figures of those recordings). Progress on stderr.
 
 examples:
   rtax reproduce                      the studies, their tables and rows
