@@ -483,3 +483,89 @@ def test_a_study_figure_must_name_a_plot_kind_a_file_name_and_a_run(tmp_path, mo
                                                 'setup = { cores = 2 }'))  # fmt: skip
     with pytest.raises(studies.RtaxError, match=r"setup\.cores: unknown"):
         studies.load_study("bad")
+
+
+# -- the reports committed under docs/reproduce/: their numbers are their recordings' ----
+
+COMMITTED = sorted((ROOT / "docs" / "reproduce").glob("reproduce-*/report.json"))
+
+
+def test_a_report_of_each_study_is_committed_and_linked_from_the_readme():
+    studies_done = {json.loads(p.read_text())["study"] for p in COMMITTED}
+    assert studies_done == {"pvisor", "paper"}
+    readme = (ROOT / "README.md").read_text()
+    for p in COMMITTED:
+        assert f"]({p.parent.relative_to(ROOT)}/report.md)" in readme, p
+
+
+@pytest.mark.parametrize("report", COMMITTED, ids=lambda p: p.parent.name)
+def test_a_committed_reports_rows_and_figures_are_its_recordings(report: Path) -> None:
+    from rtax_tui.render.tables import fmt_ms
+    from tests.test_plots import Svg
+
+    doc = json.loads(report.read_text())
+    study = studies.load_study(doc["study"])
+    spec = {(r.table, r.label): r for r in study.rows}
+    checked = 0
+    for t in doc["tables"]:
+        for row in t["rows"]:
+            if row["ours"]["status"] != "measured":
+                continue
+            r = spec[t["id"], row["label"]]
+            exp = study.experiments[r.experiment]
+            if exp.kind != "run":  # arithmetic, or rtax traj prepare's: no trial
+                continue
+            trials = _raw_trials(report.parent / f"{r.experiment}.jsonl")
+            wl = r.get("workload") or (exp.workloads[0] if exp.workloads else None)
+            if r.figure in ("total", "ready"):
+                tr = [t for t in _of(trials, r.get("driver"), wl) if t["ok"]]
+                vals = [sum(t["phases"].values()) + sum(t["actions"]) if r.figure == "total"
+                        else t["phases"]["ready"] for t in tr]  # fmt: skip
+                assert row["ours"]["p50_ms"] == pytest.approx(_med_ms(vals)), row["label"]
+                assert row["ours"]["n"] == len(vals)
+                checked += 1
+            elif r.figure == "trajectory":
+                for x in row["ours"]["lengths"]:
+                    tr = _of(trials, r.get("driver"), f"trajectory-{x['steps']}")
+                    total = _med_ms([sum(t["phases"].values()) + sum(t["actions"]) for t in tr])
+                    assert x["p50_ms"] == pytest.approx(total), (row["label"], x["steps"])
+                checked += 1
+            elif r.figure == "pool":
+                tr = _of(trials, r.get("driver"), wl, "pool")
+                assert row["ours"]["p50_ms"] == pytest.approx(
+                    _med_ms([t["phases"]["acquire"] for t in tr])
+                )
+                checked += 1
+            elif r.figure == "project":  # a million rollouts of 150 actions, from medians
+                tr = _of(trials, r.get("driver"), wl)
+                med = sum(float(np.median([t["phases"][p] for t in tr]))
+                          for p in ("create", "ready", "teardown"))  # fmt: skip
+                action = float(np.median([a for t in tr for a in t["actions"]]))
+                hours = 1e6 * (med + 150 * action) / 1e9 / 3600
+                assert row["ours"]["value"] == pytest.approx(hours), row["label"]
+                checked += 1
+    assert checked >= 2
+    for f in doc["figures"]:
+        assert f["file"] is not None, f
+        svg = Svg(report.parent / f["file"])
+        if f["kind"] != "cold-start":
+            continue
+        for e in f["experiments"]:  # each cold cell's create + ready P50, as written
+            cells: dict[tuple[str, str], list[int]] = {}
+            for t in _raw_trials(report.parent / f"{e}.jsonl"):
+                if t["mode"] == "cold":
+                    cells.setdefault((t["driver"], t["workload"]), []).append(
+                        t["phases"]["create"] + t["phases"]["ready"]
+                    )
+            for key, first in cells.items():
+                assert fmt_ms(_med_ms(first)) in svg.texts, (f["id"], key)
+
+
+def test_what_was_measured_is_said_within_2x_too():
+    row = {"label": "l", "published_text": "25 ms", "note": None, "ours_text": "16 ms",
+           "ratio": 0.65, "far": False, "differs": ["d"], "verdict": None,
+           "measured": ["with the assets: 24.11 ms"]}  # fmt: skip
+    doc = {"study": "s", "title": "t", "source": "src", "size": "full", "not_run": {},
+           "drivers_out": {}, "experiments": {},
+           "tables": [{"id": "t", "title": "T", "conditions": "c", "rows": [row]}]}  # fmt: skip
+    assert "| d; measured here: with the assets: 24.11 ms |" in reproduce_markdown(doc)

@@ -23,6 +23,8 @@ def _ratio(row: dict[str, Any]) -> str:
 
 def _cells(row: dict[str, Any]) -> list[str]:
     differs = row["verdict"] if row["far"] else "; ".join(row["differs"])
+    if not row["far"] and row.get("measured"):  # within 2x: what was measured, still said
+        differs += ("; " if differs else "") + "measured here: " + "; ".join(row["measured"])
     published = row["published_text"] + (f" ({row['note']})" if row.get("note") else "")
     return [row["label"], published, row["ours_text"], _ratio(row), differs or "-"]
 
