@@ -11,6 +11,7 @@ shows the same numbers."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rtax_tui.analysis.report import build_report, startup_figures
+from rtax_tui.analysis.report import build_report, project_report, startup_figures
 from rtax_tui.analysis.report_model import Report
 from rtax_tui.analysis.stats import project
 from rtax_tui.model.recording import Recording
@@ -36,6 +37,11 @@ FIGURES = (
     "prep-low",
     "prep-high",
     "projection",
+    "startup",
+    "pool",
+    "trajectory",
+    "project",
+    "project-gap",
     "pending",
     "unavailable",
 )
@@ -45,6 +51,20 @@ VM_DRIVERS = ("libvirt", "microvm")
 VM_NOTE = "VMs under TCG where KVM guests hang (see `rtax doctor`'s KVM line)"
 LOCAL_NOTE = "`local` left out of the spread: it keeps nothing out"
 MIB = 1 << 20
+# what the study states of its setup (a table's `setup`), and where a run's recording
+# says ours: a key of the recorded profile, dotted into its tables
+SETUP_KEYS = {
+    "warmup": ("warmup", "warm-ups a cell"),
+    "batches": ("capacity.batches", "batches a size"),
+    "cpus": ("capacity.cpus", "the batch's CPUs"),
+    "memory_mib": ("capacity.memory_mib", "the batch's memory (MiB)"),
+    "swap_mib": ("capacity.swap_mib", "the batch's swap (MiB)"),
+    "touch_mib": ("capacity.touch_mib", "private memory held a task (MiB)"),
+}
+# a figure a study redraws from our recordings: rtax plot's kinds (render.plots.KINDS)
+FIGURE_KINDS = ("breakdown", "cold-start", "cdf", "trajectory", "capacity")
+PROJECT_N = 1_000_000  # the paper's projection: a million rollouts
+PROJECT_STEPS = 150  # of 150 steps
 
 
 def studies_dir() -> Path:
@@ -70,6 +90,8 @@ class Experiment:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # size -> counts
     differs: tuple[str, ...] = ()
     why: str | None = None
+    modes: tuple[str, ...] = ()  # cold, pool: `[run] modes` (none: the profile's)
+    pool: int | None = None  # environments a pooled cell keeps ready (`--pool N`)
 
     def flags(self, size: str) -> list[str]:
         """The experiment as `rtax run` (or `rtax traj prepare`) flags, as a user types it."""
@@ -92,6 +114,10 @@ class Experiment:
                 out += [f"--{key}", str(c[key])]
         if self.sizes:
             out += ["--sizes", ",".join(map(str, self.sizes))]
+        if self.pool is not None:
+            out += ["--pool", str(self.pool)]
+        if self.modes:  # no flag of `rtax run` says it: the profile's [run] modes
+            out.append(f"([run] modes = {','.join(self.modes)})")
         if "batches" in c:  # no flag of `rtax run` says it: the profile's [capacity] batches
             out.append(f"([capacity] batches = {c['batches']})")
         return out
@@ -102,6 +128,17 @@ class Table:
     id: str
     title: str
     conditions: str
+    setup: dict[str, Any] = field(default_factory=dict)  # SETUP_KEYS: the study's values
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One of the study's figures, redrawn from our recordings with `rtax plot`'s kind."""
+
+    id: str
+    kind: str
+    title: str
+    experiments: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -125,6 +162,7 @@ class Study:
     experiments: dict[str, Experiment]
     tables: tuple[Table, ...]
     rows: tuple[Row, ...]
+    figures: tuple[Figure, ...] = ()
 
 
 def load_study(name: str) -> Study:
@@ -167,15 +205,31 @@ def load_study(name: str) -> Study:
             counts={s: dict(e[s]) for s in SIZES if s in e},
             differs=tuple(e.get("differs", ())),
             why=e.get("why"),
+            modes=tuple(e.get("modes", ())),
+            pool=e.get("pool"),
         )
     tables = tuple(
         Table(
             need(t, "id", f"tables[{i}]"),
             need(t, "title", f"tables[{i}]"),
             need(t, "conditions", f"tables[{i}]"),
+            _setup(path, t.get("setup") or {}, f"tables[{i}]"),
         )
         for i, t in enumerate(doc.get("tables") or [])
     )
+    figures = []
+    for i, f in enumerate(doc.get("figures") or []):
+        where = f"figures[{i}]"
+        fid, kind = need(f, "id", where), need(f, "kind", where)
+        if not FIGURE_ID.fullmatch(fid):  # it names a file in the report's directory
+            raise RtaxError(f"{path}: {where}.id: {fid!r} (letters, digits, '-', at most 40)")
+        if kind not in FIGURE_KINDS:
+            raise RtaxError(f"{path}: {where}.kind: {kind!r} (known: {', '.join(FIGURE_KINDS)})")
+        used = tuple(need(f, "experiments", where, list))
+        for e in used:
+            if e not in exps or exps[e].kind != "run":
+                raise RtaxError(f"{path}: {where}.experiments: {e!r} is no run of the study")
+        figures.append(Figure(fid, kind, need(f, "title", where), used))
     table_ids = {t.id for t in tables}
     rows = []
     for i, r in enumerate(doc.get("rows") or []):
@@ -200,7 +254,22 @@ def load_study(name: str) -> Study:
         experiments=exps,
         tables=tables,
         rows=tuple(rows),
+        figures=tuple(figures),
     )
+
+
+FIGURE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def _setup(path: Path, setup: Any, where: str) -> dict[str, Any]:
+    if not isinstance(setup, dict):
+        raise RtaxError(f"{path}: {where}.setup: expected a table")
+    for key in setup:
+        if key not in SETUP_KEYS:
+            raise RtaxError(
+                f"{path}: {where}.setup.{key}: unknown (known: {', '.join(SETUP_KEYS)})"
+            )
+    return dict(setup)
 
 
 # -- ours beside theirs ----------------------------------------------------------------
@@ -214,7 +283,26 @@ class Results:
     recordings: dict[str, Recording] = field(default_factory=dict)
     not_run: dict[str, str] = field(default_factory=dict)
     drivers_out: dict[str, str] = field(default_factory=dict)
+    # this machine as the run found it (`machine_conditions`): said beside every figure
+    machine: dict[str, Any] = field(default_factory=dict)
     _reports: dict[str, Report] = field(default_factory=dict)
+    _startups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def startups(self, exp: str) -> dict[str, Any]:
+        """Per cell, create + ready (a pooled cell's acquire): `startup_figures`."""
+        if exp not in self._startups:
+            rec = self.recordings.get(exp)
+            self._startups[exp] = {} if rec is None else startup_figures(rec)
+        return self._startups[exp]
+
+    def projection(self, exp: str) -> dict[str, Any]:
+        """Per cell, `rtax project`'s worker-hours for the paper's million 150-step rollouts."""
+        if exp not in self._projects:
+            rec = self.recordings.get(exp)
+            rows = [] if rec is None else project_report(rec, PROJECT_N, PROJECT_STEPS)["cells"]
+            self._projects[exp] = {r["cell"]: r for r in rows}
+        return self._projects[exp]
 
     def report(self, exp: str) -> Report | None:
         rec = self.recordings.get(exp)
@@ -266,20 +354,141 @@ def _measure(study: Study, row: Row, res: Results) -> dict[str, Any]:
         return {"status": "measured", "p50_ms": ph["p50_ms"], "ci95_ms": ph["p50_ci95_ms"],
                 "n": ph["n"], "of": cell["n"]}  # fmt: skip
     if row.figure == "diff":
-        return _diff(report, driver, row.get("versus"))
+        return _diff(report, driver, row.get("versus"), workload)
     if row.figure == "capacity":
         return _capacity(report, driver, int(row.get("size")))
     if row.figure == "spread":
-        return _spread(res.recordings[row.experiment], workload)
+        return _spread(res.startups(row.experiment), workload)
+    if row.figure == "startup":
+        return _startup(res.startups(row.experiment), driver, workload, channel, row.get("mode"))
+    if row.figure == "pool":
+        return _pool(report, res.startups(row.experiment), driver, workload, channel)
+    if row.figure == "trajectory":
+        return _trajectory(report, driver, channel)
+    if row.figure == "project":
+        return _project(res.projection(row.experiment), driver, workload, channel)
+    if row.figure == "project-gap":
+        return _project_gap(res.projection(row.experiment), workload, channel)
     if row.figure.startswith("prep"):
         return _prep(report, row)
     return {"status": "failed", "why": f"figure {row.figure!r} is not computed"}
 
 
-def _diff(report: Report, a: str, b: str) -> dict[str, Any]:
+def _key_of(cell: str) -> tuple[str, str, str, str]:
+    """`host/driver/workload/channel[+pool]` -> (driver, workload, channel, mode)."""
+    parts = cell.split("/")
+    channel, _, mode = parts[-1].partition("+")
+    return parts[-3], parts[-2], channel, mode or "cold"
+
+
+def _pick(cells: dict[str, Any], driver: str | None, workload: str | None,
+          channel: str | None, mode: str = "cold") -> tuple[str, Any] | None:  # fmt: skip
+    for name, value in cells.items():
+        d, w, c, m = _key_of(name)
+        if (d, m) == (driver, mode) and workload in (None, w) and channel in (None, c):
+            return name, value
+    return None
+
+
+def _startup(starts: dict[str, Any], driver: str | None, workload: str | None,
+             channel: str | None, mode: str | None) -> dict[str, Any]:  # fmt: skip
+    got = _pick(starts, driver, workload, channel, mode or "cold")
+    if got is None or not got[1]["n"]:
+        return {"status": "failed", "why": f"no measured start of {driver} in the recording"}
+    s = got[1]
+    return {"status": "measured", "p50_ms": s["p50_ms"], "ci95_ms": s["p50_ci95_ms"],
+            "n": s["n"], "cell": got[0]}  # fmt: skip
+
+
+def _pool(report: Report, starts: dict[str, Any], driver: str | None, workload: str | None,
+          channel: str | None) -> dict[str, Any]:  # fmt: skip
+    """A warm pool beside the cold start it hides: the pooled cell's acquire P50 (ours),
+    the cold cell's create + ready P50 and what the pool itself did per trial served."""
+    cold = _startup(starts, driver, workload, channel, "cold")
+    warm = _startup(starts, driver, workload, channel, "pool")
+    if cold["status"] != "measured" or warm["status"] != "measured":
+        return warm if warm["status"] != "measured" else cold
+    pools = (report.get("pools") or {}).get("cells", {}).get(warm["cell"], {})
+    served = pools.get("trials") or 0
+    work = pools.get("pool_work_s")
+    per_trial = work * 1000.0 / served if work is not None and served else None
+    out = {**warm, "cold_p50_ms": cold["p50_ms"], "cold_n": cold["n"],
+           "hit_rate": pools.get("hit_rate"), "pool_work_ms_per_trial": per_trial}  # fmt: skip
+    out["detail"] = (
+        f"cold start {cold['p50_ms']:.2f} ms (n={cold['n']}) hidden by the pool; its own "
+        f"work {_ms(per_trial)} a trial served, hit rate {_pct(pools.get('hit_rate'))}"
+    )
+    return out
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f} ms"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+TRAJ_WORKLOAD = re.compile(r"trajectory-(\d+)")
+
+
+def _trajectory(report: Report, driver: str | None, channel: str | None) -> dict[str, Any]:
+    """Per trajectory length: completion P50 (interval, n) and the amortized cost of an
+    action, the completion P50 over the length."""
+    lengths: list[dict[str, Any]] = []
+    for c in report["cells"]:
+        m = TRAJ_WORKLOAD.fullmatch(str(c["workload"]))
+        if m is None or c["driver"] != driver or c.get("mode") == "pool":
+            continue
+        if channel is not None and c["channel"] != channel:
+            continue
+        ph = c["phases"]["total"]
+        if not ph["n"] or ph["p50_ms"] is None:
+            continue
+        steps = int(m.group(1))
+        lengths.append({"steps": steps, "p50_ms": ph["p50_ms"], "ci95_ms": ph["p50_ci95_ms"],
+                        "n": ph["n"], "per_action_ms": ph["p50_ms"] / steps})  # fmt: skip
+    if not lengths:
+        return {"status": "failed", "why": f"no measured trajectory of {driver} in the recording"}
+    lengths.sort(key=lambda x: x["steps"])
+    return {"status": "measured", "lengths": lengths, "n": min(x["n"] for x in lengths)}
+
+
+def _project(cells: dict[str, Any], driver: str | None, workload: str | None,
+             channel: str | None) -> dict[str, Any]:  # fmt: skip
+    got = _pick(cells, driver, workload, channel)
+    if got is None or got[1]["worker_hours"] is None:
+        return {"status": "failed", "why": f"no measured {workload} of {driver} to project"}
+    p = got[1]
+    return {"status": "measured", "value": p["worker_hours"], "ci95": p["ci95"],
+            "n": p["inputs"]["create"]["n"], "cell": got[0]}  # fmt: skip
+
+
+def _project_gap(
+    cells: dict[str, Any], workload: str | None, channel: str | None
+) -> dict[str, Any]:
+    """The most worker-hours over the fewest, between isolating substrates (not `local`)."""
+    got = {
+        name: p["worker_hours"] for name, p in cells.items()
+        if p["worker_hours"] is not None and _key_of(name)[0] != "local"
+        and _key_of(name)[3] == "cold" and workload in (None, _key_of(name)[1])
+        and channel in (None, _key_of(name)[2])
+    }  # fmt: skip
+    if len(got) < 2:
+        return {"status": "failed", "why": f"fewer than two isolating substrates projected "
+                f"({', '.join(got) or 'none'}; {LOCAL_NOTE})"}  # fmt: skip
+    hi, lo = max(got, key=got.__getitem__), min(got, key=got.__getitem__)
+    return {"status": "measured", "value": got[hi] / got[lo], "extra_h": got[hi] - got[lo],
+            "detail": f"{hi} {got[hi]:,.0f} h / {lo} {got[lo]:,.0f} h: "
+            f"{got[hi] - got[lo]:,.0f} extra worker-hours"}  # fmt: skip
+
+
+def _diff(report: Report, a: str, b: str, workload: str | None = None) -> dict[str, Any]:
     """a's P50 minus b's (completion), as the report's driver differences have it."""
     for d in report["diffs"]:
         if d["phase"] != "total":
+            continue
+        if workload is not None and workload not in (d["a"].split("/")[-2], d["b"].split("/")[-2]):
             continue
         da, db = d["a"].split("/")[-3], d["b"].split("/")[-3]
         if (da, db) == (b, a):  # the report's diff is b - a: here a - b
@@ -301,11 +510,13 @@ def _capacity(report: Report, driver: str, size: int) -> dict[str, Any]:
     return {"status": "failed", "why": f"no batch of {size} on {driver} in the recording"}
 
 
-def _spread(rec: Recording, workload: str | None) -> dict[str, Any]:
-    """Slowest substrate's cold start (create + ready) P50 over the fastest's."""
+def _spread(starts: dict[str, Any], workload: str | None) -> dict[str, Any]:
+    """Slowest substrate's cold start (create + ready) P50 over the fastest's; a pooled
+    cell's acquire is no cold start."""
     got = {
-        cell: s for cell, s in startup_figures(rec).items()
-        if cell.split("/")[-2] == workload and cell.split("/")[-3] != "local" and s["n"]
+        cell: s for cell, s in starts.items()
+        if _key_of(cell)[1] == workload and _key_of(cell)[0] != "local"
+        and _key_of(cell)[3] == "cold" and s["n"]
     }  # fmt: skip
     if len(got) < 2:
         return {"status": "failed", "why": "fewer than two substrates measured"}
@@ -400,17 +611,77 @@ def ours_text(ours: dict[str, Any], unit: str = "ms") -> str:
     if "range_ms" in ours:
         lo, hi = ours["range_ms"]
         return f"{lo:.2f}-{hi:.2f} ms over {ours['formats']} clustered formats"
+    if "lengths" in ours:
+        return "; ".join(
+            f"{x['steps']} actions: {x['p50_ms'] / 1000:.2f} s (95% CI {x['ci95_ms'][0] / 1000:.2f}"
+            f" to {x['ci95_ms'][1] / 1000:.2f}), {x['per_action_ms']:.1f} ms an action, n={x['n']}"
+            for x in ours["lengths"]
+        )
     if "p50_ms" in ours:
         lo, hi = ours["ci95_ms"]
         text = f"{ours['p50_ms']:.2f} ms (95% CI {lo:.2f} to {hi:.2f})"
-        return text + (f", n={ours['n']}" if "n" in ours else "")
+        text += f", n={ours['n']}" if "n" in ours else ""
+        return text + (f" ({ours['detail']})" if "detail" in ours else "")
     text = f"{ours['value']:,.1f} {unit}"
+    if ours.get("ci95") and None not in ours["ci95"]:
+        lo, hi = ours["ci95"]
+        text += f" (95% CI {lo:,.1f} to {hi:,.1f})"
+    if "n" in ours and "ci95" in ours:
+        text += f", n={ours['n']}"
     if "detail" in ours:
         text += f" ({ours['detail']})"
     return text
 
 
-def _differs(study: Study, row: Row, ours: dict[str, Any]) -> list[str]:
+def _dotted(d: Any, key: str) -> Any:
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def machine_conditions() -> dict[str, Any]:
+    """This machine as a run finds it: the CPUs this process may run on (no pinning
+    unless a user set one), the load average, the kernel's KVM. Said beside the figures
+    (a study's were measured elsewhere, often on a quiet machine)."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    return {
+        "cpus_online": os.cpu_count(),
+        "affinity": cpus,
+        "load_avg": load,
+        "kvm": os.path.exists("/dev/kvm"),
+    }
+
+
+def _host_text(res: Results, rec: Recording | None) -> str | None:
+    """One short line: the host's CPUs (the recording's header), whether this run was
+    pinned to some of them, the load it started under (the report's last section has
+    the rest)."""
+    facts = ((rec.header.get("hosts") or {}).get("local") or {}) if rec is not None else {}
+    h = res.machine
+    out = []
+    if facts.get("cpus"):
+        out.append(f"{facts['cpus']} CPUs")
+    aff = h.get("affinity")
+    if aff:
+        pinned = h.get("cpus_online") is not None and len(aff) < h["cpus_online"]
+        out.append(f"pinned to CPUs {_cpu_list(aff)}" if pinned else "not pinned")
+    if h.get("load_avg"):
+        out.append(f"load {h['load_avg'][0]:.2f} at start")
+    return "here: " + ", ".join(out) if out else None
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else (
+        ",".join(map(str, cpus)))  # fmt: skip
+
+
+def _differs(study: Study, table: Table, row: Row, ours: dict[str, Any], res: Results) -> list[str]:
     exp = study.experiments[row.experiment]
     out = list(exp.differs)
     if row.get("n") is not None and ours.get("n") is not None and ours["n"] != row.get("n"):
@@ -420,10 +691,50 @@ def _differs(study: Study, row: Row, ours: dict[str, Any]) -> list[str]:
             out.append(
                 f"{ours['batches'][1]} batches (published {row.get('published_batches')[1]})"
             )
+    rec = res.recordings.get(row.experiment)
+    header = (rec.header.get("profile") or {}) if rec is not None else {}
+    for key, theirs in table.setup.items():  # what the run that measured ours was given
+        where, what = SETUP_KEYS[key]
+        mine = _dotted(header, where)
+        if rec is not None and ours["status"] == "measured" and mine != theirs:
+            out.append(f"{what}: {mine if mine is not None else 'none'} (study: {theirs})")
     if row.get("driver") in VM_DRIVERS or row.get("versus") in VM_DRIVERS:
         out.append(VM_NOTE)
-    if row.figure == "spread":
+    if row.figure in ("spread", "project-gap"):
         out.append(LOCAL_NOTE)
+    if ours["status"] == "measured" and rec is not None:
+        host = _host_text(res, rec)
+        if host is not None:
+            out.append(host)
+    return out
+
+
+def _measured_conditions(study: Study, row: Row, ours: dict[str, Any], res: Results) -> list[str]:
+    """What this run measured that tells a condition apart: our cell's phases (where the
+    time went), and the row's `also`, the same figure under another condition of the
+    same experiment (e.g. ready with the workload's assets and without)."""
+    if ours["status"] != "measured":
+        return []
+    out = []
+    if row.figure in ("total", "ready", "startup") and row.get("driver") is not None:
+        report = res.report(row.experiment)
+        exp = study.experiments[row.experiment]
+        wl = row.get("workload") or (exp.workloads[0] if len(exp.workloads) == 1 else None)
+        ch = row.get("channel") or (exp.channels[0] if len(exp.channels) == 1 else None)
+        cell = _cell(report, row.get("driver"), wl, ch) if report is not None else None
+        if cell is not None:
+            parts = [
+                f"{p} {cell['phases'][p]['p50_ms']:,.2f} ms"
+                for p in ("create", "ready", "action", "teardown")
+                if cell["phases"].get(p, {}).get("n")
+            ]
+            out.append(f"ours by phase (P50; action: each of its actions): {', '.join(parts)}")
+    for alt in row.get("also") or []:
+        if not isinstance(alt, dict) or not isinstance(alt.get("label"), str):
+            continue
+        fields = {**row.fields, **{k: v for k, v in alt.items() if k != "label"}, "also": None}
+        other = _measure(study, Row(row.table, row.label, row.experiment, row.figure, fields), res)
+        out.append(f"{alt['label']}: {ours_text(other, row.get('unit', 'ms'))}")
     return out
 
 
@@ -437,7 +748,8 @@ def reproduce_document(study: Study, res: Results, size: str) -> dict[str, Any]:
             pub = _published_value(row)
             mine = ours.get("value", ours.get("p50_ms")) if ours["status"] == "measured" else None
             ratio = mine / pub if mine is not None and pub else None
-            differs = _differs(study, row, ours)
+            differs = _differs(study, t, row, ours, res)
+            measured = _measured_conditions(study, row, ours, res)
             far = ratio is not None and (abs(ratio) > FAR or abs(ratio) < 1 / FAR)
             rows.append(
                 {
@@ -453,15 +765,18 @@ def reproduce_document(study: Study, res: Results, size: str) -> dict[str, Any]:
                     "ratio": ratio,
                     "far": far,
                     "differs": differs,
+                    "measured": measured,
                     "verdict": (
                         f"differs by more than {FAR:g}x; conditions that differ: "
                         + ("; ".join(differs) or "none known")
+                        + ("; measured here: " + "; ".join(measured) if measured else "")
                     )
                     if far
                     else None,
                 }
             )
-        tables.append({"id": t.id, "title": t.title, "conditions": t.conditions, "rows": rows})
+        tables.append({"id": t.id, "title": t.title, "conditions": t.conditions,
+                       "setup": dict(t.setup), "rows": rows})  # fmt: skip
     return {
         "format": "rtax-reproduce/1",
         "study": study.name,
@@ -474,5 +789,7 @@ def reproduce_document(study: Study, res: Results, size: str) -> dict[str, Any]:
         },
         "not_run": dict(res.not_run),
         "drivers_out": dict(res.drivers_out),
+        "machine": dict(res.machine),
         "tables": tables,
+        "figures": [],  # filled by `rtax reproduce` as it draws them
     }

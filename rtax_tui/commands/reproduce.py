@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rtax_tui.commands.command import Command
 from rtax_tui.model.events import one_line
@@ -27,18 +27,21 @@ EPILOG = """\
 studies (rtax_tui/data/studies/*.toml, each figure with its source):
   pvisor   pVisor's executor analysis: capacity, completion, ready, prefix preparation
   paper    "The Rollout Infrastructure Tax in Coding-Agent RL" (arXiv 2607.01415):
-           T0/T1/T2 cold-start spread, projection table
+           T0/T1/T2 cold-start spread, trajectories of 10/50/150 actions, warm pools
+           beside cold starts, the projection table; its figures 1-5 redrawn
 
---size quick (each study well under 15 minutes on a 2-core machine):
-  pvisor: completion T2 5 trials + 1 warm-up per driver; ready T0 shell 20 + 3;
-          capacity 1 batch per size (16, 32); prefix preparation 3 repeats, 20 prefixes
-          (about 30 s here with stage alone; with VMs under TCG, minutes more)
-  paper:  T0, T1, T2 5 trials + 1 warm-up per driver (about 30 s on local and stage)
+--size quick (each study well under 15 minutes on a 2-core machine; docs/reproduce.md):
+  pvisor: completion T2 and T0 5 trials + 1 warm-up per driver; ready T0 and T1 shell
+          20 + 3; capacity 1 batch per size (16, 32); prefix preparation 3 repeats,
+          20 prefixes
+  paper:  T0, T1, T2 5 trials + 1 warm-up per driver; trajectories 3 + 1; T0 cold and
+          pooled 10 + 1
 --size full: the study's own counts (pvisor: 60 trials + 3 warm-ups, 5 batches,
   3 repeats; paper: 100 trials + 3 warm-ups); long: hours with VMs under TCG
 
 Writes reproduce-<study>-<UTC time>/ (under --root): each experiment's recording,
-report.md and report.json (format rtax-reproduce/1). Progress on stderr.
+report.md, report.json (format rtax-reproduce/1) and the study's figures in plots/
+(rtax plot's figures of those recordings). Progress on stderr.
 
 examples:
   rtax reproduce                      the studies, their tables and rows
@@ -109,7 +112,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     """Runs the study's experiments, then writes and prints its tables."""
     import orjson
 
-    from rtax_tui.analysis.studies import Results, reproduce_document
+    from rtax_tui.analysis.studies import Results, machine_conditions, reproduce_document
     from rtax_tui.commands.doctor import driver_problems
     from rtax_tui.model.recording import read_recording
     from rtax_tui.render.reporting import out_console
@@ -125,7 +128,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     except OSError as exc:
         raise RtaxError(f"--root {root}: cannot make {out_dir.name} ({exc.strerror})") from None
     wanted = sorted({d for e in study.experiments.values() for d in e.drivers})
-    res = Results()
+    res = Results(machine=machine_conditions())
     for d in wanted:
         if only is not None and d not in only:
             res.drivers_out[d] = "left out by --driver"
@@ -150,15 +153,61 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
             status = 130
             break
     doc = reproduce_document(study, res, size)
-    doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
     doc["directory"] = str(out_dir)
-    (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-    (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
+
+    def write() -> None:
+        doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
+        (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
+
+    write()  # the numbers first: whatever the drawing does, they are kept
+    if status != 130 and study.figures:
+        _say(f"reproduce {study.name}: drawing {len(study.figures)} figures")
+        doc["figures"] = draw_figures(study, res, out_dir)
+        write()
     console = out_console()
     for table in render_reproduce(doc):
         console.print(table)
     _say(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)")
     return status
+
+
+FIGURES_DIR = "plots"
+
+
+def draw_figures(study: Study, res: Any, out_dir: Path) -> list[dict[str, Any]]:
+    """The study's figures, each drawn by `rtax plot`'s code from the recordings of its
+    experiments into `<out_dir>/plots/<id>-<kind>.svg`; one that cannot be drawn (its
+    experiment did not run, no measured trial) says why instead."""
+    from rtax_tui.render.plots import plot
+
+    if study.figures:
+        (out_dir / FIGURES_DIR).mkdir(exist_ok=True)
+    out = []
+    for f in study.figures:
+        recs = [res.recordings[e] for e in f.experiments if e in res.recordings]
+        entry: dict[str, Any] = {
+            "id": f.id,
+            "kind": f.kind,
+            "title": f.title,
+            "experiments": list(f.experiments),
+            "file": None,
+            "why": None,
+        }
+        missing = [e for e in f.experiments if e not in res.recordings]
+        if not recs:
+            entry["why"] = f"not drawn: {', '.join(missing)} left no recording"
+        else:
+            name = f"{FIGURES_DIR}/{f.id}-{f.kind}.svg"
+            try:
+                plot(recs, f.kind, out_dir / name)
+                entry["file"] = name
+                if missing:
+                    entry["why"] = f"without {', '.join(missing)}: no recording"
+            except RtaxError as exc:
+                entry["why"] = f"not drawn: {exc}"
+        out.append(entry)
+    return out
 
 
 def _own_root(root: Path) -> Path:
@@ -236,6 +285,12 @@ def _run_experiment(
     )
     if exp.sizes:
         profile = profile.with_sizes(exp.sizes)
+    if exp.pool is not None or exp.modes:
+        from rtax_tui.engine.poolspec import check_modes
+
+        pool = replace(profile.pool_spec, size=exp.pool) if exp.pool is not None else None
+        modes = check_modes(list(exp.modes), exp.id) if exp.modes else profile.modes
+        profile = replace(profile, pool=pool or profile.pool, modes=modes)
     if "batches" in counts and profile.capacity is not None:
         profile = replace(profile, capacity=replace(profile.capacity, batches=counts["batches"]))
     return run_headless(profile, str(path), argv, quiet=True)

@@ -15,8 +15,9 @@ Each kind draws one figure:
   (their sum), teardown and orchestration, stacked (means add up to the mean total;
   medians would not);
 - `cold-start`: per substrate (host/driver) and tier (the workload) and channel, the
-  P50 of create + ready, the time until the first command can run, with its P95: a
-  dot plot on a log axis (a bar on a log axis starts nowhere);
+  P50 of create + ready, the time until the first command can run (a pooled cell's
+  acquire: `exec+pool` beside `exec`), with its P95: a dot plot on a log axis (a bar
+  on a log axis starts nowhere);
 - `cdf`: the empirical distribution of every phase, one panel a phase, one line a cell;
 - `trajectory`: per substrate, the completion time of each trial against its length
   in steps, and the normalized composition of the mean trial at each length;
@@ -100,6 +101,14 @@ class PlotCell:
         else:
             vals = [t.phases[phase] for t in self.trials if phase in t.phases]
         return np.asarray(vals, dtype=np.float64) / NS_PER_MS
+
+
+def startup_ns(t: TrialOutcome) -> int:
+    """A trial's start-up as the report's `startup_figures` has it: create + ready, or
+    a pooled trial's acquire (its wait for a ready environment)."""
+    if "acquire" in t.phases:
+        return t.phases["acquire"]
+    return t.phases.get("create", 0) + t.phases.get("ready", 0)
 
 
 def parts_ms(t: TrialOutcome) -> list[float]:
@@ -191,6 +200,9 @@ def _matplotlib() -> Any:
         {
             "svg.fonttype": "none",  # text as <text>, searchable and small
             "svg.hashsalt": "rtax",  # the same ids on every draw
+            # a label is text: a cell named `$\\nosuch$` (a recording's names are
+            # anyone's) was parsed as mathtext, and raised, or drew as a formula
+            "text.parse_math": False,
             "font.size": 9,
             "axes.grid": True,
             "grid.alpha": 0.3,
@@ -370,9 +382,7 @@ def _cold_start(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> Non
     for i, sub in enumerate(substrates):
         members = [c for c in cells if _substrate(c) == sub]  # one above the other, centred
         for j, c in enumerate(members):
-            first = [
-                (t.phases.get("create", 0) + t.phases.get("ready", 0)) / NS_PER_MS for t in c.trials
-            ]
+            first = [startup_ns(t) / NS_PER_MS for t in c.trials]
             p50, p95 = (float(v) for v in np.percentile(first, [50, 95]))
             y = i + band * (j + 0.5 - len(members) / 2)
             st = style[(_tier(c, with_source=False), c.source)]
@@ -391,7 +401,7 @@ def _cold_start(fig: Figure, cells: list[PlotCell], names: Sequence[str]) -> Non
     ax.set_ylim(len(substrates) - 0.5, -0.5)  # the first substrate on top
     ax.grid(axis="y", visible=False)
     ax.set_ylabel("substrate (host/driver)")
-    ax.set_xlabel("create + ready: P50 (point), P95 (whisker's end) (ms, log)")
+    ax.set_xlabel("create + ready (pooled: acquire): P50 (point), P95 (whisker's end) (ms, log)")
     ax.set_title("Cold start: time until the first command runs, per substrate and tier")
     _paired_legend(fig, style, "tier/channel (workload/channel)")
     points = len(cells)
@@ -686,7 +696,10 @@ def _substrate(c: PlotCell) -> str:
 def _tier(c: PlotCell, *, with_source: bool = True) -> str:
     """The workload (T0, T1, ...: the tier) and channel; the recording too when the
     same cell comes from two of them (unless `with_source` is false)."""
-    base = f"{c.meta.get('workload')}/{c.meta.get('channel')}"
+    # the channel as the cell names it: with its mode (`exec+pool`), so a warm pool's
+    # acquire and the cold start it hides are two series
+    channel = c.cell.rsplit("/", 1)[-1] if c.cell.count("/") >= 3 else c.meta.get("channel")
+    base = f"{c.meta.get('workload')}/{channel}"
     return base if c.label == c.cell or not with_source else f"{base} ({c.source})"
 
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.table import Table
 
+from rtax_tui.model.events import one_line
 from rtax_tui.render.tables import Code, md_escape, md_table
 
 HEADERS = ["row", "published", "ours", "ours / published", "conditions that differ"]
@@ -21,17 +23,58 @@ def _ratio(row: dict[str, Any]) -> str:
 
 def _cells(row: dict[str, Any]) -> list[str]:
     differs = row["verdict"] if row["far"] else "; ".join(row["differs"])
+    if not row["far"] and row.get("measured"):  # within 2x: what was measured, still said
+        differs += ("; " if differs else "") + "measured here: " + "; ".join(row["measured"])
     published = row["published_text"] + (f" ({row['note']})" if row.get("note") else "")
     return [row["label"], published, row["ours_text"], _ratio(row), differs or "-"]
+
+
+def _figures_md(figures: list[dict[str, Any]]) -> list[str]:
+    """Each figure as an image of its file (a name rtax chose: `plots/<id>-<kind>.svg`),
+    or the line saying why it is not there."""
+    if not figures:
+        return []
+    lines = ["", "## Figures", "", "Drawn from the recordings in this directory by `rtax plot`'s "
+             "code (`rtax plot REC --kind KIND` draws the same)."]  # fmt: skip
+    for f in figures:
+        lines += ["", f"### {md_escape(f['title'])}", ""]
+        if f.get("file"):
+            lines.append(f"![{md_escape(f['kind'])}]({_link(f['file'])})")
+        if f.get("why"):
+            lines += ["", md_escape(f["why"])]
+    return lines
+
+
+def _link(name: str) -> str:
+    """A figure's relative link: only the characters of the names rtax gives them."""
+    if not re.fullmatch(r"plots/[a-z0-9-]+\.svg", name):
+        raise ValueError(f"not a figure's name: {name!r}")
+    return name
+
+
+def _machine_md(machine: dict[str, Any]) -> list[str]:
+    if not machine:
+        return []
+    aff = machine.get("affinity") or []
+    load = machine.get("load_avg")
+    loads = ", ".join(f"{v:.2f}" for v in load) if load else "-"
+    rows = [
+        ["CPUs online", str(machine.get("cpus_online"))],
+        ["CPU affinity", ",".join(map(str, aff)) or "-"],
+        ["load average at start (1, 5, 15 min)", loads],
+        ["/dev/kvm", "present" if machine.get("kvm") else "absent"],
+    ]
+    return ["", "## This machine as the run found it", "", md_table(["condition", "here"], rows)]
 
 
 def render_reproduce(doc: dict[str, Any]) -> list[Table]:
     """One Rich table per published table."""
     out = []
     for t in doc["tables"]:
-        table = Table(*HEADERS, title=f"{doc['study']}: {t['title']}", caption=t["conditions"])
-        for row in t["rows"]:
-            table.add_row(*_cells(row), style="yellow" if row["far"] else None)
+        title = one_line(f"{doc['study']}: {t['title']}")
+        table = Table(*HEADERS, title=title, caption=one_line(t["conditions"]))
+        for row in t["rows"]:  # as text: a terminal sequence in a reason is shown, not acted on
+            table.add_row(*map(one_line, _cells(row)), style="yellow" if row["far"] else None)
         out.append(table)
     return out
 
@@ -59,6 +102,8 @@ def reproduce_markdown(doc: dict[str, Any]) -> str:
         why = doc["not_run"].get(eid, "")
         rows.append([eid, e["what"], how, why or "-"])
     lines.append(md_table(["experiment", "what", "rtax", "not run because"], rows))
+    lines += _figures_md(doc.get("figures") or [])
+    lines += _machine_md(doc.get("machine") or {})
     if doc["drivers_out"]:
         lines += ["", "## Drivers that cannot run here", ""]
         lines.append(md_table(["driver", "why"], [[d, w] for d, w in doc["drivers_out"].items()]))

@@ -98,8 +98,9 @@ def fmt_ratio(r: float | None) -> str:
 # strikethrough, a heading's `#`, also its closing one; an image's `!` is nothing without
 # its `[`, a `>` mid-line is text). CommonMark lets a backslash escape any ASCII
 # punctuation, so escaping these keeps what a reader sees the same and leaves no markup
-# to a text.
-_MD_SPECIAL = frozenset("\\`*_[]<|~&#")
+# to a text. GitHub also renders `$...$` as math (red team 2026-12-06: a cell named
+# `$\Huge x$` would draw as a formula in a report on GitHub): `\$` is a dollar sign.
+_MD_SPECIAL = frozenset("\\`*_[]<|~&#$")
 # Where GitHub's autolinks begin (GFM's "extended autolinks": a bare `https://...` or
 # `www.` becomes a link in a summary, red team 2026-12-06): the `:` of `scheme://` and
 # the `.` after `www`, escaped, leave the text a text (cmark-gfm finds no link there).
