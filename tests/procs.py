@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -41,3 +43,16 @@ def dead(pid: int, wait_s: float = 2.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def stop_gracefully(proc: subprocess.Popen[bytes], wait_s: float = 20.0) -> None:
+    """SIGTERM `proc` (what Ctrl-C does to a server: a graceful exit) and wait for it;
+    if it has not ended within `wait_s`, SIGKILL its whole session and reap it. `proc`
+    must have been started with `start_new_session=True`."""
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=wait_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

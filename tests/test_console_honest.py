@@ -5,8 +5,6 @@ every figure carries its unit in one style."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import re
 import subprocess
 import sys
@@ -16,36 +14,18 @@ import orjson
 import pytest
 from textual.widgets import DataTable, Static
 
-from rtax_tui.analysis import history as core_history
 from rtax_tui.analysis.history import Estimate
 from rtax_tui.ui.app import RtaxApp, replay_screen
 from rtax_tui.ui.compare import CompareScreen
 from rtax_tui.ui.modals import PickRecording
 from rtax_tui.ui.monitor import MonitorScreen
 from tests.screentext import screen_lines, widget_lines
+from tests.uiasync import aio, own_workdir, until
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 T0 = EXAMPLES / "t0-local-stage.jsonl"
 MIXED = EXAMPLES / "t0-stage-docker-libvirt-microvm.jsonl"  # 118 s, its first trial in 0.09 s
 SIZE = (120, 40)
-
-
-def aio(fn):
-    """Run an async test in its own event loop (no pytest plugin needed)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-async def _until(cond, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def test_the_estimate_says_cells_without_an_earlier_timing_not_never_run() -> None:
@@ -64,7 +44,7 @@ async def test_a_replays_time_left_is_the_rest_of_its_recording() -> None:
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
         assert isinstance(scr, MonitorScreen) and scr.replay is not None
-        await _until(lambda: scr.state.ended >= 1)
+        await until(lambda: scr.state.ended >= 1)
         await pilot.press("space")
         await pilot.pause(0.3)
         progress = " ".join(widget_lines(app, scr.query_one("#progress")))
@@ -99,11 +79,9 @@ def _variant(src: Path, dest: Path, workload: str | None = None, profile: str = 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working directory of its own; no shipped examples (the picker lists only ours)."""
-    monkeypatch.chdir(tmp_path)
     shipped = tmp_path / "shipped"
     shipped.mkdir()
-    monkeypatch.setattr(core_history, "SHIPPED", shipped)
-    return tmp_path
+    return own_workdir(tmp_path, monkeypatch, shipped)
 
 
 @aio
@@ -123,7 +101,7 @@ async def test_compare_refuses_what_rtax_compare_refuses_and_says_why_in_the_tab
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
         empty = scr.query_one("#cmp-empty", Static)
-        await _until(lambda: empty.display)
+        await until(lambda: empty.display)
         await pilot.pause(0.1)
         assert not scr.query_one("#cmp", DataTable).display
         said = "\n".join(widget_lines(app, empty))
@@ -148,12 +126,12 @@ async def test_the_picker_offers_only_recordings_compare_pairs_with_profile_time
     app = RtaxApp(replay_screen(str(T0), None))
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.press("c")
-        await _until(lambda: isinstance(app.screen, PickRecording))
+        await until(lambda: isinstance(app.screen, PickRecording))
         picker = app.screen
         note = picker.query_one("#picks-note", Static)
-        await _until(lambda: "recordings share" in str(note.render()))
+        await until(lambda: "recordings share" in str(note.render()))
         await pilot.pause(0.1)
         assert sorted(Path(p).name for p in picker.offered) == sorted(["again.jsonl", evil.name])
         lines = widget_lines(app, picker.query_one("#picks", DataTable))
@@ -166,9 +144,9 @@ async def test_the_picker_offers_only_recordings_compare_pairs_with_profile_time
         names = [Path(p).name for p in picker.offered]
         picker.query_one("#picks", DataTable).move_cursor(row=names.index(evil.name))
         await pilot.press("enter")
-        await _until(lambda: isinstance(app.screen, CompareScreen))
+        await until(lambda: isinstance(app.screen, CompareScreen))
         assert Path(app.screen.path_b).name == evil.name
-        await _until(lambda: app.screen.query_one("#cmp", DataTable).row_count > 0)
+        await until(lambda: app.screen.query_one("#cmp", DataTable).row_count > 0)
         head = widget_lines(app, app.screen.query_one("#cmp-head"))
         # one line, escapes shown: the name's newline began a third line, cut off
         assert head[1].startswith("b: ") and head[1].endswith("\\x07\\x0ax.jsonl"), head
@@ -242,7 +220,7 @@ async def test_the_console_compare_shows_each_figure_with_its_unit(tmp_path: Pat
     app = RtaxApp(CompareScreen(str(T0), str(MIXED)))
     async with app.run_test(size=(200, 50)) as pilot:
         table = app.screen.query_one("#cmp", DataTable)
-        await _until(lambda: table.row_count > 0)
+        await until(lambda: table.row_count > 0)
         await pilot.pause(0.1)
         heads = [str(c.label) for c in table.ordered_columns]
         for i in range(table.row_count):
@@ -270,34 +248,34 @@ async def test_q_leaves_every_screen_the_replay_opens(here) -> None:
     app = RtaxApp(replay_screen(str(T0), None))
     async with app.run_test(size=SIZE) as pilot:
         replay = app.screen
-        await _until(lambda: replay.ended)
+        await until(lambda: replay.ended)
         for key, cls in (("c", PickRecording), ("p", ProjectPanel), ("b", BoundaryPanel)):
             await pilot.press(key)
-            await _until(lambda cls=cls: isinstance(app.screen, cls))
+            await until(lambda cls=cls: isinstance(app.screen, cls))
             await pilot.pause(0.2)
             if cls is ProjectPanel:  # its field (focused) still takes digits; q leaves
                 await pilot.press("end", "5")
                 assert app.focused is not None and app.focused.value.endswith("5")
             await pilot.press("q")
-            await _until(lambda: app.screen is replay)
+            await until(lambda: app.screen is replay)
         await pilot.press("c")
-        await _until(lambda: isinstance(app.screen, PickRecording))
-        await _until(lambda: bool(app.screen.offered))
+        await until(lambda: isinstance(app.screen, PickRecording))
+        await until(lambda: bool(app.screen.offered))
         await pilot.press("enter")
-        await _until(lambda: isinstance(app.screen, CompareScreen))
+        await until(lambda: isinstance(app.screen, CompareScreen))
         await pilot.press("q")
-        await _until(lambda: app.screen is replay)
+        await until(lambda: app.screen is replay)
         await pilot.press("h")
-        await _until(lambda: isinstance(app.screen, HistoryScreen))
-        await _until(lambda: app.screen.query_one("#runs", DataTable).row_count > 0)
+        await until(lambda: isinstance(app.screen, HistoryScreen))
+        await until(lambda: app.screen.query_one("#runs", DataTable).row_count > 0)
         await pilot.press("r")
-        await _until(lambda: isinstance(app.screen, ReportPanel))
+        await until(lambda: isinstance(app.screen, ReportPanel))
         await pilot.press("q")
-        await _until(lambda: isinstance(app.screen, HistoryScreen))
+        await until(lambda: isinstance(app.screen, HistoryScreen))
         await pilot.press("q")
-        await _until(lambda: app.screen is replay)
+        await until(lambda: app.screen is replay)
         await pilot.press("q")
-        await _until(lambda: not app.is_running)
+        await until(lambda: not app.is_running)
     assert app.return_code == 0
 
 
@@ -307,7 +285,7 @@ async def test_the_run_tables_figures_carry_their_units_and_the_interval_its_bra
     app = RtaxApp(replay_screen(str(MIXED), None))
     async with app.run_test(size=(250, 70)) as pilot:
         scr = app.screen
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.pause(0.2)
         table = scr.cells
         keys = [str(c.key.value) for c in table.ordered_columns]
@@ -336,7 +314,7 @@ async def test_the_launchers_plan_says_which_cells_it_could_not_time(here) -> No
     app = RtaxApp(LauncherScreen("t0", check=False))
     async with app.run_test(size=SIZE) as pilot:
         plan = app.screen.query_one("#plan", Static)
-        await _until(lambda: "cells" in str(plan.render()))
+        await until(lambda: "cells" in str(plan.render()))
         said = " ".join(" ".join(widget_lines(app, plan)).split())
         assert list(planned_trials(app.screen.data, app.screen.host_names)) == [
             "local/local/t0/exec",

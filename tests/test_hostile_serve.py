@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import dead
+from tests.procs import dead, stop_gracefully
 
 pytest.importorskip("textual_serve", reason="textual-serve is not installed (rtax[serve])")
 
@@ -110,13 +109,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             time.sleep(0.1)
         yield Served(proc, port, m.group(1), err)
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_gracefully(proc)
 
 
 def _cases(port: int, t: str) -> list[tuple[str, str, str]]:

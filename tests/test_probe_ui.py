@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from pathlib import Path
 
 import orjson
@@ -14,25 +12,10 @@ from rtax_tui.ui.app import RtaxApp, replay_screen
 from rtax_tui.ui.modals import BoundaryPanel, HelpScreen
 from rtax_tui.ui.monitor import MonitorScreen
 from tests.screentext import widget_lines
+from tests.uiasync import aio, until
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 SIZE = (120, 40)
-
-
-def aio(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-async def _until(cond, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def _probe_recording(path: Path) -> None:
@@ -69,9 +52,9 @@ async def test_b_draws_the_matrix_of_a_probe_recording(tmp_path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
         assert isinstance(scr, MonitorScreen)
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.press("b")
-        await _until(lambda: isinstance(app.screen, BoundaryPanel))
+        await until(lambda: isinstance(app.screen, BoundaryPanel))
         panel = app.screen
         assert list(panel.columns) == ["local", "docker"]
         assert _cell(panel, "tmp_sentinel", "local") == "breached"
@@ -79,7 +62,7 @@ async def test_b_draws_the_matrix_of_a_probe_recording(tmp_path) -> None:
         assert _cell(panel, "root_home", "docker") == "breached"
         assert _cell(panel, "fresh_env", "docker") == "held"
         await pilot.press("escape")
-        await _until(lambda: isinstance(app.screen, MonitorScreen))
+        await until(lambda: isinstance(app.screen, MonitorScreen))
         await pilot.press("q")
 
 
@@ -99,18 +82,18 @@ async def test_b_on_a_run_shows_the_boundaries_its_header_carries(tmp_path) -> N
     app = RtaxApp(replay_screen(str(rec), None))
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.press("b")
-        await _until(lambda: isinstance(app.screen, BoundaryPanel))
+        await until(lambda: isinstance(app.screen, BoundaryPanel))
         panel = app.screen
         assert _cell(panel, "proc_sys", "local") == "breached"
         assert _cell(panel, "proc_sys", "stage") == "-"
         note = str(panel.query_one("#bounds-note").render())
         assert "probed 2026-01-02" in note and "stage: not probed" in note
         await pilot.press("b")  # the same key closes it
-        await _until(lambda: isinstance(app.screen, MonitorScreen))
+        await until(lambda: isinstance(app.screen, MonitorScreen))
         await pilot.press("question_mark")
-        await _until(lambda: isinstance(app.screen, HelpScreen))
+        await until(lambda: isinstance(app.screen, HelpScreen))
         assert "boundaries" in " ".join(widget_lines(app, app.screen.query_one("#dialog")))
         await pilot.press("escape")
         await pilot.press("q")
@@ -121,9 +104,9 @@ async def test_b_on_an_old_recording_says_there_is_nothing() -> None:
     app = RtaxApp(replay_screen(str(EXAMPLES / "t0-local-stage.jsonl"), None))
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.press("b")
-        await _until(lambda: isinstance(app.screen, BoundaryPanel))
+        await until(lambda: isinstance(app.screen, BoundaryPanel))
         assert app.screen.columns == {}
         texts = " ".join(str(s.render()) for s in app.screen.query("Static"))
         assert "No boundary in this recording" in texts

@@ -121,7 +121,9 @@ def test_cleanup_between_two_live_runs_takes_nothing_of_theirs(box: Box) -> None
         dead_cg = Cgroup.create("env-20200101T000000Z-dead00-1234", parent=box.cg_root)
         # the live runs' own, there while the cleanup runs
         id_a, id_b = _run_id(out_a), _run_id(out_b)
-        assert box.cgroups(id_a) and box.workspaces(id_b)
+        # an environment of each is alive at some moment (between two trials a run has
+        # none: on a loaded machine a single look can fall in that gap)
+        _wait(lambda: box.cgroups(id_a) and box.workspaces(id_b), "live environments")
         refused = box.rtax("cleanup", "--run", id_a)
         assert refused.returncode == 2
         assert refused.stderr.decode().strip().count("\n") == 0

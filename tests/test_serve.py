@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import dead
+from tests.procs import dead, stop_gracefully
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = ROOT / "recordings" / "examples" / "t0-local-stage.jsonl"
@@ -45,6 +45,14 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _assert_nothing_outlives(marker: str) -> None:
+    """No process whose command line names `marker` is left, 10 s after the server ended."""
+    deadline = time.monotonic() + 10
+    while _pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _pids_with(marker) == [], "a process of rtax serve outlived it"
 
 
 def _pids_with(marker: str) -> list[int]:
@@ -269,17 +277,8 @@ def test_serve_shows_the_console_in_headless_chromium(tmp_path: Path) -> None:
         consoles = [p for p in seen if p != server.pid]
         assert consoles, "no console process was started for the page"
     finally:
-        os.kill(server.pid, signal.SIGTERM)  # what Ctrl-C does: a graceful exit
-        try:
-            server.wait(timeout=20)
-        finally:
-            if server.poll() is None:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
-    deadline = time.monotonic() + 10
-    while _pids_with(str(rec)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _pids_with(str(rec)) == [], "a process of rtax serve outlived it"
+        stop_gracefully(server)
+    _assert_nothing_outlives(str(rec))
     log.close()
     assert server.returncode == 0, (tmp_path / "serve.log").read_text()[-2000:]
 
@@ -364,13 +363,7 @@ def test_serving_beyond_loopback_warns_before_the_url(tmp_path: Path, host, warn
         try:
             _wait_listening(port, server, out)
         finally:
-            os.kill(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=20)
-            finally:
-                if server.poll() is None:
-                    os.killpg(server.pid, signal.SIGKILL)
-                    server.wait()
+            stop_gracefully(server)
     lines = [ln for ln in err.read_text().splitlines() if "warning" in ln]
     if warns:
         assert len(lines) == 1 and f"listening on {host}, not loopback" in lines[0], lines
@@ -491,17 +484,8 @@ def _serving(tmp_path: Path):
         try:
             yield _wait_listening(port, server, log)
         finally:
-            os.kill(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=20)
-            finally:
-                if server.poll() is None:
-                    os.killpg(server.pid, signal.SIGKILL)
-                    server.wait()
-    deadline = time.monotonic() + 10
-    while _pids_with(str(rec)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _pids_with(str(rec)) == [], "a process of rtax serve outlived it"
+            stop_gracefully(server)
+    _assert_nothing_outlives(str(rec))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")

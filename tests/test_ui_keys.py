@@ -5,15 +5,12 @@ glyph, focus shows in the shape of a frame, the palette's Screenshot saves."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from rtax_tui.analysis import history as core_history
 from rtax_tui.analysis.history import profile_beside, recording_path
 from rtax_tui.engine.profile import load_profile
 from rtax_tui.engine.profile_toml import profiles_dir, saved_profile_path, saved_profiles_dir
@@ -26,6 +23,12 @@ from rtax_tui.ui.launcher import LauncherScreen
 from rtax_tui.ui.modals import TEXTUAL, Confirm, HelpScreen
 from rtax_tui.ui.profilelist import profile_sources
 from tests.screentext import widget_lines
+from tests.uiasync import aio, own_workdir, until
+
+
+def _until(cond, timeout: float = 30.0):
+    return until(cond, timeout)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "recordings" / "examples"
@@ -33,30 +36,10 @@ SIZE = (120, 40)
 FRAMELESS = ("", "none", "hidden")
 
 
-def aio(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-async def _until(cond, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh working directory and user config, the history its own and the examples."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(core_history, "SHIPPED", EXAMPLES)
-    return tmp_path
+    return own_workdir(tmp_path, monkeypatch, EXAMPLES, home=True)
 
 
 # -- saving a profile -----------------------------------------------------------------------

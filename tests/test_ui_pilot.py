@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import sys
 from pathlib import Path
 
@@ -31,29 +29,12 @@ from tests.consolerecs import (
 )
 from tests.procs import dead
 from tests.screentext import widget_lines
+from tests.uiasync import aio, until
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 T0 = EXAMPLES / "t0-local-stage.jsonl"
 T2 = EXAMPLES / "t2-local-stage.jsonl"
 SIZE = (120, 40)
-
-
-def aio(fn):
-    """Run an async test in its own event loop (no pytest plugin needed)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-async def _until(cond, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def _text(screen, selector: str) -> str:
@@ -66,7 +47,7 @@ async def test_replay_keys_select_cells_toggle_axis_and_finish() -> None:
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
         assert isinstance(scr, MonitorScreen)
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.pause(0.2)
         first = _text(scr, "#selected")
         assert "local/local/t0/exec" in first
@@ -94,7 +75,7 @@ async def test_replay_pause_step_speed_and_restart() -> None:
         scr = app.screen
         feed = scr.replay
         assert feed is not None and feed.speed == 1.0
-        await _until(lambda: scr.state.ended >= 1)
+        await until(lambda: scr.state.ended >= 1)
         await pilot.press("space")
         await pilot.pause(0.1)
         assert feed.paused
@@ -110,7 +91,7 @@ async def test_replay_pause_step_speed_and_restart() -> None:
             await pilot.press(key)
             assert feed.speed == speed
         await pilot.press("m", "space")  # as fast as possible, resumed
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         assert scr.state.status == "completed"
         n_events = len(scr.events)
         assert n_events == len(feed.events)
@@ -125,13 +106,13 @@ async def test_project_panel_recomputes_when_its_inputs_change() -> None:
     app = RtaxApp(replay_screen(str(T0), None))
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.press("p")
         await pilot.pause(0.3)
         panel = app.screen
         assert isinstance(panel, ProjectPanel)
         table = panel.query_one("#proj")
-        await _until(lambda: table.row_count == 4)
+        await until(lambda: table.row_count == 4)
         want = project_report(read_recording(T0), 1_000_000, 150)
         rows = {str(table.get_row_at(i)[0]): table.get_row_at(i) for i in range(4)}
         for c in want["cells"]:
@@ -140,7 +121,7 @@ async def test_project_panel_recomputes_when_its_inputs_change() -> None:
         steps.value = "10"
         await pilot.pause(0.5)
         want10 = project_report(read_recording(T0), 1_000_000, 10)
-        await _until(
+        await until(
             lambda: str(table.get_row_at(0)[2]) == fmt_num(want10["cells"][0]["worker_hours"])
         )
         steps.value = "ten"
@@ -174,7 +155,7 @@ async def test_compare_screen_says_b_is_slower(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
         table = scr.query_one("#cmp")
-        await _until(lambda: table.row_count > 0)
+        await until(lambda: table.row_count > 0)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         by = {(r[0], r[1]): r for r in rows}
         col = [str(c.label) for c in table.ordered_columns].index
@@ -206,7 +187,7 @@ async def test_a_small_terminal_gets_a_message_not_a_crash() -> None:
     app = RtaxApp(replay_screen(str(T0), None))
     async with app.run_test(size=(60, 16)) as pilot:
         scr = app.screen
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.pause(0.2)
         assert scr.has_class("too-small")
         assert "needs at least 80×24" in _text(scr, "#too-small")
@@ -239,7 +220,7 @@ def _live_app(tmp_path: Path) -> tuple[RtaxApp, MonitorScreen, Path]:
 async def test_run_screen_pauses_resumes_and_stops_a_real_engine(tmp_path: Path) -> None:
     app, scr, record = _live_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await _until(lambda: scr.state.ended >= 20, 60)
+        await until(lambda: scr.state.ended >= 20, 60)
         engine = scr.engine
         assert engine is not None and engine.running
         pid = engine.proc.pid
@@ -249,9 +230,9 @@ async def test_run_screen_pauses_resumes_and_stops_a_real_engine(tmp_path: Path)
         await pilot.pause(0.6)
         assert scr.state.ended == paused_at, "trials kept starting while paused"
         await pilot.press("space")
-        await _until(lambda: scr.state.ended > paused_at + 10)
+        await until(lambda: scr.state.ended > paused_at + 10)
         await pilot.press("x")
-        await _until(lambda: scr.ended, 60)
+        await until(lambda: scr.ended, 60)
         assert scr.returncode == 130 and scr.state.status == "interrupted"
         assert "interrupted" in _text(scr, "#progress")
         await pilot.press("q")
@@ -267,10 +248,10 @@ async def test_run_screen_pauses_resumes_and_stops_a_real_engine(tmp_path: Path)
 async def test_quitting_during_a_run_stops_the_engine_and_keeps_the_recording(tmp_path) -> None:
     app, scr, record = _live_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await _until(lambda: scr.state.ended >= 5, 60)
+        await until(lambda: scr.state.ended >= 5, 60)
         pid = scr.engine.proc.pid
         await pilot.press("q")
-        await _until(lambda: not scr.engine.running, 60)
+        await until(lambda: not scr.engine.running, 60)
         await pilot.pause(0.2)
     assert dead(pid)
     assert read_recording(record).end["status"] == "interrupted"
@@ -309,7 +290,7 @@ async def test_q_after_the_run_ended_but_before_its_engine_exited_goes_back(tmp_
         assert app.screen is scr and engine.shutdowns == 0  # nothing to stop: it ended
         engine.running = False
         scr.post_message(FeedEnded(0))
-        await _until(lambda: app.screen is first, 10)
+        await until(lambda: app.screen is first, 10)
         assert app.is_running  # back, not out of rtax
         assert scr.returncode == 0
 
@@ -328,7 +309,7 @@ async def test_a_run_that_cannot_start_says_why(tmp_path: Path) -> None:
     )
     app = RtaxApp(scr)
     async with app.run_test(size=SIZE) as pilot:
-        await _until(lambda: scr.ended, 60)
+        await until(lambda: scr.ended, 60)
         assert scr.returncode == 2 and scr.state.header is None
         assert any("nonesuch" in line for line in scr.log_lines)
         assert "engine exited (2)" in _text(scr, "#progress")
@@ -360,7 +341,7 @@ async def test_replay_marks_unstable_cells_programs_rough_figures_and_precision(
     app = RtaxApp(replay_screen(str(path), None))
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
-        await _until(lambda: scr.ended)
+        await until(lambda: scr.ended)
         await pilot.pause(0.2)
         table = scr.query_one("#cells")
         heads = [str(c.label) for c in table.ordered_columns]
@@ -409,7 +390,7 @@ async def test_a_precision_run_shows_each_cells_verdict_as_the_engine_checks(
     scr = MonitorScreen("run", engine_argv=argv, record_path=str(record), title="t")
     app = RtaxApp(scr)
     async with app.run_test(size=SIZE) as pilot:
-        await _until(lambda: scr.ended, 120)
+        await until(lambda: scr.ended, 120)
         await pilot.pause(0.2)
         assert scr.returncode == 0, list(scr.log_lines)
         table = scr.query_one("#cells")
@@ -439,7 +420,7 @@ async def test_compare_screen_flags_programs_that_differ_and_unstable_cells(
     async with app.run_test(size=SIZE) as pilot:
         scr = app.screen
         table = scr.query_one("#cmp")
-        await _until(lambda: table.row_count > 0)
+        await until(lambda: table.row_count > 0)
         names = {str(table.get_row_at(i)[0]) for i in range(table.row_count)}
         assert names == {f"{STEADY} ≠", f"{SHAKY} ⚠"}  # markup shown as it is
         flags = _text(scr, "#cmp-flags")

@@ -7,9 +7,7 @@ the recordings land in a temporary ./recordings.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import json
 import subprocess
 import sys
@@ -19,7 +17,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rtax_tui.analysis import history as core_history
 from rtax_tui.analysis.history import estimate, history, profile_beside, summarize
 from rtax_tui.analysis.report import compare_reports, pair_cells
 from rtax_tui.engine.plan import build_plan, make_cells
@@ -42,17 +39,15 @@ from rtax_tui.ui.monitor import MonitorScreen
 from rtax_tui.ui.tasks import WorkLine, stream_command
 from tests.consolerecs import SHAKY, header, trials, write
 from tests.screentext import widget_lines
+from tests.uiasync import aio, own_workdir, until
+
+
+def _until(cond, timeout: float = 60.0):
+    return until(cond, timeout)
+
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings" / "examples"
 SIZE = (120, 40)
-
-
-def aio(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 def _on(app, cls) -> bool:
@@ -60,21 +55,10 @@ def _on(app, cls) -> bool:
     return isinstance(app.screen, cls) and app.screen.is_mounted
 
 
-async def _until(cond, timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh working directory whose history is its own ./recordings and the examples."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # ctrl+s saves there
-    monkeypatch.setattr(core_history, "SHIPPED", EXAMPLES)
-    return tmp_path
+    return own_workdir(tmp_path, monkeypatch, EXAMPLES)
 
 
 def tiny_profile(dirpath: Path) -> Path:
