@@ -169,7 +169,7 @@ OPTIONS_DOC = re.compile(r"(<!-- options: ([\w.+-]+) [^>]*-->\n)(.*?)(<!-- /opti
 def options_doc(text: str) -> str:
     """`text` (docs/drivers.md) with each driver's options table, between its markers,
     generated from what the driver declares (`Driver.options_table`):
-    `scripts/driver-options-doc` writes it, tests/test_driver_options.py fails when the
+    `scripts/driver-options-doc` writes it, tests/drivers/test_driver_options.py fails when the
     doc says otherwise. Raises DriverRegistryError for a marker naming no driver."""
 
     def table(m: re.Match[str]) -> str:

@@ -42,7 +42,7 @@ def trials(cells: dict[str, list[float]], t0_s: float = 1.0) -> list[dict[str, A
 
 
 def noise(at_s: float, **kw: object) -> dict[str, Any]:
-    """A quiet sample of 1 s ending at `at_s`, with `kw` changed (tests/test_noise.py's)."""
+    """A quiet sample of 1 s ending at `at_s`, with `kw` changed (tests/hosts/test_noise.py's)."""
     return {"type": "noise", "host": "local", "at_ns": int(at_s * 1e9), "dur_ns": 1_000_000_000,
             "cpus": 2, "busy": 0.3, "own": 0.25, "other": 0.05, "steal": 0.0, "load1": 0.5,
             **kw}  # fmt: skip

@@ -1,7 +1,7 @@
 """The module index of docs/architecture.md ("Every module"): each module of `rtax_tui/`
 and `drivers/` with the first sentence of its docstring, between two markers, made from
 the tree so that the document names every module and says of each what the module says
-of itself. `python3 -m tests.moduleindex` writes it; tests/test_architecture_doc.py fails
+of itself. `python3 -m tests.moduleindex` writes it; tests/house/test_architecture_doc.py fails
 when the document and the tree disagree."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 thing wrong in it (a value's type, a huge integer, deep nesting, a cut, bytes that are
 not UTF-8), drawn from a seed so that a failure names the seed that reproduces it.
 
-Used by tests/test_badinput.py (Hypothesis draws the seeds) and, by hand, as a fuzzer:
+Used by tests/model/test_badinput.py (Hypothesis draws the seeds) and, by hand, as a fuzzer:
 `python -m tests.mutants recordings 2000` runs 2,000 fresh mutants and prints the seeds
 of any that end in a traceback, a hang or a changed input.
 """

@@ -53,7 +53,8 @@ def failures(doc: dict[str, Any], driver: str) -> list[str]:
     for name, c in doc["drivers"][driver]["checks"].items():
         for r in c["runs"]:
             if name in ("pool_reuse_clean", "reset_links") and "no in-place reset" in r["evidence"]:
-                continue  # nothing to measure: a pool here recreates (tests/test_pool_reuse.py)
+                # nothing to measure: a pool here recreates (tests/engine/test_pool_reuse.py)
+                continue
             if not passed(name, r["result"]):
                 bad.append(f"{r['host']}/{r['channel']} {name}: {r['result']}: {r['evidence']}")
     return bad

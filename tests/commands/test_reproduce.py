@@ -1,0 +1,571 @@
+"""`rtax reproduce`: the studies' figures as data, each row tied to an experiment, and a
+run whose "ours" is what the raw recordings say."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rtax_tui.drivers import names as driver_names
+
+from rtax_tui.analysis import studies
+from rtax_tui.commands import cli
+from rtax_tui.engine.profile import load_profile, resolve_profile_path
+from rtax_tui.render.reproduce_render import reproduce_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_studies_load_and_every_row_names_an_experiment():
+    assert studies.study_names() == ["paper", "pvisor"]
+    for name in studies.study_names():
+        study = studies.load_study(name)
+        assert study.source and study.rows
+        for row in study.rows:
+            exp = study.experiments[row.experiment]
+            assert row.table in {t.id for t in study.tables}
+            if exp.kind == "run":
+                profile = load_profile(resolve_profile_path(str(exp.profile)))
+                assert set(exp.drivers) <= set(driver_names()), exp.id
+                assert exp.counts["quick"] and exp.counts["full"], exp.id
+                assert profile.name == exp.profile
+            elif exp.kind == "prepare":
+                assert all((ROOT / p).is_dir() for p in exp.paths)
+            elif exp.kind in ("pending", "unavailable"):
+                assert exp.why
+            if row.get("driver") is not None:
+                assert row.get("driver") in exp.drivers, row.label
+
+
+def test_the_published_figures_are_the_issues():
+    """A few figures as the study states them (issue 40), units included."""
+    pv = {(r.table, r.label): r for r in studies.load_study("pvisor").rows}
+    assert studies.published_text(pv["completion", "staged"]) == "0.64 s, n=60"
+    assert studies.published_text(pv["capacity", "VM 32"]) == "3/5 batches, 138/160 tasks"
+    assert studies.published_text(pv["completion", "staged - Docker"]) == (
+        "-175.84 ms (95% CI -178.85 to -174.55), n=60"
+    )
+    paper = {r.label: r for r in studies.load_study("paper").rows}
+    labels = ("1 s per rollout", "10 ms per action", "100 ms per action")
+    assert [paper[k].get("published") for k in labels] == [278, 417, 4167]
+
+
+def test_the_projection_rows_are_rtax_projects_arithmetic():
+    study = studies.load_study("paper")
+    doc = studies.reproduce_document(study, studies.Results(), "quick")
+    proj = {r["label"]: r for t in doc["tables"] if t["id"] == "projection" for r in t["rows"]}
+    assert proj["1 s per rollout"]["ours"]["value"] == pytest.approx(1e6 / 3600)
+    assert proj["100 ms per action"]["ours"]["value"] == pytest.approx(1e6 * 150 * 0.1 / 3600)
+    assert proj["10 ms per action"]["ratio"] == pytest.approx(416.667 / 417, rel=1e-4)
+
+
+TINY = """\
+title = "tiny"
+source = "a test's own study"
+
+[experiments.start]
+what = "T0 on local, stage and docker"
+profile = "t0"
+drivers = ["local", "stage", "docker"]
+channels = ["exec"]
+quick = { trials = 3, warmup = 0 }
+full = { trials = 3, warmup = 0 }
+differs = ["a test"]
+
+[experiments.later]
+what = "a later row"
+kind = "pending"
+why = "not yet reproduced: a test"
+
+[[tables]]
+id = "t"
+title = "start"
+conditions = "N = 60"
+
+[[rows]]
+table = "t"
+label = "stage completion"
+experiment = "start"
+driver = "stage"
+figure = "total"
+published = 1.0
+unit = "s"
+n = 60
+
+[[rows]]
+table = "t"
+label = "local ready"
+experiment = "start"
+driver = "local"
+figure = "ready"
+published = 2.0
+n = 60
+
+[[rows]]
+table = "t"
+label = "docker completion"
+experiment = "start"
+driver = "docker"
+figure = "total"
+published = 0.8
+unit = "s"
+
+[[rows]]
+table = "t"
+label = "local - stage"
+experiment = "start"
+driver = "local"
+versus = "stage"
+figure = "diff"
+published = -5.0
+
+[[rows]]
+table = "t"
+label = "lazy"
+experiment = "later"
+figure = "pending"
+published = 183.7
+"""
+
+
+def _raw_p50(path: Path, driver: str, phase: str) -> tuple[float, int]:
+    """The P50 (ms) of `phase` (or the trial's total) over the measured trials of
+    `driver`'s cell, straight from the recording's lines."""
+    trials: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        ev = json.loads(line)
+        t = trials.get(ev.get("trial"))
+        if ev["type"] == "trial_start" and ev["driver"] == driver and not ev["warmup"]:
+            trials[ev["trial"]] = {"phases": {}, "actions": 0, "ok": False}
+        elif t is not None and ev["type"] == "phase" and "." not in ev["name"]:
+            t["phases"][ev["name"]] = ev["dur_ns"]
+        elif t is not None and ev["type"] == "action":
+            t["actions"] += ev["dur_ns"]
+        elif t is not None and ev["type"] == "trial_end":
+            t["ok"] = ev["ok"] and ev["valid"] is not False
+    got = [
+        (sum(t["phases"].values()) + t["actions"]) if phase == "total" else t["phases"][phase]
+        for t in trials.values()
+        if t["ok"]
+    ]
+    return float(np.median(got)) / 1e6, len(got)
+
+
+def test_a_tiny_run_writes_the_directory_and_ours_is_the_recordings(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "studies"
+    data.mkdir()
+    (data / "tiny.toml").write_text(TINY)
+    monkeypatch.setattr(studies, "studies_dir", lambda: data)
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["reproduce", "tiny", "--size", "quick", "--driver", "local,stage",
+                   "--root", str(tmp_path / "out")])  # fmt: skip
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "[1/1] start: T0 on local, stage and docker" in captured.err
+    (out,) = (tmp_path / "out").iterdir()
+    assert out.name.startswith("reproduce-tiny-")
+    assert {p.name for p in out.iterdir()} == {"start.jsonl", "report.json", "report.md"}
+    doc = json.loads((out / "report.json").read_text())
+    rows = {r["label"]: r for r in doc["tables"][0]["rows"]}
+
+    stage = rows["stage completion"]
+    p50, n = _raw_p50(out / "start.jsonl", "stage", "total")
+    assert stage["ours"]["p50_ms"] == pytest.approx(p50) and stage["ours"]["n"] == n == 3
+    lo, hi = stage["ours"]["ci95_ms"]
+    assert lo <= p50 <= hi
+    assert stage["ratio"] == pytest.approx(p50 / 1000.0)
+    assert "N = 3 (published 60)" in stage["differs"]
+    local = rows["local ready"]
+    local_p50, _ = _raw_p50(out / "start.jsonl", "local", "ready")
+    assert local["ours"]["p50_ms"] == pytest.approx(local_p50)
+    # whichever way it falls, the verdict follows the ratio
+    assert local["far"] == (local["ratio"] > 2 or local["ratio"] < 0.5)
+    if local["far"]:
+        assert "conditions that differ: a test; N = 3 (published 60)" in local["verdict"]
+    diff = rows["local - stage"]["ours"]
+    assert diff["p50_ms"] == pytest.approx(
+        _raw_p50(out / "start.jsonl", "local", "total")[0]
+        - _raw_p50(out / "start.jsonl", "stage", "total")[0]
+    )
+    # a driver that cannot run says why; a pending row says so
+    assert rows["docker completion"]["ours"] == {
+        "status": "unavailable", "why": "docker: left out by --driver"
+    }  # fmt: skip
+    assert rows["lazy"]["ours_text"] == "not yet reproduced: a test"
+    md = (out / "report.md").read_text()
+    assert "| docker completion | 0.8 s |" in md and "left out by --driver" in md
+    assert "stage completion" in captured.out  # the terminal's table
+
+
+def test_markdown_escapes_every_text():
+    doc = {
+        "study": "s", "title": "t", "source": "src", "size": "quick", "not_run": {},
+        "drivers_out": {"x": "a | b <script>"},
+        "experiments": {"e": {"what": "w", "kind": "run", "rtax": ["run", "t0"], "why": None}},
+        "tables": [{"id": "t", "title": "T*", "conditions": "c", "rows": [{
+            "label": "l", "published_text": "1 ms", "note": None, "ours_text": "cell a|b_*x*",
+            "ratio": 3.0, "far": True, "differs": ["d"], "verdict": "more than 2x: d",
+        }]}],
+    }  # fmt: skip
+    md = reproduce_markdown(doc)
+    assert "cell a\\|b\\_\\*x\\*" in md and "a \\| b \\<script>" in md
+    assert "3.00x (more than 2x)" in md and "## T\\*" in md
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["reproduce", "nope"], "rtax: error: unknown study 'nope' (known: paper, pvisor)"),
+        (["reproduce", "pvisor", "--size", "huge"], "--size: expected one of quick, full"),
+    ],
+)
+def test_a_bad_study_or_size_is_one_line_exit_2(args, needle):
+    res = subprocess.run([sys.executable, "-m", "rtax_tui", *args], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 2
+    assert needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_list_names_every_row_and_its_experiment(capsys):
+    assert cli.main(["reproduce"]) == 0
+    out = capsys.readouterr().out
+    for name in studies.study_names():
+        for row in studies.load_study(name).rows:
+            assert row.label in out
+    assert "rtax run capacity-pvisor --headless --driver stage,podman,libvirt" in out
+
+
+# -- the paper's figures, trajectories, warm pools, projections and conditions ----------
+
+FULL = """\
+title = "tiny2"
+source = "a test's own study"
+
+[experiments.pools]
+what = "T0 and T1, cold and from a warm pool"
+profile = "t0"
+workloads = ["t0", "t1"]
+drivers = ["local", "stage"]
+channels = ["exec"]
+modes = ["cold", "pool"]
+pool = 1
+quick = { trials = 3, warmup = 0 }
+full = { trials = 3, warmup = 0 }
+
+[experiments.traj]
+what = "trajectories of 10 and 50 actions"
+profile = "trajectory"
+workloads = ["trajectory-10", "trajectory-50"]
+drivers = ["local"]
+channels = ["exec"]
+quick = { trials = 2, warmup = 0 }
+full = { trials = 2, warmup = 0 }
+
+[[tables]]
+id = "t"
+title = "start"
+conditions = "N = 60, 3 warm-ups"
+setup = { warmup = 3 }
+
+[[rows]]
+table = "t"
+label = "stage ready"
+experiment = "pools"
+driver = "stage"
+workload = "t0"
+figure = "ready"
+published = 0.001
+n = 60
+also = [{ label = "with assets (T1)", workload = "t1" }]
+
+[[rows]]
+table = "t"
+label = "stage pool"
+experiment = "pools"
+driver = "stage"
+workload = "t0"
+figure = "pool"
+published_text = "none"
+
+[[rows]]
+table = "t"
+label = "local trajectories"
+experiment = "traj"
+driver = "local"
+figure = "trajectory"
+published_text = "none"
+
+[[rows]]
+table = "t"
+label = "local projection"
+experiment = "traj"
+driver = "local"
+workload = "trajectory-50"
+figure = "project"
+unit = "h"
+published = 1000.0
+
+[[figures]]
+id = "f2"
+kind = "cold-start"
+title = "cold starts and pools"
+experiments = ["pools"]
+
+[[figures]]
+id = "f1"
+kind = "breakdown"
+title = "breakdown"
+experiments = ["pools"]
+
+[[figures]]
+id = "f4-5"
+kind = "trajectory"
+title = "trajectories"
+experiments = ["traj"]
+
+[[figures]]
+id = "cap"
+kind = "capacity"
+title = "no capacity here"
+experiments = ["pools"]
+"""
+
+
+def _raw_trials(path: Path) -> list[dict]:
+    """Every measured trial of the recording, straight from its lines: its cell's
+    driver, workload and mode, its top-level phases and its actions (ns)."""
+    trials: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        ev = json.loads(line)
+        t = trials.get(ev.get("trial"))
+        if ev["type"] == "trial_start" and not ev["warmup"]:
+            trials[ev["trial"]] = {
+                "driver": ev["driver"], "workload": ev["workload"],
+                "mode": "pool" if ev["cell"].endswith("+pool") else "cold",
+                "phases": {}, "actions": [], "ok": False,
+            }  # fmt: skip
+        elif t is not None and ev["type"] == "phase" and "." not in ev["name"]:
+            t["phases"][ev["name"]] = ev["dur_ns"]
+        elif t is not None and ev["type"] == "action":
+            t["actions"].append(ev["dur_ns"])
+        elif t is not None and ev["type"] == "trial_end":
+            t["ok"] = ev["ok"] and ev["valid"] is not False
+    return [t for t in trials.values() if t["ok"]]
+
+
+def _of(trials: list[dict], driver: str, workload: str, mode: str = "cold") -> list[dict]:
+    got = [t for t in trials if (t["driver"], t["workload"], t["mode"]) == (driver, workload, mode)]
+    assert got, (driver, workload, mode)
+    return got
+
+
+def _med_ms(values: list[float]) -> float:
+    return float(np.median(values)) / 1e6
+
+
+def test_figures_trajectories_pools_and_conditions_are_the_recordings(tmp_path, monkeypatch):
+    import os
+
+    from rtax_tui.render.tables import fmt_ms
+    from tests.render.test_plots import Svg
+
+    data = tmp_path / "studies"
+    data.mkdir()
+    (data / "tiny2.toml").write_text(FULL)
+    monkeypatch.setattr(studies, "studies_dir", lambda: data)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["reproduce", "tiny2", "--root", str(tmp_path / "out")]) == 0
+    (out,) = (tmp_path / "out").iterdir()
+    doc = json.loads((out / "report.json").read_text())
+    rows = {r["label"]: r for r in doc["tables"][0]["rows"]}
+    pools, traj = _raw_trials(out / "pools.jsonl"), _raw_trials(out / "traj.jsonl")
+
+    # the ready row, far from its (made-up) figure: the verdict names what was measured
+    ready = rows["stage ready"]
+    assert ready["ours"]["p50_ms"] == pytest.approx(
+        _med_ms([t["phases"]["ready"] for t in _of(pools, "stage", "t0")])
+    )
+    assets = _med_ms([t["phases"]["ready"] for t in _of(pools, "stage", "t1")])
+    assert ready["far"] and f"with assets (T1): {assets:.2f} ms" in ready["verdict"]
+    create = _med_ms([t["phases"]["create"] for t in _of(pools, "stage", "t0")])
+    assert f"create {create:,.2f} ms" in ready["verdict"]
+    assert "warm-ups a cell: 0 (study: 3)" in ready["differs"]
+    cpus = json.loads((out / "pools.jsonl").read_text().splitlines()[0])["hosts"]["local"]["cpus"]
+    assert f"here: {cpus} CPUs, not pinned, load " in "; ".join(ready["differs"])
+    assert doc["machine"]["affinity"] == sorted(os.sched_getaffinity(0))
+
+    # a warm pool beside the cold start it hides
+    pool = rows["stage pool"]["ours"]
+    assert pool["p50_ms"] == pytest.approx(
+        _med_ms([t["phases"]["acquire"] for t in _of(pools, "stage", "t0", "pool")])
+    )
+    cold = [t["phases"]["create"] + t["phases"]["ready"] for t in _of(pools, "stage", "t0")]
+    assert pool["cold_p50_ms"] == pytest.approx(_med_ms(cold))
+
+    # trajectories: completion P50 per length and its cost an action
+    lengths = rows["local trajectories"]["ours"]["lengths"]
+    assert [x["steps"] for x in lengths] == [10, 50]
+    for x in lengths:
+        tr = _of(traj, "local", f"trajectory-{x['steps']}")
+        total = _med_ms([sum(t["phases"].values()) + sum(t["actions"]) for t in tr])
+        assert x["p50_ms"] == pytest.approx(total) and x["n"] == len(tr) == 2
+        assert x["per_action_ms"] == pytest.approx(total / x["steps"])
+
+    # rtax project's worker-hours for a million 150-action rollouts, from the medians
+    tr = _of(traj, "local", "trajectory-50")
+    med = {p: float(np.median([t["phases"][p] for t in tr])) / 1e9
+           for p in ("create", "ready", "teardown")}  # fmt: skip
+    action = float(np.median([a for t in tr for a in t["actions"]])) / 1e9
+    hours = 1e6 * (sum(med.values()) + 150 * action) / 3600
+    proj = rows["local projection"]
+    assert proj["ours"]["value"] == pytest.approx(hours)
+    assert proj["ratio"] == pytest.approx(hours / 1000.0)
+
+    # the figures: drawn by rtax plot's code into plots/, their numbers the recording's
+    figs = {f["id"]: f for f in doc["figures"]}
+    assert figs["f2"]["file"] == "plots/f2-cold-start.svg" and figs["f2"]["why"] is None
+    assert figs["cap"]["file"] is None and "no capacity batch" in figs["cap"]["why"]
+    assert {p.name for p in (out / "plots").iterdir()} == {
+        "f2-cold-start.svg", "f1-breakdown.svg", "f4-5-trajectory.svg"
+    }  # fmt: skip
+    svg = Svg(out / "plots" / "f2-cold-start.svg")
+    assert svg.series == {"t0/exec": 2, "t1/exec": 2, "t0/exec+pool": 2, "t1/exec+pool": 2}
+    for driver in ("local", "stage"):
+        for wl in ("t0", "t1"):
+            first = [t["phases"]["create"] + t["phases"]["ready"] for t in _of(pools, driver, wl)]
+            assert fmt_ms(_med_ms(first)) in svg.texts, (driver, wl)
+            acq = [t["phases"]["acquire"] for t in _of(pools, driver, wl, "pool")]
+            assert fmt_ms(_med_ms(acq)) in svg.texts, (driver, wl)
+    svg = Svg(out / "plots" / "f1-breakdown.svg")
+    for driver in ("local", "stage"):
+        tr = _of(pools, driver, "t0")
+        mean = float(np.mean([sum(t["phases"].values()) + sum(t["actions"]) for t in tr])) / 1e6
+        assert svg.has(f"{fmt_ms(mean)} ms (n=3)"), driver
+    md = (out / "report.md").read_text()
+    assert "![cold-start](plots/f2-cold-start.svg)" in md
+    assert "not drawn: " in md and "## This machine as the run found it" in md
+
+
+def test_the_projection_gap_is_the_most_worker_hours_over_the_fewest():
+    cells = {
+        "local/local/trajectory-150/exec": {"worker_hours": 10.0},
+        "local/stage/trajectory-150/exec": {"worker_hours": 300.0},
+        "local/libvirt/trajectory-150/exec": {"worker_hours": 540.0},
+        "local/stage/trajectory-150/exec+pool": {"worker_hours": 1.0},
+        "local/docker/trajectory-50/exec": {"worker_hours": 9999.0},
+    }
+    got = studies._project_gap(cells, "trajectory-150", "exec")
+    assert got["value"] == pytest.approx(1.8) and got["extra_h"] == pytest.approx(240.0)
+    one = studies._project_gap({k: v for k, v in cells.items() if "libvirt" not in k},
+                               "trajectory-150", "exec")  # fmt: skip
+    assert one["status"] == "failed" and "fewer than two" in one["why"]
+
+
+def test_a_study_figure_must_name_a_plot_kind_a_file_name_and_a_run(tmp_path, monkeypatch):
+    data = tmp_path / "studies"
+    data.mkdir()
+    monkeypatch.setattr(studies, "studies_dir", lambda: data)
+    base = TINY.split("[[tables]]")[0] + '[[tables]]\nid = "t"\ntitle = "x"\nconditions = "c"\n'
+    for fig, needle in [
+        ('id = "../x"\nkind = "cdf"\ntitle = "x"\nexperiments = ["start"]', "figures[0].id"),
+        ('id = "x"\nkind = "pie"\ntitle = "x"\nexperiments = ["start"]', "figures[0].kind"),
+        ('id = "x"\nkind = "cdf"\ntitle = "x"\nexperiments = ["later"]', "no run of the study"),
+    ]:
+        (data / "bad.toml").write_text(base + "\n[[figures]]\n" + fig + "\n")
+        with pytest.raises(studies.RtaxError, match=re.escape(needle)):
+            studies.load_study("bad")
+    (data / "bad.toml").write_text(base.replace('conditions = "c"', 'conditions = "c"\n'
+                                                'setup = { cores = 2 }'))  # fmt: skip
+    with pytest.raises(studies.RtaxError, match=r"setup\.cores: unknown"):
+        studies.load_study("bad")
+
+
+# -- the reports committed under docs/reproduce/: their numbers are their recordings' ----
+
+COMMITTED = sorted((ROOT / "docs" / "reproduce").glob("reproduce-*/report.json"))
+
+
+def test_a_report_of_each_study_is_committed_and_linked_from_the_readme():
+    studies_done = {json.loads(p.read_text())["study"] for p in COMMITTED}
+    assert studies_done == {"pvisor", "paper"}
+    readme = (ROOT / "README.md").read_text()
+    for p in COMMITTED:
+        assert f"]({p.parent.relative_to(ROOT)}/report.md)" in readme, p
+
+
+@pytest.mark.parametrize("report", COMMITTED, ids=lambda p: p.parent.name)
+def test_a_committed_reports_rows_and_figures_are_its_recordings(report: Path) -> None:
+    from rtax_tui.render.tables import fmt_ms
+    from tests.render.test_plots import Svg
+
+    doc = json.loads(report.read_text())
+    study = studies.load_study(doc["study"])
+    spec = {(r.table, r.label): r for r in study.rows}
+    checked = 0
+    for t in doc["tables"]:
+        for row in t["rows"]:
+            if row["ours"]["status"] != "measured":
+                continue
+            r = spec[t["id"], row["label"]]
+            exp = study.experiments[r.experiment]
+            if exp.kind != "run":  # arithmetic, or rtax traj prepare's: no trial
+                continue
+            trials = _raw_trials(report.parent / f"{r.experiment}.jsonl")
+            wl = r.get("workload") or (exp.workloads[0] if exp.workloads else None)
+            if r.figure in ("total", "ready"):
+                tr = [t for t in _of(trials, r.get("driver"), wl) if t["ok"]]
+                vals = [sum(t["phases"].values()) + sum(t["actions"]) if r.figure == "total"
+                        else t["phases"]["ready"] for t in tr]  # fmt: skip
+                assert row["ours"]["p50_ms"] == pytest.approx(_med_ms(vals)), row["label"]
+                assert row["ours"]["n"] == len(vals)
+                checked += 1
+            elif r.figure == "trajectory":
+                for x in row["ours"]["lengths"]:
+                    tr = _of(trials, r.get("driver"), f"trajectory-{x['steps']}")
+                    total = _med_ms([sum(t["phases"].values()) + sum(t["actions"]) for t in tr])
+                    assert x["p50_ms"] == pytest.approx(total), (row["label"], x["steps"])
+                checked += 1
+            elif r.figure == "pool":
+                tr = _of(trials, r.get("driver"), wl, "pool")
+                assert row["ours"]["p50_ms"] == pytest.approx(
+                    _med_ms([t["phases"]["acquire"] for t in tr])
+                )
+                checked += 1
+            elif r.figure == "project":  # a million rollouts of 150 actions, from medians
+                tr = _of(trials, r.get("driver"), wl)
+                med = sum(float(np.median([t["phases"][p] for t in tr]))
+                          for p in ("create", "ready", "teardown"))  # fmt: skip
+                action = float(np.median([a for t in tr for a in t["actions"]]))
+                hours = 1e6 * (med + 150 * action) / 1e9 / 3600
+                assert row["ours"]["value"] == pytest.approx(hours), row["label"]
+                checked += 1
+    assert checked >= 2
+    for f in doc["figures"]:
+        assert f["file"] is not None, f
+        svg = Svg(report.parent / f["file"])
+        if f["kind"] != "cold-start":
+            continue
+        for e in f["experiments"]:  # each cold cell's create + ready P50, as written
+            cells: dict[tuple[str, str], list[int]] = {}
+            for t in _raw_trials(report.parent / f"{e}.jsonl"):
+                if t["mode"] == "cold":
+                    cells.setdefault((t["driver"], t["workload"]), []).append(
+                        t["phases"]["create"] + t["phases"]["ready"]
+                    )
+            for key, first in cells.items():
+                assert fmt_ms(_med_ms(first)) in svg.texts, (f["id"], key)
+
+
+def test_what_was_measured_is_said_within_2x_too():
+    row = {"label": "l", "published_text": "25 ms", "note": None, "ours_text": "16 ms",
+           "ratio": 0.65, "far": False, "differs": ["d"], "verdict": None,
+           "measured": ["with the assets: 24.11 ms"]}  # fmt: skip
+    doc = {"study": "s", "title": "t", "source": "src", "size": "full", "not_run": {},
+           "drivers_out": {}, "experiments": {},
+           "tables": [{"id": "t", "title": "T", "conditions": "c", "rows": [row]}]}  # fmt: skip
+    assert "| d; measured here: with the assets: 24.11 ms |" in reproduce_markdown(doc)
