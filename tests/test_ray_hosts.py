@@ -237,9 +237,9 @@ class _Actor:
 
 
 def _nodes(answer: Any) -> tuple[Any, list[dict[str, Any]], Any]:
-    import types
-
     from rtax_tui.engine.control import Progress, RunControl
+    from rtax_tui.engine.health import HostHealth, SubstrateHealth
+    from rtax_tui.engine.lifecycle import TrialRunner
     from rtax_tui.engine.profile import Profile
     from rtax_tui.engine.raynodes import NodeTrials, RayNodeHost
     from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
@@ -252,10 +252,11 @@ def _nodes(answer: Any) -> tuple[Any, list[dict[str, Any]], Any]:
     got: list[dict[str, Any]] = []
     em = Emitter([got.append])
     wl = Workload(name="t0", steps=())
-    profile = types.SimpleNamespace(timeouts=Timeouts(create=1, ready=1, action=1, teardown=1))
-    trials = types.SimpleNamespace(
-        emit=em, progress=Progress(), control=RunControl(), workloads={"t0": wl},
-        profile=profile, ended=0, run=None,
+    to = Timeouts(create=1, ready=1, action=1, teardown=1)
+    trials = TrialRunner(
+        Profile("p", "p.toml", timeouts=to), drivers={}, workloads={"t0": wl}, run_id="r",
+        emit=em, control=RunControl(), progress=Progress(), substrates=SubstrateHealth({}),
+        hosts=HostHealth({}),
     )  # fmt: skip
     return NodeTrials({"ray-1": host}, trials), got, host
 
@@ -325,3 +326,33 @@ def test_the_console_plans_a_cluster_as_its_nodes():
     facts = {"local": {}, "ray-1": {"ray": {}}, "ray-2": {"ray": {}}, "c-3": {"ray": {}}}
     assert LiveState._hosts_planned(prof, facts) == 4
     assert LiveState._hosts_planned({"hosts": ["local", "ssh://h"]}, {"local": {}}) == 2
+
+
+def test_a_lost_trial_starts_as_the_lifecycle_starts_any_trial():
+    """A trial its node never ran (the node lost) starts with the lifecycle's own
+    `trial_start` (TrialRunner.start_event): an episode's trial keeps its arrival pattern,
+    episode and due time, so that `rtax compare`'s pairing and the load report read its
+    cell as the others of it. Before, raynodes wrote a trial_start of its own without
+    them: the cell's last start said arrival None."""
+    import asyncio
+    import time
+
+    from rtax_tui.analysis.pairing import cell_fields
+
+    async def never(pt: PlannedTrial, sched: int, t0: int) -> Any:
+        raise AssertionError("a lost node is not asked")
+
+    nodes, got, host = _nodes(never)
+    host.dead = "killed"
+    cell = Cell("ray-1", "stage", "t0", "exec", arrival="burst:2")
+    pt = PlannedTrial(3, cell, False, None, "e1", 0)
+    nodes.trials.emit.start()
+    sched = time.monotonic_ns()
+    asyncio.run(nodes.launch(pt, sched))
+    start = got[0]
+    assert start["type"] == "trial_start" and got[-1]["error"]["kind"] == "host_lost"
+    wl = nodes.trials.workloads["t0"]
+    want = nodes.trials.start_event(pt, sched, wl, nodes.trials.spec_for(cell, None, wl))
+    assert {k: v for k, v in start.items() if k != "t_ns"} == dict(want)
+    assert (start["arrival"], start["episode"], start["steps"]) == ("burst:2", "e1", 0)
+    assert cell_fields(got)[cell.id][-1] == "burst:2"

@@ -545,24 +545,13 @@ class NodeTrials:
         return to.create + to.ready + steps + programs + to.teardown + NODE_MARGIN_S
 
     def _failed(self, pt: PlannedTrial, scheduled_ns: int, kind: str, message: str) -> None:
-        """A trial that a node did not (or could not) account for: its start, its time as
-        orchestration, its end with the reason."""
-        cell = pt.cell
-        emit = self.trials.emit
-        wl = self.trials.workloads.get(cell.workload)
-        emit(
-            events.trial_start(
-                trial=pt.id,
-                cell=cell.id,
-                host=cell.host,
-                driver=cell.driver,
-                workload=cell.workload,
-                channel=cell.channel,
-                warmup=pt.warmup,
-                batch=pt.batch,
-                steps=None if wl is None else len(wl.steps),
-            )
-        )
+        """A trial that a node did not (or could not) account for: its start (the
+        lifecycle's own, `TrialRunner.start_event`), its time as orchestration, its end
+        with the reason."""
+        trials = self.trials
+        emit = trials.emit
+        wl = trials.workloads[pt.cell.workload]
+        emit(trials.start_event(pt, scheduled_ns, wl, trials.spec_for(pt.cell, None, wl)))
         emit(events.phase(pt.id, "orchestration", time.monotonic_ns() - scheduled_ns, True))
         err = TrialError("create", kind, message)
         emit(events.trial_end(pt.id, False, err))
