@@ -279,7 +279,8 @@ class TrialRunner:
         prog = self.progress
         prog.started += 1
         prog.in_flight += 1
-        self.emit(self.start_event(pt, scheduled_ns, workload, spec, barrier))
+        size = None if barrier is None else barrier.size
+        self.emit(self.start_event(pt, scheduled_ns, workload, spec, size))
         tr = TrialState(pt, scheduled_ns, barrier, workload, spec, timeouts, self.emit)
         task = asyncio.current_task()
         if task is not None:
@@ -292,15 +293,16 @@ class TrialRunner:
         scheduled_ns: int,
         workload: Workload,
         spec: EnvSpec,
-        barrier: Barrier | None = None,
+        batch_size: int | None = None,
     ) -> events.TrialStartEvent:
         """The trial's `trial_start`: what it runs (its mode, its episode's arrival, its
         replay, its image), its batch. The one builder of a run's trial starts: a Ray
         node's trial that its node never accounted for starts with it too
-        (engine.raynodes), so that readers group and pair it as any other."""
+        (engine.raynodes), so that readers group and pair it as any other. `batch_size`:
+        the environments at its batch's barrier (on its host), for a capacity batch's."""
         cell = pt.cell
         cap = self.profile.capacity
-        with_batch = barrier is not None and cap is not None
+        with_batch = batch_size is not None and cap is not None
         return events.trial_start(
             trial=pt.id,
             cell=cell.id,
@@ -312,7 +314,7 @@ class TrialRunner:
             batch=pt.batch,
             steps=len(workload.steps),
             replay=self._replay_json(cell, workload, spec),
-            batch_size=barrier.size if with_batch and barrier is not None else None,
+            batch_size=batch_size if with_batch else None,
             deadline_s=cap.deadline_s if with_batch and cap is not None else None,
             mode=cell.mode,
             arrival=None if pt.episode is None else cell.arrival,
