@@ -356,3 +356,67 @@ def test_a_lost_trial_starts_as_the_lifecycle_starts_any_trial():
     assert {k: v for k, v in start.items() if k != "t_ns"} == dict(want)
     assert (start["arrival"], start["episode"], start["steps"]) == ("burst:2", "e1", 0)
     assert cell_fields(got)[cell.id][-1] == "burst:2"
+
+
+# -- a capacity batch across nodes: what the controller takes of a node's log ----------
+def test_a_nodes_log_settles_only_its_own_trials_in_order_and_never_the_release():
+    """An attack (a node's engine is the node's code): its batch log names another node's
+    trial, lets go before the release, arrives twice, or claims every trial of the batch.
+    The controller takes only its own part's steps, each once and in order; the barrier
+    releases only when every node's trials have arrived or failed."""
+    import asyncio
+
+    from rtax_tui.engine.capacity import Barrier
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.engine.raynodes import NodeBatch, RayNodeHost
+    from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
+
+    async def go() -> None:
+        host = RayNodeHost("ray-1", "id1", RaySpec("ray", "auto"), Profile("p", "p.toml"))
+        host.clock = RemoteClock()
+        host.clock.add(ClockSync(mono_ns=0, offset_ns=0, err_ns=1000, rtt_ns=2000, samples=8))
+        barrier = Barrier(4)  # trials 1, 2 on this node; 3, 4 on another
+        part = NodeBatch(host, "b1", barrier)
+        part.trials |= {1, 2}
+        part.apply(0, [("arrive", 3, 5, True), ("arrive", 4, 5, True)])
+        assert barrier.arrived == 0 and "not of this node's part" in (part.refused or "")
+        part.apply(2, [("arrive", 1, 5, True), ("arrive", 1, 6, True), ("let_go", 1, 7, True)])
+        assert barrier.arrived == 1 and barrier.holding == {1}  # once; no early let-go
+        part.apply(2, [("arrive", 2, 5, True)])  # an entry already taken: not again
+        assert barrier.arrived == 1
+        part.apply(5, [("fail", 2, 8, True), ["arrive", "x", 1, True], "junk"])
+        assert barrier.settled == {1, 2} and barrier.how is None  # the others' still out
+        barrier.fail(3)
+        barrier.arrive(4)
+        assert barrier.how == "settled" and barrier.released_ns is not None
+        late = barrier.released_ns + 10**12  # a let-go stamped far after: held to now
+        part.apply(8, [("let_go", 1, late, True)])
+        assert barrier.released_ns <= barrier.let_go_at[1] <= late
+        assert part.cursor == 9
+
+    asyncio.run(go())
+
+
+def test_a_spanning_plan_puts_size_trials_of_every_node_in_each_batch():
+    from rtax_tui.engine.plan import build_capacity_plan, build_spanning_plan
+
+    cells = [Cell(h, "stage", "capacity", "exec") for h in ("ray-1", "ray-2", "ray-3")]
+    plan = build_spanning_plan(cells, 2, 2, 1, 7)
+    assert [b.id for b in plan] == ["b1", "b2", "b3"] and plan[0].warmup
+    for b in plan:
+        assert sorted(pt.cell.host for pt in b.trials) == [
+            "ray-1",
+            "ray-1",
+            "ray-2",
+            "ray-2",
+            "ray-3",
+            "ray-3",
+        ]
+        assert {pt.batch for pt in b.trials} == {b.id}
+    ids = [pt.id for b in plan for pt in b.trials]
+    assert ids == list(range(1, 19))
+    # one cell: the plain plan, batch for batch
+    one = build_capacity_plan(cells[:1], 2, 2, 1, 7)
+    assert [(b.id, len(b.trials)) for b in build_spanning_plan(cells[:1], 2, 2, 1, 7)] == [
+        (b.id, len(b.trials)) for b in one
+    ]
