@@ -3,8 +3,8 @@ this machine, on loopback, 1 CPU and 80 MB of object store each. `rtax run` join
 `--host ray:auto` (RAY_ADDRESS), one host per node; each node's actor runs the trials
 there. The node-killing test goes last: it leaves the cluster one node short.
 
-A backend test (tests/tiers.py: BACKEND_FILES): about a minute here, the cluster's start
-(~12 s) included.
+A backend test (tests/tiers.py: BACKEND_FILES): about 2.5 minutes here, the cluster's
+start (~20 s) included.
 """
 
 from __future__ import annotations
@@ -250,6 +250,14 @@ def test_probe_and_cleanup_say_in_one_line_that_they_do_not_reach_ray_nodes(clus
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
         assert "does not run on Ray nodes yet" in lines[0]
+    # a capacity budget is a cgroup on the controller's machine: refused, naming the field
+    prof = _capacity_profile(tmp_path / "budget.toml", "pass", 60)
+    budget = prof.read_text().replace("deadline_s = 60", "deadline_s = 60\nmemory_mib = 256")
+    prof.write_text(budget)
+    res = _rtax(cluster, "run", str(prof), "--headless", "-o", str(tmp_path / "b.jsonl"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "[capacity] memory_mib" in lines[0]
     assert _engines_left() == []
 
 
