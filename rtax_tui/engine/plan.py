@@ -145,7 +145,7 @@ def build_spanning_plan(
     next_id = 1
     for b in build_capacity_plan(list(members), batches, size, warmup, seed):
         n = len(b.trials)
-        trials = []
+        trials: list[PlannedTrial] = []
         for cell in members[b.cell]:
             trials.extend(PlannedTrial(next_id + k, cell, b.warmup, b.id) for k in range(n))
             next_id += n
