@@ -778,7 +778,9 @@ class NodeBatch:
         if not (isinstance(entry, (list, tuple)) and len(entry) == 4):
             return "not (kind, trial, time, held)"
         kind, trial, node_ns, held = entry
-        if kind not in NEWS_KINDS or type(trial) is not int or type(node_ns) is not int:
+        if type(kind) is not str or kind not in NEWS_KINDS:  # a list: unhashable
+            return f"not (kind, trial, time, held): {entry!r:.80}"
+        if type(trial) is not int or type(node_ns) is not int:
             return f"not (kind, trial, time, held): {entry!r:.80}"
         if type(held) is not bool:
             return "held is not a bool"

@@ -1,0 +1,196 @@
+"""The red team's pass over the capacity batch spread over Ray nodes (branch raybar):
+each attack that got through, as the promise it broke (docs/boundaries.md, "Ray nodes
+and the spanning barrier: what was tried", lists what was tried and what held).
+
+Without a cluster: each node's engine is a real `NodeEngine` in this process, its
+actor's `m.remote(...)` a call of its method (`_InProc`), so that the controller's
+side (`NodeTrials`, `NodeBatch`, `CapacityRun` with its span) follows the node's real
+barrier log and its trials' real events; an attack on the wire replaces one answer.
+The runs on a real cluster are tests/test_ray_cluster.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rtax_tui.engine.capacity import CapacityRun
+from rtax_tui.engine.control import Progress, RunControl
+from rtax_tui.engine.health import HostHealth, SubstrateHealth
+from rtax_tui.engine.lifecycle import TrialRunner
+from rtax_tui.engine.nodeengine import NodeEngine
+from rtax_tui.engine.profile import Profile, load_profile
+from rtax_tui.engine.raynodes import NodeTrials, RayNodeHost, RaySpec
+from rtax_tui.engine.runner import resolve_workloads
+from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
+from rtax_tui.model.events import Emitter
+from rtax_tui.model.spec import Cell
+
+Tamper = Callable[[str, str, Any], Any]  # (node, method, (args, answer)) -> the answer sent
+
+
+class _Call:
+    def __init__(self, fn: Callable[..., Awaitable[Any]]) -> None:
+        self.remote = fn
+
+
+class _InProc:
+    """A node's actor in this process: `actor.m.remote(*a)` is `await engine.m(*a)`,
+    its answer passed through `tamper` (an attack on the wire)."""
+
+    def __init__(self, name: str, engine: NodeEngine, tamper: Tamper | None) -> None:
+        self._name, self._engine, self._tamper = name, engine, tamper
+
+    def __getattr__(self, method: str) -> _Call:
+        fn = getattr(self._engine, method)
+
+        async def call(*a: Any) -> Any:
+            got = await fn(*a)
+            if self._tamper is None:
+                return got
+            sent = self._tamper(self._name, method, (a, got))
+            return await sent if asyncio.iscoroutine(sent) else sent
+
+        return _Call(call)
+
+
+def _clock() -> RemoteClock:
+    c = RemoteClock()
+    c.add(ClockSync(mono_ns=time.monotonic_ns(), offset_ns=0, err_ns=1000, rtt_ns=2000, samples=8))
+    return c
+
+
+def _profile(tmp: Path, step: str, *, size: int = 1, deadline_s: int = 20) -> Profile:
+    path = tmp / "span.toml"
+    path.write_text(
+        f"""
+[run]
+hosts = ["local"]
+drivers = ["local"]
+workloads = ["span"]
+channels = ["exec"]
+warmup = 0
+
+[timeouts]
+create = 10
+ready = 10
+action = 10
+teardown = 10
+
+[capacity]
+size = {size}
+batches = 1
+deadline_s = {deadline_s}
+
+[workloads.span]
+steps = [{{ argv = ["python3", "-c", {json.dumps(step)}] }}]
+"""
+    )
+    return load_profile(str(path))
+
+
+def span_run(
+    tmp: Path,
+    step: str,
+    *,
+    nodes: int = 2,
+    size: int = 1,
+    deadline_s: int = 20,
+    tamper: Tamper | None = None,
+) -> tuple[list[dict[str, Any]], Progress]:
+    """One capacity batch over `nodes` in-process node engines; the events recorded."""
+    profile = _profile(tmp, step, size=size, deadline_s=deadline_s)
+    workloads = resolve_workloads(profile)
+    got: list[dict[str, Any]] = []
+    emit = Emitter([got.append])
+    control, progress = RunControl(), Progress()
+
+    async def go() -> None:
+        engines: list[NodeEngine] = []
+        hosts: dict[str, RayNodeHost] = {}
+        try:
+            for i in range(nodes):
+                name = f"ray-{i}"
+                eng = NodeEngine(name, profile, profile.drivers)
+                engines.append(eng)
+                h = RayNodeHost(name, f"id{i}", RaySpec("ray", "auto"), profile)
+                h.actor, h.clock = _InProc(name, eng, tamper), _clock()
+                hosts[name] = h
+            trials = TrialRunner(
+                profile, drivers={}, workloads=workloads, run_id="r", emit=emit,
+                control=control, progress=progress, substrates=SubstrateHealth({}),
+                hosts=HostHealth({}),
+            )  # fmt: skip
+            span = NodeTrials(hosts, trials)
+            await span.setup(workloads)
+            emit.start()
+            cells = [Cell(h, "local", "span", "exec") for h in hosts]
+            run = CapacityRun(
+                profile.capacity,  # type: ignore[arg-type]
+                run_id="r", emit=emit, control=control, progress=progress,
+                launch=span.launch_in_batch, let_go_s=profile.timeouts.action, span=span,
+            )  # fmt: skip
+            async with asyncio.timeout(120):
+                await run.run(cells, 0, 1)
+        finally:
+            for eng in engines:
+                await eng.close()
+
+    asyncio.run(go())
+    return got, progress
+
+
+def _ends(evs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {e["trial"]: e for e in evs if e["type"] == "trial_end"}
+
+
+def _bars(evs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["cell"].split("/")[0]: e for e in evs if e["type"] == "barrier"}
+
+
+def test_the_harness_runs_one_batch_over_two_nodes(tmp_path: Path) -> None:
+    evs, prog = span_run(tmp_path, "pass", nodes=2, size=2)
+    ends = _ends(evs)
+    assert len(ends) == 4 and all(e["ok"] for e in ends.values()), ends
+    bars = _bars(evs)
+    assert set(bars) == {"ray-0", "ray-1"}
+    for b in bars.values():
+        assert (b["size"], b["arrived"], b["span"], b["released"]) == (2, 2, 4, "all_arrived")
+        assert type(b["release_lag_ns"]) is int
+    assert prog.done == 4
+
+
+# -- values on the wire: what a node answers cannot crash the controller ----------------
+def _junk_log(node: str, method: str, call: Any) -> Any:
+    """ray-1's batch log: an entry whose kind is a list (unhashable)."""
+    _args, got = call
+    if node == "ray-1" and method == "barrier_news":
+        return [[["arrive"], 2, 5, True]]
+    return got
+
+
+def test_a_node_log_entry_of_an_unhashable_kind_fails_its_trials_not_the_run(
+    tmp_path: Path,
+) -> None:
+    """Got through at 930c6c7: `kind not in NEWS_KINDS` raised TypeError on a list, in
+    the follow task (which died silently) and in the trial's catch-up: the trial's task
+    ended in an exception, swallowed by the batch's gather, so the trial had no
+    trial_end at all (out of every denominator) and progress never counted it done."""
+    evs, prog = span_run(tmp_path, "pass", nodes=2, deadline_s=3, tamper=_junk_log)
+    starts = {e["trial"]: e["host"] for e in evs if e["type"] == "trial_start"}
+    ends = _ends(evs)
+    assert set(ends) == set(starts) and len(ends) == 2, (starts, ends)
+    for trial, host in starts.items():
+        end = ends[trial]
+        if host == "ray-1":  # its log never said it arrived: its events not recorded
+            assert not end["ok"] and "sent events not recorded" in end["error"]["message"]
+        else:
+            assert end["ok"], end
+    bars = _bars(evs)
+    assert bars["ray-1"]["arrived"] == 0 and bars["ray-0"]["arrived"] == 1
+    assert {b["released"] for b in bars.values()} == {"deadline"}
+    assert prog.done == 2
