@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from rtax_tui.engine.capacity import CapacityRun
+from rtax_tui.engine.capacity import Barrier, CapacityRun
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
 from rtax_tui.engine.lifecycle import TrialRunner
 from rtax_tui.engine.nodeengine import NodeEngine
 from rtax_tui.engine.profile import Profile, load_profile
-from rtax_tui.engine.raynodes import NodeTrials, RayNodeHost, RaySpec
+from rtax_tui.engine.raynodes import NodeBatch, NodeTrials, RayNodeHost, RaySpec
 from rtax_tui.engine.runner import resolve_workloads
 from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
 from rtax_tui.model.events import Emitter
@@ -194,3 +194,91 @@ def test_a_node_log_entry_of_an_unhashable_kind_fails_its_trials_not_the_run(
     assert bars["ray-1"]["arrived"] == 0 and bars["ray-0"]["arrived"] == 1
     assert {b["released"] for b in bars.values()} == {"deadline"}
     assert prog.done == 2
+
+
+# -- a node's part, followed by the controller, with a crafted log ------------------------
+class _Answers:
+    """A node's actor answering the release at `release_at()` (its clock) after `nap`."""
+
+    def __init__(self, release_at: Callable[[], int], nap: float = 0.0) -> None:
+        async def release_batch(batch: str, expired: bool, share: int) -> int:
+            at = release_at()
+            await asyncio.sleep(nap)
+            return at
+
+        async def barrier_news(batch: str, cursor: int, wait_s: float, share: int) -> Any:
+            return []
+
+        self.release_batch = _Call(release_batch)
+        self.barrier_news = _Call(barrier_news)
+
+
+def _part(barrier: Barrier, trials: set[int], actor: Any = None) -> NodeBatch:
+    host = RayNodeHost("ray-1", "id1", RaySpec("ray", "auto"), Profile("p", "p.toml"))
+    host.clock, host.actor = _clock(), actor
+    part = NodeBatch(host, "b1", barrier)
+    part.trials |= trials
+    return part
+
+
+def test_an_arrival_after_the_deadlines_release_is_not_counted() -> None:
+    """Got through at 930c6c7: the controller took a node's `arrive` whenever it came.
+    A `local` workload that will miss the deadline SIGSTOPs its node's engine across it
+    (tests/test_ray_cluster.py's STOP_MY_ENGINE, then a SIGCONT from a child): its step
+    ends meanwhile, and when the engine runs again the trial arrives (on the node's
+    clock, after the controller's decision) before the engine reads the release that
+    would have interrupted it. Locally the deadline interrupts every trial on its way;
+    here that arrival was counted (`arrived`, the cell's batch `ok`) and the trial ok.
+    Now an arrival the node's clock puts after a deadline's release is not counted, and
+    its trial is failed saying so."""
+    barrier = Barrier(1)
+    part = _part(barrier, {1})
+    barrier.expire()  # the deadline: the controller's decision
+    assert barrier.released_ns is not None
+    late = barrier.released_ns + 1_000_000_000  # a second after it, on the node
+    part.apply(0, [("arrive", 1, late, True), ("let_go", 1, late + 5, True)])
+    assert 1 in barrier.arrivals and 1 in barrier.lost_trials  # not counted as arrived
+    wait = {"type": "phase", "name": "barrier.wait"}
+    assert "after the batch's deadline" in (part.check_trial(1, [wait]) or "")
+    # one that arrived before the decision (within the clock's error) is counted
+    barrier = Barrier(2)
+    part = _part(barrier, {1, 2})
+    barrier.expire()
+    assert barrier.released_ns is not None
+    part.apply(0, [("arrive", 1, barrier.released_ns + 500, True)])
+    assert 1 not in barrier.lost_trials and part.check_trial(1, [wait]) is None
+
+
+def test_a_let_go_before_its_node_received_the_release_is_held_to_that_receipt() -> None:
+    """Got through at 930c6c7: a let-go was held no earlier than the controller's
+    decision, yet a node cannot let go before it receives the release (its answer, the
+    node's `release_lag_ns`): a let-go stamped in between made the node's
+    `release_dur_ns` shorter than its own lag, a better figure than measured. Now each
+    let-go of the node is held to its receipt of the release, before or after the
+    answer comes."""
+
+    async def go() -> None:
+        barrier = Barrier(1)
+        # the node received the release 50 ms after the decision (its answer says)
+        part = _part(barrier, {1}, _Answers(lambda: barrier.released_ns + 50_000_000, 0.08))
+        part.apply(0, [("arrive", 1, time.monotonic_ns(), True)])
+        assert barrier.released_ns is not None
+        decided = barrier.released_ns
+        part.apply(1, [("let_go", 1, decided + 1, True)])  # 1 ns after the decision
+        await part._release()
+        lag = part.release_lag_ns
+        assert lag is not None and lag >= 50_000_000
+        assert barrier.let_go_at[1] >= decided + lag
+        assert barrier.let_go_ns is not None and barrier.let_go_ns >= decided + lag
+        # a let-go taken after the answer, stamped before the receipt: held to it too
+        barrier = Barrier(2)
+        part = _part(barrier, {1, 2}, _Answers(lambda: barrier.released_ns + 50_000_000, 0.08))
+        part.apply(0, [("arrive", 1, time.monotonic_ns(), True)])
+        part.apply(1, [("arrive", 2, time.monotonic_ns(), True)])
+        decided = barrier.released_ns
+        await part._release()
+        lag = part.release_lag_ns
+        part.apply(2, [("let_go", 2, decided + 1, True)])
+        assert lag is not None and barrier.let_go_at[2] >= decided + lag
+
+    asyncio.run(go())

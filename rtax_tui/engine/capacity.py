@@ -66,7 +66,9 @@ class Barrier:
         self.lost = 0  # arrived, but their release found nothing held any more
         self.all_let_go = asyncio.Event()
         self.arrivals: set[int] = set()  # the trials that arrived
-        self.lost_trials: set[int] = set()  # those of them that held nothing at the end
+        # those of them not counted: held nothing at the end, or (a Ray node's) arrived
+        # after a deadline's release had found them on their way (engine.raynodes)
+        self.lost_trials: set[int] = set()
         self.let_go_at: dict[int, int] = {}  # monotonic: when each arrived one let go
 
     def arrive(self, trial: int) -> None:

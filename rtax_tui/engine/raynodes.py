@@ -30,8 +30,10 @@ cannot settle another node's trial, nor release the batch, which the controller 
 every trial has arrived or failed (a lost node's trials fail at once), or at the deadline.
 The release goes to every node; the node answers its own time of it, and its
 environments' let-go times come in its log, each put on the run's clock through the
-node's offset and held within what the controller saw (after its decision, before it
-heard of it).
+node's offset and held within what the controller saw (after the node received the
+release, before the controller heard of it). An arrival the node's clock puts after a
+deadline's release is not counted (locally the deadline interrupts a trial on its way):
+its trial fails, saying so.
 
 Security (docs/remote-hosts.md): a Ray cluster has no authentication; whoever reaches
 its GCS runs code as the cluster's user. rtax never starts a head (it only connects),
@@ -682,6 +684,8 @@ class NodeBatch:
         self.settled: set[int] = set()  # arrived or failed, here
         self.cursor = 0  # the node's log entries taken so far
         self.release_lag_ns: int | None = None
+        self.received_ns: int | None = None  # when the node received the release (our clock)
+        self.late: set[int] = set()  # arrived, by the node's clock after a deadline's release
         self.refused: str | None = None  # the first log entry not taken, and why
         self.spoiled: set[int] = set()  # trials whose events were not recorded
         self._tasks: list[asyncio.Task[None]] = []
@@ -749,6 +753,8 @@ class NodeBatch:
             if type(at) is int:
                 offset, _ = clock.offset_at(decided)
                 self.release_lag_ns = min(max(0, at - offset - decided), heard - decided)
+                self.received_ns = decided + self.release_lag_ns
+                self._no_let_go_before(self.received_ns)
         finally:
             self._released.set()
 
@@ -794,6 +800,9 @@ class NodeBatch:
             if kind == "arrive":
                 self.arrived.add(trial)
                 b.arrive(trial)
+                if self._after_deadline(node_ns):  # locally, the deadline interrupts it
+                    self.late.add(trial)
+                    b.lost_trials.add(trial)  # arrived, but not counted
             else:
                 b.fail(trial)
             return None
@@ -802,9 +811,29 @@ class NodeBatch:
         if b.released_ns is None or self.host.clock is None:
             return f"trial {trial} lets go before the release"
         offset, _ = self.host.clock.offset_at(b.released_ns)
-        at = min(max(node_ns - offset, b.released_ns), time.monotonic_ns())
+        floor = b.released_ns if self.received_ns is None else self.received_ns
+        at = min(max(node_ns - offset, floor), time.monotonic_ns())
         b.let_go(trial, held, at_ns=at)
         return None
+
+    def _after_deadline(self, node_ns: int) -> bool:
+        """An arrival the node's clock puts after a deadline's release (beyond its error):
+        the deadline found the trial on its way (its engine had not yet heard of it)."""
+        b, clock = self.barrier, self.host.clock
+        if not b.expired or b.released_ns is None or clock is None:
+            return False
+        offset, err = clock.offset_at(b.released_ns)
+        return node_ns - offset - err > b.released_ns
+
+    def _no_let_go_before(self, received: int) -> None:
+        """No let-go of this node's trials before the node received the release (those
+        taken before its answer came were held only to the decision)."""
+        b = self.barrier
+        for trial in self.trials:
+            at = b.let_go_at.get(trial)
+            if at is not None and at < received:
+                b.let_go_at[trial] = received
+                b.let_go_ns = max(b.let_go_ns or received, received)
 
     def _refuse(self, why: str) -> None:
         if self.refused is None:
@@ -817,6 +846,8 @@ class NodeBatch:
         if waited != (trial in self.arrived):
             said = "arrived" if trial in self.arrived else "did not arrive"
             return f"its log says the trial {said}, its events the opposite"
+        if trial in self.late:
+            return "the trial arrived at the barrier after the batch's deadline had released it"
         return None
 
     def settle(self, trial: int) -> None:
