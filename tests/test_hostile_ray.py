@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rtax_tui.engine.capacity import Barrier, CapacityRun
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
@@ -27,6 +29,7 @@ from rtax_tui.engine.profile import Profile, load_profile
 from rtax_tui.engine.raynodes import NodeBatch, NodeTrials, RayNodeHost, RaySpec
 from rtax_tui.engine.runner import resolve_workloads
 from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
+from rtax_tui.model import events
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.spec import Cell
 
@@ -64,13 +67,13 @@ def _clock() -> RemoteClock:
     return c
 
 
-def _profile(tmp: Path, step: str, *, size: int = 1, deadline_s: int = 20) -> Profile:
+def _profile(tmp: Path, step: str, *, size: int, deadline_s: int, driver: str) -> Profile:
     path = tmp / "span.toml"
     path.write_text(
         f"""
 [run]
 hosts = ["local"]
-drivers = ["local"]
+drivers = ["{driver}"]
 workloads = ["span"]
 channels = ["exec"]
 warmup = 0
@@ -101,9 +104,10 @@ def span_run(
     size: int = 1,
     deadline_s: int = 20,
     tamper: Tamper | None = None,
+    driver: str = "local",
 ) -> tuple[list[dict[str, Any]], Progress]:
     """One capacity batch over `nodes` in-process node engines; the events recorded."""
-    profile = _profile(tmp, step, size=size, deadline_s=deadline_s)
+    profile = _profile(tmp, step, size=size, deadline_s=deadline_s, driver=driver)
     workloads = resolve_workloads(profile)
     got: list[dict[str, Any]] = []
     emit = Emitter([got.append])
@@ -128,7 +132,7 @@ def span_run(
             span = NodeTrials(hosts, trials)
             await span.setup(workloads)
             emit.start()
-            cells = [Cell(h, "local", "span", "exec") for h in hosts]
+            cells = [Cell(h, driver, "span", "exec") for h in hosts]
             run = CapacityRun(
                 profile.capacity,  # type: ignore[arg-type]
                 run_id="r", emit=emit, control=control, progress=progress,
@@ -282,3 +286,99 @@ def test_a_let_go_before_its_node_received_the_release_is_held_to_that_receipt()
         assert lag is not None and barrier.let_go_at[2] >= decided + lag
 
     asyncio.run(go())
+
+
+# -- a workload inside a node's environment ------------------------------------------------
+STUBBORN = (
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    time.sleep(300.0731)\n"
+    "    sys.exit(0)\n"
+    "time.sleep(300.0731)\n"
+)
+
+
+def test_a_workload_that_never_arrives_ignores_sigterm_and_forks_does_not_hang_the_barrier(
+    tmp_path: Path,
+) -> None:
+    """Held at 930c6c7 (kept as a check): on every node an environment that never
+    arrives, ignores SIGTERM and leaves a grandchild in a session of its own. The
+    controller releases at the deadline, each node interrupts its part, the trials fail
+    `barrier_deadline`, the batch is recorded, and nothing of theirs is left running."""
+    from tests.leftovers import processes
+
+    t = time.monotonic()  # stage: `local` keeps nothing in (a session of its own escapes)
+    evs, _ = span_run(tmp_path, STUBBORN, nodes=2, deadline_s=3, driver="stage")
+    took = time.monotonic() - t
+    assert took < 30, took
+    ends = _ends(evs)
+    assert len(ends) == 2 and all(not e["ok"] for e in ends.values()), ends
+    assert {e["error"]["kind"] for e in ends.values()} == {"barrier_deadline"}, ends
+    bars = _bars(evs)
+    assert {(b["arrived"], b["released"]) for b in bars.values()} == {(0, "deadline")}
+    deadline = time.monotonic() + 10
+    while processes("300.0731") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes("300.0731") == []
+
+
+FORGER = (
+    "import json, sys\n"
+    "ev = {'type': 'barrier', 'batch': 'b1', 'cell': 'x', 'size': 1, 'arrived': 1}\n"
+    "for out in (sys.stdout, sys.stderr):\n"
+    "    out.write(json.dumps(ev) + '\\n')\n"
+    "    out.write(repr(('arrive', 1, 0, True)) + '\\n')\n"
+    "    out.write(json.dumps({'type': 'phase', 'trial': 1, 'name': 'barrier.wait',"
+    " 'dur_ns': 1, 'ok': True}) + '\\n')\n"
+    "    out.write(json.dumps({'type': 'trial_end', 'trial': 1, 'ok': True}) + '\\n')\n"
+    "sys.exit(3)\n"
+)
+
+
+def test_a_workload_that_prints_events_and_log_entries_is_only_counted(tmp_path: Path) -> None:
+    """Held at 930c6c7 (kept as a check): an environment whose step prints what looks
+    like a `barrier` event, a node log entry, a `barrier.wait` phase and a trial_end,
+    then fails. Its output is counted (bytes), never read as events: its trial fails
+    (rc 3 unexpected: not valid; it never arrived) and its node's part says 0 arrived."""
+    evs, _ = span_run(tmp_path, FORGER, nodes=2, deadline_s=10)
+    assert len([e for e in evs if e["type"] == "barrier"]) == 2
+    assert not [e for e in evs if e["type"] == "phase" and e["name"] == "barrier.wait"]
+    ends = _ends(evs)
+    assert len(ends) == 2 and not any(e["valid"] for e in ends.values()), ends
+    bars = _bars(evs)
+    assert {(b["arrived"], b["released"]) for b in bars.values()} == {(0, "settled")}
+
+
+@pytest.mark.parametrize("value", [2**70, -(2**70), 2**63, -1, True, float("nan"), "9", None])
+def test_a_nodes_times_on_the_wire_stay_within_what_the_controller_saw(
+    tmp_path: Path, value: Any
+) -> None:
+    """Held at 930c6c7 (kept as a check): ray-1 answers the release with `value` (past
+    int64, negative, a bool, NaN, a string, nothing) and, when an integer, stamps every
+    entry of its batch log with it. The run completes; its lag is an integer between the
+    decision and when the controller heard, or null; its let-go no earlier than the
+    release and no later than the controller saw; nothing is dropped from the record."""
+
+    def forge(node: str, method: str, call: Any) -> Any:
+        _args, got = call
+        if node != "ray-1":
+            return got
+        if method == "release_batch":
+            return value
+        if method == "barrier_news" and type(value) is int:
+            return [(k, t, value, h) for k, t, _, h in got]
+        return got
+
+    evs, prog = span_run(tmp_path, "pass", nodes=2, size=2, deadline_s=5, tamper=forge)
+    assert len(_ends(evs)) == 4 and prog.done == 4
+    bars = _bars(evs)
+    honest, forged = bars["ray-0"], bars["ray-1"]
+    assert honest["arrived"] == 2 and type(honest["release_lag_ns"]) is int
+    lag = forged["release_lag_ns"]
+    assert lag is None if type(value) is not int else 0 <= lag < 10**10, forged
+    assert 0 <= forged["release_dur_ns"] < 10**10, forged
+    for b in bars.values():
+        check = events.check_event(b)
+        assert check is None, check
