@@ -473,3 +473,41 @@ def test_a_node_killed_mid_run_leaves_its_trials_lost_and_nothing_running(cluste
         time.sleep(0.2)
     assert processes(nap) == [] and _engines_left() == []
     assert leftovers(evs[0]["run_id"]) == []
+
+
+def test_the_controller_killed_mid_batch_leaves_nothing_on_the_nodes(cluster, tmp_path):
+    """The red team's (docs/boundaries.md, "Ray nodes and the spanning barrier"): the
+    controller SIGKILLed while a capacity batch spans the nodes, every environment but
+    one held at the barrier (the first to take a marker naps on). Ray ends the driver's
+    actors; each node engine's detached reaper ends what its environments left: no
+    environment, engine or reaper of the run is left on any node."""
+    marker = tmp_path / "first"
+    nap = (
+        "import os, time\n"
+        f"try:\n    os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL))\n"
+        "except FileExistsError:\n    raise SystemExit(0)\n"
+        "time.sleep(60.0433)\n"
+    )
+    rec = tmp_path / "k9.jsonl"
+    proc = _start(cluster, _capacity_profile(tmp_path / "k9.toml", nap, 120), rec)
+    try:
+        deadline = time.monotonic() + 120
+        waits = 0
+        while waits < 2 or not processes("60.0433"):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the batch never held its environments"
+            time.sleep(0.2)
+            waits = len(processes("ray::NodeEngine"))
+        time.sleep(1.0)  # the others arrived: held at the barrier, on their nodes
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run_id = _events(rec)[0]["run_id"]
+    deadline = time.monotonic() + 60
+    while (processes("60.0433") or _engines_left()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert processes("60.0433") == [] and _engines_left() == []
+    assert leftovers(run_id) == []
