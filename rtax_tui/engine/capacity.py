@@ -19,7 +19,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from rtax_tui.engine.control import Progress, RunControl
-from rtax_tui.engine.plan import PlannedBatch, PlannedTrial, build_capacity_plan
+from rtax_tui.engine.plan import (
+    PlannedBatch,
+    PlannedTrial,
+    build_capacity_plan,
+    build_spanning_plan,
+)
 from rtax_tui.engine.profile import Capacity
 from rtax_tui.hosts import names, reaper
 from rtax_tui.hosts.cgroups import Cgroup
@@ -60,21 +65,31 @@ class Barrier:
         self.let_go_ns: int | None = None  # monotonic: the last one let go
         self.lost = 0  # arrived, but their release found nothing held any more
         self.all_let_go = asyncio.Event()
+        self.arrivals: set[int] = set()  # the trials that arrived
+        # those of them not counted: held nothing at the end, or (a Ray node's) arrived
+        # after a deadline's release had found them on their way (engine.raynodes)
+        self.lost_trials: set[int] = set()
+        self.let_go_at: dict[int, int] = {}  # monotonic: when each arrived one let go
 
     def arrive(self, trial: int) -> None:
         self.arrived += 1
         self.settled.add(trial)
         self.holding.add(trial)
+        self.arrivals.add(trial)
         self._check()
 
-    def let_go(self, trial: int, held: bool = True) -> None:
-        """The trial let go after the release (`held` False: it had lost what it held)."""
+    def let_go(self, trial: int, held: bool = True, at_ns: int | None = None) -> None:
+        """The trial let go after the release (`held` False: it had lost what it held);
+        `at_ns`: when, if not now (a Ray node's time, on this clock: engine.raynodes)."""
         if trial not in self.holding:
             return
         self.holding.discard(trial)
         if not held:
             self.lost += 1
-        self.let_go_ns = time.monotonic_ns()
+            self.lost_trials.add(trial)
+        at = time.monotonic_ns() if at_ns is None else at_ns
+        self.let_go_at[trial] = at
+        self.let_go_ns = at if self.let_go_ns is None else max(self.let_go_ns, at)
         self._check_let_go()
 
     def _check_let_go(self) -> None:
@@ -151,8 +166,22 @@ class LaunchInBatch(Protocol):
     ) -> Coroutine[Any, Any, None]: ...
 
 
+class BatchSpan(Protocol):
+    """A batch whose environments are spread over several hosts, each running its own
+    (engine.raynodes: Ray nodes). The span follows each host's part (arrivals, let-gos),
+    takes the release to every host and measures when each received it."""
+
+    def open(self, batch: PlannedBatch, barrier: Barrier) -> None: ...
+
+    async def released(self, batch: PlannedBatch) -> dict[str, int | None]: ...
+
+    async def close(self, batch: PlannedBatch) -> None: ...
+
+
 class CapacityRun:
-    """The batches of a capacity profile, one after the other."""
+    """The batches of a capacity profile, one after the other. With a `span` (Ray
+    nodes), a batch holds `size` environments on every host of its cells' group (the
+    cells that differ only in their host) and one barrier releases them all."""
 
     def __init__(
         self,
@@ -164,6 +193,7 @@ class CapacityRun:
         progress: Progress,
         launch: LaunchInBatch,
         let_go_s: float = 120.0,
+        span: BatchSpan | None = None,
     ) -> None:
         self.capacity = capacity
         self.let_go_s = let_go_s  # the longest the batch waits for the release steps
@@ -172,10 +202,14 @@ class CapacityRun:
         self.control = control
         self.progress = progress
         self.launch = launch
+        self.span = span
 
     async def run(self, cells: list[Cell], warmup: int, seed: int) -> None:
         cap = self.capacity
-        plan = build_capacity_plan(cells, cap.batches, cap.curve, warmup, seed)
+        if self.span is None:
+            plan = build_capacity_plan(cells, cap.batches, cap.curve, warmup, seed)
+        else:
+            plan = build_spanning_plan(cells, cap.batches, cap.curve, warmup, seed)
         self.progress.planned = sum(len(b.trials) for b in plan)
         for batch in plan:
             await self.control.gate.wait()
@@ -216,6 +250,8 @@ class CapacityRun:
             self.capacity.release_concurrency,
         )
         cg = budget.relpath if budget is not None else None
+        if self.span is not None:
+            self.span.open(batch, barrier)
         start = time.monotonic_ns()
         tasks = []
         for pt in batch.trials:
@@ -239,6 +275,11 @@ class CapacityRun:
         except (TimeoutError, asyncio.CancelledError):
             pass
         stats = watch.read() if watch is not None else {}
+        if self.span is not None:
+            await self._spanned(batch, barrier, deadline_s, release_ns)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.span.close(batch)
+            return
         self.emit(
             events.barrier(
                 batch=batch.id,
@@ -257,3 +298,39 @@ class CapacityRun:
             )
         )
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _spanned(
+        self, batch: PlannedBatch, barrier: Barrier, deadline_s: float, release_ns: int
+    ) -> None:
+        """A batch spread over hosts: one `barrier` event per cell (per host), each with
+        its own part (`size`, `arrived`), the batch's one release (`released`,
+        `release_ns`: the controller's decision), the whole batch's size (`span`), when its
+        host received the release (`release_lag_ns`, measured there and put on this
+        clock through the host's offset) and when its last environment let go
+        (`release_dur_ns`, likewise)."""
+        assert self.span is not None
+        lags = await self.span.released(batch)
+        cells: dict[Cell, list[int]] = {}
+        for pt in batch.trials:
+            cells.setdefault(pt.cell, []).append(pt.id)
+        for cell, ids in cells.items():
+            lets = [barrier.let_go_at[t] for t in ids if t in barrier.let_go_at]
+            dur = 0
+            if barrier.released_ns is not None and lets:
+                dur = max(0, max(lets) - barrier.released_ns)
+            arrived = sum(t in barrier.arrivals and t not in barrier.lost_trials for t in ids)
+            self.emit(
+                events.barrier(
+                    batch=batch.id,
+                    cell=cell.id,
+                    size=len(ids),
+                    arrived=arrived,
+                    released=barrier.how,
+                    deadline_s=deadline_s,
+                    warmup=batch.warmup,
+                    release_ns=release_ns,
+                    release_dur_ns=dur,
+                    span=barrier.size,
+                    release_lag_ns=lags.get(cell.host),
+                )
+            )

@@ -279,34 +279,49 @@ class TrialRunner:
         prog = self.progress
         prog.started += 1
         prog.in_flight += 1
-        cap = self.profile.capacity
-        with_batch = barrier is not None and cap is not None
-        self.emit(
-            events.trial_start(
-                trial=pt.id,
-                cell=cell.id,
-                host=cell.host,
-                driver=cell.driver,
-                workload=cell.workload,
-                channel=cell.channel,
-                warmup=pt.warmup,
-                batch=pt.batch,
-                steps=len(workload.steps),
-                replay=self._replay_json(cell, workload, spec),
-                batch_size=barrier.size if with_batch and barrier is not None else None,
-                deadline_s=cap.deadline_s if with_batch and cap is not None else None,
-                mode=cell.mode,
-                arrival=None if pt.episode is None else cell.arrival,
-                episode=pt.episode,
-                arrival_ns=None if pt.episode is None else max(0, scheduled_ns - self.emit.t0),
-                image=cell.image or None,
-            )
-        )
+        size = None if barrier is None else barrier.size
+        self.emit(self.start_event(pt, scheduled_ns, workload, spec, size))
         tr = TrialState(pt, scheduled_ns, barrier, workload, spec, timeouts, self.emit)
         task = asyncio.current_task()
         if task is not None:
             self.control.interruptible[pt.id] = task
         return tr
+
+    def start_event(
+        self,
+        pt: PlannedTrial,
+        scheduled_ns: int,
+        workload: Workload,
+        spec: EnvSpec,
+        batch_size: int | None = None,
+    ) -> events.TrialStartEvent:
+        """The trial's `trial_start`: what it runs (its mode, its episode's arrival, its
+        replay, its image), its batch. The one builder of a run's trial starts: a Ray
+        node's trial that its node never accounted for starts with it too
+        (engine.raynodes), so that readers group and pair it as any other. `batch_size`:
+        the environments at its batch's barrier (on its host), for a capacity batch's."""
+        cell = pt.cell
+        cap = self.profile.capacity
+        with_batch = batch_size is not None and cap is not None
+        return events.trial_start(
+            trial=pt.id,
+            cell=cell.id,
+            host=cell.host,
+            driver=cell.driver,
+            workload=cell.workload,
+            channel=cell.channel,
+            warmup=pt.warmup,
+            batch=pt.batch,
+            steps=len(workload.steps),
+            replay=self._replay_json(cell, workload, spec),
+            batch_size=batch_size if with_batch else None,
+            deadline_s=cap.deadline_s if with_batch and cap is not None else None,
+            mode=cell.mode,
+            arrival=None if pt.episode is None else cell.arrival,
+            episode=pt.episode,
+            arrival_ns=None if pt.episode is None else max(0, scheduled_ns - self.emit.t0),
+            image=cell.image or None,
+        )
 
     async def _admit(self, tr: TrialState) -> None:
         """Admission: a trial on a lost host (whose reconnect fails) or a lost substrate

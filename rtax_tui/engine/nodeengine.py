@@ -9,17 +9,27 @@ node's clock, `t0_node`, from the measured offset). The node has its own reaper
 (hosts/reaper.py): if the actor dies (its node killed, the actor killed), the reaper's
 pipe closes and it ends what the node's environments left.
 
+A capacity batch spread over the nodes (engine.capacity, `BatchSpan`) has one barrier on
+each node (`NodeBarrier`): the node's environments arrive, fail and let go there, each
+logged with the node's `time.monotonic_ns()` for the controller, which follows the log
+(`barrier_news`, a long poll); the node's barrier never releases itself. The controller
+releases the batch once every node's environments have arrived or failed, or at its
+deadline (`release_batch`: the node's time of the release is its answer; at the
+deadline the node interrupts those still on their way).
+
 This module imports no Ray: the controller wraps the class with `ray.remote`, and Ray
 imports this module on the node (rtax installed there, as on the controller).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
 
 from rtax_tui.drivers import Driver, get_driver
+from rtax_tui.engine.capacity import Barrier
 from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
 from rtax_tui.engine.lifecycle import TrialRunner
@@ -29,6 +39,51 @@ from rtax_tui.hosts import LocalHost, reaper
 from rtax_tui.hosts.hostfacts import local_facts
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.spec import Workload
+
+NEWS_MAX = 4096  # the most log entries one `barrier_news` answer holds
+
+
+class NodeBarrier(Barrier):
+    """One node's part of a batch's barrier: what its environments do is logged for the
+    controller (`log`: kind, trial, the node's monotonic ns, held); only the controller
+    releases it (`release`)."""
+
+    def __init__(self, size: int, release_concurrency: int | None) -> None:
+        super().__init__(size, None, release_concurrency)
+        self.log: list[tuple[str, int, int, bool]] = []
+        self.changed = asyncio.Event()
+        self.trials: set[int] = set()  # the batch's trials sent to this node
+
+    def _note(self, kind: str, trial: int, held: bool = True) -> None:
+        self.log.append((kind, trial, time.monotonic_ns(), held))
+        self.changed.set()
+
+    def arrive(self, trial: int) -> None:
+        if trial not in self.settled:
+            super().arrive(trial)
+            self._note("arrive", trial)
+
+    def fail(self, trial: int) -> None:
+        if trial not in self.settled:
+            super().fail(trial)
+            self._note("fail", trial)
+
+    def let_go(self, trial: int, held: bool = True, at_ns: int | None = None) -> None:
+        if trial in self.holding:
+            super().let_go(trial, held)
+            self._note("let_go", trial, held)
+
+    def _check(self) -> None:
+        """Every environment of the node arrived: the node waits for the controller."""
+
+    def release(self, expired: bool) -> int:
+        """The controller's release (`expired`: at the batch's deadline); its time here."""
+        if self.how is None:
+            self.how = "deadline" if expired else "released"
+            self.expired = expired
+            self._release()
+        assert self.released_ns is not None
+        return self.released_ns
 
 
 class NodeEngine:
@@ -47,6 +102,7 @@ class NodeEngine:
         self.control = RunControl()
         self.progress = Progress()
         self.runner: TrialRunner | None = None
+        self._batches: dict[str, NodeBarrier] = {}  # capacity batches in progress here
 
     def _keep(self, ev: dict[str, Any]) -> None:
         trial = ev.get("trial")
@@ -105,21 +161,60 @@ class NodeEngine:
         return os.getpid()
 
     async def run_trial(
-        self, pt: PlannedTrial, scheduled_ns: int, t0_node: int
+        self, pt: PlannedTrial, scheduled_ns: int, t0_node: int, share: int | None = None
     ) -> list[dict[str, Any]]:
         """One trial through the node's TrialRunner; its events, stamped on the run's clock
         (`t0_node`: the run's origin on this node's clock). `scheduled_ns`: when the
-        controller scheduled it, on this node's clock (orchestration starts there)."""
+        controller scheduled it, on this node's clock (orchestration starts there).
+        `share`: the trial is one of its capacity batch's `share` on this node."""
         if self.runner is None:
             raise RuntimeError("setup first")
         tid = pt.id
+        barrier = None
+        if share is not None and pt.batch is not None:
+            barrier = self._batch(pt.batch, share)
+            barrier.trials.add(tid)
         self.emit.t0 = t0_node
         self._events[tid] = []
         try:
-            await self.runner.run(pt, min(scheduled_ns, time.monotonic_ns()))
+            await self.runner.run(pt, min(scheduled_ns, time.monotonic_ns()), barrier)
         finally:
             got = self._events.pop(tid, [])
         return got
+
+    def _batch(self, batch: str, share: int) -> NodeBarrier:
+        b = self._batches.get(batch)
+        if b is None:
+            cap = self.profile.capacity
+            slots = None if cap is None else cap.release_concurrency
+            b = self._batches[batch] = NodeBarrier(share, slots)
+        return b
+
+    async def barrier_news(self, batch: str, cursor: int, wait_s: float, share: int) -> list[Any]:
+        """The batch's log here from entry `cursor` on, once there is any (or `wait_s`
+        has passed): the controller's long poll."""
+        b = self._batch(batch, share)
+        if len(b.log) <= cursor:
+            b.changed.clear()
+            try:
+                async with asyncio.timeout(wait_s):
+                    await b.changed.wait()
+            except TimeoutError:
+                pass
+        return b.log[cursor : cursor + NEWS_MAX]
+
+    async def release_batch(self, batch: str, expired: bool, share: int) -> int:
+        """The controller released the batch: its environments here are woken (at the
+        deadline, those still on their way interrupted). Returns this node's time of it."""
+        b = self._batch(batch, share)
+        at = b.release(expired)
+        if expired:
+            for tid in b.trials - b.settled:
+                self.control.interrupt(tid)
+        return at
+
+    async def forget_batch(self, batch: str) -> None:
+        self._batches.pop(batch, None)
 
     async def stop(self) -> None:
         """Stop: what runs is interrupted, its teardown still happens."""

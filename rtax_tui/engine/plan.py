@@ -125,3 +125,29 @@ def build_capacity_plan(
         next_id += n
         plan.append(PlannedBatch(bid, cell, warm, trials))
     return plan
+
+
+def build_spanning_plan(
+    cells: list[Cell], batches: int, size: int | tuple[int, ...], warmup: int, seed: int
+) -> list[PlannedBatch]:
+    """Capacity batches that span hosts (Ray nodes: engine.raynodes): the cells that differ
+    only in their host form one group, planned as `build_capacity_plan` plans a cell (the
+    group's first cell standing for it, the same seeded order); each batch then holds
+    `size` trials of every cell of its group, all at one barrier."""
+    groups: dict[tuple[str, ...], list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.driver, c.workload, c.channel, c.mode, c.arrival, c.image), []).append(
+            c
+        )
+    members = {g[0]: g for g in groups.values()}
+    _bounded(len(cells) * sum((size,) if isinstance(size, int) else size) * batches, "spans")
+    plan: list[PlannedBatch] = []
+    next_id = 1
+    for b in build_capacity_plan(list(members), batches, size, warmup, seed):
+        n = len(b.trials)
+        trials: list[PlannedTrial] = []
+        for cell in members[b.cell]:
+            trials.extend(PlannedTrial(next_id + k, cell, b.warmup, b.id) for k in range(n))
+            next_id += n
+        plan.append(PlannedBatch(b.id, b.cell, b.warmup, tuple(trials)))
+    return plan

@@ -20,6 +20,21 @@ dies makes its trial in flight `host_lost` with Ray's reason, and its later tria
 (a lost node is not reconnected); the run goes on with the others, and the node's own
 reaper ends what the actor's environments left.
 
+A capacity batch spans the nodes (`NodeTrials` is the batch's `BatchSpan`): `size`
+environments of a cell group on every node, at one barrier on the controller. Each
+node's part is followed by a `NodeBatch`: the node's engine logs its environments'
+arrivals, failures and let-gos (engine.nodeengine.NodeBarrier), the controller reads the
+log (a long poll) and takes from it only what concerns the trials it sent to that node,
+each step once and in order (arrive or fail, then let go after the release): a node
+cannot settle another node's trial, nor release the batch, which the controller does once
+every trial has arrived or failed (a lost node's trials fail at once), or at the deadline.
+The release goes to every node; the node answers its own time of it, and its
+environments' let-go times come in its log, each put on the run's clock through the
+node's offset and held within what the controller saw (after the node received the
+release, before the controller heard of it). An arrival the node's clock puts after a
+deadline's release is not counted (locally the deadline interrupts a trial on its way):
+its trial fails, saying so.
+
 Security (docs/remote-hosts.md): a Ray cluster has no authentication; whoever reaches
 its GCS runs code as the cluster's user. rtax never starts a head (it only connects),
 and connects only to a loopback address unless the profile's `[hosts.NAME]` says
@@ -47,8 +62,9 @@ from rtax_tui.model.netaddr import address_host, is_loopback
 from rtax_tui.model.spec import PhaseFailure, RtaxError
 
 if TYPE_CHECKING:
+    from rtax_tui.engine.capacity import Barrier
     from rtax_tui.engine.lifecycle import TrialRunner
-    from rtax_tui.engine.plan import PlannedTrial
+    from rtax_tui.engine.plan import PlannedBatch, PlannedTrial
     from rtax_tui.engine.profile import Profile
     from rtax_tui.model.spec import Workload
 
@@ -59,6 +75,8 @@ ACTOR_START_S = 120.0  # placing an actor: a worker process started on its node
 BATCH_EVENTS_MAX = 100_000  # the most events one trial's batch may hold
 NODE_MARGIN_S = 10.0  # a trial's node answers within its timeouts' sum and this, or is lost
 SLACK_NS = 5_000_000  # what a node's times may exceed the controller's view by, beyond err
+NEWS_WAIT_S = 5.0  # a long poll of a node's batch log returns after this at the latest
+NEWS_KINDS = frozenset({"arrive", "fail", "let_go"})
 # the events a node's trial sends; anything else in its batch is refused
 TRIAL_EVENTS = frozenset({"trial_start", "phase", "action", "trial_end", "programs"})
 
@@ -445,6 +463,8 @@ class NodeTrials:
     def __init__(self, nodes: dict[str, RayNodeHost], trials: TrialRunner) -> None:
         self.nodes = nodes
         self.trials = trials
+        self.batches: dict[str, dict[str, NodeBatch]] = {}  # open batch -> node -> its part
+        self._part: dict[int, NodeBatch] = {}  # a batch's trial -> its node's part
 
     async def setup(self, workloads: dict[str, Workload]) -> None:
         """Give every node the run's id and workloads (a node that fails is lost)."""
@@ -477,19 +497,78 @@ class NodeTrials:
         finally:
             prog.in_flight -= 1
 
-    async def _on_node(self, host: RayNodeHost, pt: PlannedTrial, scheduled_ns: int) -> None:
+    # -- capacity batches across the nodes (engine.capacity.BatchSpan) ------------------
+    def open(self, batch: PlannedBatch, barrier: Barrier) -> None:
+        """Follow each node's part of `batch` (before any of its trials is sent)."""
+        parts: dict[str, NodeBatch] = {}
+        for pt in batch.trials:
+            host = self.nodes.get(pt.cell.host)
+            if host is None:
+                continue
+            part = parts.get(host.name)
+            if part is None:
+                part = parts[host.name] = NodeBatch(host, batch.id, barrier)
+            part.trials.add(pt.id)
+            self._part[pt.id] = part
+        self.batches[batch.id] = parts
+        for part in parts.values():
+            part.start()
+
+    async def released(self, batch: PlannedBatch) -> dict[str, int | None]:
+        """Each node's release lag (None: it never answered the release)."""
+        parts = self.batches.get(batch.id, {})
+        await asyncio.gather(*(p.release_answered() for p in parts.values()))
+        return {name: p.release_lag_ns for name, p in parts.items()}
+
+    async def close(self, batch: PlannedBatch) -> None:
+        parts = self.batches.pop(batch.id, {})
+        for pt in batch.trials:
+            self._part.pop(pt.id, None)
+        await asyncio.gather(*(p.close() for p in parts.values()))
+
+    async def launch_in_batch(
+        self, pt: PlannedTrial, scheduled_ns: int, barrier: Barrier, cgroup_parent: str | None
+    ) -> None:
+        """A capacity batch's trial: on its node, its part of the batch followed there."""
+        part = self._part.get(pt.id)
+        if part is None:  # not a node's: the local engine's barrier is the batch's own
+            await self.trials.run(pt, scheduled_ns, barrier, cgroup_parent)
+            return
+        try:
+            if self.trials.control.stopping:
+                return
+            prog = self.trials.progress
+            prog.started += 1
+            prog.in_flight += 1
+            try:
+                await self._on_node(part.host, pt, scheduled_ns, part)
+            finally:
+                prog.in_flight -= 1
+        finally:
+            part.settle(pt.id)
+
+    async def _on_node(
+        self,
+        host: RayNodeHost,
+        pt: PlannedTrial,
+        scheduled_ns: int,
+        part: NodeBatch | None = None,
+    ) -> None:
         if host.dead is not None or host.actor is None or host.clock is None:
             why = host.dead or host.clock_error or "not connected"
-            self._failed(pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {why}")
+            self._failed(
+                pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {why}", part
+            )
             return
         emit = self.trials.emit
         offset, err = host.clock.offset_at(scheduled_ns)
         bound = self.bound_s(pt)
+        args: tuple[Any, ...] = (pt, scheduled_ns + offset, emit.t0 + offset)
+        if part is not None:
+            args += (part.share,)
         try:
             async with asyncio.timeout(bound):
-                batch = await host.actor.run_trial.remote(
-                    pt, scheduled_ns + offset, emit.t0 + offset
-                )
+                batch = await host.actor.run_trial.remote(*args)
         except Exception as exc:
             if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
                 raise
@@ -501,7 +580,7 @@ class NodeTrials:
                     else _why(exc)
                 )
             self._failed(
-                pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {host.dead}"
+                pt, scheduled_ns, ErrorKind.HOST_LOST, f"node {host.name} lost: {host.dead}", part
             )
             return
         if batch == [] and self.trials.control.stopping:  # stopped before it began there
@@ -509,12 +588,16 @@ class NodeTrials:
             return
         lo, hi = scheduled_ns - emit.t0, time.monotonic_ns() - emit.t0
         refused = check_batch(batch, pt, lo_ns=lo, hi_ns=hi, err_ns=err)
+        if refused is None and part is not None:
+            await part.catch_up()  # what the node logged of the trial before it answered
+            refused = part.check_trial(pt.id, batch)
         if refused is not None:
             self._failed(
                 pt,
                 scheduled_ns,
                 ErrorKind.ERROR,
                 f"node {host.name} sent events not recorded: {refused}",
+                part,
             )
             return
         for ev in batch:
@@ -542,27 +625,30 @@ class NodeTrials:
                     total += w.release.timeout_s or to.action
                 steps = max(steps, total)
         programs = min(PROGRAMS_TIMEOUT_S, to.action)
-        return to.create + to.ready + steps + programs + to.teardown + NODE_MARGIN_S
+        cap = self.trials.profile.capacity  # a batch's trial also waits at its barrier
+        wait = 0.0 if pt.batch is None or cap is None else cap.deadline_s
+        return to.create + to.ready + steps + programs + to.teardown + wait + NODE_MARGIN_S
 
-    def _failed(self, pt: PlannedTrial, scheduled_ns: int, kind: str, message: str) -> None:
-        """A trial that a node did not (or could not) account for: its start, its time as
-        orchestration, its end with the reason."""
-        cell = pt.cell
-        emit = self.trials.emit
-        wl = self.trials.workloads.get(cell.workload)
-        emit(
-            events.trial_start(
-                trial=pt.id,
-                cell=cell.id,
-                host=cell.host,
-                driver=cell.driver,
-                workload=cell.workload,
-                channel=cell.channel,
-                warmup=pt.warmup,
-                batch=pt.batch,
-                steps=None if wl is None else len(wl.steps),
-            )
-        )
+    def _failed(
+        self,
+        pt: PlannedTrial,
+        scheduled_ns: int,
+        kind: str,
+        message: str,
+        part: NodeBatch | None = None,
+    ) -> None:
+        """A trial that a node did not (or could not) account for: its start (the
+        lifecycle's own, `TrialRunner.start_event`), its time as orchestration, its end
+        with the reason."""
+        trials = self.trials
+        emit = trials.emit
+        wl = trials.workloads[pt.cell.workload]
+        spec = trials.spec_for(pt.cell, None, wl)
+        size = None
+        if part is not None:
+            size = part.share
+            part.spoiled.add(pt.id)
+        emit(trials.start_event(pt, scheduled_ns, wl, spec, size))
         emit(events.phase(pt.id, "orchestration", time.monotonic_ns() - scheduled_ns, True))
         err = TrialError("create", kind, message)
         emit(events.trial_end(pt.id, False, err))
@@ -582,6 +668,222 @@ class NodeTrials:
             prog.failed += 1
         elif v == "invalid":
             prog.invalid += 1
+
+
+class NodeBatch:
+    """One node's part of a capacity batch, as the controller follows it: the trials sent
+    there (`trials`), what the node's log said of each (`apply`, checked: engine.raynodes'
+    docstring), the release taken there and when the node received it."""
+
+    def __init__(self, host: RayNodeHost, batch: str, barrier: Barrier) -> None:
+        self.host = host
+        self.batch = batch
+        self.barrier = barrier
+        self.trials: set[int] = set()
+        self.arrived: set[int] = set()  # arrived, by the node's log
+        self.settled: set[int] = set()  # arrived or failed, here
+        self.cursor = 0  # the node's log entries taken so far
+        self.release_lag_ns: int | None = None
+        self.received_ns: int | None = None  # when the node received the release (our clock)
+        self.late: set[int] = set()  # arrived, by the node's clock after a deadline's release
+        self.refused: str | None = None  # the first log entry not taken, and why
+        self.spoiled: set[int] = set()  # trials whose events were not recorded
+        self._tasks: list[asyncio.Task[None]] = []
+        self._released = asyncio.Event()  # the release answered (or never will be)
+
+    @property
+    def share(self) -> int:
+        return len(self.trials)
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.ensure_future(self._follow()),
+            asyncio.ensure_future(self._release()),
+        ]
+
+    async def _news(self, wait_s: float) -> None:
+        actor = self.host.actor
+        if actor is None or self.host.dead is not None:
+            return
+        at = self.cursor
+        try:
+            async with asyncio.timeout(wait_s + NODE_MARGIN_S):
+                got = await actor.barrier_news.remote(self.batch, at, wait_s, self.share)
+        except Exception as exc:
+            if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
+                raise
+            if self.host.dead is None:
+                self.host.dead = _why(exc) if is_ray_error(exc) else "its batch log hangs"
+            self.lost()
+            return
+        self.apply(at, got)
+
+    async def _follow(self) -> None:
+        """The node's log, as it grows, until the node is lost or the batch closed."""
+        while self.host.dead is None:
+            await self._news(NEWS_WAIT_S)
+            if self.settled == self.trials and not self.trials & self.barrier.holding:
+                return
+
+    async def catch_up(self) -> None:
+        """What the node logged so far (a trial's answer may overtake the long poll)."""
+        await self._news(0.0)
+
+    async def _release(self) -> None:
+        """The controller's release, taken to the node; its time there is the answer."""
+        try:
+            await self.barrier.released.wait()
+            decided = self.barrier.released_ns
+            actor, clock = self.host.actor, self.host.clock
+            if actor is None or clock is None or self.host.dead is not None or decided is None:
+                return
+            try:
+                async with asyncio.timeout(NODE_MARGIN_S):
+                    at = await actor.release_batch.remote(
+                        self.batch, self.barrier.expired, self.share
+                    )
+            except Exception as exc:
+                if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
+                    raise
+                if self.host.dead is None:
+                    self.host.dead = _why(exc) if is_ray_error(exc) else "its release hangs"
+                self.lost()
+                return
+            heard = time.monotonic_ns()
+            if type(at) is int:
+                offset, _ = clock.offset_at(decided)
+                self.release_lag_ns = min(max(0, at - offset - decided), heard - decided)
+                self.received_ns = decided + self.release_lag_ns
+                self._no_let_go_before(self.received_ns)
+        finally:
+            self._released.set()
+
+    async def release_answered(self) -> None:
+        try:
+            async with asyncio.timeout(NODE_MARGIN_S):
+                await self._released.wait()
+        except TimeoutError:
+            pass
+
+    def apply(self, at: int, got: Any) -> None:
+        """The node's log entries from `at` on, each taken once, checked: a trial of this
+        node's part, a step in its order (arrive or fail, let go only after the release),
+        a time put on the run's clock within what the controller saw."""
+        if not isinstance(got, list):
+            self._refuse(f"its batch log is a {type(got).__name__}")
+            return
+        for k, entry in enumerate(got, at):
+            if k < self.cursor:
+                continue
+            self.cursor = k + 1
+            why = self._take(entry)
+            if why is not None:
+                self._refuse(f"log entry {k}: {why}")
+
+    def _take(self, entry: Any) -> str | None:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 4):
+            return "not (kind, trial, time, held)"
+        kind, trial, node_ns, held = entry
+        if type(kind) is not str or kind not in NEWS_KINDS:  # a list: unhashable
+            return f"not (kind, trial, time, held): {entry!r:.80}"
+        if type(trial) is not int or type(node_ns) is not int:
+            return f"not (kind, trial, time, held): {entry!r:.80}"
+        if type(held) is not bool:
+            return "held is not a bool"
+        if trial not in self.trials:
+            return f"trial {trial} is not of this node's part"
+        b = self.barrier
+        if kind == "arrive" or kind == "fail":
+            if trial in self.settled:
+                return f"trial {trial} {kind}s, already settled"
+            self.settled.add(trial)
+            if kind == "arrive":
+                self.arrived.add(trial)
+                b.arrive(trial)
+                if self._after_deadline(node_ns):  # locally, the deadline interrupts it
+                    self.late.add(trial)
+                    b.lost_trials.add(trial)  # arrived, but not counted
+            else:
+                b.fail(trial)
+            return None
+        if trial not in self.arrived or trial not in b.holding:
+            return f"trial {trial} lets go without holding"
+        if b.released_ns is None or self.host.clock is None:
+            return f"trial {trial} lets go before the release"
+        offset, _ = self.host.clock.offset_at(b.released_ns)
+        floor = b.released_ns if self.received_ns is None else self.received_ns
+        at = min(max(node_ns - offset, floor), time.monotonic_ns())
+        b.let_go(trial, held, at_ns=at)
+        return None
+
+    def _after_deadline(self, node_ns: int) -> bool:
+        """An arrival the node's clock puts after a deadline's release (beyond its error):
+        the deadline found the trial on its way (its engine had not yet heard of it)."""
+        b, clock = self.barrier, self.host.clock
+        if not b.expired or b.released_ns is None or clock is None:
+            return False
+        offset, err = clock.offset_at(b.released_ns)
+        return node_ns - offset - err > b.released_ns
+
+    def _no_let_go_before(self, received: int) -> None:
+        """No let-go of this node's trials before the node received the release (those
+        taken before its answer came were held only to the decision)."""
+        b = self.barrier
+        for trial in self.trials:
+            at = b.let_go_at.get(trial)
+            if at is not None and at < received:
+                b.let_go_at[trial] = received
+                b.let_go_ns = max(b.let_go_ns or received, received)
+
+    def _refuse(self, why: str) -> None:
+        if self.refused is None:
+            self.refused = why
+
+    def check_trial(self, trial: int, events: list[dict[str, Any]]) -> str | None:
+        """A node's trial of the batch, answered: its events and the node's log agree
+        (a trial that waited at the barrier arrived there, one that arrived waited)."""
+        waited = any(e["type"] == "phase" and e["name"] == "barrier.wait" for e in events)
+        if waited != (trial in self.arrived):
+            said = "arrived" if trial in self.arrived else "did not arrive"
+            return f"its log says the trial {said}, its events the opposite"
+        if trial in self.late:
+            return "the trial arrived at the barrier after the batch's deadline had released it"
+        return None
+
+    def settle(self, trial: int) -> None:
+        """The trial is over (answered, refused or lost): its place in the batch settled,
+        so that the barrier waits for it no longer, and let go if it still held."""
+        if trial not in self.settled:
+            self.settled.add(trial)
+            self.barrier.fail(trial)
+        if trial in self.barrier.holding:  # arrived, never heard letting go
+            kept = trial not in self.spoiled and self.host.dead is None
+            self.barrier.let_go(trial, held=kept)
+        elif trial in self.spoiled and trial in self.barrier.arrivals:
+            self.barrier.lost_trials.add(trial)  # its arrival is not recorded: not counted
+
+    def lost(self) -> None:
+        """The node is lost: every trial of its part settled at once (its environments
+        are the node's reaper's), the barrier no longer waiting for any of them."""
+        for trial in sorted(self.trials):
+            if trial not in self.settled:
+                self.settled.add(trial)
+                self.barrier.fail(trial)
+            if trial in self.barrier.holding:
+                self.barrier.let_go(trial, held=False)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        actor = self.host.actor
+        if actor is not None and self.host.dead is None:
+            try:
+                async with asyncio.timeout(NODE_MARGIN_S):
+                    await actor.forget_batch.remote(self.batch)
+            except Exception as exc:
+                if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
+                    raise
 
 
 def nodes_of(hosts: dict[str, Host]) -> dict[str, RayNodeHost]:

@@ -247,8 +247,19 @@ async def _build(
     log: Any,
 ) -> Session:
     remote = [h for h in hosts if h != "local"]
-    if remote and profile.capacity is not None:
-        raise RtaxError("capacity batches use local cgroups: run them on `local` only")
+    cap = profile.capacity
+    nodes = raynodes.nodes_of(hosts)
+    if remote and cap is not None and len(nodes) != len(hosts):
+        raise RtaxError(
+            "capacity batches run on `local` alone, or spread over a Ray cluster's nodes "
+            "alone (its hosts all ray); not on SSH hosts"
+        )
+    if nodes and cap is not None and (cap.cpus or cap.memory_mib):
+        field = "cpus" if cap.cpus else "memory_mib"
+        raise RtaxError(
+            f"[capacity] {field}: a budget cgroup is made on the controller's machine, and "
+            "a batch spread over Ray nodes has none there yet; leave cpus and memory_mib unset"
+        )
     if raynodes.nodes_of(hosts) and "pool" in profile.run_modes:
         raise RtaxError("warm pools do not run on Ray nodes yet: run them on `local` or SSH")
     drivers = {
@@ -277,10 +288,9 @@ async def _build(
         for ch in profile.channels:
             if ch not in drv.channels:
                 raise RtaxError(f"{h}/{d}: channel {ch!r} is not supported by this driver")
-    if profile.capacity is not None:
+    if cap is not None:
         from rtax_tui.hosts.cgroups import Cgroup
 
-        cap = profile.capacity
         if (cap.cpus or cap.memory_mib) and Cgroup.version() is None:
             raise RtaxError(
                 "capacity: a CPU or memory budget needs cgroups, and none is mounted here"

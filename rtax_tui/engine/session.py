@@ -215,14 +215,16 @@ class Session:
             if self.nodes is not None:  # each node's engine: the run's id and workloads
                 await self.nodes.setup(self.workloads)
             if p.capacity is not None:
+                nodes = self.nodes  # Ray nodes: each batch spans them, one barrier
                 batches = CapacityRun(
                     p.capacity,
                     run_id=self.run_id,
                     emit=self.emit,
                     control=self.control,
                     progress=self.progress,
-                    launch=self.trials.run,
+                    launch=self.trials.run if nodes is None else nodes.launch_in_batch,
                     let_go_s=p.timeouts.action,
+                    span=nodes,
                 )
                 await batches.run(self.cells, p.warmup, p.seed)
             else:

@@ -118,6 +118,12 @@ from rtax_tui.model.errors import ErrorObject, TrialError
 # `prep.mode` (`rtax traj prepare --mode`: "file", one parse per sample, or "view", one
 # parse per file shared by its prefixes; absent, in older recordings: "file"), and with
 # "view" `prep.parse_ns` (the one parse) and `prep.view_ns` (the prefix's own time).
+# `barrier.span` and `barrier.release_lag_ns` (issue 41: a capacity batch spread over a
+# Ray cluster's nodes, one `barrier` event per node's cell, all of one batch id: `span` the
+# whole batch's size, `size` and `arrived` this node's part; `release_ns` the controller's
+# release decision; `release_lag_ns` from it until the node's engine woke its
+# environments and `release_dur_ns` until its last one let go, both measured on the node
+# and put on the run's clock through its offset; null lag: the node never answered).
 FORMAT = "rtax/1"
 
 # The schema of every event, declared once: per type, its required fields and its
@@ -161,7 +167,8 @@ EVENT_SCHEMA: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"batch": "name", "cell": "name", "size": "count", "arrived": "count",
          "released": "any", "ok": "bool", "deadline_s": "num"},
         {"t_ns": "count", "warmup": "bool", "release_ns": "count", "release_dur_ns": "count",
-         "mem_peak_bytes": "count?", "oom_kills": "count?", "cpu_ns": "count?"},
+         "mem_peak_bytes": "count?", "oom_kills": "count?", "cpu_ns": "count?",
+         "span": "count", "release_lag_ns": "count?"},
     ),
     "run_end": ({"status": "str", "trials": "count"}, {"t_ns": "count", "error": "str"}),
     # one boundary check of `rtax probe` (rtax/1 since the format's first addition)
@@ -400,6 +407,8 @@ class BarrierEvent(TypedDict):
     mem_peak_bytes: NotRequired[int | None]
     oom_kills: NotRequired[int | None]
     cpu_ns: NotRequired[int | None]
+    span: NotRequired[int]
+    release_lag_ns: NotRequired[int | None]
 
 
 class RunEndEvent(TypedDict):
@@ -709,6 +718,8 @@ def barrier(
     mem_peak_bytes: int | None = None,
     oom_kills: int | None = None,
     cpu_ns: int | None = None,
+    span: int | None = None,
+    release_lag_ns: int | None = None,
 ) -> BarrierEvent:
     """`release_dur_ns` and the budget's figures are written whenever the engine gives
     `release_dur_ns` (the budget's as null when the batch had none)."""
@@ -729,6 +740,9 @@ def barrier(
         ev["mem_peak_bytes"] = mem_peak_bytes
         ev["oom_kills"] = oom_kills
         ev["cpu_ns"] = cpu_ns
+    if span is not None:  # a batch spread over hosts: this event is one host's part
+        ev["span"] = span
+        ev["release_lag_ns"] = release_lag_ns
     return ev
 
 

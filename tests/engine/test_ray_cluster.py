@@ -3,8 +3,8 @@ this machine, on loopback, 1 CPU and 80 MB of object store each. `rtax run` join
 `--host ray:auto` (RAY_ADDRESS), one host per node; each node's actor runs the trials
 there. The node-killing test goes last: it leaves the cluster one node short.
 
-A backend test (tests/tiers.py: BACKEND_FILES): about a minute here, the cluster's start
-(~12 s) included.
+A backend test (tests/tiers.py: BACKEND_FILES): about 2.5 minutes here, the cluster's
+start (~20 s) included.
 """
 
 from __future__ import annotations
@@ -250,7 +250,134 @@ def test_probe_and_cleanup_say_in_one_line_that_they_do_not_reach_ray_nodes(clus
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
         assert "does not run on Ray nodes yet" in lines[0]
+    # a capacity budget is a cgroup on the controller's machine: refused, naming the field
+    prof = _capacity_profile(tmp_path / "budget.toml", "pass", 60)
+    budget = prof.read_text().replace("deadline_s = 60", "deadline_s = 60\nmemory_mib = 256")
+    prof.write_text(budget)
+    res = _rtax(cluster, "run", str(prof), "--headless", "-o", str(tmp_path / "b.jsonl"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "[capacity] memory_mib" in lines[0]
     assert _engines_left() == []
+
+
+def _capacity_profile(path: Path, step: str, deadline_s: int) -> Path:
+    path.write_text(
+        f"""
+[run]
+hosts = ["cluster"]
+drivers = ["local"]
+workloads = ["span"]
+channels = ["exec"]
+warmup = 0
+
+[hosts.cluster]
+ray = "auto"
+
+[capacity]
+size = 1
+batches = 1
+deadline_s = {deadline_s}
+
+[workloads.span]
+steps = [{{ argv = ["python3", "-c", {json.dumps(step)}] }}]
+"""
+    )
+    return path
+
+
+def test_a_capacity_batch_spread_over_the_nodes_reaches_one_barrier(cluster, tmp_path):
+    """One batch, an environment on every node, each arriving after a random nap: none
+    is woken before the last one of every node has arrived (one barrier, released by
+    the controller), and each node's part of the batch is recorded with when its node
+    received the release and when its environment let go, measured there."""
+    nap = "import random, time; time.sleep(random.random() * 2)"
+    rec = tmp_path / "span.jsonl"
+    res = _rtax(cluster, "run", str(_capacity_profile(tmp_path / "s.toml", nap, 60)),
+                "--headless", "-o", str(rec))  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    evs = _events(rec)
+    hosts = evs[0]["hosts"]
+    assert len(hosts) >= 3
+    starts = {e["trial"]: e for e in evs if e["type"] == "trial_start"}
+    assert sorted(e["host"] for e in starts.values()) == sorted(hosts)
+    assert {(e["batch"], e["batch_size"]) for e in starts.values()} == {("b1", 1)}
+    ends = [e for e in evs if e["type"] == "trial_end"]
+    assert len(ends) == len(hosts) and all(e["ok"] and e["valid"] for e in ends), ends
+    waits = [e for e in evs if e["type"] == "phase" and e["name"] == "barrier.wait"]
+    assert len(waits) == len(hosts) and all(e["ok"] for e in waits)
+    # each wait ends (its environment woken) after every node's environment arrived
+    err = max(e["err_ns"] for e in evs if e["type"] == "clock")
+    last_arrival = max(e["t_ns"] - e["dur_ns"] for e in waits)
+    first_wake = min(e["t_ns"] for e in waits)
+    assert first_wake >= last_arrival - 2 * err - 1_000_000, (first_wake, last_arrival, err)
+    assert max(e["dur_ns"] for e in waits) > 300_000_000  # the naps differed: it bites
+    bars = [e for e in evs if e["type"] == "barrier"]
+    assert sorted(e["cell"].split("/")[0] for e in bars) == sorted(hosts)
+    for b in bars:
+        assert (b["batch"], b["size"], b["arrived"], b["span"]) == ("b1", 1, 1, len(hosts))
+        assert b["released"] == "all_arrived" and b["ok"], b
+        lag, dur = b["release_lag_ns"], b["release_dur_ns"]
+        assert type(lag) is int and 0 <= lag <= dur + 2 * err + 1_000_000, b
+        assert dur < 10_000_000_000, b
+    assert len({b["release_ns"] for b in bars}) == 1  # one decision
+    rep = _rtax(cluster, "report", str(rec), "--format", "json")
+    assert rep.returncode == 0, rep.stderr
+    caps = [c["capacity"] for c in json.loads(rep.stdout)["cells"]]
+    assert all(c is not None and c["arrived_tasks"] == 1 for c in caps), caps
+    assert _engines_left() == [] and leftovers(evs[0]["run_id"]) == []
+
+
+def test_a_node_killed_mid_batch_leaves_its_trial_lost_and_the_others_released(cluster, tmp_path):
+    """A node of its own (added for this test) killed while every node's environment of
+    the batch is on its way: its trial is lost with the reason, the barrier does not wait
+    for it (the others arrive and are released, `settled`, long before the deadline), the
+    run ends, and nothing is left running on any node."""
+    victim = cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    victim_host = "cluster-" + victim.node_id[:8]
+    nap = "import time; time.sleep(4.0413)"
+    rec = tmp_path / "kill.jsonl"
+    proc = _start(cluster, _capacity_profile(tmp_path / "k.toml", nap, 240), rec)
+    t = time.monotonic()
+    try:
+        deadline = time.monotonic() + 120
+        while len([p for p in processes("4.0413") if "python3\\x00-c" in p]) < 4:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the batch never ran on 4 nodes at once"
+            time.sleep(0.1)
+        cluster.remove_node(victim, allow_graceful=False)
+        _, err = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    took = time.monotonic() - t
+    assert proc.returncode == 0, err[-3000:]
+    assert took < 200, took  # not the deadline's 240 s: the barrier was not hung
+    evs = _events(rec)
+    assert victim_host in evs[0]["hosts"] and len(evs[0]["hosts"]) == 4
+    starts = {e["trial"]: e["host"] for e in evs if e["type"] == "trial_start"}
+    ends = {e["trial"]: e for e in evs if e["type"] == "trial_end"}
+    assert len(starts) == len(ends) == 4
+    for trial, host in starts.items():
+        end = ends[trial]
+        if host == victim_host:
+            assert not end["ok"] and end["error"]["kind"] == "host_lost", end
+            assert f"node {victim_host} lost" in end["error"]["message"], end
+        else:
+            assert end["ok"] and end["valid"], end
+    bars = {e["cell"].split("/")[0]: e for e in evs if e["type"] == "barrier"}
+    assert len(bars) == 4 and {b["released"] for b in bars.values()} == {"settled"}, bars
+    for host, b in bars.items():
+        assert b["arrived"] == (0 if host == victim_host else 1), b
+        assert (b["release_lag_ns"] is None) == (host == victim_host), b
+    assert evs[-1]["type"] == "run_end" and evs[-1]["status"] == "completed"
+    deadline = time.monotonic() + 30
+    while (processes("4.0413") or _engines_left()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes("4.0413") == [] and _engines_left() == []
+    assert leftovers(evs[0]["run_id"]) == []
 
 
 STOP_MY_ENGINE = (
@@ -346,3 +473,41 @@ def test_a_node_killed_mid_run_leaves_its_trials_lost_and_nothing_running(cluste
         time.sleep(0.2)
     assert processes(nap) == [] and _engines_left() == []
     assert leftovers(evs[0]["run_id"]) == []
+
+
+def test_the_controller_killed_mid_batch_leaves_nothing_on_the_nodes(cluster, tmp_path):
+    """The red team's (docs/boundaries.md, "Ray nodes and the spanning barrier"): the
+    controller SIGKILLed while a capacity batch spans the nodes, every environment but
+    one held at the barrier (the first to take a marker naps on). Ray ends the driver's
+    actors; each node engine's detached reaper ends what its environments left: no
+    environment, engine or reaper of the run is left on any node."""
+    marker = tmp_path / "first"
+    nap = (
+        "import os, time\n"
+        f"try:\n    os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL))\n"
+        "except FileExistsError:\n    raise SystemExit(0)\n"
+        "time.sleep(60.0433)\n"
+    )
+    rec = tmp_path / "k9.jsonl"
+    proc = _start(cluster, _capacity_profile(tmp_path / "k9.toml", nap, 120), rec)
+    try:
+        deadline = time.monotonic() + 120
+        waits = 0
+        while waits < 2 or not processes("60.0433"):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the batch never held its environments"
+            time.sleep(0.2)
+            waits = len(processes("ray::NodeEngine"))
+        time.sleep(1.0)  # the others arrived: held at the barrier, on their nodes
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run_id = _events(rec)[0]["run_id"]
+    deadline = time.monotonic() + 60
+    while (processes("60.0433") or _engines_left()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert processes("60.0433") == [] and _engines_left() == []
+    assert leftovers(run_id) == []

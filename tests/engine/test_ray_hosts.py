@@ -237,9 +237,9 @@ class _Actor:
 
 
 def _nodes(answer: Any) -> tuple[Any, list[dict[str, Any]], Any]:
-    import types
-
     from rtax_tui.engine.control import Progress, RunControl
+    from rtax_tui.engine.health import HostHealth, SubstrateHealth
+    from rtax_tui.engine.lifecycle import TrialRunner
     from rtax_tui.engine.profile import Profile
     from rtax_tui.engine.raynodes import NodeTrials, RayNodeHost
     from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
@@ -252,10 +252,11 @@ def _nodes(answer: Any) -> tuple[Any, list[dict[str, Any]], Any]:
     got: list[dict[str, Any]] = []
     em = Emitter([got.append])
     wl = Workload(name="t0", steps=())
-    profile = types.SimpleNamespace(timeouts=Timeouts(create=1, ready=1, action=1, teardown=1))
-    trials = types.SimpleNamespace(
-        emit=em, progress=Progress(), control=RunControl(), workloads={"t0": wl},
-        profile=profile, ended=0, run=None,
+    to = Timeouts(create=1, ready=1, action=1, teardown=1)
+    trials = TrialRunner(
+        Profile("p", "p.toml", timeouts=to), drivers={}, workloads={"t0": wl}, run_id="r",
+        emit=em, control=RunControl(), progress=Progress(), substrates=SubstrateHealth({}),
+        hosts=HostHealth({}),
     )  # fmt: skip
     return NodeTrials({"ray-1": host}, trials), got, host
 
@@ -325,3 +326,97 @@ def test_the_console_plans_a_cluster_as_its_nodes():
     facts = {"local": {}, "ray-1": {"ray": {}}, "ray-2": {"ray": {}}, "c-3": {"ray": {}}}
     assert LiveState._hosts_planned(prof, facts) == 4
     assert LiveState._hosts_planned({"hosts": ["local", "ssh://h"]}, {"local": {}}) == 2
+
+
+def test_a_lost_trial_starts_as_the_lifecycle_starts_any_trial():
+    """A trial its node never ran (the node lost) starts with the lifecycle's own
+    `trial_start` (TrialRunner.start_event): an episode's trial keeps its arrival pattern,
+    episode and due time, so that `rtax compare`'s pairing and the load report read its
+    cell as the others of it. Before, raynodes wrote a trial_start of its own without
+    them: the cell's last start said arrival None."""
+    import asyncio
+    import time
+
+    from rtax_tui.analysis.pairing import cell_fields
+
+    async def never(pt: PlannedTrial, sched: int, t0: int) -> Any:
+        raise AssertionError("a lost node is not asked")
+
+    nodes, got, host = _nodes(never)
+    host.dead = "killed"
+    cell = Cell("ray-1", "stage", "t0", "exec", arrival="burst:2")
+    pt = PlannedTrial(3, cell, False, None, "e1", 0)
+    nodes.trials.emit.start()
+    sched = time.monotonic_ns()
+    asyncio.run(nodes.launch(pt, sched))
+    start = got[0]
+    assert start["type"] == "trial_start" and got[-1]["error"]["kind"] == "host_lost"
+    wl = nodes.trials.workloads["t0"]
+    want = nodes.trials.start_event(pt, sched, wl, nodes.trials.spec_for(cell, None, wl))
+    assert {k: v for k, v in start.items() if k != "t_ns"} == dict(want)
+    assert (start["arrival"], start["episode"], start["steps"]) == ("burst:2", "e1", 0)
+    assert cell_fields(got)[cell.id][-1] == "burst:2"
+
+
+# -- a capacity batch across nodes: what the controller takes of a node's log ----------
+def test_a_nodes_log_settles_only_its_own_trials_in_order_and_never_the_release():
+    """An attack (a node's engine is the node's code): its batch log names another node's
+    trial, lets go before the release, arrives twice, or claims every trial of the batch.
+    The controller takes only its own part's steps, each once and in order; the barrier
+    releases only when every node's trials have arrived or failed."""
+    import asyncio
+
+    from rtax_tui.engine.capacity import Barrier
+    from rtax_tui.engine.profile import Profile
+    from rtax_tui.engine.raynodes import NodeBatch, RayNodeHost
+    from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
+
+    async def go() -> None:
+        host = RayNodeHost("ray-1", "id1", RaySpec("ray", "auto"), Profile("p", "p.toml"))
+        host.clock = RemoteClock()
+        host.clock.add(ClockSync(mono_ns=0, offset_ns=0, err_ns=1000, rtt_ns=2000, samples=8))
+        barrier = Barrier(4)  # trials 1, 2 on this node; 3, 4 on another
+        part = NodeBatch(host, "b1", barrier)
+        part.trials |= {1, 2}
+        part.apply(0, [("arrive", 3, 5, True), ("arrive", 4, 5, True)])
+        assert barrier.arrived == 0 and "not of this node's part" in (part.refused or "")
+        part.apply(2, [("arrive", 1, 5, True), ("arrive", 1, 6, True), ("let_go", 1, 7, True)])
+        assert barrier.arrived == 1 and barrier.holding == {1}  # once; no early let-go
+        part.apply(2, [("arrive", 2, 5, True)])  # an entry already taken: not again
+        assert barrier.arrived == 1
+        part.apply(5, [("fail", 2, 8, True), ["arrive", "x", 1, True], "junk"])
+        assert barrier.settled == {1, 2} and barrier.how is None  # the others' still out
+        barrier.fail(3)
+        barrier.arrive(4)
+        assert barrier.how == "settled" and barrier.released_ns is not None
+        late = barrier.released_ns + 10**12  # a let-go stamped far after: held to now
+        part.apply(8, [("let_go", 1, late, True)])
+        assert barrier.released_ns <= barrier.let_go_at[1] <= late
+        assert part.cursor == 9
+
+    asyncio.run(go())
+
+
+def test_a_spanning_plan_puts_size_trials_of_every_node_in_each_batch():
+    from rtax_tui.engine.plan import build_capacity_plan, build_spanning_plan
+
+    cells = [Cell(h, "stage", "capacity", "exec") for h in ("ray-1", "ray-2", "ray-3")]
+    plan = build_spanning_plan(cells, 2, 2, 1, 7)
+    assert [b.id for b in plan] == ["b1", "b2", "b3"] and plan[0].warmup
+    for b in plan:
+        assert sorted(pt.cell.host for pt in b.trials) == [
+            "ray-1",
+            "ray-1",
+            "ray-2",
+            "ray-2",
+            "ray-3",
+            "ray-3",
+        ]
+        assert {pt.batch for pt in b.trials} == {b.id}
+    ids = [pt.id for b in plan for pt in b.trials]
+    assert ids == list(range(1, 19))
+    # one cell: the plain plan, batch for batch
+    one = build_capacity_plan(cells[:1], 2, 2, 1, 7)
+    assert [(b.id, len(b.trials)) for b in build_spanning_plan(cells[:1], 2, 2, 1, 7)] == [
+        (b.id, len(b.trials)) for b in one
+    ]
