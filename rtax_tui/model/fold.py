@@ -111,11 +111,15 @@ class Rows:
         if len(parts) == 1:
             return parts[0]
         out = Rows()
-        starts = sorted(
-            (p, ev) for r in parts for p, ev in zip(r.start_pos, r.starts, strict=True)
-        )  # positions are distinct: the dicts are never compared
-        out.start_pos = [p for p, _ in starts]
-        out.starts = [ev for _, ev in starts]
+        with_starts = [r for r in parts if r.starts]
+        if len(with_starts) == 1:  # in order already
+            out.start_pos, out.starts = with_starts[0].start_pos, with_starts[0].starts
+        elif with_starts:
+            starts = sorted(
+                (p, ev) for r in with_starts for p, ev in zip(r.start_pos, r.starts, strict=True)
+            )  # positions are distinct: the dicts are never compared
+            out.start_pos = [p for p, _ in starts]
+            out.starts = [ev for _, ev in starts]
         out.others = sorted((o for r in parts for o in r.others), key=lambda o: o[0])
         names: dict[str, int] = {}
         remaps = []

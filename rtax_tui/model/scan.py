@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rtax_tui.model.events import EVENT_CHECKS, decode
 from rtax_tui.model.fold import RowBuilder, Rows, TrialFold
 from rtax_tui.model.inputs import RECORDING_MAX, read_input_chunks
 from rtax_tui.model.recording import (
@@ -105,6 +106,15 @@ def _kind(word: bytes) -> np.uint64:
 _KIND_ACTION = _kind(b'action",')
 _KIND_PHASE = _kind(b'phase","')
 _KIND_END = _kind(b"trial_en")
+_KIND_START = _kind(b"trial_st")
+
+# A `trial_start` line: this head, the run's clock, the trial id, then the rest of the
+# line (its strings: cell, host, driver, ...), which repeats from trial to trial.
+_START_HEAD = b'{"type":"trial_start","t_ns":'
+_START_TRIAL = b'"trial":'
+_REST_MAX = 1024  # a longer rest is not kept as a prototype's key
+_PROTOS_MAX = 4096  # distinct rests kept (a run has one or two per cell)
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def _word(lit: bytes) -> tuple[np.uint64, np.uint64]:
@@ -122,7 +132,10 @@ class _Chunk:
         self.n = len(data)
         padded = data + _PAD[: 64 - len(data) % 8]
         self.u8 = np.frombuffer(padded, dtype=np.uint8)
-        self.a8 = np.frombuffer(padded, dtype="<u8")  # aligned words: gathers stay fast
+        # a little-endian word at every byte offset (a view, no copy)
+        self.words = np.ndarray(
+            shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,)
+        )
         nl = np.flatnonzero(self.u8[: self.n] == 10)
         self.ends = nl  # each line's end (its newline)
         self.starts = np.concatenate(([0], nl[:-1] + 1)).astype(np.int64)
@@ -131,13 +144,9 @@ class _Chunk:
         self.nc = np.diff(np.append(self.c0, self.commas.size))  # and its number of them
 
     def w8(self, p: np.ndarray) -> np.ndarray:
-        """The 8 bytes at each offset `p` as a little-endian word, from two aligned words
-        (a gather from a byte-strided view of words is several times slower)."""
-        q = p >> 3
-        r = ((p & 7) << 3).astype(np.uint64)
-        w: np.ndarray = (self.a8[q] >> r) | (
-            (self.a8[q + 1] << (np.uint64(56) - r)) << np.uint64(8)
-        )
+        """The 8 bytes at each offset `p` as a little-endian word: one gather from the
+        byte-strided view (measured faster than two aligned words and their shifts)."""
+        w: np.ndarray = self.words[p]
         return w
 
     def lit(self, p: np.ndarray, lit: bytes) -> np.ndarray:
@@ -247,6 +256,24 @@ class _Chunk:
         hit = sel[ok]
         return idx[hit], {k: v[ok] for k, v in kept.items()}
 
+    def start_lines(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Which lines `idx` begin as a `trial_start` of the engine's (its head, `t_ns` and
+        `trial` plain integers of at most 18 digits): (lines, t_ns, trial, rest's offset).
+        What follows (the rest, from the comma after the trial id) is not read here."""
+        s = self.starts[idx]
+        ok = (self.nc[idx] >= 3) & self.lit(s, _START_HEAD)
+        sel = np.flatnonzero(ok)
+        s, c0 = s[sel], self.c0[idx[sel]]
+        c1, c2 = self.commas[c0 + 1], self.commas[c0 + 2]
+        ok = (self.commas[c0] - s == len(_START_HEAD) - 8) & (c2 < self.ends[idx[sel]])
+        t_at = s + len(_START_HEAD)
+        fits, t = self.uint(t_at, c1 - t_at, True)
+        ok &= fits & self.lit(c1 + 1, _START_TRIAL)
+        tid_at = c1 + 1 + len(_START_TRIAL)
+        fits, tid = self.uint(tid_at, c2 - tid_at, True)
+        ok &= fits
+        return idx[sel[ok]], t[ok], tid[ok], c2[ok]
+
 
 def _distinct(keys: np.ndarray) -> tuple[list[int], np.ndarray]:
     """(the first row of each distinct key, each row's index among them) for rows of four
@@ -284,6 +311,9 @@ class RecordingScan:
         self._rest = b""  # a line cut by the chunk's end
         self._lineno = 0  # lines before the current chunk
         self._pending: list[bytes] = []
+        # a trial_start's rest (`start_lines`) -> its event as the dict reader read it,
+        # or False where the reader is to read each such line itself
+        self._protos: dict[bytes, dict[str, Any] | bool] = {}
         self.header = self._find_header()
 
     def _next_data(self) -> bytes | None:
@@ -329,8 +359,9 @@ class RecordingScan:
             data = self._pending.pop() if self._pending else self._next_data()
             if data is None:
                 break
-            yield self._rows(data)
-            self._lineno += data.count(b"\n")
+            rows, lines = self._rows(data)
+            yield rows
+            self._lineno += lines
         tail, self._rest = self._rest, b""
         if tail.strip():
             ev = parse_tail(self.name, self._lineno + 1, tail, self.header)
@@ -341,7 +372,8 @@ class RecordingScan:
                 b.add(self._lineno, ev)
                 yield b.build()
 
-    def _rows(self, data: bytes) -> Rows:
+    def _rows(self, data: bytes) -> tuple[Rows, int]:
+        """The batch of a run of whole lines, and its number of lines."""
         ch = _Chunk(data)
         base = self._lineno  # a row's pos: its line's index in the file
         kind = ch.w8(ch.starts + 9)  # the 8 bytes after `{"type":"`
@@ -375,11 +407,66 @@ class RecordingScan:
             done[idx] = True
             fast.en_pos, fast.en_tid = base + idx, kept["tid"]
             fast.en_ok, fast.en_valid = kept["ok"], kept["valid"]
-        slow = RowBuilder(self.fold)
         starts, ends = ch.starts.tolist(), ch.ends.tolist()
+        idx, t_ns, tid, rest_at = ch.start_lines(np.flatnonzero(kind == _KIND_START))
+        if idx.size:
+            protos = self._protos
+            start_pos, start_evs = fast.start_pos, fast.starts
+            for i, t, trial, r in zip(
+                idx.tolist(), t_ns.tolist(), tid.tolist(), rest_at.tolist(), strict=True
+            ):
+                rest = data[r : ends[i]]
+                proto = protos.get(rest)
+                if proto is None:  # a rest not seen yet: the dict reader reads its line
+                    if len(protos) >= _PROTOS_MAX or len(rest) > _REST_MAX:
+                        continue  # not kept: the line is the dict reader's
+                    ev = _prototype(data[starts[i] : ends[i]], t, trial, rest)
+                    protos[rest] = False if ev is None else dict(ev)
+                    if ev is None:
+                        continue
+                elif proto is False:  # not a line the prototype can stand for
+                    continue
+                else:
+                    ev = proto.copy()
+                    ev["t_ns"] = t
+                    ev["trial"] = trial
+                done[i] = True
+                start_pos.append(base + i)
+                start_evs.append(ev)
+        slow = RowBuilder(self.fold)
         name = self.name
         for i in np.flatnonzero(~done).tolist():
             ev = parse_line(name, base + i + 1, data[starts[i] : ends[i]])
             if ev is not None:
                 slow.add(base + i, ev)
-        return Rows.merge([fast, slow.build()])
+        return Rows.merge([fast, slow.build()]), len(starts)
+
+
+def _prototype(line: bytes, t_ns: int, trial: int, rest: bytes) -> dict[str, Any] | None:
+    """The event of a `trial_start` line, read by the dict reader (orjson, `decode`, the
+    schema's check), when it can stand for every line of the same rest: its values are
+    plain (no object or array that its copies would share), and the same line with other
+    numbers in the places of `t_ns` and `trial` reads as this event with those two
+    changed, in the same key order (so no key later in the line overrides them). None
+    when not: such lines are left, in order, to the dict reader (`parse_line`), which
+    gives any error."""
+    try:
+        ev = decode(line)
+        other_t, other_trial = (t_ns + 1) % 10**18, (trial + 1) % 10**18
+        probe = decode(b"%s%d,%s%d%s" % (_START_HEAD, other_t, _START_TRIAL, other_trial, rest))
+        fits = (
+            type(ev) is dict
+            and ev.get("type") == "trial_start"
+            and EVENT_CHECKS["trial_start"](ev)
+            and type(probe) is dict
+            and list(probe) == list(ev)
+            and probe.get("t_ns") == other_t
+            and probe.get("trial") == other_trial
+            and ev.get("t_ns") == t_ns
+            and ev.get("trial") == trial
+            and all(type(v) in _SCALARS for v in ev.values())
+            and {**probe, "t_ns": t_ns, "trial": trial} == ev
+        )
+    except Exception:
+        return None
+    return ev if fits else None
