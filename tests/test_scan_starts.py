@@ -121,12 +121,11 @@ _TEXT = st.lists(
     max_size=6,
 ).map("".join)
 # a value as written: JSON, or near it
+_WRITTEN = [b"0", b"4", b"-0", b"007", b"1e400", b"-1", b"1.5", b"NaN", b"true", b"false",
+            b"null", b"9223372036854775807", b"9223372036854775808", b"999999999999999999",
+            b"1000000000000000000", b'"x"', b"{}", b"[]", b'{"a":1}', b"", b" 1"]  # fmt: skip
 _VALUE = st.one_of(
-    st.sampled_from(
-        [b"0", b"4", b"-0", b"007", b"1e400", b"-1", b"1.5", b"NaN", b"true", b"false",
-         b"null", b"9223372036854775807", b"9223372036854775808", b"999999999999999999",
-         b"1000000000000000000", b'"x"', b"{}", b"[]", b'{"a":1}', b"", b" 1"]
-    ),  # fmt: skip
+    st.sampled_from(_WRITTEN),
     st.integers(0, 10**19).map(lambda n: b"%d" % n),
     _TEXT.map(lambda s: b'"' + s.encode("utf-8", "surrogatepass") + b'"'),
 )

@@ -133,9 +133,7 @@ class _Chunk:
         padded = data + _PAD[: 64 - len(data) % 8]
         self.u8 = np.frombuffer(padded, dtype=np.uint8)
         # a little-endian word at every byte offset (a view, no copy)
-        self.words = np.ndarray(
-            shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,)
-        )
+        self.words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
         nl = np.flatnonzero(self.u8[: self.n] == 10)
         self.ends = nl  # each line's end (its newline)
         self.starts = np.concatenate(([0], nl[:-1] + 1)).astype(np.int64)
