@@ -166,3 +166,19 @@ def test_generated_trial_starts_read_as_the_dict_reader_reads_them(
     tmp_path: Path, lines: list[bytes]
 ) -> None:
     _same(tmp_path, *lines)
+
+
+def test_no_two_trials_share_a_value_of_their_trial_start(tmp_path: Path) -> None:
+    """A line with an object (`replay`) is never a prototype: each trial's event is its
+    own, as the dict reader's are (a copy would share the object)."""
+    from rtax_tui.model.fold import TrialFold
+    from rtax_tui.model.scan import RecordingScan
+
+    line = HEAD + REST[:-1] + b',"replay":{"trajectory":"t","steps":3}}'
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join([HEADER, line, line.replace(b'"trial":4', b'"trial":5')]) + b"\n")
+    fold = TrialFold()
+    for rows in RecordingScan(path, fold):
+        fold.feed_rows(rows)
+    assert fold.metas[0]["replay"] == fold.metas[1]["replay"]
+    assert fold.metas[0]["replay"] is not fold.metas[1]["replay"]
