@@ -56,9 +56,7 @@ _PAIRS = np.uint64(0x00FF00FF00FF00FF)
 _QUADS = np.uint64(0x0000FFFF0000FFFF)
 _OCTS = np.uint64(0x00000000FFFFFFFF)
 _POW8 = np.array([1, 10**8, 10**16], dtype=np.uint64)
-_NAMECHAR = np.zeros(256, dtype=bool)
-for _c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-":
-    _NAMECHAR[_c] = True
+_NAMECHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 
 # kinds of a value: U an integer 0..10**18-1, I the same or negative or null (`rc`),
 # B true/false, N null, S a phase name
@@ -181,14 +179,13 @@ class _Chunk:
         return ok, val.astype(np.int64)
 
     def name_keys(self, vs: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(fits, key): each span a quoted name of safe characters; key its bytes as
-        four words (the length, then the text zero-padded), equal for equal names."""
+        """(fits, key): each span a quoted text of 1..24 bytes; key its bytes as four
+        words (the length, then the text zero-padded), equal for equal texts. Whether a
+        text is a name of safe characters is for its caller, once per distinct key."""
         inner = length - 2
         ok = (inner >= 1) & (inner <= _NAME_MAX)
         ok &= (self.u8[vs] == 34) & (self.u8[vs + np.maximum(length - 1, 0)] == 34)
         inner = np.where(ok, inner, 0)
-        for k in range(int(inner.max(initial=0))):
-            ok &= (k >= inner) | _NAMECHAR[self.u8[vs + 1 + k]]
         key = np.zeros((vs.size, 4), dtype=np.uint64)
         key[:, 0] = inner
         for i in range(3):
@@ -206,13 +203,10 @@ class _Chunk:
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Which lines `idx` match `template` exactly, and their kept values."""
         head, fields = template
+        idx = idx[self.nc[idx] == len(fields)]  # a comma before each field
         s, e = self.starts[idx], self.ends[idx]
         c0 = self.c0[idx]
-        ok = (
-            (self.nc[idx] == len(fields))
-            & self.lit(s, head)
-            & (self.u8[np.maximum(e - 1, 0)] == 125)
-        )
+        ok = self.lit(s, head) & (self.u8[e - 1] == 125)  # a line with a comma: e > s
         sel = np.flatnonzero(ok)
         s, e, c0 = s[sel], e[sel], c0[sel]
         ok = ok[sel]
@@ -392,12 +386,18 @@ class RecordingScan:
             fast.ac_pos, fast.ac_tid, fast.ac_dur, fast.ac_remote = base + idx, tid, dur, remote
         idx, kept = ch.match(np.flatnonzero(kind == _KIND_PHASE), _PHASE)
         if idx.size:
-            done[idx] = True
             first, inverse = _distinct(kept["name"])
             at, length = kept["name_at"], kept["name"][:, 0]
-            fast.phase_names = [
-                data[int(at[f]) : int(at[f]) + int(length[f])].decode("ascii") for f in first
-            ]
+            texts = [data[int(at[f]) : int(at[f]) + int(length[f])] for f in first]
+            good = np.array([not t.translate(None, _NAMECHARS) for t in texts], dtype=bool)
+            if not good.all():  # a text not of safe characters: its lines are read as dicts
+                keep = good[inverse]
+                idx, inverse = idx[keep], (np.cumsum(good) - 1)[inverse[keep]]
+                kept = {k: v[keep] for k, v in kept.items()}
+                texts = [t for t, g in zip(texts, good.tolist(), strict=True) if g]
+        if idx.size:
+            done[idx] = True
+            fast.phase_names = [t.decode("ascii") for t in texts]
             fast.ph_pos, fast.ph_tid, fast.ph_dur = base + idx, kept["tid"], kept["dur"]
             fast.ph_name = inverse
         idx, kept = ch.match(np.flatnonzero(kind == _KIND_END), _END)
