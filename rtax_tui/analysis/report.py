@@ -136,11 +136,19 @@ class _Collect:
 
     def feed(self, rows: Rows) -> None:
         others = self.fold.feed_rows(rows)
-        # cells, barriers and pool events in recording order
-        evs = heapq.merge(zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0])
         cell_of = self._cell
         slot_cell = self.slot_cell
         cells = self.cells
+        if not others:  # trial starts only (most batches): the same, in a tighter loop
+            known = self._cell_ix.get
+            for ev in rows.starts:
+                ix = known(ev["cell"])
+                slot_cell.append(cell_of(ev["cell"], ev) if ix is None else ix)
+            self.start_ns.extend([ev.get("t_ns", 0) for ev in rows.starts])
+            self.replay = self.replay or any("replay" in ev for ev in rows.starts)
+            return
+        # cells, barriers and pool events in recording order
+        evs = heapq.merge(zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0])
         for _, ev in evs:
             etype = ev["type"]
             if etype == "trial_start":

@@ -431,12 +431,12 @@ class TrialFold:
         """Fold a batch in order; returns its other events (and calls `on_other`)."""
         first = len(self.metas)
         code = self.code
-        new_codes = []
-        for ev in rows.starts:
-            c = code(ev["trial"])
-            new_codes.append(c)
-            self._latest[c] = len(self.metas)
-            self.metas.append(ev)
+        new_codes = [
+            t if type(t) is int and 0 <= t < _CODE_BASE else code(t)
+            for t in [ev["trial"] for ev in rows.starts]
+        ]  # `code`, inline for the ids that are their own code
+        self._latest.update(zip(new_codes, range(first, first + len(new_codes)), strict=True))
+        self.metas.extend(rows.starts)
         n = len(self.metas)
         new = n - first
         if new:
@@ -581,12 +581,14 @@ class TrialFold:
         self.valid.a[ps] = rows.en_valid[pick]
         errors = rows.end_errors
         if errors or self.errors:
-            for row, slot in zip(pick.tolist(), ps.tolist(), strict=True):
-                err = errors.get(row)
-                if err is None:
-                    self.errors.pop(slot, None)
-                else:
-                    self.errors[slot] = err
+            # each slot's last end: its error, or none (each slot is picked once, so the
+            # order of the two loops does not matter)
+            has = np.isin(pick, np.fromiter(errors, dtype=np.int64, count=len(errors)))
+            if self.errors:
+                for slot in self.errors.keys() & set(ps[~has].tolist()):
+                    del self.errors[slot]
+            for row, slot in zip(pick[has].tolist(), ps[has].tolist(), strict=True):
+                self.errors[slot] = errors[row]
         if self.on_end is not None:
             for row in rows_ix.tolist():
                 self.on_end(TrialOutcome(self, int(slots[row])))
