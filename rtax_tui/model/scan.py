@@ -113,6 +113,7 @@ _START_TRIAL = b'"trial":'
 _REST_MAX = 1024  # a longer rest is not kept as a prototype's key
 _PROTOS_MAX = 4096  # distinct rests kept (a run has one or two per cell)
 _SCALARS = (str, int, float, bool, type(None))
+_UNFIT: dict[str, Any] = {}  # a rest whose lines the dict reader reads (falsy: no event is)
 
 
 def _word(lit: bytes) -> tuple[np.uint64, np.uint64]:
@@ -304,8 +305,8 @@ class RecordingScan:
         self._lineno = 0  # lines before the current chunk
         self._pending: list[bytes] = []
         # a trial_start's rest (`start_lines`) -> its event as the dict reader read it,
-        # or False where the reader is to read each such line itself
-        self._protos: dict[bytes, dict[str, Any] | bool] = {}
+        # or _UNFIT where the reader is to read each such line itself
+        self._protos: dict[bytes, dict[str, Any]] = {}
         self.header = self._find_header()
 
     def _next_data(self) -> bytes | None:
@@ -409,28 +410,30 @@ class RecordingScan:
         idx, t_ns, tid, rest_at = ch.start_lines(np.flatnonzero(kind == _KIND_START))
         if idx.size:
             protos = self._protos
-            start_pos, start_evs = fast.start_pos, fast.starts
-            for i, t, trial, r in zip(
-                idx.tolist(), t_ns.tolist(), tid.tolist(), rest_at.tolist(), strict=True
+            get = protos.get
+            hit: list[int] = []
+            evs = fast.starts
+            rests = [
+                data[r:e] for r, e in zip(rest_at.tolist(), ch.ends[idx].tolist(), strict=True)
+            ]
+            for i, t, trial, rest in zip(
+                idx.tolist(), t_ns.tolist(), tid.tolist(), rests, strict=True
             ):
-                rest = data[r : ends[i]]
-                proto = protos.get(rest)
-                if proto is None:  # a rest not seen yet: the dict reader reads its line
+                proto = get(rest)
+                if proto:  # the event of an earlier line of this rest, with this line's numbers
+                    evs.append({**proto, "t_ns": t, "trial": trial})
+                    hit.append(i)
+                elif proto is None:  # a rest not seen yet: the dict reader reads its line
                     if len(protos) >= _PROTOS_MAX or len(rest) > _REST_MAX:
                         continue  # not kept: the line is the dict reader's
                     ev = _prototype(data[starts[i] : ends[i]], t, trial, rest)
-                    protos[rest] = False if ev is None else dict(ev)
-                    if ev is None:
-                        continue
-                elif proto is False:  # not a line the prototype can stand for
-                    continue
-                else:
-                    ev = proto.copy()
-                    ev["t_ns"] = t
-                    ev["trial"] = trial
-                done[i] = True
-                start_pos.append(base + i)
-                start_evs.append(ev)
+                    protos[rest] = _UNFIT if ev is None else dict(ev)
+                    if ev is not None:
+                        evs.append(ev)
+                        hit.append(i)
+                # else _UNFIT: not a line a prototype can stand for (the dict reader's)
+            done[hit] = True
+            fast.start_pos = [base + i for i in hit]
         slow = RowBuilder(self.fold)
         name = self.name
         for i in np.flatnonzero(~done).tolist():
