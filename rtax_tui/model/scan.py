@@ -147,10 +147,13 @@ class _Chunk:
         return w
 
     def lit(self, p: np.ndarray, lit: bytes) -> np.ndarray:
-        ok = np.ones(p.size, dtype=bool)
+        ok: np.ndarray | None = None
         for off in range(0, len(lit), 8):
             val, mask = _word(lit[off : off + 8])
-            ok &= (self.w8(p + off) & mask) == val
+            w = self.w8(p + off if off else p)
+            same = (w if len(lit) - off >= 8 else w & mask) == val
+            ok = same if ok is None else ok & same
+        assert ok is not None  # a literal is never empty
         return ok
 
     def uint(self, vs: np.ndarray, length: np.ndarray, keep: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -190,13 +193,7 @@ class _Chunk:
         key = np.zeros((vs.size, 4), dtype=np.uint64)
         key[:, 0] = inner
         for i in range(3):
-            rest = np.clip(inner - 8 * i, 0, 8)
-            mask = np.where(
-                rest == 8,
-                ~np.uint64(0),
-                (np.uint64(1) << (rest * 8).astype(np.uint64)) - np.uint64(1),
-            )
-            key[:, 1 + i] = self.w8(vs + 1 + 8 * i) & mask
+            key[:, 1 + i] = self.w8(vs + 1 + 8 * i) & _LOW[np.clip(inner - 8 * i, 0, 8)]
         return ok, key
 
     def match(
@@ -213,8 +210,9 @@ class _Chunk:
         ok = ok[sel]
         ok &= self.commas[c0] - s == len(head)
         kept: dict[str, np.ndarray] = {}
+        end = self.commas[c0]
         for j, (key, kind, name) in enumerate(fields):
-            seg = self.commas[c0 + j]
+            seg = end  # the comma before this field: where the one before ended
             end = self.commas[c0 + j + 1] if j + 1 < len(fields) else e - 1
             ok &= self.lit(seg + 1, key)  # after the comma
             vs = seg + 1 + len(key)
@@ -233,8 +231,9 @@ class _Chunk:
             elif kind == "B":
                 tv, tm = _word(b"true")
                 fv, fm = _word(b"false")
-                true = (length == 4) & ((self.w8(vs) & tm) == tv)
-                false = (length == 5) & ((self.w8(vs) & fm) == fv)
+                w = self.w8(vs)
+                true = (length == 4) & ((w & tm) == tv)
+                false = (length == 5) & ((w & fm) == fv)
                 ok &= true | false
                 if name is not None:
                     kept[name] = true
