@@ -372,6 +372,8 @@ class TrialFold:
         self._map: tuple[int, np.ndarray, np.ndarray] | None = None  # (starts, codes, slots)
         self._groups: tuple[int, np.ndarray, np.ndarray] | None = None
         self._asked_at = -1
+        # the batch being folded, its trial codes and each start's rank among them
+        self._batch: tuple[Rows, np.ndarray, np.ndarray] | None = None
 
     # -- ids ---------------------------------------------------------------------------
     def code(self, trial: Any) -> int:
@@ -460,6 +462,7 @@ class TrialFold:
             self.ac_remote.extend(rows.ac_remote[keep])
         if rows.en_pos.size:
             self._ends(rows, first)
+        self._batch = None
         if self.on_other is not None:
             for _, ev in rows.others:
                 self.on_other(ev)
@@ -491,9 +494,11 @@ class TrialFold:
             out[hit] = slots[k[hit]]
         if n_new:  # a start in this batch before the row wins
             spos = _i64(rows.start_pos)
-            scode = self.slot_code.a[first : first + n_new]
-            u = np.unique(scode)
-            srank = np.searchsorted(u, scode)
+            if self._batch is None or self._batch[0] is not rows:
+                scode = self.slot_code.a[first : first + n_new]
+                u = np.unique(scode)  # once a batch: its phases, actions and ends share it
+                self._batch = (rows, u, np.searchsorted(u, scode))
+            _, u, srank = self._batch
             rrank = np.minimum(np.searchsorted(u, tid), u.size - 1)
             inb = u[rrank] == tid
             lo = int(min(spos.min(), pos.min()))
@@ -552,7 +557,7 @@ class TrialFold:
             rows.ph_dur[keep],
             rows.ph_pos[keep],
         )
-        for i in np.unique(names).tolist():
+        for i in np.flatnonzero(np.bincount(names, minlength=len(rows.phase_names))).tolist():
             name = rows.phase_names[i]
             ix = self._phase_ix.get(name)
             if ix is None:

@@ -38,7 +38,8 @@ from rtax_tui.model.recording import (
     parse_tail,
 )
 
-CHUNK = 8 << 20  # bytes read at a time: a few times this is the scan's own memory
+CHUNK = 2 << 20  # bytes read at a time: a few times this is the scan's own memory; its
+# columns then stay in a core's L2 cache (8 MiB chunks were 10-25% slower in CPU, 2026-12)
 _PAD = b"\0" * 64  # so that an 8-byte load past a line's end stays in the buffer
 _DIGITS = 18  # at most 10**18 - 1 < 2**62: any such number fits every integer kind
 _NAME_MAX = 24  # a phase name matched in place: [A-Za-z0-9_.-]{1,24}
