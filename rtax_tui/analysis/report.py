@@ -141,11 +141,13 @@ class _Collect:
         cells = self.cells
         if not others:  # trial starts only (most batches): the same, in a tighter loop
             known = self._cell_ix.get
+            start_ns = self.start_ns
             for ev in rows.starts:
                 ix = known(ev["cell"])
                 slot_cell.append(cell_of(ev["cell"], ev) if ix is None else ix)
-            self.start_ns.extend([ev.get("t_ns", 0) for ev in rows.starts])
-            self.replay = self.replay or any("replay" in ev for ev in rows.starts)
+                start_ns.append(ev.get("t_ns", 0))
+                if "replay" in ev:
+                    self.replay = True
             return
         # cells, barriers and pool events in recording order
         evs = heapq.merge(zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0])

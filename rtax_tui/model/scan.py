@@ -275,9 +275,13 @@ def _distinct(keys: np.ndarray) -> tuple[list[int], np.ndarray]:
     inverse = np.full(keys.shape[0], -1, dtype=np.int64)
     first: list[int] = []
     todo = np.arange(keys.shape[0])
+    cols = keys.T.copy()  # a word of every row after another: compared a column at a time
     while todo.size and len(first) < 64:
         r = int(todo[0])
-        same = (keys[todo] == keys[r]).all(axis=1)
+        c = cols[:, todo]
+        same = c[0] == cols[0, r]
+        for w in range(1, 4):
+            same &= c[w] == cols[w, r]
         inverse[todo[same]] = len(first)
         first.append(r)
         todo = todo[~same]
