@@ -10,12 +10,19 @@ the fold needs (trial id, duration, remote duration, ok, valid) straight into
 each number a plain JSON integer of at most 18 digits (so within the schema's 64 bits),
 each string of a few safe characters, nothing after the closing brace. Such a line is
 valid JSON and fits the schema by construction, so it passes `EVENT_CHECKS` as the dict
-reader would check it. Every other line (a `trial_start`, a `trial_end` with an error,
-any other type, another key order, a bad line) goes through the dict reader's own code,
-in order, so that its errors are the same one line naming file and line
-(`recording.parse_line`). Memory holds one chunk and the fold's state per trial; the
-numbers come out the same as from `read_recording` and `TrialFold.feed`: both end in
-`TrialFold.feed_rows`.
+reader would check it.
+
+A `trial_start` line (one per trial, its strings repeating from trial to trial) whose
+head is the engine's (`{"type":"trial_start","t_ns":N,"trial":N`, plain integers) is
+keyed by the rest of its bytes: the first line of a rest is read by the dict reader, and
+its event stands for every later line of that rest, with their own `t_ns` and `trial`,
+only when the same line with other numbers there reads as that event with just those two
+changed (`_prototype`: no later key overrides them, no shared object). Every other line
+(a `trial_start` of another rest or shape, a `trial_end` with an error, any other type,
+another key order, a bad line) goes through the dict reader's own code, in order, so
+that its errors are the same one line naming file and line (`recording.parse_line`).
+Memory holds one chunk and the fold's state per trial; the numbers come out the same as
+from `read_recording` and `TrialFold.feed`: both end in `TrialFold.feed_rows`.
 """
 
 from __future__ import annotations
