@@ -152,7 +152,9 @@ def generate(path: str, n_events: int, seed: int = 0) -> int:
 def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of one run of `cmd`, from its own rusage (wait4)."""
     t0 = time.monotonic_ns()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    # run from a directory of no checkout: `python -m` puts the working directory first on
+    # sys.path, ahead of PYTHONPATH, so a run from a checkout would measure that one's code
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, cwd=tempfile.gettempdir())
     _, status, ru = os.wait4(proc.pid, 0)
     wall = (time.monotonic_ns() - t0) / 1e9
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -207,7 +209,8 @@ def main() -> None:
             n = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
         size = os.path.getsize(path)
         cmd = [sys.executable, "-m", "rtax_tui", "report", path, "--format", "json"]
-        envs = {"this": dict(os.environ)}
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        envs = {"this": {**os.environ, "PYTHONPATH": here}}  # this checkout's code
         if args.baseline:
             envs["baseline"] = {**os.environ, "PYTHONPATH": args.baseline}
         runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in envs}

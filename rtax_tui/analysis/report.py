@@ -136,11 +136,21 @@ class _Collect:
 
     def feed(self, rows: Rows) -> None:
         others = self.fold.feed_rows(rows)
-        # cells, barriers and pool events in recording order
-        evs = heapq.merge(zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0])
         cell_of = self._cell
         slot_cell = self.slot_cell
         cells = self.cells
+        if not others:  # trial starts only (most batches): the same, in a tighter loop
+            known = self._cell_ix.get
+            start_ns = self.start_ns
+            for ev in rows.starts:
+                ix = known(ev["cell"])
+                slot_cell.append(cell_of(ev["cell"], ev) if ix is None else ix)
+                start_ns.append(ev.get("t_ns", 0))
+                if "replay" in ev:
+                    self.replay = True
+            return
+        # cells, barriers and pool events in recording order
+        evs = heapq.merge(zip(rows.start_pos, rows.starts, strict=True), others, key=lambda o: o[0])
         for _, ev in evs:
             etype = ev["type"]
             if etype == "trial_start":
@@ -233,8 +243,12 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
     absent = np.iinfo(np.int64).max
     # per slot: its actions' sum; per action: whether its trial is measured, its cell
     ac_slot = fold.ac_slot.view
-    ac_cell = slot_cell[ac_slot]
-    ac_measured = vc[ac_slot] == measured
+    # the actions of measured trials grouped by cell, each group in recording order
+    ac_mine = np.flatnonzero(vc[ac_slot] == measured)
+    ac_cell = slot_cell[ac_slot[ac_mine]]
+    by_cell = np.argsort(ac_cell, kind="stable")
+    ac_mine = ac_mine[by_cell]
+    ac_bounds = np.searchsorted(ac_cell[by_cell], np.arange(len(cells) + 1)).tolist()
     totals = fold.totals()
     for ix, cd in enumerate(cells):
         slots = np.flatnonzero(slot_cell == ix)
@@ -263,7 +277,7 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
             samples[p] = (
                 got.sum[ms][got.first[ms] != absent] if got is not None else np.zeros(0, np.int64)
             )
-        mine = (ac_cell == ix) & ac_measured
+        mine = ac_mine[ac_bounds[ix] : ac_bounds[ix + 1]]
         samples["action"] = fold.ac_dur.view[mine]
         samples["total"] = totals[ms]
         cd.samples = {p: samples[p] for p in PHASES}

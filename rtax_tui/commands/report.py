@@ -26,10 +26,9 @@ def add_arguments(rep: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    # deferred: the statistics and their tables (Rich), 35 ms of imports that `rtax --help`
-    # does not make
+    # deferred: the statistics, 35 ms of imports that `rtax --help` does not make; their
+    # tables (Rich), which `--format json` does not make either
     from rtax_tui.analysis.report import report_file
-    from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
 
     refuse_inputs({"--summary": args.summary, "--junit": args.junit}, [args.file])
     # the recorded profile's [thresholds], then the command line's
@@ -41,7 +40,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     )
     if args.format == "json":
         output.print_json(report)
-    elif args.format == "markdown":
+        return 0 if held else 1
+    from rtax_tui.render.reporting import out_console, print_report, render_csv, render_markdown
+
+    if args.format == "markdown":
         sys.stdout.write(render_markdown(report))
     elif args.format == "csv":
         sys.stdout.write(render_csv(report))

@@ -111,11 +111,15 @@ class Rows:
         if len(parts) == 1:
             return parts[0]
         out = Rows()
-        starts = sorted(
-            (p, ev) for r in parts for p, ev in zip(r.start_pos, r.starts, strict=True)
-        )  # positions are distinct: the dicts are never compared
-        out.start_pos = [p for p, _ in starts]
-        out.starts = [ev for _, ev in starts]
+        with_starts = [r for r in parts if r.starts]
+        if len(with_starts) == 1:  # in order already
+            out.start_pos, out.starts = with_starts[0].start_pos, with_starts[0].starts
+        elif with_starts:
+            starts = sorted(
+                (p, ev) for r in with_starts for p, ev in zip(r.start_pos, r.starts, strict=True)
+            )  # positions are distinct: the dicts are never compared
+            out.start_pos = [p for p, _ in starts]
+            out.starts = [ev for _, ev in starts]
         out.others = sorted((o for r in parts for o in r.others), key=lambda o: o[0])
         names: dict[str, int] = {}
         remaps = []
@@ -368,6 +372,8 @@ class TrialFold:
         self._map: tuple[int, np.ndarray, np.ndarray] | None = None  # (starts, codes, slots)
         self._groups: tuple[int, np.ndarray, np.ndarray] | None = None
         self._asked_at = -1
+        # the batch being folded, its trial codes and each start's rank among them
+        self._batch: tuple[Rows, np.ndarray, np.ndarray] | None = None
 
     # -- ids ---------------------------------------------------------------------------
     def code(self, trial: Any) -> int:
@@ -427,12 +433,12 @@ class TrialFold:
         """Fold a batch in order; returns its other events (and calls `on_other`)."""
         first = len(self.metas)
         code = self.code
-        new_codes = []
-        for ev in rows.starts:
-            c = code(ev["trial"])
-            new_codes.append(c)
-            self._latest[c] = len(self.metas)
-            self.metas.append(ev)
+        new_codes = [
+            t if type(t) is int and 0 <= t < _CODE_BASE else code(t)
+            for t in [ev["trial"] for ev in rows.starts]
+        ]  # `code`, inline for the ids that are their own code
+        self._latest.update(zip(new_codes, range(first, first + len(new_codes)), strict=True))
+        self.metas.extend(rows.starts)
         n = len(self.metas)
         new = n - first
         if new:
@@ -456,6 +462,7 @@ class TrialFold:
             self.ac_remote.extend(rows.ac_remote[keep])
         if rows.en_pos.size:
             self._ends(rows, first)
+        self._batch = None
         if self.on_other is not None:
             for _, ev in rows.others:
                 self.on_other(ev)
@@ -487,9 +494,11 @@ class TrialFold:
             out[hit] = slots[k[hit]]
         if n_new:  # a start in this batch before the row wins
             spos = _i64(rows.start_pos)
-            scode = self.slot_code.a[first : first + n_new]
-            u = np.unique(scode)
-            srank = np.searchsorted(u, scode)
+            if self._batch is None or self._batch[0] is not rows:
+                scode = self.slot_code.a[first : first + n_new]
+                u = np.unique(scode)  # once a batch: its phases, actions and ends share it
+                self._batch = (rows, u, np.searchsorted(u, scode))
+            _, u, srank = self._batch
             rrank = np.minimum(np.searchsorted(u, tid), u.size - 1)
             inb = u[rrank] == tid
             lo = int(min(spos.min(), pos.min()))
@@ -548,7 +557,7 @@ class TrialFold:
             rows.ph_dur[keep],
             rows.ph_pos[keep],
         )
-        for i in np.unique(names).tolist():
+        for i in np.flatnonzero(np.bincount(names, minlength=len(rows.phase_names))).tolist():
             name = rows.phase_names[i]
             ix = self._phase_ix.get(name)
             if ix is None:
@@ -577,12 +586,14 @@ class TrialFold:
         self.valid.a[ps] = rows.en_valid[pick]
         errors = rows.end_errors
         if errors or self.errors:
-            for row, slot in zip(pick.tolist(), ps.tolist(), strict=True):
-                err = errors.get(row)
-                if err is None:
-                    self.errors.pop(slot, None)
-                else:
-                    self.errors[slot] = err
+            # each slot's last end: its error, or none (each slot is picked once, so the
+            # order of the two loops does not matter)
+            has = np.isin(pick, np.fromiter(errors, dtype=np.int64, count=len(errors)))
+            if self.errors:
+                for slot in self.errors.keys() & set(ps[~has].tolist()):
+                    del self.errors[slot]
+            for row, slot in zip(pick[has].tolist(), ps[has].tolist(), strict=True):
+                self.errors[slot] = errors[row]
         if self.on_end is not None:
             for row in rows_ix.tolist():
                 self.on_end(TrialOutcome(self, int(slots[row])))

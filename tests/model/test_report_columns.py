@@ -189,9 +189,9 @@ def _fold_of(path: Path, columns: bool) -> Any:
         fold.feed(rec.events)
         header, torn = rec.header, rec.torn_tail
     trials = [
-        (t.trial, t.cell, t.verdict, t.phases, t.subphases, t.actions, t.remote, t.error)
+        (list(t.meta.items()), t.verdict, t.phases, t.subphases, t.actions, t.remote, t.error)
         for t in fold.trials.values()
-    ]
+    ]  # a trial's whole trial_start, its keys in order
     return header, torn, fold.starts, trials
 
 
@@ -231,7 +231,9 @@ def _mutants(line: bytes) -> list[bytes]:
     return out
 
 
-@pytest.mark.parametrize("line", [ACTION, PHASE, END], ids=["action", "phase", "end"])
+@pytest.mark.parametrize(
+    "line", [ACTION, PHASE, END, START], ids=["action", "phase", "end", "start"]
+)
 def test_a_changed_byte_reads_as_the_dict_reader_reads_it(tmp_path: Path, line: bytes) -> None:
     """The scanner takes a line in place only when it is exactly its template: any one
     byte changed, removed or doubled gives what the dict reader gives (the same fold, or
@@ -239,7 +241,7 @@ def test_a_changed_byte_reads_as_the_dict_reader_reads_it(tmp_path: Path, line: 
     path = tmp_path / "r.jsonl"
     differ = []
     for bad in _mutants(line):
-        path.write_bytes(b"\n".join([HEADER, START, line, bad, line, END, b""]))
+        path.write_bytes(b"\n".join([HEADER, START, line, bad, line, bad, END, b""]))
         a, b = _outcome(path, False), _outcome(path, True)
         if a != b:
             differ.append((bad, a, b))
