@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_report_columns import ACTION, END, HEADER, PHASE, START, _outcome
+from tests.model.test_report_columns import ACTION, END, HEADER, PHASE, START, _outcome
 
 HEAD = b'{"type":"trial_start","t_ns":1,"trial":4'
 REST = (
