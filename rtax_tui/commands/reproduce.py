@@ -134,7 +134,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
             res.drivers_out[d] = "left out by --driver"
     _say(f"reproduce {study.name} ({size}): checking drivers (rtax doctor's checks)")
     res.drivers_out.update(driver_problems([d for d in wanted if d not in res.drivers_out]))
-    todo = [e for e in study.experiments.values() if e.kind in ("run", "prepare")]
+    todo = [e for e in study.experiments.values() if e.kind in ("run", "prepare", "probe")]
     started = time.monotonic_ns()
     status = 0
     for i, exp in enumerate(todo, 1):
@@ -270,18 +270,26 @@ def _run_experiment(
             argv=argv,
         )
         return 0
-    from rtax_tui.commands.headless import run_headless
-    from rtax_tui.engine.profile import load_profile, resolve_profile_path
+    from rtax_tui.commands.headless import run_headless, run_probe_command
+    from rtax_tui.engine.profile import Profile, load_profile, resolve_profile_path
 
     drivers = [d for d in exp.drivers if d not in drivers_out]
     if not drivers:
         raise RtaxError("no driver of this experiment works here")
+    if exp.kind == "probe":  # `rtax probe --driver D,.. --channel C,.. -o PATH`, no table
+        channels = list(exp.channels) or ["exec", "shell"]
+        profile = Profile(name="probe", path="rtax probe", hosts=("local",))
+        return run_probe_command(drivers, channels, profile, fmt=None, output=str(path),
+                                 argv=argv)  # fmt: skip
+    if exp.images:
+        image_problem(exp.images)
     profile = load_profile(resolve_profile_path(str(exp.profile))).with_overrides(
         drivers=drivers,
         workloads=list(exp.workloads) or None,
         channels=list(exp.channels) or None,
         trials=counts.get("trials"),
         warmup=counts.get("warmup"),
+        images=list(exp.images) or None,
     )
     if exp.sizes:
         profile = profile.with_sizes(exp.sizes)
@@ -294,6 +302,21 @@ def _run_experiment(
     if "batches" in counts and profile.capacity is not None:
         profile = replace(profile, capacity=replace(profile.capacity, batches=counts["batches"]))
     return run_headless(profile, str(path), argv, quiet=True)
+
+
+def image_problem(modes: tuple[str, ...]) -> None:
+    """What image delivery needs that a run does not set up itself, as the one command
+    that does (RtaxError): root (it mounts), and nginx, rclone, squashfs-tools and fuse.
+    The rest the run makes: the image's squashfs (from the workload root, once), the
+    content server on loopback and, for docker's pull, the registry behind it."""
+    from rtax_tui.drivers.toolkit import delivery
+
+    if os.geteuid() != 0:
+        raise RtaxError(f"--image {','.join(modes)} mounts images: run rtax reproduce as root")
+    lacking = delivery.missing_tools()
+    if lacking:
+        raise RtaxError(f"image delivery needs {', '.join(lacking)}: "
+                        f"apt-get install {' '.join(lacking)}")  # fmt: skip
 
 
 COMMAND = Command(
