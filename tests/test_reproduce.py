@@ -238,6 +238,8 @@ def test_the_list_names_every_row_and_its_experiment(capsys):
         for row in studies.load_study(name).rows:
             assert row.label in out
     assert "rtax run capacity-pvisor --headless --driver stage,podman,libvirt" in out
+    assert "rtax probe --driver stage,docker,podman,libvirt --channel exec,shell" in out
+    assert "--channel shell --trials 5 --warmup 1 --image lazy,pull" in out
 
 
 # -- the paper's figures, trajectories, warm pools, projections and conditions ----------

@@ -25,7 +25,10 @@ SIZES = ("quick", "full")
 
 EPILOG = """\
 studies (rtax_tui/data/studies/*.toml, each figure with its source):
-  pvisor   pVisor's executor analysis: capacity, completion, ready, prefix preparation
+  pvisor   pVisor's executor analysis: capacity, completion, ready, prefix preparation,
+           the lazy cold client shell (--image lazy: root, nginx, rclone, squashfs-tools;
+           the run makes the image and the content server), the workspace boundary
+           (rtax probe's workspace and host-file checks)
   paper    "The Rollout Infrastructure Tax in Coding-Agent RL" (arXiv 2607.01415):
            T0/T1/T2 cold-start spread, trajectories of 10/50/150 actions, warm pools
            beside cold starts, the projection table; its figures 1-5 redrawn
@@ -33,11 +36,12 @@ studies (rtax_tui/data/studies/*.toml, each figure with its source):
 --size quick (each study well under 15 minutes on a 2-core machine; docs/reproduce.md):
   pvisor: completion T2 and T0 5 trials + 1 warm-up per driver; ready T0 and T1 shell
           20 + 3; capacity 1 batch per size (16, 32); prefix preparation 3 repeats,
-          20 prefixes
+          20 prefixes; lazy shell 5 + 1; the probe once a channel (either size)
   paper:  T0, T1, T2 5 trials + 1 warm-up per driver; trajectories 3 + 1; T0 cold and
           pooled 10 + 1
 --size full: the study's own counts (pvisor: 60 trials + 3 warm-ups, 5 batches,
-  3 repeats; paper: 100 trials + 3 warm-ups); long: hours with VMs under TCG
+  3 repeats, lazy 30 + 3; paper: 100 trials + 3 warm-ups); long: hours with VMs
+  under TCG
 
 Writes reproduce-<study>-<UTC time>/ (under --root): each experiment's recording,
 report.md, report.json (format rtax-reproduce/1) and the study's figures in plots/
