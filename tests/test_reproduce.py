@@ -805,3 +805,46 @@ def test_a_bad_image_or_boundary_row_is_one_line_naming_the_field(tmp_path, monk
     )
     with pytest.raises(studies.RtaxError, match=r"rows\[0\]\.kept: unknown check 'workspace_pe"):
         studies.load_study("bad")
+
+
+def test_no_run_experiment_asks_a_vm_for_a_workload_the_vm_drivers_refuse():
+    """A VM driver refuses a workload that reads rtax's assets at host paths (T2):
+    `rtax run` then refuses the whole run, every driver's cells with it. So a study's
+    VM rows that need one are `unavailable` with the reason, never run."""
+    from pathlib import Path as P
+
+    from rtax_tui.drivers.toolkit.assets import AssetPaths
+    from rtax_tui.drivers.toolkit.vmguest import workload_problems
+
+    from rtax_tui.engine.workloads import builtin_workloads
+
+    fake = AssetPaths(P("/a"), P("/a/repo"), P("/a/attrs.git"), P("/a/fix.patch"), ("t",))
+    table = builtin_workloads(fake)
+    for name in studies.study_names():
+        study = studies.load_study(name)
+        for exp in study.experiments.values():
+            if exp.kind != "run" or not set(exp.drivers) & set(studies.VM_DRIVERS):
+                continue
+            profile = load_profile(resolve_profile_path(str(exp.profile)))
+            workloads = list(exp.workloads) or list(profile.workloads)
+            wl = [table[w] for w in workloads if w in table]
+            refused = [p.reason for p in workload_problems(wl, "boot") if "host paths" in p.reason]
+            assert not refused, (name, exp.id, refused)
+
+
+def test_the_spread_spans_the_vms_run_apart(tmp_path):
+    """The paper's cold-start spread: the tiers' substrates and the VMs' (run apart, as
+    they refuse T2) in one slowest / fastest."""
+    from rtax_tui.model.recording import read_recording
+    from tests.test_hostile_reproduce import _crafted
+
+    tiers = read_recording(_crafted(tmp_path / "t.jsonl", {"a": "stage", "b": "docker"}))
+    vms = read_recording(_crafted(tmp_path / "v.jsonl", {"a": "libvirt"}, 20_000_000))
+    study = studies.load_study("paper")
+    doc = studies.reproduce_document(
+        study, studies.Results(recordings={"tiers": tiers, "tiers-vm": vms}), "quick"
+    )
+    spread = next(r for r in doc["tables"][0]["rows"] if r["figure"] == "spread")
+    # create 1 ms + ready 2 ms (stage) against create 1 ms + ready 20 ms (libvirt)
+    assert spread["ours"]["value"] == pytest.approx(21.0 / 3.0)
+    assert "local/libvirt/t0/exec" in spread["ours"]["detail"]

@@ -262,7 +262,7 @@ def load_study(name: str) -> Study:
             raise RtaxError(
                 f"{path}: {where}.figure: {r['figure']!r} (known: {', '.join(FIGURES)})"
             )
-        _check_row(path, where, r, exps[r["experiment"]])
+        _check_row(path, where, r, exps[r["experiment"]], exps)
         rest = {k: v for k, v in r.items() if k not in ("table", "label", "experiment", "figure")}
         rows.append(Row(r["table"], r["label"], r["experiment"], r["figure"], rest))
     return Study(
@@ -277,10 +277,15 @@ def load_study(name: str) -> Study:
     )
 
 
-def _check_row(path: Path, where: str, r: dict[str, Any], exp: Experiment) -> None:
-    """The fields an image or boundary row reads: each known, or one line naming it."""
+def _check_row(
+    path: Path, where: str, r: dict[str, Any], exp: Experiment, exps: dict[str, Experiment]
+) -> None:
+    """The fields an image, boundary or spread row reads: each known, or one line naming it."""
     from rtax_tui.model.checks import BY_NAME
 
+    for other in r.get("with", []):
+        if other not in exps or exps[other].kind != "run":
+            raise RtaxError(f"{path}: {where}.with: {other!r} is no run of the study")
     if r["figure"] == "image":
         if r.get("part") not in IMAGE_PARTS:
             raise RtaxError(f"{path}: {where}.part: {r.get('part')!r} "
@@ -402,8 +407,11 @@ def _measure(study: Study, row: Row, res: Results) -> dict[str, Any]:
         return _diff(report, driver, row.get("versus"), workload)
     if row.figure == "capacity":
         return _capacity(report, driver, int(row.get("size")))
-    if row.figure == "spread":
-        return _spread(res.startups(row.experiment), workload)
+    if row.figure == "spread":  # over the row's experiment and those it names `with`
+        starts = dict(res.startups(row.experiment))
+        for other in row.get("with") or []:
+            starts.update(res.startups(other))
+        return _spread(starts, workload)
     if row.figure == "startup":
         return _startup(res.startups(row.experiment), driver, workload, channel, row.get("mode"))
     if row.figure == "pool":
