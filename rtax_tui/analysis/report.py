@@ -37,7 +37,15 @@ from rtax_tui.analysis.report_model import CellReport, DiffRow, MedianDiff, Phas
 from rtax_tui.analysis.stats import clusters, median_diff, project, summarize
 from rtax_tui.analysis.traj_report import prep_document
 from rtax_tui.model.fidelity import FIDELITY_MIN, replay_by_cell
-from rtax_tui.model.fold import VERDICTS, CapacityFold, RowBuilder, Rows, TrialFold, TrialOutcome
+from rtax_tui.model.fold import (
+    VERDICTS,
+    CapacityFold,
+    RowBuilder,
+    Rows,
+    TrialFold,
+    TrialOutcome,
+    add_sat,
+)
 from rtax_tui.model.probedoc import build_document
 from rtax_tui.model.programs import Programs, compared, differences, from_event
 from rtax_tui.model.recording import Recording, read_recording
@@ -295,7 +303,7 @@ def _finish_all(fold: TrialFold, cells: list[_CellData], slot_cell: np.ndarray) 
             cols[p].sum[ms] if p in cols else np.zeros(ms.size, dtype=np.int64)
             for p in ("acquire", "create", "ready")
         )
-        cd.startup = np.where(has_acq, acq_c, create_c + ready_c)
+        cd.startup = np.where(has_acq, acq_c, add_sat(create_c, ready_c))
         # sub-phases in the order first recorded: by first measured trial, then by event
         order = []
         for pc in fold.phase_cols:

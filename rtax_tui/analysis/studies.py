@@ -26,7 +26,7 @@ from rtax_tui.model.recording import Recording
 from rtax_tui.model.spec import RtaxError
 
 SIZES = ("quick", "full")
-KINDS = ("run", "prepare", "arithmetic", "pending", "unavailable")
+KINDS = ("run", "prepare", "probe", "arithmetic", "pending", "unavailable")
 FIGURES = (
     "total",
     "ready",
@@ -42,6 +42,8 @@ FIGURES = (
     "trajectory",
     "project",
     "project-gap",
+    "image",
+    "boundary",
     "pending",
     "unavailable",
 )
@@ -92,6 +94,7 @@ class Experiment:
     why: str | None = None
     modes: tuple[str, ...] = ()  # cold, pool: `[run] modes` (none: the profile's)
     pool: int | None = None  # environments a pooled cell keeps ready (`--pool N`)
+    images: tuple[str, ...] = ()  # image modes (`--image`): cached, pull, lazy
 
     def flags(self, size: str) -> list[str]:
         """The experiment as `rtax run` (or `rtax traj prepare`) flags, as a user types it."""
@@ -102,6 +105,12 @@ class Experiment:
                 "--repeat", str(c.get("repeat", 3)),
                 "--max-prefixes", str(c.get("max_prefixes", 20)),
             ]  # fmt: skip
+        if self.kind == "probe":
+            out = ["probe"]
+            for flag, items in (("--driver", self.drivers), ("--channel", self.channels)):
+                if items:
+                    out += [flag, ",".join(items)]
+            return out
         if self.kind != "run":
             return []
         out = ["run", str(self.profile), "--headless"]
@@ -114,6 +123,8 @@ class Experiment:
                 out += [f"--{key}", str(c[key])]
         if self.sizes:
             out += ["--sizes", ",".join(map(str, self.sizes))]
+        if self.images:
+            out += ["--image", ",".join(self.images)]
         if self.pool is not None:
             out += ["--pool", str(self.pool)]
         if self.modes:  # no flag of `rtax run` says it: the profile's [run] modes
@@ -192,6 +203,12 @@ def load_study(name: str) -> Study:
             need(e, "profile", where)
         if kind in ("pending", "unavailable"):
             need(e, "why", where)
+        if kind == "probe":
+            need(e, "drivers", where, list)
+        for mode in e.get("images", ()):
+            if mode not in IMAGE_MODES:
+                raise RtaxError(f"{path}: {where}.images: unknown {mode!r} "
+                                f"(known: {', '.join(IMAGE_MODES)})")  # fmt: skip
         exps[eid] = Experiment(
             id=eid,
             what=need(e, "what", where),
@@ -207,6 +224,7 @@ def load_study(name: str) -> Study:
             why=e.get("why"),
             modes=tuple(e.get("modes", ())),
             pool=e.get("pool"),
+            images=tuple(e.get("images", ())),
         )
     tables = tuple(
         Table(
@@ -244,6 +262,7 @@ def load_study(name: str) -> Study:
             raise RtaxError(
                 f"{path}: {where}.figure: {r['figure']!r} (known: {', '.join(FIGURES)})"
             )
+        _check_row(path, where, r, exps[r["experiment"]], exps)
         rest = {k: v for k, v in r.items() if k not in ("table", "label", "experiment", "figure")}
         rows.append(Row(r["table"], r["label"], r["experiment"], r["figure"], rest))
     return Study(
@@ -256,6 +275,37 @@ def load_study(name: str) -> Study:
         rows=tuple(rows),
         figures=tuple(figures),
     )
+
+
+def _check_row(
+    path: Path, where: str, r: dict[str, Any], exp: Experiment, exps: dict[str, Experiment]
+) -> None:
+    """The fields an image, boundary or spread row reads: each known, or one line naming it."""
+    from rtax_tui.model.checks import BY_NAME
+
+    for other in r.get("with", []):
+        if other not in exps or exps[other].kind != "run":
+            raise RtaxError(f"{path}: {where}.with: {other!r} is no run of the study")
+    if r["figure"] == "image":
+        if r.get("part") not in IMAGE_PARTS:
+            raise RtaxError(f"{path}: {where}.part: {r.get('part')!r} "
+                            f"(known: {', '.join(IMAGE_PARTS)})")  # fmt: skip
+        if r.get("mode") not in exp.images:
+            raise RtaxError(f"{path}: {where}.mode: {r.get('mode')!r} is no image mode of "
+                            f"experiment {exp.id} ({', '.join(exp.images) or 'none'})")  # fmt: skip
+    if r["figure"] == "boundary":
+        if exp.kind != "probe":
+            raise RtaxError(f"{path}: {where}.experiment: {exp.id!r} is no probe")
+        for group in ("kept", "outside"):
+            names = r.get(group, [])
+            if not isinstance(names, list):
+                raise RtaxError(f"{path}: {where}.{group}: expected a list of check names")
+            for name in names:
+                if name not in BY_NAME:
+                    raise RtaxError(f"{path}: {where}.{group}: unknown check {name!r} "
+                                    "(`rtax probe --help` lists them)")  # fmt: skip
+        if not r.get("kept") and not r.get("outside"):
+            raise RtaxError(f"{path}: {where}.kept: a boundary row names checks")
 
 
 FIGURE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
@@ -357,8 +407,11 @@ def _measure(study: Study, row: Row, res: Results) -> dict[str, Any]:
         return _diff(report, driver, row.get("versus"), workload)
     if row.figure == "capacity":
         return _capacity(report, driver, int(row.get("size")))
-    if row.figure == "spread":
-        return _spread(res.startups(row.experiment), workload)
+    if row.figure == "spread":  # over the row's experiment and those it names `with`
+        starts = dict(res.startups(row.experiment))
+        for other in row.get("with") or []:
+            starts.update(res.startups(other))
+        return _spread(starts, workload)
     if row.figure == "startup":
         return _startup(res.startups(row.experiment), driver, workload, channel, row.get("mode"))
     if row.figure == "pool":
@@ -371,7 +424,84 @@ def _measure(study: Study, row: Row, res: Results) -> dict[str, Any]:
         return _project_gap(res.projection(row.experiment), workload, channel)
     if row.figure.startswith("prep"):
         return _prep(report, row)
+    if row.figure == "image":
+        return _image(report, driver, workload, channel, row)
+    if row.figure == "boundary":
+        return _boundary(report, driver, row)
     return {"status": "failed", "why": f"figure {row.figure!r} is not computed"}
+
+
+IMAGE_PARTS = ("image", "create", "ready", "startup", "fetched", "size")
+IMAGE_MODES = ("cached", "pull", "lazy")
+
+
+def _image(report: Report, driver: str | None, workload: str | None, channel: str | None,
+           row: Row) -> dict[str, Any]:  # fmt: skip
+    """A cell's image delivery (the report's image table, `rtax report`'s): a phase's P50
+    (`part`: image, create, ready, startup), or the bytes the content server sent
+    (`fetched`, the median a trial) or the image's size (`size`)."""
+    mode, part = row.get("mode"), row.get("part")
+    for r in report.get("image") or []:
+        d, w, c, _ = _key_of(re.sub(r"~[a-z]+", "", str(r["cell"])))
+        if (d, r["mode"]) != (driver, mode) or workload not in (None, w):
+            continue
+        if channel is not None and c != channel:
+            continue
+        fetched = (f"fetched {r['fetched_p50']:,.0f} bytes a trial (P50) of the "
+                   f"{r['size'] or 0:,}-byte image")  # fmt: skip
+        if part == "size":
+            return {"status": "measured", "value": r["size"], "cell": r["cell"],
+                    "detail": f"{r['cell']}: {fetched}"}  # fmt: skip
+        if part == "fetched":
+            return {"status": "measured", "value": r["fetched_p50"], "n": r["n"],
+                    "cell": r["cell"], "detail": f"{r['cell']}, of {r['size'] or 0:,}"}  # fmt: skip
+        ph = r[part]
+        if not ph["n"]:
+            return {"status": "failed", "why": f"{r['cell']}: no measured trial "
+                    f"({r['failed']} failed)"}  # fmt: skip
+        others = ", ".join(f"{p} {r[p]['p50_ms']:,.2f} ms" for p in ("image", "startup")
+                           if p != part and r[p]["n"])  # fmt: skip
+        return {"status": "measured", "p50_ms": ph["p50_ms"], "ci95_ms": ph["p50_ci95_ms"],
+                "n": ph["n"], "cell": r["cell"],
+                "detail": f"{r['cell']}; {fetched}; P50 {others}"}  # fmt: skip
+    return {"status": "failed", "why": f"no {mode} image cell of {driver} in the recording"}
+
+
+def _boundary(report: Report, driver: str | None, row: Row) -> dict[str, Any]:
+    """The probe's verdicts (`rtax report` on its recording: the driver x check matrix)
+    on the row's checks: `kept` (writes kept: guarantees that must hold) and `outside`
+    (access outside the tested view: escapes that must be blocked). Ours: the share of
+    those measured that passed; `n`: the fewest runs (channels) a check had."""
+    from rtax_tui.model.checks import NA
+    from rtax_tui.model.probedoc import passed
+
+    checks = ((report.get("probe") or {}).get("drivers") or {}).get(str(driver), {})
+    checks = checks.get("checks") or {}
+    if not checks:
+        return {"status": "failed", "why": f"the probe recorded no check of {driver}"}
+    parts, got, of, na, runs = [], 0, 0, [], []
+    for group in ("kept", "outside"):
+        names = list(row.get(group) or [])
+        ok, bad = 0, []
+        for name in names:
+            c = checks.get(name)
+            if c is None or c["result"] == NA:
+                na.append(name)
+                continue
+            runs.append(len(c["runs"]))
+            if passed(name, c["result"]):
+                ok += 1
+            else:
+                bad.append(f"{name} {c['result']}")
+        measured = len(names) - sum(n in na for n in names)
+        got, of = got + ok, of + measured
+        what = "writes kept" if group == "kept" else "outside access blocked"
+        parts.append(f"{what} {ok}/{measured}" + (f" ({', '.join(bad)})" if bad else ""))
+    if not of:
+        return {"status": "failed", "why": f"{driver}: none of the row's checks was measured"}
+    detail = "; ".join(parts) + (f"; n/a: {', '.join(na)}" if na else "")
+    return {"status": "measured", "value": got / of, "passed": [got, of], "n": min(runs),
+            "detail": detail}  # fmt: skip
 
 
 def _key_of(cell: str) -> tuple[str, str, str, str]:
@@ -578,6 +708,9 @@ def _published_value(row: Row) -> float | None:
     if row.get("published_tasks") is not None:
         got, of = row.get("published_tasks")
         return float(got) / float(of)
+    if row.get("published_passed") is not None:
+        got, of = row.get("published_passed")
+        return float(got) / float(of)
     return None
 
 
@@ -591,10 +724,15 @@ def published_text(row: Row) -> str:
         lo, hi = row.get("published_range")
         text = f"{lo}-{hi} {unit}"
     elif row.get("published") is not None:
-        text = f"{row.get('published'):,g} {unit}"
+        v = row.get("published")
+        text = f"{v:,} {unit}" if isinstance(v, int) else f"{v:,g} {unit}"
         if row.get("interval") is not None:
             lo, hi = row.get("interval")
             text += f" (95% CI {lo} to {hi})"
+    elif row.get("published_passed") is not None:
+        got, of = row.get("published_passed")
+        said = row.get("published_text")
+        text = f"{got}/{of}" + (f": {said}" if said else "")
     else:
         text = str(row.get("published_text", "-"))
     if row.get("n") is not None:
@@ -608,6 +746,9 @@ def ours_text(ours: dict[str, Any], unit: str = "ms") -> str:
     if "batches" in ours:
         (pb, b), (pt, t) = ours["batches"], ours["tasks"]
         return f"{pb}/{b} batches, {pt}/{t} tasks"
+    if "passed" in ours:
+        got, of = ours["passed"]
+        return f"{got}/{of} passed, n={ours['n']} ({ours['detail']})"
     if "range_ms" in ours:
         lo, hi = ours["range_ms"]
         return f"{lo:.2f}-{hi:.2f} ms over {ours['formats']} clustered formats"
@@ -622,7 +763,9 @@ def ours_text(ours: dict[str, Any], unit: str = "ms") -> str:
         text = f"{ours['p50_ms']:.2f} ms (95% CI {lo:.2f} to {hi:.2f})"
         text += f", n={ours['n']}" if "n" in ours else ""
         return text + (f" ({ours['detail']})" if "detail" in ours else "")
-    text = f"{ours['value']:,.1f} {unit}"
+    v = ours["value"]
+    whole = isinstance(v, int) or float(v).is_integer() and abs(v) >= 1000
+    text = f"{v:,.0f} {unit}" if whole else f"{v:,.1f} {unit}"
     if ours.get("ci95") and None not in ours["ci95"]:
         lo, hi = ours["ci95"]
         text += f" (95% CI {lo:,.1f} to {hi:,.1f})"

@@ -318,11 +318,12 @@ def run_probe_command(
     channels: list[str],
     profile: Profile,
     *,
-    fmt: str,
+    fmt: str | None,
     output: str | None,
     argv: list[str],
 ) -> int:
-    """`rtax probe`: the boundary checks, printed as a table or JSON, optionally recorded.
+    """`rtax probe`: the boundary checks, printed as a table or JSON (`fmt` None: not
+    printed, as `rtax reproduce` runs it), optionally recorded.
 
     The exit status is 0 whatever the checks find (a breach is a measurement); the
     last result of each host/driver is kept for the headers of later runs."""
@@ -335,7 +336,7 @@ def _probe_command(
     channels: list[str],
     profile: Profile,
     *,
-    fmt: str,
+    fmt: str | None,
     output: str | None,
     argv: list[str],
 ) -> int:
@@ -377,11 +378,11 @@ def _probe_command(
         from rtax_tui.render.reporting import probe_markdown
 
         sys.stdout.write(probe_markdown(doc))
-    else:
+    elif fmt is not None:
         from rtax_tui.render.reporting import print_probe
 
         print_probe(doc, out_console())
-    if path is not None:
+    if path is not None and fmt is not None:
         print(f"recording: {path}", file=sys.stderr)
     return 0
 

@@ -25,7 +25,10 @@ SIZES = ("quick", "full")
 
 EPILOG = """\
 studies (rtax_tui/data/studies/*.toml, each figure with its source):
-  pvisor   pVisor's executor analysis: capacity, completion, ready, prefix preparation
+  pvisor   pVisor's executor analysis: capacity, completion, ready, prefix preparation,
+           the lazy cold client shell (--image lazy: root, nginx, rclone, squashfs-tools;
+           the run makes the image and the content server), the workspace boundary
+           (rtax probe's workspace and host-file checks)
   paper    "The Rollout Infrastructure Tax in Coding-Agent RL" (arXiv 2607.01415):
            T0/T1/T2 cold-start spread, trajectories of 10/50/150 actions, warm pools
            beside cold starts, the projection table; its figures 1-5 redrawn
@@ -33,11 +36,12 @@ studies (rtax_tui/data/studies/*.toml, each figure with its source):
 --size quick (each study well under 15 minutes on a 2-core machine; docs/reproduce.md):
   pvisor: completion T2 and T0 5 trials + 1 warm-up per driver; ready T0 and T1 shell
           20 + 3; capacity 1 batch per size (16, 32); prefix preparation 3 repeats,
-          20 prefixes
+          20 prefixes; lazy shell 5 + 1; the probe once a channel (either size)
   paper:  T0, T1, T2 5 trials + 1 warm-up per driver; trajectories 3 + 1; T0 cold and
           pooled 10 + 1
 --size full: the study's own counts (pvisor: 60 trials + 3 warm-ups, 5 batches,
-  3 repeats; paper: 100 trials + 3 warm-ups); long: hours with VMs under TCG
+  3 repeats, lazy 30 + 3; paper: 100 trials + 3 warm-ups); long: hours with VMs
+  under TCG
 
 Writes reproduce-<study>-<UTC time>/ (under --root): each experiment's recording,
 report.md, report.json (format rtax-reproduce/1) and the study's figures in plots/
@@ -134,7 +138,7 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
             res.drivers_out[d] = "left out by --driver"
     _say(f"reproduce {study.name} ({size}): checking drivers (rtax doctor's checks)")
     res.drivers_out.update(driver_problems([d for d in wanted if d not in res.drivers_out]))
-    todo = [e for e in study.experiments.values() if e.kind in ("run", "prepare")]
+    todo = [e for e in study.experiments.values() if e.kind in ("run", "prepare", "probe")]
     started = time.monotonic_ns()
     status = 0
     for i, exp in enumerate(todo, 1):
@@ -270,18 +274,26 @@ def _run_experiment(
             argv=argv,
         )
         return 0
-    from rtax_tui.commands.headless import run_headless
-    from rtax_tui.engine.profile import load_profile, resolve_profile_path
+    from rtax_tui.commands.headless import run_headless, run_probe_command
+    from rtax_tui.engine.profile import Profile, load_profile, resolve_profile_path
 
     drivers = [d for d in exp.drivers if d not in drivers_out]
     if not drivers:
         raise RtaxError("no driver of this experiment works here")
+    if exp.kind == "probe":  # `rtax probe --driver D,.. --channel C,.. -o PATH`, no table
+        channels = list(exp.channels) or ["exec", "shell"]
+        profile = Profile(name="probe", path="rtax probe", hosts=("local",))
+        return run_probe_command(drivers, channels, profile, fmt=None, output=str(path),
+                                 argv=argv)  # fmt: skip
+    if exp.images:
+        image_problem(exp.images)
     profile = load_profile(resolve_profile_path(str(exp.profile))).with_overrides(
         drivers=drivers,
         workloads=list(exp.workloads) or None,
         channels=list(exp.channels) or None,
         trials=counts.get("trials"),
         warmup=counts.get("warmup"),
+        images=list(exp.images) or None,
     )
     if exp.sizes:
         profile = profile.with_sizes(exp.sizes)
@@ -294,6 +306,21 @@ def _run_experiment(
     if "batches" in counts and profile.capacity is not None:
         profile = replace(profile, capacity=replace(profile.capacity, batches=counts["batches"]))
     return run_headless(profile, str(path), argv, quiet=True)
+
+
+def image_problem(modes: tuple[str, ...]) -> None:
+    """What image delivery needs that a run does not set up itself, as the one command
+    that does (RtaxError): root (it mounts), and nginx, rclone, squashfs-tools and fuse.
+    The rest the run makes: the image's squashfs (from the workload root, once), the
+    content server on loopback and, for docker's pull, the registry behind it."""
+    from rtax_tui.drivers.toolkit import delivery
+
+    if os.geteuid() != 0:
+        raise RtaxError(f"--image {','.join(modes)} mounts images: run rtax reproduce as root")
+    lacking = delivery.missing_tools()
+    if lacking:
+        raise RtaxError(f"image delivery needs {', '.join(lacking)}: "
+                        f"apt-get install {' '.join(lacking)}")  # fmt: skip
 
 
 COMMAND = Command(

@@ -29,6 +29,36 @@ import numpy as np
 
 from rtax_tui.model.spec import EXTRA_PHASES, TIMED_PHASES
 
+# Durations are counts of 0..2**63-1 ns each; what the fold adds of them (a phase seen
+# twice in a trial, a trial's total, create + ready) saturates at the largest int64
+# instead of wrapping into a small or negative figure (a crafted recording's: no
+# timeout allows 146 years).
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def add_sat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b of non-negative int64 arrays, saturating at INT64_MAX."""
+    out: np.ndarray = a + b
+    over = out < a  # b >= 0: only a wrap makes the sum smaller
+    if over.any():
+        out[over] = INT64_MAX
+    return out
+
+
+def add_at_sat(out: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+    """np.add.at(out, index, values) of non-negative int64s, saturating at INT64_MAX:
+    where the sum could pass it (bounded by the largest of `out` plus all `values`),
+    a float shadow of the sums finds the slots that did."""
+    if not values.size:
+        return
+    risky = float(out.max(initial=0)) + float(values.sum(dtype=np.float64)) >= INT64_MAX
+    shadow = out.astype(np.float64) if risky else None
+    np.add.at(out, index, values)
+    if shadow is not None:
+        np.add.at(shadow, index, values.astype(np.float64))
+        out[shadow >= INT64_MAX] = INT64_MAX
+
+
 _TIMED = frozenset(TIMED_PHASES + EXTRA_PHASES)
 
 Verdict = Literal["warmup", "incomplete", "failed", "invalid", "measured"]
@@ -330,8 +360,9 @@ class TrialOutcome:
         return verdict(self.warmup, self.ended, self.ok, self.valid)
 
     def total_ns(self) -> int:
-        """The trial's `total`: its timed phases plus its actions."""
-        return sum(self.phases.values()) + sum(self.actions)
+        """The trial's `total`: its timed phases plus its actions (saturating at
+        INT64_MAX, as the fold's columns do)."""
+        return min(sum(self.phases.values()) + sum(self.actions), int(INT64_MAX))
 
 
 class TrialFold:
@@ -567,7 +598,7 @@ class TrialFold:
             self._fit(pc)
             m = names == i
             s = slots[m]
-            np.add.at(pc.sum, s, durs[m])
+            add_at_sat(pc.sum, s, durs[m])
             np.minimum.at(pc.first, s, pos[m])
 
     def _ends(self, rows: Rows, first: int) -> None:
@@ -631,10 +662,10 @@ class TrialFold:
         actions, at once (what the report's `total` column and a precision check read)."""
         n = len(self.metas)
         out = np.zeros(n, dtype=np.int64)
-        np.add.at(out, self.ac_slot.view, self.ac_dur.view)
+        add_at_sat(out, self.ac_slot.view, self.ac_dur.view)
         for pc in self.phase_cols:
             if pc.timed:
-                out += pc.sum[:n]
+                out = add_sat(out, pc.sum[:n])
         return out
 
     def verdict_codes(self) -> np.ndarray:

@@ -238,6 +238,8 @@ def test_the_list_names_every_row_and_its_experiment(capsys):
         for row in studies.load_study(name).rows:
             assert row.label in out
     assert "rtax run capacity-pvisor --headless --driver stage,podman,libvirt" in out
+    assert "rtax probe --driver stage,docker,podman,libvirt --channel exec,shell" in out
+    assert "--channel shell --trials 5 --warmup 1 --image lazy,pull" in out
 
 
 # -- the paper's figures, trajectories, warm pools, projections and conditions ----------
@@ -513,7 +515,25 @@ def test_a_committed_reports_rows_and_figures_are_its_recordings(report: Path) -
                 continue
             r = spec[t["id"], row["label"]]
             exp = study.experiments[r.experiment]
+            if r.figure == "boundary":  # the probe's verdicts, from its recording's lines
+                _check_boundary(report.parent / f"{r.experiment}.jsonl", r, row["ours"])
+                checked += 1
+                continue
             if exp.kind != "run":  # arithmetic, or rtax traj prepare's: no trial
+                continue
+            if r.figure == "image":
+                cell = [r.get("driver"), r.get("workload")]
+                got = _image_trials(report.parent / f"{r.experiment}.jsonl").values()
+                mode = r.get("mode")
+                tr = [x for x in got if x["mode"] == mode and x["cell"].split("/")[1:3] == cell]
+                if r.get("part") == "ready":  # of the trials that passed; the bytes: of all
+                    ready = [x["ready"] for x in tr if x["ok"]]
+                    assert row["ours"]["p50_ms"] == pytest.approx(_med_ms(ready))
+                elif r.get("part") == "fetched":
+                    assert row["ours"]["value"] == float(np.median([x["fetched"] for x in tr]))
+                else:
+                    assert row["ours"]["value"] == max(x["size"] for x in tr)
+                checked += 1
                 continue
             trials = _raw_trials(report.parent / f"{r.experiment}.jsonl")
             wl = r.get("workload") or (exp.workloads[0] if exp.workloads else None)
@@ -561,6 +581,22 @@ def test_a_committed_reports_rows_and_figures_are_its_recordings(report: Path) -
                 assert fmt_ms(_med_ms(first)) in svg.texts, (f["id"], key)
 
 
+def _check_boundary(path: Path, r: studies.Row, ours: dict) -> None:
+    from rtax_tui.model.checks import BY_NAME
+
+    results: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        ev = json.loads(line)
+        if ev["type"] == "probe" and ev["driver"] == r.get("driver"):
+            results.setdefault(ev["check"], []).append(ev["result"])
+    names = [*r.get("kept", []), *r.get("outside", [])]
+    # a breach on any channel is a breach; else one it could not measure is n/a
+    measured = [n for n in names if results.get(n) and ("n/a" not in results[n]
+                                                        or "breached" in results[n])]  # fmt: skip
+    ok = [n for n in measured if set(results[n]) == {BY_NAME[n].passed}]
+    assert ours["passed"] == [len(ok), len(measured)], r.label
+
+
 def test_what_was_measured_is_said_within_2x_too():
     row = {"label": "l", "published_text": "25 ms", "note": None, "ours_text": "16 ms",
            "ratio": 0.65, "far": False, "differs": ["d"], "verdict": None,
@@ -569,3 +605,246 @@ def test_what_was_measured_is_said_within_2x_too():
            "drivers_out": {}, "experiments": {},
            "tables": [{"id": "t", "title": "T", "conditions": "c", "rows": [row]}]}  # fmt: skip
     assert "| d; measured here: with the assets: 24.11 ms |" in reproduce_markdown(doc)
+
+
+# -- pVisor's lazy client shell and workspace boundary (the rows once "not yet reproduced")
+
+LAZY = """\
+title = "lazy"
+source = "a test's own study"
+
+[experiments.lazy]
+what = "T0 on stage's shell, its image lazy"
+profile = "t0"
+drivers = ["stage"]
+channels = ["shell"]
+images = ["lazy"]
+quick = { trials = 3, warmup = 0 }
+full = { trials = 3, warmup = 0 }
+
+[[tables]]
+id = "lazy"
+title = "Lazy cold client shell"
+conditions = "N = 30"
+
+[[rows]]
+table = "lazy"
+label = "ready"
+experiment = "lazy"
+driver = "stage"
+figure = "image"
+mode = "lazy"
+part = "ready"
+published = 183.7
+n = 30
+
+[[rows]]
+table = "lazy"
+label = "fetched"
+experiment = "lazy"
+driver = "stage"
+figure = "image"
+mode = "lazy"
+part = "fetched"
+published = 2580417
+unit = "bytes"
+"""
+
+
+def _image_trials(path: Path) -> dict[int, dict]:
+    """Per measured trial, straight from the lines: its image mode, ready (ns) and the
+    bytes the content server counted for it."""
+    trials: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        ev = json.loads(line)
+        if ev["type"] == "trial_start" and not ev["warmup"]:
+            trials[ev["trial"]] = {"mode": ev.get("image"), "cell": ev["cell"], "ok": False}
+        t = trials.get(ev.get("trial"))
+        if t is None:
+            continue
+        if ev["type"] == "phase" and ev["name"] == "ready":
+            t["ready"] = ev["dur_ns"]
+        elif ev["type"] == "image":
+            t["fetched"], t["size"] = ev["fetched"], ev["size"]
+        elif ev["type"] == "trial_end":
+            t["ok"] = ev["ok"] and ev["valid"] is not False
+    return trials
+
+
+def test_the_lazy_rows_are_the_image_delivery_of_the_recording(tmp_path, monkeypatch, capsys):
+    """reproduce sets up the lazy image itself (the run makes the squashfs and starts the
+    content server): ready and bytes fetched are the recording's lazy trials'."""
+    import os
+
+    from rtax_tui.drivers.toolkit import delivery
+
+    if os.geteuid() != 0 or delivery.missing_tools():
+        pytest.skip("image delivery mounts images: root with nginx, rclone, squashfs-tools")
+    data = tmp_path / "studies"
+    data.mkdir()
+    (data / "lazy.toml").write_text(LAZY)
+    monkeypatch.setattr(studies, "studies_dir", lambda: data)
+    rc = cli.main(["reproduce", "lazy", "--root", str(tmp_path / "out")])
+    assert rc == 0, capsys.readouterr().err
+    (out,) = (tmp_path / "out").iterdir()
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["experiments"]["lazy"]["rtax"][-2:] == ["--image", "lazy"]
+    rows = {r["label"]: r for r in doc["tables"][0]["rows"]}
+    trials = [t for t in _image_trials(out / "lazy.jsonl").values() if t["ok"]]
+    assert len(trials) == 3 and all(t["mode"] == "lazy" for t in trials)
+    ready = rows["ready"]["ours"]
+    assert ready["p50_ms"] == pytest.approx(_med_ms([t["ready"] for t in trials]))
+    assert ready["n"] == 3 and ready["cell"] == "local/stage/t0/shell~lazy"
+    fetched = rows["fetched"]["ours"]
+    assert fetched["value"] == pytest.approx(float(np.median([t["fetched"] for t in trials])))
+    assert 0 < fetched["value"] < trials[0]["size"] // 4  # only what was read
+    assert "bytes (local/stage/t0/shell~lazy, of" in rows["fetched"]["ours_text"]
+    assert "N = 3 (published 30)" in rows["ready"]["differs"]
+
+
+def test_the_lazy_row_says_the_one_command_that_sets_image_delivery_up(
+    tmp_path, monkeypatch, capsys
+):
+    from rtax_tui.drivers.toolkit import delivery
+
+    data = tmp_path / "studies"
+    data.mkdir()
+    (data / "lazy.toml").write_text(LAZY)
+    monkeypatch.setattr(studies, "studies_dir", lambda: data)
+    monkeypatch.setattr(delivery, "missing_tools", lambda: ["nginx-light", "rclone"])
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    assert cli.main(["reproduce", "lazy", "--root", str(tmp_path / "out")]) == 0
+    (out,) = (tmp_path / "out").iterdir()
+    doc = json.loads((out / "report.json").read_text())
+    why = "image delivery needs nginx-light, rclone: apt-get install nginx-light rclone"
+    assert doc["not_run"] == {"lazy": why}
+    assert doc["tables"][0]["rows"][0]["ours_text"] == f"not reproduced: {why}"
+
+
+def _probe_recording(path: Path, verdicts: dict[tuple[str, str, str], str]) -> Path:
+    """An `rtax probe -o` recording: its header and one `probe` event a verdict."""
+    from rtax_tui.model.checks import BY_NAME
+
+    evs: list[dict] = [{
+        "type": "run", "t_ns": 1, "format": "rtax/1", "run_id": "p1",
+        "started_at": "2026-12-07T00:00:00+00:00", "seed": 0, "argv": ["rtax", "probe"],
+        "profile": {"name": "probe"}, "hosts": {"local": {"cpus": 2}},
+    }]  # fmt: skip
+    for i, ((driver, channel, check), result) in enumerate(verdicts.items()):
+        evs.append({"type": "probe", "t_ns": 10 + i, "host": "local", "driver": driver,
+                    "channel": channel, "check": check, "result": result,
+                    "evidence": "e", "promised": True,
+                    "kind": BY_NAME[check].kind})  # fmt: skip
+    path.write_text("".join(json.dumps(e) + "\n" for e in evs))
+    return path
+
+
+def test_the_boundary_rows_are_the_probes_verdicts_on_the_workspace_checks(tmp_path):
+    """pVisor's workspace boundary (writes kept, access outside the view blocked) read
+    from the probe's recording: a breach on one channel, or a check it could not
+    measure, is said, and `rtax report` on the recording has the same verdicts."""
+    from rtax_tui.model.checks import BY_NAME
+    from rtax_tui.model.recording import read_recording
+
+    study = studies.load_study("pvisor")
+    rows = {r.label: r for r in study.rows if r.table == "boundary"}
+    names = [*rows["staged"].get("kept"), *rows["staged"].get("outside")]
+    assert "workspace_persists" in names and "tmp_sentinel" in names and "other_env" in names
+    verdicts: dict[tuple[str, str, str], str] = {}
+    for ch in ("exec", "shell"):
+        for name in names:
+            passed = BY_NAME[name].passed
+            verdicts["stage", ch, name] = passed
+            verdicts["podman", ch, name] = passed
+    verdicts["podman", "shell", "tmp_sentinel"] = "breached"  # one channel breached
+    verdicts["podman", "exec", "assets_view"] = "n/a"  # one it could not measure
+    rec = _probe_recording(tmp_path / "boundary.jsonl", verdicts)
+    res = studies.Results(recordings={"boundary": read_recording(rec)})
+    doc = studies.reproduce_document(study, res, "full")
+    got = {r["label"]: r for t in doc["tables"] if t["id"] == "boundary" for r in t["rows"]}
+    stage = got["staged"]
+    assert stage["ours"]["passed"] == [len(names), len(names)] and stage["ours"]["n"] == 2
+    assert stage["ratio"] == 1.0 and stage["published_text"].startswith("3/3")
+    assert "N = 2 (published 3)" in stage["differs"]
+    podman = got["OCI/Podman writable mounts"]["ours"]
+    assert podman["passed"] == [len(names) - 2, len(names) - 1]
+    assert "tmp_sentinel breached" in podman["detail"] and "n/a: assets_view" in podman["detail"]
+    assert got["VM"]["ours"]["why"] == "the probe recorded no check of libvirt"
+    assert got["safe"]["ours"]["status"] == "unavailable"
+    res2 = subprocess.run([sys.executable, "-m", "rtax_tui", "report", str(rec), "--format",
+                           "json"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res2.returncode == 0, res2.stderr
+    checks = json.loads(res2.stdout)["probe"]["drivers"]["podman"]["checks"]
+    assert checks["tmp_sentinel"]["result"] == "breached"
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ('figure = "image"\nmode = "lazy"\npart = "bytes"', "rows[0].part: 'bytes'"),
+        ('figure = "image"\nmode = "pull"\npart = "ready"', "rows[0].mode: 'pull' is no image"),
+        ('figure = "boundary"\nkept = ["workspace_persist"]', "rows[0].experiment: 'lazy' is"),
+    ],
+)
+def test_a_bad_image_or_boundary_row_is_one_line_naming_the_field(tmp_path, monkeypatch, row,
+                                                                   needle):  # fmt: skip
+    data = tmp_path / "studies"
+    data.mkdir()
+    monkeypatch.setattr(studies, "studies_dir", lambda: data)
+    head = LAZY.split("[[rows]]")[0]
+    (data / "bad.toml").write_text(
+        head + '[[rows]]\ntable = "lazy"\nlabel = "x"\nexperiment = "lazy"\n'
+        'driver = "stage"\n' + row + "\n"
+    )
+    with pytest.raises(studies.RtaxError, match=re.escape(needle)):
+        studies.load_study("bad")
+    probe = head + '[experiments.p]\nwhat = "p"\nkind = "probe"\ndrivers = ["stage"]\n'
+    (data / "bad.toml").write_text(
+        probe + '[[rows]]\ntable = "lazy"\nlabel = "x"\nexperiment = "p"\n'
+        'driver = "stage"\nfigure = "boundary"\nkept = ["workspace_persist"]\n'
+    )
+    with pytest.raises(studies.RtaxError, match=r"rows\[0\]\.kept: unknown check 'workspace_pe"):
+        studies.load_study("bad")
+
+
+def test_no_run_experiment_asks_a_vm_for_a_workload_the_vm_drivers_refuse():
+    """A VM driver refuses a workload that reads rtax's assets at host paths (T2):
+    `rtax run` then refuses the whole run, every driver's cells with it. So a study's
+    VM rows that need one are `unavailable` with the reason, never run."""
+    from pathlib import Path as P
+
+    from rtax_tui.drivers.toolkit.assets import AssetPaths
+    from rtax_tui.drivers.toolkit.vmguest import workload_problems
+
+    from rtax_tui.engine.workloads import builtin_workloads
+
+    fake = AssetPaths(P("/a"), P("/a/repo"), P("/a/attrs.git"), P("/a/fix.patch"), ("t",))
+    table = builtin_workloads(fake)
+    for name in studies.study_names():
+        study = studies.load_study(name)
+        for exp in study.experiments.values():
+            if exp.kind != "run" or not set(exp.drivers) & set(studies.VM_DRIVERS):
+                continue
+            profile = load_profile(resolve_profile_path(str(exp.profile)))
+            workloads = list(exp.workloads) or list(profile.workloads)
+            wl = [table[w] for w in workloads if w in table]
+            refused = [p.reason for p in workload_problems(wl, "boot") if "host paths" in p.reason]
+            assert not refused, (name, exp.id, refused)
+
+
+def test_the_spread_spans_the_vms_run_apart(tmp_path):
+    """The paper's cold-start spread: the tiers' substrates and the VMs' (run apart, as
+    they refuse T2) in one slowest / fastest."""
+    from rtax_tui.model.recording import read_recording
+    from tests.hostile.test_hostile_reproduce import _crafted
+
+    tiers = read_recording(_crafted(tmp_path / "t.jsonl", {"a": "stage", "b": "docker"}))
+    vms = read_recording(_crafted(tmp_path / "v.jsonl", {"a": "libvirt"}, 20_000_000))
+    study = studies.load_study("paper")
+    doc = studies.reproduce_document(
+        study, studies.Results(recordings={"tiers": tiers, "tiers-vm": vms}), "quick"
+    )
+    spread = next(r for r in doc["tables"][0]["rows"] if r["figure"] == "spread")
+    # create 1 ms + ready 2 ms (stage) against create 1 ms + ready 20 ms (libvirt)
+    assert spread["ours"]["value"] == pytest.approx(21.0 / 3.0)
+    assert "local/libvirt/t0/exec" in spread["ours"]["detail"]
