@@ -6,7 +6,7 @@ Without a cluster: each node's engine is a real `NodeEngine` in this process, it
 actor's `m.remote(...)` a call of its method (`_InProc`), so that the controller's
 side (`NodeTrials`, `NodeBatch`, `CapacityRun` with its span) follows the node's real
 barrier log and its trials' real events; an attack on the wire replaces one answer.
-The runs on a real cluster are tests/test_ray_cluster.py's.
+The runs on a real cluster are tests/engine/test_ray_cluster.py's.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def _part(barrier: Barrier, trials: set[int], actor: Any = None) -> NodeBatch:
 def test_an_arrival_after_the_deadlines_release_is_not_counted() -> None:
     """Got through at 930c6c7: the controller took a node's `arrive` whenever it came.
     A `local` workload that will miss the deadline SIGSTOPs its node's engine across it
-    (tests/test_ray_cluster.py's STOP_MY_ENGINE, then a SIGCONT from a child): its step
+    (tests/engine/test_ray_cluster.py's STOP_MY_ENGINE, then a SIGCONT from a child): its step
     ends meanwhile, and when the engine runs again the trial arrives (on the node's
     clock, after the controller's decision) before the engine reads the release that
     would have interrupted it. Locally the deadline interrupts every trial on its way;
