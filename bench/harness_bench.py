@@ -45,12 +45,13 @@ from pathlib import Path
 TRUE = shutil.which("true") or "/bin/true"
 
 
-def hyperfine(runs: int) -> float:
+def hyperfine(runs: int, command: str = "true") -> float:
+    """hyperfine's median ms of `command` (no shell: -N; its output to a pipe)."""
     out = Path(tempfile.mkstemp(suffix=".json")[1])
     try:
         subprocess.run(
             ["hyperfine", "-N", "--output=pipe", "--warmup", "20", "--runs", str(runs),
-             "--export-json", str(out), "true"],
+             "--export-json", str(out), command],
             capture_output=True, check=True, timeout=600,
         )  # fmt: skip
         return float(json.loads(out.read_text())["results"][0]["median"]) * 1000
@@ -58,7 +59,9 @@ def hyperfine(runs: int) -> float:
         out.unlink()
 
 
-def engine(trials: int, actions: int, loop: str) -> float:
+def engine(trials: int, actions: int, loop: str, pythonpath: str | None = None) -> float:
+    """The engine's action P50 ms of `true` (one `rtax run`, local exec); `pythonpath`: run
+    another checkout's rtax (its directory, with rtax_tui/drivers linked to drivers/)."""
     tmp = Path(tempfile.mkdtemp(prefix="rtax-harness-"))
     try:
         steps = ", ".join(['{argv = ["true"]}'] * actions)
@@ -69,9 +72,12 @@ def engine(trials: int, actions: int, loop: str) -> float:
             f"[workloads.truex]\nsteps = [{steps}]\n"
         )
         rec = tmp / "r.jsonl"
+        env = {**os.environ, "RTAX_LOOP": loop}
+        if pythonpath is not None:
+            env["PYTHONPATH"] = pythonpath
         subprocess.run(
             [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec), "--quiet"],
-            capture_output=True, check=True, timeout=1800, env={**os.environ, "RTAX_LOOP": loop},
+            capture_output=True, check=True, timeout=1800, env=env,
         )  # fmt: skip
         header = json.loads(rec.read_text().split("\n", 1)[0])
         assert header.get("loop", "asyncio").split()[0] == loop, header.get("loop")
