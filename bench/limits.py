@@ -158,7 +158,9 @@ class Stage:
         runs = self.a.stage_runs
         got = {"bwrap before": harness_bench.hyperfine(runs, _bwrap_floor())}
         got["unshare before"] = harness_bench.hyperfine(runs, UNSHARE)
-        cells = engine_bench.one_run(self.prof, self.tmp / "r.jsonl", self.a.loop)
+        out = self.tmp / "r.jsonl"
+        cells = engine_bench.one_run(self.prof, out, self.a.loop)
+        out.unlink()  # rtax run writes no recording over another
         for ch in ("exec", "shell"):
             c = cells[("stage", ch)]
             got[f"rtax {ch}"] = c["c+r"]
