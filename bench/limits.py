@@ -8,8 +8,9 @@ skipped and says why):
 - `local`: rtax's local exec action of `true` (one `rtax run`: local, exec, `true` x
   --actions a trial, the engine's action P50, on --loop) against `hyperfine -N
   --output=pipe true` (before and after it) and a bare `os.posix_spawn` + `waitpid`;
-  the layers between (rtax's spawn blocking, `host.run` in the loop) come from the same
-  round (bench/harness_bench.py's).
+  the layers between (rtax's spawn blocking, `host.run` in the loop, each also on the
+  ctypes fallback) come from the same round (bench/harness_bench.py's), and so do the
+  engine's figure with RTAX_SUBREAPER=0 and with RTAX_SPAWN=ctypes.
 - `ssh`: the engine's SSH shell action of `true` against a bare asyncssh round trip on one
   open shell of the same loopback sshd (bench/ssh_bench.py's; it starts its own sshd and
   removes it), and rtax's framing alone on that shell.
@@ -87,6 +88,9 @@ class Local:
         got["rtax"] = harness_bench.engine(a.trials, a.actions, a.loop)
         if a.base:
             got["base"] = harness_bench.engine(a.trials, a.actions, a.loop, pythonpath=a.base)
+        # the parts: the engine without its subreaper thread, and on the ctypes spawn
+        got["no subreaper"] = harness_bench.engine(a.trials, a.actions, a.loop, RTAX_SUBREAPER="0")
+        got["ctypes"] = harness_bench.engine(a.trials, a.actions, a.loop, RTAX_SPAWN="ctypes")
         got.update(harness_bench.layers(a.runs, [a.loop]))
         got["hyperfine after"] = harness_bench.hyperfine(a.runs)
         got["floor"] = _mean(got["hyperfine before"], got["hyperfine after"])
@@ -222,7 +226,7 @@ def summary(row: str, med: Got, rounds: list[Got], base: bool) -> list[str]:
             f"| {_fmt_ms(med['floor'])} | **{ratio:.2f}x** (rounds {per_round}) "
             f"| <= {GOALS['local']:.2f} | {'met' if ratio <= GOALS['local'] else 'not met'} |"
         )
-        lp = [k for k in med if k.startswith("host.run")][0]
+        lp = [k for k in med if k.startswith("host.run") and not k.endswith("ctypes")][0]
         parts = [
             f"bare posix_spawn+waitpid {_fmt_ms(med['posix_spawn'])} "
             f"({med['posix_spawn'] / med['floor']:.2f}x hyperfine); rtax's spawn, blocking "
@@ -230,7 +234,15 @@ def summary(row: str, med: Got, rounds: list[Got], base: bool) -> list[str]:
             f" us); {lp} {_fmt_ms(med[lp])} ({(med[lp] - med['rtax spawn']) * 1e3:+.0f} us); "
             f"the engine {_fmt_ms(med['rtax'])} ({(med['rtax'] - med[lp]) * 1e3:+.0f} us); "
             f"rtax / bare spawn {med['rtax'] / med['posix_spawn']:.2f}x",
+            f"the engine with RTAX_SUBREAPER=0 {_fmt_ms(med['no subreaper'])} "
+            f"({med['no subreaper'] / med['floor']:.2f}x hyperfine); on the ctypes spawn "
+            f"(RTAX_SPAWN=ctypes) {_fmt_ms(med['ctypes'])} ({med['ctypes'] / med['floor']:.2f}x)",
         ]
+        if "rtax spawn ctypes" in med:
+            parts.append(
+                f"the ctypes fallback in the same layers: spawn {_fmt_ms(med['rtax spawn ctypes'])}"
+                f", {lp} {_fmt_ms(med[lp + ' ctypes'])}"
+            )
         if base:
             parts.append(
                 f"base tree: {_fmt_ms(med['base'])} ({med['base'] / med['floor']:.2f}x hyperfine;"
