@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <spawn.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -182,12 +183,28 @@ done:
     return rc;
 }
 
+/* Every signal but SIGKILL and SIGSTOP, glibc's own two (32, 33) included: what the child
+ * starts with as its default action (POSIX_SPAWN_SETSIGDEF). Without it the step would
+ * inherit what rtax ignores (Python ignores SIGPIPE and SIGXFSZ, a `rtax &` from a script
+ * SIGINT and SIGQUIT, nohup SIGHUP) and glibc's posix_spawn would leave 32 and 33
+ * ignored: `yes | head -1` would end on EPIPE, "Broken pipe", instead of by SIGPIPE.
+ * The bits are set by hand: sigaddset and sigfillset leave out glibc's two. */
+static void all_signals(sigset_t *set)
+{
+    const size_t bits = 8 * sizeof set->__val[0];
+    sigemptyset(set);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            set->__val[(sig - 1) / bits] |= 1UL << ((sig - 1) % bits);
+}
+
 PyDoc_STRVAR(spawn_doc,
 "spawn(exe, argv, env, out_fd, cwd) -> (err, pid, rfd, pidfd)\n\n"
 "Start `exe` with `argv` and exactly the environment `env` (a dict) in a session of\n"
 "its own: stdin /dev/null, stdout and stderr to `out_fd` (-1: a new pipe, whose\n"
 "read end, non-blocking, is returned as rfd), every other descriptor closed, in\n"
-"`cwd` (None: this process's). err: posix_spawn's error number (0: started; then\n"
+"`cwd` (None: this process's), every signal at its default action and none blocked.\n"
+"err: posix_spawn's error number (0: started; then\n"
 "pid, rfd and pidfd are -1). pidfd: -1 where the kernel has no pidfd_open.");
 
 static PyObject *spawn(PyObject *self, PyObject *args)
@@ -222,7 +239,14 @@ static PyObject *spawn(PyObject *self, PyObject *args)
     if (err == 0) {
         posix_spawn_file_actions_init(&fa);
         posix_spawnattr_init(&attr);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+        /* default actions and an empty mask, whatever rtax's thread has (issue 42) */
+        sigset_t dfl, none;
+        all_signals(&dfl);
+        sigemptyset(&none);
+        posix_spawnattr_setsigdefault(&attr, &dfl);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                            POSIX_SPAWN_SETSIGMASK);
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_adddup2(&fa, w, 1);
         posix_spawn_file_actions_adddup2(&fa, w, 2);

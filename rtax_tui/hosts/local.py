@@ -37,6 +37,22 @@ def join_cgroups_before_exec(procs_files: Sequence[str]) -> Callable[[], None] |
     return join
 
 
+def before_exec(procs_files: Sequence[str]) -> Callable[[], None] | None:
+    """The pre-exec hook of a step Popen starts: its signals reset where rtax's state would
+    leak into it (`spawn.signals_to_reset`: an ignored or blocked signal), then the
+    cgroups joined; None where neither is needed (Popen then spawns with vfork)."""
+    join = join_cgroups_before_exec(procs_files)
+    if not spawn.signals_to_reset():
+        return join
+
+    def hook() -> None:
+        spawn.reset_signals()
+        if join is not None:
+            join()
+
+    return hook
+
+
 def _killpg(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -226,7 +242,7 @@ class LocalHost(Host):
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
-            preexec_fn=join_cgroups_before_exec(cgroup_procs),
+            preexec_fn=before_exec(cgroup_procs),
             pass_fds=tuple(pass_fds),
             limit=model.READ_LIMIT,
         )
@@ -338,7 +354,7 @@ class LocalHost(Host):
                 cwd=cwd,
                 env=env,
                 start_new_session=True,
-                preexec_fn=join_cgroups_before_exec(cgroup_procs),
+                preexec_fn=before_exec(cgroup_procs),
             )
             assert popen.stdout is not None
             pid = popen.pid

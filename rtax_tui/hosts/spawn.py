@@ -28,6 +28,8 @@ import ctypes
 import importlib
 import os
 import shutil
+import signal
+import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import NamedTuple
@@ -42,7 +44,10 @@ except ImportError:  # not built: the install had no C compiler (or Python's hea
 if os.environ.get("RTAX_SPAWN") == "ctypes":
     _c = None
 
-_POSIX_SPAWN_SETSID = 0x80  # glibc's value (spawn.h)
+_POSIX_SPAWN_SETSID = 0x80  # glibc's values (spawn.h)
+_POSIX_SPAWN_SETSIGDEF = 0x04
+_POSIX_SPAWN_SETSIGMASK = 0x08
+_SIGSET_BYTES = 128  # glibc's sigset_t: 1024 bits
 _BUF = 1024  # posix_spawn_file_actions_t is 80 bytes, posix_spawnattr_t 336 on x86-64
 _NEEDED = (
     "posix_spawn",
@@ -55,7 +60,19 @@ _NEEDED = (
     "posix_spawnattr_init",
     "posix_spawnattr_destroy",
     "posix_spawnattr_setflags",
+    "posix_spawnattr_setsigdefault",
+    "posix_spawnattr_setsigmask",
 )
+_NO_DEFAULT = (signal.SIGKILL, signal.SIGSTOP)
+# Every signal but SIGKILL and SIGSTOP as glibc's sigset_t (bit sig - 1, little-endian
+# words), glibc's own 32 and 33 included (its sigfillset leaves them out, and its
+# posix_spawn would leave them ignored): the child's default actions
+# (POSIX_SPAWN_SETSIGDEF); and the empty set, its mask (POSIX_SPAWN_SETSIGMASK). As
+# _spawnc.c's all_signals.
+_ALL_SIGNALS = sum(
+    1 << (sig - 1) for sig in range(1, signal.NSIG) if sig not in _NO_DEFAULT
+).to_bytes(_SIGSET_BYTES, sys.byteorder)
+_NO_SIGNALS = bytes(_SIGSET_BYTES)
 
 try:
     _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -63,6 +80,41 @@ except OSError:
     _libc = None
 _AVAILABLE = _libc is not None and all(hasattr(_libc, f) for f in _NEEDED)
 _found: dict[tuple[str, str], str] = {}
+
+
+# what Popen's child would keep of rtax's dispositions (it resets SIGPIPE and SIGXFSZ itself)
+_KEPT_BY_POPEN = tuple(
+    sorted(
+        set(signal.valid_signals())
+        - {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
+    )
+)
+
+
+def signals_to_reset() -> bool:
+    """Would a child that `subprocess.Popen` makes from this thread start with a signal
+    ignored or blocked (rtax started by `nohup`, or as `rtax &` from a script, which
+    ignores SIGINT and SIGQUIT; a thread with a blocked mask)? Then its pre-exec hook
+    must call `reset_signals`; otherwise none is needed (and Popen can vfork)."""
+    try:
+        if signal.pthread_sigmask(signal.SIG_BLOCK, ()):
+            return True
+    except (OSError, ValueError):
+        return True
+    return any(signal.getsignal(sig) == signal.SIG_IGN for sig in _KEPT_BY_POPEN)
+
+
+def reset_signals() -> None:
+    """In a child before its exec (a Popen pre-exec hook): every signal at its default
+    action and none blocked, as `start` spawns (a step starts as from a fresh shell)."""
+    for sig in range(1, signal.NSIG):
+        if sig in _NO_DEFAULT:
+            continue
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # glibc's own (32, 33): not to be set, not ignored
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
 def available() -> bool:
@@ -185,7 +237,12 @@ def spawn_to_pipe(
     lib.posix_spawn_file_actions_init(fa)
     lib.posix_spawnattr_init(attr)
     try:
-        lib.posix_spawnattr_setflags(attr, ctypes.c_short(_POSIX_SPAWN_SETSID))
+        # default actions and an empty mask, whatever rtax's thread has (a step must not
+        # inherit Python's ignored SIGPIPE, nor a blocked or ignored stop signal)
+        lib.posix_spawnattr_setsigdefault(attr, _ALL_SIGNALS)
+        lib.posix_spawnattr_setsigmask(attr, _NO_SIGNALS)
+        flags = _POSIX_SPAWN_SETSID | _POSIX_SPAWN_SETSIGDEF | _POSIX_SPAWN_SETSIGMASK
+        lib.posix_spawnattr_setflags(attr, ctypes.c_short(flags))
         lib.posix_spawn_file_actions_addopen(fa, 0, b"/dev/null", os.O_RDONLY, 0)
         lib.posix_spawn_file_actions_adddup2(fa, out_fd, 1)
         lib.posix_spawn_file_actions_adddup2(fa, out_fd, 2)

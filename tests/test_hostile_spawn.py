@@ -1,0 +1,180 @@
+"""The compiled spawn (issue 42) attacked as a step under training would, and checked for
+fidelity: what a step starts with through every way rtax spawns one (the C helper, its
+ctypes fallback, Popen with a pre-exec hook, Popen for a shell channel; the local and
+stage drivers on top), whatever signal state rtax itself is in.
+
+See docs/boundaries.md, "The compiled spawn (issue 42): what was tried"."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from rtax_tui.hosts import spawn
+from rtax_tui.hosts.cgroups import Cgroup
+from rtax_tui.hosts.local import LocalHost
+from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
+
+pytestmark = pytest.mark.skipif(not spawn.available(), reason="no glibc posix_spawn extensions")
+
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+C = spawn._c
+STATUS = ("grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status")
+# a pipeline a shell ends by SIGPIPE: with SIGPIPE ignored, `yes` fails on EPIPE instead
+YES = ("sh", "-c", "yes | head -1")
+STAGE = os.geteuid() == 0 and Cgroup.version() is not None and shutil.which("bwrap") is not None
+
+
+@pytest.fixture(params=["c", "ctypes"])
+def backend(request, monkeypatch):  # type: ignore[no-untyped-def]
+    if request.param == "c" and C is None:
+        pytest.skip("rtax_tui/hosts/_spawnc.c is not built")
+    monkeypatch.setattr(spawn, "_c", C if request.param == "c" else None)
+    return request.param
+
+
+@pytest.fixture
+def rtax_in_the_background() -> Iterator[None]:
+    """rtax as `nohup rtax run ... &` from a script leaves it: SIGINT, SIGQUIT and SIGHUP
+    ignored; and SIGUSR1 blocked in the thread that spawns; Python's SIGPIPE ignored."""
+    sigs = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+    old = {s: signal.getsignal(s) for s in sigs}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    for s in sigs:
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def fields(out: bytes) -> dict[str, int]:
+    got = {}
+    for line in out.decode().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("SigBlk", "SigIgn"):
+            got[k] = int(v, 16)
+    return got
+
+
+CLEAN = {"SigBlk": 0, "SigIgn": 0}
+
+
+async def _via(path: str, argv: tuple[str, ...]) -> tuple[int, bytes]:
+    host = LocalHost()
+    if path == "exec":
+        r = await host.run(argv, merge_stderr=True, capped=True, env=ENV, timeout=20)
+        return r.returncode, r.stdout
+    if path == "exec-cgroup-hook":  # Popen with a pre-exec hook (a capacity budget)
+        fd, procs = tempfile.mkstemp()
+        os.close(fd)
+        try:
+            r = await host.run(
+                argv, merge_stderr=True, capped=True, env=ENV, timeout=20, cgroup_procs=[procs]
+            )
+        finally:
+            os.unlink(procs)
+        return r.returncode, r.stdout
+    assert path == "host-spawn"  # Popen without a hook: a shell channel, a sandbox's init
+    proc = await host.spawn(argv, env=ENV)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 20)
+    finally:
+        host.release(proc)
+    assert proc.returncode is not None
+    return proc.returncode, out
+
+
+PATHS = ["exec", "exec-cgroup-hook", "host-spawn"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_step_starts_with_default_signals_and_an_empty_mask(
+    backend: str, path: str, rtax_in_the_background: None
+) -> None:
+    """Through posix_spawn (C and ctypes) a step inherited Python's ignored SIGPIPE and
+    SIGXFSZ, glibc's 32 and 33, and whatever rtax ignored or its thread blocked; through
+    Popen, all but SIGPIPE and SIGXFSZ."""
+    rc, out = asyncio.run(_via(path, STATUS))
+    assert rc == 0 and fields(out) == CLEAN, out
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_pipeline_ends_by_sigpipe_as_in_a_shell(backend: str, path: str) -> None:
+    rc, out = asyncio.run(_via(path, YES))
+    assert (rc, out) == (0, b"y\n")  # not "yes: standard output: Broken pipe"
+
+
+def _local_env(channel: str):  # type: ignore[no-untyped-def]
+    from rtax_tui.drivers.local import LocalDriver
+
+    cell = Cell("local", "local", "w", channel)
+    spec = EnvSpec(cell, Workload("w", ()), Limits(), label="testhostilespawn")
+    return LocalDriver(LocalHost(), {}).environment(spec)
+
+
+def _stage_env(channel: str):  # type: ignore[no-untyped-def]
+    from rtax_tui.drivers import get_driver
+
+    spec = EnvSpec(
+        cell=Cell("local", "stage", "t", channel),
+        workload=Workload("t", ()),
+        limits=Limits(cpus=1, memory_mib=256, pids=256),
+        label=STAGE_LABEL,
+    )
+    return get_driver("stage", LocalHost(), {}).environment(spec)
+
+
+STAGE_LABEL = f"pyspawn{os.getpid()}{os.urandom(2).hex()}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stage_cleanup() -> Iterator[None]:
+    yield
+    if STAGE:
+        from rtax_tui.drivers.stage import StageDriver
+
+        asyncio.run(StageDriver(LocalHost(), {}).cleanup(STAGE_LABEL))
+
+
+@pytest.mark.parametrize(
+    "driver",
+    [
+        "local",
+        pytest.param("stage", marks=pytest.mark.skipif(not STAGE, reason="stage: root, bwrap")),
+    ],
+)
+@pytest.mark.parametrize("channel", ["exec", "shell"])
+def test_the_drivers_steps_start_clean(
+    backend: str, driver: str, channel: str, rtax_in_the_background: None
+) -> None:
+    """The drivers whose exec goes through this spawn (local; stage through rtax-enter),
+    and their shell channels (Popen): a step sees no signal ignored (a shell may reset
+    its mask itself, so the mask is asked of `grep` run directly in the exec channel)."""
+
+    async def go() -> list[tuple[int, bytes]]:
+        env = _local_env(channel) if driver == "local" else _stage_env(channel)
+        await env.create()
+        try:
+            await env.ready()
+            got = []
+            for argv in (STATUS, YES):
+                r = await env.action(Step(argv), 20)
+                got.append((r.rc, r.output))
+            return got
+        finally:
+            await env.teardown()
+
+    (rc, out), yes = asyncio.run(go())
+    want = CLEAN if channel == "exec" else {"SigIgn": 0}
+    got = fields(out)
+    assert rc == 0 and {k: got[k] for k in want} == want, out
+    assert yes == (0, b"y\n")
