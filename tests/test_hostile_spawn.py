@@ -178,3 +178,76 @@ def test_the_drivers_steps_start_clean(
     got = fields(out)
     assert rc == 0 and {k: got[k] for k in want} == want, out
     assert yes == (0, b"y\n")
+
+
+@pytest.mark.parametrize(
+    "argv, env",
+    [
+        (("echo", "a\0b"), ENV),  # ctypes ran `echo a`
+        (("true",), {**ENV, "A\0": "b"}),  # ctypes gave the child a bare "A"
+        (("true",), {**ENV, "A": "b\0c"}),
+        (("true",), {**ENV, "A=B": "c"}),  # both gave the child A="B=c"
+    ],
+    ids=["nul-argv", "nul-env-name", "nul-env-value", "eq-env-name"],
+)
+def test_what_a_child_cannot_be_given_is_refused_not_cut(
+    backend: str, argv: tuple[str, ...], env: dict[str, str]
+) -> None:
+    """A NUL in an argument or the environment, a "=" in a name: refused before any child
+    (ValueError, as Popen; the engine makes it the trial's error), never passed cut short
+    or read as another variable."""
+    started: list[int] = []
+    real = spawn.subreaper.spawned
+
+    def spy(pid: int | None, counted: bool) -> None:
+        if pid is not None:
+            started.append(pid)
+        real(pid, counted)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spawn.subreaper, "spawned", spy)
+        with pytest.raises(ValueError):
+            asyncio.run(LocalHost().run(argv, merge_stderr=True, capped=True, env=env))
+    assert started == []
+
+
+def test_many_steps_leave_no_descriptor_behind(backend: str) -> None:
+    async def go() -> tuple[int, int]:
+        host = LocalHost()
+        await host.run(["true"], merge_stderr=True, env=ENV)
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(1000):
+            await host.run(["true"], merge_stderr=True, env=ENV)
+        return before, len(os.listdir("/proc/self/fd"))
+
+    before, after = asyncio.run(go())
+    assert after == before
+
+
+@pytest.mark.parametrize(
+    "script, rc",
+    [
+        ("exit 255", 255),
+        ("exit 256", 0),  # the shell's own truncation, as from any shell
+        ("kill -9 $$", -9),
+        ("kill -SEGV $$", -11),
+        ("sleep 0.3 & exit 3", 3),  # a child holds the pipe: the status is still the step's
+        ("exec >&- 2>&-; sleep 0.2; exit 4", 4),  # no pipe to wait on: the pidfd is
+    ],
+)
+def test_the_status_reported_is_the_steps_own(backend: str, script: str, rc: int) -> None:
+    r = asyncio.run(LocalHost().run(["sh", "-c", script], merge_stderr=True, env=ENV))
+    assert r.returncode == rc
+
+
+def test_a_step_that_stops_itself_is_killed_at_its_timeout(backend: str) -> None:
+    """SIGSTOP is no exit (no WUNTRACED, and a stopped child's pidfd is not readable): the
+    step runs into its timeout and its group is killed, stopped or not."""
+
+    async def go() -> None:
+        with pytest.raises(TimeoutError):
+            await LocalHost().run(
+                ["sh", "-c", "kill -STOP $$; exit 7"], merge_stderr=True, env=ENV, timeout=0.5
+            )
+
+    asyncio.run(go())

@@ -125,8 +125,8 @@ done:
     return rc;
 }
 
-/* "KEY=VALUE" for each item of a dict, in its order (as the ctypes path, no check of the
- * key: what is given is what the child gets). */
+/* "KEY=VALUE" for each item of a dict, in its order; a key with a "=" refused (the child
+ * would read another name and value), as Popen and the ctypes path refuse it. */
 static int build_envp(PyObject *env, strvec *out)
 {
     if (!PyDict_Check(env)) {
@@ -150,6 +150,10 @@ static int build_envp(PyObject *env, strvec *out)
         if (as_bytes(k, &keep[2 * i], &ptr[2 * i], &len[2 * i]) < 0 ||
             as_bytes(v, &keep[2 * i + 1], &ptr[2 * i + 1], &len[2 * i + 1]) < 0)
             goto done;
+        if (memchr(ptr[2 * i], '=', (size_t)len[2 * i]) != NULL) { /* as Popen refuses it */
+            PyErr_SetString(PyExc_ValueError, "illegal environment variable name");
+            goto done;
+        }
         total += (size_t)len[2 * i] + (size_t)len[2 * i + 1] + 2;
         i++;
     }

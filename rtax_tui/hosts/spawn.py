@@ -230,10 +230,18 @@ def spawn_to_pipe(
     fa = ctypes.create_string_buffer(_BUF)
     attr = ctypes.create_string_buffer(_BUF)
     envv = env if env is not None else os.environ
-    c_argv = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
-    c_env = (ctypes.c_char_p * (len(envv) + 1))(
-        *[os.fsencode(k) + b"=" + os.fsencode(v) for k, v in envv.items()], None
-    )
+    args = [os.fsencode(a) for a in argv]
+    pairs = [(os.fsencode(k), os.fsencode(v)) for k, v in envv.items()]
+    # c_char_p would cut each at its first NUL (`echo a\0b` run as `echo a`): refused, as
+    # the C path and Popen refuse them; and a "=" in a name (another name in the child)
+    if any(b"\0" in a for a in args) or any(b"\0" in k + v for k, v in pairs):
+        raise ValueError("embedded null byte")
+    if cwd is not None and "\0" in cwd:
+        raise ValueError("embedded null byte")
+    if any(b"=" in k for k, _ in pairs):
+        raise ValueError("illegal environment variable name")
+    c_argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
+    c_env = (ctypes.c_char_p * (len(pairs) + 1))(*[k + b"=" + v for k, v in pairs], None)
     lib.posix_spawn_file_actions_init(fa)
     lib.posix_spawnattr_init(attr)
     try:
