@@ -251,3 +251,19 @@ def test_a_step_that_stops_itself_is_killed_at_its_timeout(backend: str) -> None
             )
 
     asyncio.run(go())
+
+
+def test_a_helper_built_from_an_older_source_is_not_used() -> None:
+    """An editable install's .so stays in the tree across a pull: one without this
+    source's VERSION (the signals reset) must leave rtax on ctypes, not spawn with it."""
+    import types
+
+    if C is None:
+        pytest.skip("rtax_tui/hosts/_spawnc.c is not built")
+    assert spawn._usable(C) is C
+    stale = types.ModuleType("rtax_tui.hosts._spawnc")
+    stale.spawn = C.spawn  # type: ignore[attr-defined]
+    stale.reap = C.reap  # type: ignore[attr-defined]
+    assert spawn._usable(stale) is None
+    stale.VERSION = spawn._C_VERSION - 1  # type: ignore[attr-defined]
+    assert spawn._usable(stale) is None

@@ -339,4 +339,16 @@ static struct PyModuleDef module = {
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__spawnc(void) { return PyModule_Create(&module); }
+/* What hosts/spawn.py checks (its _C_VERSION) before it uses this module: one left built
+ * from an older source (an editable install not reinstalled after a pull) is not used.
+ * Raised with each change of what spawn or reap does. 2: the signals reset, a "=" in an
+ * environment name refused. */
+#define SPAWNC_VERSION 2
+
+PyMODINIT_FUNC PyInit__spawnc(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", SPAWNC_VERSION) < 0)
+        Py_CLEAR(m);
+    return m;
+}

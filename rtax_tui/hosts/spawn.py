@@ -36,9 +36,21 @@ from typing import NamedTuple
 
 from rtax_tui.hosts import subreaper
 
+_C_VERSION = 2  # _spawnc.c's SPAWNC_VERSION that this code relies on
+
+
+def _usable(mod: ModuleType | None) -> ModuleType | None:
+    """The compiled helper if it was built from the _spawnc.c beside this file (its
+    VERSION), else None: a .so left from an older source (an editable install not run
+    again after a pull) would spawn without what this code relies on (the signals reset);
+    ctypes spawns until the install builds it again. A .so of another Python version is
+    never imported at all (its file name's tag)."""
+    return mod if mod is not None and getattr(mod, "VERSION", None) == _C_VERSION else None
+
+
 _c: ModuleType | None
 try:  # by name: the import graph (tests/test_checks.py) sees no .py of it
-    _c = importlib.import_module("rtax_tui.hosts._spawnc")
+    _c = _usable(importlib.import_module("rtax_tui.hosts._spawnc"))
 except ImportError:  # not built: the install had no C compiler (or Python's headers)
     _c = None
 if os.environ.get("RTAX_SPAWN") == "ctypes":
