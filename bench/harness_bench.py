@@ -14,11 +14,13 @@ process, then hyperfine again (after):
 - `Popen`: subprocess.Popen with rtax's arguments (pipe for stdout+stderr, own
   session, cwd, env), read to EOF, wait: vfork too, plus subprocess's Python (what the
   exec path used before);
-- `rtax spawn`: rtax's own posix_spawn (hosts/spawn.py, through ctypes: pipe for
-  stdout+stderr, cwd, own session, other descriptors closed), read to EOF, waitpid,
-  blocking: the spawn of the exec path without the event loop;
+- `rtax spawn`: rtax's own posix_spawn (hosts/spawn.py, in C where the install built
+  `_spawnc`, else through ctypes: pipe for stdout+stderr, cwd, own session, other
+  descriptors closed), read to EOF, waitpid, blocking: the spawn of the exec path
+  without the event loop; with the C helper, also `rtax spawn ctypes` (its fallback);
 - `host.run`: LocalHost.run(merge_stderr=True) in an event loop: that spawn, the pipe
-  in the loop (add_reader), the exit status (a pidfd if it is not there at EOF);
+  in the loop (add_reader), the exit status (a pidfd if it is not there at EOF); with
+  the C helper, also `host.run LOOP ctypes`;
 - `engine`: the `rtax run` figure: host.run plus the driver, the lifecycle's timing
   and the reaper's two registrations (the event's writing falls between actions).
 
@@ -45,12 +47,13 @@ from pathlib import Path
 TRUE = shutil.which("true") or "/bin/true"
 
 
-def hyperfine(runs: int) -> float:
+def hyperfine(runs: int, command: str = "true") -> float:
+    """hyperfine's median ms of `command` (no shell: -N; its output to a pipe)."""
     out = Path(tempfile.mkstemp(suffix=".json")[1])
     try:
         subprocess.run(
             ["hyperfine", "-N", "--output=pipe", "--warmup", "20", "--runs", str(runs),
-             "--export-json", str(out), "true"],
+             "--export-json", str(out), command],
             capture_output=True, check=True, timeout=600,
         )  # fmt: skip
         return float(json.loads(out.read_text())["results"][0]["median"]) * 1000
@@ -58,7 +61,12 @@ def hyperfine(runs: int) -> float:
         out.unlink()
 
 
-def engine(trials: int, actions: int, loop: str) -> float:
+def engine(
+    trials: int, actions: int, loop: str, pythonpath: str | None = None, **env_extra: str
+) -> float:
+    """The engine's action P50 ms of `true` (one `rtax run`, local exec); `pythonpath`: run
+    another checkout's rtax (its directory, with rtax_tui/drivers linked to drivers/);
+    `env_extra`: more of the run's environment (RTAX_SUBREAPER="0", RTAX_SPAWN="ctypes")."""
     tmp = Path(tempfile.mkdtemp(prefix="rtax-harness-"))
     try:
         steps = ", ".join(['{argv = ["true"]}'] * actions)
@@ -69,9 +77,12 @@ def engine(trials: int, actions: int, loop: str) -> float:
             f"[workloads.truex]\nsteps = [{steps}]\n"
         )
         rec = tmp / "r.jsonl"
+        env = {**os.environ, "RTAX_LOOP": loop, **env_extra}
+        if pythonpath is not None:
+            env["PYTHONPATH"] = pythonpath
         subprocess.run(
             [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(rec), "--quiet"],
-            capture_output=True, check=True, timeout=1800, env={**os.environ, "RTAX_LOOP": loop},
+            capture_output=True, check=True, timeout=1800, env=env,
         )  # fmt: skip
         header = json.loads(rec.read_text().split("\n", 1)[0])
         assert header.get("loop", "asyncio").split()[0] == loop, header.get("loop")
@@ -140,8 +151,17 @@ def layers(runs: int, loops: list[str]) -> dict[str, float]:
         os.close(r)
         os.waitpid(pid, 0)
 
+    from rtax_tui.hosts import spawn as spawn_mod
+
     out = {"posix_spawn": _p50(spawn, runs), "Popen": _p50(popen, runs)}
     out["rtax spawn"] = _p50(rtax_spawn, runs)
+    compiled = spawn_mod._c
+    if compiled is not None:  # the compiled spawn's ctypes fallback beside it
+        spawn_mod._c = None
+        try:
+            out["rtax spawn ctypes"] = _p50(rtax_spawn, runs)
+        finally:
+            spawn_mod._c = compiled
 
     async def host_run() -> float:
         from rtax_tui.hosts.local import LocalHost
@@ -158,6 +178,12 @@ def layers(runs: int, loops: list[str]) -> dict[str, float]:
 
     for loop in loops:
         out[f"host.run {loop}"] = _on(loop, host_run())
+        if compiled is not None:
+            spawn_mod._c = None
+            try:
+                out[f"host.run {loop} ctypes"] = _on(loop, host_run())
+            finally:
+                spawn_mod._c = compiled
     os.close(devnull)
     shutil.rmtree(ws, ignore_errors=True)
     return out

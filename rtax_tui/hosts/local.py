@@ -37,6 +37,22 @@ def join_cgroups_before_exec(procs_files: Sequence[str]) -> Callable[[], None] |
     return join
 
 
+def before_exec(procs_files: Sequence[str]) -> Callable[[], None] | None:
+    """The pre-exec hook of a step Popen starts: its signals reset where rtax's state would
+    leak into it (`spawn.signals_to_reset`: an ignored or blocked signal), then the
+    cgroups joined; None where neither is needed (Popen then spawns with vfork)."""
+    join = join_cgroups_before_exec(procs_files)
+    if not spawn.signals_to_reset():
+        return join
+
+    def hook() -> None:
+        spawn.reset_signals()
+        if join is not None:
+            join()
+
+    return hook
+
+
 def _killpg(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -226,7 +242,7 @@ class LocalHost(Host):
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
-            preexec_fn=join_cgroups_before_exec(cgroup_procs),
+            preexec_fn=before_exec(cgroup_procs),
             pass_fds=tuple(pass_fds),
             limit=model.READ_LIMIT,
         )
@@ -314,26 +330,21 @@ class LocalHost(Host):
         through a pidfd; returns the exit status.
 
         The spawn is glibc's posix_spawn (`hosts/spawn.py`: vfork semantics, no Python
-        between fork and exec); a process that must join cgroups before it runs (a
-        capacity budget) goes through Popen with a pre-exec hook instead, as does a C
-        library without posix_spawn's extensions. asyncio's subprocess transport would
-        cost about 0.3 ms a process more on Python 3.11 (measured against hyperfine in
-        bench/).
+        between fork and exec; called from C where the install built `_spawnc`, which
+        also opens the pidfd, else through ctypes); a process that must join cgroups
+        before it runs (a capacity budget) goes through Popen with a pre-exec hook
+        instead, as does a C library without posix_spawn's extensions. asyncio's
+        subprocess transport would cost about 0.3 ms a process more on Python 3.11
+        (measured against hyperfine in bench/).
         """
         loop = asyncio.get_running_loop()
         popen: subprocess.Popen[bytes] | None = None
+        pidfd = -1
         if not cgroup_procs and spawn.available():
-            # only rtax's end is non-blocking: the step's stdout must block when the pipe
+            # the pipe, the spawn and the pidfd in one call (`spawn.start`); only rtax's
+            # end of the pipe is non-blocking: the step's stdout must block when the pipe
             # is full (a non-blocking one fails a step's write of more than 64 KiB, EAGAIN)
-            rfd, wfd = os.pipe2(os.O_CLOEXEC)
-            os.set_blocking(rfd, False)
-            try:
-                pid = spawn.spawn_to_pipe(argv, wfd, cwd=cwd, env=env)
-            except BaseException:
-                os.close(rfd)
-                raise
-            finally:
-                os.close(wfd)
+            pid, rfd, pidfd = spawn.start(argv, cwd=cwd, env=env)
         else:
             popen = subprocess.Popen(
                 list(argv),
@@ -343,7 +354,7 @@ class LocalHost(Host):
                 cwd=cwd,
                 env=env,
                 start_new_session=True,
-                preexec_fn=join_cgroups_before_exec(cgroup_procs),
+                preexec_fn=before_exec(cgroup_procs),
             )
             assert popen.stdout is not None
             pid = popen.pid
@@ -370,19 +381,18 @@ class LocalHost(Host):
 
         loop.add_reader(rfd, on_output)
         rc: int | None = None
-        pidfd = -1
+        watching = False
         try:
             await eof
             # the pipe closes as the process exits: its status is mostly there already,
             # else the pidfd says when (no thread, no SIGCHLD handler)
             if popen is None:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    rc = os.waitstatus_to_exitcode(status)
+                rc = spawn.reap(pid)
             elif popen.poll() is not None:
                 rc = popen.returncode
             if rc is None:
-                pidfd = os.pidfd_open(pid)
+                if pidfd < 0:
+                    pidfd = os.pidfd_open(pid)
                 exited: asyncio.Future[None] = loop.create_future()
 
                 def on_exit() -> None:
@@ -390,6 +400,7 @@ class LocalHost(Host):
                         exited.set_result(None)
 
                 loop.add_reader(pidfd, on_exit)
+                watching = True
                 await exited
         except BaseException:
             _killpg(pid)
@@ -398,7 +409,8 @@ class LocalHost(Host):
             loop.remove_reader(rfd)
             os.close(rfd)
             if pidfd >= 0:
-                loop.remove_reader(pidfd)
+                if watching:
+                    loop.remove_reader(pidfd)
                 os.close(pidfd)
             if rc is None:  # exited, or killed just now: does not block for long
                 if popen is not None:
