@@ -326,11 +326,22 @@ class RecordingScan:
             data = self._rest + data
             cut = data.rfind(b"\n") + 1
             self._rest = data[cut:]
+            if len(data) > LINE_MAX:  # a whole line in it may be longer than rtax reads
+                self._no_long_line(data, cut)
             if len(self._rest) > LINE_MAX:  # not a line rtax wrote: stop before memory does
                 raise line_too_long(self.name, self._lineno + data.count(b"\n", 0, cut) + 1)
             if cut:
                 return data[:cut]
         return None
+
+    def _no_long_line(self, data: bytes, cut: int) -> None:
+        """The dict reader's error for the first whole line of `data` longer than
+        LINE_MAX: the line cut by the last chunk, ended in this one past the limit
+        (its rest was within it after that chunk), or one of a chunk larger than it."""
+        nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8, count=cut) == 10)
+        long = np.flatnonzero(np.diff(nl, prepend=-1) - 1 > LINE_MAX)
+        if long.size:
+            raise line_too_long(self.name, self._lineno + int(long[0]) + 1)
 
     def _find_header(self) -> dict[str, Any]:
         while True:
