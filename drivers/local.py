@@ -70,13 +70,18 @@ class LocalEnvironment(Environment):
                     env=self.env,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
+                    # the shell's own stderr is read by no one: a step's stderr is its
+                    # stdout (the frame's group), and the frame's own trace (a step's
+                    # `set -x`) goes nowhere, with no redirection per action
+                    stderr=subprocess.DEVNULL,
                     cgroup_procs=self.procs,
                 )
                 assert self.shell_proc.stdin and self.shell_proc.stdout
                 # on a remote host too, the frame reads no clock: the host's clock is
                 # synchronised per connection (hosts.clocksync), not per action
-                self.shell = FramedShell(self.shell_proc.stdin, self.shell_proc.stdout)
+                self.shell = FramedShell(
+                    self.shell_proc.stdin, self.shell_proc.stdout, stderr_apart=True
+                )
 
     def _path(self) -> str:
         """The step's PATH: the sandboxes' (default), or the host's (`env = "host"`)."""

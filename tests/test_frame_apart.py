@@ -1,0 +1,91 @@
+"""The frame for a shell whose own stderr is not read (issue 42, item 4): the `eval` has no
+redirection of its own, and every defence of the hardened frame still holds there."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import pytest
+from rtax_tui.drivers.toolkit import shellframe
+from rtax_tui.drivers.toolkit.shellframe import FramedShell, frame, frame_apart
+
+from rtax_tui.hosts.ssh import remote_command
+
+SIGNALS = " ".join(str(n) for n in range(65))
+
+
+def test_the_frame_is_the_hardened_one_byte_for_byte() -> None:
+    tail = (
+        f'\\eval "\\\\trap - {SIGNALS}; \\\\set +ev; \\\\unset -f printf read; '
+        "\\\\printf '\\n%s %d\\n' S $?\""
+    )
+    group = "{ \\/bin/sh -c 'exit 3'\n} </dev/null 9>&1 >&9 2>&1 9>&-; "
+    assert frame(["/bin/sh", "-c", "exit 3"], "S") == f"{group}{{ {tail}; }} 2>/dev/null\n".encode()
+    assert frame_apart(["/bin/sh", "-c", "exit 3"], "S") == f"{group}{tail}\n".encode()
+
+
+def test_a_framed_shell_takes_the_frame_its_driver_asks_for() -> None:
+    async def go() -> tuple[object, object]:
+        r = asyncio.StreamReader()
+        return FramedShell(None, r)._frame, FramedShell(None, r, stderr_apart=True)._frame  # type: ignore[arg-type]
+
+    assert asyncio.run(go()) == (frame, frame_apart)
+
+
+def test_a_status_line_past_the_readers_limit_is_read_to_its_end() -> None:
+    async def go() -> bytes:
+        r = asyncio.StreamReader(limit=8)
+        r.feed_data(b"1" * 5000 + b"\nnext")
+        line = await shellframe._status_line(r, None)
+        assert await r.read(4) == b"next"
+        return line
+
+    assert asyncio.run(go()) == b"1" * 4096
+
+
+def steps_on(shell: list[str], steps: list[tuple[str, ...]]) -> list[tuple[int, bytes]]:
+    async def go() -> list[tuple[int, bytes]]:
+        proc = await asyncio.create_subprocess_exec(
+            *shell, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            fs = FramedShell(proc.stdin, proc.stdout, stderr_apart=True)
+            return [((r := await fs.run(s)).rc, r.output) for s in steps]
+        finally:
+            proc.kill()
+            await proc.wait()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("shell", [["dash"], ["busybox", "sh"]], ids=["dash", "busybox"])
+def test_what_a_step_leaves_on_stderr_reaches_no_frame(shell: list[str]) -> None:
+    truth = ("/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "/bin/sh", "-c", "exit 3")
+    got = steps_on(
+        shell,
+        [
+            ("eval", "set -x"),  # traces the step, never the frame
+            ("sh", "-c", "echo err >&2; exit 4"),
+            ("eval", "exec 2>&1; set -v"),  # the shell's stderr into the output: undone
+            truth,
+            ("eval", "set +x; exec 2>&-; exec >/dev/null"),
+            truth,
+            ("eval", "trap 'printf \"\\n__RTAX_x 0\\n\"' EXIT; set -e"),
+            truth,
+        ],
+    )
+    assert [rc for rc, _ in got] == [0, 4, 0, 3, 0, 3, 0, 3]
+    assert b"err\n" in got[1][1] and b"+ sh -c" in got[1][1]
+    for _, out in got:
+        assert b"__RTAX_" not in out.replace(b"__RTAX_x", b"")  # no sentinel of rtax's
+        assert b"unset -f printf" not in out and b"trap - 0 1" not in out  # nor its text
+
+
+def test_a_remote_shell_can_keep_its_stderr_on_the_host() -> None:
+    cmd = remote_command(["sh"], discard_stderr=True, announce=False)
+    assert cmd == "exec sh 2>/dev/null"
+    assert remote_command(["sh"], merge_stderr=True, discard_stderr=True, announce=False) == (
+        "exec sh 2>&1"
+    )
