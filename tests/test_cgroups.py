@@ -355,3 +355,55 @@ def test_v2_protocol_on_the_real_unified_mount():
         except OSError:
             pass
     assert not cg.exists() and not top.exists()
+
+
+def test_a_cgroup_directory_is_made_new_or_not_at_all(tmp_path):
+    """`_mkdir_p` tries the last directory first (its parent nearly always exists): a
+    missing parent is still made, and a directory that exists is never taken over."""
+    leaf = tmp_path / "rtax" / "env-a"
+    cgroups._mkdir_p(str(leaf))  # the parent was missing: made, then the leaf
+    assert leaf.is_dir()
+    with pytest.raises(FileExistsError):
+        cgroups._mkdir_p(str(leaf))
+    cgroups._mkdir_p(str(tmp_path / "rtax" / "env-b"))
+    assert sorted(p.name for p in (tmp_path / "rtax").iterdir()) == ["env-a", "env-b"]
+
+
+def test_a_control_file_holds_exactly_the_value_written(tmp_path):
+    f = tmp_path / "pids.max"
+    cgroups._write(str(f), "100000")  # made where a test imitates the tree
+    cgroups._write(str(f), "50")
+    assert f.read_text() == "50"  # truncated, as open("w") did
+
+
+@real
+def test_a_made_cgroup_names_every_procs_file_without_looking():
+    cg = Cgroup.create(f"{TAG}-made", cpus=0.5, memory_mib=64, pids=50)
+    try:
+        assert cg.procs_files(made=True) == cg.procs_files()
+        assert all(os.path.exists(p) for p in cg.procs_files(made=True))
+        # a second environment never gets it, even while the first is being removed
+        with pytest.raises(FileExistsError):
+            Cgroup.create(f"{TAG}-made", cpus=0.5, memory_mib=64, pids=50)
+        assert cg.exists()
+    finally:
+        cg.remove()
+    assert not cg.left_anywhere()
+
+
+@real
+@pytest.mark.skipif(Cgroup.version() != "v1", reason="v1: a directory per hierarchy")
+def test_a_leftover_in_one_hierarchy_blocks_the_name_and_survives():
+    """A directory of the name left in one hierarchy (another run's, a crash's) makes
+    create fail before it makes anything, and is not removed by that failure."""
+    rel = cgroups.Cgroup.relpath_of(f"{TAG}-left")
+    pids_dir = os.path.join(cgroups.DEFAULT_ROOT, "pids", rel)
+    cgroups._mkdir_p(pids_dir)
+    try:
+        with pytest.raises(FileExistsError):
+            Cgroup.create(f"{TAG}-left", cpus=0.5, memory_mib=64, pids=50)
+        assert os.path.isdir(pids_dir)
+        mem_dir = os.path.join(cgroups.DEFAULT_ROOT, "memory", rel)
+        assert not os.path.exists(mem_dir)
+    finally:
+        os.rmdir(pids_dir)
