@@ -72,7 +72,8 @@ class LocalEnvironment(Environment):
                     stdout=subprocess.PIPE,
                     # the shell's own stderr is read by no one: a step's stderr is its
                     # stdout (the frame's group), and the frame's own trace (a step's
-                    # `set -x`) goes nowhere, with no redirection per action
+                    # `set -x`) goes nowhere, with no redirection per action; it is
+                    # /dev/null opened read-write, the step's stdin (frame_apart)
                     stderr=subprocess.DEVNULL,
                     cgroup_procs=self.procs,
                 )

@@ -22,7 +22,8 @@ def test_the_frame_is_the_hardened_one_byte_for_byte() -> None:
     )
     group = "{ \\/bin/sh -c 'exit 3'\n} </dev/null 9>&1 >&9 2>&1 9>&-; "
     assert frame(["/bin/sh", "-c", "exit 3"], "S") == f"{group}{{ {tail}; }} 2>/dev/null\n".encode()
-    assert frame_apart(["/bin/sh", "-c", "exit 3"], "S") == f"{group}{tail}\n".encode()
+    apart = group.replace("</dev/null", "<&2")
+    assert frame_apart(["/bin/sh", "-c", "exit 3"], "S") == f"{apart}{tail}\n".encode()
 
 
 def test_a_framed_shell_takes_the_frame_its_driver_asks_for() -> None:
@@ -85,7 +86,25 @@ def test_what_a_step_leaves_on_stderr_reaches_no_frame(shell: list[str]) -> None
 
 def test_a_remote_shell_can_keep_its_stderr_on_the_host() -> None:
     cmd = remote_command(["sh"], discard_stderr=True, announce=False)
-    assert cmd == "exec sh 2>/dev/null"
+    assert cmd == "exec sh 2<>/dev/null"  # read-write: the steps' stdin
     assert remote_command(["sh"], merge_stderr=True, discard_stderr=True, announce=False) == (
         "exec sh 2>&1"
     )
+
+
+@pytest.mark.parametrize("shell", [["dash"], ["busybox", "sh"]], ids=["dash", "busybox"])
+def test_a_steps_stdin_is_empty_and_its_own(shell: list[str]) -> None:
+    """The step reads /dev/null (the shell's stderr, read-write): at its end at once, never
+    the frames; what a step does to its stdin does not outlive it."""
+    got = steps_on(
+        shell,
+        [
+            ("cat",),
+            ("eval", "read x"),  # end of input: status 1
+            ("sh", "-c", "cat; echo done"),
+            ("eval", "exec 0<&-; exec 2>&-"),  # closes its stdin and stderr
+            ("cat",),
+            ("eval", "read x"),
+        ],
+    )
+    assert got == [(0, b""), (1, b""), (0, b"done\n"), (0, b""), (0, b""), (1, b"")]

@@ -94,6 +94,9 @@ _TAIL = (
 _EVAL_HEAD, _EVAL_END = _TAIL.format(signals=_SIGNALS, sentinel="\0").removeprefix("{ ").split("\0")
 _EVAL_END = _EVAL_END.removesuffix("; } 2>/dev/null")
 _GROUP_END = "\n} </dev/null 9>&1 >&9 2>&1 9>&-; "
+# For a shell whose stderr is /dev/null opened for reading and writing (`frame_apart`):
+# the step's stdin is a copy of it, so /dev/null is not opened again per step.
+_GROUP_END_APART = "\n} <&2 9>&1 >&9 2>&1 9>&-; "
 
 
 def _command(argv: Sequence[str]) -> str:
@@ -117,13 +120,17 @@ def frame(argv: Sequence[str], sentinel: str) -> bytes:
 
 
 def frame_apart(argv: Sequence[str], sentinel: str) -> bytes:
-    """`frame`, for a shell whose own stderr is not read (the driver started it with
-    stderr to /dev/null): the `eval` needs no `2>/dev/null` of its own, as the step's
-    group gives the step the shell's stdout as stderr and puts the shell's back after
-    it. A step's `set -x` still traces none of the frame into the output (its trace goes
-    where the shell's stderr goes), and the 8 system calls of the redirection (open,
-    save, restore) are not made per action."""
-    return f"{{ {_command(argv)}{_GROUP_END}{_EVAL_HEAD}{sentinel}{_EVAL_END}\n".encode()
+    """`frame`, for a shell whose own stderr is not read: the driver started it with
+    stderr on /dev/null, opened for reading and writing (subprocess.DEVNULL; `2<>` over
+    SSH). The `eval` needs no `2>/dev/null` of its own, as the step's group gives the step
+    the shell's stdout as stderr and puts the shell's own back after it: a step's `set -x`
+    still traces none of the frame into the output (that trace goes where the shell's
+    stderr goes). The step's stdin is a copy of that same /dev/null (`<&2`, read before
+    the group's `2>&1`), not a new open of it. No descriptor a step can leave behind is
+    used: fd 2 is one of the group's, put back after every step as stdout is. 10 system
+    calls fewer per step than `frame` (the tail's open, save and restore, and the open
+    and close of /dev/null for stdin)."""
+    return f"{{ {_command(argv)}{_GROUP_END_APART}{_EVAL_HEAD}{sentinel}{_EVAL_END}\n".encode()
 
 
 def new_sentinel() -> str:

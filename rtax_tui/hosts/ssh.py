@@ -285,8 +285,8 @@ def remote_command(
     cmd += shlex.join(list(argv))
     if merge_stderr:
         cmd += " 2>&1"
-    elif discard_stderr:  # on the host: none of it crosses the connection
-        cmd += " 2>/dev/null"
+    elif discard_stderr:  # on the host: none crosses the connection; read-write, as
+        cmd += " 2<>/dev/null"  # subprocess.DEVNULL is (shellframe.frame_apart reads it)
     parts.append(cmd)
     return " && ".join(parts)
 
