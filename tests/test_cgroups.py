@@ -407,3 +407,35 @@ def test_a_leftover_in_one_hierarchy_blocks_the_name_and_survives():
         assert not os.path.exists(mem_dir)
     finally:
         os.rmdir(pids_dir)
+
+
+def test_the_remote_script_makes_each_v1_hierarchy_once_in_one_mkdir(tmp_path):
+    """CREATE_SH (SSH hosts) on an imitation of a v1 tree where `cpu` is a link to the
+    co-mounted `cpu,cpuacct` and `pids` a second name of `memory`: each hierarchy gets the
+    directory once, with its limits, and only hierarchies that are there are named."""
+    from rtax_tui.hosts import cgroup_sh
+
+    root = tmp_path / "cg"
+    (root / "cpu,cpuacct").mkdir(parents=True)
+    (root / "cpu").symlink_to("cpu,cpuacct")
+    (root / "memory").mkdir()
+    (root / "pids").symlink_to("memory")
+    for d in ("cpu,cpuacct", "memory"):
+        (root / d / "cgroup.procs").write_text("")
+    (root / "memory" / "memory.limit_in_bytes").write_text("")
+    script = cgroup_sh.CREATE_SH.replace("R=/sys/fs/cgroup", f"R={root}")
+    assert script != cgroup_sh.CREATE_SH
+    args = cgroup_sh.limit_args(0.5, 64, 50)
+    for sh in (["dash"], ["busybox", "sh"]):
+        rel = f"rtax/env-{sh[0]}"
+        res = subprocess.run(
+            [*sh, "-c", script, "rtax-cg", rel, *args], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == [
+            f"{root}/cpu/{rel}/cgroup.procs",
+            f"{root}/memory/{rel}/cgroup.procs",
+        ]
+        assert (root / "cpu" / rel / "cpu.cfs_quota_us").read_text() == "50000\n"
+        assert (root / "memory" / rel / "memory.limit_in_bytes").read_text() == f"{64 << 20}\n"
+        assert not (root / "memory" / rel / "pids.max").exists()  # pids was memory again
