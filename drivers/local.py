@@ -71,18 +71,17 @@ class LocalEnvironment(Environment):
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     # the shell's own stderr is read by no one: a step's stderr is its
-                    # stdout (the frame's group), and the frame's own trace (a step's
-                    # `set -x`) goes nowhere, with no redirection per action; it is
-                    # /dev/null opened read-write, the step's stdin (frame_apart)
+                    # stdout (the frame's group), so nothing the shell writes there can
+                    # be read as an answer. The frame is still the hardened one, with
+                    # its own `2>/dev/null` and `</dev/null`: a step can close or move
+                    # the shell's fd 2 (shellframe's docstring, issue 42's red team)
                     stderr=subprocess.DEVNULL,
                     cgroup_procs=self.procs,
                 )
                 assert self.shell_proc.stdin and self.shell_proc.stdout
                 # on a remote host too, the frame reads no clock: the host's clock is
                 # synchronised per connection (hosts.clocksync), not per action
-                self.shell = FramedShell(
-                    self.shell_proc.stdin, self.shell_proc.stdout, stderr_apart=True
-                )
+                self.shell = FramedShell(self.shell_proc.stdin, self.shell_proc.stdout)
 
     def _path(self) -> str:
         """The step's PATH: the sandboxes' (default), or the host's (`env = "host"`)."""

@@ -1,9 +1,12 @@
 """The frame for a shell whose own stderr is not read (issue 42, item 4): the `eval` has no
-redirection of its own, and every defence of the hardened frame still holds there."""
+redirection of its own. No driver sends it since issue 42's red team (a step can close or
+move the fd 2 it trusts: tests/test_hostile_frame.py); the benches still compare it, and
+these tests keep what it does under the attacks tried first."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 
 import pytest
@@ -108,3 +111,29 @@ def test_a_steps_stdin_is_empty_and_its_own(shell: list[str]) -> None:
         ],
     )
     assert got == [(0, b""), (1, b""), (0, b"done\n"), (0, b""), (0, b""), (1, b"")]
+
+
+def test_the_local_driver_sends_the_hardened_frame() -> None:
+    """Its shell's stderr is /dev/null, but the frame keeps its own `2>/dev/null` and
+    `</dev/null` (tests/test_hostile_frame.py: what trusting fd 2 let a step do)."""
+    from rtax_tui.drivers import get_driver
+
+    from rtax_tui.hosts.local import LocalHost
+    from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
+
+    spec = EnvSpec(
+        cell=Cell("local", "local", "frame", "shell"),
+        workload=Workload("frame", (Step(("true",)),)),
+        limits=Limits(cpus=1, memory_mib=256, pids=64),
+        label=f"fa{os.getpid()}",
+    )
+
+    async def go() -> object:
+        env = get_driver("local", LocalHost(), {}).environment(spec)
+        try:
+            await env.create()
+            return env.shell._frame  # type: ignore[attr-defined]
+        finally:
+            await env.teardown()
+
+    assert asyncio.run(go()) is frame

@@ -6,11 +6,16 @@ Each command is sent as
     } </dev/null 9>&1 >&9 2>&1 9>&-; { \eval "\\trap - 0 1 .. 64; \\set +ev;
       \\unset -f printf read; \\printf '\n%s %d\n' SENTINEL $?"; } 2>/dev/null
 
-(on one line; inside the double quotes, `\\` is one backslash). A driver that starts the
-shell with its stderr on /dev/null, read-write (`local`, on every host), sends
-`frame_apart`: the same without the tail's `2>/dev/null` (the frame's trace goes where the
-shell's own stderr goes, put back after the step like its stdout) and with `<&2` for the
-step's stdin (that same /dev/null): 21 system calls of dash's per frame, not 32.
+(on one line; inside the double quotes, `\\` is one backslash). Every driver sends it,
+`local` too. `frame_apart` (the same without the tail's `2>/dev/null` and with `<&2` for
+the step's stdin, 21 system calls of dash's per frame, not 32) was sent by `local` for a
+while in issue 42 and is kept for the benches only: it trusts the shell's fd 2 to still
+be the /dev/null the driver gave it, and a step can close that descriptor (`ulimit -S -n
+12`: the group's save of fd 2 fails and dash closes it, so every later step's `<&2`
+fails and the step is recorded with status 2, not run) or move it (a trap fired between
+the group's restore and the `eval`: `exec 2<&0` there gives every later step rtax's
+frames as stdin, `exec 2>&1` puts the frame's `set -x` trace, sentinel included, in the
+output); docs/boundaries.md, "The shell frame apart from stderr (issue 42)".
 
 The output is every byte before the newline that precedes the sentinel, so output
 that does not end in a newline is returned exactly. The command runs in the shell
@@ -124,7 +129,8 @@ def frame(argv: Sequence[str], sentinel: str) -> bytes:
 
 
 def frame_apart(argv: Sequence[str], sentinel: str) -> bytes:
-    """`frame`, for a shell whose own stderr is not read: the driver started it with
+    """Not sent by any driver (the benches compare it): see the module's docstring for
+    why. `frame`, for a shell whose own stderr is not read: the driver started it with
     stderr on /dev/null, opened for reading and writing (subprocess.DEVNULL; `2<>` over
     SSH). The `eval` needs no `2>/dev/null` of its own, as the step's group gives the step
     the shell's stdout as stderr and puts the shell's own back after it: a step's `set -x`
@@ -324,9 +330,8 @@ class FramedShell:
         `verify(writer)`: awaited after every answer, with that writer's pid (None on a
         plain stream); raises PhaseFailure("integrity") when the shell can no longer be
         trusted (the driver knows how to tell).
-        `stderr_apart`: the driver started the shell with its stderr to /dev/null (not
-        into `stdout`), so the frame's `eval` needs no redirection of its own
-        (`frame_apart`)."""
+        `stderr_apart`: send `frame_apart` (the benches' comparison only: no driver does,
+        as a step can close or move the fd 2 it trusts; see the module's docstring)."""
         self._w = stdin
         self._r = stdout
         # how a command is framed: one seam, so that the probe's tests can put back the
