@@ -91,7 +91,8 @@ async def bare_asyncssh(lab: SSHLab, n: int) -> tuple[float, float, float, float
         proc = await conn.create_process("exec sh 2>/dev/null", encoding=None)
         shells = []
         framed: dict[bool, list[float]] = {False: [], True: []}
-        # the frame the local driver's shell gets (`frame_apart` where it exists)
+        # `frame_apart` where it exists (the local driver sent it for a while in issue 42;
+        # it sends `frame` again since the red team: docs/boundaries.md)
         apart = {"stderr_apart": True} if hasattr(shellframe, "frame_apart") else {}
         shell_fr = FramedShell(proc.stdin, proc.stdout, **apart)
         plain = shell_fr._frame
