@@ -2,6 +2,10 @@
 
     python3 bench/frame_cost.py [--steps 2000] [--rounds 5] [--shell sh] [--aged 20000]
 
+Three frames: the one before issue 34, the hardened one, and the hardened one as the local
+driver sends it since issue 42 ("apart": the shell's stderr on /dev/null, so the frame
+redirects less).
+
 One persistent shell (`sh`: dash here) driven by rtax's FramedShell over pipes, as the
 local driver drives it; the step is `true`. Rounds alternate the two frames on the same
 shell so that load falls on both alike; each round's figure is the mean of its steps
@@ -40,15 +44,19 @@ def old_frame(argv: Sequence[str], sentinel: str) -> bytes:
     ).encode()
 
 
-FRAMES = {"before": old_frame, "hardened": shellframe.frame}
+# "apart": the hardened frame as the local driver sends it since issue 42, to a shell
+# whose stderr is /dev/null (read-write): no redirection of the tail's own, the step's
+# stdin a copy of that /dev/null (shellframe.frame_apart)
+FRAMES = {"before": old_frame, "hardened": shellframe.frame, "apart": shellframe.frame_apart}
 
 
-async def shell(sh: str) -> tuple[asyncio.subprocess.Process, FramedShell]:
+async def shell(sh: str, apart: bool = False) -> tuple[asyncio.subprocess.Process, FramedShell]:
+    err = subprocess.DEVNULL if apart else subprocess.STDOUT
     proc = await asyncio.create_subprocess_exec(
-        sh, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        sh, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
     )
     assert proc.stdin is not None and proc.stdout is not None
-    return proc, FramedShell(proc.stdin, proc.stdout)
+    return proc, FramedShell(proc.stdin, proc.stdout, stderr_apart=apart)
 
 
 async def close(proc: asyncio.subprocess.Process) -> None:
@@ -72,14 +80,14 @@ async def per_step(fs: FramedShell, n: int) -> float:
 
 async def cost(sh: str, steps: int, rounds: int) -> dict[str, float]:
     got: dict[str, list[float]] = {k: [] for k in FRAMES}
-    for fr in FRAMES.values():  # a fresh shell per frame, warmed up
-        proc, fs = await shell(sh)
+    for name, fr in FRAMES.items():  # a fresh shell per frame, warmed up
+        proc, fs = await shell(sh, name == "apart")
         fs._frame = fr
         await per_step(fs, 200)
         await close(proc)
     for _ in range(rounds):
         for name, fr in FRAMES.items():
-            proc, fs = await shell(sh)
+            proc, fs = await shell(sh, name == "apart")
             fs._frame = fr
             got[name].append(await per_step(fs, steps))
             await close(proc)
@@ -113,7 +121,7 @@ async def race(sh: str, steps: int) -> dict[str, int]:
     """Failing steps recorded as rc 0 while a trap that sets `$1` keeps firing."""
     forged = {}
     for name, fr in FRAMES.items():
-        proc, fs = await shell(sh)
+        proc, fs = await shell(sh, name == "apart")
         fs._frame = fr
         await fs.run(("eval", KILLER))
         n = 0
@@ -138,6 +146,7 @@ def main() -> None:
     for k, v in c.items():
         print(f"  {k:9s} {v:8.1f} µs")
     print(f"  hardened - before: {c['hardened'] - c['before']:+.1f} µs")
+    print(f"  apart - hardened: {c['apart'] - c['hardened']:+.1f} µs")
     fresh, old, rss0, rss1 = asyncio.run(aged(a.shell, a.steps, a.aged))
     print(
         f"hardened, fresh shell {fresh:.1f} µs/step, RSS {rss0} KiB; "

@@ -70,7 +70,12 @@ class LocalEnvironment(Environment):
                     env=self.env,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
+                    # the shell's own stderr is read by no one: a step's stderr is its
+                    # stdout (the frame's group), so nothing the shell writes there can
+                    # be read as an answer. The frame is still the hardened one, with
+                    # its own `2>/dev/null` and `</dev/null`: a step can close or move
+                    # the shell's fd 2 (shellframe's docstring, issue 42's red team)
+                    stderr=subprocess.DEVNULL,
                     cgroup_procs=self.procs,
                 )
                 assert self.shell_proc.stdin and self.shell_proc.stdout

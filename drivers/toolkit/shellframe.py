@@ -6,7 +6,16 @@ Each command is sent as
     } </dev/null 9>&1 >&9 2>&1 9>&-; { \eval "\\trap - 0 1 .. 64; \\set +ev;
       \\unset -f printf read; \\printf '\n%s %d\n' SENTINEL $?"; } 2>/dev/null
 
-(on one line; inside the double quotes, `\\` is one backslash)
+(on one line; inside the double quotes, `\\` is one backslash). Every driver sends it,
+`local` too. `frame_apart` (the same without the tail's `2>/dev/null` and with `<&2` for
+the step's stdin, 21 system calls of dash's per frame, not 32) was sent by `local` for a
+while in issue 42 and is kept for the benches only: it trusts the shell's fd 2 to still
+be the /dev/null the driver gave it, and a step can close that descriptor (`ulimit -S -n
+12`: the group's save of fd 2 fails and dash closes it, so every later step's `<&2`
+fails and the step is recorded with status 2, not run) or move it (a trap fired between
+the group's restore and the `eval`: `exec 2<&0` there gives every later step rtax's
+frames as stdin, `exec 2>&1` puts the frame's `set -x` trace, sentinel included, in the
+output); docs/boundaries.md, "The shell frame apart from stderr (issue 42)".
 
 The output is every byte before the newline that precedes the sentinel, so output
 that does not end in a newline is returned exactly. The command runs in the shell
@@ -89,6 +98,21 @@ _TAIL = (
     '{{ \\eval "\\\\trap - {signals}; \\\\set +ev; \\\\unset -f printf read; '
     "\\\\printf '\\n%s %d\\n' {sentinel} $?\"; }} 2>/dev/null"
 )
+# The same `eval`, cut around the sentinel once (formatting the whole text per action
+# cost more than the rest of the frame's Python), and the step's group before it.
+_EVAL_HEAD, _EVAL_END = _TAIL.format(signals=_SIGNALS, sentinel="\0").removeprefix("{ ").split("\0")
+_EVAL_END = _EVAL_END.removesuffix("; } 2>/dev/null")
+_GROUP_END = "\n} </dev/null 9>&1 >&9 2>&1 9>&-; "
+# For a shell whose stderr is /dev/null opened for reading and writing (`frame_apart`):
+# the step's stdin is a copy of it, so /dev/null is not opened again per step.
+_GROUP_END_APART = "\n} <&2 9>&1 >&9 2>&1 9>&-; "
+
+
+def _command(argv: Sequence[str]) -> str:
+    words = [shlex.quote(a) for a in argv]
+    if words and words[0].startswith("/"):
+        words[0] = "\\" + words[0]
+    return " ".join(words)
 
 
 def frame(argv: Sequence[str], sentinel: str) -> bytes:
@@ -99,12 +123,24 @@ def frame(argv: Sequence[str], sentinel: str) -> bytes:
     backslash before it: that file, whatever alias a step defined (dash and busybox let
     an alias be named `/bin/sh`); a bare name is resolved by the session, as in any
     shell (aliases, functions, then `PATH`)."""
-    words = [shlex.quote(a) for a in argv]
-    if words and words[0].startswith("/"):
-        words[0] = "\\" + words[0]
-    cmd = " ".join(words)
-    tail = _TAIL.format(signals=_SIGNALS, sentinel=sentinel)
-    return f"{{ {cmd}\n}} </dev/null 9>&1 >&9 2>&1 9>&-; {tail}\n".encode()
+    return (
+        f"{{ {_command(argv)}{_GROUP_END}{{ {_EVAL_HEAD}{sentinel}{_EVAL_END}; }} 2>/dev/null\n"
+    ).encode()
+
+
+def frame_apart(argv: Sequence[str], sentinel: str) -> bytes:
+    """Not sent by any driver (the benches compare it): see the module's docstring for
+    why. `frame`, for a shell whose own stderr is not read: the driver started it with
+    stderr on /dev/null, opened for reading and writing (subprocess.DEVNULL; `2<>` over
+    SSH). The `eval` needs no `2>/dev/null` of its own, as the step's group gives the step
+    the shell's stdout as stderr and puts the shell's own back after it: a step's `set -x`
+    still traces none of the frame into the output (that trace goes where the shell's
+    stderr goes). The step's stdin is a copy of that same /dev/null (`<&2`, read before
+    the group's `2>&1`), not a new open of it. No descriptor a step can leave behind is
+    used: fd 2 is one of the group's, put back after every step as stdout is. 10 system
+    calls fewer per step than `frame` (the tail's open, save and restore, and the open
+    and close of /dev/null for stdin)."""
+    return f"{{ {_command(argv)}{_GROUP_END_APART}{_EVAL_HEAD}{sentinel}{_EVAL_END}\n".encode()
 
 
 def new_sentinel() -> str:
@@ -253,6 +289,28 @@ async def read_frame(r: Any, sep: bytes, sink: OutputSink, writer: int | None = 
         return
 
 
+_STATUS_KEPT = 4096  # of the shell's own status line, the bytes kept
+
+
+async def _status_line(r: Any, writer: int | None) -> bytes:
+    """The rest of the frame's line after its marker (the status), read to its newline
+    (on a CredReader: the newline `writer` wrote), its first `_STATUS_KEPT` bytes kept.
+    The printf wrote the line with the marker, so the reader nearly always holds it
+    already and one `readuntil` takes it; a line that overruns the reader's limit is
+    taken as `read_frame` takes output."""
+    try:
+        if isinstance(r, CredReader):
+            data = await r.readuntil(b"\n", writer)
+        else:
+            data = await r.readuntil(b"\n")
+    except asyncio.LimitOverrunError as exc:
+        tail = OutputSink(_STATUS_KEPT)
+        tail.add(await r.readexactly(exc.consumed))
+        await read_frame(r, b"\n", tail, writer)
+        return tail.kept()
+    return data[: min(len(data) - 1, _STATUS_KEPT)]
+
+
 class FramedShell:
     """One persistent shell. The stale-channel rule lives here, for every driver: once
     a command did not come back whole (timed out, cancelled, the shell died, its result
@@ -264,17 +322,21 @@ class FramedShell:
         stdin: asyncio.StreamWriter,
         stdout: Reader,
         verify: Callable[[int | None], Awaitable[None]] | None = None,
+        *,
+        stderr_apart: bool = False,
     ) -> None:
         """`stdout` a CredReader: the frame is read only where one process wrote it: the
         first answer's writer (the shell, before any step ran) from then on.
         `verify(writer)`: awaited after every answer, with that writer's pid (None on a
         plain stream); raises PhaseFailure("integrity") when the shell can no longer be
-        trusted (the driver knows how to tell)."""
+        trusted (the driver knows how to tell).
+        `stderr_apart`: send `frame_apart` (the benches' comparison only: no driver does,
+        as a step can close or move the fd 2 it trusts; see the module's docstring)."""
         self._w = stdin
         self._r = stdout
         # how a command is framed: one seam, so that the probe's tests can put back the
         # frame rtax used before issue 19 and watch result_integrity catch it
-        self._frame: Callable[[Sequence[str], str], bytes] = frame
+        self._frame: Callable[[Sequence[str], str], bytes] = frame_apart if stderr_apart else frame
         self._verify = verify
         self._lock = asyncio.Lock()
         self.broken = False
@@ -289,7 +351,6 @@ class FramedShell:
             sentinel = new_sentinel()
             marker = b"\n" + sentinel.encode() + b" "
             out = OutputSink()
-            tail = OutputSink(4096)  # the shell's own status line
             try:
                 self._w.write(self._frame(argv, sentinel))
                 await self._w.drain()
@@ -297,10 +358,10 @@ class FramedShell:
                     await read_frame(self._r, marker, out, self.writer)
                     if self.writer is None:  # the first answer: the shell itself wrote it
                         self.writer = self._r.matched_by
-                    await read_frame(self._r, b"\n", tail, self.writer)
+                    status = await _status_line(self._r, self.writer)
                 else:
                     await read_frame(self._r, marker, out)
-                    await read_frame(self._r, b"\n", tail)
+                    status = await _status_line(self._r, None)
                 if self._verify is not None:
                     await self._verify(self.writer)
             except asyncio.IncompleteReadError as exc:
@@ -314,7 +375,7 @@ class FramedShell:
             except BaseException:
                 self.broken = True  # cancelled (a timeout) mid-answer, or not to be trusted
                 raise
-            return ActionResult(rc=int(tail.kept()), output=out.kept(), dropped=out.dropped)
+            return ActionResult(rc=int(status), output=out.kept(), dropped=out.dropped)
 
 
 async def shell_action(

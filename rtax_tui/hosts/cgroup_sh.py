@@ -20,7 +20,10 @@ def cgroup_dirs(rel: str) -> list[str]:
 
 
 # Makes cgroup REL in every hierarchy with the limits; prints each cgroup.procs path.
-# Args: REL CPU_QUOTA_US MEMORY_BYTES PIDS (empty: no limit).
+# Args: REL CPU_QUOTA_US MEMORY_BYTES PIDS (empty: no limit). On v1 the hierarchies are
+# told apart with `test -ef` (co-mounted ones are one directory) and made by one `mkdir`:
+# one program run, not a `readlink` and a `mkdir` per hierarchy; each limit is written
+# before the procs files are printed, so before anything can join.
 CREATE_SH = r"""set -e
 rel=$1 quota=$2 mem=$3 pids=$4 R=/sys/fs/cgroup
 if [ -e $R/cgroup.controllers ]; then
@@ -39,13 +42,16 @@ if [ -e $R/cgroup.controllers ]; then
   exit 0
 fi
 [ -e $R/memory/memory.limit_in_bytes ] || { echo "no cgroup hierarchy under $R" >&2; exit 1; }
-seen=
+seen= ctrls= dirs=
 for c in cpu memory pids; do
   [ -e $R/$c/cgroup.procs ] || continue
-  real=$(readlink -f $R/$c)
-  case " $seen " in *" $real "*) continue ;; esac
-  seen="$seen $real"
-  mkdir -p $R/$c/$rel
+  dup=
+  for s in $seen; do [ $R/$c -ef $s ] && dup=1; done
+  [ -z "$dup" ] || continue
+  seen="$seen $R/$c" ctrls="$ctrls $c" dirs="$dirs $R/$c/$rel"
+done
+mkdir -p $dirs
+for c in $ctrls; do
   case $c in
     cpu) [ -z "$quota" ] || { echo 100000 > $R/$c/$rel/cpu.cfs_period_us;
          echo $quota > $R/$c/$rel/cpu.cfs_quota_us; } ;;

@@ -41,20 +41,29 @@ def _read(path: str) -> str:
 
 
 def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
+    """One control file's value: open, one write, close (a Python file object adds four
+    calls per file: fstat, the tty check and two seeks; the flags are open("w")'s)."""
+    data = value.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.EIO, f"short write of {value!r}", path)
+    finally:
+        os.close(fd)
 
 
 def _mkdir_p(path: str) -> None:
-    """makedirs, the last one new; retried if `rtax cleanup` removes a parent meanwhile."""
+    """makedirs, the last one new (FileExistsError if it is not: a cgroup is never taken
+    over); retried if `rtax cleanup` removes a parent meanwhile. The parent nearly always
+    exists, so the last one is tried first: one call, not four."""
     for attempt in range(3):
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
             os.mkdir(path)
             return
         except FileNotFoundError:
             if attempt == 2:
                 raise
+            os.makedirs(os.path.dirname(path), exist_ok=True)
 
 
 def _clean_rel(relpath: str) -> str:
@@ -134,11 +143,28 @@ def _mounted_hierarchies(root: str) -> list[str]:
     return list(out)
 
 
+# The version of the machine's own root, once known (it does not change while rtax runs);
+# a test's imitation of a root is looked at each time.
+_VERSION_CACHE: dict[str, str] = {}
+# memory hierarchy -> whether the kernel accounts swap (memory.memsw.* in every cgroup)
+_MEMSW_CACHE: dict[str, bool] = {}
+
+
+def _has_memsw(memory_base: str) -> bool:
+    found = _MEMSW_CACHE.get(memory_base)
+    if found is None:
+        found = os.path.exists(os.path.join(memory_base, "memory.memsw.limit_in_bytes"))
+        _MEMSW_CACHE[memory_base] = found
+    return found
+
+
 class Cgroup:
     """One cgroup, named by its path relative to the hierarchy root (`rtax/env-1a2b`)."""
 
     def __init__(self, relpath: str, *, root: str = DEFAULT_ROOT, version: str | None = None):
-        ver = version or Cgroup.version(root)
+        ver = version or _VERSION_CACHE.get(root) or Cgroup.version(root)
+        if ver is not None and root == DEFAULT_ROOT:
+            _VERSION_CACHE[root] = ver
         if ver is None:
             raise CgroupError(f"no cgroup filesystem under {root}")
         self.root = root
@@ -304,8 +330,8 @@ class Cgroup:
                     self.skipped["swap"] = f"memory.swap.max not writable ({exc.strerror})"
             else:
                 self._put("memory", "memory.limit_in_bytes", str(mem))
-                d = self._dir("memory")
-                if d and os.path.exists(os.path.join(d, "memory.memsw.limit_in_bytes")):
+                base = next((b for c, b in self._bases() if "memory" in c), None)
+                if base and _has_memsw(base):
                     self._put("memory", "memory.memsw.limit_in_bytes", str(mem + swap))
                 else:
                     self.skipped["swap"] = (
@@ -325,8 +351,12 @@ class Cgroup:
             raise FileNotFoundError(errno.ENOENT, "no such cgroup", relpath)
         return cg
 
-    def procs_files(self) -> list[str]:
-        """The `cgroup.procs` of every hierarchy: write a pid to each to join."""
+    def procs_files(self, made: bool = False) -> list[str]:
+        """The `cgroup.procs` of every hierarchy: write a pid to each to join. `made`: this
+        object's `create` made every directory (the kernel gives each its `cgroup.procs`),
+        so none is looked for."""
+        if made:
+            return [os.path.join(d, "cgroup.procs") for d in self.dirs()]
         return [
             os.path.join(d, "cgroup.procs")
             for d in self.dirs()

@@ -118,7 +118,7 @@ class LocalHost(Host):
         except (OSError, CgroupError, ValueError) as exc:
             self.untrack("cgroup", rel)  # create removed what it had made
             raise PhaseFailure(ErrorKind.CGROUP_FAILED, f"cannot make cgroup {rel}: {exc}") from exc
-        return cg.procs_files()
+        return cg.procs_files(made=True)
 
     async def kill_cgroup(self, rel: str, spare: int | None = None) -> None:
         from rtax_tui.hosts.cgroups import Cgroup, CgroupError

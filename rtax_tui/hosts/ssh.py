@@ -268,6 +268,7 @@ def remote_command(
     merge_stderr: bool = False,
     cgroup_procs: Sequence[str] = (),
     announce: bool = True,
+    discard_stderr: bool = False,
 ) -> str:
     """A shell command line for `argv`; every word is quoted.
 
@@ -284,12 +285,22 @@ def remote_command(
     cmd += shlex.join(list(argv))
     if merge_stderr:
         cmd += " 2>&1"
+    elif discard_stderr:  # on the host: none crosses the connection; read-write, as
+        cmd += " 2<>/dev/null"  # subprocess.DEVNULL is (shellframe.frame_apart reads it)
     parts.append(cmd)
     return " && ".join(parts)
 
 
 def _host_lost(host: str, exc: BaseException) -> HostLost:
     return HostLost(f"host {host}: {type(exc).__name__}: {exc}".rstrip(": "))
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """What a lost connection raises on a channel's streams (asyncssh is imported by then:
+    the connection is its)."""
+    import asyncssh
+
+    return (asyncssh.Error, OSError)
 
 
 class _Reader:
@@ -305,15 +316,14 @@ class _Reader:
         self._limit = model.READ_LIMIT
         self._buf = bytearray()
         self._eof = False
+        self._errors = _connection_errors()  # looked up once, not per read
 
     async def _call(self, fn: Any, *a: Any) -> bytes:
-        import asyncssh
-
         try:
             data: bytes = await fn(*a)
         except asyncio.IncompleteReadError:
             raise
-        except (asyncssh.Error, OSError) as exc:
+        except self._errors as exc:
             raise _host_lost(self._host, exc) from exc
         return data
 
@@ -367,21 +377,18 @@ class _Writer:
     def __init__(self, inner: Any, host: str) -> None:
         self._w = inner
         self._host = host
+        self._errors = _connection_errors()
 
     def write(self, data: bytes) -> None:
-        import asyncssh
-
         try:
             self._w.write(data)
-        except (asyncssh.Error, OSError) as exc:
+        except self._errors as exc:
             raise _host_lost(self._host, exc) from exc
 
     async def drain(self) -> None:
-        import asyncssh
-
         try:
             await self._w.drain()
-        except (asyncssh.Error, OSError) as exc:
+        except self._errors as exc:
             raise _host_lost(self._host, exc) from exc
 
     def is_closing(self) -> bool:
@@ -693,16 +700,13 @@ class SSHHost(Host):
         return self._conn
 
     # -- the subprocess-shaped API ------------------------------------------
-    async def _open(self, command: str, merge_stderr: bool) -> Any:
+    async def _open(self, command: str, merge_stderr: bool, discard: bool = False) -> Any:
         import asyncssh
 
         conn = self._need()
+        err = asyncssh.STDOUT if merge_stderr else asyncssh.DEVNULL if discard else asyncssh.PIPE
         try:
-            return await conn.create_process(
-                command,
-                encoding=None,
-                stderr=asyncssh.STDOUT if merge_stderr else asyncssh.PIPE,
-            )
+            return await conn.create_process(command, encoding=None, stderr=err)
         except (asyncssh.Error, OSError) as exc:
             raise _host_lost(self.name, exc) from exc
 
@@ -739,8 +743,11 @@ class SSHHost(Host):
             env=env,
             merge_stderr=stderr == subprocess.STDOUT,
             cgroup_procs=cgroup_procs,
+            discard_stderr=stderr == subprocess.DEVNULL,
         )
-        proc = await self._open(cmd, merge_stderr=stderr == subprocess.STDOUT)
+        proc = await self._open(
+            cmd, merge_stderr=stderr == subprocess.STDOUT, discard=stderr == subprocess.DEVNULL
+        )
         pid = await self._pid(proc)
         self._register(f"+g {pid}")
         return RemoteProcess(self, proc, pid)

@@ -355,3 +355,87 @@ def test_v2_protocol_on_the_real_unified_mount():
         except OSError:
             pass
     assert not cg.exists() and not top.exists()
+
+
+def test_a_cgroup_directory_is_made_new_or_not_at_all(tmp_path):
+    """`_mkdir_p` tries the last directory first (its parent nearly always exists): a
+    missing parent is still made, and a directory that exists is never taken over."""
+    leaf = tmp_path / "rtax" / "env-a"
+    cgroups._mkdir_p(str(leaf))  # the parent was missing: made, then the leaf
+    assert leaf.is_dir()
+    with pytest.raises(FileExistsError):
+        cgroups._mkdir_p(str(leaf))
+    cgroups._mkdir_p(str(tmp_path / "rtax" / "env-b"))
+    assert sorted(p.name for p in (tmp_path / "rtax").iterdir()) == ["env-a", "env-b"]
+
+
+def test_a_control_file_holds_exactly_the_value_written(tmp_path):
+    f = tmp_path / "pids.max"
+    cgroups._write(str(f), "100000")  # made where a test imitates the tree
+    cgroups._write(str(f), "50")
+    assert f.read_text() == "50"  # truncated, as open("w") did
+
+
+@real
+def test_a_made_cgroup_names_every_procs_file_without_looking():
+    cg = Cgroup.create(f"{TAG}-made", cpus=0.5, memory_mib=64, pids=50)
+    try:
+        assert cg.procs_files(made=True) == cg.procs_files()
+        assert all(os.path.exists(p) for p in cg.procs_files(made=True))
+        # a second environment never gets it, even while the first is being removed
+        with pytest.raises(FileExistsError):
+            Cgroup.create(f"{TAG}-made", cpus=0.5, memory_mib=64, pids=50)
+        assert cg.exists()
+    finally:
+        cg.remove()
+    assert not cg.left_anywhere()
+
+
+@real
+@pytest.mark.skipif(Cgroup.version() != "v1", reason="v1: a directory per hierarchy")
+def test_a_leftover_in_one_hierarchy_blocks_the_name_and_survives():
+    """A directory of the name left in one hierarchy (another run's, a crash's) makes
+    create fail before it makes anything, and is not removed by that failure."""
+    rel = cgroups.Cgroup.relpath_of(f"{TAG}-left")
+    pids_dir = os.path.join(cgroups.DEFAULT_ROOT, "pids", rel)
+    cgroups._mkdir_p(pids_dir)
+    try:
+        with pytest.raises(FileExistsError):
+            Cgroup.create(f"{TAG}-left", cpus=0.5, memory_mib=64, pids=50)
+        assert os.path.isdir(pids_dir)
+        mem_dir = os.path.join(cgroups.DEFAULT_ROOT, "memory", rel)
+        assert not os.path.exists(mem_dir)
+    finally:
+        os.rmdir(pids_dir)
+
+
+def test_the_remote_script_makes_each_v1_hierarchy_once_in_one_mkdir(tmp_path):
+    """CREATE_SH (SSH hosts) on an imitation of a v1 tree where `cpu` is a link to the
+    co-mounted `cpu,cpuacct` and `pids` a second name of `memory`: each hierarchy gets the
+    directory once, with its limits, and only hierarchies that are there are named."""
+    from rtax_tui.hosts import cgroup_sh
+
+    root = tmp_path / "cg"
+    (root / "cpu,cpuacct").mkdir(parents=True)
+    (root / "cpu").symlink_to("cpu,cpuacct")
+    (root / "memory").mkdir()
+    (root / "pids").symlink_to("memory")
+    for d in ("cpu,cpuacct", "memory"):
+        (root / d / "cgroup.procs").write_text("")
+    (root / "memory" / "memory.limit_in_bytes").write_text("")
+    script = cgroup_sh.CREATE_SH.replace("R=/sys/fs/cgroup", f"R={root}")
+    assert script != cgroup_sh.CREATE_SH
+    args = cgroup_sh.limit_args(0.5, 64, 50)
+    for sh in (["dash"], ["busybox", "sh"]):
+        rel = f"rtax/env-{sh[0]}"
+        res = subprocess.run(
+            [*sh, "-c", script, "rtax-cg", rel, *args], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == [
+            f"{root}/cpu/{rel}/cgroup.procs",
+            f"{root}/memory/{rel}/cgroup.procs",
+        ]
+        assert (root / "cpu" / rel / "cpu.cfs_quota_us").read_text() == "50000\n"
+        assert (root / "memory" / rel / "memory.limit_in_bytes").read_text() == f"{64 << 20}\n"
+        assert not (root / "memory" / rel / "pids.max").exists()  # pids was memory again

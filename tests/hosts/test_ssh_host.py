@@ -442,3 +442,37 @@ def test_unreadable_clock_said_and_run_goes_on(lab: SSHLab, monkeypatch) -> None
             await host.close()
 
     asyncio.run(go())
+
+
+def test_a_remote_shell_with_its_stderr_on_the_host_frames_as_the_local_driver_does(
+    lab: SSHLab,
+) -> None:
+    """The local driver's shell over SSH (issue 42): its stderr is /dev/null on the host,
+    read-write, so the frame has no redirection of its own and the step reads it as stdin;
+    the frame's own trace crosses nothing, the step's stderr is still its output."""
+
+    async def go() -> list[tuple[int, bytes]]:
+        host = _host(lab)
+        await host.connect()
+        try:
+            proc = await host.spawn(
+                ["sh"], env={"PATH": host.path_env}, stdin=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            shell = FramedShell(proc.stdin, proc.stdout, stderr_apart=True)
+            steps = [
+                ("eval", "set -x"),
+                ("cat",),
+                ("sh", "-c", "echo err >&2; exit 5"),
+                ("eval", "exec 2>&1; set +x"),
+                ("/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "/bin/sh", "-c", "exit 3"),
+            ]
+            return [((r := await shell.run(s)).rc, r.output) for s in steps]
+        finally:
+            await host.close()
+
+    got = asyncio.run(go())
+    assert [rc for rc, _ in got] == [0, 0, 5, 0, 3]
+    assert got[1][1] == b"+ cat\n"
+    assert b"err\n" in got[2][1]
+    assert all(b"__RTAX_" not in out and b"unset -f" not in out for _, out in got)
