@@ -24,8 +24,6 @@ from rtax_tui.engine.runner import resolve_workloads
 from rtax_tui.engine.session import Session
 from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
 
-pytestmark = pytest.mark.fast
-
 Tamper = Callable[[str, str, Any], Any]
 
 # a hostile workload: it leaves a mark where the next trial of the environment would find
@@ -126,6 +124,8 @@ def pooled_run(
                 await session.run()
         finally:
             for eng in engines:
+                if hosts[eng.name].dead is not None:  # a lost node's: its reaper's, not here
+                    await eng.close_pools()
                 await eng.close()
         return session
 
@@ -216,6 +216,37 @@ def test_a_node_claiming_a_reset_it_did_not_do_is_not_recorded(tmp_path: Path) -
     assert any("a reset where the run's reset is recreate" in e["error"]["message"] for e in bad)
     forged = [e for e in got if e["type"] == "pool" and e["host"] == "ray-1" and e["op"] == "reset"]
     assert not forged
+
+
+class RayActorError(Exception):
+    """A Ray error, as `raynodes.is_ray_error` knows one (by its module)."""
+
+
+RayActorError.__module__ = "ray.exceptions"
+
+
+def test_a_node_lost_mid_run_loses_its_pooled_trials_and_the_other_goes_on(
+    tmp_path: Path,
+) -> None:
+    """ray-1 dies as its first pooled trial answers: that trial and its later ones are
+    `host_lost` with the reason, its pool is not asked for anything more, ray-0's
+    trials and pool go on to the end."""
+
+    def die(node: str, method: str, got: Any) -> Any:
+        if node == "ray-1" and method == "run_trial":
+            raise RayActorError("The actor died unexpectedly")
+        return got
+
+    got, session, engines = pooled_run(tmp_path, "local", "recreate", tamper=die)
+    ends = {e["trial"]: e for e in got if e["type"] == "trial_end"}
+    by_host = {e["trial"]: e["host"] for e in got if e["type"] == "trial_start"}
+    lost = [ends[t] for t, h in by_host.items() if h == "ray-1"]
+    assert len(lost) == 3 and all(e["error"]["kind"] == "host_lost" for e in lost)
+    assert all("The actor died unexpectedly" in e["error"]["message"] for e in lost)
+    assert all(ends[t]["ok"] for t, h in by_host.items() if h == "ray-0")
+    zero = [e for e in got if e["type"] == "pool" and e["host"] == "ray-0"]
+    assert zero and zero[-1]["op"] == "teardown"
+    assert next(e for e in got if e["type"] == "run_end")["status"] == "completed"
 
 
 def test_a_nodes_pool_events_are_checked_in_order() -> None:
