@@ -96,9 +96,16 @@ steps = [{{ argv = ["python3", "-c", {json.dumps(PERSIST)}] }}]
 
 
 def pooled_run(
-    tmp: Path, driver: str, reset: str, *, trials: int = 3, tamper: Tamper | None = None
+    tmp: Path,
+    driver: str,
+    reset: str,
+    *,
+    trials: int = 3,
+    tamper: Tamper | None = None,
+    stop_at: str | None = None,
 ) -> tuple[list[dict[str, Any]], Session, list[NodeEngine]]:
-    """One pooled run over 2 in-process nodes; the events recorded, the session."""
+    """One pooled run over 2 in-process nodes; the events recorded, the session.
+    `stop_at`: the run is stopped (as Ctrl-C does) at the first event of that type."""
     profile = _profile(tmp, driver, reset, trials)
     workloads = resolve_workloads(profile)
     got: list[dict[str, Any]] = []
@@ -115,8 +122,14 @@ def pooled_run(
             h.clock.add(ClockSync(time.monotonic_ns(), 0, 1000, 2000, 8))
             hosts[name] = h
         drivers = {(h, driver): get_driver(driver, host, {}) for h, host in hosts.items()}
+
+        def sink(ev: dict[str, Any]) -> None:
+            got.append(ev)
+            if ev["type"] == stop_at:
+                session.stop()
+
         session = Session(
-            profile, sinks=[got.append], argv=[], drivers=drivers, workloads=workloads,
+            profile, sinks=[sink], argv=[], drivers=drivers, workloads=workloads,
             hosts=dict(hosts),
         )  # fmt: skip
         try:
@@ -216,6 +229,19 @@ def test_a_node_claiming_a_reset_it_did_not_do_is_not_recorded(tmp_path: Path) -
     assert any("a reset where the run's reset is recreate" in e["error"]["message"] for e in bad)
     forged = [e for e in got if e["type"] == "pool" and e["host"] == "ray-1" and e["op"] == "reset"]
     assert not forged
+
+
+def test_an_interrupted_pooled_run_tears_down_every_nodes_pool(tmp_path: Path) -> None:
+    """Stopped as the first trial starts: what runs ends, and each node's pool is closed
+    (every environment it made torn down, recorded), nothing left on either node."""
+    got, session, engines = pooled_run(tmp_path, "local", "recreate", stop_at="trial_start")
+    assert next(e for e in got if e["type"] == "run_end")["status"] == "interrupted"
+    pools = [e for e in got if e["type"] == "pool"]
+    for h in ("ray-0", "ray-1"):
+        made = {e["env"] for e in pools if e["host"] == h and e["op"] == "create"}
+        gone = {e["env"] for e in pools if e["host"] == h and e["op"] == "teardown"}
+        assert made and made == gone, (h, made, gone)
+    _no_environment_left(engines)
 
 
 class RayActorError(Exception):
