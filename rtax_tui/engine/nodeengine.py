@@ -34,13 +34,15 @@ from rtax_tui.engine.control import Progress, RunControl
 from rtax_tui.engine.health import HostHealth, SubstrateHealth
 from rtax_tui.engine.lifecycle import TrialRunner
 from rtax_tui.engine.plan import PlannedTrial
+from rtax_tui.engine.pool import Pools, effective_reset
 from rtax_tui.engine.profile import Profile
 from rtax_tui.hosts import LocalHost, reaper
 from rtax_tui.hosts.hostfacts import local_facts
 from rtax_tui.model.events import Emitter
-from rtax_tui.model.spec import Workload
+from rtax_tui.model.spec import Cell, RtaxError, Workload
 
 NEWS_MAX = 4096  # the most log entries one `barrier_news` answer holds
+POOL_NEWS_MAX = 10_000  # the most pool events one `pool_news` answer holds
 
 
 class NodeBarrier(Barrier):
@@ -103,8 +105,13 @@ class NodeEngine:
         self.progress = Progress()
         self.runner: TrialRunner | None = None
         self._batches: dict[str, NodeBarrier] = {}  # capacity batches in progress here
+        self.pools: Pools | None = None  # the warm pools of this node's pooled cells
+        self._pool_events: list[dict[str, Any]] = []  # their events, not yet sent
 
     def _keep(self, ev: dict[str, Any]) -> None:
+        if ev.get("type") == "pool":
+            self._pool_events.append(ev)
+            return
         trial = ev.get("trial")
         if isinstance(trial, int) and trial in self._events:
             self._events[trial].append(ev)
@@ -181,6 +188,57 @@ class NodeEngine:
         finally:
             got = self._events.pop(tid, [])
         return got
+
+    # -- warm pools (engine.pool): this node's own, one per pooled cell -------------
+    async def pool_resets(self, cells: list[Cell]) -> dict[str, tuple[str, str | None]]:
+        """Per pooled cell of this node: the reset its pool uses (the driver's on this
+        node, as `effective_reset` gives it locally), and why not the one asked for."""
+        want = self.profile.pool_spec.reset
+        return {
+            c.id: effective_reset(self.drivers[(self.name, c.driver)], c.channel, want)
+            for c in cells
+            if c.mode == "pool" and c.host == self.name
+        }
+
+    async def start_pools(
+        self, cells: list[Cell], resets: dict[str, str], t0_node: int, fill: bool
+    ) -> dict[str, str]:
+        """This node's pools of its pooled `cells`, each with the reset the controller
+        recorded for it (`resets`); a pool that would get another is not made.
+        `fill`: made now (eager ones filled), else each when its first trial asks.
+        Returns the resets its pools use."""
+        if self.runner is None:
+            raise RuntimeError("setup first")
+        got = {c: r for c, (r, _) in (await self.pool_resets(cells)).items()}
+        for c, r in got.items():
+            if r != resets.get(c):
+                raise RtaxError(f"{c}: this node's reset is {r}, the run's {resets.get(c)}")
+        self.emit.t0 = t0_node  # the pools' events are stamped on the run's clock too
+        self.pools = Pools(
+            self.profile.pool_spec,
+            drivers=self.drivers,
+            spec_for=self.runner.spec_for,
+            timeouts=self.profile.timeouts,
+            emit=self.emit,
+        )
+        self.runner.pools = self.pools
+        if fill:
+            self.pools.start([c for c in cells if c.host == self.name])
+        return got
+
+    async def pool_news(self) -> list[dict[str, Any]]:
+        """The pools' events since the last answer (the controller checks each)."""
+        got = self._pool_events[:POOL_NEWS_MAX]
+        del self._pool_events[:POOL_NEWS_MAX]
+        return got
+
+    async def close_pools(self) -> list[dict[str, Any]]:
+        """Every pooled environment of this node torn down; the pools' last events."""
+        if self.pools is not None:
+            await self.pools.close()
+        out = list(self._pool_events)
+        self._pool_events.clear()
+        return out
 
     def _batch(self, batch: str, share: int) -> NodeBarrier:
         b = self._batches.get(batch)

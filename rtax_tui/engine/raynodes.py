@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from rtax_tui.engine.lifecycle import TrialRunner
     from rtax_tui.engine.plan import PlannedBatch, PlannedTrial
     from rtax_tui.engine.profile import Profile
-    from rtax_tui.model.spec import Workload
+    from rtax_tui.model.spec import Cell, Workload
 
 INSTALL_HINT = "Ray is not installed here: pip install -e '.[ray]' (scripts/bootstrap does)"
 CLOCK_SAMPLES = 8
@@ -402,6 +402,23 @@ class RayNodeHost(Host):
         raise self._no()
 
 
+def _resets_wrong(got: Any, cells: set[str], wanted: str) -> str | None:
+    """Why a node's answer of its pools' resets is not taken, or None."""
+    if not isinstance(got, dict) or set(got) != cells:
+        return f"not one reset per pooled cell of the node: {got!r:.120}"
+    for c, v in got.items():
+        if not (isinstance(v, (tuple, list)) and len(v) == 2):
+            return f"{c}: not (reset, why): {v!r:.80}"
+        r, why = v
+        if type(r) is not str or r not in (wanted, "recreate"):
+            return f"{c}: reset {r!r:.40}, not {wanted} or recreate"
+        if why is not None and type(why) is not str:
+            return f"{c}: why {why!r:.40} is not a string"
+        if (r == wanted) != (why is None):
+            return f"{c}: reset {r} with why {why!r:.80}"
+    return None
+
+
 def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
@@ -465,6 +482,7 @@ class NodeTrials:
         self.trials = trials
         self.batches: dict[str, dict[str, NodeBatch]] = {}  # open batch -> node -> its part
         self._part: dict[int, NodeBatch] = {}  # a batch's trial -> its node's part
+        self.pools: dict[str, NodePools] = {}  # node -> its warm pools, as followed here
 
     async def setup(self, workloads: dict[str, Workload]) -> None:
         """Give every node the run's id and workloads (a node that fails is lost)."""
@@ -476,6 +494,101 @@ class NodeTrials:
                 h.dead = f"its engine failed to start the run: {_why(exc)}"
 
         await asyncio.gather(*(one(h) for h in self.nodes.values()))
+
+    async def pool_resets(self, cells: list[Cell], wanted: str) -> dict[str, dict[str, str | None]]:
+        """Per pooled cell of a node: the reset its node's pool will use (the node's
+        driver decides, as a local pool's does), and why not `wanted`. A node may fall
+        back to `recreate` (a fresh environment, never a weaker reset) and to nothing
+        else: one that answers otherwise is lost."""
+        out: dict[str, dict[str, str | None]] = {}
+
+        async def one(h: RayNodeHost) -> None:
+            mine = {c.id for c in cells if c.mode == "pool" and c.host == h.name}
+            if not mine or h.dead is not None or h.actor is None:
+                return
+            try:
+                async with asyncio.timeout(NODE_MARGIN_S):
+                    got = await h.actor.pool_resets.remote(cells)
+            except Exception as exc:
+                if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
+                    raise
+                h.dead = f"its pools' resets: {_why(exc)}"
+                return
+            why = _resets_wrong(got, mine, wanted)
+            if why is not None:
+                h.dead = f"its pools' resets: {why}"
+                return
+            for c, (r, fallback) in got.items():
+                out[c] = {"reset": r, "fallback": fallback}
+
+        await asyncio.gather(*(one(h) for h in self.nodes.values()))
+        return out
+
+    async def start_pools(self, cells: list[Cell], resets: dict[str, str], fill: bool) -> None:
+        """Each node's warm pools of its pooled cells (`resets`: the reset each cell gets,
+        as the controller decided it; a node that would give another refuses and is
+        lost). `fill`: made now (eager ones filled), else each at its first trial."""
+        emit = self.trials.emit
+
+        async def one(h: RayNodeHost) -> None:
+            if h.dead is not None or h.actor is None or h.clock is None:
+                return
+            mine = {c.id: resets[c.id] for c in cells if c.mode == "pool" and c.host == h.name}
+            if not mine:
+                return
+            started = time.monotonic_ns()
+            offset, _ = h.clock.offset_at(started)
+            track = self.pools[h.name] = NodePools(h, mine, started - emit.t0)
+            try:
+                async with asyncio.timeout(NODE_MARGIN_S):
+                    said = await h.actor.start_pools.remote(cells, resets, emit.t0 + offset, fill)
+            except Exception as exc:
+                if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
+                    raise
+                if h.dead is None:
+                    h.dead = f"its pools were not made: {_why(exc)}"
+                return
+            if said != mine:
+                h.dead = f"its pools' resets {said!r:.200} are not the run's {mine!r:.200}"
+                track.refused = h.dead
+
+        await asyncio.gather(*(one(h) for h in self.nodes.values()))
+
+    async def _pool_news(self, track: NodePools, method: str = "pool_news") -> str | None:
+        """The node's pool events since the last answer, checked and recorded (None), or
+        why not: then none is recorded and the node is lost."""
+        host = track.host
+        if host.dead is not None or host.actor is None or host.clock is None:
+            return host.dead or "not connected"
+        emit = self.trials.emit
+        async with track.lock:  # the node's answers are taken in the order it gave them
+            try:
+                async with asyncio.timeout(NODE_MARGIN_S + self.trials.profile.timeouts.teardown):
+                    got = await getattr(host.actor, method).remote()
+            except Exception as exc:
+                if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
+                    raise
+                if host.dead is None:
+                    host.dead = _why(exc) if is_ray_error(exc) else "its pools hang"
+                return host.dead
+            _, err = host.clock.offset_at(time.monotonic_ns())
+            why = track.take(got, hi_ns=time.monotonic_ns() - emit.t0, err_ns=err)
+            if why is not None:
+                why = f"its pool sent events not recorded: {why}"
+                if host.dead is None:
+                    host.dead = why
+                return why
+            for ev in got:
+                emit.forward(ev)
+        return None
+
+    async def close_pools(self) -> None:
+        """Every node's pools torn down, their last events recorded (a lost node's
+        environments are its reaper's). Again is nothing."""
+        tracks = [t for t in self.pools.values() if not t.closed]
+        for t in tracks:
+            t.closed = True
+        await asyncio.gather(*(self._pool_news(t, "close_pools") for t in tracks))
 
     def stop(self) -> None:
         for h in self.nodes.values():
@@ -564,6 +677,8 @@ class NodeTrials:
         offset, err = host.clock.offset_at(scheduled_ns)
         bound = self.bound_s(pt)
         args: tuple[Any, ...] = (pt, scheduled_ns + offset, emit.t0 + offset)
+        if pt.cell.mode == "pool" and host.name in self.pools:
+            self.pools[host.name].sent(pt.cell.id)
         if part is not None:
             args += (part.share,)
         try:
@@ -588,6 +703,9 @@ class NodeTrials:
             return
         lo, hi = scheduled_ns - emit.t0, time.monotonic_ns() - emit.t0
         refused = check_batch(batch, pt, lo_ns=lo, hi_ns=hi, err_ns=err)
+        track = self.pools.get(host.name)
+        if refused is None and pt.cell.mode == "pool":
+            refused = await self._pooled(track, pt, batch)
         if refused is None and part is not None:
             await part.catch_up()  # what the node logged of the trial before it answered
             refused = part.check_trial(pt.id, batch)
@@ -610,6 +728,20 @@ class NodeTrials:
             valid=bool(end["valid"]),
             error=None if error is None else f"{error.get('kind')}: {error.get('message')}",
         )
+
+    async def _pooled(
+        self, track: NodePools | None, pt: PlannedTrial, batch: list[dict[str, Any]]
+    ) -> str | None:
+        """A pooled trial's answer: the environment it acquired was made or reset by the
+        node's pool before (its events come first, each checked), or it is not recorded."""
+        if track is None:
+            return "a pooled trial of a node without pools"
+        why = await self._pool_news(track)
+        if why is not None:
+            return why
+        if any(e["type"] == "phase" and e["name"] == "acquire" and e["ok"] for e in batch):
+            return track.acquired(pt.cell.id)
+        return None
 
     def bound_s(self, pt: PlannedTrial) -> float:
         """How long a node may take to answer for a trial: every timeout the trial's
@@ -884,6 +1016,118 @@ class NodeBatch:
             except Exception as exc:
                 if not is_ray_error(exc) and not isinstance(exc, TimeoutError):
                     raise
+
+
+POOL_OPS = frozenset({"create", "reset", "teardown"})
+
+
+class NodePools:
+    """One node's warm pools as the controller follows them: each pool event the node
+    sends is checked (`take`) before it is recorded. An environment's events go in their
+    order (create, resets, teardown, nothing after it), of a pooled cell of this node,
+    at a time within what the controller saw; a reset only where the run's reset is
+    `clean` or `snapshot` (never under `recreate`), and never more of a cell than its
+    trials sent to the node (each reset follows a trial's release). Each trial that
+    acquired an environment had one made or reset for it (`acquired`): a node that
+    hands out more than its pool made and reset is refused."""
+
+    def __init__(self, host: RayNodeHost, resets: dict[str, str], lo_ns: int) -> None:
+        self.host = host
+        self.resets = resets  # pooled cell -> the run's reset for it
+        self.lo_ns = lo_ns  # when the pools were asked for, on the run's clock
+        self.envs: dict[tuple[str, int], str] = {}  # (cell, env) -> made, failed, gone
+        self.ready: dict[str, int] = dict.fromkeys(resets, 0)  # created or reset, ok
+        self.handed: dict[str, int] = dict.fromkeys(resets, 0)  # acquired by trials
+        self.resets_ok: dict[str, int] = dict.fromkeys(resets, 0)
+        self.trials: dict[str, int] = dict.fromkeys(resets, 0)  # pooled trials sent
+        self.refused: str | None = None
+        self.closed = False
+        self.lock = asyncio.Lock()
+
+    def sent(self, cell: str) -> None:
+        self.trials[cell] = self.trials.get(cell, 0) + 1
+
+    def acquired(self, cell: str) -> str | None:
+        self.handed[cell] = self.handed.get(cell, 0) + 1
+        if self.handed[cell] > self.ready.get(cell, 0):
+            return (
+                f"{self.handed[cell]} environments of {cell} handed out, only "
+                f"{self.ready.get(cell, 0)} made or reset"
+            )
+        return None
+
+    def take(self, got: Any, *, hi_ns: int, err_ns: int) -> str | None:
+        """Why the node's pool events `got` are not recorded (then none is), or None."""
+        if self.refused is not None:
+            return self.refused
+        why = self._check(got, hi_ns, err_ns)
+        if why is not None:
+            self.refused = why
+        return why
+
+    def _check(self, got: Any, hi_ns: int, err_ns: int) -> str | None:
+        if not isinstance(got, list):
+            return f"a {type(got).__name__}, not a list of events"
+        if len(got) > BATCH_EVENTS_MAX:
+            return f"{len(got)} events (at most {BATCH_EVENTS_MAX})"
+        slack = 2 * err_ns + SLACK_NS
+        for k, ev in enumerate(got):
+            why = check_event(ev)
+            if why is not None:
+                return f"event {k}: {why}"
+            if ev["type"] != "pool":
+                return f"event {k}: a {ev['type']!r} event is not a pool's"
+            if ev["host"] != self.host.name:
+                return f"event {k}: of host {ev['host']!r:.80}, not {self.host.name}"
+            cell, env, op = ev["cell"], ev["env"], ev["op"]
+            if type(cell) is not str or cell not in self.resets:
+                return f"event {k}: cell {cell!r:.80} is no pooled cell of this node"
+            if type(env) is not int or type(op) is not str or op not in POOL_OPS:
+                return f"event {k}: not (env, op) of a pool: {env!r:.40}, {op!r:.40}"
+            t, dur = ev["t_ns"], ev["dur_ns"]
+            if type(t) is not int or not self.lo_ns - slack <= t <= hi_ns + slack:
+                return f"event {k}: t_ns {t!r} outside the pools' time ({self.lo_ns}..{hi_ns})"
+            if type(dur) is not int or not 0 <= dur <= hi_ns - self.lo_ns + slack:
+                return f"event {k}: dur_ns {dur!r} longer than the pools have been"
+            why = self._step(cell, env, op, ev["ok"] is True)
+            if why is not None:
+                return f"event {k}: {cell} environment {env}: {why}"
+        return None
+
+    def _step(self, cell: str, env: int, op: str, ok: bool) -> str | None:
+        key = (cell, env)
+        state = self.envs.get(key)
+        if op == "create":
+            if state is not None:
+                return "created twice"
+            self.envs[key] = "made" if ok else "failed"
+            if ok:
+                self.ready[cell] += 1
+            return None
+        if state is None:
+            return f"{op} before its create"
+        if state == "gone":
+            return f"{op} after its teardown"
+        if op == "teardown":
+            self.envs[key] = "gone"
+            return None
+        if state != "made":
+            return "reset of an environment never made"
+        if self.resets[cell] not in ("clean", "snapshot"):
+            return f"a reset where the run's reset is {self.resets[cell]}"
+        if ok:
+            self.resets_ok[cell] += 1
+            if self.resets_ok[cell] > self.trials.get(cell, 0):
+                return (
+                    f"{self.resets_ok[cell]} resets, more than the "
+                    f"{self.trials.get(cell, 0)} trials sent"
+                )
+            self.ready[cell] += 1
+        return None
+
+    def left(self) -> list[tuple[str, int]]:
+        """The environments the node's events never said torn down."""
+        return sorted(k for k, v in self.envs.items() if v != "gone")
 
 
 def nodes_of(hosts: dict[str, Host]) -> dict[str, RayNodeHost]:

@@ -260,8 +260,6 @@ async def _build(
             f"[capacity] {field}: a budget cgroup is made on the controller's machine, and "
             "a batch spread over Ray nodes has none there yet; leave cpus and memory_mib unset"
         )
-    if raynodes.nodes_of(hosts) and "pool" in profile.run_modes:
-        raise RtaxError("warm pools do not run on Ray nodes yet: run them on `local` or SSH")
     drivers = {
         (h, d): get_driver(d, hosts[h], profile.driver_options.get(d, {}))
         for h in hosts

@@ -206,7 +206,11 @@ class Session:
     async def run(self) -> str:
         prof = self.profile.to_dict()
         if self.pools is not None:  # the reset each pooled cell really gets, and why
-            prof["pool"]["resets"] = self.pools.resets(self.cells)
+            here = [c for c in self.cells if c.host not in self.nodes_named]
+            prof["pool"]["resets"] = self.pools.resets(here)
+            if self.nodes is not None:  # a Ray node's pools: its own driver's reset
+                wanted = self.profile.pool_spec.reset
+                prof["pool"]["resets"].update(await self.nodes.pool_resets(self.cells, wanted))
         await self.begin(prof)
         try:
             p = self.profile
@@ -214,6 +218,9 @@ class Session:
                 await self._prepare_images(p.images)
             if self.nodes is not None:  # each node's engine: the run's id and workloads
                 await self.nodes.setup(self.workloads)
+                if self.pools is not None:  # and its own pools of its pooled cells
+                    resets = {c: str(r["reset"]) for c, r in prof["pool"]["resets"].items()}
+                    await self.nodes.start_pools(self.cells, resets, p.capacity is None)
             if p.capacity is not None:
                 nodes = self.nodes  # Ray nodes: each batch spans them, one barrier
                 batches = CapacityRun(
@@ -228,8 +235,8 @@ class Session:
                 )
                 await batches.run(self.cells, p.warmup, p.seed)
             else:
-                if self.pools is not None:
-                    self.pools.start(self.cells)
+                if self.pools is not None:  # a Ray node's are its own (engine.nodeengine)
+                    self.pools.start([c for c in self.cells if c.host not in self.nodes_named])
                 target = p.precision_target()
                 if target is None:
                     plan = build_plan(self.cells, p.trials, p.warmup, p.seed)
@@ -247,28 +254,36 @@ class Session:
                         progress=self.progress,
                         scheduler=self.scheduler,
                     ).run(self.launch)
-                if self.pools is not None:
-                    await self.pools.close()  # every pooled environment torn down
+                await self._close_pools()  # every pooled environment torn down
             await self._sync_clocks()
         except Exception as exc:  # an engine bug must still tear down and end the recording
             self.stop()
             await self.control.drain()
-            if self.pools is not None:
-                await self.pools.close()
+            await self._close_pools()
             self.status = "failed"
             self.finish("failed", error=repr(exc))
             raise
         finally:  # cancelled: the pools' environments still go (close is idempotent)
             self._unwatch_clocks()  # no clock event after run_end
             self._unwatch_noise()  # nor a noise event; the sampler ends here
-            if self.pools is not None:
-                await self.pools.close()
+            await self._close_pools()
             if self.profile.images:  # nothing left mounted or serving
                 from rtax_tui.drivers.toolkit import delivery
 
                 await delivery.close_delivery()
         self.finish(self.status)
         return self.status
+
+    @property
+    def nodes_named(self) -> set[str]:
+        return set() if self.nodes is None else set(self.nodes.nodes)
+
+    async def _close_pools(self) -> None:
+        """The run's pools closed, here and on every Ray node (again is nothing)."""
+        if self.pools is not None:
+            await self.pools.close()
+        if self.nodes is not None:
+            await self.nodes.close_pools()
 
     async def _prepare_images(self, modes: tuple[str, ...]) -> None:
         from rtax_tui.drivers.toolkit import delivery

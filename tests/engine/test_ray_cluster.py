@@ -139,6 +139,68 @@ def test_t0_runs_on_every_node_each_with_its_clock(cluster, tmp_path):
     assert _engines_left() == [] and leftovers(head["run_id"]) == []
 
 
+def test_pooled_t0_on_stage_keeps_a_pool_on_every_node(cluster, tmp_path):
+    """Warm pools on the nodes: each node's engine keeps its own pool (stage, `clean`:
+    the sandbox replaced, as locally), every pooled trial acquires from it and
+    releases to it, each environment is made once and torn down once at the end, and
+    `rtax report` reads the pools' figures per node."""
+    prof = tmp_path / "pool.toml"
+    prof.write_text(
+        """
+[run]
+hosts = ["cluster"]
+drivers = ["stage"]
+workloads = ["t0"]
+channels = ["exec"]
+modes = ["pool"]
+trials = 2
+warmup = 0
+concurrency = 3
+
+[hosts.cluster]
+ray = "auto"
+
+[pool]
+size = 1
+reset = "clean"
+"""
+    )
+    rec = tmp_path / "pool.jsonl"
+    res = _rtax(cluster, "run", str(prof), "--headless", "-o", str(rec))
+    assert res.returncode == 0, res.stderr[-3000:]
+    evs = _events(rec)
+    head = evs[0]
+    hosts = head["hosts"]
+    assert len(hosts) == 3, hosts
+    resets = head["profile"]["pool"]["resets"]
+    assert {r["reset"] for r in resets.values()} == {"clean"}, resets
+    cells = make_cells(tuple(hosts), ("stage",), ("t0",), ("exec",), ("pool",))
+    plan = build_plan(cells, 2, 0, head["seed"])
+    starts = {e["trial"]: e for e in evs if e["type"] == "trial_start"}
+    assert sorted(starts) == [pt.id for pt in plan]
+    ends = [e for e in evs if e["type"] == "trial_end"]
+    assert len(ends) == len(plan) and all(e["ok"] and e["valid"] for e in ends), ends
+    phases = Counter((e["trial"], e["name"]) for e in evs if e["type"] == "phase")
+    for pt in plan:
+        assert phases[(pt.id, "acquire")] == phases[(pt.id, "release")] == 1, pt.id
+        assert phases[(pt.id, "create")] == 0
+    pools = [e for e in evs if e["type"] == "pool"]
+    assert {e["host"] for e in pools} == set(hosts)
+    for h in hosts:
+        for n in {e["env"] for e in pools if e["host"] == h}:
+            ops = [e["op"] for e in pools if e["host"] == h and e["env"] == n]
+            assert ops[0] == "create" and ops[-1] == "teardown", (h, n, ops)
+            assert ops.count("create") == ops.count("teardown") == 1, (h, n, ops)
+        assert sum(e["op"] == "reset" for e in pools if e["host"] == h) >= 1
+    rep = _rtax(cluster, "report", str(rec), "--format", "json")
+    assert rep.returncode == 0, rep.stderr
+    per_host = json.loads(rep.stdout)["pools"]["hosts"]
+    assert set(per_host) == set(hosts)
+    for h, d in per_host.items():
+        assert d["trials"] == 2 and d["pool_ops"]["create"] >= 1, (h, d)
+    assert _engines_left() == [] and leftovers(head["run_id"]) == []
+
+
 def test_an_environment_reaches_the_cluster_from_local_but_not_from_stage(cluster, tmp_path):
     """An attack (docs/boundaries.md, "Ray nodes"): code in an environment connects to the
     Ray GCS on its node's loopback, from where it could submit work as the cluster's user.
