@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,7 @@ from rtax_tui.engine.profile import Profile, load_profile
 from rtax_tui.engine.raynodes import NodePools, RayNodeHost, RaySpec
 from rtax_tui.engine.runner import resolve_workloads
 from rtax_tui.engine.session import Session
-from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
-
-Tamper = Callable[[str, str, Any], Any]
+from tests.raynodeinproc import Tamper, node_host
 
 # a hostile workload: it leaves a mark where the next trial of the environment would find
 # it (the workspace, the home, /tmp) and fails when it finds an earlier trial's
@@ -38,30 +34,6 @@ PERSIST = (
     "    except OSError: pass\n"
     "sys.exit(3 if found else 0)\n"
 )
-
-
-class _Call:
-    """`m.remote(*a)`: started at once, as Ray does (awaited or not)."""
-
-    def __init__(self, fn: Callable[..., Awaitable[Any]]) -> None:
-        self.fn = fn
-
-    def remote(self, *a: Any) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(self.fn(*a))
-
-
-class _InProc:
-    def __init__(self, name: str, engine: NodeEngine, tamper: Tamper | None) -> None:
-        self._name, self._engine, self._tamper = name, engine, tamper
-
-    def __getattr__(self, method: str) -> _Call:
-        fn = getattr(self._engine, method)
-
-        async def call(*a: Any) -> Any:
-            got = await fn(*a)
-            return got if self._tamper is None else self._tamper(self._name, method, got)
-
-        return _Call(call)
 
 
 def _profile(tmp: Path, driver: str, reset: str, trials: int) -> Profile:
@@ -114,13 +86,9 @@ def pooled_run(
     async def go() -> Session:
         hosts: dict[str, RayNodeHost] = {}
         for i in range(2):
-            name = f"ray-{i}"
-            eng = NodeEngine(name, profile, profile.drivers)
+            eng = NodeEngine(f"ray-{i}", profile, profile.drivers)
             engines.append(eng)
-            h = RayNodeHost(name, f"id{i}", RaySpec("ray", "auto"), profile)
-            h.actor, h.clock = _InProc(name, eng, tamper), RemoteClock()
-            h.clock.add(ClockSync(time.monotonic_ns(), 0, 1000, 2000, 8))
-            hosts[name] = h
+            hosts[f"ray-{i}"] = node_host(i, profile, eng, tamper)
         drivers = {(h, driver): get_driver(driver, host, {}) for h, host in hosts.items()}
 
         def sink(ev: dict[str, Any]) -> None:
@@ -208,7 +176,8 @@ def test_a_clean_reset_on_a_node_leaves_nothing_to_the_next_trial(tmp_path: Path
 def _forge(op: str) -> Tamper:
     """ray-1 claims, with every pool answer, one more `op` of its first environment."""
 
-    def tamper(node: str, method: str, got: Any) -> Any:
+    def tamper(node: str, method: str, sent: Any) -> Any:
+        got = sent[1]
         if node != "ray-1" or method not in ("pool_news", "close_pools") or not got:
             return got
         return [*got, dict(got[-1], op=op, ok=True, env=1)]
@@ -258,10 +227,10 @@ def test_a_node_lost_mid_run_loses_its_pooled_trials_and_the_other_goes_on(
     `host_lost` with the reason, its pool is not asked for anything more, ray-0's
     trials and pool go on to the end."""
 
-    def die(node: str, method: str, got: Any) -> Any:
+    def die(node: str, method: str, sent: Any) -> Any:
         if node == "ray-1" and method == "run_trial":
             raise RayActorError("The actor died unexpectedly")
-        return got
+        return sent[1]
 
     got, session, engines = pooled_run(tmp_path, "local", "recreate", tamper=die)
     ends = {e["trial"]: e for e in got if e["type"] == "trial_end"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,43 +28,10 @@ from rtax_tui.engine.nodeengine import NodeEngine
 from rtax_tui.engine.profile import Profile, load_profile
 from rtax_tui.engine.raynodes import NodeBatch, NodeTrials, RayNodeHost, RaySpec
 from rtax_tui.engine.runner import resolve_workloads
-from rtax_tui.hosts.clocksync import ClockSync, RemoteClock
 from rtax_tui.model import events
 from rtax_tui.model.events import Emitter
 from rtax_tui.model.spec import Cell
-
-Tamper = Callable[[str, str, Any], Any]  # (node, method, (args, answer)) -> the answer sent
-
-
-class _Call:
-    def __init__(self, fn: Callable[..., Awaitable[Any]]) -> None:
-        self.remote = fn
-
-
-class _InProc:
-    """A node's actor in this process: `actor.m.remote(*a)` is `await engine.m(*a)`,
-    its answer passed through `tamper` (an attack on the wire)."""
-
-    def __init__(self, name: str, engine: NodeEngine, tamper: Tamper | None) -> None:
-        self._name, self._engine, self._tamper = name, engine, tamper
-
-    def __getattr__(self, method: str) -> _Call:
-        fn = getattr(self._engine, method)
-
-        async def call(*a: Any) -> Any:
-            got = await fn(*a)
-            if self._tamper is None:
-                return got
-            sent = self._tamper(self._name, method, (a, got))
-            return await sent if asyncio.iscoroutine(sent) else sent
-
-        return _Call(call)
-
-
-def _clock() -> RemoteClock:
-    c = RemoteClock()
-    c.add(ClockSync(mono_ns=time.monotonic_ns(), offset_ns=0, err_ns=1000, rtt_ns=2000, samples=8))
-    return c
+from tests.raynodeinproc import Call, Tamper, exact_clock, node_host
 
 
 def _profile(tmp: Path, step: str, *, size: int, deadline_s: int, driver: str) -> Profile:
@@ -118,12 +85,9 @@ def span_run(
         hosts: dict[str, RayNodeHost] = {}
         try:
             for i in range(nodes):
-                name = f"ray-{i}"
-                eng = NodeEngine(name, profile, profile.drivers)
+                eng = NodeEngine(f"ray-{i}", profile, profile.drivers)
                 engines.append(eng)
-                h = RayNodeHost(name, f"id{i}", RaySpec("ray", "auto"), profile)
-                h.actor, h.clock = _InProc(name, eng, tamper), _clock()
-                hosts[name] = h
+                hosts[f"ray-{i}"] = node_host(i, profile, eng, tamper)
             trials = TrialRunner(
                 profile, drivers={}, workloads=workloads, run_id="r", emit=emit,
                 control=control, progress=progress, substrates=SubstrateHealth({}),
@@ -213,13 +177,13 @@ class _Answers:
         async def barrier_news(batch: str, cursor: int, wait_s: float, share: int) -> Any:
             return []
 
-        self.release_batch = _Call(release_batch)
-        self.barrier_news = _Call(barrier_news)
+        self.release_batch = Call(release_batch)
+        self.barrier_news = Call(barrier_news)
 
 
 def _part(barrier: Barrier, trials: set[int], actor: Any = None) -> NodeBatch:
     host = RayNodeHost("ray-1", "id1", RaySpec("ray", "auto"), Profile("p", "p.toml"))
-    host.clock, host.actor = _clock(), actor
+    host.clock, host.actor = exact_clock(), actor
     part = NodeBatch(host, "b1", barrier)
     part.trials |= trials
     return part
