@@ -229,7 +229,10 @@ class ReproduceScreen(Screen[int]):
         shutil.rmtree(self._tmp, ignore_errors=True)
         self.dismiss(self.returncode or 0)
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
+        """The app closing (not by `q`): the study is stopped and waited for here too,
+        so that the console ends after it."""
+        await self.stop()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 

@@ -210,3 +210,26 @@ async def test_q_mid_study_stops_it_leaves_no_process_and_keeps_what_ran(tmp_pat
     rows = _rows(report)
     assert rows["first completion"]["ours"]["n"] == 3
     assert (out / "second.jsonl").exists()  # the trials that ended are kept
+
+
+@pytest.mark.slow
+@aio
+async def test_the_console_closing_mid_study_ends_after_the_study(tmp_path) -> None:
+    """Not by `q`: the app told to exit (its window closed) still stops the study and
+    waits for it before it ends."""
+    study = _study(tmp_path, second=3000)
+    scr = ReproduceScreen(str(study), "quick", ["local"], root=str(tmp_path / "out"))
+    app = RtaxApp(scr)
+    async with app.run_test(size=SIZE):
+
+        def running() -> bool:
+            ours = _rows(scr.shown_doc()).get("second ready", {}).get("ours_text", "")
+            return ours.startswith("running: ") and not ours.startswith("running: 0 ")
+
+        await until(running, timeout=60)
+        assert scr.proc is not None
+        pid = scr.proc.pid
+        app.exit()
+    assert _session(pid) == [] and scr.returncode == 130
+    (out,) = (tmp_path / "out").iterdir()
+    assert json.loads((out / "report.json").read_text())["not_run"] == {"second": "interrupted"}
