@@ -69,6 +69,7 @@ class ReproduceScreen(Screen[int]):
         self._tail: tuple[str, int, int] | None = None  # recording, bytes read, trial_ends
         self._drawn: Any = None
         self._leaving = False
+        self._stopping: asyncio.Future[None] | None = None
 
     def argv(self) -> list[str]:
         args = ["reproduce", self.study, "--size", self.study_size, "--root", self.root]
@@ -123,7 +124,14 @@ class ReproduceScreen(Screen[int]):
 
     async def stop(self) -> None:
         """Interrupt the study as ^C does (its trials torn down, what was recorded kept
-        and report.json written); signal its whole session harder if it will not end."""
+        and report.json written); signal its whole session harder if it will not end.
+        Once, however many ask (`q`, the worker cancelled, the screen unmounted): a
+        second ^C ends `rtax reproduce` at once, before it writes report.json."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
