@@ -22,6 +22,7 @@ import numpy as np
 from rtax_tui.analysis.report import build_report, project_report, startup_figures
 from rtax_tui.analysis.report_model import Report
 from rtax_tui.analysis.stats import project
+from rtax_tui.model.events import one_line
 from rtax_tui.model.recording import Recording
 from rtax_tui.model.spec import RtaxError
 
@@ -179,9 +180,16 @@ class Study:
 def load_study(name: str) -> Study:
     """The study `name`, checked: an unknown name, or a row that names no experiment or
     table, is one line naming the file and the field."""
-    if name not in study_names():
+    if name.endswith(".toml"):  # a study file of the user's own (a test's tiny study)
+        path = Path(name)
+        name = path.stem
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or not path.is_file():
+            raise RtaxError(f"{one_line(str(path))}: not a study file (NAME.toml, NAME of "
+                            "letters, digits, - and _)")  # fmt: skip
+    elif name not in study_names():
         raise RtaxError(f"unknown study {name!r} (known: {', '.join(study_names())})")
-    path = studies_dir() / f"{name}.toml"
+    else:
+        path = studies_dir() / f"{name}.toml"
     with path.open("rb") as f:
         try:
             doc = tomllib.load(f)
@@ -335,6 +343,9 @@ class Results:
     drivers_out: dict[str, str] = field(default_factory=dict)
     # this machine as the run found it (`machine_conditions`): said beside every figure
     machine: dict[str, Any] = field(default_factory=dict)
+    # while `rtax reproduce` runs (its `--live` tables): per experiment not yet done,
+    # {"status": "waiting"} or {"status": "running", "done": trials ended, "of": planned}
+    live: dict[str, dict[str, Any]] = field(default_factory=dict)
     _reports: dict[str, Report] = field(default_factory=dict)
     _startups: dict[str, dict[str, Any]] = field(default_factory=dict)
     _projects: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -386,6 +397,8 @@ def _measure(study: Study, row: Row, res: Results) -> dict[str, Any]:
             return {"status": "unavailable", "why": f"{d}: {res.drivers_out[d]}"}
     if row.figure == "projection":
         return _projection(row)
+    if row.experiment in res.live:
+        return dict(res.live[row.experiment])
     if row.experiment in res.not_run:
         return {"status": "failed", "why": res.not_run[row.experiment]}
     report = res.report(row.experiment)
@@ -741,6 +754,12 @@ def published_text(row: Row) -> str:
 
 
 def ours_text(ours: dict[str, Any], unit: str = "ms") -> str:
+    if ours["status"] == "waiting":
+        return "waiting: its experiment has not started"
+    if ours["status"] == "running":
+        if not ours.get("of"):  # a probe or prefix preparation: no trials to count
+            return "running"
+        return f"running: {ours.get('done', 0)} of {ours['of']} trials"
     if ours["status"] != "measured":
         return f"not reproduced: {ours['why']}" if ours["status"] != "pending" else ours["why"]
     if "batches" in ours:

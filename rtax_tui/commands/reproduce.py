@@ -10,6 +10,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where reproduce-<study>-<time>/ is made (default .)",
     )
+    p.add_argument(
+        "--live",
+        metavar="FILE",
+        help="keep FILE the study's tables as they fill (JSON, rewritten whole as each "
+        "experiment starts and ends; at the end report.json's document): the console's view",
+    )
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -91,7 +98,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.study is None:
         return _list([load_study(n) for n in study_names()])
     study = load_study(args.study)
-    return reproduce(study, args.size, args.driver, Path(args.root), argv)
+    live = Path(args.live) if args.live else None
+    return reproduce(study, args.size, args.driver, Path(args.root), argv, live)
 
 
 def _list(studies: list[Study]) -> int:
@@ -112,8 +120,17 @@ def _list(studies: list[Study]) -> int:
     return 0
 
 
-def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv: list[str]) -> int:
-    """Runs the study's experiments, then writes and prints its tables."""
+def reproduce(
+    study: Study,
+    size: str,
+    only: list[str] | None,
+    root: Path,
+    argv: list[str],
+    live: Path | None = None,
+) -> int:
+    """Runs the study's experiments, then writes and prints its tables; `live`: a file
+    kept the tables as they stand (`reproduce_document`'s, its rows waiting or running
+    until their experiment ends), for the console."""
     import orjson
 
     from rtax_tui.analysis.studies import Results, machine_conditions, reproduce_document
@@ -140,22 +157,46 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
     res.drivers_out.update(driver_problems([d for d in wanted if d not in res.drivers_out]))
     todo = [e for e in study.experiments.values() if e.kind in ("run", "prepare", "probe")]
     started = time.monotonic_ns()
+    res.live = {e.id: {"status": "waiting"} for e in todo}
+
+    def show(running: Experiment | None = None) -> None:
+        if live is not None:
+            now = reproduce_document(study, res, size)
+            now["directory"] = str(out_dir)
+            now["state"] = "running"
+            now["running"] = None
+            if running is not None:
+                rec = str(out_dir / f"{running.id}.jsonl")
+                now["running"] = {"experiment": running.id, "recording": rec}
+            _write_live(live, now)
+
+    show()
     status = 0
     for i, exp in enumerate(todo, 1):
         path = out_dir / f"{exp.id}.jsonl"
         _say(f"[{i}/{len(todo)}] {exp.id}: {exp.what}")
+
+        def begun(planned: int | None, exp: Experiment = exp) -> None:
+            res.live[exp.id] = {"status": "running", "done": 0, "of": planned}
+            show(exp)
+
         try:
-            rc = _run_experiment(exp, size, res.drivers_out, path, argv)
+            rc = _run_experiment(exp, size, res.drivers_out, path, argv, begun)
         except RtaxError as exc:
+            res.live.pop(exp.id, None)
             res.not_run[exp.id] = str(exc)
             _say(f"[{i}/{len(todo)}] {exp.id}: not run: {exc}")
+            show()
             continue
+        res.live.pop(exp.id, None)
         if path.exists():
             res.recordings[exp.id] = read_recording(path)
         if rc == 130:
             res.not_run[exp.id] = "interrupted"
             status = 130
             break
+        show()
+    res.live.clear()
     doc = reproduce_document(study, res, size)
     doc["directory"] = str(out_dir)
 
@@ -163,6 +204,8 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
         doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
         (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
+        if live is not None:
+            _write_live(live, {**doc, "state": "done", "status": status, "running": None})
 
     write()  # the numbers first: whatever the drawing does, they are kept
     if status != 130 and study.figures:
@@ -177,6 +220,18 @@ def reproduce(study: Study, size: str, only: list[str] | None, root: Path, argv:
 
 
 FIGURES_DIR = "plots"
+
+
+def _write_live(path: Path, doc: dict[str, Any]) -> None:
+    """`--live`'s file, replaced whole (a reader sees the old tables or the new ones)."""
+    import orjson
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_bytes(orjson.dumps(doc))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise RtaxError(f"--live {one_line(str(path))}: {exc.strerror}") from None
 
 
 def draw_figures(study: Study, res: Any, out_dir: Path) -> list[dict[str, Any]]:
@@ -249,10 +304,16 @@ def _say(line: str) -> None:
 
 
 def _run_experiment(
-    exp: Experiment, size: str, drivers_out: dict[str, str], path: Path, argv: list[str]
+    exp: Experiment,
+    size: str,
+    drivers_out: dict[str, str],
+    path: Path,
+    argv: list[str],
+    begun: Callable[[int | None], None] = lambda planned: None,
 ) -> int:
     """One experiment through rtax's own machinery, recorded at `path`; RtaxError: why
-    it could not run here."""
+    it could not run here. `begun(planned)`: it starts, with its trials planned (warm-ups
+    and capacity tasks included) where a run's profile says them, else None."""
     from rtax_tui.analysis.studies import studies_dir
 
     counts = exp.counts.get(size, {})
@@ -264,6 +325,7 @@ def _run_experiment(
         missing = [p for p in inputs if not Path(p).exists()]
         if missing:
             raise RtaxError(f"{missing[0]}: not here (the trajectories ship with a checkout)")
+        begun(None)
         write_prepare(
             path,
             inputs,
@@ -283,6 +345,7 @@ def _run_experiment(
     if exp.kind == "probe":  # `rtax probe --driver D,.. --channel C,.. -o PATH`, no table
         channels = list(exp.channels) or ["exec", "shell"]
         profile = Profile(name="probe", path="rtax probe", hosts=("local",))
+        begun(None)
         return run_probe_command(drivers, channels, profile, fmt=None, output=str(path),
                                  argv=argv)  # fmt: skip
     if exp.images:
@@ -305,7 +368,19 @@ def _run_experiment(
         profile = replace(profile, pool=pool or profile.pool, modes=modes)
     if "batches" in counts and profile.capacity is not None:
         profile = replace(profile, capacity=replace(profile.capacity, batches=counts["batches"]))
+    begun(_planned(profile))
     return run_headless(profile, str(path), argv, quiet=True)
+
+
+def _planned(profile: Any) -> int:
+    """The trials a run plans (its `trial_start`s), as the profile's check counts them."""
+    cells = len(profile.hosts) * len(profile.drivers) * len(profile.workloads)
+    cells *= len(profile.channels) * len(profile.run_modes) * len(profile.arrivals)
+    cells *= max(1, len(profile.images))
+    cap = profile.capacity
+    if cap is not None:
+        return int(cells * (sum(cap.curve) * cap.batches + min(cap.curve)))
+    return int(cells * (profile.trials + profile.warmup))
 
 
 def image_problem(modes: tuple[str, ...]) -> None:

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from rtax_tui.model.events import one_line
 from rtax_tui.render.tables import Code, md_escape, md_table
@@ -68,13 +69,17 @@ def _machine_md(machine: dict[str, Any]) -> list[str]:
 
 
 def render_reproduce(doc: dict[str, Any]) -> list[Table]:
-    """One Rich table per published table."""
+    """One Rich table per published table: the terminal's at the end, the console's as
+    the study runs (its rows waiting, running, then ours). Every cell is Text on one
+    line: a terminal sequence in a reason is shown, not acted on, and a `[...]` in a
+    label or an error is drawn, never read as markup."""
     out = []
     for t in doc["tables"]:
-        title = one_line(f"{doc['study']}: {t['title']}")
-        table = Table(*HEADERS, title=title, caption=one_line(t["conditions"]))
-        for row in t["rows"]:  # as text: a terminal sequence in a reason is shown, not acted on
-            table.add_row(*map(one_line, _cells(row)), style="yellow" if row["far"] else None)
+        title = Text(one_line(f"{doc['study']}: {t['title']}"))
+        table = Table(*HEADERS, title=title, caption=Text(one_line(t["conditions"])))
+        for row in t["rows"]:
+            table.add_row(*(Text(one_line(c)) for c in _cells(row)),
+                          style="yellow" if row["far"] else None)  # fmt: skip
         out.append(table)
     return out
 

@@ -1,6 +1,7 @@
 """The console app: a monitor screen on a live run or a replay, and what it opens.
 
-From any screen, `n` opens the launcher (a new run), `h` the run history and `q`
+From any screen, `n` opens the launcher (a new run), `h` the run history, `R` a
+published study reproduced here (its tables filling as it runs) and `q`
 goes back to the screen before (from the first screen: quits); ctrl+p is Textual's
 command palette, listing every key's action of the screen below by name, and `?`
 the same keys as help. The app owns the stack of screens: a screen asks for another
@@ -39,6 +40,9 @@ class RtaxApp(App[int]):
         Binding("n", "launcher", "new", tooltip="the launcher: choose, change and start a run"),
         Binding("h", "history", "history",
                 tooltip="the run history: replay, compare, report, rerun with changes"),
+        Binding("R", "reproduce", "reproduce", show=False,
+                tooltip="reproduce a published study here (rtax reproduce): its tables fill "
+                "as the experiments run"),
         Binding("question_mark", "help", "help", show=False, tooltip="these keys"),
         Binding("q", "back", "back",
                 tooltip="back to the screen before; on the first, quit (a running run is "
@@ -132,6 +136,19 @@ class RtaxApp(App[int]):
                 except Exception as exc:
                     self.notify(f"cannot fill the launcher from {path}: {exc}", severity="error")
         self.push_screen(LauncherScreen(ssh_flags=self.ssh_flags))
+
+    def action_reproduce(self) -> None:
+        """A study to reproduce (`PickStudy`), then its tables filling live."""
+        from rtax_tui.ui.reproduce import PickStudy, ReproduceScreen
+
+        if isinstance(self.screen, (ReproduceScreen, PickStudy)):
+            return
+
+        def chosen(pick: tuple[str, str] | None) -> None:
+            if pick is not None:
+                self.push_screen(ReproduceScreen(*pick))
+
+        self.push_screen(PickStudy(), chosen)
 
     def action_history(self) -> None:
         from rtax_tui.ui.history import HistoryScreen

@@ -202,6 +202,47 @@ def test_a_tiny_run_writes_the_directory_and_ours_is_the_recordings(tmp_path, mo
     assert "stage completion" in captured.out  # the terminal's table
 
 
+def test_live_tables_wait_run_and_end_as_report_json(tmp_path, monkeypatch, capsys):
+    """`--live FILE` (the console's view): a study file given by its path; the tables
+    as `reproduce_document` builds them, rows waiting, then running with the trials
+    planned, then report.json's document; the terminal's output as without it."""
+    from rtax_tui.commands import reproduce as rep
+
+    study = tmp_path / "tiny.toml"
+    study.write_text(TINY)
+    seen: list[dict] = []
+    write_live = rep._write_live
+    monkeypatch.setattr(rep, "_write_live", lambda p, d: (seen.append(json.loads(json.dumps(d))),
+                                                          write_live(p, d)))  # fmt: skip
+    live = tmp_path / "live.json"
+    rc = cli.main(["reproduce", str(study), "--driver", "local,stage", "--root",
+                   str(tmp_path / "out"), "--live", str(live)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    (out,) = (tmp_path / "out").iterdir()
+    report = json.loads((out / "report.json").read_text())
+    ours = [{r["label"]: r["ours"] for r in d["tables"][0]["rows"]} for d in seen]
+    assert ours[0]["stage completion"] == {"status": "waiting"}
+    assert ours[0]["docker completion"]["status"] == "unavailable"  # said from the start
+    assert ours[1]["stage completion"] == {"status": "running", "done": 0, "of": 6}
+    assert seen[1]["running"] == {"experiment": "start", "recording": str(out / "start.jsonl")}
+    assert [d["state"] for d in seen][-1] == "done"
+    final = json.loads(live.read_text())
+    assert final["tables"] == report["tables"] and final["not_run"] == report["not_run"]
+    assert studies.ours_text({"status": "running", "done": 2, "of": 6}) == "running: 2 of 6 trials"
+    assert studies.ours_text({"status": "running", "done": 0, "of": None}) == "running"
+    assert "stage completion" in captured.out  # the terminal's table, as ever
+
+
+def test_a_study_file_must_be_named_as_a_study(tmp_path):
+    bad = tmp_path / "a b.toml"
+    bad.write_text(TINY)
+    with pytest.raises(studies.RtaxError, match="not a study file"):
+        studies.load_study(str(bad))
+    with pytest.raises(studies.RtaxError, match="not a study file"):
+        studies.load_study(str(tmp_path / "missing.toml"))
+
+
 def test_markdown_escapes_every_text():
     doc = {
         "study": "s", "title": "t", "source": "src", "size": "quick", "not_run": {},
