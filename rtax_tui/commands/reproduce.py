@@ -135,7 +135,6 @@ def reproduce(
 
     from rtax_tui.analysis.studies import Results, machine_conditions, reproduce_document
     from rtax_tui.commands.doctor import driver_problems
-    from rtax_tui.model.recording import read_recording
     from rtax_tui.render.reporting import out_console
     from rtax_tui.render.reproduce_render import render_reproduce, reproduce_markdown
 
@@ -172,6 +171,52 @@ def reproduce(
 
     show()
     status = 0
+    try:
+        status = _run_all(todo, size, res, out_dir, argv, show)
+    except KeyboardInterrupt:
+        # a stop between two experiments (or as one is set up): what ran is kept and the
+        # report written below, as for a stop during an experiment
+        for e in todo:
+            if e.id not in res.recordings and e.id not in res.not_run:
+                res.not_run[e.id] = "interrupted"
+                break
+        status = 130
+    res.live.clear()
+    doc = reproduce_document(study, res, size)
+    doc["directory"] = str(out_dir)
+
+    def write() -> None:
+        doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
+        (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
+        if live is not None:
+            _write_live(live, {**doc, "state": "done", "status": status, "running": None})
+
+    write()  # the numbers first: whatever the drawing does, they are kept
+    if status != 130 and study.figures:
+        _say(f"reproduce {study.name}: drawing {len(study.figures)} figures")
+        doc["figures"] = draw_figures(study, res, out_dir)
+        write()
+    console = out_console()
+    for table in render_reproduce(doc):
+        console.print(table)
+    _say(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)")
+    return status
+
+
+def _run_all(
+    todo: list[Experiment],
+    size: str,
+    res: Any,
+    out_dir: Path,
+    argv: list[str],
+    show: Callable[..., None],
+) -> int:
+    """Each experiment in turn into `out_dir`, its recording read into `res`; 130 once one
+    was interrupted (the rest not run)."""
+    from rtax_tui.model.recording import read_recording
+
+    status = 0
     for i, exp in enumerate(todo, 1):
         path = out_dir / f"{exp.id}.jsonl"
         _say(f"[{i}/{len(todo)}] {exp.id}: {exp.what}")
@@ -196,26 +241,6 @@ def reproduce(
             status = 130
             break
         show()
-    res.live.clear()
-    doc = reproduce_document(study, res, size)
-    doc["directory"] = str(out_dir)
-
-    def write() -> None:
-        doc["elapsed_s"] = (time.monotonic_ns() - started) / 1e9
-        (out_dir / "report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-        (out_dir / "report.md").write_text(reproduce_markdown(doc), encoding="utf-8")
-        if live is not None:
-            _write_live(live, {**doc, "state": "done", "status": status, "running": None})
-
-    write()  # the numbers first: whatever the drawing does, they are kept
-    if status != 130 and study.figures:
-        _say(f"reproduce {study.name}: drawing {len(study.figures)} figures")
-        doc["figures"] = draw_figures(study, res, out_dir)
-        write()
-    console = out_console()
-    for table in render_reproduce(doc):
-        console.print(table)
-    _say(f"reproduce: {out_dir} ({doc['elapsed_s']:.0f} s)")
     return status
 
 

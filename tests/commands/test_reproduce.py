@@ -889,3 +889,42 @@ def test_the_spread_spans_the_vms_run_apart(tmp_path):
     # create 1 ms + ready 2 ms (stage) against create 1 ms + ready 20 ms (libvirt)
     assert spread["ours"]["value"] == pytest.approx(21.0 / 3.0)
     assert "local/libvirt/t0/exec" in spread["ours"]["detail"]
+
+
+def test_a_stop_between_two_experiments_keeps_what_ran_and_writes_the_report(
+    tmp_path, monkeypatch, capsys
+):
+    """A stop signal (rtax's stop signals are a KeyboardInterrupt, model/signals.py) landing
+    after the first experiment ended and before the second began: the first's recording
+    and figures are kept, report.json and report.md written, the second said interrupted,
+    exit 130. Before, rtax ended at once and wrote no report."""
+    from rtax_tui.commands import reproduce as rep
+
+    study = tmp_path / "two.toml"
+    study.write_text(
+        TINY.replace(
+            '[experiments.later]\nwhat = "a later row"\nkind = "pending"\n'
+            'why = "not yet reproduced: a test"\n',
+            '[experiments.later]\nwhat = "T0 again"\nprofile = "t0"\ndrivers = ["local"]\n'
+            'channels = ["exec"]\nquick = { trials = 2, warmup = 0 }\n'
+            "full = { trials = 2, warmup = 0 }\n",
+        )
+    )
+    say = rep._say
+
+    def stop_before_the_second(text: str) -> None:
+        if text.startswith("[2/2]"):
+            raise KeyboardInterrupt
+        say(text)
+
+    monkeypatch.setattr(rep, "_say", stop_before_the_second)
+    rc = cli.main(["reproduce", str(study), "--driver", "local", "--root", str(tmp_path / "out")])
+    capsys.readouterr()
+    assert rc == 130
+    (out,) = (tmp_path / "out").iterdir()
+    report = json.loads((out / "report.json").read_text())
+    assert report["not_run"].get("later") == "interrupted", report["not_run"]
+    assert "start" not in report["not_run"] and (out / "start.jsonl").exists()
+    rows = {r["label"]: r["ours"] for r in report["tables"][0]["rows"]}
+    assert rows["local ready"].get("n") == 3, rows["local ready"]
+    assert (out / "report.md").exists()
