@@ -484,8 +484,11 @@ async def test_no_second_run_starts_while_one_is_going(here) -> None:
 
     long = here / "long.toml"
     long.write_text(
-        '[run]\ntrials = 100000\nwarmup = 0\ndrivers = ["local"]\nworkloads = ["t0"]\n'
+        '[run]\ntrials = 100000\nwarmup = 0\ndrivers = ["local"]\nworkloads = ["nap"]\n'
         'channels = ["shell"]\n'
+        # a run that goes on, not one that floods: the fast tier's other worker shares
+        # the machine (a stream of `true` at full speed took a core for a minute)
+        '[workloads.nap]\nsteps = [{argv = ["sleep", "0.05"]}]\n'
     )
     record = here / "live.jsonl"
     mon = MonitorScreen("run", engine_argv=engine_argv(str(long), [], str(record)),
