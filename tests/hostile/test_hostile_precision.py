@@ -134,8 +134,9 @@ def test_a_trial_in_flight_at_max_time_does_not_hold_the_run(tmp_path: Path, dri
         f'[run]\nwarmup = 0\ntrials = 2\ndrivers = ["{driver}"]\nchannels = ["exec"]\n'
         'workloads = ["slow"]\nprecision = "5%"\nmax_time = "1s"\n'
         '[timeouts]\naction = 6\n'
-        '[workloads.slow]\nsteps = [{argv = ["sleep", "5"]}, {argv = ["sleep", "5"]}, '
-        '{argv = ["sleep", "5"]}]\n'
+        # a duration no other test's step uses: the check below looks for it machine-wide
+        '[workloads.slow]\nsteps = [{argv = ["sleep", "5.0173"]}, {argv = ["sleep", "5.0173"]}, '
+        '{argv = ["sleep", "5.0173"]}]\n'
     )  # fmt: skip
     rec = tmp_path / "r.jsonl"
     t = time.monotonic()
@@ -151,7 +152,7 @@ def test_a_trial_in_flight_at_max_time_does_not_hold_the_run(tmp_path: Path, dri
     assert evs[-1]["type"] == "run_end" and evs[-1]["t_ns"] < 4e9, evs[-1]
     assert took < 12, took
     # nothing of the trial left running
-    ps = subprocess.run(["pgrep", "-f", "^sleep 5$"], capture_output=True, text=True)
+    ps = subprocess.run(["pgrep", "-f", "^sleep 5.0173$"], capture_output=True, text=True)
     assert ps.stdout == "", ps.stdout
 
 
