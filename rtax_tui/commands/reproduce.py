@@ -116,13 +116,14 @@ def _stop_when_stdin_ends() -> None:
     """The console went away (its end of stdin closed, as when it is killed): the study
     is stopped as ^C stops it, not left running alone for hours. Its stderr, the console's
     pipe that nobody reads any more, becomes /dev/null first: a progress line written to
-    it would end rtax reproduce (EPIPE) before report.json. A thread with blocking reads
+    it would end rtax reproduce (EPIPE) before report.json. A `stop` line first (the
+    console's own ^C on its way) and the end sends none. A thread with blocking reads
     (a daemon: one still blocked when the study ends holds nothing up)."""
     import signal
     import threading
 
     def watch() -> None:
-        seen = 0
+        seen, asked = 0, False  # asked: the console said `stop` before its own ^C
         while seen <= 1 << 16:  # endless input (`</dev/zero`) is no console: as its end
             try:
                 chunk = os.read(0, 4096)
@@ -133,10 +134,12 @@ def _stop_when_stdin_ends() -> None:
             if not chunk:
                 break  # anything written is no command: only the end counts
             seen += len(chunk)
+            asked = asked or b"stop" in chunk
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 2)
         os.close(null)
-        os.kill(os.getpid(), signal.SIGINT)
+        if not asked:  # a second ^C would end the study before its report.json
+            os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=watch, name="rtax-reproduce-control", daemon=True).start()
 

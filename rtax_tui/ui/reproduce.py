@@ -140,6 +140,11 @@ class ReproduceScreen(Screen[int]):
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
+        if proc.stdin is not None:
+            # told just before its ^C (no await between: the pipe's write is made at once),
+            # so that this console ending during the stop sends it no second ^C (--control)
+            with contextlib.suppress(OSError, RuntimeError):
+                proc.stdin.write(b"stop\n")
         for sig, wait_s in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 10.0),
                             (signal.SIGKILL, 10.0)):  # fmt: skip
             with contextlib.suppress(ProcessLookupError):

@@ -214,3 +214,26 @@ async def test_a_second_study_is_refused_while_one_runs_below() -> None:
         await pilot.pause(0.3)
         assert not isinstance(app.screen, PickStudy)
         assert any("already running" in str(n.message) for n in app._notifications)
+
+
+WATCHER = (
+    "import time; from rtax_tui.commands.reproduce import _stop_when_stdin_ends\n"
+    "_stop_when_stdin_ends()\n"
+    "try:\n    time.sleep(10)\nexcept KeyboardInterrupt:\n    raise SystemExit(130)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("said", "rc"),
+    [(b"", 130), (b"stop\n", 0), (b"x" * 70_000, 130)],
+    ids=["end", "stop-then-end", "endless"],
+)
+def test_the_end_of_stdin_interrupts_once_unless_the_console_stopped_it_itself(
+    said: bytes, rc: int
+) -> None:
+    """`q` (a `stop` line, then ^C), then the console killed within the stop's grace: the
+    end of stdin sent a second ^C, which can end rtax reproduce before its report.json.
+    After `stop` its end sends none; without, it sends one; endless input is its end."""
+    proc = subprocess.run([sys.executable, "-c", WATCHER], input=said, capture_output=True,
+                          timeout=60, cwd=Path(__file__).parents[2])  # fmt: skip
+    assert proc.returncode == rc, proc.stderr
