@@ -204,6 +204,9 @@ def load_study(name: str) -> Study:
     exps: dict[str, Experiment] = {}
     for eid, e in (doc.get("experiments") or {}).items():
         where = f"experiments.{eid}"
+        if not EXPERIMENT_ID.fullmatch(eid):  # it names its recording in the report's directory
+            raise RtaxError(f"{path}: experiments: {one_line(repr(eid))} (letters, digits, "
+                            "'-' and '_', at most 64)")  # fmt: skip
         kind = e.get("kind", "run")
         if kind not in KINDS:
             raise RtaxError(f"{path}: {where}.kind: {kind!r} (known: {', '.join(KINDS)})")
@@ -317,6 +320,7 @@ def _check_row(
 
 
 FIGURE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+EXPERIMENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def _setup(path: Path, setup: Any, where: str) -> dict[str, Any]:

@@ -6,9 +6,11 @@ in this process; what cannot run here (`rtax doctor`'s checks) is a row that say
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -89,6 +91,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="keep FILE the study's tables as they fill (JSON, rewritten whole as each "
         "experiment starts and ends; at the end report.json's document): the console's view",
     )
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="stdin is the console's: its end (the console gone, even killed) stops the "
+        "study as ^C does (what was recorded kept, report.json written)",
+    )
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -99,7 +107,41 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return _list([load_study(n) for n in study_names()])
     study = load_study(args.study)
     live = Path(args.live) if args.live else None
+    if args.control:
+        _stop_when_stdin_ends()
     return reproduce(study, args.size, args.driver, Path(args.root), argv, live)
+
+
+def _stop_when_stdin_ends() -> None:
+    """The console went away (its end of stdin closed, as when it is killed): the study
+    is stopped as ^C stops it, not left running alone for hours. Its stderr, the console's
+    pipe that nobody reads any more, becomes /dev/null first: a progress line written to
+    it would end rtax reproduce (EPIPE) before report.json. A `stop` line first (the
+    console's own ^C on its way) and the end sends none. A thread with blocking reads
+    (a daemon: one still blocked when the study ends holds nothing up)."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        seen, asked = 0, False  # asked: the console said `stop` before its own ^C
+        while seen <= 1 << 16:  # endless input (`</dev/zero`) is no console: as its end
+            try:
+                chunk = os.read(0, 4096)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break  # anything written is no command: only the end counts
+            seen += len(chunk)
+            asked = asked or b"stop" in chunk
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        if not asked:  # a second ^C would end the study before its report.json
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="rtax-reproduce-control", daemon=True).start()
 
 
 def _list(studies: list[Study]) -> int:
@@ -251,11 +293,19 @@ def _write_live(path: Path, doc: dict[str, Any]) -> None:
     """`--live`'s file, replaced whole (a reader sees the old tables or the new ones)."""
     import orjson
 
-    tmp = path.with_name(f".{path.name}.tmp")
+    # a new file of an unforeseeable name, made by this call (O_EXCL), in FILE's directory:
+    # a fixed `.FILE.tmp` could be a symlink planted by whoever else can write there, and
+    # writing through it would write where it points
+    tmp = None
     try:
-        tmp.write_bytes(orjson.dumps(doc))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(doc))
         os.replace(tmp, path)
     except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise RtaxError(f"--live {one_line(str(path))}: {exc.strerror}") from None
 
 

@@ -143,6 +143,12 @@ class RtaxApp(App[int]):
 
         if isinstance(self.screen, (ReproduceScreen, PickStudy)):
             return
+        if any(isinstance(s, ReproduceScreen) and s.running for s in self.screen_stack):
+            # reached from a screen opened above it (n, h): a second study would measure
+            # under the first's load, and both under each other's
+            self.notify("a study is already running here: leave it first (q on its screen)",
+                        severity="warning")  # fmt: skip
+            return
 
         def chosen(pick: tuple[str, str] | None) -> None:
             if pick is not None:

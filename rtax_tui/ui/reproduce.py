@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from rtax_tui.ui.tasks import rtax_argv
 REFRESH_S = 0.1
 STOP_GRACE_S = 60.0  # the engine's teardown of the trials in flight, as a run's `q`
 TRIAL_END = b'"type":"trial_end"'
+READ_AT_MOST = 1 << 22  # of the running recording, per look
 
 
 class ReproduceScreen(Screen[int]):
@@ -66,7 +68,8 @@ class ReproduceScreen(Screen[int]):
         self.doc: dict[str, Any] | None = None
         self.news = ""
         self._seen: tuple[int, int] | None = None
-        self._tail: tuple[str, int, int] | None = None  # recording, bytes read, trial_ends
+        # recording, bytes read, trial_ends, inside a line longer than a read
+        self._tail: tuple[str, int, int, bool] | None = None
         self._drawn: Any = None
         self._leaving = False
         self._stopping: asyncio.Future[None] | None = None
@@ -75,7 +78,7 @@ class ReproduceScreen(Screen[int]):
         args = ["reproduce", self.study, "--size", self.study_size, "--root", self.root]
         if self.drivers:
             args += ["--driver", ",".join(self.drivers)]
-        return rtax_argv(*args, "--live", str(self.live))
+        return rtax_argv(*args, "--live", str(self.live), "--control")
 
     def compose(self) -> ComposeResult:
         what = f"reproduce {self.study} --size {self.study_size}"
@@ -99,7 +102,9 @@ class ReproduceScreen(Screen[int]):
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv(),
-                stdin=asyncio.subprocess.DEVNULL,
+                # held open, never written: its end (this console gone, even killed)
+                # stops the study (--control), nothing of it left running alone
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL,  # its tables: drawn here from the live file
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # a ^C meant for the console never reaches it
@@ -135,6 +140,11 @@ class ReproduceScreen(Screen[int]):
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
+        if proc.stdin is not None:
+            # told just before its ^C (no await between: the pipe's write is made at once),
+            # so that this console ending during the stop sends it no second ^C (--control)
+            with contextlib.suppress(OSError, RuntimeError):
+                proc.stdin.write(b"stop\n")
         for sig, wait_s in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 10.0),
                             (signal.SIGKILL, 10.0)):  # fmt: skip
             with contextlib.suppress(ProcessLookupError):
@@ -164,17 +174,38 @@ class ReproduceScreen(Screen[int]):
     def _trials_ended(self, recording: str) -> int:
         """The `trial_end` lines the running experiment's recording holds so far, read
         from where the last look stopped (whole lines only)."""
-        path, offset, count = self._tail if self._tail and self._tail[0] == recording else (
-            recording, 0, 0)  # fmt: skip
+        path, offset, count, inside = (
+            self._tail if self._tail and self._tail[0] == recording else (recording, 0, 0, False)
+        )
+        # a regular file only, opened without waiting and not through a symlink: a FIFO
+        # there would block this, the console's only thread, and /dev/zero never ends
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read(1 << 22)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return count
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return count
+            chunk = os.pread(fd, READ_AT_MOST, offset)
         except OSError:
             return count
+        finally:
+            os.close(fd)
+        if inside:  # the rest of a line longer than a read, already looked at
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                self._tail = (path, offset + len(chunk), count, len(chunk) > 0)
+                return count
+            chunk, offset, inside = chunk[cut + 1 :], offset + cut + 1, False
         whole = chunk.rfind(b"\n") + 1
         count += sum(1 for ln in chunk[:whole].split(b"\n") if TRIAL_END in ln)
-        self._tail = (path, offset + whole, count)
+        if whole == 0 and len(chunk) == READ_AT_MOST:
+            # one line longer than a whole read: its start said whether it is a trial's end
+            # (`type` comes first), the rest skipped; counting stays on the lines after it
+            count += TRIAL_END in chunk
+            self._tail = (path, offset + len(chunk), count, True)
+            return count
+        self._tail = (path, offset + whole, count, False)
         return count
 
     def shown_doc(self) -> dict[str, Any] | None:
@@ -202,16 +233,24 @@ class ReproduceScreen(Screen[int]):
     def redraw(self) -> None:
         from rtax_tui.render.reproduce_render import render_reproduce
 
+        if not self.query("#reproduce-progress"):
+            return  # the screen torn down (the console closing with it beneath another)
         self._read_live()
-        doc = self.shown_doc()
-        state = self._state_line()
-        key = (id(self.doc), orjson.dumps(doc) if doc else b"", state)
-        if key == self._drawn:
+        try:
+            doc = self.shown_doc()
+            key = (id(self.doc), orjson.dumps(doc) if doc else b"", self._state_line())
+            if key == self._drawn:
+                return
+            tables = Group(*render_reproduce(doc)) if doc is not None else None
+        except Exception as exc:  # a live file not as reproduce writes it: said, not fatal
+            self.doc, self._drawn = None, None
+            self.news = f"the live tables cannot be drawn ({type(exc).__name__}: {exc})"
+            self.query_one("#reproduce-progress", Static).update(Text(one_line(self.news)))
             return
         self._drawn = key
-        self.query_one("#reproduce-progress", Static).update(Text(one_line(state)))
-        if doc is not None:
-            self.query_one("#reproduce-tables", Static).update(Group(*render_reproduce(doc)))
+        self.query_one("#reproduce-progress", Static).update(Text(one_line(key[2])))
+        if tables is not None:
+            self.query_one("#reproduce-tables", Static).update(tables)
 
     def _state_line(self) -> str:
         doc = self.doc or {}
