@@ -56,7 +56,7 @@ from rtax_tui.hosts.base import CompletedProcess, Host
 from rtax_tui.hosts.clocksync import ClockSync, RemoteClock, from_samples
 from rtax_tui.model import events
 from rtax_tui.model.errors import ErrorKind, TrialError
-from rtax_tui.model.events import check_event
+from rtax_tui.model.events import check_event, encode
 from rtax_tui.model.fold import verdict
 from rtax_tui.model.netaddr import address_host, is_loopback
 from rtax_tui.model.spec import PhaseFailure, RtaxError
@@ -425,6 +425,22 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
+def check_wire(ev: Any) -> str | None:
+    """Why a node's event `ev` is not taken (`check_event`), or None; also an event the
+    recording cannot hold: a node's answer is unpickled, so a field the schema does not
+    name may be anything (a set, a tuple key, an int past 64 bits), and the writer's
+    encoding would raise in the controller (the trial never recorded, the run said
+    completed)."""
+    why = check_event(ev)
+    if why is not None:
+        return why
+    try:
+        encode(ev)
+    except (TypeError, ValueError) as exc:
+        return f"not a JSON object: {str(exc)[:80]}"
+    return None
+
+
 def check_batch(
     batch: Any,
     pt: PlannedTrial,
@@ -444,7 +460,7 @@ def check_batch(
     wall = hi_ns - lo_ns + slack
     top = 0
     for k, ev in enumerate(batch):
-        why = check_event(ev)
+        why = check_wire(ev)
         if why is not None:
             return f"event {k}: {why}"
         if ev["type"] not in TRIAL_EVENTS:
@@ -1072,7 +1088,7 @@ class NodePools:
             return f"{len(got)} events (at most {BATCH_EVENTS_MAX})"
         slack = 2 * err_ns + SLACK_NS
         for k, ev in enumerate(got):
-            why = check_event(ev)
+            why = check_wire(ev)
             if why is not None:
                 return f"event {k}: {why}"
             if ev["type"] != "pool":
