@@ -1105,6 +1105,11 @@ class NodePools:
                 return f"event {k}: t_ns {t!r} outside the pools' time ({self.lo_ns}..{hi_ns})"
             if type(dur) is not int or not 0 <= dur <= hi_ns - self.lo_ns + slack:
                 return f"event {k}: dur_ns {dur!r} longer than the pools have been"
+            if t - dur < self.lo_ns - slack:  # t_ns is its end: the work began in time too
+                return f"event {k}: began at {t - dur}, before the pools were asked for"
+            idle = ev.get("idle_ns")
+            if idle is not None and not 0 <= idle <= hi_ns - self.lo_ns + slack:
+                return f"event {k}: idle_ns {idle!r} longer than the pools have been"
             why = self._step(cell, env, op, ev["ok"] is True)
             if why is not None:
                 return f"event {k}: {cell} environment {env}: {why}"

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from rtax_tui.engine.profile import Profile
+from rtax_tui.engine.raynodes import NodePools, RayNodeHost, RaySpec
 from rtax_tui.model.recording import RecordingWriter, read_recording
 
 
@@ -265,3 +267,23 @@ def test_a_node_pool_event_out_of_place_is_not_recorded(
     envs = [(e["cell"], e["env"], e["op"]) for e in pools1 if e["ok"]]
     assert len(envs) == len(set(envs))  # nothing doubled got in
     assert next(e for e in got if e["type"] == "run_end")["status"] == "completed"
+
+
+def test_a_node_pool_event_begun_before_the_pools_or_idle_longer_is_refused() -> None:
+    """Fixed: `t_ns` is an event's end, so a create of 10 s ending 1 ms after the pools
+    were asked for began before them (its work, and the report's pool seconds, forged);
+    and an `idle_ns` longer than the pools have been. Both were taken before."""
+    host = RayNodeHost("ray-1", "id1", RaySpec("ray", "auto"), Profile("p", "p.toml"))
+    base = dict(type="pool", host="ray-1", cell="c", env=1, op="create", ok=True,
+                cpu_ns=1, env_cpu_ns=None, error=None)  # fmt: skip
+    lo, hi = 10**9, 20 * 10**9
+    early = NodePools(host, {"c": "clean"}, lo)
+    why = early.take([dict(base, t_ns=lo + 10**6, dur_ns=10 * 10**9)], hi_ns=hi, err_ns=0)
+    assert "before the pools were asked for" in (why or "")
+    idle = NodePools(host, {"c": "clean"}, lo)
+    idle.sent("c")
+    ok = dict(base, t_ns=lo + 10**6, dur_ns=10**5)
+    td = dict(base, op="teardown", t_ns=lo + 2 * 10**6, dur_ns=10**5, idle_ns=10**15)
+    assert "idle_ns" in (idle.take([ok, td], hi_ns=hi, err_ns=0) or "")
+    fine = NodePools(host, {"c": "clean"}, lo)
+    assert fine.take([ok, dict(td, idle_ns=10**6)], hi_ns=hi, err_ns=0) is None
