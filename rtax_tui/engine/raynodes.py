@@ -604,7 +604,25 @@ class NodeTrials:
         tracks = [t for t in self.pools.values() if not t.closed]
         for t in tracks:
             t.closed = True
-        await asyncio.gather(*(self._pool_news(t, "close_pools") for t in tracks))
+        whys = await asyncio.gather(*(self._pool_news(t, "close_pools") for t in tracks))
+        for t, why in zip(tracks, whys, strict=True):
+            # an environment its node never said torn down (lost, refused, hung, or an
+            # answer that left it out) is recorded so, with why: not gone in silence
+            said = why or "its pools closed without a teardown of it"
+            for cell, env in t.left():
+                self.trials.emit(
+                    events.pool(
+                        host=t.host.name,
+                        cell=cell,
+                        env=env,
+                        op="teardown",
+                        dur_ns=0,
+                        ok=False,
+                        cpu_ns=0,
+                        env_cpu_ns=None,
+                        error=f"not torn down by node {t.host.name} ({said}): its reaper's",
+                    )  # fmt: skip
+                )
 
     def stop(self) -> None:
         for h in self.nodes.values():

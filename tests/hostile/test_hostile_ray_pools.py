@@ -7,6 +7,7 @@ was fixed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from rtax_tui.engine import raynodes
+from rtax_tui.engine.nodeengine import NodeEngine
 from rtax_tui.engine.profile import Profile
 from rtax_tui.engine.raynodes import NodePools, RayNodeHost, RaySpec
 from rtax_tui.model.recording import RecordingWriter, read_recording
@@ -287,3 +290,64 @@ def test_a_node_pool_event_begun_before_the_pools_or_idle_longer_is_refused() ->
     assert "idle_ns" in (idle.take([ok, td], hi_ns=hi, err_ns=0) or "")
     fine = NodePools(host, {"c": "clean"}, lo)
     assert fine.take([ok, dict(td, idle_ns=10**6)], hi_ns=hi, err_ns=0) is None
+
+
+def test_a_node_whose_close_answer_leaves_environments_out_has_them_recorded_so(
+    tmp_path: Path,
+) -> None:
+    """Fixed: ray-1 answers `close_pools` without its teardowns (as a node killed at the
+    end, or one that hides what it left running). Before, its environments stayed made
+    in the recording, without a word, the run `completed`. Now each one the node never
+    said torn down gets a failed teardown from the controller, with why (its reaper's);
+    ray-0's are its own."""
+
+    def drop(node: str, method: str, got: Any) -> Any:
+        return [] if node == "ray-1" and method == "close_pools" else got
+
+    got, session, _ = H.pooled_run(tmp_path, "local", "clean", tamper=drop)
+    assert next(e for e in got if e["type"] == "run_end")["status"] == "completed"
+    pools = [e for e in got if e["type"] == "pool"]
+    for h in ("ray-0", "ray-1"):
+        made = {e["env"] for e in pools if e["host"] == h and e["op"] == "create"}
+        gone = {e["env"] for e in pools if e["host"] == h and e["op"] == "teardown"}
+        assert made and made == gone, (h, made, gone)
+    left = [e for e in pools if e["host"] == "ray-1" and e["op"] == "teardown" and not e["ok"]]
+    assert left and all("not torn down by node ray-1" in e["error"] for e in left)
+    assert all(e["ok"] for e in pools if e["host"] == "ray-0" and e["op"] == "teardown")
+
+
+def test_a_node_that_never_answers_close_pools_does_not_hang_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held (and recorded, since the fix above): ray-1's engine hangs in `close_pools`
+    (its pools never closed, as a node killed at the end): the controller waits its
+    margin and the teardown timeout, then records ray-1's environments not torn down
+    (its reaper's), the run's end, and ray-0's pool torn down."""
+    monkeypatch.setattr(raynodes, "NODE_MARGIN_S", 0.5)
+    close = NodeEngine.close_pools
+    hung: list[str] = []
+
+    async def hang(self: NodeEngine) -> list[dict[str, Any]]:
+        if self.name == "ray-1" and not hung:
+            hung.append(self.name)
+            await asyncio.sleep(3600)
+        return await close(self)
+
+    monkeypatch.setattr(NodeEngine, "close_pools", hang)
+    monkeypatch.setattr(H, "_profile", _short_teardown(H._profile))
+    got, session, engines = H.pooled_run(tmp_path, "local", "clean")
+    assert next(e for e in got if e["type"] == "run_end")["status"] == "completed"
+    pools = [e for e in got if e["type"] == "pool" and e["host"] == "ray-1"]
+    left = [e for e in pools if e["op"] == "teardown" and not e["ok"]]
+    assert left and all("its pools hang" in e["error"] for e in left)
+    made = {e["env"] for e in pools if e["op"] == "create"}
+    assert made == {e["env"] for e in pools if e["op"] == "teardown"}
+    assert session.nodes is not None and session.nodes.nodes["ray-1"].dead == "its pools hang"
+
+
+def _short_teardown(make: Any) -> Any:
+    def short(tmp: Path, driver: str, reset: str, trials: int) -> Any:
+        p = make(tmp, driver, reset, trials)
+        return dataclasses.replace(p, timeouts=dataclasses.replace(p.timeouts, teardown=1.0))
+
+    return short
