@@ -40,14 +40,22 @@ def _harness() -> Any:
 H = _harness()
 TAG = "rtax-redpool-mark"
 
+
+def _persist(tmp: Path) -> tuple[str, str]:
+    """The workload, with a mark of this test's own (the fast tier runs tests side by
+    side: another test's processes are not this one's)."""
+    tag = f"{TAG}-{os.getpid()}-{tmp.name}"
+    return PERSIST.replace("@TAG@", repr(tag)), tag
+
+
 # A workload that fails when it finds what an earlier trial of its environment left, and
 # leaves all it can: files, a fifo and a chmod-000 tree in the workspace, the home, /tmp,
 # /dev/shm and /var/tmp, an xattr on each of those directories, a process in its own
 # session (its stdio /dev/null, so the step ends) and a double-forked one, both writing
 # the mark again every 50 ms (after the trial, after the reset, if they survive it).
-PERSIST = f"""
+PERSIST = """
 import os, subprocess, sys, tempfile
-TAG = {TAG!r}
+TAG = @TAG@
 here = [os.getcwd(), os.path.expanduser("~"), tempfile.gettempdir(), "/dev/shm", "/var/tmp"]
 found = []
 for d in here:
@@ -113,9 +121,9 @@ def _stage_or_skip() -> None:
         pytest.skip("stage cannot run here")
 
 
-def _marked_processes() -> list[str]:
+def _marked_processes(tag: str) -> list[str]:
     ps = subprocess.run(["ps", "-eo", "pid,cmd"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if TAG in line and "ps -eo" not in line]
+    return [line for line in ps.splitlines() if tag in line]
 
 
 def _rcs(got: list[dict[str, Any]]) -> dict[int, int]:
@@ -143,12 +151,13 @@ def test_what_a_workload_leaves_does_not_survive_a_nodes_clean_reset(
     the first (files, fifos, chmod-000 trees, xattrs, processes in other sessions, which
     would have written the mark again), and nothing of theirs runs on the host after."""
     _stage_or_skip()
-    monkeypatch.setattr(H, "PERSIST", PERSIST)
+    workload, tag = _persist(tmp_path)
+    monkeypatch.setattr(H, "PERSIST", workload)
     got, session, engines = H.pooled_run(tmp_path, "stage", "clean")
     H._check_against_plan(got, session, "clean")
     assert set(_rcs(got).values()) == {0}, _rcs(got)  # no trial found anything
     H._no_environment_left(engines)
-    assert _marked_processes() == []
+    assert _marked_processes(tag) == []
 
 
 def test_the_persisting_workload_is_caught_by_a_reset_that_does_nothing(
@@ -166,12 +175,13 @@ def test_the_persisting_workload_is_caught_by_a_reset_that_does_nothing(
         return None
 
     monkeypatch.setattr(StageEnvironment, "reset_clean", keep)
-    monkeypatch.setattr(H, "PERSIST", PERSIST)
+    workload, tag = _persist(tmp_path)
+    monkeypatch.setattr(H, "PERSIST", workload)
     got, _, engines = H.pooled_run(tmp_path, "stage", "clean")
     rcs = _rcs(got)
     assert sorted(rcs.values()) == [0, 0, 3, 3, 3, 3], rcs  # each node's later trials found
     H._no_environment_left(engines)
-    assert _marked_processes() == []
+    assert _marked_processes(tag) == []
 
 
 # -- the node: pool events it should not send ------------------------------------------
