@@ -56,7 +56,7 @@ from rtax_tui.hosts.base import CompletedProcess, Host
 from rtax_tui.hosts.clocksync import ClockSync, RemoteClock, from_samples
 from rtax_tui.model import events
 from rtax_tui.model.errors import ErrorKind, TrialError
-from rtax_tui.model.events import check_event
+from rtax_tui.model.events import check_event, encode
 from rtax_tui.model.fold import verdict
 from rtax_tui.model.netaddr import address_host, is_loopback
 from rtax_tui.model.spec import PhaseFailure, RtaxError
@@ -425,6 +425,22 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
+def check_wire(ev: Any) -> str | None:
+    """Why a node's event `ev` is not taken (`check_event`), or None; also an event the
+    recording cannot hold: a node's answer is unpickled, so a field the schema does not
+    name may be anything (a set, a tuple key, an int past 64 bits), and the writer's
+    encoding would raise in the controller (the trial never recorded, the run said
+    completed)."""
+    why = check_event(ev)
+    if why is not None:
+        return why
+    try:
+        encode(ev)
+    except (TypeError, ValueError) as exc:
+        return f"not a JSON object: {str(exc)[:80]}"
+    return None
+
+
 def check_batch(
     batch: Any,
     pt: PlannedTrial,
@@ -444,7 +460,7 @@ def check_batch(
     wall = hi_ns - lo_ns + slack
     top = 0
     for k, ev in enumerate(batch):
-        why = check_event(ev)
+        why = check_wire(ev)
         if why is not None:
             return f"event {k}: {why}"
         if ev["type"] not in TRIAL_EVENTS:
@@ -588,7 +604,25 @@ class NodeTrials:
         tracks = [t for t in self.pools.values() if not t.closed]
         for t in tracks:
             t.closed = True
-        await asyncio.gather(*(self._pool_news(t, "close_pools") for t in tracks))
+        whys = await asyncio.gather(*(self._pool_news(t, "close_pools") for t in tracks))
+        for t, why in zip(tracks, whys, strict=True):
+            # an environment its node never said torn down (lost, refused, hung, or an
+            # answer that left it out) is recorded so, with why: not gone in silence
+            said = why or "its pools closed without a teardown of it"
+            for cell, env in t.left():
+                self.trials.emit(
+                    events.pool(
+                        host=t.host.name,
+                        cell=cell,
+                        env=env,
+                        op="teardown",
+                        dur_ns=0,
+                        ok=False,
+                        cpu_ns=0,
+                        env_cpu_ns=None,
+                        error=f"not torn down by node {t.host.name} ({said}): its reaper's",
+                    )  # fmt: skip
+                )
 
     def stop(self) -> None:
         for h in self.nodes.values():
@@ -1072,7 +1106,7 @@ class NodePools:
             return f"{len(got)} events (at most {BATCH_EVENTS_MAX})"
         slack = 2 * err_ns + SLACK_NS
         for k, ev in enumerate(got):
-            why = check_event(ev)
+            why = check_wire(ev)
             if why is not None:
                 return f"event {k}: {why}"
             if ev["type"] != "pool":
@@ -1089,6 +1123,11 @@ class NodePools:
                 return f"event {k}: t_ns {t!r} outside the pools' time ({self.lo_ns}..{hi_ns})"
             if type(dur) is not int or not 0 <= dur <= hi_ns - self.lo_ns + slack:
                 return f"event {k}: dur_ns {dur!r} longer than the pools have been"
+            if t - dur < self.lo_ns - slack:  # t_ns is its end: the work began in time too
+                return f"event {k}: began at {t - dur}, before the pools were asked for"
+            idle = ev.get("idle_ns")
+            if idle is not None and not 0 <= idle <= hi_ns - self.lo_ns + slack:
+                return f"event {k}: idle_ns {idle!r} longer than the pools have been"
             why = self._step(cell, env, op, ev["ok"] is True)
             if why is not None:
                 return f"event {k}: {cell} environment {env}: {why}"
