@@ -211,7 +211,8 @@ def test_an_event_the_recording_cannot_hold_fails_its_trial_not_the_run(
 
     monkeypatch.setattr(sm.Session, "__init__", with_recording)
 
-    def tamper(node: str, m: str, got: Any) -> Any:
+    def tamper(node: str, m: str, sent: Any) -> Any:
+        got = sent[1]  # (the call's arguments, the node's answer)
         if node != "ray-1" or m != method or not got:
             return got
         ev = dict(got[-1] if method == "pool_news" else got[0])
@@ -237,7 +238,8 @@ def test_an_event_the_recording_cannot_hold_fails_its_trial_not_the_run(
 def _extra(kind: str) -> Any:
     """ray-1's pool answer with one more event of its own making."""
 
-    def tamper(node: str, method: str, got: Any) -> Any:
+    def tamper(node: str, method: str, sent: Any) -> Any:
+        got = sent[1]  # (the call's arguments, the node's answer)
         if node != "ray-1" or method != "pool_news" or not got:
             return got
         last = got[-1]
@@ -311,7 +313,8 @@ def test_a_node_whose_close_answer_leaves_environments_out_has_them_recorded_so(
     said torn down gets a failed teardown from the controller, with why (its reaper's);
     ray-0's are its own."""
 
-    def drop(node: str, method: str, got: Any) -> Any:
+    def drop(node: str, method: str, sent: Any) -> Any:
+        got = sent[1]  # (the call's arguments, the node's answer)
         return [] if node == "ray-1" and method == "close_pools" else got
 
     got, session, _ = H.pooled_run(tmp_path, "local", "clean", tamper=drop)
