@@ -218,8 +218,9 @@ async def test_a_second_study_is_refused_while_one_runs_below() -> None:
 
 WATCHER = (
     "import time; from rtax_tui.commands.reproduce import _stop_when_stdin_ends\n"
-    "_stop_when_stdin_ends()\n"
-    "try:\n    time.sleep(10)\nexcept KeyboardInterrupt:\n    raise SystemExit(130)\n"
+    # the watcher inside the try: with stdin already ended its ^C can come at once
+    "try:\n    _stop_when_stdin_ends()\n    time.sleep(10)\n"
+    "except KeyboardInterrupt:\n    raise SystemExit(130)\n"
 )
 
 
