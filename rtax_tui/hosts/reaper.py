@@ -22,6 +22,7 @@ from typing import IO, Any
 # How long the reaper sleeps between reads of its pipe (see main).
 BATCH_S = 0.02
 CGROUP_WAIT_S = 30.0  # how long the reaper waits for a cgroup's last process to die
+CGROUP_FIRST_S = 2.0  # its first pass over every cgroup, before the paths go
 
 
 _MAIN = (
@@ -248,35 +249,50 @@ def _reap(
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    if cgroups:
-        try:
-            from rtax_tui.hosts.cgroups import Cgroup
-
-            # A sandbox stuck in a hung KVM guest can take seconds to die on a loaded
-            # host: the reaper outlives the engine and may wait for it.
-            for rel in sorted(cgroups, key=len, reverse=True):
-                try:
-                    Cgroup.at(rel).remove(timeout=CGROUP_WAIT_S)
-                except Exception:
-                    pass
-        except ImportError:
-            pass
+    # Every cgroup gets a short first pass, the paths go, then the cgroups still busy get
+    # the long wait and the paths a second pass: one cgroup whose last process is slow to
+    # die (a sandbox in a hung KVM guest, a loaded host) must not keep every workspace
+    # behind for its whole wait.
+    busy = _remove_cgroups(cgroups, CGROUP_FIRST_S)
     time.sleep(0.05)
-    from rtax_tui.hosts import safefs
-
-    _detach_loops(paths)
-
-    # directories (workspaces, maybe tmpfs mounts, an image's mounts) and single files,
-    # deepest first: a mount inside a directory goes before the directory
-    for path in sorted(paths, key=len, reverse=True):
-        try:
-            safefs.remove_workspace(path)  # unmounts, then never follows a link
-        except OSError:
-            pass
+    _remove_paths(paths)
+    if busy:
+        _remove_cgroups(busy, CGROUP_WAIT_S)
+        _remove_paths(paths)
     for spec in containers:
         try:
             _remove_containers(spec)
         except Exception:  # a bad answer (http.client.HTTPException...) ends one engine's
+            pass
+
+
+def _remove_cgroups(cgroups: Iterable[str], wait_s: float) -> set[str]:
+    """Remove each cgroup (deepest first), waiting up to `wait_s` for its processes to
+    die; the ones still there."""
+    try:
+        from rtax_tui.hosts.cgroups import Cgroup
+    except ImportError:
+        return set()
+    left = set()
+    for rel in sorted(cgroups, key=len, reverse=True):
+        try:
+            Cgroup.at(rel).remove(timeout=wait_s)
+        except Exception:
+            left.add(rel)
+    return left
+
+
+def _remove_paths(paths: Iterable[str]) -> None:
+    """Detach loop devices on them, then remove directories (workspaces, maybe tmpfs
+    mounts, an image's mounts) and single files, deepest first: a mount inside a
+    directory goes before the directory. Never follows a link."""
+    from rtax_tui.hosts import safefs
+
+    _detach_loops(paths)
+    for path in sorted(paths, key=len, reverse=True):
+        try:
+            safefs.remove_workspace(path)  # unmounts, then never follows a link
+        except OSError:
             pass
 
 

@@ -421,3 +421,59 @@ def test_an_environment_that_runs_nothing_proves_nothing(monkeypatch) -> None:
         assert res[name]["result"] == NA, (name, res[name]["evidence"])
     assert "could not write its markers" in res["fresh_env"]["evidence"]
     assert _ours_left() == []
+
+
+def test_cleanup_detaches_every_loop_on_the_image_also_one_the_plant_never_named() -> None:
+    """A plant cut short can attach its block sentinel's loop device without the probe
+    reading its name: the cleanup detaches every loop device on the image, not only the
+    one it was told (the 02:21 UTC leftover of 2026-12-07: /dev/loop0 on disk.img)."""
+    import asyncio
+
+    from rtax_tui.engine.probe.host import cleanup, plant
+    from rtax_tui.hosts.local import LocalHost
+
+    async def go() -> str:
+        p = await plant(LocalHost())
+        assert p.loop, "no loop device planted (root and losetup are needed)"
+        img = f"{p.tmp}/rtax-probe-blk-{p.hex}/disk.img"
+        extra = subprocess.run(
+            ["losetup", "-f", "--show", img], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        p.loop = ""  # as if the plant's output never came back
+        try:
+            await cleanup(p)
+        finally:
+            for dev in (extra,):
+                subprocess.run(["losetup", "-d", dev], capture_output=True)
+        return img
+
+    img = asyncio.run(go())
+    res = subprocess.run(["losetup", "-a"], capture_output=True, text=True)
+    assert img not in res.stdout
+    assert _ours_left() == []
+
+
+def test_a_cleanup_that_failed_leaves_its_paths_with_the_reaper() -> None:
+    """The planted paths are forgotten by the reaper only once the cleanup removed them:
+    a cleanup that failed (or left a loop device) keeps them registered, so the reaper
+    removes them (and detaches loops on them) when the probe ends."""
+    import asyncio
+
+    from rtax_tui.engine.probe.host import HostPlant, cleanup
+    from rtax_tui.hosts.base import CompletedProcess
+
+    class Host:  # a double: records what is untracked, its cleanup script fails
+        def __init__(self, rc: int) -> None:
+            self.rc, self.untracked = rc, []
+
+        async def run(self, argv, **_kw):
+            return CompletedProcess(list(argv), self.rc, b"", b"")
+
+        def untrack(self, kind: str, value: str) -> None:
+            self.untracked.append(value)
+
+    failed, done = Host(1), Host(0)
+    for h in (failed, done):
+        asyncio.run(cleanup(HostPlant(host=h, hex="ab12", tmp="/tmp", cache="/c")))  # type: ignore[arg-type]
+    assert failed.untracked == []
+    assert "/tmp/rtax-probe-blk-ab12" in done.untracked and len(done.untracked) == 6

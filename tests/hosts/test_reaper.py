@@ -42,3 +42,28 @@ def test_registered_things_end_and_dropped_ones_stay():
         for p in (kept, ended):
             p.kill()
             p.wait()
+
+
+def test_a_cgroup_slow_to_empty_does_not_keep_the_workspaces_for_its_wait(monkeypatch):
+    """The reaper gives every cgroup a short first pass, removes the paths, and only then
+    waits long for a cgroup still busy: a kill -9 of a pooled run left a stage workspace
+    past the 30 s a test allowed when the paths waited behind the cgroups."""
+    from rtax_tui.hosts import reaper as reaper_mod
+    from rtax_tui.hosts.cgroups import Cgroup, CgroupError
+
+    d = tempfile.mkdtemp(prefix="rtax-reaper-test-")
+    seen: list[tuple[float, bool]] = []
+
+    class Busy:  # a double: a cgroup whose last process outlives the first pass
+        def __init__(self, rel: str) -> None:
+            self.rel = rel
+
+        def remove(self, timeout: float) -> None:
+            seen.append((timeout, os.path.exists(d)))
+            if timeout <= reaper_mod.CGROUP_FIRST_S:
+                raise CgroupError(f"cgroup {self.rel} still busy")
+
+    monkeypatch.setattr(Cgroup, "at", staticmethod(Busy))
+    reaper_mod._reap(set(), {"rtax/env-x-1"}, {d})
+    assert seen == [(reaper_mod.CGROUP_FIRST_S, True), (reaper_mod.CGROUP_WAIT_S, False)]
+    assert not os.path.exists(d)

@@ -270,12 +270,14 @@ async def cleanup(p: HostPlant) -> None:
         if p.listener.reader is not None:
             p.listener.reader.cancel()
         p.listener = None
-    try:
-        await p.host.run(
-            ["sh", "-c", S.HOST_CLEANUP, S.ARG0, p.hex, p.tmp or "/nonexistent",
-             p.cache or "/nonexistent", p.loop, *sorted(p.extra_files)],
-            timeout=60,
-        )  # fmt: skip
-    finally:
+    res = await p.host.run(
+        ["sh", "-c", S.HOST_CLEANUP, S.ARG0, p.hex, p.tmp or "/nonexistent",
+         p.cache or "/nonexistent", p.loop, *sorted(p.extra_files)],
+        timeout=60,
+    )  # fmt: skip
+    # only what went is forgotten: a cleanup cut short (a second ^C, its time limit) or
+    # one that left a loop device keeps the paths with the reaper, which detaches every
+    # loop on a file under them and removes them when the probe ends
+    if res.returncode == 0:
         for path in _planted_paths(p.hex, p.tmp, p.cache):
             untrack(p.host, path)

@@ -634,12 +634,20 @@ done
 """
 
 # Removes what was planted (args: hex, tmp, cache, loop device or "", extra files...).
+# Every loop device on the probe's image is detached, the one the plant named and any it
+# attached without saying so (a plant cut short); exit 0 only when no device is left on
+# the image and every path went: the caller keeps the paths with the reaper otherwise.
 HOST_CLEANUP = r"""
 hex=$1; tmp=$2; cache=$3; loop=$4; shift 4
-[ -n "$loop" ] && losetup -d "$loop" 2>/dev/null
+img="$tmp/rtax-probe-blk-$hex/disk.img"
+on_img() { [ -e "$img" ] && losetup -n -O NAME -j "$img" 2>/dev/null; }
+for d in $loop $(on_img); do losetup -d "$d" 2>/dev/null; done
+rc=0
+[ -n "$(on_img)" ] && rc=1
 rm -rf -- "$tmp/rtax-probe-$hex" "$tmp/rtax-probe-sock-$hex" "$tmp/rtax-probe-blk-$hex" \
-  "$cache/probe-$hex" "/root/.rtax-probe-$hex" "/usr/local/.rtax-probe-$hex"
-rm -rf -- "$@"
+  "$cache/probe-$hex" "/root/.rtax-probe-$hex" "/usr/local/.rtax-probe-$hex" || rc=1
+rm -rf -- "$@" || rc=1
+exit $rc
 """
 
 # The probe's own host process: a unix socket and a loopback TCP listener that log
