@@ -112,14 +112,53 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     return reproduce(study, args.size, args.driver, Path(args.root), argv, live)
 
 
+class _ConsoleStop:
+    """The console's stop (its stdin's end) delivered as ^C only while the study's runs are
+    under way (armed: inside the `try` that keeps what ran and writes report.json). An end
+    that comes before (stdin already ended at the start) is held and raised when the runs
+    arm, inside that `try`; one after they end is dropped: the report is being written."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._armed = False
+        self._ended = False
+
+    def ended(self) -> None:
+        """The watcher's: stdin ended without a `stop` first."""
+        import signal
+
+        with self._lock:
+            self._ended = True
+            if self._armed:  # under the lock: `disarm` cannot slip between check and kill
+                os.kill(os.getpid(), signal.SIGINT)
+
+    def arm(self) -> None:
+        """The main thread's, first thing inside the `try`: raises KeyboardInterrupt for an
+        end that came before."""
+        with self._lock:
+            self._armed = True
+            if self._ended:
+                raise KeyboardInterrupt
+
+    def disarm(self) -> None:
+        """The main thread's, last thing inside the `try` (and first in its handler)."""
+        with self._lock:
+            self._armed = False
+
+
+_CONSOLE = _ConsoleStop()
+
+
 def _stop_when_stdin_ends() -> None:
     """The console went away (its end of stdin closed, as when it is killed): the study
     is stopped as ^C stops it, not left running alone for hours. Its stderr, the console's
     pipe that nobody reads any more, becomes /dev/null first: a progress line written to
     it would end rtax reproduce (EPIPE) before report.json. A `stop` line first (the
     console's own ^C on its way) and the end sends none. A thread with blocking reads
-    (a daemon: one still blocked when the study ends holds nothing up)."""
-    import signal
+    (a daemon: one still blocked when the study ends holds nothing up); the ^C goes
+    through `_CONSOLE`, only while the runs are armed."""
     import threading
 
     def watch() -> None:
@@ -139,7 +178,7 @@ def _stop_when_stdin_ends() -> None:
         os.dup2(null, 2)
         os.close(null)
         if not asked:  # a second ^C would end the study before its report.json
-            os.kill(os.getpid(), signal.SIGINT)
+            _CONSOLE.ended()
 
     threading.Thread(target=watch, name="rtax-reproduce-control", daemon=True).start()
 
@@ -214,8 +253,11 @@ def reproduce(
     show()
     status = 0
     try:
+        _CONSOLE.arm()
         status = _run_all(todo, size, res, out_dir, argv, show)
+        _CONSOLE.disarm()
     except KeyboardInterrupt:
+        _CONSOLE.disarm()
         # a stop between two experiments (or as one is set up): what ran is kept and the
         # report written below, as for a stop during an experiment
         for e in todo:

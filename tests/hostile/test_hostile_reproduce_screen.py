@@ -217,24 +217,36 @@ async def test_a_second_study_is_refused_while_one_runs_below() -> None:
 
 
 WATCHER = (
-    "import time; from rtax_tui.commands.reproduce import _stop_when_stdin_ends\n"
-    # the watcher inside the try: with stdin already ended its ^C can come at once
-    "try:\n    _stop_when_stdin_ends()\n    time.sleep(10)\n"
+    "import sys, time\n"
+    "from rtax_tui.commands.reproduce import _CONSOLE, _stop_when_stdin_ends\n"
+    "_stop_when_stdin_ends()\n"
+    # the runs arm late (the watcher has long seen the end): its ^C waits for them
+    "time.sleep(float(sys.argv[1]))\n"
+    "try:\n    _CONSOLE.arm()\n    time.sleep(3)\n    _CONSOLE.disarm()\n"
     "except KeyboardInterrupt:\n    raise SystemExit(130)\n"
 )
 
 
+@pytest.mark.parametrize("arm_after", ["0", "0.5"], ids=["armed-at-once", "armed-late"])
 @pytest.mark.parametrize(
     ("said", "rc"),
     [(b"", 130), (b"stop\n", 0), (b"x" * 70_000, 130)],
     ids=["end", "stop-then-end", "endless"],
 )
 def test_the_end_of_stdin_interrupts_once_unless_the_console_stopped_it_itself(
-    said: bytes, rc: int
+    said: bytes, rc: int, arm_after: str
 ) -> None:
     """`q` (a `stop` line, then ^C), then the console killed within the stop's grace: the
     end of stdin sent a second ^C, which can end rtax reproduce before its report.json.
-    After `stop` its end sends none; without, it sends one; endless input is its end."""
-    proc = subprocess.run([sys.executable, "-c", WATCHER], input=said, capture_output=True,
-                          timeout=60, cwd=Path(__file__).parents[2])  # fmt: skip
+    After `stop` its end sends none; without, it sends one; endless input is its end.
+    An end before the runs are armed (stdin already ended at the start) is raised when
+    they arm, inside the `try` that writes report.json, not as a ^C that killed rtax
+    reproduce before it (rc -2)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", WATCHER, arm_after],
+        input=said,
+        capture_output=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
     assert proc.returncode == rc, proc.stderr
