@@ -50,9 +50,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rtax_tui.drivers.base import Driver, Environment, ImageRecipe, Problem, SubTimer, which
-from rtax_tui.drivers.toolkit import delivery, sinks
+from rtax_tui.drivers.toolkit import bootcache, delivery, sinks
 from rtax_tui.drivers.toolkit.assets import cache_dir
 from rtax_tui.drivers.toolkit.assetview import view_mount, workload_view
+from rtax_tui.drivers.toolkit.bootcache import file_key
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.rootfs import (
     Log,
@@ -515,36 +516,26 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _platform_cache(exe: str) -> str:
-    """Where `auto`'s choice is kept until the machine reboots (/run is a tmpfs): per
-    runsc binary (its size and time) and kernel."""
-    try:
-        st = os.stat(exe if os.path.isabs(exe) else (which(exe) or exe))
-        key = f"{st.st_size}-{st.st_mtime_ns}-{os.uname().release}"
-    except OSError:
-        key = "none"
-    return os.path.join(STATE_BASE, f".platform-{recipe_digest({'key': key})}.json")
+def _platform_key(exe: str) -> dict[str, Any]:
+    """What `auto`'s choice depends on (toolkit/bootcache.py keeps it until reboot): the
+    runsc binary and the kernel."""
+    return {
+        "runsc": file_key(exe if os.path.isabs(exe) else (which(exe) or exe)),
+        "kernel": os.uname().release,
+    }
 
 
 def _read_platform_cache(exe: str) -> tuple[str, str] | None:
-    try:
-        with open(_platform_cache(exe)) as f:
-            got = json.load(f)
-        return str(got["platform"]), str(got["reason"]) + " (found at an earlier start)"
-    except (OSError, ValueError, KeyError, TypeError):
+    got = bootcache.read("gvisor-platform", _platform_key(exe))
+    if got is None or not isinstance(got.get("platform"), str):
         return None
+    if got["platform"] not in PLATFORMS:
+        return None
+    return got["platform"], str(got.get("reason", "")) + bootcache.KEPT_NOTE
 
 
 def _write_platform_cache(exe: str, platform: str, reason: str) -> None:
-    path = _platform_cache(exe)
-    try:
-        os.makedirs(STATE_BASE, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump({"platform": platform, "reason": reason}, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    bootcache.write("gvisor-platform", _platform_key(exe), {"platform": platform, "reason": reason})
 
 
 # -- the driver ----------------------------------------------------------------------

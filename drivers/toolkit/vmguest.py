@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtax_tui.drivers.base import Problem
+from rtax_tui.drivers.toolkit import bootcache
 from rtax_tui.drivers.toolkit.needs import needs_full_image
 from rtax_tui.drivers.toolkit.shellframe import read_frame
 from rtax_tui.drivers.toolkit.vmimage import HELLO, INIT_MARK
@@ -403,23 +404,56 @@ async def probe_kvm(
         d.remove()
 
 
-async def kvm_status(host: Host) -> str:
-    """One line for `rtax doctor`: whether a KVM guest boots here (probed once a process)."""
+def _kvm_key(qemu: str, timeout: float) -> dict[str, Any] | None:
+    """What the KVM probe's verdict depends on (toolkit/bootcache.py keeps it until the
+    machine reboots): QEMU's binary, the kernel, /dev/kvm, the guest's kernel and
+    initramfs, the timeout. None where the probe answers at once (no /dev/kvm, no guest)."""
+    from rtax_tui.drivers.toolkit.vmimage import guest_files
+
+    guest = guest_files() if os.path.exists("/dev/kvm") else None
+    exe = qemu if os.path.isabs(qemu) else shutil.which(qemu)
+    if guest is None or exe is None:
+        return None
+    return {
+        "qemu": bootcache.file_key(exe),
+        "kernel": os.uname().release,
+        "dev": os.stat("/dev/kvm").st_rdev,
+        "guest": [bootcache.file_key(guest.kernel), bootcache.file_key(guest.initramfs)],
+        "timeout": timeout,
+    }
+
+
+async def kvm_verdict(
+    host: Host, qemu: str = "qemu-system-x86_64", timeout: float = KVM_PROBE_TIMEOUT_S
+) -> tuple[bool, str]:
+    """`probe_kvm`'s verdict, found once a process and kept until the machine reboots: on
+    a host whose KVM guests hang, every `rtax doctor` and every run with `accel = "auto"`
+    waited the probe's whole timeout (20 s) before."""
     global _kvm_verdict
-    if _kvm_verdict is None:
-        _kvm_verdict = await probe_kvm(host)
-    ok, why = _kvm_verdict
+    if _kvm_verdict is not None:
+        return _kvm_verdict
+    key = _kvm_key(qemu, timeout)
+    kept = bootcache.read("kvm", key) if key is not None else None
+    if kept is not None and isinstance(kept.get("ok"), bool) and isinstance(kept.get("why"), str):
+        _kvm_verdict = kept["ok"], kept["why"] + (bootcache.KEPT_NOTE if kept["why"] else "")
+        return _kvm_verdict
+    _kvm_verdict = await probe_kvm(host, qemu, timeout)
+    if key is not None:
+        bootcache.write("kvm", key, {"ok": _kvm_verdict[0], "why": _kvm_verdict[1]})
+    return _kvm_verdict
+
+
+async def kvm_status(host: Host) -> str:
+    """One line for `rtax doctor`: whether a KVM guest boots here (`kvm_verdict`)."""
+    ok, why = await kvm_verdict(host)
     return "usable (a KVM guest booted)" if ok else why
 
 
 async def resolve_accel(host: Host, opts: VmOptions) -> tuple[str, str]:
-    """(accelerator to use, why), once per process for `auto`."""
-    global _kvm_verdict
+    """(accelerator to use, why), once per process for `auto` (`kvm_verdict`)."""
     if opts.accel != "auto":
         return opts.accel, "set in drivers_options"
-    if _kvm_verdict is None:
-        _kvm_verdict = await probe_kvm(host, opts.qemu)
-    ok, why = _kvm_verdict
+    ok, why = await kvm_verdict(host, opts.qemu)
     return ("kvm", "KVM probe booted") if ok else ("tcg", why)
 
 

@@ -45,3 +45,32 @@ def test_doctor_names_the_kvm_verdict():
     assert len(line) == 1, res.stdout + res.stderr
     verdict = line[0][len("KVM: ") :]
     assert verdict.startswith(("usable", "KVM present but not usable")), verdict
+
+
+def test_the_verdict_is_kept_until_reboot_and_a_new_qemu_probes_again(tmp_path, monkeypatch):
+    """A host whose KVM guests hang made every `rtax doctor` and every `accel = "auto"` run
+    wait the probe's 20 s: the verdict is kept (drivers/toolkit/bootcache.py) for the same
+    QEMU, kernel and guest; another QEMU binary is probed again."""
+    from rtax_tui.drivers.toolkit import bootcache, vmguest
+
+    ensure_guest()
+    monkeypatch.setattr(bootcache, "BASE", str(tmp_path / "run"))
+    monkeypatch.delenv(bootcache.FRESH_ENV, raising=False)
+    starts = tmp_path / "starts"
+    fake = tmp_path / "qemu-hangs"
+    fake.write_text(f"#!/bin/sh\necho x >>{starts}\nexec sleep 600\n")
+    fake.chmod(0o755)
+
+    def verdict() -> tuple[bool, str]:
+        monkeypatch.setattr(vmguest, "_kvm_verdict", None)  # as a new process
+        return asyncio.run(vmguest.kvm_verdict(LocalHost(), str(fake), timeout=2))
+
+    ok, why = verdict()
+    assert not ok and why.startswith("KVM present but not usable"), why
+    assert starts.read_text().count("x") == 1
+    ok, kept = verdict()
+    assert not ok and kept == why + bootcache.KEPT_NOTE
+    assert starts.read_text().count("x") == 1  # no second boot
+    fake.write_text(fake.read_text() + "# another build\n")  # another size and time
+    verdict()
+    assert starts.read_text().count("x") == 2
