@@ -14,6 +14,7 @@ choose another accelerator or platform, and the recording says which ran and why
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -71,19 +72,15 @@ def read(kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
 def write(kind: str, key: dict[str, Any], verdict: dict[str, Any]) -> None:
     """Keep `verdict` for `key` (replaced whole; a host where /run/rtax cannot be made,
     as a user without root, keeps nothing)."""
-    tmp = None
     try:
         os.makedirs(BASE, mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=BASE, prefix=f".{kind}-", suffix=".tmp")
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "w") as f:
             json.dump(verdict, f)
         os.replace(tmp, _path(kind, key))
-        tmp = None
     except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
