@@ -87,8 +87,10 @@ async def drop_workspace(
 
 
 async def remove_workspace(host: Host, path: str) -> None:
-    await asyncio.to_thread(safefs.remove_workspace, path)
-    host.untrack("path", path)
+    """A controller-side workspace removed (`host.remove_tree`'s rule: forgotten by the
+    reaper only once nothing of it is left)."""
+    if not await asyncio.to_thread(safefs.remove_workspace, path):
+        host.untrack("path", path)
 
 
 def workspace_mib(spec: EnvSpec) -> int | None:

@@ -210,16 +210,18 @@ class LocalHost(Host):
             try:
                 await asyncio.to_thread(_fill, path, src, owner, size_mib)
             except BaseException:
-                await asyncio.to_thread(safefs.remove_workspace, path)
-                reaper.current().drop_path(path)
+                await self.remove_tree(path)
                 raise
         elif owner is not None:
             os.chown(path, owner, owner)
         return path
 
     async def remove_tree(self, path: str) -> None:
-        await asyncio.to_thread(safefs.remove_workspace, path)
-        reaper.current().drop_path(path)
+        """Unmount and remove `path` (never following a link); the reaper forgets it only
+        when nothing of it is left (a mount it could not undo, an entry a process still in
+        the environment made meanwhile), so that it tries again at the run's end."""
+        if not await asyncio.to_thread(safefs.remove_workspace, path):
+            reaper.current().drop_path(path)
 
     async def spawn(
         self,

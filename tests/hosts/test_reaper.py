@@ -67,3 +67,36 @@ def test_a_cgroup_slow_to_empty_does_not_keep_the_workspaces_for_its_wait(monkey
     reaper_mod._reap(set(), {"rtax/env-x-1"}, {d})
     assert seen == [(reaper_mod.CGROUP_FIRST_S, True), (reaper_mod.CGROUP_WAIT_S, False)]
     assert not os.path.exists(d)
+
+
+def test_a_workspace_not_wholly_removed_stays_with_the_reaper(tmp_path, monkeypatch):
+    """`LocalHost.remove_tree` ignored what `safefs` could not remove (here a mount inside
+    the workspace, which it never crosses) and made the reaper forget the path: nothing
+    would try again at the run's end. It is forgotten only once it is gone."""
+    import asyncio
+
+    import pytest
+
+    from rtax_tui.hosts import reaper as reaper_mod
+    from rtax_tui.hosts import safefs
+    from rtax_tui.hosts.local import LocalHost
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    dropped: list[str] = []
+
+    class Recorder:  # a double of the reaper's client: what was dropped
+        def drop_path(self, path: str) -> None:
+            dropped.append(path)
+
+    monkeypatch.setattr(reaper_mod, "current", Recorder)
+    ws = tmp_path / "rtax-ws-t-1"
+    (ws / "sub").mkdir(parents=True)
+    safefs.mount_tmpfs(str(ws / "sub"), 1)
+    try:
+        asyncio.run(LocalHost().remove_tree(str(ws)))
+        assert ws.exists() and dropped == []
+    finally:
+        safefs.unmount(str(ws / "sub"))
+    asyncio.run(LocalHost().remove_tree(str(ws)))
+    assert not ws.exists() and dropped == [str(ws)]
