@@ -4,7 +4,7 @@ order, the probe's cleanup").
 
 - A workload of each driver that isolates looks for /run/rtax to read or plant a
   verdict: it has no /run/rtax of the host's (stage and gVisor have no /run at all;
-  Podman's is the container's own), and the host's verdicts are unchanged after.
+  a container's and a guest's are their own), and the host's verdicts are unchanged.
 - A kept KVM verdict that a guest booted was recorded as `accel_reason` "KVM probe
   booted", as if a guest had booted in this process: a forged or stale one did not show.
   Its reason now says it was found at an earlier start, as a kept "no" already did.
@@ -58,6 +58,8 @@ def _usable(driver: str, request: pytest.FixtureRequest) -> Any:
         request.getfixturevalue(f"{driver}_engine")
     if driver == "gvisor" and shutil.which("runsc") is None:
         pytest.skip("runsc is not installed")
+    if driver in ("microvm", "libvirt"):
+        request.getfixturevalue("vm_guest")
     drv = get_driver(driver, LocalHost(), {})
     problems = asyncio.run(drv.check())
     if problems:
@@ -68,15 +70,18 @@ def _usable(driver: str, request: pytest.FixtureRequest) -> Any:
 @pytest.fixture(autouse=True, scope="module")
 def _cleanup():
     yield
-    for d in ("docker", "podman", "gvisor", "stage"):
+    for d in ("docker", "podman", "gvisor", "stage", "microvm", "libvirt"):
         try:
             asyncio.run(get_driver(d, LocalHost(), {}).cleanup(LABEL))
         except Exception:
             pass
 
 
-@pytest.mark.parametrize("channel", ["exec", "shell"])
-@pytest.mark.parametrize("driver", ["stage", "gvisor", "docker", "podman"])
+@pytest.mark.parametrize(
+    ("driver", "channel"),
+    [(d, c) for d in ("stage", "gvisor", "docker", "podman") for c in ("exec", "shell")]
+    + [("microvm", "exec"), ("libvirt", "exec")],  # a guest's /run is its own: one channel
+)
 def test_a_workload_neither_reads_nor_plants_a_kept_verdict(request, driver, channel):
     drv = _usable(driver, request)
     step = Step(("sh", "-c", PLANT))
