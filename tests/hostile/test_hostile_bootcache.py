@@ -8,6 +8,10 @@ order, the probe's cleanup").
 - A kept KVM verdict that a guest booted was recorded as `accel_reason` "KVM probe
   booted", as if a guest had booted in this process: a forged or stale one did not show.
   Its reason now says it was found at an earlier start, as a kept "no" already did.
+- Another user, in a /run/rtax that others may write (made under umask 000), renamed a
+  verdict kept for another key (an older QEMU that booted) onto the current key's name:
+  it was read as this host's. A directory that is not ours alone is now neither read
+  nor written.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import asyncio
 import glob
 import os
 import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +136,32 @@ def test_a_kept_kvm_boot_is_recorded_as_kept_not_as_a_boot(tmp_path: Path, monke
     monkeypatch.setattr(vmguest, "_kvm_verdict", None)
     line = asyncio.run(vmguest.kvm_status(LocalHost()))
     assert line.startswith("usable") and line.endswith(bootcache.KEPT_NOTE), line
+
+
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A directory another user can reach (pytest's tmp_path is under a 0700 one)."""
+    d = Path(tempfile.mkdtemp(prefix="rtax-bootcache-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+def test_a_verdict_renamed_in_by_another_user_is_not_read(reachable: Path, monkeypatch) -> None:
+    if not ROOT or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv(1) to act as another user")
+    base = reachable / "run"
+    base.mkdir()
+    monkeypatch.setattr(bootcache, "BASE", str(base))
+    monkeypatch.delenv(bootcache.FRESH_ENV, raising=False)
+    older, current = {"qemu": "an older build"}, {"qemu": "this build"}
+    bootcache.write("kvm", older, {"ok": True, "why": ""})
+    assert bootcache.read("kvm", older) == {"ok": True, "why": ""}
+    base.chmod(0o777)  # as runlock's makedirs (or an SSH host's mkdir -p) under umask 000
+    nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    src, dst = bootcache._path("kvm", older), bootcache._path("kvm", current)
+    subprocess.run([*nobody, "mv", src, dst], check=True)
+    assert os.path.exists(dst)
+    assert bootcache.read("kvm", current) is None
+    bootcache.write("kvm", current, {"ok": False, "why": "x"})  # nor written there
+    assert sorted(os.listdir(base)) == [os.path.basename(dst)]
