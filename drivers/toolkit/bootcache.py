@@ -8,7 +8,10 @@ instead of probing again; a new binary, kernel or guest probes afresh.
 `RTAX_FRESH_PROBES=1` always probes.
 
 A verdict is read only from a regular file (no link followed) that this user owns and
-nobody else may write, of at most 4 KiB of JSON: a forged one could only make rtax
+nobody else may write, of at most 4 KiB of JSON, in a directory of the same kind: a
+/run/rtax that others may write (made under umask 000: its other makers, runlock's
+`mkdir -p`, follow the umask) let another user rename a verdict kept for another key
+(an older QEMU that booted) onto this one's name. A forged verdict could only make rtax
 choose another accelerator or platform, and the recording says which ran and why.
 """
 
@@ -44,23 +47,35 @@ def file_key(path: str) -> dict[str, Any] | None:
     return {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _ours_alone(st: os.stat_result) -> bool:
+    """Owned by this user, and neither its group nor others may write it."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def read(kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
-    """The verdict kept for `key`, or None (none kept, `RTAX_FRESH_PROBES`, or a file
-    that is not ours alone)."""
+    """The verdict kept for `key`, or None (none kept, `RTAX_FRESH_PROBES`, or a file or
+    directory that is not ours alone)."""
     if os.environ.get(FRESH_ENV):
         return None
     try:
-        fd = os.open(_path(kind, key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dfd = os.open(BASE, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not _ours_alone(os.fstat(dfd)):
+            return None
+        fd = os.open(
+            os.path.basename(_path(kind, key)),
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            dir_fd=dfd,
+        )
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_uid != os.geteuid()
-            or st.st_mode & 0o022
-            or st.st_size > MAX_BYTES
-        ):
+        if not stat.S_ISREG(st.st_mode) or not _ours_alone(st) or st.st_size > MAX_BYTES:
             return None
         try:
             got = json.loads(f.read(MAX_BYTES + 1))
@@ -71,9 +86,12 @@ def read(kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
 
 def write(kind: str, key: dict[str, Any], verdict: dict[str, Any]) -> None:
     """Keep `verdict` for `key` (replaced whole; a host where /run/rtax cannot be made,
-    as a user without root, keeps nothing)."""
+    as a user without root, or where others may write it, keeps nothing)."""
     try:
         os.makedirs(BASE, mode=0o700, exist_ok=True)
+        st = os.lstat(BASE)
+        if not stat.S_ISDIR(st.st_mode) or not _ours_alone(st):
+            return
         fd, tmp = tempfile.mkstemp(dir=BASE, prefix=f".{kind}-", suffix=".tmp")
     except OSError:
         return

@@ -435,7 +435,9 @@ async def kvm_verdict(
     key = _kvm_key(qemu, timeout)
     kept = bootcache.read("kvm", key) if key is not None else None
     if kept is not None and isinstance(kept.get("ok"), bool) and isinstance(kept.get("why"), str):
-        _kvm_verdict = kept["ok"], kept["why"] + (bootcache.KEPT_NOTE if kept["why"] else "")
+        # the note also on a kept "booted" (its why is empty): the recording's accel_reason
+        # says no guest booted in this process
+        _kvm_verdict = kept["ok"], kept["why"] + bootcache.KEPT_NOTE
         return _kvm_verdict
     _kvm_verdict = await probe_kvm(host, qemu, timeout)
     if key is not None:
@@ -446,7 +448,7 @@ async def kvm_verdict(
 async def kvm_status(host: Host) -> str:
     """One line for `rtax doctor`: whether a KVM guest boots here (`kvm_verdict`)."""
     ok, why = await kvm_verdict(host)
-    return "usable (a KVM guest booted)" if ok else why
+    return f"usable (a KVM guest booted){why}" if ok else why
 
 
 async def resolve_accel(host: Host, opts: VmOptions) -> tuple[str, str]:
@@ -454,7 +456,7 @@ async def resolve_accel(host: Host, opts: VmOptions) -> tuple[str, str]:
     if opts.accel != "auto":
         return opts.accel, "set in drivers_options"
     ok, why = await kvm_verdict(host, opts.qemu)
-    return ("kvm", "KVM probe booted") if ok else ("tcg", why)
+    return ("kvm", f"KVM probe booted{why}") if ok else ("tcg", why)
 
 
 # -- QEMU command lines ------------------------------------------------------------
