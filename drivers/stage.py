@@ -79,7 +79,7 @@ from rtax_tui.drivers.toolkit.workspace import (
     workspace_mib,
 )
 
-from rtax_tui.hosts import Host, cgroup_prime, cgroups, names
+from rtax_tui.hosts import Host, cgroups, names
 from rtax_tui.hosts.cgroups import Cgroup
 from rtax_tui.model import runlock
 from rtax_tui.model.checks import ALL_CHECKS
@@ -134,7 +134,6 @@ class StageEnvironment(Environment):
 
     async def create(self) -> None:
         spec = self.spec
-        self.driver.prime_moves()
         site = await self.driver.site()
         uid = self.driver.uid
         size_mib = workspace_mib(spec)
@@ -411,7 +410,6 @@ class StageEnvironment(Environment):
         queues), a new init with the starting limits and priority, and on the shell
         channel a new shell. What stays is what no step can write: the site's tools, the
         read-only binds and the image's root."""
-        self.driver.prime_moves()
         site = await self.driver.site()
         binds = (
             self._binds.result()
@@ -633,15 +631,6 @@ class StageDriver(Driver):
         self.sandbox = "bwrap"
         self._site: Site | None = None
         self._site_lock = asyncio.Lock()
-        self._priming: asyncio.Future[bool] | None = None
-
-    def prime_moves(self) -> None:
-        """Start the kernel's wait before a cgroup move now, in a thread, so that it runs
-        while a create makes its workspace and cgroup (hosts/cgroup_prime.py); one at a
-        time, on the controller's host only (another host's kernel is a round trip away)."""
-        if not self.host.controller_local or (self._priming and not self._priming.done()):
-            return
-        self._priming = asyncio.ensure_future(asyncio.to_thread(cgroup_prime.prime))
 
     async def prepare_images(self, workloads: list[Workload], modes: tuple[str, ...]) -> None:
         """The workload root as a squashfs, and its run-long mount for `cached`."""
