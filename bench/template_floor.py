@@ -17,7 +17,9 @@ clock from the request to the exit:
 - the template's environment without a cgroup;
 - the same with a cgroup: a directory made in each v1 hierarchy rtax uses (or v2's
   one), the fork moved into it by the host-root parent before it unshares (so its cgroup
-  namespace is rooted there), removed after it exited. The move alone is printed too.
+  namespace is rooted there), removed after it exited. The move alone is printed too;
+- the same, the cgroup made and the fork moved before the clock starts ("spare": a fork
+  that waits in its cgroup until it is told to go, made while the last trial ran).
 
 Rounds are 20 ms apart, as creates are: a cgroup move after a quiet spell waits for an
 RCU grace period (hosts/cgroup_prime.py). What it leaves out of stage's sandbox: the
