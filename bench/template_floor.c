@@ -22,7 +22,9 @@
  * on the request, and with one made and joined before it (a spare fork waiting in its
  * cgroup, told to go); every time is from the parent's monotonic clock, from its
  * request to the environment's exit. It prints one line per variant: the medians in
- * microseconds, and the median of the move alone (of the on-request variant).
+ * microseconds, and the median of the move alone (of the on-request variant). A last
+ * variant is the first with a user namespace of its own per environment (its root the
+ * template's), which locks the template's mounts in it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -131,8 +133,11 @@ static void make_template(unsigned uid, const char *filter, const char *etc) {
 }
 
 /* One environment's pid 1: its own writable mounts, the view, no capability, the filter. */
-static void env_init(void) {
+static void env_init(int user, int check) {
   char p[4200];
+  /* in a user namespace of its own the template's root is locked, and pivot_root refuses
+     a locked new root: a bind of it onto itself is not (its mounts below stay locked) */
+  if (user && mount(newroot, newroot, NULL, MS_BIND | MS_REC, NULL) != 0) die("rebind root");
   snprintf(p, sizeof p, "%s/proc", newroot);
   if (mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) die("proc");
   snprintf(p, sizeof p, "%s/tmp", newroot);
@@ -141,6 +146,13 @@ static void env_init(void) {
   if (mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=2g") != 0) die("ws");
   if (chdir(newroot) != 0 || syscall(SYS_pivot_root, ".", ".") != 0) die("pivot_root");
   if (umount2(".", MNT_DETACH) != 0 || chdir("/workspace") != 0) die("old root");
+  if (check) {
+    /* may this environment remount the template's shared root file system (its one
+       superblock, every environment's)? Asked with read-only, which it already is: the
+       kernel checks the right all the same, and nothing changes. 10: allowed, 11: refused */
+    int r = mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY, NULL);
+    _exit(r == 0 ? 10 : errno == EPERM ? 11 : 12);
+  }
   for (int cap = 0; cap <= 63; cap++) {
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) die("capbset");
   }
@@ -169,12 +181,18 @@ static void template_loop(int cmd, int req, int ack, int res) {
         char b;
         if (write(req, &me, sizeof me) != sizeof me || read(ack, &b, 1) != 1) _exit(90);
       }
-      if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |
+      int user = c == 'u' || c == 'M' ? CLONE_NEWUSER : 0;
+      if (unshare(user | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |
                   CLONE_NEWCGROUP) != 0)
         die("unshare env");
+      if (user) { /* its own user namespace, root = the template's root: mounts now locked */
+        put("/proc/self/setgroups", "deny");
+        put("/proc/self/uid_map", "0 0 1\n");
+        put("/proc/self/gid_map", "0 0 1\n");
+      }
       pid_t init = fork();
       if (init < 0) die("fork init");
-      if (init == 0) env_init();
+      if (init == 0) env_init(user, c == 'L' || c == 'M');
       int st;
       if (waitpid(init, &st, 0) < 0) die("wait init");
       _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 99);
@@ -257,16 +275,24 @@ int main(int argc, char **argv) {
   close(req[1]);
   close(ack[0]);
   close(res[1]);
-  long long *t[5], *move = malloc(sizeof(long long) * (size_t)rounds);
-  for (int k = 0; k < 5; k++) t[k] = malloc(sizeof(long long) * (size_t)rounds);
+  /* before the rounds, once: the superblock question, without and with the userns */
+  const char *asked[] = {"shared-userns", "own-userns"};
+  for (int i = 0; i < 2; i++) {
+    char c = i ? 'M' : 'L';
+    int rc;
+    if (write(cmd[1], &c, 1) != 1 || read(res[0], &rc, sizeof rc) != sizeof rc) die("check");
+    printf("remount-of-shared-root-%s %d\n", asked[i], rc);
+  }
+  long long *t[6], *move = malloc(sizeof(long long) * (size_t)rounds);
+  for (int k = 0; k < 6; k++) t[k] = malloc(sizeof(long long) * (size_t)rounds);
   for (int r = 0; r < rounds; r++) {
     t[0][r] = spawn_wait(bwrap);
     t[1][r] = spawn_wait(unshare_cmd);
-    for (int k = 2; k < 5; k++) {
+    for (int k = 2; k < 6; k++) {
       /* n: no cgroup; c: a fresh cgroup, made and joined on the request; p: the same,
          made and joined before it (a spare fork waiting in its cgroup): the clock starts
-         when the spare is told to go */
-      char c = k == 2 ? 'n' : 'c';
+         when the spare is told to go; u: as n, in a user namespace of its own */
+      char c = k == 2 ? 'n' : k == 5 ? 'u' : 'c';
       char dirs[8][512];
       long long t0 = now_ns();
       if (c == 'c') {
@@ -310,6 +336,7 @@ int main(int argc, char **argv) {
   printf("template %.1f\n", median_us(t[2], rounds));
   printf("template+cgroup %.1f\n", median_us(t[3], rounds));
   printf("template+spare %.1f\n", median_us(t[4], rounds));
+  printf("template+userns %.1f\n", median_us(t[5], rounds));
   printf("move %.1f\n", median_us(move, rounds));
   return 0;
 }
