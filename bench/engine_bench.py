@@ -24,20 +24,34 @@ from pathlib import Path
 Cell = tuple[str, str]
 
 
-def rtax(*args: str, loop: str | None = None) -> subprocess.CompletedProcess:
-    env = os.environ if loop is None else {**os.environ, "RTAX_LOOP": loop}
+def rtax(
+    *args: str, loop: str | None = None, tree: str | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m rtax_tui ARGS`; `tree`: another checkout's (its own .venv's python where
+    it has one, else this python with PYTHONPATH=tree)."""
+    env = dict(os.environ) if loop is None else {**os.environ, "RTAX_LOOP": loop}
+    python = sys.executable
+    if tree is not None:
+        own = os.path.join(tree, ".venv", "bin", "python")
+        if os.path.exists(own):
+            python = own
+        else:
+            env["PYTHONPATH"] = tree
     return subprocess.run(
-        [sys.executable, "-m", "rtax_tui", *args], capture_output=True, check=True, env=env
+        [python, "-m", "rtax_tui", *args], capture_output=True, check=True, env=env
     )
 
 
-def one_run(prof: Path, out: Path, loop: str) -> dict[Cell, dict[str, float]]:
-    """P50 ms per cell: each phase's, and create+ready per trial (not a sum of medians)."""
+def one_run(
+    prof: Path, out: Path, loop: str, tree: str | None = None
+) -> dict[Cell, dict[str, float]]:
+    """P50 ms per cell: each phase's, and create+ready per trial (not a sum of medians);
+    `tree`: run another checkout's rtax (`rtax`)."""
     import numpy as np
 
     from rtax_tui.model.recording import read_recording
 
-    rtax("run", str(prof), "-o", str(out), "--quiet", loop=loop)
+    rtax("run", str(prof), "-o", str(out), "--quiet", loop=loop, tree=tree)
     rep = json.loads(rtax("report", str(out), "--format", "json").stdout)
     got: dict[Cell, dict[str, float]] = {
         (c["driver"], c["channel"]): {

@@ -25,7 +25,8 @@ skipped and says why):
 Per round the rows run in turn (their order reversed every other round), each row's
 floor measured before and after its figure; the figures are medians over rounds. With
 `--base TREE` (another checkout, with rtax_tui/drivers linked to its drivers/), the
-local and report rows also run that tree's rtax, interleaved, for a before/after.
+local, stage and report rows also run that tree's rtax, interleaved, for a before/after
+(the stage row with the tree's own .venv's python where it has one).
 The machine's 1-minute load is printed: on a shared machine, read the ratios.
 Needs root (stage, the sshd), hyperfine, bubblewrap, openssh-server. Asserts nothing.
 """
@@ -163,12 +164,14 @@ class Stage:
         got = {"bwrap before": harness_bench.hyperfine(runs, _bwrap_floor())}
         got["unshare before"] = harness_bench.hyperfine(runs, UNSHARE)
         out = self.tmp / "r.jsonl"
-        cells = engine_bench.one_run(self.prof, out, self.a.loop)
-        out.unlink()  # rtax run writes no recording over another
-        for ch in ("exec", "shell"):
-            c = cells[("stage", ch)]
-            got[f"rtax {ch}"] = c["c+r"]
-            got[f"create {ch}"], got[f"ready {ch}"] = c["create"], c["ready"]
+        trees = {"": None, "base ": self.a.base} if self.a.base else {"": None}
+        for tag, tree in trees.items():
+            cells = engine_bench.one_run(self.prof, out, self.a.loop, tree=tree)
+            out.unlink()  # rtax run writes no recording over another
+            for ch in ("exec", "shell"):
+                c = cells[("stage", ch)]
+                got[f"{tag}rtax {ch}"] = c["c+r"]
+                got[f"{tag}create {ch}"], got[f"{tag}ready {ch}"] = c["create"], c["ready"]
         got["unshare after"] = harness_bench.hyperfine(runs, UNSHARE)
         got["bwrap after"] = harness_bench.hyperfine(runs, _bwrap_floor())
         got["floor"] = _mean(got["bwrap before"], got["bwrap after"])
@@ -262,7 +265,7 @@ def summary(row: str, med: Got, rounds: list[Got], base: bool) -> list[str]:
     if row == "stage":
         ex, sh = med["rtax exec"], med["rtax shell"]
         ok = max(ex, sh) <= STAGE_GOAL_MS
-        return [
+        out = [
             f"| stage create+ready P50, exec / shell | {ex:.2f} / {sh:.2f} ms | bwrap "
             f"{med['floor']:.2f} ms | **{ex / med['floor']:.2f}x / {sh / med['floor']:.2f}x** "
             f"| <= {STAGE_GOAL_MS:.0f} ms | {'met' if ok else 'not met'} |",
@@ -270,6 +273,20 @@ def summary(row: str, med: Got, rounds: list[Got], base: bool) -> list[str]:
             f"{med['ready exec']:.2f} / {med['ready shell']:.2f} ms (exec / shell); "
             f"unshare(1) of the same namespaces {med['unshare']:.2f} ms",
         ]
+        if base:
+            bex, bsh = med["base rtax exec"], med["base rtax shell"]
+            pairs = ", ".join(
+                "/".join(
+                    f"{g[f'rtax {ch}'] - g[f'base rtax {ch}']:+.2f}" for ch in ("exec", "shell")
+                )
+                for g in rounds
+            )
+            out.append(
+                f"  - base tree: {bex:.2f} / {bsh:.2f} ms (create {med['base create exec']:.2f} / "
+                f"{med['base create shell']:.2f}, ready {med['base ready exec']:.2f} / "
+                f"{med['base ready shell']:.2f}); this - base per round (exec/shell) {pairs}"
+            )
+        return out
     s, mb = REPORT_GOAL
     ok = med["rtax"] <= s and med["rss"] <= mb
     out = [
@@ -293,7 +310,11 @@ def main() -> int:
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated: " + ", ".join(ROWS))
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every row (default 3)")
     ap.add_argument("--loop", default="uvloop", help="the engine's loop: uvloop, asyncio")
-    ap.add_argument("--base", metavar="TREE", help="also run this checkout's rtax (local, report)")
+    ap.add_argument(
+        "--base",
+        metavar="TREE",
+        help="also run this checkout's rtax (local, stage, report)",
+    )
     g = ap.add_argument_group("local")
     g.add_argument("--runs", type=int, default=1000, help="hyperfine and layer runs (1000)")
     g.add_argument("--trials", type=int, default=10, help="trials of the engine's run (10)")

@@ -295,13 +295,18 @@ class StageEnvironment(Environment):
         self._fill = False
 
     async def ready(self) -> None:
-        await self._started()
-        await self._fill_workspace()
+        # boot: bubblewrap's info and the init's READY; first_command: the probe `true`
+        # through the cell's channel (bench/README.md's parts of create+ready)
+        async with self.sub("boot"):
+            await self._started()
+            await self._fill_workspace()
         if self.channel == "exec":
-            await super().ready()
+            async with self.sub("first_command"):
+                await super().ready()
             return
         try:
-            await super().ready()
+            async with self.sub("first_command"):
+                await super().ready()
         except PhaseFailure as exc:
             if exc.kind != "shell_lost":
                 raise
