@@ -331,9 +331,9 @@ static PyObject *reap(PyObject *self, PyObject *args)
 PyDoc_STRVAR(wait_zombie_doc,
 "wait_zombie(grace_us, budget_ms) -> pid or None\n\n"
 "The subreaper's wait (hosts/subreaper.py), the GIL released: waitid(P_ALL, WEXITED |\n"
-"WNOWAIT) blocks until a child is a zombie, which it leaves a zombie. Then it looks,\n"
-"sleeping between looks (20 us, doubling), for up to `grace_us` microseconds whether\n"
-"someone else reaps it: only a child's owner does (an adopted orphan has no owner but\n"
+"WNOWAIT) blocks until a child is a zombie, which it leaves a zombie. Then it sleeps\n"
+"`grace_us` microseconds and looks once whether someone else reaped it meanwhile: only\n"
+"a child's owner does (an adopted orphan has no owner but\n"
 "the subreaper), so a zombie that goes was an own child and the wait starts again, the\n"
 "GIL never taken. Returns the pid of a zombie still there after the grace (for the\n"
 "subreaper's own check, in Python), or None when an own child's zombie went after\n"
@@ -374,16 +374,14 @@ static PyObject *wait_zombie(PyObject *self, PyObject *args)
         pid = si.si_pid;
         if (pid <= 0)
             continue;
-        int gone = 0;
-        long long waited = 0, step = 20;
-        while (!gone && waited < grace_us) {
-            struct timespec ts = {0, (long)(step * 1000)};
-            nanosleep(&ts, NULL);
-            waited += step;
-            step *= 2;
-            gone = zombie_gone(pid);
+        /* one look after the grace, not several: a wake-up of this thread while the
+         * loop thread reaps is what it costs the action (a CPU taken, on a busy host) */
+        if (grace_us > 0) {
+            struct timespec ts = {grace_us / 1000000, (long)(grace_us % 1000000) * 1000};
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
         }
-        if (!gone)
+        if (!zombie_gone(pid))
             break;
         pid = 0;
         if (now_ns() >= until)
