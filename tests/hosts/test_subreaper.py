@@ -241,10 +241,20 @@ from rtax_tui.hosts import _spawnc
 ENV = {"PATH": "/usr/bin:/bin"}
 got = []
 keep = subprocess.Popen(["sleep", "5"], env=ENV)  # a child for the wait to block on
-waiter = threading.Thread(target=lambda: got.append(_spawnc.wait_zombie(200_000, 1)))
+tid = []
+def wait():
+    tid.append(threading.get_native_id())
+    got.append(_spawnc.wait_zombie(200_000, 1))
+def syscall():  # what the waiting thread is in: its system call's number
+    with open(f"/proc/self/task/{tid[0]}/syscall") as f:
+        return f.read().split()[0]
+waiter = threading.Thread(target=wait)
 waiter.start()
 time.sleep(0.05)
-own = subprocess.Popen(["sh", "-c", "exit 4"], env=ENV).wait()
+p = subprocess.Popen(["sh", "-c", "exit 4"], env=ENV)
+while syscall() not in ("35", "230"):  # asleep in the grace: it saw the zombie
+    time.sleep(0.001)
+own = p.wait()
 waiter.join(10)
 z = subprocess.Popen(["sh", "-c", "exit 6"], env=ENV)
 while open(f"/proc/{z.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
