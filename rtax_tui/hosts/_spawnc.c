@@ -328,79 +328,9 @@ static PyObject *reap(PyObject *self, PyObject *args)
     return PyLong_FromLong(WEXITSTATUS(status));
 }
 
-PyDoc_STRVAR(wait_zombie_doc,
-"wait_zombie(grace_us, budget_ms) -> pid or None\n\n"
-"The subreaper's wait (hosts/subreaper.py), the GIL released: waitid(P_ALL, WEXITED |\n"
-"WNOWAIT) blocks until a child is a zombie, which it leaves a zombie. Then it sleeps\n"
-"`grace_us` microseconds and looks once whether someone else reaped it meanwhile: only\n"
-"a child's owner does (an adopted orphan has no owner but\n"
-"the subreaper), so a zombie that goes was an own child and the wait starts again, the\n"
-"GIL never taken. Returns the pid of a zombie still there after the grace (for the\n"
-"subreaper's own check, in Python), or None when an own child's zombie went after\n"
-"`budget_ms` (so that the thread sees a disable at the next exit, as it did when it\n"
-"waited in Python). ChildProcessError: no child at all. Reaps nothing.");
-
-static int zombie_gone(pid_t pid)
-{
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    int r;
-    do
-        r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
-    while (r < 0 && errno == EINTR);
-    /* ECHILD: reaped (and the number not a child again); si_pid 0: the number is a
-     * running child now, so the zombie was reaped */
-    return (r < 0 && errno == ECHILD) || (r == 0 && si.si_pid == 0);
-}
-
-static PyObject *wait_zombie(PyObject *self, PyObject *args)
-{
-    int grace_us, budget_ms, r = 0, err = 0;
-    pid_t pid = 0;
-    if (!PyArg_ParseTuple(args, "ii:wait_zombie", &grace_us, &budget_ms))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    long long until = now_ns() + (long long)budget_ms * 1000000LL;
-    for (;;) {
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        do
-            r = waitid(P_ALL, 0, &si, WEXITED | WNOWAIT);
-        while (r < 0 && errno == EINTR);
-        if (r < 0) {
-            err = errno;
-            break;
-        }
-        pid = si.si_pid;
-        if (pid <= 0)
-            continue;
-        /* one look after the grace, not several: a wake-up of this thread while the
-         * loop thread reaps is what it costs the action (a CPU taken, on a busy host) */
-        if (grace_us > 0) {
-            struct timespec ts = {grace_us / 1000000, (long)(grace_us % 1000000) * 1000};
-            while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                ;
-        }
-        if (!zombie_gone(pid))
-            break;
-        pid = 0;
-        if (now_ns() >= until)
-            break;
-    }
-    Py_END_ALLOW_THREADS
-    if (r < 0) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    if (pid <= 0)
-        Py_RETURN_NONE;
-    return PyLong_FromLong(pid);
-}
-
 static PyMethodDef methods[] = {
     {"spawn", spawn, METH_VARARGS, spawn_doc},
     {"reap", reap, METH_VARARGS, reap_doc},
-    {"wait_zombie", wait_zombie, METH_VARARGS, wait_zombie_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -412,8 +342,8 @@ static struct PyModuleDef module = {
 /* What hosts/spawn.py checks (its _C_VERSION) before it uses this module: one left built
  * from an older source (an editable install not reinstalled after a pull) is not used.
  * Raised with each change of what spawn or reap does. 2: the signals reset, a "=" in an
- * environment name refused. 3: wait_zombie, the subreaper's wait. */
-#define SPAWNC_VERSION 3
+ * environment name refused. */
+#define SPAWNC_VERSION 2
 
 PyMODINIT_FUNC PyInit__spawnc(void)
 {

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from rtax_tui.hosts import subreaper
 
-_C_VERSION = 3  # _spawnc.c's SPAWNC_VERSION that this code relies on
+_C_VERSION = 2  # _spawnc.c's SPAWNC_VERSION that this code relies on
 
 
 def _usable(mod: ModuleType | None) -> ModuleType | None:
@@ -55,8 +55,6 @@ except ImportError:  # not built: the install had no C compiler (or Python's hea
     _c = None
 if os.environ.get("RTAX_SPAWN") == "ctypes":
     _c = None
-# the subreaper's wait in C too: an exec action's exit no longer wakes its thread into Python
-subreaper.use_waiter(_c.wait_zombie if _c is not None else None)
 
 _POSIX_SPAWN_SETSID = 0x80  # glibc's values (spawn.h)
 _POSIX_SPAWN_SETSIGDEF = 0x04

@@ -29,12 +29,7 @@ ECHILD, which `subprocess` reports as exit status 0, a forged result. So:
   the spawn wrappers take, so no registration can land in between. When the zombie is
   ours it backs off (1 ms, doubling to 100 ms) for its owner; while one of ours lingers
   it also reads the main thread's children (the kernel reparents orphans to the thread
-  group's leader), since `waitid(P_ALL)` shows the first zombie only;
-- where `_spawnc` is built, the blocking wait is its `wait_zombie`, in C with the GIL
-  released: a zombie that its owner reaps within a grace (1 ms) is passed over there, so
-  an exec action's exit (the loop thread reaps it within tens of microseconds) no
-  longer takes the GIL from the loop thread while it reaps (issue 42: about 35 us an
-  action). It reaps nothing; what it hands back goes through the checks above.
+  group's leader), since `waitid(P_ALL)` shows the first zombie only.
 
 uvloop is such a library: libuv forks in C, unseen by the wrappers, and waits for its
 child by pid; a child the thread reaped first was lost to it (libuv ignores the ECHILD, so
@@ -67,11 +62,6 @@ _MAX_BACKOFF_S = 0.1
 _SWEEP_FROM_S = 0.004  # an own zombie still there after ~3 ms: look behind it
 _IDLE_WAIT_S = 1.0  # no child at all: woken by the next spawn, or after this
 _PRUNE_MIN = 64
-# The compiled wait: how long a zombie may stay before the thread looks at it in Python
-# (its owner, the loop thread, reaps an exec action's child within tens of us; an orphan
-# is reaped this much later), and how long the wait stays in C at most (a disable is seen).
-_GRACE_US = 1000
-_BUDGET_MS = 1000
 
 _lock = threading.Lock()
 _ours: dict[int, int] = {}  # pid -> pidfd (-1: none could be opened, held until ECHILD)
@@ -83,7 +73,6 @@ _idle = False
 _wake = threading.Event()
 _thread: threading.Thread | None = None
 _reaped = 0  # orphans reaped so far (tests and the bench read it)
-_waiter: Callable[[int, int], int | None] | None = None  # use_waiter
 
 try:
     _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -264,30 +253,8 @@ def _wait_for_a_child() -> None:
             _idle = False
 
 
-def use_waiter(wait: Callable[[int, int], int | None] | None) -> None:
-    """The compiled helper's `wait_zombie` (hosts/spawn.py hands it over when `_spawnc`
-    is built), or None: the thread's blocking wait, in Python."""
-    global _waiter
-    _waiter = wait
-
-
-def _next_zombie(delay: float, grace_us: int) -> int | None:
-    """The pid of a zombie child (left a zombie), or None: nothing there (backing off),
-    or the compiled wait's budget spent. Raises ChildProcessError when there is no child.
-
-    Blocking, through the compiled wait where there is one: it takes the GIL only for a
-    zombie that nobody else reaps within `grace_us`, so the exit of each child the
-    engine spawned and reaps itself (every exec action) no longer wakes this thread into
-    Python while the loop thread is reaping it."""
-    if not delay and _waiter is not None:
-        return _waiter(grace_us, _BUDGET_MS)
-    info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | (os.WNOHANG if delay else 0))
-    return None if info is None else info.si_pid
-
-
 def _loop() -> None:
     delay = 0.0
-    grace = _GRACE_US  # none right after an orphan: orphans come in bursts (a shell's exit)
     while True:
         if not _active:  # disabled: wait for enable()
             _wake.wait()
@@ -296,22 +263,22 @@ def _loop() -> None:
             continue
         if delay:
             time.sleep(delay)
+        flags = os.WEXITED | os.WNOWAIT | (os.WNOHANG if delay else 0)
         try:
-            pid = _next_zombie(delay, grace)
+            info = os.waitid(os.P_ALL, 0, flags)
         except ChildProcessError:
             _wait_for_a_child()
             delay = 0.0
             continue
         if not _active:
             continue
-        if pid is None:  # what kept us backing off was reaped by its owner (or the budget)
+        if info is None:  # what kept us backing off was reaped by its owner
             _prune()
             delay = 0.0
             continue
-        if not _reap_if_orphan(pid):
-            delay, grace = 0.0, 0
+        if not _reap_if_orphan(info.si_pid):
+            delay = 0.0
             continue
-        grace = _GRACE_US
         # the first zombie is ours (or a spawn is in flight): its owner reaps it
         if delay >= _SWEEP_FROM_S:
             _sweep()

@@ -23,22 +23,13 @@ from rtax_tui.hosts.local import LocalHost
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
-_C_WAIT = spawn._c.wait_zombie if spawn._c is not None else None
-
-
-@pytest.fixture(params=["c-wait", "python-wait"])
-def on(request: pytest.FixtureRequest) -> Iterator[None]:
-    """On, with its thread's wait in C (`_spawnc.wait_zombie`, where it is built) and in
-    Python: every check below holds for both."""
-    if request.param == "c-wait" and _C_WAIT is None:
-        pytest.skip("_spawnc is not built")
-    subreaper.use_waiter(_C_WAIT if request.param == "c-wait" else None)
+@pytest.fixture
+def on() -> Iterator[None]:
     assert subreaper.enable()
     try:
         yield
     finally:
         subreaper.disable()
-        subreaper.use_waiter(_C_WAIT)
 
 
 def _state(pid: int) -> str | None:
@@ -233,46 +224,3 @@ def test_a_run_records_whether_its_engine_was_one(tmp_path: Path) -> None:
         )
         header = json.loads(out.read_text().splitlines()[0])
         assert header["hosts"]["local"]["subreaper"] is want
-
-
-_C_WAIT_CHECK = """
-import subprocess, sys, threading, time
-from rtax_tui.hosts import _spawnc
-ENV = {"PATH": "/usr/bin:/bin"}
-got = []
-keep = subprocess.Popen(["sleep", "5"], env=ENV)  # a child for the wait to block on
-tid = []
-def wait():
-    tid.append(threading.get_native_id())
-    got.append(_spawnc.wait_zombie(200_000, 1))
-def syscall():  # what the waiting thread is in: its system call's number
-    with open(f"/proc/self/task/{tid[0]}/syscall") as f:
-        return f.read().split()[0]
-waiter = threading.Thread(target=wait)
-waiter.start()
-time.sleep(0.05)
-p = subprocess.Popen(["sh", "-c", "exit 4"], env=ENV)
-while syscall() not in ("35", "230"):  # asleep in the grace: it saw the zombie
-    time.sleep(0.001)
-own = p.wait()
-waiter.join(10)
-z = subprocess.Popen(["sh", "-c", "exit 6"], env=ENV)
-while open(f"/proc/{z.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
-    time.sleep(0.001)
-handed = _spawnc.wait_zombie(2000, 1000) == z.pid
-state = open(f"/proc/{z.pid}/stat").read().rsplit(")", 1)[1].split()[0]
-keep.kill()
-keep.wait()
-print(own, got, handed, state, z.wait())
-"""
-
-
-@pytest.mark.skipif(_C_WAIT is None, reason="_spawnc is not built")
-def test_the_c_wait_passes_over_own_children_and_returns_a_lingering_zombie() -> None:
-    """`wait_zombie` reaps nothing: a child its owner reaps within the grace is passed
-    over (None: the budget was spent by then), one left a zombie is handed back, still there
-    for its owner (in a fresh process: no other test's child is a zombie there)."""
-    out = subprocess.run(
-        [sys.executable, "-c", _C_WAIT_CHECK], capture_output=True, text=True, timeout=60
-    )
-    assert out.stdout.split() == ["4", "[None]", "True", "Z", "6"], out.stderr
