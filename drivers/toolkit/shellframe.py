@@ -81,6 +81,7 @@ from typing import Any
 from rtax_tui.model import spec as model
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import ActionResult, OutputSink, PhaseFailure
+from rtax_tui.model.waits import own_timeout
 
 # Every signal a trap may be set on, and EXIT (0): reset after each step (dash, busybox
 # ash and bash all take numbers; an unknown one is ignored).
@@ -387,5 +388,5 @@ async def shell_action(
     the create never started the shell."""
     if shell is None:
         raise PhaseFailure(ErrorKind.NOT_CREATED, f"{what} was never started")
-    async with asyncio.timeout(timeout):
+    async with own_timeout(timeout):  # under the action's own timeout: that one
         return await shell.run(argv)

@@ -66,7 +66,7 @@ async def timed(
     t = time.monotonic_ns()
     result = None
     err: TrialError | None = None
-    with phase_waits() as waits:
+    with phase_waits(timeout) as waits:
         try:
             async with asyncio.timeout(timeout):  # no extra task: less overhead than wait_for
                 result = await fn()

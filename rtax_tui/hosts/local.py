@@ -15,6 +15,7 @@ from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.model import spec as model
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import OutputSink, PhaseFailure
+from rtax_tui.model.waits import own_timeout
 
 __all__ = ["CompletedProcess", "LocalHost", "join_cgroups_before_exec", "kill_group"]
 
@@ -279,7 +280,7 @@ class LocalHost(Host):
         """
         if input is None and merge_stderr and _HAS_PIDFD:
             sink = OutputSink(None if capped else _UNCAPPED)
-            async with asyncio.timeout(timeout):
+            async with own_timeout(timeout):  # under an action's timeout: that one
                 rc = await self._run_merged(argv, sink, cwd=cwd, env=env, cgroup_procs=cgroup_procs)
             out = sink.kept()
             if check and rc != 0:

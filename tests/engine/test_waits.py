@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import time
 
 from rtax_tui.engine.lifecycle import timed
-from rtax_tui.model.waits import Waits, waiting_on
+from rtax_tui.model.waits import Waits, covers, own_timeout, waiting_on
 
 
 async def _slow_call() -> None:
@@ -97,3 +99,76 @@ def test_a_driver_without_a_daemon_is_not_timed() -> None:
     from rtax_tui.hosts import LocalHost
 
     assert asyncio.run(time_daemon(LocalDriver(LocalHost(), {}))) is None
+
+
+def test_a_call_keeps_its_own_timeout_unless_the_phases_ends_it_no_later() -> None:
+    """`own_timeout` leaves a call's timer out only where the engine's phase timeout
+    cancels that very task, no later: not outside a phase, not with a shorter timeout of
+    its own, and not in a task the phase started (the phase's timeout would not end it)."""
+    seen: dict[str, bool] = {}
+
+    async def phase() -> None:
+        seen["same task, same timeout"] = covers(5.0)
+        seen["same task, longer"] = covers(9.0)
+        seen["same task, shorter"] = covers(1.0)
+        seen["no timeout of its own"] = covers(None)
+        seen["another task"] = await asyncio.ensure_future(_covers_in_task())
+
+    async def _covers_in_task() -> bool:
+        return covers(5.0)
+
+    async def main() -> None:
+        seen["outside a phase"] = covers(5.0)
+        _, _, err = await timed("action", phase, 5.0)
+        assert err is None
+        seen["after the phase"] = covers(5.0)
+
+    asyncio.run(main())
+    assert seen == {
+        "outside a phase": False,
+        "same task, same timeout": True,
+        "same task, longer": True,
+        "same task, shorter": False,
+        "no timeout of its own": False,
+        "another task": False,
+        "after the phase": False,
+    }
+
+
+def test_a_task_the_phase_started_still_times_out_on_its_own() -> None:
+    """A shielded task started in the phase (a spawn finishing in the background) keeps
+    its own, shorter timeout: it ends at 0.1 s, not at the phase's 5 s."""
+
+    async def inner() -> float:
+        t = time.monotonic()
+        try:
+            async with own_timeout(0.1):
+                await asyncio.sleep(3)
+        except TimeoutError:
+            return time.monotonic() - t
+        return -1.0
+
+    async def phase() -> float:
+        return await asyncio.shield(asyncio.ensure_future(inner()))
+
+    _, took, err = asyncio.run(timed("action", phase, 5.0))
+    assert err is None and 0.05 < took < 1.0
+
+
+def test_an_action_under_the_phase_timeout_is_still_cut_and_killed() -> None:
+    """The exec channel's run with no timer of its own under `timed`: the phase's timeout
+    cuts it all the same, and the step's process group is killed (no `sleep` left)."""
+    from rtax_tui.hosts.local import LocalHost
+
+    host = LocalHost()
+    marker = f"sleep 30.{os.getpid()}{time.monotonic_ns() % 100000}"  # its own argv
+
+    async def act() -> object:
+        return await host.run(marker.split(), timeout=0.3, merge_stderr=True, capped=True)
+
+    dur, _, err = asyncio.run(timed("action", act, 0.3))
+    assert err is not None and err.kind == "action_timeout", err
+    assert 0.25e9 < dur < 5e9
+    time.sleep(0.1)
+    left = subprocess.run(["pgrep", "-fx", marker], capture_output=True, text=True).stdout
+    assert left == "", left
