@@ -436,13 +436,18 @@ class GvisorEnvironment(Environment):
                 pass
         if proc.returncode is None:
             try:
-                await self.host.run(self.runsc("kill", "--all", self.cid, "KILL"), timeout=10)
+                res = await self.host.run(self.runsc("kill", "--all", self.cid, "KILL"), timeout=10)
+                killed = res.returncode == 0
             except (TimeoutError, OSError, PhaseFailure):
-                pass
-            try:
-                await asyncio.wait_for(proc.wait(), KILL_WAIT_S)
-            except TimeoutError:
-                pass
+                killed = False
+            # `runsc run` exits once the container it runs is killed; one that refused the
+            # kill (a sandbox still starting: a create or ready cancelled) would not, and
+            # waiting for it cost every such teardown KILL_WAIT_S: its group is killed below
+            if killed:
+                try:
+                    await asyncio.wait_for(proc.wait(), KILL_WAIT_S)
+                except TimeoutError:
+                    pass
         if proc.returncode is None:
             await asyncio.to_thread(_kill_naming, self.dir)
         await self.host.kill(proc)
