@@ -72,15 +72,16 @@ def covers(timeout: float | None) -> bool:
     later than `timeout` would: it cancels this very task (not one the phase started,
     which it would not cancel) and is no longer (it started earlier). The call's own
     `asyncio.timeout` could never fire first, and costs 3-4 us (its timer): `own_timeout`
-    leaves it out."""
+    leaves it out.
+
+    Not once a cancellation of the task is under way (`cancelling()`): the phase's
+    timeout has fired (or a stop) and cancels nothing more, so a call made after it (a
+    driver's cleanup that caught the cancellation) would have no bound at all."""
     waits = _CURRENT.get()
-    return (
-        waits is not None
-        and waits.timeout is not None
-        and timeout is not None
-        and waits.timeout <= timeout
-        and waits.task is asyncio.current_task()
-    )
+    if waits is None or waits.timeout is None or timeout is None or waits.timeout > timeout:
+        return False
+    task = waits.task
+    return task is not None and task is asyncio.current_task() and not task.cancelling()
 
 
 _NO_TIMEOUT = nullcontext()
