@@ -5,7 +5,8 @@ has not fired. Once it has, it cancels nothing more: a call the same task makes 
 it (a driver's cleanup that caught the cancellation and runs a step, or a stop caught
 half-way) had no bound at all, and a hostile step that hangs there hung the phase.
 
-Each test runs a real environment of the local and stage drivers: the phase's first
+Each test runs a real environment of the local, stage and gvisor drivers (the ones
+whose actions take `own_timeout`: LocalHost.run's exec path and the framed shell): the phase's first
 step hangs into the phase's timeout, the phase catches the cancellation and runs a
 second hanging step with a timeout of its own (1 s), which must end it.
 
@@ -28,7 +29,9 @@ from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 
-STAGE = os.geteuid() == 0 and Cgroup.version() is not None and shutil.which("bwrap") is not None
+ROOT = os.geteuid() == 0 and Cgroup.version() is not None
+STAGE = ROOT and shutil.which("bwrap") is not None
+GVISOR = ROOT and shutil.which("runsc") is not None
 LABEL = f"owntimeout{os.getpid()}{os.urandom(2).hex()}"
 HANG_S = 12  # the second step's sleep: what the phase took when its own timeout was left out
 
@@ -39,7 +42,7 @@ def _env(driver: str, channel: str) -> Any:
     spec = EnvSpec(
         cell=Cell("local", driver, "w", channel),
         workload=Workload("w", ()),
-        limits=Limits(cpus=1, memory_mib=256, pids=256) if driver == "stage" else Limits(),
+        limits=Limits(cpus=1, memory_mib=256, pids=256) if driver != "local" else Limits(),
         label=LABEL,
     )
     return get_driver(driver, LocalHost(), {}).environment(spec)
@@ -48,15 +51,18 @@ def _env(driver: str, channel: str) -> Any:
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup() -> Iterator[None]:
     yield
-    if STAGE:
-        from rtax_tui.drivers.stage import StageDriver
+    from rtax_tui.drivers import get_driver
 
-        asyncio.run(StageDriver(LocalHost(), {}).cleanup(LABEL))
+    for name in ["stage"] * STAGE + ["gvisor"] * GVISOR:
+        asyncio.run(get_driver(name, LocalHost(), {}).cleanup(LABEL))
 
 
 DRIVERS = [
     "local",
     pytest.param("stage", marks=pytest.mark.skipif(not STAGE, reason="needs root, cgroups, bwrap")),
+    pytest.param(
+        "gvisor", marks=pytest.mark.skipif(not GVISOR, reason="needs root, cgroups, runsc")
+    ),
 ]
 
 
