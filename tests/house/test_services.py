@@ -217,9 +217,13 @@ def test_strays_the_daemon_leaves_end_with_it_only_if_they_came_while_it_ran(tmp
             # gives another PID than Popen's) when the caller leads its process group
             start_new_session=True,
         )
-        deadline = time.monotonic() + 5
+        # until it shows as a stray (bash has exec'd it under its mark): a stray not yet
+        # seen when the daemon starts counts as the daemon's (a loaded fast tier's
+        # rehearsal killed the older one so, its bash slower than a 5 s wait)
+        deadline = time.monotonic() + 60
         while p.pid not in strays() and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert p.pid in strays(), "the stray never showed its mark"
         return p.pid
 
     older = start_stray()
