@@ -391,7 +391,8 @@ async def probe_kvm(
                 f"KVM present but not usable: a KVM guest did not boot within {timeout:g} s",
             )
         except (PhaseFailure, OSError) as exc:  # e.g. the guest died: its socket reset
-            why = exc.message if isinstance(exc, PhaseFailure) else f"{type(exc).__name__}: {exc}"
+            # in words (no `[Errno 104]`): the reason is shown by doctor and recorded
+            why = exc.message if isinstance(exc, PhaseFailure) else _os_words(exc)
             with open(d("qemu.log"), errors="replace") as f:
                 lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
             tail = lines[-1][-200:] if lines else ""  # QEMU's last word
@@ -402,6 +403,13 @@ async def probe_kvm(
             await proc.wait()
             host.release(proc)
         d.remove()
+
+
+def _os_words(exc: OSError) -> str:
+    """An OSError as words: `the guest's socket: Connection reset by peer`."""
+    if isinstance(exc, ConnectionError):
+        return f"the guest's socket: {exc.strerror or type(exc).__name__}"
+    return exc.strerror or type(exc).__name__
 
 
 def _kvm_key(qemu: str, timeout: float) -> dict[str, Any] | None:
@@ -415,6 +423,7 @@ def _kvm_key(qemu: str, timeout: float) -> dict[str, Any] | None:
     if guest is None or exe is None:
         return None
     return {
+        "v": 2,  # the verdict's wording (2: an OSError in words, not its repr)
         "qemu": bootcache.file_key(exe),
         "kernel": os.uname().release,
         "dev": os.stat("/dev/kvm").st_rdev,
