@@ -17,7 +17,16 @@ from typing import Any, ClassVar
 from rtax_tui.hosts import Host
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.schema import Table, options_table, read_options
-from rtax_tui.model.spec import ActionResult, Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
+from rtax_tui.model.spec import (
+    ActionResult,
+    Cell,
+    EnvSpec,
+    Limits,
+    PhaseFailure,
+    ProbeFailed,
+    Step,
+    Workload,
+)
 
 SubTimer = Callable[[str], AbstractAsyncContextManager[None]]
 
@@ -115,7 +124,7 @@ class Environment(ABC):
         returns 0 through the cell's channel). Raises and may be cancelled as `create`."""
         res = await self.action(PROBE, None)
         if res.rc != 0:
-            raise PhaseFailure(ErrorKind.PROBE_FAILED, f"probe `true` returned {res.rc}")
+            raise ProbeFailed(res.rc)
 
     @abstractmethod
     async def action(self, step: Step, timeout: float | None) -> ActionResult:

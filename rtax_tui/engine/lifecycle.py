@@ -42,6 +42,7 @@ from rtax_tui.model.spec import (
     Cell,
     EnvSpec,
     PhaseFailure,
+    ProbeFailed,
     Step,
     Timeouts,
     Workload,
@@ -74,6 +75,12 @@ async def timed(
             msg = f"{phase} did not finish within {timeout:g} s"
             waited = waits.describe()
             err = TrialError(phase, timeout_kind(phase), f"{msg}: {waited}" if waited else msg)
+        except ProbeFailed as exc:  # ready's probe: the OOM killer's, as an action's
+            err = (
+                _oom_error(phase, "the probe `true`", barrier)
+                if _oom_killed(barrier, exc.rc)
+                else TrialError(phase, exc.kind, exc.message)
+            )
         except PhaseFailure as exc:
             err = TrialError(phase, exc.kind, exc.message)
         except asyncio.CancelledError:

@@ -59,6 +59,15 @@ class PhaseFailure(Exception):
         self.message = message
 
 
+class ProbeFailed(PhaseFailure):
+    """Ready's probe `true` returned `rc`, not 0: the status kept, so that the engine tells
+    the OOM killer's SIGKILL in a batch with a memory budget from another failure."""
+
+    def __init__(self, rc: int) -> None:
+        super().__init__(ErrorKind.PROBE_FAILED, f"probe `true` returned {rc}")
+        self.rc = rc
+
+
 class SubstrateLost(PhaseFailure):
     """The substrate (daemon, host) went away; later trials of it may fail fast."""
 

@@ -167,3 +167,28 @@ def test_action_event_counts_output_past_the_limit(monkeypatch):
     assert acts[0]["out_dropped"] == 8192 - 1024 and "out_dropped" not in acts[1]
     assert [check_event(e) for e in ev] == [None] * len(ev)
     assert check_event({**acts[0], "out_dropped": -1}) is not None  # a count, checked
+
+
+@pytest.mark.parametrize(
+    ("rc", "kills", "kind"),
+    [(-9, 1, "oom"), (137, 2, "oom"), (-9, 0, "probe_failed"), (1, 3, "probe_failed")],
+)
+def test_a_ready_probe_killed_by_the_oom_killer_is_its_work(rc: int, kills: int, kind: str) -> None:
+    """The OOM killer can take ready's probe `true` in a batch with a memory budget (a
+    rehearsal's capacity test saw {oom, probe_failed}): SIGKILLed in a batch whose budget
+    saw an OOM kill, the probe fails as `oom`, as an action does; otherwise as before."""
+    from rtax_tui.engine.lifecycle import timed
+    from rtax_tui.model.spec import ProbeFailed
+
+    class Budget:  # a double of the batch's barrier: its budget's OOM kills so far
+        expired = False
+
+        def oom_seen(self) -> int:
+            return kills
+
+    async def ready() -> None:
+        raise ProbeFailed(rc)
+
+    _, _, err = asyncio.run(timed("ready", ready, 5.0, Budget()))  # type: ignore[arg-type]
+    assert err is not None and err.phase == "ready" and err.kind == kind
+    assert (f"returned {rc}" in err.message) == (kind == "probe_failed")
