@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # conftest's session fixtures that bring up a daemon or an image a driver declares
@@ -37,6 +38,25 @@ def backend_fixtures(cls: type) -> tuple[str, ...]:
     if image is not None and image.kind in IMAGE_FIXTURES:
         out.append(IMAGE_FIXTURES[image.kind])
     return tuple(dict.fromkeys(out))
+
+
+def usable_driver(name: str, request: Any) -> Any:
+    """Driver `name` on this host: what it needs brought up (`backend_fixtures`, through
+    the test's `request`) and its own check passed, or the test skipped saying why."""
+    import asyncio
+
+    import pytest
+    from rtax_tui.drivers import driver_class, get_driver
+
+    from rtax_tui.hosts.local import LocalHost
+
+    for fixture in backend_fixtures(driver_class(name)):
+        request.getfixturevalue(fixture)
+    drv = get_driver(name, LocalHost(), {})
+    problems = asyncio.run(drv.check())
+    if problems:
+        pytest.skip(f"{name} cannot run here: {problems[0]}")
+    return drv
 
 
 SCRIPT_TIMEOUT_S = 180

@@ -32,6 +32,7 @@ from rtax_tui.drivers.toolkit import bootcache, vmguest
 
 from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
+from tests.services import usable_driver
 from tests.vmtools import ensure_guest
 
 LABEL = f"pyboot{os.getpid()}{os.urandom(2).hex()}"
@@ -59,19 +60,10 @@ def _verdicts() -> dict[str, tuple[int, int, bytes]]:
 
 
 def _usable(driver: str, request: pytest.FixtureRequest) -> Any:
+    """The driver, what it needs up and its check passed (tests/services.py), or a skip."""
     if not ROOT:
         pytest.skip("these drivers need root here")
-    if driver in ("docker", "podman"):
-        request.getfixturevalue(f"{driver}_engine")
-    if driver == "gvisor" and shutil.which("runsc") is None:
-        pytest.skip("runsc is not installed")
-    if driver in ("microvm", "libvirt"):
-        request.getfixturevalue("vm_guest")
-    drv = get_driver(driver, LocalHost(), {})
-    problems = asyncio.run(drv.check())
-    if problems:
-        pytest.skip(f"{driver} cannot run here: {problems[0]}")
-    return drv
+    return usable_driver(driver, request)
 
 
 @pytest.fixture(autouse=True, scope="module")

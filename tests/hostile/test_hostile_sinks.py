@@ -28,6 +28,7 @@ from rtax_tui.drivers.toolkit import assets as A
 
 from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, Step, Workload
+from tests.services import usable_driver
 
 LABEL = f"pysink{os.getpid()}{os.urandom(2).hex()}"
 ROOT = os.geteuid() == 0
@@ -44,18 +45,10 @@ def _spec(driver: str, channel: str, steps: tuple[Step, ...] = (), assets: bool 
 
 
 def _usable(driver: str, request: pytest.FixtureRequest) -> Any:
-    """The driver, its engine up (conftest's fixtures) and its check passed, or a skip."""
+    """The driver, what it needs up and its check passed (tests/services.py), or a skip."""
     if not ROOT:
         pytest.skip("these drivers need root here")
-    if driver in ("docker", "podman"):
-        request.getfixturevalue(f"{driver}_engine")
-    if driver == "gvisor" and shutil.which("runsc") is None:
-        pytest.skip("runsc is not installed")
-    drv = get_driver(driver, LocalHost(), {})
-    problems = asyncio.run(drv.check())
-    if problems:
-        pytest.skip(f"{driver} cannot run here: {problems[0]}")
-    return drv
+    return usable_driver(driver, request)
 
 
 def _du_kib(path: str) -> int:
