@@ -175,7 +175,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as exc:
         if output.is_stream_error(exc):
             raise  # stdout's: `output.guarded` says it
-        print(f"rtax: error: {exc.strerror or exc}", file=sys.stderr)
+        print(f"rtax: error: {exc.strerror or exc}{output.where(exc)}", file=sys.stderr)
         return 1
 
 

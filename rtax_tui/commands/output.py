@@ -9,6 +9,11 @@ stdout that was closed: `>&-`) is one line on stderr and status 1.
 held by /dev/null, so that no file rtax opens later (a recording) takes its number and
 receives what was meant for the stream; a closed stdout then raises EBADF on its first
 write, as it would have.
+
+An error is stdout's only if a write to stdout raised it: `prepare()` puts stdout's
+descriptor behind a writer that marks what its writes raise. An error of the same number
+from anywhere else (a descriptor of rtax's own closed twice) is not taken for stdout's:
+it is reported where it happened.
 """
 
 from __future__ import annotations
@@ -19,8 +24,46 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from typing import TextIO
 
 EXIT_PIPE = 128 + 13  # SIGPIPE
+
+
+_MARK = "rtax_stdout"  # the attribute a write to stdout sets on what it raises
+
+
+def _marked(exc: OSError) -> OSError:
+    setattr(exc, _MARK, True)
+    return exc
+
+
+class StdoutRaw(io.RawIOBase):
+    """stdout's descriptor, whose write errors say they are stdout's (`_os_write` is the
+    system call: a test's double of a failing device overrides it)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def _os_write(self, b: object) -> int:
+        return os.write(self._fd, b)  # type: ignore[arg-type]
+
+    def write(self, b: object) -> int | None:
+        try:
+            return self._os_write(b)
+        except BlockingIOError:
+            return None  # BufferedWriter's convention: nothing written yet
+        except OSError as exc:
+            raise _marked(exc) from None
 
 
 class _ClosedRaw(io.RawIOBase):
@@ -35,7 +78,7 @@ class _ClosedRaw(io.RawIOBase):
     def write(self, b: object) -> int:
         if self.silent:
             return len(b)  # type: ignore[arg-type]
-        raise OSError(errno.EBADF, "standard output is closed")
+        raise _marked(OSError(errno.EBADF, "standard output is closed"))
 
 
 def prepare() -> None:
@@ -54,10 +97,34 @@ def prepare() -> None:
             os.close(got)
     if 1 in closed:
         sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ClosedRaw()), write_through=True)
+    else:
+        cur: TextIO | None = sys.stdout
+        if cur is sys.__stdout__ and cur is not None:
+            sys.stdout = _marking(cur)
     if 2 in closed and sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     if 0 in closed and sys.stdin is None:
         sys.stdin = open(os.devnull)  # noqa: SIM115
+
+
+def _marking(old: TextIO | io.TextIOWrapper) -> TextIO:
+    """`old` (the interpreter's stdout) with the same encoding and buffering, written
+    through `StdoutRaw`; `old` itself where it is not descriptor 1 (rtax run inside
+    another program)."""
+    try:
+        if old.fileno() != 1:
+            return old
+        old.flush()
+    except (AttributeError, OSError, ValueError):
+        return old
+    tty = os.isatty(1)
+    return io.TextIOWrapper(
+        io.BufferedWriter(StdoutRaw(1)),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=tty,
+        write_through=False,
+    )
 
 
 def silence_stdout() -> None:
@@ -80,20 +147,20 @@ def silence_stdout() -> None:
 
 
 def is_stream_error(exc: BaseException) -> bool:
-    """A failed write to stdout: an OSError of no file name (a file's names its path)."""
-    return isinstance(exc, OSError) and exc.filename is None and exc.errno in STREAM_ERRNOS
+    """A failed write to stdout: an OSError a write to stdout raised (`prepare`)."""
+    return isinstance(exc, OSError) and getattr(exc, _MARK, False) is True
 
 
-STREAM_ERRNOS = {
-    errno.EPIPE,
-    errno.ENOSPC,
-    errno.EBADF,
-    errno.EIO,
-    errno.EFBIG,
-    errno.EDQUOT,
-    errno.EINVAL,
-    errno.ECONNRESET,
-}
+def where(exc: OSError) -> str:
+    """For an error no user can act on (EBADF: a descriptor of rtax's own used after it
+    was closed, a bug), where it was raised: " (at FILE:LINE)"; else ""."""
+    if exc.errno != errno.EBADF or exc.__traceback__ is None:
+        return ""
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f" (at {code.co_filename}:{tb.tb_lineno}, in {code.co_name})"
 
 
 def stream_failed(exc: OSError) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import errno
 import io
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -587,6 +588,11 @@ class _OutConsole(Console):
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
+        # Rich calls this while it handles the write's own error: that one is raised on,
+        # as it came (stdout's writer marked it stdout's)
+        exc = sys.exc_info()[1]
+        if isinstance(exc, BrokenPipeError):
+            raise exc
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
 

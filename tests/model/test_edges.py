@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtax_tui.commands import cli
+from rtax_tui.commands import cli, output
 from rtax_tui.model.recording import read_recording
 from tests.procs import tmpfs
 
@@ -511,16 +511,15 @@ def test_c1_a_cleanup_that_hangs_or_fails_is_named_and_the_others_run(tmp_path: 
 # -- property tests: streams, paths, early signals (bounded) ---------------------------------
 
 
-class _Failing(io.RawIOBase):
-    """A stdout whose writes fail with `err` after `after` bytes."""
+class _Failing(output.StdoutRaw):
+    """A stdout whose writes fail with `err` after `after` bytes (the system call's
+    double: what it raises is marked stdout's as the real one's is)."""
 
     def __init__(self, err: int, after: int) -> None:
+        super().__init__(1)
         self.err, self.left = err, after
 
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: object) -> int:
+    def _os_write(self, b: object) -> int:
         n = len(b)  # type: ignore[arg-type]
         if self.left <= 0:
             raise OSError(self.err, os.strerror(self.err))
@@ -573,6 +572,38 @@ def test_property_a_stream_that_fails_is_141_or_one_line(
         assert (status, text) == (141, "")
     else:
         assert status == 1 and text.count("\n") == 1 and "standard output" in text, text
+
+
+def test_an_error_of_stdouts_number_from_elsewhere_is_not_stdouts(monkeypatch) -> None:
+    """A descriptor of rtax's own used after it was closed raises EBADF with no file name,
+    as a closed stdout does: it was read as stdout's ("cannot write to standard output",
+    a kill -9 test's run with stdout on /dev/null). Only what a write to stdout raised is
+    stdout's; the other says where it came from."""
+
+    def dispatch(args: object, argv: object) -> int:
+        os.close(2**30)  # past any descriptor table: EBADF, as a descriptor closed twice
+        return 0
+
+    monkeypatch.setattr(cli, "_dispatch", dispatch)
+    out = io.TextIOWrapper(io.BufferedWriter(_Failing(errno.EBADF, 10**6)), write_through=True)
+    status, text = run_main(["report", str(EXAMPLE)], out)
+    assert status == 1
+    assert text.startswith("rtax: error: Bad file descriptor (at "), text
+    assert "standard output" not in text and "in dispatch)" in text, text
+    assert not output.is_stream_error(OSError(errno.EBADF, "Bad file descriptor"))
+
+
+def test_a_write_to_stdout_marks_its_error_and_nothing_else() -> None:
+    r, w = os.pipe()
+    os.close(r)
+    raw = output.StdoutRaw(w)
+    try:
+        with pytest.raises(BrokenPipeError) as got:
+            raw.write(b"x")
+    finally:
+        os.close(w)
+    assert output.is_stream_error(got.value)
+    assert not output.is_stream_error(BrokenPipeError(errno.EPIPE, "Broken pipe"))
 
 
 def _component() -> st.SearchStrategy[str]:
