@@ -54,6 +54,9 @@ BACKEND_TESTS = frozenset(
         "test_doctor_words.py::test_doctor_says_details_in_words_and_json_keeps_the_raw_facts",
         "test_ui_workbench.py::test_drivers_per_host_come_from_doctor_live_and_a_bad_host_says_why",
         "test_ui_workbench.py::test_an_ssh_host_added_in_the_launcher_is_checked_at_once_and_runs",
+        # `rtax reproduce lazy` makes the squashfs of the workload image, built first if
+        # it is not (2.4 minutes of the fast tier on one worker in a fresh root)
+        "test_reproduce.py::test_the_lazy_rows_are_the_image_delivery_of_the_recording",
     }
 )
 # no backend, but long (real runs, a cold mypy): `slow`, out of the fast tier
