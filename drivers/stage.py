@@ -249,12 +249,15 @@ class StageEnvironment(Environment):
             if m and b"}" in data[m.end() :]:
                 pid = int(m.group(1))
         if self.host.controller_local:
+            fd = -1
             try:
                 fd = os.pidfd_open(pid)
                 with open(f"/proc/{pid}/stat") as f:  # after the pidfd: the same process
                     self.start = start_time(f.read())
-                self.pidfd = fd
+                self.pidfd, fd = fd, -1
             except (OSError, ValueError, IndexError) as exc:
+                if fd >= 0:  # opened, but the process is not the one it was
+                    os.close(fd)
                 raise PhaseFailure(
                     ErrorKind.SANDBOX_FAILED, f"the sandbox's init is gone: {exc}"
                 ) from exc
@@ -419,12 +422,7 @@ class StageEnvironment(Environment):
         old_ws, old_cg, old_proc = self.workspace, self.cg, self.proc
         assert old_ws is not None and old_cg is not None
         self.proc = self.shell = None
-        if isinstance(self.reader, CredReader):
-            self.reader.close()
-        self.reader = None
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
+        self._let_go_of_init()
         self.pid = self.start = None
         self._auxv = None
         self._spawn = None
@@ -492,6 +490,16 @@ class StageEnvironment(Environment):
             return None
         return Cgroup(self.cg).memory_bytes()
 
+    def _let_go_of_init(self) -> None:
+        """What this environment holds of its init (the credentials reader, the pidfd),
+        closed once: a reset and a teardown both end here."""
+        if isinstance(self.reader, CredReader):
+            self.reader.close()
+        self.reader = None
+        if self.pidfd is not None:
+            fd, self.pidfd = self.pidfd, None
+            os.close(fd)
+
     # -- teardown ----------------------------------------------------------
 
     async def teardown(self) -> None:
@@ -507,12 +515,7 @@ class StageEnvironment(Environment):
             await self._end_init(graceful=not (self.shell and self.shell.broken))
             self.proc = None
             self.shell = None
-        if isinstance(self.reader, CredReader):
-            self.reader.close()
-        self.reader = None
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
+        self._let_go_of_init()
         if self.cg is not None:
             try:
                 await self.host.remove_cgroup(self.cg)
