@@ -153,7 +153,7 @@ def is_stream_error(exc: BaseException) -> bool:
 
 def where(exc: OSError) -> str:
     """For an error no user can act on (EBADF: a descriptor of rtax's own used after it
-    was closed, a bug), where it was raised: " (at FILE:LINE)"; else ""."""
+    was closed, a bug), where it was raised: " (at FILE:LINE, in FUNCTION)"; else ""."""
     if exc.errno != errno.EBADF or exc.__traceback__ is None:
         return ""
     tb = exc.__traceback__
