@@ -30,7 +30,9 @@ back to `ptrace`, recording which ran and why in the facts.
 Channel `exec`: the sandbox's init is a sleeper that says READY on its stdout; each
 action is a `runsc exec` (its status is the sentry's report, through runsc, a host
 process); at a timeout the host kills that `runsc exec`, and the sandbox then ends the
-step's process and its children (measured: `sleep 30 & sleep 30` left nothing).
+step's process and its children (measured: `sleep 30 & sleep 30` left nothing). The
+exec's stderr is the output pipe opened a second time, not a copy of its stdout (see
+`APART_STDERR`).
 Channel `shell`: the sandbox's init is `sh`, on `runsc run`'s stdin and stdout pipes,
 driven by FramedShell. `runsc run`'s stderr goes to a file (runsc hands its
 stdio to the sandbox: a pipe read to its end would wait for the sandbox).
@@ -88,6 +90,21 @@ HOSTNAME = "rtax"
 # The exec channel's init: says READY once the sandbox runs the workload, then waits (a
 # shell that waits also reaps the orphans of killed steps).
 SLEEPER = ["sh", "-c", "echo RTAX-READY; while :; do sleep 3600; done"]
+# `runsc exec` hands its stdio to the sentry, which imports each descriptor with the
+# flags it has then and sets it non-blocking for itself. Stdout and stderr as copies of
+# one descriptor are one open file: the second imported is non-blocking for the step,
+# whose writes then fail with EAGAIN whenever the host's reader is behind (measured on
+# runsc 20221219: `grep flags /proc/self/fdinfo/2` in the step said 04001; with a slow
+# reader, busybox `head -c 1048575` lost its tail with "standard output: I/O error" in
+# 5 of 30 runs). Stderr opened anew through /proc is another open file on the same pipe:
+# merged output in order, both blocking (0 of 100). Where stdout is no pipe (a socket
+# cannot be opened through /proc), stderr stays the copy.
+APART_STDERR = [
+    "sh",
+    "-c",
+    '[ -p /proc/self/fd/1 ] && command exec 2>/proc/self/fd/1; exec "$@"',
+    "rtax-exec",
+]
 PLATFORMS = ("systrap", "kvm", "ptrace")
 PLATFORM_PROBE_S = 15.0
 NETWORKS = ("none", "sandbox")
@@ -382,7 +399,7 @@ class GvisorEnvironment(Environment):
             return await shell_action(self.shell, step.argv, timeout, "the sandbox's shell")
         if self.proc is None:
             raise PhaseFailure(ErrorKind.NOT_CREATED, "the sandbox was never started")
-        argv = self.runsc("exec", "--cwd", WORKDIR, self.cid, *step.argv)
+        argv = [*APART_STDERR, *self.runsc("exec", "--cwd", WORKDIR, self.cid, *step.argv)]
         res = await run_exec(self.host, argv, cwd="/", env=None, timeout=timeout)
         if res.rc != 0 and self.proc.returncode is not None:
             raise PhaseFailure(

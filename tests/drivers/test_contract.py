@@ -148,6 +148,13 @@ def test_lifecycle_failed_action_and_double_teardown(driver_name, channel):
             assert r.rc == 3 and b"err" in r.output, r
             r = await act(env, "echo", "still")  # ...leaves the channel usable
             assert (r.rc, r.output) == (0, b"still\n"), r
+            # the step's stdout and stderr block, as a program expects of them (gVisor's
+            # exec made the second of two copies of one pipe non-blocking: writes failed
+            # with EAGAIN when the reader was behind, and output was lost)
+            r = await act(env, "grep", "^flags", "/proc/self/fdinfo/1", "/proc/self/fdinfo/2")
+            flags = [int(line.split()[-1], 8) for line in r.output.decode().splitlines()]
+            assert r.rc == 0 and len(flags) == 2, r
+            assert [f & os.O_NONBLOCK for f in flags] == [0, 0], r.output
         finally:
             await env.teardown()
         await env.teardown()  # twice: harmless
