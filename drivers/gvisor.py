@@ -29,10 +29,12 @@ back to `ptrace`, recording which ran and why in the facts.
 
 Channel `exec`: the sandbox's init is a sleeper that says READY on its stdout; each
 action is a `runsc exec` (its status is the sentry's report, through runsc, a host
-process); at a timeout the host kills that `runsc exec`, and the sandbox then ends the
-step's process and its children (measured: `sleep 30 & sleep 30` left nothing). The
-exec's stderr is the output pipe opened a second time, not a copy of its stdout (see
-`APART_STDERR`).
+process); at a timeout the host kills that `runsc exec`; the step's processes inside
+the sandbox run on (runsc 20221219: a timed-out `sleep 100` was still there 40 s later,
+red team 2026-12-07) until teardown ends the sandbox. No later step shares it with
+them: a timed-out action ends its trial, and a pooled environment whose trial failed
+is torn down, not reset (engine/pool.py). The exec's stderr is the output pipe opened
+a second time, not a copy of its stdout (see `APART_STDERR`).
 Channel `shell`: the sandbox's init is `sh`, on `runsc run`'s stdin and stdout pipes,
 driven by FramedShell. `runsc run`'s stderr goes to a file (runsc hands its
 stdio to the sandbox: a pipe read to its end would wait for the sandbox).
