@@ -158,8 +158,16 @@ def _stop_when_stdin_ends() -> None:
     it would end rtax reproduce (EPIPE) before report.json. A `stop` line first (the
     console's own ^C on its way) and the end sends none. A thread with blocking reads
     (a daemon: one still blocked when the study ends holds nothing up); the ^C goes
-    through `_CONSOLE`, only while the runs are armed."""
+    through `_CONSOLE`, only while the runs are armed.
+
+    The ^C is SIGINT, which a process started in the background of a shell without job
+    control inherits as ignored (Python then installs no handler): the console's own ^C
+    and the end's would do nothing, so here it is KeyboardInterrupt again."""
+    import signal
     import threading
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def watch() -> None:
         seen, asked = 0, False  # asked: the console said `stop` before its own ^C

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -248,5 +249,8 @@ def test_the_end_of_stdin_interrupts_once_unless_the_console_stopped_it_itself(
         capture_output=True,
         timeout=60,
         cwd=Path(__file__).parents[2],
+        # as a console started in a shell's background (no job control) would start it:
+        # SIGINT ignored, which the watcher's ^C must not be
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     assert proc.returncode == rc, proc.stderr
