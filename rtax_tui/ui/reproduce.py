@@ -61,8 +61,9 @@ class ReproduceScreen(Screen[int]):
         self.study_size = size
         self.drivers = drivers
         self.root = root
-        self._tmp = Path(tempfile.mkdtemp(prefix="rtax-reproduce-"))
-        self.live = self._tmp / "live.json"
+        # made when the screen is shown (on_mount): one made and never shown leaves nothing
+        self._tmp: Path | None = None
+        self.live: Path | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.returncode: int | None = None
         self.doc: dict[str, Any] | None = None
@@ -91,6 +92,8 @@ class ReproduceScreen(Screen[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._tmp = Path(tempfile.mkdtemp(prefix="rtax-reproduce-"))
+        self.live = self._tmp / "live.json"
         self.run_worker(self._run(), exclusive=True, group="reproduce")
         self.set_interval(REFRESH_S, self.redraw)
 
@@ -157,6 +160,8 @@ class ReproduceScreen(Screen[int]):
         self.returncode = proc.returncode
 
     def _read_live(self) -> None:
+        if self.live is None:
+            return
         try:
             st = self.live.stat()
         except OSError:
@@ -273,14 +278,18 @@ class ReproduceScreen(Screen[int]):
         self.redraw()
         await self.stop()
         self.workers.cancel_group(self, "reproduce")
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._drop_tmp()
         self.dismiss(self.returncode or 0)
 
     async def on_unmount(self) -> None:
         """The app closing (not by `q`): the study is stopped and waited for here too,
         so that the console ends after it."""
         await self.stop()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._drop_tmp()
+
+    def _drop_tmp(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 STUDY_CHOICES = (

@@ -254,3 +254,15 @@ def test_the_end_of_stdin_interrupts_once_unless_the_console_stopped_it_itself(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     assert proc.returncode == rc, proc.stderr
+
+
+def test_a_screen_made_and_never_shown_leaves_no_directory(tmp_path: Path, monkeypatch) -> None:
+    """Its live file's directory was made when the screen was built: every screen built
+    and never shown (a test's, one refused) left an empty `rtax-reproduce-*` behind."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    scr = ReproduceScreen("pvisor")
+    assert scr._trials_ended(str(tmp_path / "none.jsonl")) == 0
+    del scr
+    assert list(tmp_path.iterdir()) == []
