@@ -56,3 +56,14 @@ def stop_gracefully(proc: subprocess.Popen[bytes], wait_s: float = 20.0) -> None
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# A step that prints the flags of its own stdout and stderr (/proc/self/fdinfo), as every
+# driver's environment can run it, and what they say: the two streams block, as programs
+# expect (gVisor's exec once made one of two copies of one pipe non-blocking for the step).
+STREAM_FLAGS = ("grep", "^flags", "/proc/self/fdinfo/1", "/proc/self/fdinfo/2")
+
+
+def nonblocking_streams(output: bytes) -> list[bool]:
+    """For each flags line STREAM_FLAGS printed, in order: is O_NONBLOCK set?"""
+    return [bool(int(line.split()[-1], 8) & os.O_NONBLOCK) for line in output.decode().splitlines()]

@@ -27,6 +27,7 @@ from rtax_tui.drivers import Driver, driver_class, get_driver, names
 from rtax_tui.hosts.local import LocalHost
 from rtax_tui.model.spec import Cell, EnvSpec, Limits, PhaseFailure, Step, Workload
 from tests.leftovers import leftovers
+from tests.procs import STREAM_FLAGS, nonblocking_streams
 from tests.services import backend_fixtures
 
 CHANNELS = ("exec", "shell")
@@ -151,10 +152,8 @@ def test_lifecycle_failed_action_and_double_teardown(driver_name, channel):
             # the step's stdout and stderr block, as a program expects of them (gVisor's
             # exec made the second of two copies of one pipe non-blocking: writes failed
             # with EAGAIN when the reader was behind, and output was lost)
-            r = await act(env, "grep", "^flags", "/proc/self/fdinfo/1", "/proc/self/fdinfo/2")
-            flags = [int(line.split()[-1], 8) for line in r.output.decode().splitlines()]
-            assert r.rc == 0 and len(flags) == 2, r
-            assert [f & os.O_NONBLOCK for f in flags] == [0, 0], r.output
+            r = await act(env, *STREAM_FLAGS)
+            assert r.rc == 0 and nonblocking_streams(r.output) == [False, False], r
         finally:
             await env.teardown()
         await env.teardown()  # twice: harmless

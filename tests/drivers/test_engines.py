@@ -38,6 +38,7 @@ from rtax_tui.hosts.local import LocalHost  # noqa: E402
 from rtax_tui.model.recording import read_recording  # noqa: E402
 from rtax_tui.model.spec import EnvSpec, Limits, PhaseFailure, Step, SubstrateLost  # noqa: E402
 from tests.containertools import busybox_image, conmon_of, containers_of, env_spec  # noqa: E402
+from tests.procs import STREAM_FLAGS, nonblocking_streams  # noqa: E402
 
 CHANNELS = ("exec", "shell")
 LABEL = f"pyten{os.getpid()}{os.urandom(2).hex()}"
@@ -431,9 +432,7 @@ def test_runtime_runsc_runs_under_gvisor(engine, channel, request):
             kernel = (await act(env, "uname", "-r")).output
             rc = (await act(env, "sh", "-c", "echo out; exit 7")).rc
             dmesg = (await act(env, "dmesg")).output
-            flags = (
-                await act(env, "grep", "^flags", "/proc/self/fdinfo/1", "/proc/self/fdinfo/2")
-            ).output
+            flags = (await act(env, *STREAM_FLAGS)).output
         finally:
             await env.teardown()
         return kernel, rc, dmesg, flags
@@ -444,8 +443,7 @@ def test_runtime_runsc_runs_under_gvisor(engine, channel, request):
     assert rc == 7
     # the step's stdout and stderr block (the gvisor driver's exec made one non-blocking
     # for the step while they were two copies of one pipe: docs/boundaries.md)
-    modes = [int(line.split()[-1], 8) for line in flags.decode().splitlines()]
-    assert len(modes) == 2 and [m & os.O_NONBLOCK for m in modes] == [0, 0], flags
+    assert nonblocking_streams(flags) == [False, False], flags
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
