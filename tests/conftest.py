@@ -175,12 +175,21 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "backend: needs a daemon, a VM, runsc, sshd, SWE-ReX, a browser or an image build",
     )
+    config.addinivalue_line(
+        "markers", "alone: of the rest, needs the machine to itself (tests/tiers.py)"
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        item.add_marker(tiers.tier(item))
+        tier = tiers.tier(item)
+        item.add_marker(tier)
+        if tier != "fast":
+            group = tiers.group(item)
+            item.add_marker(
+                pytest.mark.alone if group == "alone" else pytest.mark.xdist_group(group)
+            )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -202,10 +211,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> None:
     """In a run of fast tests only, no daemon starts: a test classed fast that asks for a
-    backend at run time fails, naming where to class it."""
+    backend at run time fails, naming where to class it. On xdist's workers, a daemon or
+    image is brought up only by its group's tests (tests/tiers.py): the other worker's
+    session would share it and stop it while this one's tests still use it."""
     if _fast_only and fixturedef.argname in tiers.BACKEND_FIXTURES:
         pytest.fail(
             f"{request.node.nodeid} is in the fast tier but asks for {fixturedef.argname}: "
             "add its file to BACKEND_FILES or the test to BACKEND_TESTS in tests/tiers.py",
+            pytrace=False,
+        )
+    owner = (
+        tiers.VMS
+        if fixturedef.argname in tiers.VM_FIXTURES
+        else tiers.OTHERS
+        if fixturedef.argname in tiers.OTHER_FIXTURES
+        else None
+    )
+    test = getattr(request, "_pyfuncitem", request.node)  # a session fixture's: the test's
+    mark = test.get_closest_marker("xdist_group")
+    if owner and os.environ.get("PYTEST_XDIST_WORKER") and mark and mark.args[0] != owner:
+        pytest.fail(
+            f"{test.nodeid} is in the {mark.args[0]} group but asks for {fixturedef.argname}, "
+            f"which the {owner} group's worker owns: class it in tests/tiers.py",
             pytrace=False,
         )

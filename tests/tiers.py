@@ -112,3 +112,64 @@ def tier(item: Any) -> str:
     ):
         return "slow"
     return "fast"
+
+
+# -- the rest, on two workers ----------------------------------------------------------------
+# `pytest -m "not fast and not alone" -n 2 --dist loadgroup` runs every other test in two
+# xdist groups, one a worker, side by side: the VMs' (libvirtd, QEMU under TCG, the guest
+# image) and the others' (dockerd, podman, runsc, sshd in its namespaces, Ray, the slow
+# tests). A daemon or image belongs to one group's worker, which starts and stops it
+# (tests/conftest.py fails a test of the other group that asks for it); then `pytest -m
+# alone` runs, one after another, what must have the machine to itself.
+VMS = "vms"
+OTHERS = "others"
+# fixtures that bring up what the VM group's worker owns, and the others' worker's
+VM_FIXTURES = frozenset({"libvirtd", "vm_guest"})
+OTHER_FIXTURES = frozenset(
+    {
+        "dockerd", "podman_service", "docker_engine", "podman_engine", "podman_runsc_service",
+        "image_tools", "lab",
+    }
+)  # fmt: skip
+# a VM named by a parameter's value or a word of the test's name
+VM_WORDS = frozenset({"libvirt", "libvirtd", "microvm", "kvm", "qemu", "vm"})
+VM_FILES = frozenset(
+    {
+        "test_libvirtd_faults.py", "test_probe_vm.py", "test_vm_kill.py", "test_vm_kvm_probe.py",
+        "test_vm_libvirt.py", "test_vm_microvm.py", "test_vmagent.py",
+    }
+)  # fmt: skip
+# `rtax doctor` boots the KVM probe's guest (BACKEND_TESTS above)
+VM_TESTS = frozenset(k for k in BACKEND_TESTS if "doctor" in k)
+# tests that must have the machine alone: they count what any probe, run or VM leaves on
+# the host by global names (the probe's plants in /root, loop devices, its listener), or
+# need both groups' daemons at once (a VM beside a registry; `ssh_doc`: doctor over SSH
+# on a host with dockerd, podman and libvirtd)
+ALONE_FILES = frozenset({"test_probe_cli.py", "test_probe_ssh.py", "test_image_delivery.py"})
+ALONE_FIXTURES = frozenset({"ssh_doc"})
+ALONE_TESTS: frozenset[str] = frozenset()
+
+
+def group(item: Any) -> str:
+    """VMS, OTHERS or "alone" for a test of the rest (not fast)."""
+    file = item.path.name
+    name = getattr(item, "originalname", item.name)
+    key = f"{file}::{name}"
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if file in ALONE_FILES or key in ALONE_TESTS or fixtures & ALONE_FIXTURES:
+        return "alone"
+    callspec = getattr(item, "callspec", None)
+    values = {
+        w
+        for v in (callspec.params.values() if callspec is not None else ())
+        if isinstance(v, str)
+        for w in v.replace("[", "-").replace("]", "-").split("-")
+    }
+    if (
+        file in VM_FILES
+        or key in VM_TESTS
+        or fixtures & VM_FIXTURES
+        or (values | set(name.split("_"))) & VM_WORDS
+    ):
+        return VMS
+    return OTHERS

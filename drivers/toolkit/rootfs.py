@@ -9,6 +9,8 @@ No terminal code here.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -16,7 +18,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rtax_tui.drivers.toolkit.assets import cache_dir
@@ -183,6 +185,22 @@ def debian_rootfs_path() -> str:
     return str(cache_dir() / "images" / f"workload-{DEBIAN_SUITE}-{digest}.tar")
 
 
+@contextlib.contextmanager
+def build_lock(path: str) -> Iterator[None]:
+    """Hold flock(2) on `path`.lock while `path` is built: two processes that build the
+    same cached file at once (two `rtax images build`, the test suite's two workers, one
+    building a container image and the other the VM's root disk from the same tarball)
+    build it once, the second finding it built when the first is done. The lock file is
+    the cache's, in the user's own directory."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def build_debian_rootfs(*, force: bool = False, log: Log | None = None) -> str:
     """debootstrap the Debian root filesystem and tar it into the cache (or find it
     there); return the tarball's path. Needs root."""
@@ -193,6 +211,15 @@ def build_debian_rootfs(*, force: bool = False, log: Log | None = None) -> str:
         return dest
     if os.geteuid() != 0:
         raise RtaxError("images: building the Debian image needs root (debootstrap)")
+    with build_lock(dest):
+        if not force and os.path.isfile(dest):
+            say(f"{dest}: built by another process meanwhile")
+            return dest
+        return _debootstrap_into(dest, say)
+
+
+def _debootstrap_into(dest: str, say: Log) -> str:
+    """debootstrap and pack the Debian root as the tarball `dest` (atomically)."""
     exe = _ensure_debootstrap(say)
     mirror = apt_mirror()
     os.makedirs(os.path.dirname(dest), exist_ok=True)

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtax_tui.drivers.toolkit.rootfs import build_debian_rootfs, find_static_busybox
+from rtax_tui.drivers.toolkit.rootfs import build_debian_rootfs, build_lock, find_static_busybox
 
 from rtax_tui.model.spec import RtaxError
 
@@ -323,7 +323,11 @@ def build_guest(*, root: bool = True, force: bool = False, log: Log | None = Non
     say = log or (lambda _m: None)
     kver = kernel_version()
     d = guest_dir(kver)
-    os.makedirs(d, exist_ok=True)
+    with build_lock(os.path.join(d, "guest")):  # its `.tmp` names are fixed: one builder
+        return _build_guest(d, kver, root, force, say)
+
+
+def _build_guest(d: str, kver: str, root: bool, force: bool, say: Log) -> GuestFiles:
     kernel, initrd = os.path.join(d, "vmlinuz"), os.path.join(d, "initramfs.cpio")
     if force or not os.path.isfile(kernel):
         shutil.copyfile(f"/boot/vmlinuz-{kver}", kernel + ".tmp")

@@ -30,3 +30,40 @@ def test_static_busybox_is_told_from_a_dynamic_binary():
     assert bb is None or rootfs.is_static_elf(bb)
     assert not rootfs.is_static_elf("/bin/sh") or os.path.realpath("/bin/sh").endswith("busybox")
     assert not rootfs.is_static_elf("/nonexistent")
+
+
+def test_two_builders_at_once_build_the_root_once(tmp_path, monkeypatch):
+    """Two processes building the cached Debian root at once (the suite's two workers, a
+    container image and the VM's root disk) debootstrap once: the second waits on the
+    first's lock and finds the tarball built."""
+    import threading
+    import time
+
+    dest = tmp_path / "images" / "workload.tar"
+    builds: list[int] = []
+
+    def fake_build(path: str, say) -> str:
+        builds.append(threading.get_ident())
+        time.sleep(0.3)  # the other builder arrives while this one works
+        with open(path + ".part", "w") as f:
+            f.write("root")
+        os.replace(path + ".part", path)
+        return path
+
+    monkeypatch.setattr(rootfs, "debian_rootfs_path", lambda: str(dest))
+    monkeypatch.setattr(rootfs, "_debootstrap_into", fake_build)
+    monkeypatch.setattr(rootfs.os, "geteuid", lambda: 0)
+    said: list[str] = []
+    got: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(rootfs.build_debian_rootfs(log=said.append)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert got == [str(dest), str(dest)]
+    assert len(builds) == 1, "both builders debootstrapped"
+    assert any("meanwhile" in s for s in said)
+    assert dest.read_text() == "root"
