@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
@@ -186,16 +187,30 @@ def debian_rootfs_path() -> str:
 
 
 @contextlib.contextmanager
-def build_lock(path: str) -> Iterator[None]:
+def build_lock(path: str, say: Log | None = None) -> Iterator[None]:
     """Hold flock(2) on `path`.lock while `path` is built: two processes that build the
     same cached file at once (two `rtax images build`, the test suite's two workers, one
     building a container image and the other the VM's root disk from the same tarball)
-    build it once, the second finding it built when the first is done. The lock file is
-    the cache's, in the user's own directory."""
+    build it once, the second saying it waits and then finding it built. The lock file is
+    the cache's, in the user's own directory; anything else found at its name (a link, a
+    FIFO, a file of another user that its owner could hold locked for ever) is refused."""
+    lock = path + ".lock"
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK
+    fd = os.open(lock, flags, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+            kind = "a file" if stat.S_ISREG(st.st_mode) else "not a file"
+            raise RtaxError(
+                f"images: {lock}: not a lock file rtax made ({kind}, uid {st.st_uid}, "
+                f"{st.st_nlink} links); remove it"
+            )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            (say or (lambda _m: None))(f"{path}: another rtax is building it; waiting")
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -211,7 +226,7 @@ def build_debian_rootfs(*, force: bool = False, log: Log | None = None) -> str:
         return dest
     if os.geteuid() != 0:
         raise RtaxError("images: building the Debian image needs root (debootstrap)")
-    with build_lock(dest):
+    with build_lock(dest, say):
         if not force and os.path.isfile(dest):
             say(f"{dest}: built by another process meanwhile")
             return dest

@@ -322,8 +322,12 @@ def build_guest(*, root: bool = True, force: bool = False, log: Log | None = Non
     """Build (or find) the guest kernel, initramfs and, with `root`, the root disk."""
     say = log or (lambda _m: None)
     kver = kernel_version()
+    built = guest_files(need_root=root)
+    if not force and built is not None:  # no lock to read what is built
+        say(f"{built.initramfs}: already built")
+        return built
     d = guest_dir(kver)
-    with build_lock(os.path.join(d, "guest")):  # its `.tmp` names are fixed: one builder
+    with build_lock(os.path.join(d, "guest"), say):  # its `.tmp` names are fixed: one builder
         return _build_guest(d, kver, root, force, say)
 
 

@@ -66,4 +66,29 @@ def test_two_builders_at_once_build_the_root_once(tmp_path, monkeypatch):
     assert got == [str(dest), str(dest)]
     assert len(builds) == 1, "both builders debootstrapped"
     assert any("meanwhile" in s for s in said)
+    assert any("waiting" in s for s in said), said
     assert dest.read_text() == "root"
+
+
+def test_a_lock_file_rtax_did_not_make_is_refused(tmp_path):
+    """At the lock's name, a link, a FIFO or a file another user owns (who could hold it
+    locked for ever) ends the build with a one-line error naming it, not a hang."""
+    import pytest
+
+    from rtax_tui.model.spec import RtaxError
+
+    target = tmp_path / "elsewhere"
+    target.write_text("x")
+    cases = {"link": lambda p: os.symlink(target, p), "fifo": os.mkfifo}
+    if os.geteuid() == 0:
+        cases["foreign"] = lambda p: (open(p, "w").close(), os.chown(p, 65534, 65534))
+    for name, plant in cases.items():
+        path = str(tmp_path / name)
+        plant(path + ".lock")
+        with pytest.raises((RtaxError, OSError)) as exc:
+            with rootfs.build_lock(path):
+                raise AssertionError(f"{name}: locked")
+        assert path + ".lock" in str(exc.value), (name, exc.value)
+    assert target.read_text() == "x"
+    with rootfs.build_lock(str(tmp_path / "fresh")):
+        pass  # rtax's own: taken
