@@ -178,6 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "alone: of the rest, needs the machine to itself (tests/tiers.py)"
     )
+    config.pluginmanager.register(_FixtureGuard(), "rtax-fixture-guard")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
@@ -209,29 +210,35 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     )
 
 
-def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> None:
-    """In a run of fast tests only, no daemon starts: a test classed fast that asks for a
-    backend at run time fails, naming where to class it. On xdist's workers, a daemon or
-    image is brought up only by its group's tests (tests/tiers.py): the other worker's
-    session would share it and stop it while this one's tests still use it."""
-    if _fast_only and fixturedef.argname in tiers.BACKEND_FIXTURES:
-        pytest.fail(
-            f"{request.node.nodeid} is in the fast tier but asks for {fixturedef.argname}: "
-            "add its file to BACKEND_FILES or the test to BACKEND_TESTS in tests/tiers.py",
-            pytrace=False,
+class _FixtureGuard:
+    """Registered as a plugin (pytest_configure), not a conftest hook: a conftest's hooks
+    see only fixtures of nodes under its directory, and a session fixture's node is the
+    session, above tests/, so a conftest hook never saw dockerd, libvirtd or the images."""
+
+    @staticmethod
+    def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> None:
+        """In a run of fast tests only, no daemon starts: a test classed fast that asks for a
+        backend at run time fails, naming where to class it. On xdist's workers, a daemon or
+        image is brought up only by its group's tests (tests/tiers.py): the other worker's
+        session would share it and stop it while this one's tests still use it."""
+        test = getattr(request, "_pyfuncitem", request.node)  # a session fixture's: the test's
+        if _fast_only and fixturedef.argname in tiers.BACKEND_FIXTURES:
+            pytest.fail(
+                f"{test.nodeid} is in the fast tier but asks for {fixturedef.argname}: "
+                "add its file to BACKEND_FILES or the test to BACKEND_TESTS in tests/tiers.py",
+                pytrace=False,
+            )
+        owner = (
+            tiers.VMS
+            if fixturedef.argname in tiers.VM_FIXTURES
+            else tiers.OTHERS
+            if fixturedef.argname in tiers.OTHER_FIXTURES
+            else None
         )
-    owner = (
-        tiers.VMS
-        if fixturedef.argname in tiers.VM_FIXTURES
-        else tiers.OTHERS
-        if fixturedef.argname in tiers.OTHER_FIXTURES
-        else None
-    )
-    test = getattr(request, "_pyfuncitem", request.node)  # a session fixture's: the test's
-    mark = test.get_closest_marker("xdist_group")
-    if owner and os.environ.get("PYTEST_XDIST_WORKER") and mark and mark.args[0] != owner:
-        pytest.fail(
-            f"{test.nodeid} is in the {mark.args[0]} group but asks for {fixturedef.argname}, "
-            f"which the {owner} group's worker owns: class it in tests/tiers.py",
-            pytrace=False,
-        )
+        mark = test.get_closest_marker("xdist_group")
+        if owner and os.environ.get("PYTEST_XDIST_WORKER") and mark and mark.args[0] != owner:
+            pytest.fail(
+                f"{test.nodeid} is in the {mark.args[0]} group but asks for {fixturedef.argname}, "
+                f"which the {owner} group's worker owns: class it in tests/tiers.py",
+                pytrace=False,
+            )

@@ -143,10 +143,10 @@ VM_FILES = frozenset(
 VM_TESTS = frozenset(k for k in BACKEND_TESTS if "doctor" in k)
 # tests that must have the machine alone: they count what any probe, run or VM leaves on
 # the host by global names (the probe's plants in /root, loop devices, its listener), or
-# need both groups' daemons at once (a VM beside a registry; `ssh_doc`: doctor over SSH
-# on a host with dockerd, podman and libvirtd)
+# need both groups' daemons at once (a VM beside a registry; the probe of stage, local or
+# over SSH, with dockerd, podman and libvirtd up, so that a step may try their sockets)
 ALONE_FILES = frozenset({"test_probe_cli.py", "test_probe_ssh.py", "test_image_delivery.py"})
-ALONE_FIXTURES = frozenset({"ssh_doc"})
+ALONE_FIXTURES = frozenset({"ssh_doc", "local_doc"})
 ALONE_TESTS: frozenset[str] = frozenset()
 
 
@@ -155,8 +155,13 @@ def group(item: Any) -> str:
     file = item.path.name
     name = getattr(item, "originalname", item.name)
     key = f"{file}::{name}"
-    fixtures = set(getattr(item, "fixturenames", ()))
-    if file in ALONE_FILES or key in ALONE_TESTS or fixtures & ALONE_FIXTURES:
+    fixtures = set(getattr(item, "fixturenames", ()))  # with what they ask for in turn
+    if (
+        file in ALONE_FILES
+        or key in ALONE_TESTS
+        or fixtures & ALONE_FIXTURES
+        or (fixtures & VM_FIXTURES and fixtures & OTHER_FIXTURES)
+    ):
         return "alone"
     callspec = getattr(item, "callspec", None)
     values = {

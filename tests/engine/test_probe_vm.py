@@ -48,7 +48,15 @@ def test_the_guest_keeps_every_check(driver: str, channel: str, request) -> None
     # the workspace is a disk image of workspace_mib: a write past it stops there
     assert "workspace_size" in drv.promised_checks()
     assert runs[("local", channel)]["workspace_size"] in ("blocked", "held")
-    promised_bad = [b for b in failures(doc, driver) if b.split()[1][:-1] not in unpromised]
+    # a daemon's socket the host has no daemon for is n/a (nothing there to reach: it is
+    # up or not as the other tests' daemons come and go); the probe's own socket on the
+    # host (`probe_socket`, promised) measures the same way out whatever runs
+    promised_bad = [
+        b
+        for b in failures(doc, driver)
+        if b.split()[1][:-1] not in unpromised and "socket on the host" not in b
+    ]
+    assert runs[("local", channel)]["probe_socket"] in ("blocked", "held")
     assert promised_bad == []
     assert doc["drivers"][driver]["summary"]["broken_promises"] == []
     evidence = doc["drivers"][driver]["checks"]["proc_sys"]["evidence"]

@@ -44,5 +44,6 @@ def test_a_test_goes_where_what_it_asks_for_lives() -> None:
     # the machine alone: global counts, and what needs both workers' daemons
     assert g(_item("test_probe_cli.py", "test_anything")) == "alone"
     assert g(_item("test_probe_stage.py", "test_over_ssh[x]", ("ssh_doc",), c="x")) == "alone"
+    assert g(_item("test_a.py", "test_both", ("x_doc", "dockerd", "libvirtd"))) == "alone"
     # a word inside another word is not a VM's name
     assert g(_item("test_a.py", "test_environments_move", d="process_vm")) == tiers.OTHERS
