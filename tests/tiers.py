@@ -85,18 +85,22 @@ SLOW_TESTS = frozenset(
 )
 
 
-def tier(item: Any) -> str:
-    """ "backend", "slow" or "fast" for a collected test item."""
+def _facts(item: Any) -> tuple[str, str, str, set[str], list[str]]:
+    """What the rules read of a test item: its file's name, its function's name, the
+    `file::name` key, its fixtures (with what they ask for in turn) and its parameters'
+    string values."""
     file = item.path.name
     name = getattr(item, "originalname", item.name)
-    key = f"{file}::{name}"
-    fixtures = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
-    values = {
-        v.partition("[")[0]
-        for v in (callspec.params.values() if callspec is not None else ())
-        if isinstance(v, str)
-    }
+    params = callspec.params.values() if callspec is not None else ()
+    strings = [v for v in params if isinstance(v, str)]
+    return file, name, f"{file}::{name}", set(getattr(item, "fixturenames", ())), strings
+
+
+def tier(item: Any) -> str:
+    """ "backend", "slow" or "fast" for a collected test item."""
+    file, name, key, fixtures, params = _facts(item)
+    values = {v.partition("[")[0] for v in params}
     if (
         file in BACKEND_FILES
         or key in BACKEND_TESTS
@@ -152,10 +156,7 @@ ALONE_TESTS: frozenset[str] = frozenset()
 
 def group(item: Any) -> str:
     """VMS, OTHERS or "alone" for a test of the rest (not fast)."""
-    file = item.path.name
-    name = getattr(item, "originalname", item.name)
-    key = f"{file}::{name}"
-    fixtures = set(getattr(item, "fixturenames", ()))  # with what they ask for in turn
+    file, name, key, fixtures, params = _facts(item)
     if (
         file in ALONE_FILES
         or key in ALONE_TESTS
@@ -163,13 +164,7 @@ def group(item: Any) -> str:
         or (fixtures & VM_FIXTURES and fixtures & OTHER_FIXTURES)
     ):
         return "alone"
-    callspec = getattr(item, "callspec", None)
-    values = {
-        w
-        for v in (callspec.params.values() if callspec is not None else ())
-        if isinstance(v, str)
-        for w in v.replace("[", "-").replace("]", "-").split("-")
-    }
+    values = {w for v in params for w in v.replace("[", "-").replace("]", "-").split("-")}
     if (
         file in VM_FILES
         or key in VM_TESTS
