@@ -99,6 +99,19 @@ def _engines_left() -> list[str]:
     return left
 
 
+def _left_after(wait_s: float, *naps: str) -> list[str]:
+    """What is still running after up to `wait_s`: the node engines (and their reapers)
+    and processes whose command line holds one of `naps`. Ray ends an actor's process
+    after `ray.kill` returns, so a controller that has exited may leave its engines a
+    moment more; they must be gone within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = _engines_left() + [p for nap in naps for p in processes(nap)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)
+
+
 def test_t0_runs_on_every_node_each_with_its_clock(cluster, tmp_path):
     rec = tmp_path / "t0.jsonl"
     res = _rtax(
@@ -136,7 +149,7 @@ def test_t0_runs_on_every_node_each_with_its_clock(cluster, tmp_path):
     assert rep.returncode == 0, rep.stderr
     got = {c["cell"] for c in json.loads(rep.stdout)["cells"]}
     assert got == {c.id for c in cells}
-    assert _engines_left() == [] and leftovers(head["run_id"]) == []
+    assert _left_after(30) == [] and leftovers(head["run_id"]) == []
 
 
 def test_pooled_t0_on_stage_keeps_a_pool_on_every_node(cluster, tmp_path):
@@ -198,7 +211,7 @@ reset = "clean"
     assert set(per_host) == set(hosts)
     for h, d in per_host.items():
         assert d["trials"] == 2 and d["pool_ops"]["create"] >= 1, (h, d)
-    assert _engines_left() == [] and leftovers(head["run_id"]) == []
+    assert _left_after(30) == [] and leftovers(head["run_id"]) == []
 
 
 def test_an_environment_reaches_the_cluster_from_local_but_not_from_stage(cluster, tmp_path):
@@ -234,6 +247,7 @@ steps = [{{ argv = ["python3", "-c", "{probe}"], expect_rc = "nonzero" }}]
     assert len(driver) == 6
     assert {rc for d, rc in rcs if d == "stage"} == {1}, rcs  # no route: refused
     assert {rc for d, rc in rcs if d == "local"} == {0}, rcs  # connected
+    assert _left_after(30) == []
 
 
 def _nap_profile(path: Path, nap: str, driver: str) -> Path:
@@ -296,10 +310,7 @@ def test_an_interrupted_run_stops_every_node_and_leaves_nothing(cluster, tmp_pat
     ends = [e for e in evs if e["type"] == "trial_end"]
     assert len(ends) == 3 and all(e["error"]["kind"] == "interrupted" for e in ends), ends
     assert evs[-1]["type"] == "run_end" and evs[-1]["status"] == "interrupted"
-    deadline = time.monotonic() + 30
-    while (processes(nap) or _engines_left()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes(nap) == [] and _engines_left() == []
+    assert _left_after(30, nap) == []
     assert leftovers(evs[0]["run_id"]) == []
 
 
@@ -320,7 +331,7 @@ def test_probe_and_cleanup_say_in_one_line_that_they_do_not_reach_ray_nodes(clus
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
     assert "[capacity] memory_mib" in lines[0]
-    assert _engines_left() == []
+    assert _left_after(30) == []
 
 
 def _capacity_profile(path: Path, step: str, deadline_s: int) -> Path:
@@ -387,7 +398,7 @@ def test_a_capacity_batch_spread_over_the_nodes_reaches_one_barrier(cluster, tmp
     assert rep.returncode == 0, rep.stderr
     caps = [c["capacity"] for c in json.loads(rep.stdout)["cells"]]
     assert all(c is not None and c["arrived_tasks"] == 1 for c in caps), caps
-    assert _engines_left() == [] and leftovers(evs[0]["run_id"]) == []
+    assert _left_after(30) == [] and leftovers(evs[0]["run_id"]) == []
 
 
 def test_a_node_killed_mid_batch_leaves_its_trial_lost_and_the_others_released(cluster, tmp_path):
@@ -435,10 +446,7 @@ def test_a_node_killed_mid_batch_leaves_its_trial_lost_and_the_others_released(c
         assert b["arrived"] == (0 if host == victim_host else 1), b
         assert (b["release_lag_ns"] is None) == (host == victim_host), b
     assert evs[-1]["type"] == "run_end" and evs[-1]["status"] == "completed"
-    deadline = time.monotonic() + 30
-    while (processes("4.0413") or _engines_left()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes("4.0413") == [] and _engines_left() == []
+    assert _left_after(30, "4.0413") == []
     assert leftovers(evs[0]["run_id"]) == []
 
 
@@ -495,10 +503,7 @@ steps = {steps}
     assert len(ends) == 2 and all(e["error"]["kind"] == "host_lost" for e in ends), ends
     assert "no answer within 23 s" in ends[0]["error"]["message"], ends[0]
     assert took < 60, took
-    deadline = time.monotonic() + 30
-    while _engines_left() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _engines_left() == [] and leftovers(evs[0]["run_id"]) == []
+    assert _left_after(30) == [] and leftovers(evs[0]["run_id"]) == []
 
 
 def test_a_node_killed_mid_run_leaves_its_trials_lost_and_nothing_running(cluster, tmp_path):
@@ -530,10 +535,7 @@ def test_a_node_killed_mid_run_leaves_its_trials_lost_and_nothing_running(cluste
         else:  # the run went on with the others
             assert end["ok"] and end["valid"], end
     # nothing left: the killed node's reaper ended its environment's process group
-    deadline = time.monotonic() + 30
-    while (processes(nap) or _engines_left()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes(nap) == [] and _engines_left() == []
+    assert _left_after(30, nap) == []
     assert leftovers(evs[0]["run_id"]) == []
 
 
@@ -568,8 +570,5 @@ def test_the_controller_killed_mid_batch_leaves_nothing_on_the_nodes(cluster, tm
             proc.kill()
             proc.wait()
     run_id = _events(rec)[0]["run_id"]
-    deadline = time.monotonic() + 60
-    while (processes("60.0433") or _engines_left()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert processes("60.0433") == [] and _engines_left() == []
+    assert _left_after(60, "60.0433") == []
     assert leftovers(run_id) == []
