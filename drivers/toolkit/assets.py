@@ -142,6 +142,16 @@ def cache_dir() -> Path:
     return base / "rtax"
 
 
+# The cache's stores of what rtax builds from its own recipes, each named by the digest
+# of its recipe and written only by rtax's builders (under a build lock, or by an atomic
+# rename), never from what a step prints: the Debian root's tar (images), the VM guest
+# (vm), gVisor's extracted roots (gvisor), downloads, the assets (attrs-*), the Python
+# sdists (sdist), seccomp filters (seccomp) and stage's helper (stage). An environment
+# sees them read-only or not at all. The probe's `host_sinks` measures the rest of the
+# cache: another rtax building an image there at the same time is not a step's output.
+BUILT_STORES = ("images", "vm", "gvisor", "downloads", "attrs-*", "sdist", "seccomp", "stage")
+
+
 def assets_root() -> Path:
     return cache_dir() / f"attrs-{ATTRS_VERSION}-{recipe_id()}"
 

@@ -117,7 +117,8 @@ CHECKS: tuple[Check, ...] = (
           "a step writes past its memory and workspace limits through every stream the "
           "host may keep (its own output, pid 1's stdout and stderr: an engine's log, "
           "gVisor's files, journald): the host directories that would hold them (engine "
-          "container logs, /run, /var/log, rtax's cache) grow by less than half of it"),
+          "container logs, /run, /var/log, rtax's cache but for the images its builders fill) "
+          "grow by less than half of it"),
     Check("loopback_tcp", ESCAPE, "network",
           "a TCP listener the probe opened on the host's loopback is reachable"),
     Check("host_processes", ESCAPE, "processes",

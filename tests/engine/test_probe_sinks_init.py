@@ -77,3 +77,35 @@ def test_the_verdict_says_which_streams_were_not_written() -> None:
     v = classify("host_sinks", out, Context())
     assert v.result == "held", v
     assert "not written: pid 1's streams (the host's own init)" in v.evidence
+
+
+def test_the_cache_is_measured_without_the_stores_its_builders_fill(tmp_path: Path) -> None:
+    """A CI run once read a VM probe's `host_sinks` as breached: rtax's cache grew by 370
+    MiB while the step wrote 320 - another worker extracting gVisor's root there. What
+    rtax's builders fill (BUILT_STORES) is left out; anything else in the cache counts,
+    a new entry or a hidden one too."""
+    import asyncio
+
+    from rtax_tui.engine.probe.run import _held_mib
+    from rtax_tui.hosts.local import LocalHost
+
+    cache = tmp_path / "cache"
+    for d in ("images", "gvisor", "attrs-26.1.0-abc", "probe"):
+        (cache / d).mkdir(parents=True)
+
+    def held() -> int:
+        got = asyncio.run(_held_mib(LocalHost(), [], str(cache)))
+        return got[str(cache)]
+
+    start = held()
+    (cache / "images" / "workload.tar").write_bytes(b"x" * 3 * MIB)
+    (cache / "gvisor" / "root").mkdir()
+    (cache / "gvisor" / "root" / "big").write_bytes(b"x" * 3 * MIB)
+    (cache / "attrs-26.1.0-abc" / "f").write_bytes(b"x" * 3 * MIB)
+    assert held() == start  # the builders' stores: not a step's output
+    (cache / "probe" / "log").write_bytes(b"x" * 2 * MIB)
+    assert held() == start + 2
+    (cache / ".hidden").write_bytes(b"x" * 2 * MIB)
+    (cache / "new-store").mkdir()
+    (cache / "new-store" / "f").write_bytes(b"x" * 2 * MIB)
+    assert held() == start + 6  # what rtax does not build is counted, hidden or new

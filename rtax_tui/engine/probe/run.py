@@ -577,16 +577,16 @@ class CellProbe:
         step = _step(
             S.SINKS, str(mib), self.channel, p.boot or "-", p.pidns or "-", timeout=HOG_TIMEOUT_S
         )
-        paths = [*SINK_PATHS, *([self.plant.cache] if self.plant.cache else [])]
+        cache = self.plant.cache
         try:
             env = await _up(self.drv, self._spec("h", [step]))
         except Exception as exc:
             decide("host_sinks", Verdict(NA, trim(f"an environment did not start: {_why(exc)}")))
             return
         try:
-            before = await _held_mib(self.plant.host, paths)
+            before = await _held_mib(self.plant.host, list(SINK_PATHS), cache)
             out = await self._act(env, step)
-            after = await _held_mib(self.plant.host, paths)
+            after = await _held_mib(self.plant.host, list(SINK_PATHS), cache)
             drops = {d: after[d] - before[d] for d in before if d in after}
             observed = {"wrote_mib": mib, "drops": drops}
             decide(
@@ -777,14 +777,24 @@ def _probe_asset() -> str | None:
     return str(got.patch) if got is not None else None
 
 
-async def _held_mib(host: Host, dirs: list[str]) -> dict[str, int]:
-    """MiB held under each of `dirs` that exists on the host."""
+async def _held_mib(host: Host, dirs: list[str], cache: str | None) -> dict[str, int]:
+    """MiB held under each of `dirs` that exists on the host, and under rtax's `cache`
+    there but for the stores its builders fill (`BUILT_STORES`)."""
+    from rtax_tui.drivers.toolkit.assets import BUILT_STORES
+
+    said = ""
     try:
         res = await host.run(["sh", "-c", S.HOST_DU, S.ARG0, *dirs], timeout=120)
+        said = res.stdout.decode(errors="replace")
+        if cache:
+            res = await host.run(
+                ["sh", "-c", S.HOST_DU_CACHE, S.ARG0, cache, *BUILT_STORES], timeout=120
+            )
+            said += res.stdout.decode(errors="replace")
     except Exception:
         return {}
     out: dict[str, int] = {}
-    for v in facts(res.stdout.decode(errors="replace")).get("du") or []:
+    for v in facts(said).get("du") or []:
         d, _, kib = v.rpartition("=")
         if kib.isdigit():
             out[d] = int(kib) >> 10

@@ -570,6 +570,23 @@ done
 true
 """
 
+# rtax's cache without the stores its builders fill (BUILT_STORES: shell patterns of
+# top-level names): one figure, `@du=<cache>=<KiB>`. Args: the cache, then the patterns.
+HOST_DU_CACHE = r"""
+cache=$1; shift
+[ -d "$cache" ] || exit 0
+kib=0
+for e in "$cache"/* "$cache"/.[!.]* "$cache"/..?*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  name=${e##*/}; built=
+  for pat in "$@"; do case $name in $pat) built=1 ;; esac; done
+  [ -n "$built" ] && continue
+  k=$(du -skx -- "$e" 2>/dev/null | awk 'NR == 1 { print $1 }')
+  kib=$((kib + ${k:-0}))
+done
+echo "@du=$cache=$kib"
+"""
+
 HOST_FREE = r"""
 df -Pk -- "$1" 2>/dev/null | awk 'NR == 2 { print "@free_mib=" int($4 / 1024); print "@fs=" $6 }'
 """
