@@ -142,14 +142,18 @@ def cache_dir() -> Path:
     return base / "rtax"
 
 
-# The cache's stores of what rtax builds from its own recipes, each named by the digest
-# of its recipe and written only by rtax's builders (under a build lock, or by an atomic
-# rename), never from what a step prints: the Debian root's tar (images), the VM guest
-# (vm), gVisor's extracted roots (gvisor), downloads, the assets (attrs-*), the Python
-# sdists (sdist), seccomp filters (seccomp) and stage's helper (stage). An environment
-# sees them read-only or not at all. The probe's `host_sinks` measures the rest of the
-# cache: another rtax building an image there at the same time is not a step's output.
-BUILT_STORES = ("images", "vm", "gvisor", "downloads", "attrs-*", "sdist", "seccomp", "stage")
+# The cache's stores of what rtax builds from its own recipes and inputs, written only by
+# rtax's builders (under a build lock, or by an atomic rename), never from what a step
+# prints: the Debian root's tar (images), the VM guest (vm), gVisor's extracted roots
+# (gvisor), downloads, the assets (attrs-*, staged as .attrs-*), the assets' views (hard
+# links, bound read-only), the Python sdists (sdist), the trajectories' repositories
+# (replay), seccomp filters (seccomp) and stage's helper (stage). An environment sees them
+# read-only or not at all. The probe's `host_sinks` measures the rest of the cache:
+# another rtax building an image there at the same time is not a step's output.
+BUILT_STORES = (
+    "images", "vm", "gvisor", "downloads", "attrs-*", ".attrs-*", "views", "sdist", "replay",
+    "seccomp", "stage",
+)  # fmt: skip
 
 
 def assets_root() -> Path:

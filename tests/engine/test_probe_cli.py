@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from leftovers import processes
 
+from rtax_tui.engine.probe.run import REMOUNT_DIRS
 from rtax_tui.model.checks import ALL_CHECKS, BREACHED, HELD, PROBE_FORMAT
 from rtax_tui.model.recording import read_recording
 
@@ -83,7 +85,7 @@ def _ours_left() -> list[str]:
     found = glob.glob(f"{tmp}/rtax-probe-*") + glob.glob("/root/.rtax-probe-*")
     found += glob.glob("/usr/local/.rtax-probe-*")
     found += glob.glob(f"{tmp}/.rtax-probe-*") + glob.glob("/tmp/.rtax-probe-*")
-    for d in ("/", "/etc", "/root", "/usr", "/var", "/var/tmp"):
+    for d in REMOUNT_DIRS:
         found += glob.glob(f"{d}/.rtax-probe-rw-*")
     res = subprocess.run(["losetup", "-a"], capture_output=True, text=True)
     found += [line for line in res.stdout.splitlines() if "rtax-probe-blk-" in line]
@@ -477,3 +479,42 @@ def test_a_cleanup_that_failed_leaves_its_paths_with_the_reaper() -> None:
         asyncio.run(cleanup(HostPlant(host=h, hex="ab12", tmp="/tmp", cache="/c")))  # type: ignore[arg-type]
     assert failed.untracked == []
     assert "/tmp/rtax-probe-blk-ab12" in done.untracked and len(done.untracked) == 6
+
+
+@pytest.mark.skipif(not ROOT, reason="the probe's host sentinels (/root, loop devices) need root")
+def test_a_probe_killed_after_remount_rw_wrote_leaves_none_of_its_files(tmp_path) -> None:
+    """The local driver is the host: `remount_rw` writes `.rtax-probe-rw-<hex>` into the
+    host's own /, /etc, /root, /var. A probe SIGKILLed before it looked for them left
+    them there (found on this machine after a killed run); the reaper holds them from
+    before the step, so they go with it. The step here holds after writing, so the kill
+    lands in that window."""
+    import time
+
+    hold = (
+        "from rtax_tui.engine.probe import scripts as S; "
+        "S.REMOUNT += '\\nsleep 120.0419\\n'; "
+        "import sys; from rtax_tui.commands.cli import main; "
+        "sys.exit(main(['probe', '--driver', 'local', '--channel', 'exec']))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", hold],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RTAX_CACHE": str(tmp_path / "cache")},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob("/boot/.rtax-probe-rw-*"):  # the last of REMOUNT_DIRS
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "remount_rw never wrote the host's /boot"
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 60
+    while (_ours_left() or processes("120.0419")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ours_left() == [] and processes("120.0419") == []

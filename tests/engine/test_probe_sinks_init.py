@@ -90,7 +90,7 @@ def test_the_cache_is_measured_without_the_stores_its_builders_fill(tmp_path: Pa
     from rtax_tui.hosts.local import LocalHost
 
     cache = tmp_path / "cache"
-    for d in ("images", "gvisor", "attrs-26.1.0-abc", "probe"):
+    for d in ("images", "gvisor", "attrs-26.1.0-abc", ".attrs-26.1.0-abc.tmp-x", "replay", "probe"):
         (cache / d).mkdir(parents=True)
 
     def held() -> int:
@@ -102,6 +102,8 @@ def test_the_cache_is_measured_without_the_stores_its_builders_fill(tmp_path: Pa
     (cache / "gvisor" / "root").mkdir()
     (cache / "gvisor" / "root" / "big").write_bytes(b"x" * 3 * MIB)
     (cache / "attrs-26.1.0-abc" / "f").write_bytes(b"x" * 3 * MIB)
+    (cache / ".attrs-26.1.0-abc.tmp-x" / "f").write_bytes(b"x" * 3 * MIB)
+    (cache / "replay" / "repo").write_bytes(b"x" * 3 * MIB)
     assert held() == start  # the builders' stores: not a step's output
     (cache / "probe" / "log").write_bytes(b"x" * 2 * MIB)
     assert held() == start + 2

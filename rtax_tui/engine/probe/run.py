@@ -355,6 +355,10 @@ class CellProbe:
                 decide(name, classify(name, Outcome(), self.ctx))
                 continue
             seen = len(lst.lines) if lst is not None else 0
+            rw = [os.path.join(d, self.n.rw) for d in self._remount_dirs()]
+            if name == "remount_rw":  # the local driver writes the host's own /etc, /root:
+                for path in rw:  # the reaper removes them if the probe dies before it looks
+                    probe_host.track(self.plant.host, path)
             out = await self._act(env, steps[name])
             observed: dict[str, Any] = {}
             if lst is not None and name in ("probe_socket", "loopback_tcp", "host_signal"):
@@ -373,6 +377,8 @@ class CellProbe:
                 observed = {
                     "reached_host": await probe_host.reached_host(self.plant, self.n.rw, dirs)
                 }
+                for path in rw:
+                    probe_host.untrack(self.plant.host, path)
             planted = self.plant.paths.get(name) if name in PLANTED_CHECKS else None
             if planted:  # a host file removed from inside is a write to the host
                 observed["planted_left"] = await probe_host.path_exists(self.plant.host, planted)
@@ -783,16 +789,15 @@ async def _held_mib(host: Host, dirs: list[str], cache: str | None) -> dict[str,
     from rtax_tui.drivers.toolkit.assets import BUILT_STORES
 
     said = ""
-    try:
-        res = await host.run(["sh", "-c", S.HOST_DU, S.ARG0, *dirs], timeout=120)
-        said = res.stdout.decode(errors="replace")
-        if cache:
-            res = await host.run(
-                ["sh", "-c", S.HOST_DU_CACHE, S.ARG0, cache, *BUILT_STORES], timeout=120
-            )
+    runs = [[S.HOST_DU, S.ARG0, *dirs]]
+    if cache:
+        runs.append([S.HOST_DU_CACHE, S.ARG0, cache, *BUILT_STORES])
+    for args in runs:  # each on its own: one failing leaves the other's figures
+        try:
+            res = await host.run(["sh", "-c", *args], timeout=120)
             said += res.stdout.decode(errors="replace")
-    except Exception:
-        return {}
+        except Exception:
+            continue
     out: dict[str, int] = {}
     for v in facts(said).get("du") or []:
         d, _, kib = v.rpartition("=")
