@@ -92,6 +92,7 @@ def test_doctor_says_details_in_words_and_json_keeps_the_raw_facts():
         assert isinstance(by["gvisor"]["facts"]["overlay"], bool)
     table = rtax("doctor")
     assert "drivers on local" in table.stdout, table.stdout + table.stderr
+    assert "steadier figures: " in table.stdout  # local's advice (test_noise: its content)
     for r in ok:  # each working driver's details are in the table, in words
         for line in r["details"]:
             assert line.split(" ")[0] in table.stdout
