@@ -104,7 +104,7 @@ done
 for w in $ws; do
   k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
   if [ -n "$k" ]; then s=$((s+1)); continue; fi
-  umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1))
+  [ -L "$w" ] || umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1))
 done
 echo $n $s"""
 )

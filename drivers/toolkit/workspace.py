@@ -241,7 +241,9 @@ if [ -n "$dead" ]; then
     for w in $dead; do case $x in "$w"|"$w"/*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac; done
   done
 fi
-for w in $dead; do umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1)); done
+for w in $dead; do
+  [ -L "$w" ] || umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1))
+done
 echo $n $s
 """
 )

@@ -26,7 +26,11 @@ from rtax_tui.model.spec import PhaseFailure
 # by its path below the cgroup root (e.g. "rtax/env-x"), in every hierarchy;
 # "containers": "SOCKET LABEL=VALUE", every container with that label on the Docker
 # API (docker's or podman's) at that unix socket.
-Leftover = Literal["pgid", "path", "cgroup", "containers"]
+# What a host's reaper removes if rtax dies first: a process group, a path (a workspace:
+# unmounted, then removed as a tree, never following a link), a file (one name rtax chose
+# in a directory it does not own: unlinked alone, never unmounted or recursed into), a
+# cgroup, an engine's containers by label.
+Leftover = Literal["pgid", "path", "file", "cgroup", "containers"]
 
 
 @dataclass

@@ -154,6 +154,8 @@ class LocalHost(Host):
             r.add_pgid(int(value))
         elif kind == "path":
             r.add_path(value)
+        elif kind == "file":
+            r.add_file(value)
         elif kind == "containers":
             r.add_containers(value)
         else:
@@ -165,6 +167,8 @@ class LocalHost(Host):
             r.drop_pgid(int(value))
         elif kind == "path":
             r.drop_path(value)
+        elif kind == "file":
+            r.drop_file(value)
         elif kind == "containers":
             r.drop_containers(value)
         else:

@@ -89,6 +89,8 @@ class Reaper:
         self._fd = w
 
     def _send(self, line: str) -> None:
+        if "\n" in line:  # one registration a line: a newline would register another
+            raise ValueError(f"the reaper takes no newline in what it removes: {line!r}")
         if self._fd is None:
             return
         try:
@@ -107,6 +109,12 @@ class Reaper:
 
     def drop_path(self, path: str) -> None:
         self._send(f"-p {path}")
+
+    def add_file(self, path: str) -> None:
+        self._send(f"+f {path}")
+
+    def drop_file(self, path: str) -> None:
+        self._send(f"-f {path}")
 
     def add_cgroup(self, relpath: str) -> None:
         self._send(f"+c {relpath}")
@@ -240,7 +248,11 @@ def _remove_containers(spec: str) -> None:
 
 
 def _reap(
-    groups: set[int], cgroups: set[str], paths: set[str], containers: Iterable[str] = ()
+    groups: set[int],
+    cgroups: set[str],
+    paths: set[str],
+    containers: Iterable[str] = (),
+    files: Iterable[str] = (),
 ) -> None:
     # Local things first, the engines' containers last: an engine can be slow to
     # answer (or answer badly), and nothing may keep a workspace or cgroup behind.
@@ -256,6 +268,7 @@ def _reap(
     busy = _remove_cgroups(cgroups, CGROUP_FIRST_S)
     time.sleep(0.05)
     _remove_paths(paths)
+    _remove_files(files)
     if busy:
         _remove_cgroups(busy, CGROUP_WAIT_S)
         _remove_paths(paths)
@@ -280,6 +293,17 @@ def _remove_cgroups(cgroups: Iterable[str], wait_s: float) -> set[str]:
         except Exception:
             left.add(rel)
     return left
+
+
+def _remove_files(files: Iterable[str]) -> None:
+    """Unlink each: a file, a link (not followed) or a FIFO goes; a directory or a mount
+    point at the name is left as it is (a name rtax chose in a directory it does not own:
+    whatever else stands there is not rtax's to remove)."""
+    for path in files:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _remove_paths(paths: Iterable[str]) -> None:
@@ -331,8 +355,11 @@ def main(stdin: IO[bytes]) -> int:
     groups: set[int] = set()
     cgroups: set[str] = set()
     paths: set[str] = set()
+    files: set[str] = set()
     containers: set[str] = set()
-    table: dict[str, set[Any]] = {"g": groups, "c": cgroups, "p": paths, "k": containers}
+    table: dict[str, set[Any]] = {
+        "g": groups, "c": cgroups, "p": paths, "f": files, "k": containers,
+    }  # fmt: skip
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = stdin.fileno()
     rest = b""
@@ -360,7 +387,7 @@ def main(stdin: IO[bytes]) -> int:
         # so the engine's every exec action does not wake this process twice (on 2
         # cores, two context switches an action). EOF still ends the sleep's batch.
         time.sleep(BATCH_S)
-    _reap(groups, cgroups, paths, containers)
+    _reap(groups, cgroups, paths, containers, files)
     return 0
 
 

@@ -56,11 +56,15 @@ $1 == "+g" { g[$2] = 1; next }
 $1 == "-g" { delete g[$2]; next }
 $1 == "+p" { p[$2] = 1; next }
 $1 == "-p" { delete p[$2]; next }
+$1 == "+f" { f[$2] = 1; next }
+$1 == "-f" { delete f[$2]; next }
 $1 == "+c" { c[$2] = 1; next }
 $1 == "-c" { delete c[$2]; next }
 END {
   for (k in g) system("kill -9 -" k " 2>/dev/null")
-  for (k in p) system("umount -l " k " 2>/dev/null; rm -rf --one-file-system -- " k)
+  # umount(8) follows a link: a link at a path's name is removed, never unmounted through
+  for (k in p) system("[ -L " k " ] || umount -l " k " 2>/dev/null; rm -rf --one-file-system -- " k)
+  for (k in f) system("rm -f -- " k " 2>/dev/null")  # a file: unlinked alone, a link not followed
   # cgroups: kill what is inside, rmdir; a killed process leaves its cgroup a little
   # later on a busy host, so every dir left is retried, round after round, for 30 s
   # (one not there is awaited 3 s)
@@ -132,6 +136,8 @@ def _reaper_lines(sign: str, kind: Leftover, value: str) -> list[str]:
         raise ValueError(f"unsafe {kind} for the remote reaper: {value!r}")
     if kind == "path":
         return [f"{sign}p {value}"]
+    if kind == "file":
+        return [f"{sign}f {value}"]
     return [f"{sign}c {d}" for d in cgroup_dirs(value)]
 
 
@@ -856,7 +862,8 @@ class SSHHost(Host):
         path = f"{self._tmpdir}/{prefix}{secrets.token_hex(8)}"
         script = (
             'd=$1; mkdir -m 0700 -- "$d" || exit 3; '
-            'f() { umount -l "$d" 2>/dev/null; rm -rf --one-file-system "$d"; exit 1; }; '
+            'f() { [ -L "$d" ] || umount -l "$d" 2>/dev/null; '
+            'rm -rf --one-file-system "$d"; exit 1; }; '
             'if [ -n "$4" ]; then mount -t tmpfs -o "size=$4m,mode=0700,nosuid,nodev" '
             'tmpfs "$d" || f; fi; '
             'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || f; fi; '
@@ -891,7 +898,7 @@ class SSHHost(Host):
     async def remove_tree(self, path: str) -> None:
         if not SAFE_PATH.fullmatch(path):
             raise ValueError(f"unsafe path {path!r}")
-        script = 'umount -l "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"'
+        script = '[ -L "$1" ] || umount -l "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"'
         await self.run(["sh", "-c", script, "rtax-rm", path], timeout=60)
         self._register(f"-p {path}")
 

@@ -212,11 +212,12 @@ def test_a_crafted_header_summary_reads_one_line_and_counts_each_name_once() -> 
 # -- the probe's host process killed from inside ---------------------------------------
 
 
-def _run_a(doings: dict[str, Any]) -> dict[str, str]:
+def _run_a(doings: dict[str, Any], says: dict[str, Any] | None = None) -> dict[str, str]:
     """Environment A's steps (CellProbe._run_a) with the real plant of this host (its
     sentinels, its listener): each step prints nothing, and the step of each check named
     in `doings` first does what its function does to the plant (a test double of what
-    a step that reached the host could do). Its verdicts, `result: evidence`."""
+    a step that reached the host could do); the step of each check in `says` prints what
+    its function returns, given the cell (its random names). Verdicts, `result: evidence`."""
     import asyncio
 
     from rtax_tui.engine.probe import host as probe_host
@@ -225,13 +226,13 @@ def _run_a(doings: dict[str, Any]) -> dict[str, str]:
     from rtax_tui.model.spec import ActionResult, Limits
 
     class Env:
-        def __init__(self, by_argv: dict[tuple[str, ...], Any], plant: Any) -> None:
-            self.by_argv, self.plant = by_argv, plant
+        def __init__(self, by_argv: dict[tuple[str, ...], Any], plant: Any, said: Any) -> None:
+            self.by_argv, self.plant, self.said = by_argv, plant, said
 
         async def action(self, step, timeout):  # type: ignore[no-untyped-def]
             if step.argv in self.by_argv:
                 self.by_argv[step.argv](self.plant)
-            return ActionResult(rc=0, output=b"")
+            return ActionResult(rc=0, output=self.said.get(step.argv, b""))
 
     async def go() -> dict[str, str]:
         h = LocalHost()
@@ -240,7 +241,8 @@ def _run_a(doings: dict[str, Any]) -> dict[str, str]:
         try:
             assert plant.listener is not None, plant.problems
             cell = CellProbe(None, "local", "exec", plant, limits=Limits.none())  # type: ignore[arg-type]
-            env = Env({cell.steps[k].argv: f for k, f in doings.items()}, plant)
+            said = {cell.steps[k].argv: f(cell) for k, f in (says or {}).items()}
+            env = Env({cell.steps[k].argv: f for k, f in doings.items()}, plant, said)
             got: dict[str, str] = {}
 
             def decide(name: str, v) -> None:  # type: ignore[no-untyped-def]
@@ -310,3 +312,24 @@ def test_no_step_output_ends_the_probe(fact: str) -> None:
         for check in CHECKS:
             v = classify(check.name, Outcome(f"allocating\n{line}\n@done", rc=0, observed=obs), c)
             assert v.result in ("blocked", "held", BREACHED, NA), (check.name, line)
+
+
+def test_remount_rw_looks_only_where_rtax_named_and_a_forged_list_does_not_end_it(
+    tmp_path,
+) -> None:
+    """The step's `@wrote=` lines chose directories on the host where rtax, as root,
+    removed a file of the check's name: a forged line of 200 KB ended the probe (E2BIG)
+    before it forgot what its reaper holds, and a line naming a directory of the
+    environment's choosing had rtax remove a file there. Only REMOUNT_DIRS are looked at."""
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    names: list[str] = []
+
+    def forged(cell: Any) -> bytes:
+        names.append(cell.n.rw)
+        (chosen / cell.n.rw).write_text("not rtax's to remove")
+        return f"@wrote=/{'a' * 200_000}\n@wrote={chosen}\n".encode()
+
+    got = _run_a({}, {"remount_rw": forged})
+    assert got["remount_rw"].split(":")[0] in ("blocked", NA), got["remount_rw"]
+    assert (chosen / names[0]).read_text() == "not rtax's to remove"

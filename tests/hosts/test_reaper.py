@@ -100,3 +100,51 @@ def test_a_workspace_not_wholly_removed_stays_with_the_reaper(tmp_path, monkeypa
         safefs.unmount(str(ws / "sub"))
     asyncio.run(LocalHost().remove_tree(str(ws)))
     assert not ws.exists() and dropped == [str(ws)]
+
+
+def test_a_file_is_unlinked_alone_and_what_else_stands_at_its_name_is_left(tmp_path):
+    """`file`: one name rtax chose in a directory it does not own (the probe's
+    `.rtax-probe-rw-*` in the host's /etc, /var/tmp). Whatever an environment put at the
+    name instead is not rtax's to remove: a link goes, its target stays; a directory
+    stays with what it holds. Locally and through the remote reaper's awk (SSH hosts),
+    which ran `umount -l` on a path, and umount(8) follows a link."""
+    from rtax_tui.hosts.ssh import REAPER_AWK
+
+    for how in ("local", "awk"):
+        d = tmp_path / how
+        d.mkdir()
+        target = d / "target"
+        target.mkdir()
+        (target / "kept").write_text("kept")
+        plain, link, folder = d / "plain", d / "link", d / "folder"
+        plain.write_text("rtax's")
+        link.symlink_to(target)
+        folder.mkdir()
+        (folder / "inside").write_text("kept")
+        if how == "local":
+            r = Reaper()
+            r.start()
+            for p in (plain, link, folder):
+                r.add_file(str(p))
+            r.close()
+        else:
+            lines = "".join(f"+f {p}\n" for p in (plain, link, folder))
+            subprocess.run(["awk", REAPER_AWK], input=lines.encode(), check=True, timeout=30)
+        deadline = time.monotonic() + 10
+        while (plain.exists() or link.is_symlink()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not plain.exists() and not link.is_symlink(), how
+        assert (target / "kept").read_text() == "kept", how
+        assert (folder / "inside").read_text() == "kept", how
+
+
+def test_a_newline_never_registers_a_second_leftover():
+    import pytest
+
+    r = Reaper()
+    r.start()
+    try:
+        with pytest.raises(ValueError, match="newline"):
+            r.add_path("/tmp/x\n+p /etc")
+    finally:
+        r.close()

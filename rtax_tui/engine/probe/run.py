@@ -157,7 +157,7 @@ class _Names:
             mark_token=probe_host.token("mark"),
             fresh=f".rtax-probe-fresh-{h}",
             fresh_token=probe_host.token("fresh"),
-            rw=f".rtax-probe-rw-{h}",
+            rw=f".rtax-probe-rw-{os.urandom(6).hex()}",  # its own: no earlier step names it
             pvm_token=probe_host.token("pvm"),
             life=f".rtax-probe-life-{h}",
             life_token=probe_host.token("life"),
@@ -357,8 +357,8 @@ class CellProbe:
             seen = len(lst.lines) if lst is not None else 0
             rw = [os.path.join(d, self.n.rw) for d in self._remount_dirs()]
             if name == "remount_rw":  # the local driver writes the host's own /etc, /root:
-                for path in rw:  # the reaper removes them if the probe dies before it looks
-                    probe_host.track(self.plant.host, path)
+                for path in rw:  # the reaper unlinks them if the probe dies before it looks
+                    self.plant.host.track("file", path)
             out = await self._act(env, steps[name])
             observed: dict[str, Any] = {}
             if lst is not None and name in ("probe_socket", "loopback_tcp", "host_signal"):
@@ -372,13 +372,15 @@ class CellProbe:
             if name == "host_paths":
                 observed = {"host_paths": self._host_paths(env)}
             if name == "remount_rw":
-                wrote = facts(out.output).get("wrote") or []
-                dirs = sorted(set(self._remount_dirs()) | set(wrote))
-                observed = {
-                    "reached_host": await probe_host.reached_host(self.plant, self.n.rw, dirs)
-                }
-                for path in rw:
-                    probe_host.untrack(self.plant.host, path)
+                # only the directories rtax named: a step's `@wrote=` chooses none of the
+                # host's (a forged one of 200 KB once ended the probe with E2BIG)
+                try:
+                    dirs = self._remount_dirs()
+                    found = await probe_host.reached_host(self.plant, self.n.rw, dirs)
+                finally:
+                    for path in rw:
+                        self.plant.host.untrack("file", path)
+                observed = {"reached_host": found}
             planted = self.plant.paths.get(name) if name in PLANTED_CHECKS else None
             if planted:  # a host file removed from inside is a write to the host
                 observed["planted_left"] = await probe_host.path_exists(self.plant.host, planted)
