@@ -81,6 +81,12 @@ SLOW_TESTS = frozenset(
         # what any probe leaves on the host (global paths, its listener): a neighbour's
         # probe in the fast tier's parallel workers would count as this one's
         "test_probe_cli.py::test_ctrl_c_tears_down_and_leaves_nothing",
+        # stress, not cheap (each 10-31 s of the fast tier in the rehearsals, on both cores):
+        # 4 GiB and more allocated to meet the default memory limit; 900 children beside
+        # two threads churning orphans; up to three probes of a broken double's race
+        "test_stage.py::test_default_memory_limit_kills_a_hog",
+        "test_subreaper.py::test_own_children_keep_their_exit_status_under_orphan_churn",
+        "test_probe_integrity.py::test_the_old_frame_is_caught_forging_a_later_status",
     }
 )
 
