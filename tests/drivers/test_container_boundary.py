@@ -473,7 +473,8 @@ def test_t0_t1_valid_hardened_both_channels_and_header(tmp_path, engine):
     assert res.returncode == 0, res.stderr.decode()
     rec = read_recording(tmp_path / "r.jsonl")
     ends = [e for e in rec.events if e["type"] == "trial_end"]
-    assert len(ends) == 8 and all(e["ok"] and e["valid"] for e in ends), ends
+    bad = [(e["trial"], e["valid"], e["error"]) for e in ends if not (e["ok"] and e["valid"])]
+    assert len(ends) == 8 and bad == [], bad
     facts = rec.header["hosts"]["local"]["drivers"][engine]
     assert facts["boundary_options"] == {
         "user": "65534:65534",

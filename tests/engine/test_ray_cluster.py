@@ -360,11 +360,19 @@ steps = [{{ argv = ["python3", "-c", {json.dumps(step)}] }}]
 
 
 def test_a_capacity_batch_spread_over_the_nodes_reaches_one_barrier(cluster, tmp_path):
-    """One batch, an environment on every node, each arriving after a random nap: none
+    """One batch, an environment on every node, one arriving 1.5 s after the others: none
     is woken before the last one of every node has arrived (one barrier, released by
     the controller), and each node's part of the batch is recorded with when its node
     received the release and when its environment let go, measured there."""
-    nap = "import random, time; time.sleep(random.random() * 2)"
+    # the first to take the marker naps 1.5 s, the others none: the batch's arrivals
+    # differ by that much on any machine (random naps once came within 130 ms)
+    marker = tmp_path / "late"
+    nap = (
+        "import os, time\n"
+        f"try:\n    os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL))\n"
+        "except FileExistsError:\n    raise SystemExit(0)\n"
+        "time.sleep(1.5)\n"
+    )
     rec = tmp_path / "span.jsonl"
     res = _rtax(cluster, "run", str(_capacity_profile(tmp_path / "s.toml", nap, 60)),
                 "--headless", "-o", str(rec))  # fmt: skip

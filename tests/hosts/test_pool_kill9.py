@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rtax_tui.hosts import reaper
 from rtax_tui.hosts.cgroups import Cgroup
 from tests.leftovers import leftovers
 
@@ -61,7 +62,9 @@ def test_kill_9_of_a_pooled_stage_and_docker_run_leaves_nothing(tmp_path, after_
     run_id, data = _run_and_kill(tmp_path, drivers, after_s)
     if after_s >= 2.5:  # the pools really were at work when rtax died
         assert b'"type":"pool"' in data
-    deadline = time.monotonic() + 30
+    # the reaper's own bound: a cgroup slow to empty gets its long wait, then the paths
+    # their second pass (a loaded machine took more than 30 s)
+    deadline = time.monotonic() + reaper.CGROUP_FIRST_S + reaper.CGROUP_WAIT_S + 15
     left = leftovers(run_id, vms=False, engines=True, monitors=False)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
