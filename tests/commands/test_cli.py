@@ -162,11 +162,12 @@ def _leftovers(marker: str) -> str:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupt_keeps_finished_trials_and_leaves_nothing(tmp_path, sig, channel):
     # Trials are quick until FLAG exists; then the next action hangs in `sleep`, and the
-    # signal arrives while that process runs.
+    # signal arrives while that process runs. Enough trials that the run cannot end first
+    # (500 local trials once ended before a loaded test process touched FLAG).
     flag = tmp_path / "FLAG"
     marker = f"sleep 60.{os.getpid()}{sig.value}{len(channel)}"
     step = f"[ -e {flag} ] && exec {marker}; true"
-    prof = custom_profile(tmp_path, f'{{argv = ["sh", "-c", "{step}"]}}', trials=500)
+    prof = custom_profile(tmp_path, f'{{argv = ["sh", "-c", "{step}"]}}', trials=50_000)
     out = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rtax_tui", "run", str(prof), "-o", str(out), "--channel", channel],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import time
 
@@ -21,7 +22,12 @@ def test_a_timeout_names_the_call_it_cut_and_how_long_it_ran() -> None:
     dur, _, err = asyncio.run(timed("create", _slow_call, 0.2))
     assert err is not None and err.kind == "create_timeout"
     assert err.message.startswith("create did not finish within 0.2 s: ")
-    assert "libvirtd (starting the domain) had taken 0.2 s when it was cut" in err.message
+    # how long it ran, measured: the timeout's 0.2 s or more (a loaded machine's timer
+    # fired late once: "0.3 s")
+    m = re.search(
+        r"libvirtd \(starting the domain\) had taken (\d+\.\d+) s when it was cut", err.message
+    )
+    assert m is not None and 0.2 <= float(m.group(1)) < 5, err.message
 
 
 def test_a_shielded_call_still_running_is_named_as_still_waiting() -> None:
