@@ -347,6 +347,7 @@ class CellProbe:
             f"wrote ./{m}" in marks.output for m in (self.n.mark, self.n.fresh)
         )
         self.marks_output = marks.error or marks.output
+        rw = [os.path.join(d, self.n.rw) for d in self._remount_dirs()]  # remount_rw's names
         for c in CHECKS:
             name = c.name
             if name in _LATER:
@@ -355,7 +356,6 @@ class CellProbe:
                 decide(name, classify(name, Outcome(), self.ctx))
                 continue
             seen = len(lst.lines) if lst is not None else 0
-            rw = [os.path.join(d, self.n.rw) for d in self._remount_dirs()]
             if name == "remount_rw":  # the local driver writes the host's own /etc, /root:
                 for path in rw:  # the reaper unlinks them if the probe dies before it looks
                     self.plant.host.track("file", path)
@@ -375,8 +375,9 @@ class CellProbe:
                 # only the directories rtax named: a step's `@wrote=` chooses none of the
                 # host's (a forged one of 200 KB once ended the probe with E2BIG)
                 try:
-                    dirs = self._remount_dirs()
-                    found = await probe_host.reached_host(self.plant, self.n.rw, dirs)
+                    found = await probe_host.reached_host(
+                        self.plant, self.n.rw, self._remount_dirs()
+                    )
                 finally:
                     for path in rw:
                         self.plant.host.untrack("file", path)
