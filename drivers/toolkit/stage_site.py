@@ -18,6 +18,7 @@ from rtax_tui.drivers.toolkit.sandbox import ROOT_NAMES, Support, bin_argv, etc_
 from rtax_tui.drivers.toolkit.workspace import run_cleanup
 
 from rtax_tui.hosts import Host, cgroups, names
+from rtax_tui.hosts.safefs import GONE_SH
 from rtax_tui.model.errors import ErrorKind
 from rtax_tui.model.runlock import LIVE_SH
 from rtax_tui.model.spec import PhaseFailure
@@ -68,6 +69,8 @@ done"""
 # script run past its 60 s once dockerd was killed mid-run). Its stat is read without it.
 CLEANUP_SH = (
     names.sh_assign()
+    + GONE_SH
+    + "\n"
     + r"""p=$1 cg=$2 r=$3 n=0 s=0 t=${TMPDIR:-/tmp}
 ws=; for w in "$t/$p"*; do [ -e "$w" ] && ws="$ws $w"; done
 cgs=; for d in /sys/fs/cgroup/$r /sys/fs/cgroup/*/$r; do
@@ -104,7 +107,7 @@ done
 for w in $ws; do
   k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
   if [ -n "$k" ]; then s=$((s+1)); continue; fi
-  [ -L "$w" ] || umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1))
+  rtax_gone "$w"; n=$((n+1))
 done
 echo $n $s"""
 )

@@ -223,6 +223,8 @@ async def tools_problems(host: Host, tools: tuple[str, ...]) -> list[Problem]:
 # so a run that started meanwhile made nothing listed. Prints `removed spared`.
 CLEANUP_SH = (
     names.sh_assign()
+    + safefs.GONE_SH
+    + "\n"
     + r"""p=$1; n=0; s=0; t=${TMPDIR:-/tmp}
 c=; for w in "$t/$p"*; do [ -e "$w" ] && c="$c $w"; done
 live=$( (
@@ -242,7 +244,7 @@ if [ -n "$dead" ]; then
   done
 fi
 for w in $dead; do
-  [ -L "$w" ] || umount -l "$w" 2>/dev/null; rm -rf --one-file-system -- "$w"; n=$((n+1))
+  rtax_gone "$w"; n=$((n+1))
 done
 echo $n $s
 """

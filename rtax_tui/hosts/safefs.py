@@ -36,6 +36,7 @@ __all__ = [
     "open_beneath",
     "remove_tree",
     "unmount",
+    "GONE_SH",
 ]
 
 SYS_OPENAT2 = 437  # the same number on every architecture with the unified table
@@ -47,6 +48,14 @@ RESOLVE_SAFE = RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | R
 AT_EMPTY_PATH = 0x1000
 MNT_DETACH = 0x2
 UMOUNT_NOFOLLOW = 0x8
+# The same rule for a shell on any host (the SSH reaper and workspaces, `rtax cleanup`'s
+# sweeps), as a function a script defines with this text and calls as `rtax_gone PATH`:
+# umount(8) follows a link, so a name that is a link is removed, never unmounted
+# through; a mount there is detached, then the tree removed without crossing into
+# another file system.
+GONE_SH = (
+    'rtax_gone() { [ -L "$1" ] || umount -l "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"; }'
+)
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 O_PATH = getattr(os, "O_PATH", 0o10000000)

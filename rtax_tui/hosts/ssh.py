@@ -31,6 +31,7 @@ from typing import Any
 from rtax_tui.hosts.base import CompletedProcess, Host, Leftover
 from rtax_tui.hosts.cgroup_sh import cgroup_dirs
 from rtax_tui.hosts.clocksync import ClockSync, RemoteClock, from_samples
+from rtax_tui.hosts.safefs import GONE_SH
 from rtax_tui.model import runlock
 from rtax_tui.model import spec as model
 from rtax_tui.model.spec import HostLost, OutputSink, RtaxError
@@ -50,8 +51,17 @@ CLOCK_SH = (
     '2>/dev/null </proc/timer_list; echo "$t"; done'
 )
 
+
+def _awk_string(s: str) -> str:
+    """`s` as an awk string literal."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 # The remote reaper: remembers process groups, paths and cgroup dirs; at EOF it ends them.
-REAPER_AWK = r"""
+REAPER_AWK = (
+    "BEGIN { gone = "
+    + _awk_string(GONE_SH + "; rtax_gone ")
+    + r""" }
 $1 == "+g" { g[$2] = 1; next }
 $1 == "-g" { delete g[$2]; next }
 $1 == "+p" { p[$2] = 1; next }
@@ -62,8 +72,7 @@ $1 == "+c" { c[$2] = 1; next }
 $1 == "-c" { delete c[$2]; next }
 END {
   for (k in g) system("kill -9 -" k " 2>/dev/null")
-  # umount(8) follows a link: a link at a path's name is removed, never unmounted through
-  for (k in p) system("[ -L " k " ] || umount -l " k " 2>/dev/null; rm -rf --one-file-system -- " k)
+  for (k in p) system(gone k)  # safefs.GONE_SH: a link at the name is never unmounted through
   for (k in f) system("rm -f -- " k " 2>/dev/null")  # a file: unlinked alone, a link not followed
   # cgroups: kill what is inside, rmdir; a killed process leaves its cgroup a little
   # later on a busy host, so every dir left is retried, round after round, for 30 s
@@ -82,6 +91,7 @@ END {
   if (lock != "") system("rm -f -- '" lock "'")
 }
 """
+)
 
 # Starts the reaper holding the run lock (model/runlock.py) on fd 9: the lock outlives
 # the connection until the reaper has removed what was left. A shell loop in front
@@ -861,9 +871,8 @@ class SSHHost(Host):
             raise ValueError(f"unsafe workspace prefix {prefix!r}")
         path = f"{self._tmpdir}/{prefix}{secrets.token_hex(8)}"
         script = (
-            'd=$1; mkdir -m 0700 -- "$d" || exit 3; '
-            'f() { [ -L "$d" ] || umount -l "$d" 2>/dev/null; '
-            'rm -rf --one-file-system "$d"; exit 1; }; '
+            GONE_SH + '; d=$1; mkdir -m 0700 -- "$d" || exit 3; '
+            'f() { rtax_gone "$d"; exit 1; }; '
             'if [ -n "$4" ]; then mount -t tmpfs -o "size=$4m,mode=0700,nosuid,nodev" '
             'tmpfs "$d" || f; fi; '
             'if [ "$2" = 1 ]; then tar -x -f - -C "$d" || f; fi; '
@@ -898,7 +907,7 @@ class SSHHost(Host):
     async def remove_tree(self, path: str) -> None:
         if not SAFE_PATH.fullmatch(path):
             raise ValueError(f"unsafe path {path!r}")
-        script = '[ -L "$1" ] || umount -l "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"'
+        script = GONE_SH + '; rtax_gone "$1"'
         await self.run(["sh", "-c", script, "rtax-rm", path], timeout=60)
         self._register(f"-p {path}")
 

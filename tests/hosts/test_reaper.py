@@ -138,6 +138,41 @@ def test_a_file_is_unlinked_alone_and_what_else_stands_at_its_name_is_left(tmp_p
         assert (folder / "inside").read_text() == "kept", how
 
 
+def test_every_shell_that_removes_a_workspace_unmounts_it_but_never_through_a_link(tmp_path):
+    """`safefs.GONE_SH`, the one rule the remote reaper's awk, the SSH workspace's remover
+    and `rtax cleanup`'s sweeps run: a workspace with a mount on it is unmounted and
+    removed; a link at a workspace's name is removed, and the mount it points at stays
+    (umount(8) follows a link: the reaper once detached a mount through one)."""
+    from rtax_tui.hosts import safefs
+    from rtax_tui.hosts.ssh import REAPER_AWK
+
+    for how in ("sh", "awk"):
+        d = tmp_path / how
+        d.mkdir()
+        target, ws, link = d / "target", d / "ws", d / "link"
+        for m in (target, ws):
+            m.mkdir()
+            safefs.mount_tmpfs(str(m), 1)
+        try:
+            (target / "kept").write_text("kept")
+            (ws / "junk").write_text("x")
+            link.symlink_to(target)
+            if how == "sh":
+                for p in (ws, link):
+                    script = safefs.GONE_SH + '; rtax_gone "$1"'
+                    subprocess.run(["sh", "-c", script, "t", str(p)], check=True, timeout=30)
+            else:
+                lines = f"+p {ws}\n+p {link}\n"
+                subprocess.run(["awk", REAPER_AWK], input=lines.encode(), check=True, timeout=30)
+            assert not link.is_symlink() and not ws.exists(), how
+            assert safefs.is_mount_point(str(target)), how
+            assert (target / "kept").read_text() == "kept", how
+        finally:
+            for m in (ws, target):
+                if m.exists():
+                    safefs.unmount(str(m))
+
+
 def test_a_newline_never_registers_a_second_leftover():
     import pytest
 
