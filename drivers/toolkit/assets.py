@@ -133,13 +133,20 @@ def recipe_id() -> str:
 
 
 def cache_dir() -> Path:
-    """`$RTAX_CACHE`, else `$XDG_CACHE_HOME/rtax`, else `~/.cache/rtax`."""
+    """`$RTAX_CACHE`, else `$XDG_CACHE_HOME/rtax`, else `~/.cache/rtax`. A path with a
+    newline is refused here, in one line: the reaper takes a path a line (hosts/reaper.py)
+    and the probe's scripts read one a line."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "rtax"
+        path = Path(explicit).expanduser()
+        where = CACHE_ENV
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        path = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rtax"
+        where = "XDG_CACHE_HOME" if xdg else "HOME"
+    if "\n" in str(path) or "\r" in str(path):
+        raise RtaxError(f"{where}: rtax's cache path has a line break: {str(path)!r}")
+    return path
 
 
 # The cache's stores of what rtax builds from its own recipes and inputs, written only by

@@ -70,7 +70,15 @@ async def _problems(host: Host, drv: Driver) -> list[Problem]:
     try:
         return await asyncio.wait_for(remote_aware_check(host.name, drv), 60)
     except Exception as exc:  # a broken check is itself a finding
-        return [Problem(f"the check failed: {exc}", "report this as a bug")]
+        return [_broken(exc)]
+
+
+def _broken(exc: Exception) -> Problem:
+    """A check that raised: a user-facing error (RtaxError, say a cache path with a line
+    break) is the user's to fix; anything else is rtax's bug."""
+    if isinstance(exc, RtaxError):
+        return Problem(str(exc), "fix what it names")
+    return Problem(f"the check failed: {exc}", "report this as a bug")
 
 
 async def _check_host(
@@ -150,7 +158,7 @@ def driver_problems(drivers: list[str]) -> dict[str, str]:
                         raise RtaxError("this machine could not be reached")
                     drv = get_driver(name, host)
                 except Exception as exc:  # as a check that breaks (_problems)
-                    probs = [Problem(f"the check failed: {exc}", "report this as a bug")]
+                    probs = [_broken(exc)]
                 else:
                     probs = await _problems(host, drv)
                 if probs:

@@ -64,6 +64,20 @@ def test_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert A.cache_dir() == tmp_path / "c"
 
 
+def test_a_cache_path_with_a_line_break_is_refused_naming_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The reaper and the probe's scripts take a path a line: a line break in the cache's
+    path is a one-line error naming the variable, not a ValueError from deep inside."""
+    monkeypatch.setenv(A.CACHE_ENV, f"{tmp_path}/a\nb")
+    with pytest.raises(RtaxError, match=r"^RTAX_CACHE: .*line break"):
+        A.cache_dir()
+    monkeypatch.delenv(A.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", f"{tmp_path}/x\ry")
+    with pytest.raises(RtaxError, match=r"^XDG_CACHE_HOME: "):
+        A.cache_dir()
+
+
 def test_sha_verification_rejects_a_wrong_file(tmp_path: Path, monkeypatch) -> None:
     bad = tmp_path / A.ATTRS_SDIST_NAME
     bad.write_bytes(b"not attrs")
