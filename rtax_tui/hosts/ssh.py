@@ -144,10 +144,10 @@ def _reaper_lines(sign: str, kind: Leftover, value: str) -> list[str]:
         raise ValueError("the remote reaper does not remove containers")
     if not SAFE_PATH.fullmatch(value):  # the reaper hands it to a shell
         raise ValueError(f"unsafe {kind} for the remote reaper: {value!r}")
-    if kind == "path":
-        return [f"{sign}p {value}"]
-    if kind == "file":
-        return [f"{sign}f {value}"]
+    if kind in ("path", "file"):
+        if not value.startswith("/"):  # never an option to umount or rm (`-a`)
+            raise ValueError(f"the remote reaper takes an absolute {kind}: {value!r}")
+        return [f"{sign}{kind[0]} {value}"]
     return [f"{sign}c {d}" for d in cgroup_dirs(value)]
 
 
@@ -569,7 +569,11 @@ class SSHHost(Host):
                 self._conn = None
                 raise RtaxError(f"host {self.name}: cannot start a command: {exc}") from None
             # where workspaces go: a path the reaper can be handed, or the default
-            self._tmpdir = tmp.rstrip("/") if SAFE_PATH.fullmatch(tmp) and tmp != "/" else "/tmp"
+            self._tmpdir = (
+                tmp.rstrip("/")
+                if SAFE_PATH.fullmatch(tmp) and tmp.startswith("/") and tmp != "/"
+                else "/tmp"
+            )
             runlock.unsubscribe(self._held)
             runlock.subscribe(self._held)  # the labels held so far, and each later one
             await self._start_clock(conn)

@@ -173,6 +173,21 @@ def test_every_shell_that_removes_a_workspace_unmounts_it_but_never_through_a_li
                     safefs.unmount(str(m))
 
 
+def test_the_remote_reaper_takes_only_absolute_paths_of_safe_characters():
+    """What the remote reaper is handed goes unquoted to a shell and to umount and rm:
+    a relative name (`-a`: umount's "every file system") or a space is refused."""
+    import pytest
+
+    from rtax_tui.hosts.ssh import _reaper_lines
+
+    assert _reaper_lines("+", "path", "/tmp/rtax-ws-1") == ["+p /tmp/rtax-ws-1"]
+    assert _reaper_lines("-", "file", "/etc/.rtax-probe-rw-1") == ["-f /etc/.rtax-probe-rw-1"]
+    for kind in ("path", "file"):
+        for bad in ("-a", "tmp/x", "/tmp/a b", "/tmp/a;b"):
+            with pytest.raises(ValueError):
+                _reaper_lines("+", kind, bad)
+
+
 def test_a_newline_never_registers_a_second_leftover():
     import pytest
 
