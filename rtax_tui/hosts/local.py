@@ -307,11 +307,8 @@ class LocalHost(Host):
                 spawn.add_done_callback(self._reap_spawned)
                 raise
             try:
-                if capped:
-                    out, err, dropped = await _communicate_capped(proc, input)
-                else:
-                    out, err = await proc.communicate(input)
-                    dropped = 0
+                limit = None if capped else _UNCAPPED
+                out, err, dropped = await _communicate(proc, input, limit)
             except BaseException:
                 kill_group(proc)
                 await proc.wait()
@@ -473,6 +470,7 @@ async def _popen_process(
         loop, protocol, argv, False, stdin, stdout, stderr, 0, waiter=waiter, **popen
     )
     popen_obj: subprocess.Popen[bytes] = transp._proc
+    copies = {} if isinstance(loop, asyncio.BaseEventLoop) else _hand_copies(popen_obj)
     pidfd = os.pidfd_open(transp.get_pid())
 
     def on_exit() -> None:
@@ -487,21 +485,53 @@ async def _popen_process(
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException:
+        for i, fd in copies.items():  # a copy the loop never took is closed here
+            if transp._pipes.get(i) is None:
+                os.close(fd)
         transp.close()
         await transp._wait()
         raise
     return asyncio.subprocess.Process(transp, protocol, loop)
 
 
-async def _communicate_capped(
-    proc: asyncio.subprocess.Process, input: bytes | None
+def _hand_copies(popen_obj: subprocess.Popen[bytes]) -> dict[int, int]:
+    """Before the transport connects the child's pipes (a task of its own, not yet run):
+    each pipe's file object is swapped for one over a copy of its descriptor that does not
+    close it; returns {0/1/2: the copy}.
+
+    Why: uvloop's `connect_read_pipe` and `connect_write_pipe` hand the file object's own
+    descriptor to libuv, which closes it with the transport, and then close the file
+    object too: the same number closed twice (uvloop issue 763, 0.23.0). Between the two
+    closes another thread (a `subprocess.run` under `asyncio.to_thread`) may have been
+    given that number for a pipe of its own, or a recording's file, and the second close
+    takes it from under it (found as an EBADF in a cancelled stage create). With the
+    swap, libuv closes the copy, once; the original is closed here, once; the file object
+    the loop closes owns nothing."""
+    copies: dict[int, int] = {}
+    for i, (name, mode) in enumerate((("stdin", "wb"), ("stdout", "rb"), ("stderr", "rb"))):
+        f = getattr(popen_obj, name)
+        if f is None:
+            continue
+        fd = os.dup(f.fileno())  # O_CLOEXEC, as the original
+        f.close()
+        copies[i] = fd
+        setattr(popen_obj, name, open(fd, mode, buffering=0, closefd=False))
+    return copies
+
+
+async def _communicate(
+    proc: asyncio.subprocess.Process, input: bytes | None, limit: int | None
 ) -> tuple[bytes, bytes, int]:
-    """`communicate`, each output stream read to its end into an `OutputSink`: (stdout,
-    stderr, bytes dropped past OUTPUT_LIMIT from both)."""
+    """`communicate`, each output stream read to its end into an `OutputSink` of `limit`
+    (None: OUTPUT_LIMIT): (stdout, stderr, bytes dropped past it from both). Not asyncio's
+    own: on uvloop its write to a child that exited without reading raised RuntimeError
+    (a closed transport), where asyncio's loop drops the input as a broken pipe."""
 
     async def feed() -> None:
         if proc.stdin is not None:
-            if input:
+            # a child that exits without reading may have closed the pipe already: uvloop
+            # then refuses the write (RuntimeError), asyncio's loop drops it
+            if input and not proc.stdin.is_closing():
                 proc.stdin.write(input)
                 try:
                     await proc.stdin.drain()
@@ -513,7 +543,7 @@ async def _communicate_capped(
         while stream is not None and (data := await stream.read(1 << 16)):
             sink.add(data)
 
-    out, err = OutputSink(), OutputSink()
+    out, err = OutputSink(limit), OutputSink(limit)
     await asyncio.gather(feed(), drain(proc.stdout, out), drain(proc.stderr, err))
     await proc.wait()
     return out.kept(), err.kept(), out.dropped + err.dropped

@@ -138,3 +138,97 @@ def test_spawned_streams_on_either_loop(loop, tmp_path):
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_pipe_is_closed_once_while_it_is_still_its_own(loop, monkeypatch):
+    """Every pipe Popen makes for a spawned process is closed by its file object while
+    the descriptor is still that pipe. uvloop closed it in libuv first and then through
+    the file object: a second close of a number that another thread may have been given
+    meanwhile (an EBADF in a `subprocess.run` under `asyncio.to_thread`, once). Here the
+    "other thread" is a pipe opened inside the file object's close, where it would get a
+    number just freed: it must stay open. And no descriptor is left after 30 runs."""
+    import fcntl
+    import io
+    import subprocess
+
+    if loop == "uvloop":
+        factory = pytest.importorskip("uvloop").new_event_loop
+    else:
+        factory = asyncio.SelectorEventLoop
+    stale: list[str] = []
+
+    def alive(fd: int) -> bool:
+        try:
+            fcntl.fcntl(fd, fcntl.F_GETFD)
+            return True
+        except OSError:
+            return False
+
+    class Watched(io.FileIO):
+        def close(self) -> None:
+            if not self.closed:
+                n = self.fileno()
+                ours = alive(n) and os.fstat(n).st_ino == self.ino
+                other = os.pipe()  # another thread, given the lowest free numbers now
+                super().close()
+                if not ours or not all(alive(fd) for fd in other):
+                    stale.append(f"fd {n}: closed after it was no longer this pipe")
+                for fd in other:
+                    if alive(fd):
+                        os.close(fd)
+            else:
+                super().close()
+
+    real = subprocess.Popen
+
+    class Popen(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+            super().__init__(*a, **k)
+            for name, mode in (("stdin", "wb"), ("stdout", "rb"), ("stderr", "rb")):
+                f = getattr(self, name)
+                if f is not None:
+                    w = Watched(os.dup(f.fileno()), mode)
+                    w.ino = os.fstat(w.fileno()).st_ino
+                    f.close()
+                    setattr(self, name, w)
+
+    monkeypatch.setattr(subprocess, "Popen", Popen)
+
+    async def go() -> tuple[int, int]:
+        host = LocalHost()
+        await host.run(["true"], input=b"x", timeout=10)
+        n0 = len(os.listdir("/proc/self/fd"))
+        for _ in range(30):
+            res = await host.run(["sh", "-c", "cat; echo e >&2"], input=b"in", timeout=10)
+            assert (res.returncode, res.stdout, res.stderr) == (0, b"in", b"e\n")
+        return n0, len(os.listdir("/proc/self/fd"))
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        before, after = runner.run(go())
+    assert stale == []
+    assert after == before
+
+
+@pytest.mark.parametrize("capped", [True, False])
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_input_to_a_child_that_never_reads_it_is_dropped_not_an_error(loop, capped):
+    """`host.run(..., input=...)` of a child that exits without reading its stdin: the
+    input is dropped as a broken pipe on either loop. On uvloop, asyncio's `communicate`
+    raised RuntimeError ("the handler is closed") for a few runs in a hundred."""
+    if loop == "uvloop":
+        factory = pytest.importorskip("uvloop").new_event_loop
+    else:
+        factory = asyncio.SelectorEventLoop
+
+    async def go() -> list[tuple[int, bytes]]:
+        host = LocalHost()
+        return [
+            ((r := await host.run(["sh", "-c", "echo x"], input=b"hi", capped=capped, timeout=10))
+             .returncode, r.stdout)
+            for _ in range(150)
+        ]  # fmt: skip
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        got = runner.run(go())
+    assert set(got) == {(0, b"x\n")}
