@@ -134,18 +134,22 @@ def recipe_id() -> str:
 
 def cache_dir() -> Path:
     """`$RTAX_CACHE`, else `$XDG_CACHE_HOME/rtax`, else `~/.cache/rtax`. A path with a
-    newline is refused here, in one line: the reaper takes a path a line (hosts/reaper.py)
-    and the probe's scripts read one a line."""
+    line break, or not UTF-8, is refused here, in one line: the reaper takes a UTF-8 path
+    a line (hosts/reaper.py) and the probe's scripts read one a line."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
-        path = Path(explicit).expanduser()
+        path = Path(explicit).expanduser().absolute()  # the same wherever rtax runs from
         where = CACHE_ENV
     else:
         xdg = os.environ.get("XDG_CACHE_HOME")
-        path = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rtax"
+        path = (Path(xdg).expanduser() if xdg else Path.home() / ".cache").absolute() / "rtax"
         where = "XDG_CACHE_HOME" if xdg else "HOME"
     if "\n" in str(path) or "\r" in str(path):
         raise RtaxError(f"{where}: rtax's cache path has a line break: {str(path)!r}")
+    try:
+        str(path).encode()
+    except UnicodeEncodeError:  # a byte that is not UTF-8: the reaper's lines are UTF-8
+        raise RtaxError(f"{where}: rtax's cache path is not UTF-8: {str(path)!r}") from None
     return path
 
 

@@ -62,7 +62,8 @@ done"""
 # Cleanup by label: sandboxes (bwrap naming the workspace), env cgroups (and what is
 # below them), workspaces; each spared when it carries a live run's label
 # (model/runlock.py), read after the candidates are listed. Args: workspace
-# prefix, env cgroup prefix, cgroup root (names.py); prints `removed spared`.
+# prefix, env cgroup prefix, cgroup root (names.py); prints `removed spared`. The
+# workspaces are kept in "$@", never split on spaces (workspace.py's CLEANUP_SH says why).
 # A process in uninterruptible sleep (state D: stuck in the kernel, say on a mount
 # whose daemon was killed) is skipped before its cmdline is read: that read waits for the
 # process's memory map lock, which such a process may hold for minutes (what made this
@@ -72,7 +73,7 @@ CLEANUP_SH = (
     + GONE_SH
     + "\n"
     + r"""p=$1 cg=$2 r=$3 n=0 s=0 t=${TMPDIR:-/tmp}
-ws=; for w in "$t/$p"*; do [ -e "$w" ] && ws="$ws $w"; done
+set --; for w in "$t/$p"*; do [ -e "$w" ] && set -- "$@" "$w"; done
 cgs=; for d in /sys/fs/cgroup/$r /sys/fs/cgroup/*/$r; do
   [ -d "$d" ] && cgs="$cgs $(find "$d" -mindepth 1 -type d -name "$cg*" 2>/dev/null)"
 done
@@ -104,7 +105,7 @@ for c in $cgs; do
     sleep 0.05
   done
 done
-for w in $ws; do
+for w in "$@"; do
   k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
   if [ -n "$k" ]; then s=$((s+1)); continue; fi
   rtax_gone "$w"; n=$((n+1))

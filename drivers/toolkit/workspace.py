@@ -220,30 +220,32 @@ async def tools_problems(host: Host, tools: tuple[str, ...]) -> list[Problem]:
 
 # Workspaces named `prefix*` and what runs in them (by cwd), spared when their name
 # carries a live run's label (model/runlock.py): candidates first, then the live labels,
-# so a run that started meanwhile made nothing listed. Prints `removed spared`.
+# so a run that started meanwhile made nothing listed. Prints `removed spared`. The names
+# are kept in "$@", never in a string split on spaces: anyone can make `rtax-ws-x -a` in
+# /tmp, and its words would reach umount and rm as an option (`-a`: every mount) or as
+# names in the current directory.
 CLEANUP_SH = (
     names.sh_assign()
     + safefs.GONE_SH
     + "\n"
     + r"""p=$1; n=0; s=0; t=${TMPDIR:-/tmp}
-c=; for w in "$t/$p"*; do [ -e "$w" ] && c="$c $w"; done
+set --; for w in "$t/$p"*; do [ -e "$w" ] && set -- "$@" "$w"; done
 live=$( (
 """
     + runlock.LIVE_SH
     + r"""
 ) | grep -v '^#')
-dead=
-for w in $c; do
-  k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
-  if [ -n "$k" ]; then s=$((s+1)); else dead="$dead $w"; fi
+for w in "$@"; do  # the dead stay in "$@"
+  shift; k=; for l in $live; do case $w in "$t/$WS$l-"*) k=1; break ;; esac; done
+  if [ -n "$k" ]; then s=$((s+1)); else set -- "$@" "$w"; fi
 done
-if [ -n "$dead" ]; then
+if [ $# -gt 0 ]; then
   for d in /proc/[0-9]*; do
     x=$(readlink "$d/cwd" 2>/dev/null) || continue
-    for w in $dead; do case $x in "$w"|"$w"/*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac; done
+    for w in "$@"; do case $x in "$w"|"$w"/*) kill -KILL "${d#/proc/}" 2>/dev/null ;; esac; done
   done
 fi
-for w in $dead; do
+for w in "$@"; do
   rtax_gone "$w"; n=$((n+1))
 done
 echo $n $s

@@ -52,9 +52,10 @@ UMOUNT_NOFOLLOW = 0x8
 # sweeps), as a function a script defines with this text and calls as `rtax_gone PATH`:
 # umount(8) follows a link, so a name that is a link is removed, never unmounted
 # through; a mount there is detached, then the tree removed without crossing into
-# another file system.
+# another file system. Only an absolute path: never an option to umount or rm.
 GONE_SH = (
-    'rtax_gone() { [ -L "$1" ] || umount -l "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"; }'
+    "rtax_gone() { case $1 in /?*) ;; *) return 1 ;; esac; "
+    '[ -L "$1" ] || umount -l -- "$1" 2>/dev/null; rm -rf --one-file-system -- "$1"; }'
 )
 MS_NOSUID = 0x2
 MS_NODEV = 0x4

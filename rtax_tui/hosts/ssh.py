@@ -54,7 +54,7 @@ CLOCK_SH = (
 
 def _awk_string(s: str) -> str:
     """`s` as an awk string literal."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 # The remote reaper: remembers process groups, paths and cgroup dirs; at EOF it ends them.

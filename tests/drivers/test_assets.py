@@ -76,6 +76,9 @@ def test_a_cache_path_with_a_line_break_is_refused_naming_where_it_came_from(
     monkeypatch.setenv("XDG_CACHE_HOME", f"{tmp_path}/x\ry")
     with pytest.raises(RtaxError, match=r"^XDG_CACHE_HOME: "):
         A.cache_dir()
+    monkeypatch.setenv(A.CACHE_ENV, os.fsdecode(os.fsencode(str(tmp_path)) + b"/c\xff"))
+    with pytest.raises(RtaxError, match=r"^RTAX_CACHE: .*not UTF-8"):
+        A.cache_dir()
 
 
 def test_sha_verification_rejects_a_wrong_file(tmp_path: Path, monkeypatch) -> None:

@@ -173,6 +173,52 @@ def test_every_shell_that_removes_a_workspace_unmounts_it_but_never_through_a_li
                     safefs.unmount(str(m))
 
 
+def test_cleanup_sweeps_take_a_name_with_spaces_or_a_glob_as_one_name(tmp_path):
+    """`rtax cleanup`'s sweeps (stage's and the workspaces') list the names in the host's
+    /tmp that carry the workspace prefix: anyone can make `rtax-ws-x -a` or `rtax-ws-y *`
+    there. Each is one name: removed whole; its words never reach umount (`-a`: every
+    mount on the host) nor rm as names in the current directory. umount is a stand-in that
+    writes down what it was given, so a failing run touches no real mount."""
+    from rtax_tui.drivers.toolkit import stage_site, workspace
+
+    from rtax_tui.hosts import names
+    from rtax_tui.model import runlock
+
+    bin_, cwd, runs = tmp_path / "bin", tmp_path / "cwd", tmp_path / "runs"
+    for d in (bin_, cwd, runs):
+        d.mkdir()
+    log = tmp_path / "umount.log"
+    stub = bin_ / "umount"
+    stub.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> {log}\n')
+    stub.chmod(0o755)
+    for name in ("etc", "keep"):
+        (cwd / name).mkdir()
+    prefix = f"{names.WORKSPACE}zz{os.getpid()}"
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "RTAX_RUNS_DIR": str(runs)}
+    scripts = {
+        "workspace": (workspace.CLEANUP_SH, [prefix]),
+        "stage": (stage_site.CLEANUP_SH, [prefix, "rtax-no-such-cg-", "rtax-no-such-root"]),
+    }
+    for how, (script, args) in scripts.items():
+        t = tmp_path / f"tmp-{how}"
+        t.mkdir()
+        made = [t / f"{prefix}a -a", t / f"{prefix}b *", t / f"{prefix}c"]
+        for m in made:
+            m.mkdir()
+            (m / "junk").write_text("x")
+        log.write_text("")
+        res = subprocess.run(
+            ["sh", "-c", runlock.script(script), "rtax-cleanup", *args],
+            cwd=cwd, env={**env, "TMPDIR": str(t)}, capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert res.stdout.split()[-2:] == [b"3", b"0"], (how, res.stdout, res.stderr)
+        assert not any(m.exists() for m in made), how
+        assert sorted(p.name for p in cwd.iterdir()) == ["etc", "keep"], how
+        said = log.read_text().splitlines()
+        calls = sorted(said[i : i + 3] for i in range(0, len(said), 3))
+        assert calls == sorted(["-l", "--", str(m)] for m in made), (how, said)
+
+
 def test_the_remote_reaper_takes_only_absolute_paths_of_safe_characters():
     """What the remote reaper is handed goes unquoted to a shell and to umount and rm:
     a relative name (`-a`: umount's "every file system") or a space is refused."""

@@ -598,6 +598,8 @@ df -Pk -- "$1" 2>/dev/null | awk 'NR == 2 { print "@free_mib=" int($4 / 1024); p
 # stdin, so they never appear in a command line.
 HOST_PLANT = r"""
 hex=$1; tmp=${2:-${TMPDIR:-/tmp}}; cache=${3:-${RTAX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rtax}}
+case $tmp in /*) ;; *) tmp=$PWD/$tmp ;; esac  # the reaper is handed absolute paths only
+case $cache in /*) ;; *) cache=$PWD/$cache ;; esac
 read -r t_tmp t_cache t_root t_blk t_usr
 plant() { mkdir -m 0755 "$1" && printf '%s\n' "$3" >"$1/$2" && chmod 0644 "$1/$2"; }
 plant "$tmp/rtax-probe-$hex" sentinel "$t_tmp" && echo "@tmp_sentinel=$tmp/rtax-probe-$hex/sentinel"
