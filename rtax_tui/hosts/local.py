@@ -470,7 +470,8 @@ async def _popen_process(
         loop, protocol, argv, False, stdin, stdout, stderr, 0, waiter=waiter, **popen
     )
     popen_obj: subprocess.Popen[bytes] = transp._proc
-    copies = {} if isinstance(loop, asyncio.BaseEventLoop) else _hand_copies(popen_obj)
+    if not isinstance(loop, asyncio.BaseEventLoop):  # uvloop
+        _hand_copies(popen_obj)
     pidfd = os.pidfd_open(transp.get_pid())
 
     def on_exit() -> None:
@@ -485,19 +486,20 @@ async def _popen_process(
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException:
-        for i, fd in copies.items():  # a copy the loop never took is closed here
-            if transp._pipes.get(i) is None:
-                os.close(fd)
+        # the copies are not closed here: the transport's task that hands them to the
+        # loop runs on after this one is cancelled, and a copy closed now would reach
+        # libuv closed, or as another's number (libuv aborted the process); each pipe it
+        # connects closes itself at the end of its stream, once the child is killed
         transp.close()
         await transp._wait()
         raise
     return asyncio.subprocess.Process(transp, protocol, loop)
 
 
-def _hand_copies(popen_obj: subprocess.Popen[bytes]) -> dict[int, int]:
+def _hand_copies(popen_obj: subprocess.Popen[bytes]) -> None:
     """Before the transport connects the child's pipes (a task of its own, not yet run):
     each pipe's file object is swapped for one over a copy of its descriptor that does not
-    close it; returns {0/1/2: the copy}.
+    close it.
 
     Why: uvloop's `connect_read_pipe` and `connect_write_pipe` hand the file object's own
     descriptor to libuv, which closes it with the transport, and then close the file
@@ -507,16 +509,13 @@ def _hand_copies(popen_obj: subprocess.Popen[bytes]) -> dict[int, int]:
     takes it from under it (found as an EBADF in a cancelled stage create). With the
     swap, libuv closes the copy, once; the original is closed here, once; the file object
     the loop closes owns nothing."""
-    copies: dict[int, int] = {}
-    for i, (name, mode) in enumerate((("stdin", "wb"), ("stdout", "rb"), ("stderr", "rb"))):
+    for name, mode in (("stdin", "wb"), ("stdout", "rb"), ("stderr", "rb")):
         f = getattr(popen_obj, name)
         if f is None:
             continue
         fd = os.dup(f.fileno())  # O_CLOEXEC, as the original
         f.close()
-        copies[i] = fd
         setattr(popen_obj, name, open(fd, mode, buffering=0, closefd=False))
-    return copies
 
 
 async def _communicate(
