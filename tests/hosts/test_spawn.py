@@ -149,7 +149,9 @@ def test_a_pipe_is_closed_once_while_it_is_still_its_own(loop, monkeypatch):
     the file object: a second close of a number that another thread may have been given
     meanwhile (an EBADF in a `subprocess.run` under `asyncio.to_thread`, once). Here the
     "other thread" is a pipe opened inside the file object's close, where it would get a
-    number just freed: it must stay open. And no descriptor is left after 30 runs."""
+    number just freed: it must stay open. (Whether descriptors are left is not counted
+    here: in a worker that ran other tests, others' are closed by the collector meanwhile;
+    the cancellation test below runs in a child of its own.)"""
     import fcntl
     import io
 
@@ -196,19 +198,15 @@ def test_a_pipe_is_closed_once_while_it_is_still_its_own(loop, monkeypatch):
 
     monkeypatch.setattr(subprocess, "Popen", Popen)
 
-    async def go() -> tuple[int, int]:
+    async def go() -> None:
         host = LocalHost()
-        await host.run(["true"], input=b"x", timeout=10)
-        n0 = len(os.listdir("/proc/self/fd"))
         for _ in range(30):
             res = await host.run(["sh", "-c", "cat; echo e >&2"], input=b"in", timeout=10)
             assert (res.returncode, res.stdout, res.stderr) == (0, b"in", b"e\n")
-        return n0, len(os.listdir("/proc/self/fd"))
 
     with asyncio.Runner(loop_factory=factory) as runner:
-        before, after = runner.run(go())
+        runner.run(go())
     assert stale == []
-    assert after == before
 
 
 @pytest.mark.parametrize("capped", [True, False])
@@ -237,17 +235,20 @@ def test_input_to_a_child_that_never_reads_it_is_dropped_not_an_error(loop, capp
 
 def test_spawns_cancelled_at_every_turn_leave_the_loop_whole():
     """`LocalHost.spawn` (pipes on stdin, stdout and stderr) cancelled after 0 to 7 turns
-    of uvloop's loop, 1,000 times, a `host.run` after each: no run fails and the process
-    lives. A spawn cancelled while asyncio's transport was still handing its pipes to the
-    loop once closed a descriptor that the transport's own task then gave libuv, closed
-    or as another's number: libuv aborted the process (every run of this, before). In a
-    child process, so that an abort fails this test, not the session."""
+    of uvloop's loop, 1,000 times, a `host.run` after each: no run fails, the process
+    lives, and it holds as many descriptors after as before. A spawn cancelled while
+    asyncio's transport was still handing its pipes to the loop once closed a descriptor
+    that the transport's own task then gave libuv, closed or as another's number: libuv
+    aborted the process (every run of this, before). In a child process, so that an
+    abort fails this test, not the session."""
     pytest.importorskip("uvloop")
     script = r"""
-import asyncio, subprocess, uvloop
+import asyncio, os, subprocess, uvloop
 from rtax_tui.hosts.local import LocalHost
 async def main():
     h, bad = LocalHost(), []
+    await h.run(["true"], input=b"", timeout=10)
+    n0 = len(os.listdir("/proc/self/fd"))
     for i in range(1000):
         t = asyncio.ensure_future(
             h.spawn(["cat"], stdin=subprocess.PIPE, stderr=subprocess.PIPE))
@@ -262,8 +263,11 @@ async def main():
         r = await h.run(["sh", "-c", "cat; echo e >&2"], input=b"in", timeout=10)
         if (r.returncode, r.stdout, r.stderr) != (0, b"in", b"e\n"):
             bad.append(r)
-    print("bad", len(bad))
+    await asyncio.sleep(0.5)  # the last killed children's pipes at their end
+    print("bad", len(bad), "fds", n0, len(os.listdir("/proc/self/fd")))
 uvloop.run(main())
 """
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
-    assert (res.returncode, res.stdout.split()[-1:]) == (0, [b"0"]), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]
+    _, bad, _, before, after = res.stdout.split()
+    assert (bad, after) == (b"0", before), res.stdout
