@@ -311,6 +311,9 @@ class LocalHost(Host):
                 out, err, dropped = await _communicate(proc, input, limit)
             except BaseException:
                 kill_group(proc)
+                # and its pipes closed: one that a process outside the group holds (setsid)
+                # kept proc.wait() waiting for its end, past the timeout
+                proc._transport.close()  # type: ignore[attr-defined]
                 await proc.wait()
                 raise
             finally:
@@ -482,14 +485,18 @@ async def _popen_process(
 
     loop.add_reader(pidfd, on_exit)
     try:
-        await waiter
+        await asyncio.shield(waiter)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException:
-        # the copies are not closed here: the transport's task that hands them to the
-        # loop runs on after this one is cancelled, and a copy closed now would reach
-        # libuv closed, or as another's number (libuv aborted the process); each pipe it
-        # connects closes itself at the end of its stream, once the child is killed
+        # the whole group is killed (a grandchild holding a pipe kept its stream open),
+        # and the transport's task, which runs on after a cancel, is let finish handing
+        # every pipe to the loop (a few turns) before all are closed: a pipe connected
+        # after close() stayed open, and _wait() with it, while anything held its other
+        # end; a copy closed before the task handed it over reached libuv closed, or as
+        # another's number (libuv aborted the process)
+        _killpg(transp.get_pid())
+        await asyncio.wait([waiter])
         transp.close()
         await transp._wait()
         raise

@@ -149,9 +149,11 @@ def test_a_pipe_is_closed_once_while_it_is_still_its_own(loop, monkeypatch):
     the file object: a second close of a number that another thread may have been given
     meanwhile (an EBADF in a `subprocess.run` under `asyncio.to_thread`, once). Here the
     "other thread" is a pipe opened inside the file object's close, where it would get a
-    number just freed: it must stay open. (Whether descriptors are left is not counted
-    here: in a worker that ran other tests, others' are closed by the collector meanwhile;
-    the cancellation test below runs in a child of its own.)"""
+    number just freed: it must stay open. The copies rtax hands the loop are watched
+    too (closed by libuv alone: a file object that closed one as well would fail).
+    Whether descriptors are left is not counted here: in a worker that ran other tests,
+    others' are closed by the collector meanwhile; the cancellation test below runs in a
+    child of its own."""
     import fcntl
     import io
 
@@ -170,7 +172,7 @@ def test_a_pipe_is_closed_once_while_it_is_still_its_own(loop, monkeypatch):
 
     class Watched(io.FileIO):
         def close(self) -> None:
-            if not self.closed:
+            if not self.closed and self.closefd:
                 n = self.fileno()
                 ours = alive(n) and os.fstat(n).st_ino == self.ino
                 other = os.pipe()  # another thread, given the lowest free numbers now
@@ -197,6 +199,15 @@ def test_a_pipe_is_closed_once_while_it_is_still_its_own(loop, monkeypatch):
                     setattr(self, name, w)
 
     monkeypatch.setattr(subprocess, "Popen", Popen)
+
+    def watched_open(fd, mode, buffering=-1, closefd=True):  # type: ignore[no-untyped-def]
+        w = Watched(fd, mode, closefd=closefd)  # the copies local.py hands the loop
+        w.ino = os.fstat(fd).st_ino
+        return w
+
+    from rtax_tui.hosts import local
+
+    monkeypatch.setattr(local, "open", watched_open, raising=False)
 
     async def go() -> None:
         host = LocalHost()
@@ -271,3 +282,102 @@ uvloop.run(main())
     assert res.returncode == 0, res.stderr[-2000:]
     _, bad, _, before, after = res.stdout.split()
     assert (bad, after) == (b"0", before), res.stdout
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_cancelled_spawn_returns_at_once_and_ends_the_group(loop, tmp_path):
+    """A spawn cancelled 1 to 8 turns in, on a loop that another task keeps busy 5 ms a
+    turn, whose child forks a grandchild that holds its pipes: the cancel returns at once
+    and the grandchild is gone. Before, the transport's task connected a pipe after the
+    transport was closed; that pipe, and the cancel waiting on it, stayed open as long as
+    the grandchild lived, and only the child was killed (6 of 8 blocked for 20 s)."""
+    import signal
+    import subprocess
+    import time
+
+    factory = (
+        pytest.importorskip("uvloop").new_event_loop
+        if loop == "uvloop"
+        else asyncio.SelectorEventLoop
+    )
+    pidf = tmp_path / "grandchild"
+
+    async def busy() -> None:
+        while True:
+            time.sleep(0.005)
+            await asyncio.sleep(0)
+
+    async def go() -> list[str]:
+        b = asyncio.ensure_future(busy())
+        host, bad = LocalHost(), []
+        try:
+            for k in range(1, 9):
+                pidf.unlink(missing_ok=True)
+                t = asyncio.ensure_future(
+                    host.spawn(
+                        ["sh", "-c", f"sleep 20 & echo $! > {pidf}; exec cat"],
+                        stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                    )
+                )  # fmt: skip
+                for _ in range(k):
+                    await asyncio.sleep(0)
+                t.cancel()
+                done, _ = await asyncio.wait([t], timeout=3)
+                if not done:
+                    bad.append(f"turn {k}: the cancel still waits after 3 s")
+                if not t.cancelled() and t.done() and t.exception() is None:
+                    p = t.result()  # it had started: kill it as a caller would
+                    await host.kill(p)
+                    await p.wait()
+                    host.release(p)
+                await asyncio.sleep(0.2)
+                gc = pidf.read_text().strip() if pidf.exists() else ""
+                if gc and _running(int(gc)):
+                    bad.append(f"turn {k}: the grandchild {gc} lives")
+                    os.kill(int(gc), signal.SIGKILL)
+                await asyncio.wait([t], timeout=25)
+        finally:
+            b.cancel()
+        return bad
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        assert runner.run(go()) == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_timeout_holds_when_a_process_outside_the_group_holds_the_output(loop, tmp_path):
+    """`host.run(..., input=..., timeout=0.5)` of a child that starts a grandchild in a
+    session of its own (setsid: out of the group rtax kills) holding its stdout: the
+    TimeoutError comes at the timeout, not when the grandchild lets go (4 s before)."""
+    import signal
+    import time
+
+    factory = (
+        pytest.importorskip("uvloop").new_event_loop
+        if loop == "uvloop"
+        else asyncio.SelectorEventLoop
+    )
+    pidf = tmp_path / "escaped"
+    script = f"setsid sh -c 'echo $$ > {pidf}; exec sleep 4' & cat >/dev/null; sleep 30"
+
+    async def go() -> float:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await LocalHost().run(["sh", "-c", script], input=b"x", timeout=0.5)
+        return time.monotonic() - t0
+
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            took = runner.run(go())
+    finally:
+        if pidf.exists() and _running(int(pidf.read_text())):
+            os.kill(int(pidf.read_text()), signal.SIGKILL)
+    assert took < 3.0
