@@ -496,8 +496,10 @@ async def _popen_process(
         # end; a copy closed before the task handed it over reached libuv closed, or as
         # another's number (libuv aborted the process)
         _killpg(transp.get_pid())
-        await asyncio.wait([waiter])
-        transp.close()
+        try:
+            await asyncio.wait([waiter])
+        finally:  # a second cancel here still closes what is connected
+            transp.close()
         await transp._wait()
         raise
     return asyncio.subprocess.Process(transp, protocol, loop)
