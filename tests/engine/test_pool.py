@@ -73,7 +73,10 @@ def phases_of(events: list[dict[str, Any]], trial: int) -> list[str]:
 
 def test_a_pooled_trial_acquires_and_releases_and_nothing_is_left() -> None:
     drv = FakeDriver()
-    drv.delays = {"create": 0.01}
+    # a trial's action outlasts a create five times over: the eager pool's next
+    # environment is ready before the next trial asks (with instant actions, a loaded
+    # machine once made all five trials wait on creates of 10 ms)
+    drv.delays = {"create": 0.01, "action": 0.05}
     s, ev = run(pooled(warmup=0, trials=5), drv, {"w": W_OK})
     starts = by_type(ev, "trial_start")
     assert all(e["mode"] == "pool" and e["cell"].endswith("/exec+pool") for e in starts)
