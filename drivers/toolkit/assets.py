@@ -144,12 +144,13 @@ def cache_dir() -> Path:
         xdg = os.environ.get("XDG_CACHE_HOME")
         path = (Path(xdg).expanduser() if xdg else Path.home() / ".cache").absolute() / "rtax"
         where = "XDG_CACHE_HOME" if xdg else "HOME"
-    if "\n" in str(path) or "\r" in str(path):
-        raise RtaxError(f"{where}: rtax's cache path has a line break: {str(path)!r}")
+    text = str(path)
+    if "\n" in text or "\r" in text:
+        raise RtaxError(f"{where}: rtax's cache path has a line break: {text!r}")
     try:
-        str(path).encode()
+        text.encode()
     except UnicodeEncodeError:  # a byte that is not UTF-8: the reaper's lines are UTF-8
-        raise RtaxError(f"{where}: rtax's cache path is not UTF-8: {str(path)!r}") from None
+        raise RtaxError(f"{where}: rtax's cache path is not UTF-8: {text!r}") from None
     return path
 
 

@@ -282,8 +282,9 @@ class LocalHost(Host):
         canceller forever. If the caller gives up during the spawn, the spawn finishes
         in the background, where the process group is killed and reaped.
         """
+        limit = model.sink_limit(capped)
         if input is None and merge_stderr and _HAS_PIDFD:
-            sink = OutputSink(None if capped else _UNCAPPED)
+            sink = OutputSink(limit)
             async with own_timeout(timeout):  # under an action's timeout: that one
                 rc = await self._run_merged(argv, sink, cwd=cwd, env=env, cgroup_procs=cgroup_procs)
             out = sink.kept()
@@ -307,7 +308,6 @@ class LocalHost(Host):
                 spawn.add_done_callback(self._reap_spawned)
                 raise
             try:
-                limit = None if capped else _UNCAPPED
                 out, err, dropped = await _communicate(proc, input, limit)
             except BaseException:
                 kill_group(proc)
@@ -557,6 +557,5 @@ async def _communicate(
     return out.kept(), err.kept(), out.dropped + err.dropped
 
 
-_UNCAPPED = 1 << 62  # rtax's own commands (not an action's output): kept whole
 _background: set[asyncio.Task[None]] = set()
 _HAS_PIDFD = hasattr(os, "pidfd_open")

@@ -810,7 +810,7 @@ class SSHHost(Host):
         )
         pid: int | None = None
         proc: Any = None
-        limit = None if capped else _UNCAPPED
+        limit = model.sink_limit(capped)
         sinks = (OutputSink(limit), OutputSink(limit))
         try:
             async with asyncio.timeout(timeout):
@@ -949,7 +949,6 @@ async def _drain(stream: Any, sink: OutputSink) -> None:
         sink.add(data)
 
 
-_UNCAPPED = 1 << 62  # rtax's own commands (not an action's output): kept whole
 _background: set[asyncio.Task[Any]] = set()
 _tar_cache: dict[str, bytes] = {}
 _tar_lock = threading.Lock()

@@ -361,6 +361,14 @@ OUTPUT_LIMIT = 16 << 20
 # the reading side takes it (`drivers.shellframe.read_frame`): asyncio's StreamReader
 # limit, a CredReader's and the SSH reader's buffer. Read when a reader is made.
 READ_LIMIT = 16 << 20
+# What `Host.run` keeps of rtax's own commands (not an action's output): all of it.
+UNCAPPED = 1 << 62
+
+
+def sink_limit(capped: bool) -> int | None:
+    """An `OutputSink`'s limit for `Host.run(capped=...)`: None (OUTPUT_LIMIT, read when
+    the sink is made) for an action's output, UNCAPPED for rtax's own commands."""
+    return None if capped else UNCAPPED
 
 
 @dataclass

@@ -9,11 +9,13 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
 from rtax_tui.hosts import spawn
 from rtax_tui.hosts.local import LocalHost
+from tests.procs import dead
 
 pytestmark = pytest.mark.skipif(not spawn.available(), reason="no glibc posix_spawn extensions")
 
@@ -101,11 +103,7 @@ def test_spawned_streams_on_either_loop(loop, tmp_path):
     asyncio Process on either loop, made through Popen and seen to exit through a pidfd:
     stdin and stdout as streams, the exit status, a kill, a session of its own, the
     descriptors passed and no other, and a missing program raised as Popen raises it."""
-    if loop == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        factory = uvloop.new_event_loop
-    else:
-        factory = asyncio.SelectorEventLoop
+    factory = _loop_factory(loop)
     host = LocalHost()
     r, w = os.pipe()
 
@@ -157,10 +155,7 @@ def test_a_pipe_is_closed_once_while_it_is_still_its_own(loop, monkeypatch):
     import fcntl
     import io
 
-    if loop == "uvloop":
-        factory = pytest.importorskip("uvloop").new_event_loop
-    else:
-        factory = asyncio.SelectorEventLoop
+    factory = _loop_factory(loop)
     stale: list[str] = []
 
     def alive(fd: int) -> bool:
@@ -226,10 +221,7 @@ def test_input_to_a_child_that_never_reads_it_is_dropped_not_an_error(loop, capp
     """`host.run(..., input=...)` of a child that exits without reading its stdin: the
     input is dropped as a broken pipe on either loop. On uvloop, asyncio's `communicate`
     raised RuntimeError ("the handler is closed") for a few runs in a hundred."""
-    if loop == "uvloop":
-        factory = pytest.importorskip("uvloop").new_event_loop
-    else:
-        factory = asyncio.SelectorEventLoop
+    factory = _loop_factory(loop)
 
     async def go() -> list[tuple[int, bytes]]:
         host = LocalHost()
@@ -295,11 +287,7 @@ def test_a_cancelled_spawn_returns_at_once_and_ends_the_group(loop, tmp_path):
     import subprocess
     import time
 
-    factory = (
-        pytest.importorskip("uvloop").new_event_loop
-        if loop == "uvloop"
-        else asyncio.SelectorEventLoop
-    )
+    factory = _loop_factory(loop)
     pidf = tmp_path / "grandchild"
 
     async def busy() -> None:
@@ -332,7 +320,7 @@ def test_a_cancelled_spawn_returns_at_once_and_ends_the_group(loop, tmp_path):
                     host.release(p)
                 await asyncio.sleep(0.2)
                 gc = pidf.read_text().strip() if pidf.exists() else ""
-                if gc and _running(int(gc)):
+                if gc and not dead(int(gc), 0):
                     bad.append(f"turn {k}: the grandchild {gc} lives")
                     os.kill(int(gc), signal.SIGKILL)
                 await asyncio.wait([t], timeout=25)
@@ -344,12 +332,11 @@ def test_a_cancelled_spawn_returns_at_once_and_ends_the_group(loop, tmp_path):
         assert runner.run(go()) == []
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def _loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop a test parametrized over "asyncio" and "uvloop" runs on."""
+    if loop == "uvloop":
+        return pytest.importorskip("uvloop").new_event_loop  # type: ignore[no-any-return]
+    return asyncio.SelectorEventLoop
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -360,11 +347,7 @@ def test_a_timeout_holds_when_a_process_outside_the_group_holds_the_output(loop,
     import signal
     import time
 
-    factory = (
-        pytest.importorskip("uvloop").new_event_loop
-        if loop == "uvloop"
-        else asyncio.SelectorEventLoop
-    )
+    factory = _loop_factory(loop)
     pidf = tmp_path / "escaped"
     script = f"setsid sh -c 'echo $$ > {pidf}; exec sleep 4' & cat >/dev/null; sleep 30"
 
@@ -378,6 +361,6 @@ def test_a_timeout_holds_when_a_process_outside_the_group_holds_the_output(loop,
         with asyncio.Runner(loop_factory=factory) as runner:
             took = runner.run(go())
     finally:
-        if pidf.exists() and _running(int(pidf.read_text())):
+        if pidf.exists() and not dead(int(pidf.read_text()), 0):
             os.kill(int(pidf.read_text()), signal.SIGKILL)
     assert took < 3.0
